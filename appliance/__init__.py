@@ -1,0 +1,1 @@
+"""The Weir appliance: the Django project and app around channel_engine."""

@@ -1,0 +1,54 @@
+"""Read settings from the environment through small validated helpers.
+
+A bad value fails loudly at start (ImproperlyConfigured) instead of later.
+"""
+import os
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Return the environment variable `name` as a boolean."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Return a comma-separated environment variable as a list of strings."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_path(name: str, default: Path) -> Path:
+    """Return the environment variable `name` as an absolute path."""
+    raw = os.environ.get(name)
+    path = Path(raw) if raw else default
+    if not path.is_absolute():
+        raise ImproperlyConfigured(f"{name} must be an absolute path, not {raw!r}")
+    return path
+
+
+def secret_key(var_dir: Path) -> str:
+    """Return SECRET_KEY from the environment, else one generated once and kept in var_dir."""
+    if os.environ.get("SECRET_KEY"):
+        return os.environ["SECRET_KEY"]
+    key_file = var_dir / "secret_key"
+    if not key_file.exists():
+        var_dir.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()

@@ -1,0 +1,48 @@
+"""channel_engine: Weir's storage engine, a plain Python library (no Django, Celery or Spark).
+
+A partition is a Kafka-format log (segments of record batches v2 with sparse
+offset and time indexes); channels, transactions and checkpoints build on it.
+See FORMAT.md for the files on disk.
+"""
+from channel_engine.config import LogConfig
+from channel_engine.errors import (
+    BatchTooLargeError,
+    ChannelEngineError,
+    ConfigError,
+    CorruptIndexError,
+    CorruptRecordError,
+    CorruptStateError,
+    InvalidEventError,
+    LogLockedError,
+    LogOfflineError,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+)
+from channel_engine.event import Event, PendingEvent
+from channel_engine.log import AppendResult, DiskFullError, PartitionLog, RetentionResult
+from channel_engine.recovery import RecoveryReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AppendResult",
+    "BatchTooLargeError",
+    "ChannelEngineError",
+    "ConfigError",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "CorruptStateError",
+    "DiskFullError",
+    "Event",
+    "InvalidEventError",
+    "LogConfig",
+    "LogLockedError",
+    "LogOfflineError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "PendingEvent",
+    "ReadOnlyLogError",
+    "RecoveryReport",
+    "RetentionResult",
+    "__version__",
+]

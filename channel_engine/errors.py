@@ -1,0 +1,102 @@
+"""Every error the engine raises, under one base class.
+
+Messages name the file, the position and the numbers involved, so that an
+operator reading a log line knows where to look without a debugger.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ChannelEngineError(Exception):
+    """Base class of every error raised by channel_engine."""
+
+
+class ConfigError(ChannelEngineError, ValueError):
+    """A configuration setting is missing or out of range."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class InvalidEventError(ChannelEngineError, ValueError):
+    """An event handed to the engine is malformed; nothing was written."""
+
+    def __init__(self, index: int, field: str, reason: str) -> None:
+        super().__init__(f"event {index}: {field}: {reason}")
+        self.index = index
+        self.field = field
+        self.reason = reason
+
+
+class BatchTooLargeError(ChannelEngineError, ValueError):
+    """A batch is larger than max_batch_bytes (or segment_bytes); nothing was written."""
+
+    def __init__(self, size: int, limit: int, setting: str) -> None:
+        super().__init__(f"batch of {size} bytes exceeds {setting}={limit}")
+        self.size = size
+        self.limit = limit
+        self.setting = setting
+
+
+class CorruptRecordError(ChannelEngineError):
+    """Bytes on disk fail a check (CRC, length, magic, offset sequence)."""
+
+    def __init__(self, path: Path | str, position: int, reason: str) -> None:
+        super().__init__(f"{path}: corrupt at byte {position}: {reason}")
+        self.path = str(path)
+        self.position = position
+        self.reason = reason
+
+
+class CorruptIndexError(ChannelEngineError):
+    """An index file disagrees with itself or with its log; it is rebuilt, never trusted."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+class CorruptStateError(ChannelEngineError):
+    """A Weir metadata file (magic, version, CRC) cannot be read."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+class OffsetOutOfRangeError(ChannelEngineError, LookupError):
+    """An offset lies outside [log start offset, log end offset]."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogLockedError(ChannelEngineError):
+    """Another process holds the writer lock of this log directory."""
+
+    def __init__(self, directory: Path | str) -> None:
+        super().__init__(f"{directory}: another process holds the writer lock (.lock)")
+        self.directory = str(directory)
+
+
+class LogOfflineError(ChannelEngineError):
+    """A write or fsync failed; the log refuses further writes until it is reopened."""
+
+    def __init__(self, directory: Path | str, cause: BaseException) -> None:
+        super().__init__(f"{directory}: log is offline after an I/O error: {cause}")
+        self.directory = str(directory)
+        self.cause = cause
+
+
+class ReadOnlyLogError(ChannelEngineError):
+    """A write was attempted on a log opened read-only."""

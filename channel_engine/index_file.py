@@ -1,0 +1,101 @@
+"""IndexFile: what the offset index and the time index share (Kafka's AbstractIndex).
+
+An index is derived data: a sparse table of fixed-size entries kept in memory
+(array) and appended to a file. It is never trusted blindly: it is checked
+against itself and against its log on every open, and rebuilt from the log
+when a check fails or after an unclean shutdown. Unlike Kafka's, Weir's index
+files are not preallocated or memory-mapped: the file holds exactly the valid
+entries, which Kafka's tools read the same way.
+
+Not thread-safe for writers; the caller holds the log lock. Readers may look up
+concurrently with one appender (array reads and appends are atomic under the GIL).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class IndexFile:
+    """A file of fixed-size entries plus its in-memory copy. Subclasses define the entry."""
+
+    ENTRY_SIZE = 0
+
+    def __init__(self, path: Path, max_entries: int, writable: bool) -> None:
+        self.path = path
+        self.max_entries = max_entries
+        self.writable = writable
+        self._fd: int | None = None
+        self._dirty = False
+
+    # -- file plumbing -----------------------------------------------------
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            if not self.writable:
+                raise PermissionError(f"{self.path}: index opened read-only")
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def _read_file(self) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
+    def _write_entry(self, entry: bytes) -> None:
+        if self.writable:
+            os.write(self._open_fd(), entry)
+            self._dirty = True
+
+    def _rewrite(self, data: bytes) -> None:
+        """Replace the file's content with `data` (after a rebuild or truncation)."""
+        if not self.writable:
+            return
+        fd = self._open_fd()
+        os.ftruncate(fd, 0)
+        if data:
+            os.write(fd, data)
+        self._dirty = True
+
+    def _truncate_file(self, entries: int) -> None:
+        if self.writable:
+            os.ftruncate(self._open_fd(), entries * self.ENTRY_SIZE)
+            self._dirty = True
+
+    def flush(self) -> None:
+        """fsync the index file if it changed since the last flush."""
+        if self._dirty and self._fd is not None:
+            os.fsync(self._fd)
+        self._dirty = False
+
+    def close(self) -> None:
+        """Close the file descriptor (the in-memory entries stay usable)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename(self, new_path: Path) -> None:
+        """Rename the file (to .deleted); an open descriptor stays valid."""
+        if self.path.exists():
+            os.rename(self.path, new_path)
+        self.path = new_path
+
+    def delete(self) -> None:
+        """Close and remove the file."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    # -- to be provided by subclasses -----------------------------------------
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def is_full(self) -> bool:
+        """True when one slot is left: kept for the final entry of roll and close."""
+        return len(self) >= self.max_entries - 1
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the valid entries take on disk."""
+        return len(self) * self.ENTRY_SIZE

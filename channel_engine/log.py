@@ -1,0 +1,679 @@
+"""PartitionLog: the log of one partition, a directory of segments (Kafka's UnifiedLog + LocalLog).
+
+Offsets: the log start offset is the first offset readers may see; the log end
+offset (LEO) is the offset the next batch gets; the recovery point is the
+first offset not known to be on disk; the high watermark is what readers see:
+the recovery point in 'fsync' durability (never an event whose commit has not
+returned), the LEO in 'policy' durability (the flush policy bounds the loss).
+
+Append path, written once: build and check the batch (outside the lock) ->
+roll if due -> assign the base offset -> write -> make durable per the policy.
+In 'fsync' durability, appenders that arrive while an fsync runs share the
+next one (group commit): one leader flushes everything written so far while
+the others wait, and nobody holds the append lock during the fsync.
+
+Concurrency: thread-safe. Appends, roll, retention, truncation and close take
+one lock; fsync runs outside it. Readers take no lock: they work on a snapshot
+of the segment list and stop at the high watermark. One writer process per
+directory: the writer holds an OS lock on `.lock`; readers (read_only=True)
+take none and never write.
+
+A failed write is undone (the segment is cut back) and reported; a failed
+fsync takes the log offline (Linux may already have dropped the dirty pages,
+so no later fsync can be trusted): it tries to cut the unflushed bytes, and
+every later call raises LogOfflineError until the directory is opened again,
+which recovers it.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from channel_engine import log_loader, log_state, record_batch
+from channel_engine.atomic_file import fsync_directory
+from channel_engine.config import INT32_MAX, LogConfig
+from channel_engine.errors import (
+    BatchTooLargeError,
+    ChannelEngineError,
+    LogLockedError,
+    LogOfflineError,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+)
+from channel_engine.event import Event, PendingEvent
+from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
+from channel_engine.log_state import LogState
+from channel_engine.record_batch import BatchHeader
+from channel_engine.recovery import RecoveryReport
+from channel_engine.segment import LogSegment
+
+DEFAULT_READ_BYTES = 1 << 20
+
+
+class DiskFullError(ChannelEngineError):
+    """A write ran out of space; it was undone and nothing was appended."""
+
+    def __init__(self, directory: Path | str, cause: OSError) -> None:
+        super().__init__(f"{directory}: no space left for the batch ({cause}); nothing written")
+        self.directory = str(directory)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where a batch went."""
+
+    first_offset: int
+    last_offset: int
+    segment_base_offset: int
+    position: int
+    size: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What an operator wants to know about one segment (the stat tool and the UI)."""
+
+    base_offset: int
+    next_offset: int
+    records: int
+    size: int
+    file_size: int
+    first_batch_timestamp: int | None
+    max_timestamp: int
+    index_entries: int
+    time_index_entries: int
+    preallocated: bool
+    flushed: bool
+    active: bool
+    deletable: str | None
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """What one retention pass deleted."""
+
+    deleted_base_offsets: list[int]
+    reasons: list[str]
+    bytes_deleted: int
+    events_deleted: int
+    log_start_offset: int
+
+
+class PartitionLog:
+    """The log of one partition; see the module doc for the offsets and the guarantees."""
+
+    def __init__(self, directory: Path, config: LogConfig, partition: int, read_only: bool,
+                 clock: Callable[[], float]) -> None:
+        self.directory = directory
+        self.config = config
+        self.partition = partition
+        self.read_only = read_only
+        self._clock = clock
+        self._codec = record_batch.COMPRESSION_CODECS[config.compression]
+        self._lock = threading.Lock()
+        self._flush_cond = threading.Condition()
+        self._flushing = False
+        self._lock_fd = -1
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: list[int] = []
+        self._pending_deletes: list[LogSegment] = []
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        self._recovery_point = 0
+        self._persisted_state = LogState()
+        self._last_flush_ms = 0
+        self._last_state_write_ms = 0
+        self._dir_dirty = False
+        self._offline: BaseException | None = None
+        self._closed = False
+        self.last_recovery = RecoveryReport(str(directory))
+
+    # -- opening ----------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        partition: int = 0,
+        read_only: bool = False,
+        force_recovery: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> PartitionLog:
+        """Open (and create, unless read_only) the partition log in `directory`."""
+        path = Path(directory)
+        log = cls(path, config or LogConfig(), partition, read_only, clock)
+        if not read_only:
+            path.mkdir(parents=True, exist_ok=True)
+            log._take_dir_lock()
+        elif not path.is_dir():
+            raise FileNotFoundError(f"{path}: no such partition directory")
+        try:
+            loaded = log_loader.load(path, log.config, not read_only, force_recovery)
+        except BaseException:
+            log._release_dir_lock()
+            raise
+        log._set_segments(loaded.segments)
+        log._log_start_offset = loaded.log_start_offset
+        log._log_end_offset = loaded.segments[-1].next_offset if loaded.segments \
+            else loaded.log_start_offset
+        log._recovery_point = loaded.recovery_point
+        log._persisted_state = LogState(loaded.log_start_offset, loaded.recovery_point,
+                                        log._log_end_offset)
+        log._last_flush_ms = log._last_state_write_ms = log._now_ms()
+        log.last_recovery = loaded.report
+        return log
+
+    def _take_dir_lock(self) -> None:
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogLockedError(self.directory) from None
+        self._lock_fd = fd
+
+    def _release_dir_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = -1
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- offsets ----------------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        """First offset readers may see."""
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset the next appended event gets."""
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """First offset not known to be on disk."""
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        """Readers see offsets below this: the recovery point in fsync durability, else the LEO."""
+        if self.config.durability == "fsync":
+            return self._recovery_point
+        return self._log_end_offset
+
+    @property
+    def unflushed_events(self) -> int:
+        """Events appended but not yet known to be on disk (the policy-mode loss window)."""
+        return self._log_end_offset - self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        """Valid bytes in all segments."""
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The live segments, oldest first (a snapshot)."""
+        return self._segments
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        self._segments = tuple(segments)
+        self._bases = [seg.base_offset for seg in segments]
+
+    # -- appending --------------------------------------------------------------------------
+    def append(self, events: Sequence[PendingEvent]) -> AppendResult:
+        """Append events as one batch, atomically; durable on return in fsync durability."""
+        self._check_writable()
+        batch = record_batch.build(events, self._codec)
+        for limit, setting in ((self.config.max_batch_bytes, "max_batch_bytes"),
+                               (self.config.segment_bytes, "segment_bytes")):
+            if len(batch) > limit:
+                raise BatchTooLargeError(len(batch), limit, setting)
+        with self._lock:
+            self._check_writable()
+            segment = self._maybe_roll(len(batch), record_batch.read_header(batch))
+            record_batch.set_base_offset(batch, self._log_end_offset)
+            header = record_batch.read_header(batch)
+            position = self._write(segment, batch, header)
+            self._log_end_offset = end = header.next_offset
+            flush_due = self.config.durability == "fsync" or (
+                self.config.flush_messages is not None
+                and end - self._recovery_point >= self.config.flush_messages
+            )
+        if flush_due:
+            self._make_durable(end)
+        return AppendResult(header.base_offset, header.last_offset, segment.base_offset,
+                            position, len(batch), header.max_timestamp)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"{self.directory}: opened read-only")
+        if self._offline is not None:
+            raise LogOfflineError(self.directory, self._offline)
+        if self._closed:
+            raise ReadOnlyLogError(f"{self.directory}: log is closed")
+
+    def _write(self, segment: LogSegment, batch: bytearray, header: BatchHeader) -> int:
+        try:
+            return segment.append(batch, header)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(self.directory, exc) from exc
+            self._offline = exc
+            raise LogOfflineError(self.directory, exc) from exc
+
+    def _maybe_roll(self, batch_size: int, header: BatchHeader) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.size == 0:
+            return segment
+        config = self.config
+        first_ts = segment.first_batch_timestamp
+        if (segment.size + batch_size > config.segment_bytes
+                or (first_ts is not None and header.max_timestamp - first_ts > config.segment_ms)
+                or segment.index_full
+                or self._log_end_offset + header.record_count - segment.base_offset > INT32_MAX):
+            return self._roll()
+        return segment
+
+    def roll(self) -> None:
+        """Start a new segment now (if the active one is not empty)."""
+        self._check_writable()
+        with self._lock:
+            if self._segments[-1].size:
+                self._roll()
+
+    def _roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the LEO. Caller holds the lock."""
+        self._segments[-1].on_become_inactive()
+        config = self.config
+        new = LogSegment.create(
+            self.directory, self._log_end_offset, index_max_bytes=config.segment_index_bytes,
+            index_interval_bytes=config.index_interval_bytes,
+            preallocate_bytes=config.segment_bytes if config.preallocate else 0)
+        self._set_segments(self._segments + (new,))
+        self._dir_dirty = True
+        return new
+
+    # -- durability -------------------------------------------------------------------------
+    @contextmanager
+    def _flush_slot(self) -> Iterator[None]:
+        """Be the only thread flushing or closing files (group commit leader or maintenance)."""
+        with self._flush_cond:
+            while self._flushing:
+                self._flush_cond.wait()
+            self._flushing = True
+        try:
+            yield
+        finally:
+            with self._flush_cond:
+                self._flushing = False
+                self._flush_cond.notify_all()
+
+    def _make_durable(self, end: int) -> None:
+        """Return once offsets below `end` are on disk; one fsync serves all waiting appenders."""
+        with self._flush_cond:
+            while self._recovery_point < end:
+                if self._offline is not None:
+                    raise LogOfflineError(self.directory, self._offline)
+                if not self._flushing:
+                    self._flushing = True
+                    break
+                self._flush_cond.wait()
+            else:
+                return
+        try:
+            self._flush_written()
+        finally:
+            with self._flush_cond:
+                self._flushing = False
+                self._flush_cond.notify_all()
+
+    def _flush_written(self) -> None:
+        """fsync everything written so far. Caller holds the flush slot, not the lock."""
+        with self._lock:
+            end = self._log_end_offset
+            dirty = [seg for seg in self._segments if seg.dirty or seg.base_offset >= end]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        try:
+            for seg in dirty:
+                seg.flush()
+            if dir_dirty:
+                fsync_directory(self.directory)
+        except OSError as exc:
+            self._fail_flush(exc)
+            raise LogOfflineError(self.directory, exc) from exc
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, end)
+            self._last_flush_ms = self._now_ms()
+
+    def _fail_flush(self, exc: OSError) -> None:
+        """After a failed fsync: go offline and try to cut what was never made durable."""
+        self._offline = exc
+        with self._lock:
+            for seg in self._segments:
+                if seg.flushed_size < seg.size:
+                    try:
+                        os.ftruncate(seg._fd, max(seg.flushed_size, 0))
+                        os.fsync(seg._fd)
+                    except OSError:
+                        pass
+
+    def flush(self) -> None:
+        """Make everything appended so far durable (Kafka's explicit flush)."""
+        self._check_writable()
+        self._make_durable(self._log_end_offset)
+
+    def flush_if_due(self) -> bool:
+        """The scheduler's hook: flush when flush_ms passed, persist the recovery point when
+        its interval passed, unlink deleted files whose delay passed. True if it flushed."""
+        self._check_writable()
+        now = self._now_ms()
+        config = self.config
+        flushed = False
+        if (self.unflushed_events > 0 and config.flush_ms is not None
+                and now - self._last_flush_ms >= config.flush_ms):
+            self.flush()
+            flushed = True
+        if (self._recovery_point != self._persisted_state.recovery_point
+                and now - self._last_state_write_ms >= config.recovery_point_checkpoint_ms):
+            self.checkpoint_recovery_point()
+        self.delete_expired_files()
+        return flushed
+
+    def checkpoint_recovery_point(self) -> None:
+        """Persist the log start offset and recovery point to log.state now."""
+        self._check_writable()
+        with self._flush_slot():
+            for seg in self._segments:  # indexes up to the recovery point on disk too
+                seg.offset_index.flush()
+                seg.time_index.flush()
+            self._write_state(clean=False)
+
+    def _write_state(self, clean: bool) -> None:
+        state = LogState(self._log_start_offset, self._recovery_point, self._log_end_offset,
+                         clean)
+        log_state.write(self.directory / LOG_STATE_FILE, state)
+        self._persisted_state = state
+        self._last_state_write_ms = self._now_ms()
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(
+        self,
+        start_offset: int,
+        max_events: int | None = None,
+        max_bytes: int = DEFAULT_READ_BYTES,
+        end_offset: int | None = None,
+    ) -> list[Event]:
+        """Events from start_offset up to the high watermark (and end_offset), at most
+        max_events, from batches totalling about max_bytes (always at least one batch)."""
+        events: list[Event] = []
+        limit = max_events if max_events is not None else 1 << 62
+        for _, header, data in self.read_batches(start_offset, end_offset, max_bytes):
+            self._decode(header, data, start_offset, end_offset, events, limit)
+            if len(events) >= limit:
+                break
+        return events
+
+    def iter_events(self, start_offset: int, end_offset: int | None = None) -> Iterator[Event]:
+        """Yield every event from start_offset to end_offset (default: the high watermark)."""
+        end = self.high_watermark if end_offset is None else min(end_offset, self.high_watermark)
+        for _, header, data in self.read_batches(start_offset, end, 1 << 62):
+            events: list[Event] = []
+            self._decode(header, data, start_offset, end, events, 1 << 62)
+            yield from events
+
+    def _decode(self, header: BatchHeader, data: bytes, start: int, end: int | None,
+                out: list[Event], limit: int) -> None:
+        stop = header.next_offset if end is None else min(end, header.next_offset)
+        partition = self.partition
+        try:
+            for offset, timestamp, key, value, headers in record_batch.records(data):
+                if offset < start:
+                    continue
+                if offset >= stop or len(out) >= limit:
+                    return
+                out.append(Event(partition, offset, timestamp, key,
+                                 dict(headers) if headers else {},
+                                 value if value is not None else b""))
+        except record_batch.InvalidBatch as exc:
+            from channel_engine.errors import CorruptRecordError
+            raise CorruptRecordError(self.directory, header.base_offset, exc.reason) from exc
+
+    def read_batches(
+        self, start_offset: int, end_offset: int | None = None, max_bytes: int = DEFAULT_READ_BYTES
+    ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
+        """Yield (segment, header, raw bytes) of the CRC-checked batches holding offsets from
+        start_offset up to the high watermark (and end_offset); the first batch may begin
+        before start_offset. Raises OffsetOutOfRangeError outside [log start, high watermark]."""
+        bound = self.high_watermark
+        if end_offset is not None:
+            bound = min(bound, end_offset)
+        if not self._log_start_offset <= start_offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(start_offset, self._log_start_offset, self.high_watermark)
+        segments = self._segments
+        i = max(bisect_right([s.base_offset for s in segments], start_offset) - 1, 0)
+        total = 0
+        for segment in segments[i:]:
+            if start_offset >= bound or segment.base_offset >= bound:
+                return
+            size = segment.size
+            position = segment.find_position(start_offset, size)
+            if position is None:
+                continue
+            for _, header, data in segment.read_batches(position, size, bound, max_bytes - total):
+                total += header.size
+                yield segment, header, data
+                start_offset = header.next_offset
+            if total >= max_bytes:
+                return
+
+    def offsets_for_time(self, timestamp: int) -> int | None:
+        """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""
+        bound = self.high_watermark
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp or segment.base_offset >= bound:
+                continue
+            before = segment.time_index.lookup_before(timestamp)
+            start = max(self._log_start_offset, segment.base_offset,
+                        before + 1 if before is not None else 0)
+            if start >= min(bound, segment.next_offset):
+                continue
+            position = segment.find_position(start, segment.size)
+            if position is None:
+                continue
+            for _, header, data in segment.read_batches(position, segment.size, bound, 1 << 62):
+                if header.max_timestamp < timestamp:
+                    continue
+                for offset, ts, _k, _v, _h in record_batch.records(data):
+                    if offset >= start and ts >= timestamp and offset < bound:
+                        return offset
+        return None
+
+    # -- retention and truncation -----------------------------------------------------------
+    def _retention_candidates(self, now: int, limit: int) -> list[tuple[LogSegment, str]]:
+        """Oldest-first prefix of segments retention may delete now, never the active one."""
+        config = self.config
+        segments = self._segments[:-1]
+        excess = self.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
+        out = []
+        for segment in segments:
+            if segment.next_offset > limit:
+                break
+            if segment.next_offset <= self._log_start_offset:
+                reason = "below the log start offset"
+            elif config.retention_bytes >= 0 and excess - segment.size >= 0:
+                reason = f"log exceeds retention_bytes={config.retention_bytes}"
+            elif config.retention_ms >= 0 and now - segment.max_timestamp > config.retention_ms:
+                reason = f"older than retention_ms={config.retention_ms}"
+            else:
+                break
+            excess -= segment.size
+            out.append((segment, reason))
+        return out
+
+    def apply_retention(self, limit_offset: int | None = None) -> RetentionResult:
+        """Delete the oldest segments that retention allows, ending at or below limit_offset
+        (default: the high watermark); never the active segment. Crash-safe: the log start
+        offset is persisted first, then the files are renamed to .deleted and unlinked after
+        file_delete_delay_ms, so reads in flight finish."""
+        self._check_writable()
+        with self._lock:
+            limit = self.high_watermark if limit_offset is None else min(limit_offset,
+                                                                         self.high_watermark)
+            doomed = self._retention_candidates(self._now_ms(), limit)
+            result = self._delete_segments([seg for seg, _ in doomed])
+        self.delete_expired_files()
+        return RetentionResult(result.deleted_base_offsets, [why for _, why in doomed],
+                               result.bytes_deleted, result.events_deleted,
+                               result.log_start_offset)
+
+    def delete_records_before(self, offset: int) -> RetentionResult:
+        """Raise the log start offset to `offset` (Kafka DeleteRecords) and delete the
+        segments wholly below it."""
+        self._check_writable()
+        with self._lock:
+            if not self._log_start_offset <= offset <= self.high_watermark:
+                raise OffsetOutOfRangeError(offset, self._log_start_offset, self.high_watermark)
+            self._log_start_offset = offset
+            doomed = [s for s in self._segments[:-1] if s.next_offset <= offset]
+            result = self._delete_segments(doomed)
+        self.delete_expired_files()
+        return result
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> RetentionResult:
+        """Persist the new log start, then unlink `doomed` from the log. Caller holds the lock."""
+        if doomed:
+            remaining = self._segments[len(doomed):]
+            self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
+        self._write_state(clean=False)
+        deadline = self._now_ms() + self.config.file_delete_delay_ms
+        for segment in doomed:
+            segment.rename_to_deleted()
+            segment.delete_after_ms = deadline
+            self._pending_deletes.append(segment)
+        if doomed:
+            self._set_segments(self._segments[len(doomed):])
+            fsync_directory(self.directory)
+        return RetentionResult(
+            [s.base_offset for s in doomed], [], sum(s.size for s in doomed),
+            sum(s.next_offset - s.base_offset for s in doomed), self._log_start_offset)
+
+    def delete_expired_files(self, force: bool = False) -> int:
+        """Unlink segments renamed to .deleted whose delay has passed; return how many."""
+        now = self._now_ms()
+        with self._flush_slot():
+            due = [s for s in self._pending_deletes if force or s.delete_after_ms <= now]
+            for segment in due:
+                segment.delete_files()
+                self._pending_deletes.remove(segment)
+        return len(due)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every event at or after `offset`. As in Kafka, the cut falls at the start of
+        the batch holding `offset`. Returns the new log end offset. Not for use while
+        readers are reading above `offset`."""
+        self._check_writable()
+        with self._flush_slot(), self._lock:
+            if offset >= self._log_end_offset:
+                return self._log_end_offset
+            if offset < self._log_start_offset:
+                raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
+            keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
+            for segment in self._segments[len(keep):]:
+                segment.delete_files()
+            segment = keep[-1]
+            position = segment.find_position(offset, segment.size)
+            if position is not None:
+                segment.truncate_file(position)
+            self._set_segments(keep)
+            segment.flush()
+            fsync_directory(self.directory)
+            self._log_end_offset = segment.next_offset
+            self._recovery_point = min(self._recovery_point, self._log_end_offset)
+            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            self._write_state(clean=False)
+            return self._log_end_offset
+
+    # -- status -----------------------------------------------------------------------------
+    def segment_infos(self) -> list[SegmentInfo]:
+        """One SegmentInfo per live segment, oldest first."""
+        segments = self._segments
+        deletable = dict((id(seg), why) for seg, why in
+                         self._retention_candidates(self._now_ms(), self.high_watermark))
+        return [
+            SegmentInfo(
+                base_offset=seg.base_offset, next_offset=seg.next_offset,
+                records=seg.next_offset - seg.base_offset, size=seg.size,
+                file_size=seg.file_size, first_batch_timestamp=seg.first_batch_timestamp,
+                max_timestamp=seg.max_timestamp, index_entries=len(seg.offset_index),
+                time_index_entries=len(seg.time_index),
+                preallocated=seg.file_size > seg.size,
+                flushed=seg.next_offset <= self._recovery_point and not seg.dirty,
+                active=seg is segments[-1], deletable=deletable.get(id(seg)))
+            for seg in segments
+        ]
+
+    def stats(self) -> dict[str, Any]:
+        """Plain JSON-serialisable facts about the log."""
+        return {
+            "directory": str(self.directory),
+            "partition": self.partition,
+            "durability": self.config.durability,
+            "log_start_offset": self._log_start_offset,
+            "log_end_offset": self._log_end_offset,
+            "high_watermark": self.high_watermark,
+            "recovery_point": self._recovery_point,
+            "unflushed_events": self.unflushed_events,
+            "size_bytes": self.size_bytes,
+            "segments": len(self._segments),
+            "last_flush_ms": self._last_flush_ms,
+            "offline": str(self._offline) if self._offline else None,
+            "last_recovery": self.last_recovery.to_dict(),
+        }
+
+    # -- closing ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, trim, fsync and mark the shutdown clean, in that order; release the lock."""
+        if self._closed:
+            return
+        try:
+            if not self.read_only and self._offline is None:
+                self._close_cleanly()
+        finally:
+            self._closed = True
+            for segment in self._segments + tuple(self._pending_deletes):
+                segment.close()
+            self._release_dir_lock()
+
+    def _close_cleanly(self) -> None:
+        with self._flush_slot(), self._lock:
+            active = self._segments[-1]
+            active.add_final_time_entry()
+            active.trim()
+            for segment in self._segments:
+                segment.flush()
+            for segment in self._pending_deletes:
+                segment.delete_files()
+            self._pending_deletes.clear()
+            fsync_directory(self.directory)
+            self._recovery_point = self._log_end_offset
+            self._write_state(clean=True)

@@ -1,0 +1,264 @@
+"""Kafka record batch v2: the unit of atomicity in a segment's `.log` file.
+
+Weir writes Kafka's own on-disk format, so Kafka's tools and client codecs read
+Weir's segments. Building and decoding records go through aiokafka's compiled
+codec; this module owns the batch header, the checks that decide whether the
+bytes at a position are a valid batch, and the mapping of events onto records.
+
+Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
+
+    offset  size  field
+    ------  ----  -----------------------------------------------------------
+         0     8  baseOffset            first offset in the batch
+         8     4  batchLength           bytes after this field (total = +12)
+        12     4  partitionLeaderEpoch  -1 (Weir has no leaders); outside CRC
+        16     1  magic                 2: the format version of the batch
+        17     4  crc                   CRC-32C of bytes 21 .. end of batch
+        21     2  attributes            bits 0-2 codec (0 none, 1 gzip,
+                                        2 snappy, 3 lz4, 4 zstd); bit 3
+                                        timestamp type (0 CreateTime)
+        23     4  lastOffsetDelta       recordCount - 1 (Weir never compacts)
+        27     8  baseTimestamp         ms; timestamp of the first record
+        35     8  maxTimestamp          ms; largest record timestamp
+        43     8  producerId            -1
+        51     2  producerEpoch         -1
+        53     4  baseSequence          -1
+        57     4  recordCount           >= 1
+        61     -  records               varint records, compressed as one
+                                        block when the codec bits say so
+
+Record (zig-zag varints): length, attributes i8, timestampDelta, offsetDelta,
+keyLength + key (-1 = null), valueLength + value, headerCount, then per header
+keyLength + key (UTF-8), valueLength + value.
+
+Event -> record: body -> value, key -> key, headers (str -> bytes) -> headers,
+timestamp -> the record timestamp (CreateTime; "now" when the producer gave none).
+
+A batch at a position is valid when: at least 12 bytes remain, batchLength >= 49,
+the whole batch lies inside the file, magic is 2, the CRC matches (when
+checked), recordCount >= 1, lastOffsetDelta == recordCount - 1 and baseOffset is
+the offset expected next. The base offset is outside the CRC, so a batch is
+built once and its base offset written in when the log assigns it.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import crc32c as _crc32c
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from channel_engine.errors import InvalidEventError
+from channel_engine.event import PendingEvent
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+MAGIC = 2
+CRC_START = 21
+assert HEADER.size == HEADER_SIZE
+
+COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+CODEC_NAMES = {code: name for name, code in COMPRESSION_CODECS.items()}
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+_LENGTH = struct.Struct(">qi")
+_MAX_BATCH = 2**31 - 1
+_ZEROS = bytes(1 << 16)
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a record batch, field for field."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch on disk."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last record in the batch."""
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """Offset that follows the batch."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec(self) -> str:
+        """Compression codec name from the attributes."""
+        return CODEC_NAMES.get(self.attributes & CODEC_MASK, "unknown")
+
+
+class InvalidBatch(Exception):
+    """The bytes at a position are not a valid batch. kind: partial, zero_tail or corrupt."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Unpack the batch header at `position` without checking it."""
+    return BatchHeader._make(HEADER.unpack_from(buf, position))
+
+
+def compute_crc(batch: bytes | bytearray | memoryview) -> int:
+    """CRC-32C over a whole batch's checksummed part (attributes to the end)."""
+    return int(_crc32c.crc32c(memoryview(batch)[CRC_START:]))
+
+
+def is_zero(buf: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+    """True if buf[start:end] is all zero bytes (a preallocated or never-written tail)."""
+    view = memoryview(buf)
+    for chunk_start in range(start, end, len(_ZEROS)):
+        chunk = view[chunk_start:min(end, chunk_start + len(_ZEROS))]
+        if chunk != _ZEROS[: len(chunk)]:
+            return False
+    return True
+
+
+def check_header(
+    buf: bytes | bytearray | memoryview, position: int, expected_base: int | None
+) -> BatchHeader:
+    """Return the header at `position` if its fields are sound, else raise InvalidBatch.
+
+    Only the 61 header bytes are needed: the caller checks that the whole batch is there."""
+    remaining = len(buf) - position
+    if remaining < HEADER_SIZE:
+        raise InvalidBatch("partial", f"{remaining} bytes, too few for a batch header")
+    header = read_header(buf, position)
+    if header.batch_length < MIN_BATCH_LENGTH:
+        raise InvalidBatch("corrupt", f"batch length {header.batch_length} < {MIN_BATCH_LENGTH}")
+    if header.magic != MAGIC:
+        raise InvalidBatch("corrupt", f"magic {header.magic}, expected {MAGIC}")
+    if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+        raise InvalidBatch(
+            "corrupt",
+            f"record count {header.record_count} with last offset delta "
+            f"{header.last_offset_delta}",
+        )
+    if expected_base is not None and header.base_offset != expected_base:
+        raise InvalidBatch(
+            "corrupt", f"base offset {header.base_offset}, expected {expected_base}"
+        )
+    return header
+
+
+def check_crc(buf: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> None:
+    """Raise InvalidBatch if the batch at `position` fails its CRC-32C."""
+    end = position + header.size
+    actual = int(_crc32c.crc32c(memoryview(buf)[position + CRC_START:end]))
+    if actual != header.crc:
+        raise InvalidBatch("corrupt", f"CRC-32C {actual:#010x} != stored {header.crc:#010x}")
+
+
+def check_batch(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    limit: int,
+    expected_base: int | None,
+    verify_crc: bool,
+) -> BatchHeader:
+    """Return the header of the valid batch in buf[position:limit], else raise InvalidBatch.
+
+    kind 'zero_tail': only zero bytes remain (a preallocated or never-written tail);
+    'partial': the batch runs past `limit` (a torn write); 'corrupt': anything else."""
+    remaining = limit - position
+    if remaining < LOG_OVERHEAD or _LENGTH.unpack_from(buf, position) == (0, 0):
+        if is_zero(buf, position, limit):
+            raise InvalidBatch("zero_tail", f"{remaining} zero bytes at the end")
+    if remaining < HEADER_SIZE:
+        raise InvalidBatch("partial", f"{remaining} bytes, too few for a batch header")
+    header = check_header(buf, position, expected_base)
+    if header.size > remaining:
+        raise InvalidBatch("partial", f"batch of {header.size} bytes cut after {remaining}")
+    if verify_crc:
+        check_crc(buf, position, header)
+    return header
+
+
+def build(events: Sequence[PendingEvent], compression: int = 0) -> bytearray:
+    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input."""
+    if not events:
+        raise InvalidEventError(0, "events", "a batch needs at least one event")
+    builder = DefaultRecordBatchBuilder(MAGIC, compression, 0, -1, -1, -1, _MAX_BATCH)
+    append = builder.append
+    now = int(time.time() * 1000)
+    index = 0
+    try:
+        for index, event in enumerate(events):
+            body, key, headers, timestamp = event
+            if body is None:
+                raise InvalidEventError(index, "body", "must be bytes, not None")
+            if timestamp is None:
+                timestamp = now
+            elif type(timestamp) is not int or timestamp < 0:
+                raise InvalidEventError(
+                    index, "timestamp", f"must be milliseconds >= 0, not {timestamp!r}"
+                )
+            append(index, timestamp, key, body, _header_list(index, headers) if headers else [])
+    except (TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, InvalidEventError):
+            raise
+        raise _explain(index, events[index], exc) from exc
+    return builder.build()
+
+
+def _header_list(index: int, headers: object) -> list[tuple[str, bytes]]:
+    items = list(headers.items())  # type: ignore[attr-defined]
+    for name, value in items:
+        if value is None:
+            raise InvalidEventError(index, f"headers.{name}", "must be bytes, not None")
+    return items
+
+
+def _explain(index: int, event: object, exc: Exception) -> InvalidEventError:
+    fields = getattr(event, "_fields", None)
+    if fields != PendingEvent._fields:
+        return InvalidEventError(index, "event", f"must be a PendingEvent, not {event!r}")
+    body, key, headers, _ = event  # type: ignore[misc]
+    if not isinstance(body, bytes | bytearray | memoryview):
+        return InvalidEventError(index, "body", f"must be bytes, not {type(body).__name__}")
+    if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+        return InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
+    if headers is not None and not hasattr(headers, "items"):
+        return InvalidEventError(index, "headers", "must be a mapping of str to bytes")
+    return InvalidEventError(index, "headers", f"must map str to bytes ({exc})")
+
+
+def set_base_offset(batch: bytearray, base_offset: int) -> None:
+    """Write the base offset into a built batch (it lies outside the CRC)."""
+    struct.pack_into(">q", batch, 0, base_offset)
+
+
+Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def records(batch: bytes) -> Iterator[Record]:
+    """Yield (offset, timestamp, key, value, headers) of each record of a valid batch."""
+    try:
+        for record in DefaultRecordBatch(batch):
+            yield record.offset, record.timestamp, record.key, record.value, record.headers
+    except CorruptRecordException as exc:
+        raise InvalidBatch("corrupt", f"records do not decode: {exc}") from exc

@@ -1,0 +1,75 @@
+"""RecoveryReport: what opening a partition log found and did, with counts, never silently."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Kinds of action, and whether they lose bytes that once were written
+TRUNCATED = "truncated"              # invalid or partial batch and everything after it cut
+ZERO_TAIL_CUT = "zero_tail_cut"      # preallocated / never-written zeros cut: no data lost
+INDEX_REBUILT = "index_rebuilt"      # derived data rewritten from the log: no data lost
+STRAY_FILE_DELETED = "stray_file_deleted"    # .deleted, .tmp, index without a .log
+SEGMENT_DELETED = "segment_deleted"  # wholly below the log start offset (retention finished)
+GAP = "gap"                          # offsets missing between two segments after a truncation
+LOG_END_MISMATCH = "log_end_mismatch"  # a 'clean' log whose end disagrees with log.state
+
+
+@dataclass(frozen=True)
+class RecoveryAction:
+    """One thing recovery did to one file."""
+
+    kind: str
+    path: str
+    reason: str
+    position: int = 0
+    bytes_dropped: int = 0
+    first_offset_lost: int | None = None
+    next_offset_kept: int | None = None
+
+
+@dataclass
+class RecoveryReport:
+    """Everything one open of a partition log found and did."""
+
+    directory: str
+    clean_shutdown: bool = False
+    state_problem: str | None = None
+    recovery_point: int = 0
+    segments: int = 0
+    segments_scanned: int = 0
+    bytes_scanned: int = 0
+    batches_scanned: int = 0
+    duration_ms: float = 0.0
+    actions: list[RecoveryAction] = field(default_factory=list)
+
+    def add(self, action: RecoveryAction) -> None:
+        """Record an action."""
+        self.actions.append(action)
+
+    @property
+    def bytes_dropped(self) -> int:
+        """Bytes of data cut because they were invalid (zero tails not counted)."""
+        return sum(a.bytes_dropped for a in self.actions if a.kind == TRUNCATED)
+
+    @property
+    def lost_data(self) -> bool:
+        """True if any batch bytes were cut or any offsets went missing."""
+        return any(a.kind in (TRUNCATED, GAP) for a in self.actions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable form."""
+        out = asdict(self)
+        out["bytes_dropped"] = self.bytes_dropped
+        out["lost_data"] = self.lost_data
+        return out
+
+    def summary(self) -> str:
+        """One line for a log file."""
+        kinds: dict[str, int] = {}
+        for action in self.actions:
+            kinds[action.kind] = kinds.get(action.kind, 0) + 1
+        done = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "nothing to repair"
+        how = "clean" if self.clean_shutdown else "unclean"
+        return (f"{self.directory}: opened after {how} shutdown in {self.duration_ms:.1f} ms; "
+                f"scanned {self.segments_scanned}/{self.segments} segments "
+                f"({self.bytes_scanned} bytes); {done}; {self.bytes_dropped} bytes dropped")

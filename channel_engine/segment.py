@@ -1,0 +1,414 @@
+"""LogSegment: one `<base>.log` of Kafka record batches with its `.index` and `.timeindex`.
+
+The `.log` file is batches back to back (record_batch.py has the layout), the
+first with base offset == the segment's base offset (its file name), each next
+one starting at the offset after the previous. With preallocation the file is
+longer than its valid bytes; the rest is zeros until a roll or a clean close
+trims it.
+
+Three ways to open a segment (log_loader.py picks):
+  * load_clean(): after a clean shutdown, trust the file length, load the
+    indexes, check them against the log (last entries point at real batches,
+    the tail ends on a batch boundary) and say what is wrong, if anything;
+  * rebuild_indexes(): walk the batch headers (no CRC) and rewrite both indexes;
+  * recover(verify_from): walk every batch, checking CRC-32C from the given
+    offset on, rebuild the indexes and truncate at the first invalid batch.
+
+Concurrency: not thread-safe for writers; the partition log holds its lock around
+append, roll, truncate and recover. Readers may call find_position / read_batches
+concurrently with one appender: they only look at bytes below a size and an
+offset bound taken before they start, which cover complete batches only.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from channel_engine.errors import CorruptIndexError, CorruptRecordError
+from channel_engine.filenames import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_file,
+)
+from channel_engine.offset_index import OffsetIndex
+from channel_engine.record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidBatch,
+    check_batch,
+    check_crc,
+    check_header,
+)
+from channel_engine.time_index import TimeIndex
+
+READ_CHUNK = 1 << 20
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """How a walk over a segment's batches ended."""
+
+    valid_bytes: int
+    batches: int
+    problem: InvalidBatch | None
+
+
+class LogSegment:
+    """One segment of a partition log: data file plus offset and time indexes."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_max_bytes: int,
+        index_interval_bytes: int,
+        writable: bool,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.writable = writable
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(
+            segment_file(directory, base_offset, INDEX_SUFFIX), base_offset, index_max_bytes,
+            writable,
+        )
+        self.time_index = TimeIndex(
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset,
+            index_max_bytes, writable,
+        )
+        self._fd = -1
+        self.size = 0
+        self.file_size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset - 1
+        self.first_batch_timestamp: int | None = None
+        self.bytes_since_last_index_entry = 0
+        self.flushed_size = 0
+        self.deleted = False
+        self.delete_after_ms = 0
+
+    # -- creating and opening ---------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_max_bytes: int,
+        index_interval_bytes: int,
+        preallocate_bytes: int = 0,
+    ) -> LogSegment:
+        """Create an empty segment, its file preallocated to `preallocate_bytes` if > 0."""
+        seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
+                  index_interval_bytes=index_interval_bytes, writable=True)
+        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        if preallocate_bytes > 0:
+            os.posix_fallocate(seg._fd, 0, preallocate_bytes)
+            seg.file_size = preallocate_bytes
+        seg.offset_index._rewrite(b"")
+        seg.time_index._rewrite(b"")
+        seg.flushed_size = -1  # the new file itself must reach the disk on the next flush
+        return seg
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_max_bytes: int,
+        index_interval_bytes: int,
+        writable: bool,
+    ) -> LogSegment:
+        """Open an existing segment file; call load_clean, rebuild_indexes or recover next."""
+        seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
+                  index_interval_bytes=index_interval_bytes, writable=writable)
+        seg._fd = os.open(seg.log_path, os.O_RDWR if writable else os.O_RDONLY)
+        seg.file_size = os.fstat(seg._fd).st_size
+        return seg
+
+    def load_clean(self) -> tuple[str, str] | None:
+        """Open as left by a clean close. Return (what, why) is wrong ('index' or 'log'), or None."""
+        self.size = self.flushed_size = self.file_size
+        try:
+            self.offset_index.load()
+            self.time_index.load()
+        except CorruptIndexError as exc:
+            return "index", exc.reason
+        if self.size == 0:
+            if len(self.offset_index) or len(self.time_index):
+                return "index", "entries in the index of an empty segment"
+            return None
+        try:
+            self._find_end_from_index()
+        except InvalidBatch as exc:
+            return "log", exc.reason
+        except CorruptIndexError as exc:
+            return "index", exc.reason
+        return self._check_time_index()
+
+    def _find_end_from_index(self) -> None:
+        """Walk from the last offset index entry to the end of the file to find next_offset."""
+        offset, position = self.offset_index.last_entry()
+        if position >= self.size:
+            raise CorruptIndexError(self.offset_index.path,
+                                    f"last entry points at byte {position} >= log size {self.size}")
+        header = self._header_at(position, None)
+        if len(self.offset_index) and header.last_offset != offset:
+            raise CorruptIndexError(
+                self.offset_index.path,
+                f"last entry says offset {offset} ends the batch at byte {position}, "
+                f"the log says {header.last_offset}",
+            )
+        if not len(self.offset_index) and header.base_offset != self.base_offset:
+            raise InvalidBatch("corrupt", f"first batch has base offset {header.base_offset}, "
+                                          f"expected {self.base_offset}")
+        self.first_batch_timestamp = self._header_at(0, self.base_offset).max_timestamp
+        while True:
+            position += header.size
+            self.next_offset = header.next_offset
+            if position == self.size:
+                return
+            header = self._header_at(position, self.next_offset)
+
+    def _check_time_index(self) -> tuple[str, str] | None:
+        last = self.time_index.last_entry()
+        if last is None:
+            return "index", "time index is empty for a non-empty segment"
+        timestamp, offset = last
+        if not self.base_offset <= offset < self.next_offset:
+            return "index", f"time index points at offset {offset} outside the segment"
+        position = self.find_position(offset, self.size)
+        if position is None or self._header_at(position, None).max_timestamp != timestamp:
+            return "index", f"time index entry ({timestamp}, {offset}) disagrees with the log"
+        self.max_timestamp, self.offset_of_max_timestamp = timestamp, offset
+        return None
+
+    def rebuild_indexes(self) -> ScanResult:
+        """Rewrite both indexes from the batch headers up to the current size (no CRC check)."""
+        return self.scan(self.size or self.file_size, verify_from=None)
+
+    def recover(self, verify_from: int) -> ScanResult:
+        """Check every batch (CRC-32C from offset `verify_from` on), rebuild the indexes and
+        truncate the file at the first invalid batch. Returns where the walk stopped."""
+        result = self.scan(self.file_size, verify_from=verify_from)
+        if self.file_size != result.valid_bytes and self.writable:
+            os.ftruncate(self._fd, result.valid_bytes)
+            self.file_size = result.valid_bytes
+            self.flushed_size = -1
+        return result
+
+    def scan(self, limit: int, verify_from: int | None) -> ScanResult:
+        """Walk batches from byte 0 to `limit`, rebuilding the indexes; stop at the first invalid."""
+        self._reset()
+        problem = None
+        batches = 0
+        if limit > 0:
+            with mmap.mmap(self._fd, limit, access=mmap.ACCESS_READ) as buf:
+                position = 0
+                while position < limit:
+                    try:
+                        header = check_batch(buf, position, limit, self.next_offset, False)
+                        if verify_from is not None and header.last_offset >= verify_from:
+                            check_crc(buf, position, header)
+                    except InvalidBatch as exc:
+                        # a fresh exception: the caught one's traceback pins views of the mmap
+                        problem = InvalidBatch(exc.kind, exc.reason)
+                        break
+                    self._track(header, position)
+                    position += header.size
+                    batches += 1
+        self.flushed_size = min(self.flushed_size, self.size)
+        return ScanResult(self.size, batches, problem)
+
+    def _reset(self) -> None:
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.size = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset - 1
+        self.first_batch_timestamp = None
+        self.bytes_since_last_index_entry = 0
+
+    # -- appending --------------------------------------------------------------------------
+    def append(self, batch: bytes | bytearray, header: BatchHeader) -> int:
+        """Write a batch at the end of the valid bytes; return its position. On an OSError the
+        segment is unchanged (the partial write is undone) and the error is raised."""
+        position = self.size
+        try:
+            _pwrite_all(self._fd, batch, position)
+        except OSError:
+            self._undo_write(position, len(batch))
+            raise
+        self._track(header, position)
+        self.file_size = max(self.file_size, self.size)
+        return position
+
+    def _track(self, header: BatchHeader, position: int) -> None:
+        """Account for a valid batch at `position`: counters and the sparse index rule."""
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += header.size
+        self.size = position + header.size
+        self.next_offset = header.next_offset
+
+    def _undo_write(self, position: int, length: int) -> None:
+        if self.file_size > position:  # preallocated: put the zeros back
+            _pwrite_all(self._fd, bytes(min(length, self.file_size - position)), position)
+        else:
+            os.ftruncate(self._fd, position)
+
+    @property
+    def index_full(self) -> bool:
+        """True when an index has only the slot left that roll and close need."""
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def on_become_inactive(self) -> None:
+        """On roll: add the final time index entry and trim the preallocated tail."""
+        self.add_final_time_entry()
+        self.trim()
+
+    def add_final_time_entry(self) -> None:
+        """Make the last time index entry hold the segment's largest timestamp."""
+        if self.size:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def trim(self) -> None:
+        """Cut the preallocated zero tail so the file length is the valid length."""
+        if self.writable and self.file_size > self.size:
+            os.ftruncate(self._fd, self.size)
+            self.file_size = self.size
+            self.flushed_size = -1
+
+    # -- durability -------------------------------------------------------------------------
+    @property
+    def dirty(self) -> bool:
+        """True if bytes or file length changed since the last flush."""
+        return self.flushed_size != self.size
+
+    def flush(self) -> None:
+        """fdatasync the log and fsync the indexes if anything changed."""
+        size = self.size
+        if self.flushed_size != size:
+            os.fdatasync(self._fd)
+            self.flushed_size = size
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    # -- reading ----------------------------------------------------------------------------
+    def _header_at(self, position: int, expected_base: int | None) -> BatchHeader:
+        header = check_header(os.pread(self._fd, HEADER_SIZE, position), 0, expected_base)
+        if position + header.size > self.size:
+            raise InvalidBatch("partial", f"batch at byte {position} runs past byte {self.size}")
+        return header
+
+    def find_position(self, offset: int, size_bound: int) -> int | None:
+        """Byte position of the batch holding `offset` (below size_bound), or None if none."""
+        _, position = self.offset_index.lookup(offset)
+        while position < size_bound:
+            try:
+                header = self._header_at(position, None)
+            except InvalidBatch as exc:
+                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+            if header.last_offset >= offset:
+                return position
+            position += header.size
+        return None
+
+    def read_batches(
+        self, position: int, size_bound: int, offset_bound: int, max_bytes: int
+    ) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        """Yield (position, header, bytes) of CRC-checked batches from `position` while their
+        base offset is below offset_bound and they end within size_bound. The first batch is
+        yielded whole; later ones only while the total stays within max_bytes."""
+        total = 0
+        buf, buf_start = b"", position
+        while position < size_bound:
+            rel = position - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf, buf_start, rel = self._read_at(position, HEADER_SIZE, size_bound), position, 0
+            try:
+                header = check_header(buf, rel, None)
+                if header.base_offset >= offset_bound:
+                    return
+                if position + header.size > size_bound:
+                    raise InvalidBatch("partial", f"batch runs past byte {size_bound}")
+                if rel + header.size > len(buf):
+                    buf, buf_start = self._read_at(position, header.size, size_bound), position
+                    rel = 0
+                check_crc(buf, rel, header)
+            except InvalidBatch as exc:
+                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+            if total and total + header.size > max_bytes:
+                return
+            total += header.size
+            yield position, header, buf[rel:rel + header.size]
+            position += header.size
+
+    def _read_at(self, position: int, at_least: int, size_bound: int) -> bytes:
+        return os.pread(self._fd, max(at_least, min(READ_CHUNK, size_bound - position)), position)
+
+    # -- deleting and closing ---------------------------------------------------------------
+    def paths(self) -> list[Path]:
+        """The segment's three files."""
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def rename_to_deleted(self) -> None:
+        """Rename all three files to *.deleted; open descriptors keep reads working."""
+        if self.log_path.exists():
+            new = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+            os.rename(self.log_path, new)
+            self.log_path = new
+        for index in (self.offset_index, self.time_index):
+            index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+        self.deleted = True
+
+    def delete_files(self) -> None:
+        """Close and unlink the segment's files."""
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    def close(self) -> None:
+        """Close the file descriptors."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def truncate_file(self, position: int) -> None:
+        """Cut the data file at `position` (a batch boundary); rescan to rebuild the rest."""
+        os.ftruncate(self._fd, position)
+        self.file_size = position
+        self.flushed_size = -1
+        self.scan(position, verify_from=None)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, next_offset={self.next_offset}, size={self.size})"
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written

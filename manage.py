@@ -1,0 +1,16 @@
+#!/usr/bin/env python
+"""Django's command-line entry point for the Weir appliance."""
+import os
+import sys
+
+
+def main() -> None:
+    """Run a Django management command."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()
