@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from channel_engine.errors import CorruptIndexError
+
 
 class IndexFile:
     """A file of fixed-size entries plus its in-memory copy. Subclasses define the entry."""
@@ -41,7 +43,7 @@ class IndexFile:
             with open(self.path, "rb") as f:
                 return f.read()
         except FileNotFoundError:
-            return b""
+            raise CorruptIndexError(self.path, "missing") from None
 
     def _write_entry(self, entry: bytes) -> None:
         if self.writable:

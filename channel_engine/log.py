@@ -44,6 +44,7 @@ from channel_engine.config import INT32_MAX, LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
     ChannelEngineError,
+    CorruptRecordError,
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
@@ -427,8 +428,8 @@ class PartitionLog:
         max_events, from batches totalling about max_bytes (always at least one batch)."""
         events: list[Event] = []
         limit = max_events if max_events is not None else 1 << 62
-        for _, header, data in self.read_batches(start_offset, end_offset, max_bytes):
-            self._decode(header, data, start_offset, end_offset, events, limit)
+        for segment, header, data in self.read_batches(start_offset, end_offset, max_bytes):
+            self._decode(segment, header, data, start_offset, end_offset, events, limit)
             if len(events) >= limit:
                 break
         return events
@@ -436,13 +437,13 @@ class PartitionLog:
     def iter_events(self, start_offset: int, end_offset: int | None = None) -> Iterator[Event]:
         """Yield every event from start_offset to end_offset (default: the high watermark)."""
         end = self.high_watermark if end_offset is None else min(end_offset, self.high_watermark)
-        for _, header, data in self.read_batches(start_offset, end, 1 << 62):
+        for segment, header, data in self.read_batches(start_offset, end, 1 << 62):
             events: list[Event] = []
-            self._decode(header, data, start_offset, end, events, 1 << 62)
+            self._decode(segment, header, data, start_offset, end, events, 1 << 62)
             yield from events
 
-    def _decode(self, header: BatchHeader, data: bytes, start: int, end: int | None,
-                out: list[Event], limit: int) -> None:
+    def _decode(self, segment: LogSegment, header: BatchHeader, data: bytes, start: int,
+                end: int | None, out: list[Event], limit: int) -> None:
         stop = header.next_offset if end is None else min(end, header.next_offset)
         partition = self.partition
         try:
@@ -452,11 +453,11 @@ class PartitionLog:
                 if offset >= stop or len(out) >= limit:
                     return
                 out.append(Event(partition, offset, timestamp, key,
-                                 dict(headers) if headers else {},
+                                 dict(headers) if headers else {},  # type: ignore[arg-type]
                                  value if value is not None else b""))
         except record_batch.InvalidBatch as exc:
-            from channel_engine.errors import CorruptRecordError
-            raise CorruptRecordError(self.directory, header.base_offset, exc.reason) from exc
+            position = segment.find_position(header.base_offset, segment.size) or 0
+            raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
 
     def read_batches(
         self, start_offset: int, end_offset: int | None = None, max_bytes: int = DEFAULT_READ_BYTES

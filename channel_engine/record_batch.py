@@ -42,10 +42,11 @@ built once and its base offset written in when the log assigns it.
 """
 from __future__ import annotations
 
+import mmap
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import crc32c as _crc32c
 from aiokafka.errors import CorruptRecordException
@@ -69,6 +70,8 @@ TIMESTAMP_TYPE_MASK = 0x08
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
 _ZEROS = bytes(1 << 16)
+
+BytesLike = bytes | bytearray | memoryview | mmap.mmap
 
 
 class BatchHeader(NamedTuple):
@@ -118,7 +121,7 @@ class InvalidBatch(Exception):
         self.reason = reason
 
 
-def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+def read_header(buf: BytesLike, position: int = 0) -> BatchHeader:
     """Unpack the batch header at `position` without checking it."""
     return BatchHeader._make(HEADER.unpack_from(buf, position))
 
@@ -128,7 +131,7 @@ def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     return int(_crc32c.crc32c(memoryview(batch)[CRC_START:]))
 
 
-def is_zero(buf: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+def is_zero(buf: BytesLike, start: int, end: int) -> bool:
     """True if buf[start:end] is all zero bytes (a preallocated or never-written tail)."""
     view = memoryview(buf)
     for chunk_start in range(start, end, len(_ZEROS)):
@@ -139,7 +142,7 @@ def is_zero(buf: bytes | bytearray | memoryview, start: int, end: int) -> bool:
 
 
 def check_header(
-    buf: bytes | bytearray | memoryview, position: int, expected_base: int | None
+    buf: BytesLike, position: int, expected_base: int | None
 ) -> BatchHeader:
     """Return the header at `position` if its fields are sound, else raise InvalidBatch.
 
@@ -165,7 +168,7 @@ def check_header(
     return header
 
 
-def check_crc(buf: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> None:
+def check_crc(buf: BytesLike, position: int, header: BatchHeader) -> None:
     """Raise InvalidBatch if the batch at `position` fails its CRC-32C."""
     end = position + header.size
     actual = int(_crc32c.crc32c(memoryview(buf)[position + CRC_START:end]))
@@ -174,7 +177,7 @@ def check_crc(buf: bytes | bytearray | memoryview, position: int, header: BatchH
 
 
 def check_batch(
-    buf: bytes | bytearray | memoryview,
+    buf: BytesLike,
     position: int,
     limit: int,
     expected_base: int | None,
@@ -185,9 +188,9 @@ def check_batch(
     kind 'zero_tail': only zero bytes remain (a preallocated or never-written tail);
     'partial': the batch runs past `limit` (a torn write); 'corrupt': anything else."""
     remaining = limit - position
-    if remaining < LOG_OVERHEAD or _LENGTH.unpack_from(buf, position) == (0, 0):
-        if is_zero(buf, position, limit):
-            raise InvalidBatch("zero_tail", f"{remaining} zero bytes at the end")
+    maybe_zeros = remaining < LOG_OVERHEAD or _LENGTH.unpack_from(buf, position) == (0, 0)
+    if maybe_zeros and is_zero(buf, position, limit):
+        raise InvalidBatch("zero_tail", f"{remaining} zero bytes at the end")
     if remaining < HEADER_SIZE:
         raise InvalidBatch("partial", f"{remaining} bytes, too few for a batch header")
     header = check_header(buf, position, expected_base)
@@ -222,7 +225,7 @@ def build(events: Sequence[PendingEvent], compression: int = 0) -> bytearray:
         if isinstance(exc, InvalidEventError):
             raise
         raise _explain(index, events[index], exc) from exc
-    return builder.build()
+    return cast(bytearray, builder.build())
 
 
 def _header_list(index: int, headers: object) -> list[tuple[str, bytes]]:
@@ -237,7 +240,7 @@ def _explain(index: int, event: object, exc: Exception) -> InvalidEventError:
     fields = getattr(event, "_fields", None)
     if fields != PendingEvent._fields:
         return InvalidEventError(index, "event", f"must be a PendingEvent, not {event!r}")
-    body, key, headers, _ = event  # type: ignore[misc]
+    body, key, headers, _ = cast(PendingEvent, event)
     if not isinstance(body, bytes | bytearray | memoryview):
         return InvalidEventError(index, "body", f"must be bytes, not {type(body).__name__}")
     if key is not None and not isinstance(key, bytes | bytearray | memoryview):

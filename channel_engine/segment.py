@@ -137,7 +137,7 @@ class LogSegment:
         return seg
 
     def load_clean(self) -> tuple[str, str] | None:
-        """Open as left by a clean close. Return (what, why) is wrong ('index' or 'log'), or None."""
+        """Open as left by a clean close; return (what, why) is wrong (index or log), or None."""
         self.size = self.flushed_size = self.file_size
         try:
             self.offset_index.load()
@@ -208,7 +208,7 @@ class LogSegment:
         return result
 
     def scan(self, limit: int, verify_from: int | None) -> ScanResult:
-        """Walk batches from byte 0 to `limit`, rebuilding the indexes; stop at the first invalid."""
+        """Walk batches from byte 0 to `limit`, rebuilding the indexes, up to the first invalid."""
         self._reset()
         problem = None
         batches = 0

@@ -1,0 +1,298 @@
+"""Operator tools for a partition directory, in the spirit of kafka-dump-log.sh.
+
+    python -m channel_engine produce PATH [--batch N] [--key K] [--header k=v]...
+    python -m channel_engine dump PATH [--print-data] [--json]
+    python -m channel_engine verify PATH [--json]
+    python -m channel_engine stat PATH [--json]
+    python -m channel_engine recover PATH [--json]
+
+PATH is a partition directory (dump also takes one .log, .index or .timeindex
+file). Exit status: 0 success (verify: sound), 1 damage found or the operation
+failed, 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from channel_engine import record_batch
+from channel_engine.config import LogConfig
+from channel_engine.errors import ChannelEngineError
+from channel_engine.event import PendingEvent
+from channel_engine.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file
+from channel_engine.log import PartitionLog
+from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.record_batch import BatchHeader
+from channel_engine.time_index import ENTRY as TIME_ENTRY
+from channel_engine.verify import read_batch, scan_log_file, verify_partition
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit 2 with the message."""
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run one tool; return the exit status."""
+    out = out or sys.stdout
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args, out))
+    except BrokenPipeError:  # `| head` closed the pipe: not an error
+        sys.stderr.close()
+        return 0
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ChannelEngineError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m channel_engine", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    tools = parser.add_subparsers(dest="tool", required=True)
+
+    produce = tools.add_parser("produce", help="append stdin lines as events")
+    produce.add_argument("path", type=Path)
+    produce.add_argument("--batch", type=int, default=100, help="events per batch (100)")
+    produce.add_argument("--key", help="key of every event")
+    produce.add_argument("--header", action="append", default=[], metavar="K=V",
+                         help="a header of every event (repeatable)")
+    produce.add_argument("--compression", default="none",
+                         choices=sorted(record_batch.COMPRESSION_CODECS))
+    produce.add_argument("--segment-bytes", type=int, default=LogConfig.segment_bytes)
+    produce.set_defaults(run=_produce)
+
+    dump = tools.add_parser("dump", help="print batches and records (or index entries)")
+    dump.add_argument("path", type=Path)
+    dump.add_argument("--print-data", action="store_true", help="print every record")
+    dump.add_argument("--json", action="store_true", help="one JSON object per line")
+    dump.set_defaults(run=_dump)
+
+    verify = tools.add_parser("verify", help="deep CRC and index check; exit 1 on damage")
+    verify.add_argument("path", type=Path)
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(run=_verify)
+
+    stat = tools.add_parser("stat", help="the segments table")
+    stat.add_argument("path", type=Path)
+    stat.add_argument("--json", action="store_true")
+    stat.set_defaults(run=_stat)
+
+    recover = tools.add_parser("recover", help="CRC-check every batch and repair what is bad")
+    recover.add_argument("path", type=Path)
+    recover.add_argument("--json", action="store_true")
+    recover.set_defaults(run=_recover)
+    return parser
+
+
+def _require_dir(path: Path) -> None:
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such partition directory")
+
+
+# -- produce --------------------------------------------------------------------------------
+def _produce(args: argparse.Namespace, out: TextIO) -> int:
+    if args.batch < 1:
+        raise UsageError("--batch must be at least 1")
+    headers = {}
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header {item!r}: expected K=V")
+        headers[name] = value.encode()
+    key = args.key.encode() if args.key is not None else None
+    try:
+        config = LogConfig(compression=args.compression, segment_bytes=args.segment_bytes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    events = batches = 0
+    first = last = None
+    with PartitionLog.open(args.path, config) as log:
+        batch: list[PendingEvent] = []
+        for line in sys.stdin.buffer:
+            batch.append(PendingEvent(line.rstrip(b"\r\n"), key, headers or None))
+            if len(batch) == args.batch:
+                first, last = _append(log, batch, first)
+                events, batches, batch = events + len(batch), batches + 1, []
+        if batch:
+            first, last = _append(log, batch, first)
+            events, batches = events + len(batch), batches + 1
+    span = f", offsets {first}..{last}" if events else ""
+    print(f"appended {events} events in {batches} batches{span}", file=out)
+    return 0
+
+
+def _append(log: PartitionLog, batch: list[PendingEvent], first: int | None) -> tuple[int, int]:
+    result = log.append(batch)
+    return (result.first_offset if first is None else first), result.last_offset
+
+
+# -- dump -----------------------------------------------------------------------------------
+def _dump(args: argparse.Namespace, out: TextIO) -> int:
+    path: Path = args.path
+    if path.is_dir():
+        files = sorted(path / name for name in map(str, [p.name for p in path.iterdir()])
+                       if parse_segment_file(name))
+    elif path.is_file() and parse_segment_file(path.name):
+        files = [path]
+    else:
+        raise UsageError(f"{path}: not a partition directory or a segment file")
+    damaged = False
+    for file in files:
+        if not args.json:
+            print(f"Dumping {file}", file=out)
+        if file.suffix == LOG_SUFFIX:
+            damaged |= _dump_log(file, args.print_data, args.json, out)
+        else:
+            _dump_index(file, args.json, out)
+    return 1 if damaged else 0
+
+
+def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
+    scan = scan_log_file(path, None)
+    for position, header in scan.batches:
+        data = read_batch(path, position, header) if print_data else b""
+        if as_json:
+            row = _batch_dict(path, position, header)
+            if print_data:
+                row["records"] = [_record_dict(r) for r in record_batch.records(data)]
+            print(json.dumps(row), file=out)
+            continue
+        print(_batch_line(position, header), file=out)
+        if print_data:
+            for record in record_batch.records(data):
+                print(_record_line(record), file=out)
+    invalid = scan.file_size - scan.valid_bytes
+    if invalid:
+        why = scan.problem.reason if scan.problem else ""
+        if as_json:
+            print(json.dumps({"file": str(path), "invalid_bytes": invalid,
+                              "position": scan.valid_bytes, "reason": why}), file=out)
+        else:
+            print(f"Found {invalid} invalid bytes at the end of {path.name} "
+                  f"(byte {scan.valid_bytes}: {why})", file=out)
+    return bool(invalid)
+
+
+def _batch_dict(path: Path, position: int, h: BatchHeader) -> dict[str, Any]:
+    return {"file": str(path), "baseOffset": h.base_offset, "lastOffset": h.last_offset,
+            "count": h.record_count, "position": position, "size": h.size, "magic": h.magic,
+            "compresscodec": h.codec, "crc": h.crc, "isvalid": True,
+            "baseTimestamp": h.first_timestamp, "maxTimestamp": h.max_timestamp,
+            "partitionLeaderEpoch": h.leader_epoch, "producerId": h.producer_id}
+
+
+def _batch_line(position: int, h: BatchHeader) -> str:
+    return (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} "
+            f"baseSequence: {h.base_sequence} producerId: {h.producer_id} "
+            f"partitionLeaderEpoch: {h.leader_epoch} position: {position} "
+            f"CreateTime: {h.max_timestamp} size: {h.size} magic: {h.magic} "
+            f"compresscodec: {h.codec} crc: {h.crc} isvalid: true")
+
+
+def _text(value: bytes | None) -> str:
+    if value is None:
+        return "null"
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + value.hex()
+
+
+def _record_line(record: record_batch.Record) -> str:
+    offset, timestamp, key, value, headers = record
+    names = ",".join(name for name, _ in headers)
+    return (f"| offset: {offset} CreateTime: {timestamp} keySize: {len(key or b'')} "
+            f"valueSize: {len(value or b'')} headerKeys: [{names}] key: {_text(key)} "
+            f"payload: {_text(value)}")
+
+
+def _json_bytes(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode()}
+
+
+def _record_dict(record: record_batch.Record) -> dict[str, Any]:
+    offset, timestamp, key, value, headers = record
+    return {"offset": offset, "timestamp": timestamp, "key": _json_bytes(key),
+            "headers": {name: _json_bytes(v) for name, v in headers},
+            "payload": _json_bytes(value)}
+
+
+def _dump_index(path: Path, as_json: bool, out: TextIO) -> None:
+    base, suffix = parse_segment_file(path.name) or (0, "")
+    data = path.read_bytes()
+    if suffix == INDEX_SUFFIX:
+        for relative, position in OFFSET_ENTRY.iter_unpack(data[: len(data) // 8 * 8]):
+            row = {"offset": base + relative, "position": position}
+            print(json.dumps(row) if as_json else f"offset: {base + relative} "
+                                                  f"position: {position}", file=out)
+    elif suffix == TIME_INDEX_SUFFIX:
+        for timestamp, relative in TIME_ENTRY.iter_unpack(data[: len(data) // 12 * 12]):
+            row = {"timestamp": timestamp, "offset": base + relative}
+            print(json.dumps(row) if as_json else f"timestamp: {timestamp} "
+                                                  f"offset: {base + relative}", file=out)
+
+
+# -- verify, stat, recover ----------------------------------------------------------------
+def _verify(args: argparse.Namespace, out: TextIO) -> int:
+    _require_dir(args.path)
+    report = verify_partition(args.path)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2), file=out)
+    else:
+        for note in report.notes:
+            print(f"note: {note}", file=out)
+        for damage in report.damages:
+            print(f"DAMAGE {damage}", file=out)
+        verdict = "sound" if report.ok else f"{len(report.damages)} damaged place(s)"
+        print(f"{args.path}: {report.segments} segments, {report.batches} batches, "
+              f"{report.records} records, {report.bytes} bytes checked: {verdict}", file=out)
+    return 0 if report.ok else 1
+
+
+def _stat(args: argparse.Namespace, out: TextIO) -> int:
+    _require_dir(args.path)
+    with PartitionLog.open(args.path, read_only=True) as log:
+        stats = log.stats()
+        infos = log.segment_infos()
+    if args.json:
+        stats["segment_table"] = [vars(info) for info in infos]
+        print(json.dumps(stats, indent=2), file=out)
+        return 0
+    print(f"{args.path}: log start {stats['log_start_offset']}, log end "
+          f"{stats['log_end_offset']}, recovery point {stats['recovery_point']}, "
+          f"{stats['size_bytes']} bytes in {stats['segments']} segments", file=out)
+    columns = ("base_offset", "next_offset", "records", "size", "file_size", "index_entries",
+               "time_index_entries", "max_timestamp", "flushed", "active", "deletable")
+    rows = [[str(getattr(info, c)) for c in columns] for info in infos]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    for row in [list(columns), *rows]:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)), file=out)
+    return 0
+
+
+def _recover(args: argparse.Namespace, out: TextIO) -> int:
+    _require_dir(args.path)
+    with PartitionLog.open(args.path, force_recovery=True) as log:
+        report = log.last_recovery
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2), file=out)
+    else:
+        for action in report.actions:
+            print(f"{action.kind}: {action.path}: byte {action.position}: {action.reason} "
+                  f"({action.bytes_dropped} bytes dropped)", file=out)
+        print(report.summary(), file=out)
+    return 0

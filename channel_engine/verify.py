@@ -1,0 +1,257 @@
+"""Deep verification of a partition directory (kafka-dump-log's --deep-iteration,
+--verify-index-only and --index-sanity-check in one pass). Read-only: it never
+repairs; `python -m channel_engine recover` does.
+
+Checks, each reported with the file and the byte position:
+  * log.state: present, magic, version, CRC; after a clean shutdown, its log end
+    offset equals the log's;
+  * every batch of every .log: length, magic, CRC-32C, record count, offsets
+    contiguous from the file's base offset and across segments, every record
+    decodes with the right offset and a timestamp <= the batch max timestamp;
+  * the tail: bytes after the last valid batch are damage, except the zero tail
+    of the active segment of a preallocated log that is still open or crashed
+    (recovery cuts it);
+  * .index: present, whole entries, increasing, each entry pointing at the start
+    of a batch that ends at the entry's offset;
+  * .timeindex: present, whole entries, increasing, each (T, o) naming the last
+    offset of a batch whose max timestamp is T and T the largest so far.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from channel_engine import log_state, record_batch
+from channel_engine.errors import CorruptStateError
+from channel_engine.filenames import (
+    INDEX_SUFFIX,
+    LOG_STATE_FILE,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_segment_file,
+    segment_file,
+)
+from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.record_batch import BatchHeader, InvalidBatch
+from channel_engine.time_index import ENTRY as TIME_ENTRY
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One thing wrong with one file."""
+
+    path: str
+    position: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: byte {self.position}: {self.reason}"
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of verifying one partition directory."""
+
+    directory: str
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    damages: list[Damage] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is damaged."""
+        return not self.damages
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable form."""
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+
+@dataclass
+class LogFileScan:
+    """The valid batches of one .log file and what follows them."""
+
+    path: Path
+    batches: list[tuple[int, BatchHeader]]
+    valid_bytes: int
+    file_size: int
+    problem: InvalidBatch | None
+
+
+def scan_log_file(path: Path, expected_base: int | None, verify_crc: bool = True) -> LogFileScan:
+    """Walk a .log file batch by batch until the end or the first invalid batch."""
+    batches: list[tuple[int, BatchHeader]] = []
+    size = os.path.getsize(path)
+    position, problem = 0, None
+    if size:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
+            while position < size:
+                try:
+                    header = record_batch.check_batch(buf, position, size, expected_base,
+                                                      verify_crc)
+                except InvalidBatch as exc:
+                    problem = InvalidBatch(exc.kind, exc.reason)
+                    break
+                batches.append((position, header))
+                position += header.size
+                expected_base = header.next_offset
+    return LogFileScan(path, batches, position, size, problem)
+
+
+def read_batch(path: Path, position: int, header: BatchHeader) -> bytes:
+    """Read one batch's bytes."""
+    with open(path, "rb") as f:
+        f.seek(position)
+        return f.read(header.size)
+
+
+def verify_partition(directory: Path) -> VerifyReport:
+    """Check every file of a partition directory; see the module doc."""
+    report = VerifyReport(str(directory))
+    state = _verify_state(directory, report)
+    bases = sorted(base for base, suffix in _files(directory) if suffix == LOG_SUFFIX)
+    expected: int | None = None
+    for i, base in enumerate(bases):
+        last = i == len(bases) - 1
+        if expected is not None and base != expected:
+            report.damages.append(Damage(str(segment_file(directory, base, LOG_SUFFIX)), 0,
+                                         f"offsets {expected}..{base - 1} are missing (gap)"))
+        expected = _verify_segment(directory, base, last, state, report)
+        report.segments += 1
+    for base, suffix in _files(directory):
+        if base not in bases:
+            report.notes.append(f"{segment_file(directory, base, suffix)}: index without a .log")
+    if state is not None and state.clean_shutdown and expected is not None \
+            and expected != state.log_end_offset:
+        report.damages.append(Damage(str(directory / LOG_STATE_FILE), 24,
+                                     f"log end offset {state.log_end_offset} but the log "
+                                     f"ends at {expected}"))
+    return report
+
+
+def _files(directory: Path) -> list[tuple[int, str]]:
+    return [p for p in map(parse_segment_file, os.listdir(directory)) if p is not None]
+
+
+def _verify_state(directory: Path, report: VerifyReport) -> log_state.LogState | None:
+    path = directory / LOG_STATE_FILE
+    try:
+        state = log_state.read(path)
+    except CorruptStateError as exc:
+        report.damages.append(Damage(str(path), 0, exc.reason))
+        return None
+    if state is None:
+        report.damages.append(Damage(str(path), 0, "missing"))
+    return state
+
+
+def _verify_segment(directory: Path, base: int, last: bool,
+                    state: log_state.LogState | None, report: VerifyReport) -> int:
+    path = segment_file(directory, base, LOG_SUFFIX)
+    scan = scan_log_file(path, base)
+    for position, header in scan.batches:
+        _verify_records(path, position, header, report)
+    report.batches += len(scan.batches)
+    report.bytes += scan.valid_bytes
+    problem = scan.problem
+    if problem is not None:
+        live = last and not (state and state.clean_shutdown)
+        if problem.kind == "zero_tail" and live:
+            report.notes.append(f"{path}: {problem.reason} after byte {scan.valid_bytes} "
+                                "(preallocated active segment; cut at the next recovery)")
+        else:
+            report.damages.append(Damage(str(path), scan.valid_bytes,
+                                         f"{problem.kind}: {problem.reason}; "
+                                         f"{scan.file_size - scan.valid_bytes} bytes after the "
+                                         "last valid batch"))
+    _verify_offset_index(directory, base, scan, report)
+    _verify_time_index(directory, base, scan, report)
+    return scan.batches[-1][1].next_offset if scan.batches else base
+
+
+def _verify_records(path: Path, position: int, header: BatchHeader, report: VerifyReport) -> None:
+    try:
+        offsets = []
+        for offset, timestamp, *_ in record_batch.records(read_batch(path, position, header)):
+            if timestamp > header.max_timestamp:
+                raise InvalidBatch("corrupt", f"record {offset} timestamp {timestamp} > batch "
+                                              f"max timestamp {header.max_timestamp}")
+            offsets.append(offset)
+        if offsets != list(range(header.base_offset, header.next_offset)):
+            raise InvalidBatch("corrupt", f"record offsets {offsets[:3]}... do not run "
+                                          f"{header.base_offset}..{header.last_offset}")
+    except InvalidBatch as exc:
+        report.damages.append(Damage(str(path), position, exc.reason))
+        return
+    report.records += len(offsets)
+
+
+def _read_index(path: Path, entry_size: int, report: VerifyReport) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        report.damages.append(Damage(str(path), 0, "missing (rebuilt at the next open)"))
+        return None
+    if len(data) % entry_size:
+        report.damages.append(Damage(str(path), len(data) - len(data) % entry_size,
+                                     f"size {len(data)} is not a multiple of {entry_size}"))
+    return data[: len(data) - len(data) % entry_size]
+
+
+def _verify_offset_index(directory: Path, base: int, scan: LogFileScan,
+                         report: VerifyReport) -> None:
+    path = segment_file(directory, base, INDEX_SUFFIX)
+    data = _read_index(path, OFFSET_ENTRY.size, report)
+    if data is None:
+        return
+    starts = {position: header.last_offset for position, header in scan.batches}
+    previous = (-1, -1)
+    for i, (relative, position) in enumerate(OFFSET_ENTRY.iter_unpack(data)):
+        where = i * OFFSET_ENTRY.size
+        if relative <= previous[0] or position <= previous[1]:
+            report.damages.append(Damage(str(path), where, f"entry {i} ({base + relative}, "
+                                                           f"{position}) does not increase"))
+        elif starts.get(position) != base + relative:
+            found = starts.get(position)
+            what = f"a batch ending at {found}" if found is not None else "no batch start"
+            report.damages.append(Damage(str(path), where,
+                                         f"entry {i}: offset {base + relative} -> byte "
+                                         f"{position}, where the log has {what}"))
+        previous = (relative, position)
+
+
+def _verify_time_index(directory: Path, base: int, scan: LogFileScan,
+                       report: VerifyReport) -> None:
+    path = segment_file(directory, base, TIME_INDEX_SUFFIX)
+    data = _read_index(path, TIME_ENTRY.size, report)
+    if data is None:
+        return
+    running_max: dict[int, tuple[int, int]] = {}
+    so_far = -1
+    for _, header in scan.batches:
+        so_far = max(so_far, header.max_timestamp)
+        running_max[header.last_offset] = (header.max_timestamp, so_far)
+    previous = (-(2**63), -1)
+    for i, (timestamp, relative) in enumerate(TIME_ENTRY.iter_unpack(data)):
+        where, offset = i * TIME_ENTRY.size, base + relative
+        found = running_max.get(offset)
+        if timestamp <= previous[0] or relative < previous[1]:
+            reason = f"entry {i} ({timestamp}, {offset}) does not increase"
+        elif found is None:
+            reason = f"entry {i}: offset {offset} is not the last offset of a batch"
+        elif found != (timestamp, timestamp):
+            reason = (f"entry {i}: ({timestamp}, {offset}) but the batch max timestamp is "
+                      f"{found[0]} and the max so far {found[1]}")
+        else:
+            reason = ""
+        if reason:
+            report.damages.append(Damage(str(path), where, reason))
+        previous = (timestamp, relative)

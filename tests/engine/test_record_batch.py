@@ -1,0 +1,265 @@
+"""record_batch: building Kafka v2 batches from events, and the checks that classify bytes."""
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from channel_engine import record_batch as rb
+from channel_engine.errors import InvalidEventError
+from channel_engine.event import PendingEvent
+
+EVENTS = [
+    PendingEvent(b"first", key=None, headers=None, timestamp=1_700_000_000_000),
+    PendingEvent(b"second", key=b"k2", headers={"src": b"seq", "n": b"\x00\x01"},
+                 timestamp=1_700_000_000_005),
+    PendingEvent(b"", key=b"", headers={}, timestamp=1_700_000_000_003),
+    PendingEvent(b"\xff" * 300, key=b"\x00key", headers={"empty": b""},
+                 timestamp=1_700_000_000_004),
+]
+
+
+def built(events=EVENTS, compression=0, base_offset=0):
+    batch = rb.build(events, compression)
+    rb.set_base_offset(batch, base_offset)
+    return bytes(batch)
+
+
+def decoded(batch):
+    return [(o, ts, k, v, list(h)) for o, ts, k, v, h in rb.records(batch)]
+
+
+def expected(events, base_offset=0):
+    return [(base_offset + i, e.timestamp, e.key, e.body, list((e.headers or {}).items()))
+            for i, e in enumerate(events)]
+
+
+# -- round trips --------------------------------------------------------------------------
+
+
+def test_it_round_trips_keys_headers_bodies_and_timestamps():
+    batch = built()
+    assert decoded(batch) == expected(EVENTS)
+
+
+def test_it_builds_a_batch_that_passes_every_check():
+    batch = built()
+    header = rb.check_batch(batch, 0, len(batch), 0, verify_crc=True)
+    assert header.size == len(batch)
+    assert header.magic == rb.MAGIC
+    assert header.record_count == len(EVENTS)
+    assert header.last_offset_delta == len(EVENTS) - 1
+    assert header.first_timestamp == EVENTS[0].timestamp
+    assert header.max_timestamp == max(e.timestamp for e in EVENTS)
+    assert header.codec == "none"
+    assert header.attributes & rb.TIMESTAMP_TYPE_MASK == 0  # CreateTime
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (-1, -1, -1)
+    assert header.crc == rb.compute_crc(batch)
+    assert rb.check_header(batch, 0, 0) == header
+    rb.check_crc(batch, 0, header)
+
+
+def test_it_reports_offsets_of_the_batch():
+    header = rb.read_header(built(base_offset=40))
+    assert header.base_offset == 40
+    assert header.last_offset == 43
+    assert header.next_offset == 44
+
+
+def test_it_round_trips_a_single_event_with_an_empty_body():
+    batch = built([PendingEvent(b"", timestamp=7)])
+    assert decoded(batch) == [(0, 7, None, b"", [])]
+
+
+def test_it_stamps_events_without_a_timestamp_with_the_current_time():
+    before = int(time.time() * 1000)
+    batch = built([PendingEvent(b"a"), PendingEvent(b"b", timestamp=5), PendingEvent(b"c")])
+    after = int(time.time() * 1000)
+    stamps = [ts for _, ts, _, _, _ in rb.records(batch)]
+    assert before <= stamps[0] <= after
+    assert stamps[1] == 5
+    assert stamps[2] == stamps[0]
+
+
+def test_it_accepts_a_bytearray_body():
+    batch = built([PendingEvent(bytearray(b"xyz"), timestamp=1)])
+    assert decoded(batch) == [(0, 1, None, b"xyz", [])]
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_it_round_trips_every_compression_codec(codec):
+    events = EVENTS + [PendingEvent(b"abc" * 2000, key=b"k", headers={"h": b"v"}, timestamp=9)]
+    batch = built(events, rb.COMPRESSION_CODECS[codec], base_offset=1000)
+    header = rb.check_batch(batch, 0, len(batch), 1000, verify_crc=True)
+    assert header.codec == codec
+    assert header.attributes & rb.CODEC_MASK == rb.COMPRESSION_CODECS[codec]
+    assert decoded(batch) == expected(events, base_offset=1000)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_it_really_compresses_with_each_codec(codec):
+    events = [PendingEvent(b"abcdefgh" * 1000, timestamp=1)]
+    plain = built(events)
+    compressed = built(events, rb.COMPRESSION_CODECS[codec])
+    assert len(compressed) < len(plain) // 4
+
+
+def test_it_keeps_the_crc_valid_when_the_base_offset_is_set():
+    batch = rb.build(EVENTS)
+    crc = rb.read_header(batch).crc
+    rb.set_base_offset(batch, 123_456_789_012)
+    header = rb.check_batch(batch, 0, len(batch), 123_456_789_012, verify_crc=True)
+    assert header.crc == crc
+    assert [o for o, *_ in rb.records(bytes(batch))] == [123_456_789_012 + i for i in range(4)]
+
+
+# -- invalid input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "events, index, field",
+    [
+        ([PendingEvent(b"ok"), PendingEvent(None)], 1, "body"),
+        ([PendingEvent("text")], 0, "body"),
+        ([PendingEvent(5)], 0, "body"),
+        ([PendingEvent(b"a"), PendingEvent(b"b"), PendingEvent(b"c", key="k")], 2, "key"),
+        ([PendingEvent(b"a", headers={"h": "v"})], 0, "headers"),
+        ([PendingEvent(b"a", headers={"h": None})], 0, "headers.h"),
+        ([PendingEvent(b"a", headers={b"h": b"v"})], 0, "headers"),
+        ([PendingEvent(b"a", headers=[("h", b"v")])], 0, "headers"),
+        ([PendingEvent(b"a", timestamp=-1)], 0, "timestamp"),
+        ([PendingEvent(b"a"), PendingEvent(b"b", timestamp=1.5)], 1, "timestamp"),
+        ([PendingEvent(b"a", timestamp=True)], 0, "timestamp"),
+        ([PendingEvent(b"a", timestamp="1")], 0, "timestamp"),
+        ([(b"not a PendingEvent",)], 0, "event"),
+        ([], 0, "events"),
+    ],
+    ids=["body-None", "body-str", "body-int", "key-str", "header-value-str", "header-value-None",
+         "header-name-bytes", "headers-not-mapping", "timestamp-negative", "timestamp-float",
+         "timestamp-bool", "timestamp-str", "not-an-event", "empty-list"],
+)
+def test_it_refuses_invalid_input_naming_the_event_and_field(events, index, field):
+    with pytest.raises(InvalidEventError) as info:
+        rb.build(events)
+    assert info.value.index == index
+    assert info.value.field == field
+    assert f"event {index}: {field}:" in str(info.value)
+
+
+def test_it_refuses_a_timestamp_beyond_int64_as_invalid_input():
+    with pytest.raises(InvalidEventError) as info:
+        rb.build([PendingEvent(b"a", timestamp=2**63)])
+    assert (info.value.index, info.value.field) == (0, "timestamp")
+
+
+# -- classifying bytes --------------------------------------------------------------------
+
+
+def test_it_classifies_zeros_as_a_zero_tail():
+    buf = bytes(4096)
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)
+    assert info.value.kind == "zero_tail"
+
+
+def test_it_classifies_zeros_after_a_valid_batch_as_a_zero_tail():
+    batch = built()
+    buf = batch + bytes(100)
+    assert rb.check_batch(buf, 0, len(buf), 0, True).size == len(batch)
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(buf, len(batch), len(buf), 4, True)
+    assert info.value.kind == "zero_tail"
+
+
+def test_it_classifies_a_few_zero_bytes_as_a_zero_tail():
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(bytes(5), 0, 5, 0, True)
+    assert info.value.kind == "zero_tail"
+
+
+@pytest.mark.parametrize("cut", [3, 11, 30, 60, 61, -1])
+def test_it_classifies_a_truncated_batch_as_partial(cut):
+    base = 2**40 + 1  # non-zero from byte 2 on: a torn header is not mistaken for zeros
+    buf = built(base_offset=base)[:cut]
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(buf, 0, len(buf), base, verify_crc=True)
+    assert info.value.kind == "partial"
+
+
+def test_it_classifies_a_batch_running_past_the_limit_as_partial():
+    batch = built() + built(base_offset=4)
+    first = rb.read_header(batch).size
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(batch, first, len(batch) - 1, 4, verify_crc=False)
+    assert info.value.kind == "partial"
+
+
+@pytest.mark.parametrize("where", [rb.CRC_START, 40, 61, -1])
+def test_it_classifies_a_flipped_byte_under_the_crc_as_corrupt(where):
+    buf = bytearray(built())
+    buf[where] ^= 0x01
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)
+    assert info.value.kind == "corrupt"
+    assert "CRC" in info.value.reason
+
+
+def test_it_skips_the_crc_when_told_to():
+    buf = bytearray(built())
+    buf[-1] ^= 0x01
+    assert rb.check_batch(buf, 0, len(buf), 0, verify_crc=False).record_count == 4
+    with pytest.raises(rb.InvalidBatch, match="CRC"):
+        rb.check_crc(buf, 0, rb.read_header(buf))
+
+
+def test_it_classifies_a_bad_magic_as_corrupt():
+    buf = bytearray(built())
+    buf[16] = 1
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)
+    assert info.value.kind == "corrupt"
+    assert "magic 1" in info.value.reason
+
+
+def test_it_classifies_a_wrong_base_offset_as_corrupt():
+    buf = built(base_offset=10)
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_batch(buf, 0, len(buf), 11, verify_crc=True)
+    assert info.value.kind == "corrupt"
+    assert "base offset 10, expected 11" in info.value.reason
+    assert rb.check_batch(buf, 0, len(buf), None, verify_crc=True).base_offset == 10
+
+
+def test_it_classifies_a_too_small_batch_length_as_corrupt():
+    buf = bytearray(built())
+    struct.pack_into(">i", buf, 8, rb.MIN_BATCH_LENGTH - 1)
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_header(buf, 0, 0)
+    assert info.value.kind == "corrupt"
+
+
+def test_it_classifies_a_record_count_disagreeing_with_the_last_offset_delta_as_corrupt():
+    buf = bytearray(built())
+    struct.pack_into(">i", buf, 57, 3)  # recordCount 3, lastOffsetDelta still 3
+    with pytest.raises(rb.InvalidBatch) as info:
+        rb.check_header(buf, 0, 0)
+    assert info.value.kind == "corrupt"
+
+
+def test_it_checks_a_batch_at_a_position_inside_a_buffer():
+    first, second = built(), built(base_offset=4)
+    buf = first + second
+    header = rb.check_batch(buf, len(first), len(buf), 4, verify_crc=True)
+    assert header.base_offset == 4
+    assert header.size == len(second)
+
+
+def test_it_raises_invalid_batch_when_records_do_not_decode():
+    buf = bytearray(built([PendingEvent(b"abc", timestamp=1)]))
+    buf[rb.HEADER_SIZE] = 0x7F  # record length varint now claims more bytes than there are
+    struct.pack_into(">I", buf, 17, rb.compute_crc(buf))
+    rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)  # the header and CRC are fine
+    with pytest.raises(rb.InvalidBatch) as info:
+        list(rb.records(bytes(buf)))
+    assert info.value.kind == "corrupt"
