@@ -68,8 +68,8 @@ class IndexFile:
     def flush(self) -> None:
         """fsync the index file if it changed since the last flush."""
         if self._dirty and self._fd is not None:
+            self._dirty = False  # before the fsync: an append during it marks it dirty again
             os.fsync(self._fd)
-        self._dirty = False
 
     def close(self) -> None:
         """Close the file descriptor (the in-memory entries stay usable)."""

@@ -352,11 +352,11 @@ class PartitionLog:
         """fsync everything written so far. Caller holds the flush slot, not the lock."""
         with self._lock:
             end = self._log_end_offset
-            dirty = [seg for seg in self._segments if seg.dirty or seg.base_offset >= end]
+            dirty = [seg for seg in self._segments if seg.dirty]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
         try:
             for seg in dirty:
-                seg.flush()
+                seg.flush_data()
             if dir_dirty:
                 fsync_directory(self.directory)
         except OSError as exc:
@@ -480,12 +480,12 @@ class PartitionLog:
             position = segment.find_position(start_offset, size)
             if position is None:
                 continue
-            for _, header, data in segment.read_batches(position, size, bound, max_bytes - total):
+            for _, header, data in segment.read_batches(position, size, bound, 1 << 62):
+                if total and total + header.size > max_bytes:
+                    return  # one budget for the whole read, across segments
                 total += header.size
                 yield segment, header, data
                 start_offset = header.next_offset
-            if total >= max_bytes:
-                return
 
     def offsets_for_time(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""

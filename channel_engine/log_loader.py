@@ -20,7 +20,11 @@ Load sequence:
      batches were committed, and the missing offsets are reported as a gap.
   6. At least one segment exists; after recovery everything is fsynced and the
      recovery point is the log end.
-A reader (writable=False) never writes: it sees the valid prefix of each segment.
+A reader (writable=False) never writes and takes no lock: it gets a snapshot of the
+valid prefix of each segment as the files hold it at open time, including batches whose
+writer has not returned from fsync yet (what kafka-dump-log shows). Live readers in other
+processes that must see committed events only are bounded by offsets the writer hands
+them (the channel's shared state), not by this snapshot.
 """
 from __future__ import annotations
 
@@ -130,7 +134,7 @@ def load(
         recovery_point = log_end
         log_state.write(state_path, LogState(log_start, recovery_point, log_end))
     else:
-        recovery_point = min(log_end, state.recovery_point) if state else 0
+        recovery_point = log_end  # a reader's snapshot: every complete batch on disk
     report.recovery_point = recovery_point
     report.duration_ms = (time.monotonic() - started) * 1000
     if report.actions or not clean:

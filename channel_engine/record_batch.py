@@ -69,6 +69,7 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
+_MAX_TIMESTAMP = 2**63 - 1
 _ZEROS = bytes(1 << 16)
 
 BytesLike = bytes | bytearray | memoryview | mmap.mmap
@@ -216,12 +217,12 @@ def build(events: Sequence[PendingEvent], compression: int = 0) -> bytearray:
                 raise InvalidEventError(index, "body", "must be bytes, not None")
             if timestamp is None:
                 timestamp = now
-            elif type(timestamp) is not int or timestamp < 0:
+            elif type(timestamp) is not int or not 0 <= timestamp <= _MAX_TIMESTAMP:
                 raise InvalidEventError(
-                    index, "timestamp", f"must be milliseconds >= 0, not {timestamp!r}"
+                    index, "timestamp", f"must be milliseconds in [0, 2**63), not {timestamp!r}"
                 )
             append(index, timestamp, key, body, _header_list(index, headers) if headers else [])
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         if isinstance(exc, InvalidEventError):
             raise
         raise _explain(index, events[index], exc) from exc

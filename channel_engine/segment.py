@@ -303,12 +303,20 @@ class LogSegment:
         """True if bytes or file length changed since the last flush."""
         return self.flushed_size != self.size
 
-    def flush(self) -> None:
-        """fdatasync the log and fsync the indexes if anything changed."""
+    def flush_data(self) -> None:
+        """fdatasync the log file if its bytes or length changed (the commit path)."""
         size = self.size
         if self.flushed_size != size:
             os.fdatasync(self._fd)
             self.flushed_size = size
+
+    def flush(self) -> None:
+        """fdatasync the log and fsync the indexes if anything changed.
+
+        The commit path flushes data only: indexes are derived, and the ones a
+        reopen trusts (segments below the persisted recovery point) are fsynced
+        before that recovery point is written (PartitionLog.checkpoint_recovery_point)."""
+        self.flush_data()
         self.offset_index.flush()
         self.time_index.flush()
 

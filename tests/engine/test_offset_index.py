@@ -68,10 +68,10 @@ def test_it_loads_what_it_wrote(filled, path):
     assert loaded.last_entry() == (1020, 900)
 
 
-def test_it_loads_a_missing_file_as_empty(path):
-    index = index_at(path)
-    index.load()
-    assert len(index) == 0
+def test_it_reports_a_missing_file_as_corrupt(path):
+    with pytest.raises(CorruptIndexError) as info:
+        index_at(path).load()
+    assert info.value.reason == "missing"
 
 
 def test_it_refuses_non_increasing_appends(filled, path):
@@ -159,7 +159,6 @@ def test_it_keeps_at_least_two_slots(path):
 
 def test_it_never_writes_when_read_only(path):
     index = index_at(path, writable=False)
-    index.load()
     index.append(1001, 10)
     index.reset()
     assert not path.exists()

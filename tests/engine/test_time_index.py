@@ -79,10 +79,10 @@ def test_it_loads_what_it_wrote(filled, path):
     assert loaded.last_entry() == (5_000, 530)
 
 
-def test_it_loads_a_missing_file_as_empty(path):
-    index = index_at(path)
-    index.load()
-    assert len(index) == 0
+def test_it_reports_a_missing_file_as_corrupt(path):
+    with pytest.raises(CorruptIndexError) as info:
+        index_at(path).load()
+    assert info.value.reason == "missing"
 
 
 def test_it_truncates_entries_at_or_after_an_offset(filled, path):

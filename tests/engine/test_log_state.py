@@ -1,0 +1,96 @@
+"""log_state: the 44-byte `log.state` file (magic, version, flags, offsets, CRC-32C)."""
+from __future__ import annotations
+
+import struct
+import time
+
+import crc32c
+import pytest
+
+from channel_engine import log_state
+from channel_engine.errors import CorruptStateError
+from channel_engine.log_state import LogState
+
+STATE = LogState(log_start_offset=7, recovery_point=1_000, log_end_offset=1_234,
+                 clean_shutdown=True, written_at_ms=1_700_000_000_000)
+
+
+def test_it_round_trips_every_field():
+    for state in (STATE, STATE.with_(clean_shutdown=False),
+                  LogState(2**62, 2**62 + 1, 2**63 - 1, True, 1)):
+        assert log_state.decode(log_state.encode(state)) == state
+
+
+def test_it_encodes_the_documented_layout():
+    data = log_state.encode(STATE)
+    body = b"WLST" + bytes([1, 1, 0, 0]) + struct.pack(">qqqq", 7, 1_000, 1_234,
+                                                       1_700_000_000_000)
+    assert data == body + struct.pack(">I", crc32c.crc32c(body))
+    assert len(data) == log_state.SIZE == 44
+
+
+def test_it_clears_the_clean_flag_bit_for_an_unclean_state():
+    assert log_state.encode(STATE.with_(clean_shutdown=False))[5] == 0
+
+
+def test_it_stamps_the_wall_clock_when_no_time_is_given():
+    before = int(time.time() * 1000)
+    state = log_state.decode(log_state.encode(LogState(1, 2, 3)))
+    assert before <= state.written_at_ms <= int(time.time() * 1000)
+    assert (state.log_start_offset, state.recovery_point, state.log_end_offset) == (1, 2, 3)
+
+
+def test_it_writes_then_reads_a_file(tmp_path):
+    path = tmp_path / "log.state"
+    log_state.write(path, STATE)
+    assert log_state.read(path) == STATE
+    log_state.write(path, STATE.with_(recovery_point=1_100, clean_shutdown=False))
+    assert log_state.read(path) == STATE.with_(recovery_point=1_100, clean_shutdown=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.state"]  # no temp file left
+
+
+def test_it_reads_a_missing_file_as_none(tmp_path):
+    assert log_state.read(tmp_path / "log.state") is None
+
+
+def corrupt(tmp_path, change):
+    data = bytearray(log_state.encode(STATE))
+    data = change(data)
+    path = tmp_path / "log.state"
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError) as info:
+        log_state.read(path)
+    assert info.value.path == str(path)
+    return info.value.reason
+
+
+def with_crc(data):
+    struct.pack_into(">I", data, 40, crc32c.crc32c(bytes(data[:40])))
+    return data
+
+
+def test_it_refuses_a_bad_magic(tmp_path):
+    reason = corrupt(tmp_path, lambda d: with_crc(d.__setitem__(slice(0, 4), b"WLSX") or d))
+    assert "magic" in reason
+
+
+def test_it_refuses_an_unknown_version(tmp_path):
+    reason = corrupt(tmp_path, lambda d: with_crc(d.__setitem__(4, 2) or d))
+    assert "version 2" in reason
+
+
+@pytest.mark.parametrize("where", [5, 8, 20, 39, 40, 43])
+def test_it_refuses_a_crc_mismatch(tmp_path, where):
+    def flip(data):
+        data[where] ^= 0x10
+        return data
+
+    assert "CRC" in corrupt(tmp_path, flip)
+
+
+@pytest.mark.parametrize("size", [0, 43, 45, 88])
+def test_it_refuses_a_wrong_size(tmp_path, size):
+    def resize(data):
+        return (data * 2)[:size]
+
+    assert f"size {size}" in corrupt(tmp_path, resize)
