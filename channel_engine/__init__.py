@@ -12,14 +12,16 @@ from channel_engine.errors import (
     CorruptIndexError,
     CorruptRecordError,
     CorruptStateError,
+    DiskFullError,
     InvalidEventError,
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
+    StorageError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.log import AppendResult, DiskFullError, PartitionLog, RetentionResult
+from channel_engine.log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.recovery import RecoveryReport
 
 __version__ = "0.1.0"
@@ -44,5 +46,6 @@ __all__ = [
     "ReadOnlyLogError",
     "RecoveryReport",
     "RetentionResult",
+    "StorageError",
     "__version__",
 ]

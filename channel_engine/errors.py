@@ -98,5 +98,18 @@ class LogOfflineError(ChannelEngineError):
         self.cause = cause
 
 
+class StorageError(ChannelEngineError):
+    """An I/O operation failed and was undone: nothing was written, the log is usable."""
+
+    def __init__(self, directory: Path | str, cause: OSError, doing: str) -> None:
+        super().__init__(f"{directory}: {doing} failed ({cause}); nothing written")
+        self.directory = str(directory)
+        self.cause = cause
+
+
+class DiskFullError(StorageError):
+    """A write or preallocation ran out of space; it was undone and nothing was appended."""
+
+
 class ReadOnlyLogError(ChannelEngineError):
     """A write was attempted on a log opened read-only."""

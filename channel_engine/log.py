@@ -43,12 +43,13 @@ from channel_engine.atomic_file import fsync_directory
 from channel_engine.config import INT32_MAX, LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
-    ChannelEngineError,
     CorruptRecordError,
+    DiskFullError,
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
+    StorageError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
@@ -58,14 +59,6 @@ from channel_engine.recovery import RecoveryReport
 from channel_engine.segment import LogSegment
 
 DEFAULT_READ_BYTES = 1 << 20
-
-
-class DiskFullError(ChannelEngineError):
-    """A write ran out of space; it was undone and nothing was appended."""
-
-    def __init__(self, directory: Path | str, cause: OSError) -> None:
-        super().__init__(f"{directory}: no space left for the batch ({cause}); nothing written")
-        self.directory = str(directory)
 
 
 @dataclass(frozen=True)
@@ -123,6 +116,7 @@ class PartitionLog:
         self._codec = record_batch.COMPRESSION_CODECS[config.compression]
         self._lock = threading.Lock()
         self._flush_cond = threading.Condition()
+        self._state_lock = threading.Lock()
         self._flushing = False
         self._lock_fd = -1
         self._segments: tuple[LogSegment, ...] = ()
@@ -278,8 +272,8 @@ class PartitionLog:
             return segment.append(batch, header)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(self.directory, exc) from exc
-            self._offline = exc
+                raise DiskFullError(self.directory, exc, "appending a batch") from exc
+            self._offline = exc  # the undo itself may have failed: trust nothing in memory
             raise LogOfflineError(self.directory, exc) from exc
 
     def _maybe_roll(self, batch_size: int, header: BatchHeader) -> LogSegment:
@@ -303,13 +297,18 @@ class PartitionLog:
                 self._roll()
 
     def _roll(self) -> LogSegment:
-        """Seal the active segment and start a new one at the LEO. Caller holds the lock."""
-        self._segments[-1].on_become_inactive()
+        """Seal the active segment and start a new one at the LEO. Caller holds the lock.
+        If the new segment cannot be created, nothing changed and the old one stays active."""
         config = self.config
-        new = LogSegment.create(
-            self.directory, self._log_end_offset, index_max_bytes=config.segment_index_bytes,
-            index_interval_bytes=config.index_interval_bytes,
-            preallocate_bytes=config.segment_bytes if config.preallocate else 0)
+        try:
+            new = LogSegment.create(
+                self.directory, self._log_end_offset, index_max_bytes=config.segment_index_bytes,
+                index_interval_bytes=config.index_interval_bytes,
+                preallocate_bytes=config.segment_bytes if config.preallocate else 0)
+        except OSError as exc:
+            error = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
+            raise error(self.directory, exc, "rolling to a new segment") from exc
+        self._segments[-1].on_become_inactive()
         self._set_segments(self._segments + (new,))
         self._dir_dirty = True
         return new
@@ -410,6 +409,10 @@ class PartitionLog:
             self._write_state(clean=False)
 
     def _write_state(self, clean: bool) -> None:
+        with self._state_lock:  # one writer of log.state.tmp at a time
+            self._write_state_locked(clean)
+
+    def _write_state_locked(self, clean: bool) -> None:
         state = LogState(self._log_start_offset, self._recovery_point, self._log_end_offset,
                          clean)
         log_state.write(self.directory / LOG_STATE_FILE, state)

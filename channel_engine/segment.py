@@ -111,11 +111,15 @@ class LogSegment:
         seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
                   index_interval_bytes=index_interval_bytes, writable=True)
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        if preallocate_bytes > 0:
-            os.posix_fallocate(seg._fd, 0, preallocate_bytes)
-            seg.file_size = preallocate_bytes
-        seg.offset_index._rewrite(b"")
-        seg.time_index._rewrite(b"")
+        try:
+            if preallocate_bytes > 0:
+                os.posix_fallocate(seg._fd, 0, preallocate_bytes)
+                seg.file_size = preallocate_bytes
+            seg.offset_index._rewrite(b"")
+            seg.time_index._rewrite(b"")
+        except OSError:
+            seg.delete_files()  # leave no half-made segment behind to block the next try
+            raise
         seg.flushed_size = -1  # the new file itself must reach the disk on the next flush
         return seg
 
@@ -281,9 +285,13 @@ class LogSegment:
         return self.offset_index.is_full or self.time_index.is_full
 
     def on_become_inactive(self) -> None:
-        """On roll: add the final time index entry and trim the preallocated tail."""
+        """On roll: add the final time index entry, trim the preallocated tail, and make the
+        indexes durable and close them (a sealed segment keeps one descriptor, its .log)."""
         self.add_final_time_entry()
         self.trim()
+        for index in (self.offset_index, self.time_index):
+            index.flush()
+            index.close()
 
     def add_final_time_entry(self) -> None:
         """Make the last time index entry hold the segment's largest timestamp."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import shutil
 import tempfile
-import time
 from itertools import pairwise
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from channel_engine import (
     OffsetOutOfRangeError,
     PartitionLog,
     PendingEvent,
+    record_batch,
 )
 from channel_engine.log import DEFAULT_READ_BYTES
 from channel_engine.recovery import (
@@ -54,7 +54,7 @@ from channel_engine.recovery import (
 
 BASE_TS = 1_600_000_000_000
 TS_SPAN = 5_000_000
-NOW_MS = BASE_TS + TS_SPAN  # the log's clock: retention_ms is measured against it
+NOW_MS = BASE_TS + TS_SPAN  # the log's clock starts here (retention_ms is measured by it)
 DAY_MS = 24 * 3600 * 1000
 CODECS = ["none", "gzip", "lz4", "zstd"]
 
@@ -65,18 +65,38 @@ pending_events = st.builds(
     body=st.binary(max_size=40),
     key=st.none() | st.binary(max_size=8),
     headers=st.none() | st.dictionaries(header_names, st.binary(max_size=8), max_size=2),
-    # None now and then: the engine stamps "now" (wall clock) and the model learns it
+    # None now and then: the engine stamps "now" (SteppingClock) and the model learns it
     timestamp=st.one_of(timestamps, timestamps, timestamps, st.none()),
 )
 event_batches = st.lists(pending_events, min_size=1, max_size=20)
 
 
+class SteppingClock:
+    """Stands in for the time module in record_batch, so that the "now" stamped on events
+    without a timestamp is the same in every run of an example (hypothesis replays them):
+    it starts at the end of the span of explicit timestamps and moves 1 ms per batch
+    built, so stamped events keep raising a segment's largest timestamp, as in real life."""
+
+    def __init__(self) -> None:
+        self.now_ms = NOW_MS
+
+    def time(self) -> float:
+        self.now_ms += 1
+        return self.now_ms / 1000
+
+
 @st.composite
 def log_configs(draw: st.DrawFn) -> LogConfig:
     durability = draw(st.sampled_from(["fsync", "fsync", "policy"]))
+    flush_messages = flush_ms = None
+    if durability == "policy":
+        triggers = draw(st.sampled_from(["messages", "ms", "both"]))
+        if triggers != "ms":
+            flush_messages = draw(st.integers(1, 50))
+        if triggers != "messages":
+            flush_ms = draw(st.integers(1, 1_000_000))
     return LogConfig(
-        durability=durability,
-        flush_messages=draw(st.integers(1, 50)) if durability == "policy" else None,
+        durability=durability, flush_messages=flush_messages, flush_ms=flush_ms,
         segment_bytes=draw(st.integers(600, 3000)),
         segment_ms=draw(st.sampled_from([7 * DAY_MS, 1_000_000, 60_000])),
         segment_index_bytes=draw(st.sampled_from([48, 120, 10 * 1024**2])),
@@ -100,6 +120,10 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.events: list[Event] = []  # offset i -> the event at offset i
         self.batch_starts: list[int] = []
         self.log_start = 0
+        self.clock_ms = NOW_MS  # the log's clock, moved by the tick rule
+        self.stamps = SteppingClock()
+        self.real_time = record_batch.time
+        record_batch.time = self.stamps
 
     # -- model helpers ----------------------------------------------------------------------
     @property
@@ -119,7 +143,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
         return self.batch_starts[bisect.bisect_right(self.batch_starts, offset) - 1]
 
     def open(self) -> None:
-        self.log = PartitionLog.open(self.directory, self.config, clock=lambda: NOW_MS / 1000)
+        self.log = PartitionLog.open(self.directory, self.config,
+                                     clock=lambda: self.clock_ms / 1000)
 
     # -- rules ------------------------------------------------------------------------------
     @initialize(config=log_configs(), batches=st.lists(event_batches, max_size=12))
@@ -138,13 +163,13 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
     @rule(events=event_batches)
     def append_one(self, events: list[PendingEvent]) -> None:
-        before_ms = int(time.time() * 1000)
+        before_ms = self.stamps.now_ms
         try:
             result = self.plog.append(events)
         except BatchTooLargeError as exc:
             assert exc.size > min(self.config.segment_bytes, self.config.max_batch_bytes)
             return  # refused before anything was written: the invariants check that
-        after_ms = int(time.time() * 1000)
+        after_ms = self.stamps.now_ms
         base = self.leo
         assert (result.first_offset, result.last_offset) == (base, base + len(events) - 1)
         assert result.size <= self.config.segment_bytes
@@ -165,7 +190,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
     def read(self, data: st.DataObject) -> None:
         start = data.draw(st.integers(self.log_start, self.leo), label="start")
         max_events = data.draw(st.none() | st.integers(1, 60), label="max_events")
-        max_bytes = data.draw(st.sampled_from([DEFAULT_READ_BYTES, 1, 150, 700]),
+        max_bytes = data.draw(st.just(DEFAULT_READ_BYTES) | st.integers(1, 3000),
                               label="max_bytes")
         end = data.draw(st.none() | st.integers(start, self.leo + 3), label="end_offset")
         got = self.plog.read(start, max_events, max_bytes, end)
@@ -180,6 +205,19 @@ class PartitionLogMachine(RuleBasedStateMachine):
                 (b for b in self.batch_starts if b > start), self.leo) - start
             assert len(got) >= min(len(expected), rest_of_first_batch)
 
+    @rule(max_bytes=st.integers(1, 3000), max_events=st.none() | st.integers(1, 40))
+    def consume_in_chunks(self, max_bytes: int, max_events: int | None) -> None:
+        """A consumer's loop: read from the log start to the end, each read where the last
+        one stopped; together the reads must be the log, each in order and none empty."""
+        position, seen = self.log_start, []
+        while position < self.leo:
+            got = self.plog.read(position, max_events, max_bytes)
+            assert got, f"read({position}, max_bytes={max_bytes}) returned nothing"
+            assert [e.offset for e in got] == list(range(position, position + len(got)))
+            seen += got
+            position = got[-1].offset + 1
+        assert seen == self.visible(self.log_start)
+
     @rule(data=st.data())
     def read_out_of_range(self, data: st.DataObject) -> None:
         below = [st.integers(0, self.log_start - 1)] if self.log_start else []
@@ -189,7 +227,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def offsets_for_time(self, data: st.DataObject) -> None:
-        # near the timestamp at some offset (drawn by offset: "now" stamps vary between runs)
+        # near the timestamp at some offset
         known = [e.timestamp for e in self.events] or [BASE_TS]
         near_known = st.tuples(st.integers(0, len(known) - 1), st.integers(-1, 1)).map(
             lambda pick: known[pick[0]] + pick[1])
@@ -255,7 +293,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
                 break
             if not (seg.next_offset <= self.log_start
                     or (config.retention_bytes >= 0 and excess - seg.size >= 0)
-                    or (config.retention_ms >= 0 and NOW_MS - newest > config.retention_ms)):
+                    or (config.retention_ms >= 0
+                        and self.clock_ms - newest > config.retention_ms)):
                 break
             excess -= seg.size
             doomed.append(seg)
@@ -325,6 +364,17 @@ class PartitionLogMachine(RuleBasedStateMachine):
         assert self.plog.unflushed_events == 0
         assert self.plog.recovery_point == self.leo
 
+    @rule(ms=st.integers(0, 2_000_000))
+    def tick(self, ms: int) -> None:
+        """Time passes; the scheduler's hook runs (flush_ms, recovery point, deleted files)."""
+        self.clock_ms += ms
+        if self.plog.flush_if_due():
+            assert self.plog.unflushed_events == 0
+        if self.config.durability == "policy" and self.config.flush_ms is not None:
+            assert self.plog.unflushed_events == 0 or ms < self.config.flush_ms
+        if self.config.file_delete_delay_ms == 0:
+            assert not list(self.directory.glob("*.deleted"))
+
     @rule()
     def checkpoint(self) -> None:
         self.plog.checkpoint_recovery_point()
@@ -336,7 +386,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
         assert log.log_start_offset == self.log_start
         assert log.log_end_offset == self.leo
         assert log.high_watermark == self.leo
-        assert 0 <= log.unflushed_events
+        assert log.unflushed_events >= 0
         if self.config.durability == "fsync":
             assert log.unflushed_events == 0
 
@@ -354,6 +404,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
         assert list(self.plog.iter_events(self.log_start)) == self.visible(self.log_start)
 
     def teardown(self) -> None:
+        record_batch.time = self.real_time
         try:
             if self.log is not None:
                 self.log.close()

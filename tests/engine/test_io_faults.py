@@ -1,0 +1,116 @@
+"""Faults from the disk: a full disk refuses the batch and changes nothing; a failed fsync
+takes the log offline; a reopen recovers without losing what was committed."""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from channel_engine import (
+    DiskFullError,
+    LogConfig,
+    LogOfflineError,
+    PartitionLog,
+    PendingEvent,
+    StorageError,
+)
+
+
+def events(n: int, tag: str = "e") -> list[PendingEvent]:
+    return [PendingEvent(f"{tag}{i}".encode() * 20, timestamp=1_000) for i in range(n)]
+
+
+def files(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in directory.iterdir() if p.name != ".lock"}
+
+
+def fail_once(monkeypatch: pytest.MonkeyPatch, name: str, code: int) -> None:
+    real = getattr(os, name)
+    calls = {"n": 0}
+
+    def failing(*args: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(code, os.strerror(code))
+        return real(*args)
+
+    monkeypatch.setattr(os, name, failing)
+
+
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_a_full_disk_refuses_the_batch_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preallocate: bool
+) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(preallocate=preallocate, segment_bytes=1 << 20))
+    log.append(events(3, "a"))
+    before = (files(tmp_path), log.log_end_offset, log.segments[-1].size)
+    fail_once(monkeypatch, "pwrite", errno.ENOSPC)
+    with pytest.raises(DiskFullError, match="appending a batch"):
+        log.append(events(3, "b"))
+    assert (files(tmp_path), log.log_end_offset, log.segments[-1].size) == before
+    log.append(events(2, "c"))
+    log.close()
+    with PartitionLog.open(tmp_path) as log:
+        bodies = [e.body for e in log.iter_events(0)]
+    assert bodies == [e.body for e in events(3, "a") + events(2, "c")]
+
+
+def test_a_failed_roll_leaves_the_log_usable(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    config = LogConfig(segment_bytes=1000, preallocate=True)
+    log = PartitionLog.open(tmp_path, config)
+    log.append(events(1, "a"))
+    log.append(events(1, "b"))
+    fail_once(monkeypatch, "posix_fallocate", errno.ENOSPC)
+    with pytest.raises(DiskFullError, match="rolling to a new segment"):
+        for _ in range(10):
+            log.append(events(1, "c"))
+    assert len(list(tmp_path.glob("*.log"))) == 1, "no half-made segment is left behind"
+    end = log.log_end_offset
+    log.append(events(1, "d"))  # the fault cleared: this one rolls
+    assert len(log.segments) == 2 and log.log_end_offset == end + 1
+    log.close()
+    with PartitionLog.open(tmp_path, config) as log:
+        assert log.log_end_offset == end + 1 and not log.last_recovery.actions
+
+
+def test_a_roll_that_cannot_open_files_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=400))
+    log.append(events(5))
+    real_open = os.open
+
+    def no_descriptors(path: object, *args: object) -> int:
+        if str(path).endswith(".log"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_open(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", no_descriptors)
+    with pytest.raises(StorageError, match="Too many open files"):
+        log.append(events(5))
+    monkeypatch.setattr(os, "open", real_open)
+    log.append(events(5))
+    assert log.log_end_offset == 10 and len(log.segments) == 2
+    log.close()
+
+
+def test_a_failed_fsync_takes_the_log_offline_and_a_reopen_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(events(4, "a"))
+    fail_once(monkeypatch, "fdatasync", errno.EIO)
+    with pytest.raises(LogOfflineError, match="Input/output error"):
+        log.append(events(4, "b"))
+    with pytest.raises(LogOfflineError):
+        log.append(events(1, "c"))
+    assert log.stats()["offline"]
+    log.close()  # no clean flag: the next open recovers
+    with PartitionLog.open(tmp_path) as log:
+        bodies = [e.body for e in log.iter_events(0)]
+        assert not log.last_recovery.clean_shutdown
+    # the committed batch survives; the one whose fsync failed was cut, never half there
+    assert bodies == [e.body for e in events(4, "a")]
