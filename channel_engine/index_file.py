@@ -1,9 +1,10 @@
 """IndexFile: what the offset index and the time index share (Kafka's AbstractIndex).
 
 An index is derived data: a sparse table of fixed-size entries kept in memory
-(array) and appended to a file. It is never trusted blindly: it is checked
-against itself and against its log on every open, and rebuilt from the log
-when a check fails or after an unclean shutdown. Unlike Kafka's, Weir's index
+(array) and appended to a file. It is never trusted blindly: on every open its
+shape is checked (whole entries, increasing) and its last entries against the
+log, and it is rebuilt from the log when a check fails, and after an unclean
+shutdown for every segment from the one holding the recovery point on. Unlike Kafka's, Weir's index
 files are not preallocated or memory-mapped: the file holds exactly the valid
 entries, which Kafka's tools read the same way.
 
@@ -68,8 +69,8 @@ class IndexFile:
     def flush(self) -> None:
         """fsync the index file if it changed since the last flush."""
         if self._dirty and self._fd is not None:
-            self._dirty = False  # before the fsync: an append during it marks it dirty again
-            os.fsync(self._fd)
+            os.fsync(self._fd)  # the caller holds the log lock: no append races with this
+            self._dirty = False
 
     def close(self) -> None:
         """Close the file descriptor (the in-memory entries stay usable)."""

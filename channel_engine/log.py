@@ -10,7 +10,8 @@ Append path, written once: build and check the batch (outside the lock) ->
 roll if due -> assign the base offset -> write -> make durable per the policy.
 In 'fsync' durability, appenders that arrive while an fsync runs share the
 next one (group commit): one leader flushes everything written so far while
-the others wait, and nobody holds the append lock during the fsync.
+the others wait; commit fsyncs run outside the append lock (rare metadata
+fsyncs of roll, retention and truncation run under it).
 
 Concurrency: thread-safe. Appends, roll, retention, truncation and close take
 one lock; fsync runs outside it. Readers take no lock: they work on a snapshot
@@ -18,8 +19,9 @@ of the segment list and stop at the high watermark. One writer process per
 directory: the writer holds an OS lock on `.lock`; readers (read_only=True)
 take none and never write.
 
-A failed write is undone (the segment is cut back) and reported; a failed
-fsync takes the log offline (Linux may already have dropped the dirty pages,
+A failed write is undone (the segment is cut back) and reported; a failed roll
+changes nothing; a failed fsync, or any failure that leaves the files and the
+in-memory state in doubt, takes the log offline (Linux may already have dropped the dirty pages,
 so no later fsync can be trusted): it tries to cut the unflushed bytes, and
 every later call raises LogOfflineError until the directory is opened again,
 which recovers it.
@@ -56,7 +58,7 @@ from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import BatchHeader
 from channel_engine.recovery import RecoveryReport
-from channel_engine.segment import LogSegment
+from channel_engine.segment import LogSegment, UndoFailedError
 
 DEFAULT_READ_BYTES = 1 << 20
 
@@ -131,6 +133,7 @@ class PartitionLog:
         self._dir_dirty = False
         self._offline: BaseException | None = None
         self._closed = False
+        self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
         self.last_recovery = RecoveryReport(str(directory))
 
     # -- opening ----------------------------------------------------------------------------
@@ -149,7 +152,7 @@ class PartitionLog:
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock)
         if not read_only:
-            path.mkdir(parents=True, exist_ok=True)
+            _make_directory_durably(path)
             log._take_dir_lock()
         elif not path.is_dir():
             raise FileNotFoundError(f"{path}: no such partition directory")
@@ -250,12 +253,13 @@ class PartitionLog:
             header = record_batch.read_header(batch)
             position = self._write(segment, batch, header)
             self._log_end_offset = end = header.next_offset
+            epoch = self._truncations
             flush_due = self.config.durability == "fsync" or (
                 self.config.flush_messages is not None
                 and end - self._recovery_point >= self.config.flush_messages
             )
         if flush_due:
-            self._make_durable(end)
+            self._make_durable(end, epoch)
         return AppendResult(header.base_offset, header.last_offset, segment.base_offset,
                             position, len(batch), header.max_timestamp)
 
@@ -270,11 +274,16 @@ class PartitionLog:
     def _write(self, segment: LogSegment, batch: bytearray, header: BatchHeader) -> int:
         try:
             return segment.append(batch, header)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(self.directory, exc, "appending a batch") from exc
-            self._offline = exc  # the undo itself may have failed: trust nothing in memory
-            raise LogOfflineError(self.directory, exc) from exc
+        except UndoFailedError as exc:
+            raise self._go_offline(exc) from exc
+        except OSError as exc:  # undone: the segment is as it was
+            error = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
+            raise error(self.directory, exc, "appending a batch") from exc
+
+    def _go_offline(self, exc: BaseException) -> LogOfflineError:
+        """Refuse every later write: the files and the in-memory state may disagree."""
+        self._offline = exc
+        return LogOfflineError(self.directory, exc)
 
     def _maybe_roll(self, batch_size: int, header: BatchHeader) -> LogSegment:
         segment = self._segments[-1]
@@ -291,8 +300,8 @@ class PartitionLog:
 
     def roll(self) -> None:
         """Start a new segment now (if the active one is not empty)."""
-        self._check_writable()
         with self._lock:
+            self._check_writable()
             if self._segments[-1].size:
                 self._roll()
 
@@ -308,7 +317,11 @@ class PartitionLog:
         except OSError as exc:
             error = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
             raise error(self.directory, exc, "rolling to a new segment") from exc
-        self._segments[-1].on_become_inactive()
+        try:
+            self._segments[-1].on_become_inactive()
+        except OSError as exc:  # an fsync of the sealed segment failed
+            new.delete_files()
+            raise self._go_offline(exc) from exc
         self._set_segments(self._segments + (new,))
         self._dir_dirty = True
         return new
@@ -328,28 +341,34 @@ class PartitionLog:
                 self._flushing = False
                 self._flush_cond.notify_all()
 
-    def _make_durable(self, end: int) -> None:
-        """Return once offsets below `end` are on disk; one fsync serves all waiting appenders."""
-        with self._flush_cond:
-            while self._recovery_point < end:
-                if self._offline is not None:
-                    raise LogOfflineError(self.directory, self._offline)
-                if not self._flushing:
-                    self._flushing = True
-                    break
-                self._flush_cond.wait()
-            else:
-                return
-        try:
-            self._flush_written()
-        finally:
+    def _make_durable(self, end: int, epoch: int) -> None:
+        """Return once offsets below `end` (written in truncation epoch `epoch`) are on disk;
+        one fsync serves all waiting appenders."""
+        while True:
             with self._flush_cond:
-                self._flushing = False
-                self._flush_cond.notify_all()
+                while self._recovery_point < end or self._truncations != epoch:
+                    if self._truncations != epoch:
+                        raise StorageError(self.directory, OSError("truncated meanwhile"),
+                                           "committing a batch a concurrent truncate_to removed")
+                    if self._offline is not None:
+                        raise LogOfflineError(self.directory, self._offline)
+                    if not self._flushing:
+                        self._flushing = True
+                        break
+                    self._flush_cond.wait()
+                else:
+                    return
+            try:
+                self._flush_written()
+            finally:
+                with self._flush_cond:
+                    self._flushing = False
+                    self._flush_cond.notify_all()
 
     def _flush_written(self) -> None:
         """fsync everything written so far. Caller holds the flush slot, not the lock."""
         with self._lock:
+            self._check_writable()
             end = self._log_end_offset
             dirty = [seg for seg in self._segments if seg.dirty]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
@@ -359,20 +378,21 @@ class PartitionLog:
             if dir_dirty:
                 fsync_directory(self.directory)
         except OSError as exc:
-            self._fail_flush(exc)
-            raise LogOfflineError(self.directory, exc) from exc
+            error = self._go_offline(exc)
+            self._cut_unflushed()
+            raise error from exc
         with self._lock:
             self._recovery_point = max(self._recovery_point, end)
             self._last_flush_ms = self._now_ms()
 
-    def _fail_flush(self, exc: OSError) -> None:
-        """After a failed fsync: go offline and try to cut what was never made durable."""
-        self._offline = exc
+    def _cut_unflushed(self) -> None:
+        """After a failed fsync, best effort: cut each segment back to its durable bytes, so a
+        batch whose commit failed does not come back after a reopen."""
         with self._lock:
             for seg in self._segments:
-                if seg.flushed_size < seg.size:
+                if seg.durable_size < seg.size:
                     try:
-                        os.ftruncate(seg._fd, max(seg.flushed_size, 0))
+                        os.ftruncate(seg._fd, seg.durable_size)
                         os.fsync(seg._fd)
                     except OSError:
                         pass
@@ -380,7 +400,9 @@ class PartitionLog:
     def flush(self) -> None:
         """Make everything appended so far durable (Kafka's explicit flush)."""
         self._check_writable()
-        self._make_durable(self._log_end_offset)
+        with self._lock:
+            end, epoch = self._log_end_offset, self._truncations
+        self._make_durable(end, epoch)
 
     def flush_if_due(self) -> bool:
         """The scheduler's hook: flush when flush_ms passed, persist the recovery point when
@@ -400,13 +422,17 @@ class PartitionLog:
         return flushed
 
     def checkpoint_recovery_point(self) -> None:
-        """Persist the log start offset and recovery point to log.state now."""
-        self._check_writable()
-        with self._flush_slot():
-            for seg in self._segments:  # indexes up to the recovery point on disk too
-                seg.offset_index.flush()
-                seg.time_index.flush()
-            self._write_state(clean=False)
+        """Persist the log start offset and recovery point to log.state now, after the
+        indexes of everything below the recovery point (a reopen trusts those)."""
+        with self._flush_slot(), self._lock:
+            self._check_writable()
+            try:
+                for seg in self._segments:
+                    seg.offset_index.flush()
+                    seg.time_index.flush()
+                self._write_state(clean=False)
+            except OSError as exc:
+                raise self._go_offline(exc) from exc
 
     def _write_state(self, clean: bool) -> None:
         with self._state_lock:  # one writer of log.state.tmp at a time
@@ -539,8 +565,8 @@ class PartitionLog:
         (default: the high watermark); never the active segment. Crash-safe: the log start
         offset is persisted first, then the files are renamed to .deleted and unlinked after
         file_delete_delay_ms, so reads in flight finish."""
-        self._check_writable()
         with self._lock:
+            self._check_writable()
             limit = self.high_watermark if limit_offset is None else min(limit_offset,
                                                                          self.high_watermark)
             doomed = self._retention_candidates(self._now_ms(), limit)
@@ -553,8 +579,8 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> RetentionResult:
         """Raise the log start offset to `offset` (Kafka DeleteRecords) and delete the
         segments wholly below it."""
-        self._check_writable()
         with self._lock:
+            self._check_writable()
             if not self._log_start_offset <= offset <= self.high_watermark:
                 raise OffsetOutOfRangeError(offset, self._log_start_offset, self.high_watermark)
             self._log_start_offset = offset
@@ -564,19 +590,23 @@ class PartitionLog:
         return result
 
     def _delete_segments(self, doomed: list[LogSegment]) -> RetentionResult:
-        """Persist the new log start, then unlink `doomed` from the log. Caller holds the lock."""
+        """Persist the new log start, then unlink `doomed` from the log. Caller holds the lock.
+        An I/O error part way takes the log offline; the next open finishes the job."""
         if doomed:
             remaining = self._segments[len(doomed):]
             self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
-        self._write_state(clean=False)
+            self._set_segments(remaining)
         deadline = self._now_ms() + self.config.file_delete_delay_ms
-        for segment in doomed:
-            segment.rename_to_deleted()
-            segment.delete_after_ms = deadline
-            self._pending_deletes.append(segment)
-        if doomed:
-            self._set_segments(self._segments[len(doomed):])
-            fsync_directory(self.directory)
+        try:
+            self._write_state(clean=False)
+            for segment in doomed:
+                segment.rename_to_deleted()
+                segment.delete_after_ms = deadline
+                self._pending_deletes.append(segment)
+            if doomed:
+                fsync_directory(self.directory)
+        except OSError as exc:
+            raise self._go_offline(exc) from exc
         return RetentionResult(
             [s.base_offset for s in doomed], [], sum(s.size for s in doomed),
             sum(s.next_offset - s.base_offset for s in doomed), self._log_start_offset)
@@ -587,7 +617,11 @@ class PartitionLog:
         with self._flush_slot():
             due = [s for s in self._pending_deletes if force or s.delete_after_ms <= now]
             for segment in due:
-                segment.delete_files()
+                try:
+                    segment.delete_files()
+                except OSError as exc:  # kept pending: tried again next time, or on open
+                    raise StorageError(self.directory, exc, "unlinking a deleted segment") \
+                        from exc
                 self._pending_deletes.remove(segment)
         return len(due)
 
@@ -595,27 +629,36 @@ class PartitionLog:
         """Remove every event at or after `offset`. As in Kafka, the cut falls at the start of
         the batch holding `offset`. Returns the new log end offset. Not for use while
         readers are reading above `offset`."""
-        self._check_writable()
         with self._flush_slot(), self._lock:
+            self._check_writable()
             if offset >= self._log_end_offset:
                 return self._log_end_offset
             if offset < self._log_start_offset:
                 raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
-            keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
-            for segment in self._segments[len(keep):]:
-                segment.delete_files()
-            segment = keep[-1]
-            position = segment.find_position(offset, segment.size)
-            if position is not None:
-                segment.truncate_file(position)
-            self._set_segments(keep)
-            segment.flush()
-            fsync_directory(self.directory)
-            self._log_end_offset = segment.next_offset
-            self._recovery_point = min(self._recovery_point, self._log_end_offset)
-            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
-            self._write_state(clean=False)
+            self._truncations += 1  # appenders still waiting for an fsync must not succeed
+            try:
+                self._truncate(offset)
+            except OSError as exc:
+                raise self._go_offline(exc) from exc
             return self._log_end_offset
+
+    def _truncate(self, offset: int) -> None:
+        """truncate_to's file work; the in-memory offsets follow the files at each step."""
+        keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
+        doomed = self._segments[len(keep):]
+        self._set_segments(keep)
+        segment = keep[-1]
+        position = segment.find_position(offset, segment.size)
+        if position is not None:
+            segment.truncate_file(position)
+        self._log_end_offset = segment.next_offset
+        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+        for dropped in doomed:
+            dropped.delete_files()
+        segment.flush()
+        fsync_directory(self.directory)
+        self._write_state(clean=False)
 
     # -- status -----------------------------------------------------------------------------
     def segment_infos(self) -> list[SegmentInfo]:
@@ -659,25 +702,44 @@ class PartitionLog:
         """Flush, trim, fsync and mark the shutdown clean, in that order; release the lock."""
         if self._closed:
             return
-        try:
-            if not self.read_only and self._offline is None:
-                self._close_cleanly()
-        finally:
-            self._closed = True
-            for segment in self._segments + tuple(self._pending_deletes):
-                segment.close()
-            self._release_dir_lock()
+        with self._flush_slot(), self._lock:  # no append, flush or retention runs meanwhile
+            if self._closed:
+                return
+            try:
+                if not self.read_only and self._offline is None:
+                    self._close_cleanly()
+            except OSError as exc:
+                raise self._go_offline(exc) from exc  # no clean flag: the next open recovers
+            finally:
+                self._closed = True
+                for segment in self._segments + tuple(self._pending_deletes):
+                    segment.close()
+                self._release_dir_lock()
 
     def _close_cleanly(self) -> None:
-        with self._flush_slot(), self._lock:
-            active = self._segments[-1]
-            active.add_final_time_entry()
-            active.trim()
-            for segment in self._segments:
-                segment.flush()
-            for segment in self._pending_deletes:
-                segment.delete_files()
-            self._pending_deletes.clear()
-            fsync_directory(self.directory)
-            self._recovery_point = self._log_end_offset
-            self._write_state(clean=True)
+        """Trim, fsync files and directory, then write the clean flag. Caller holds the flush
+        slot and the lock."""
+        active = self._segments[-1]
+        active.add_final_time_entry()
+        active.trim()
+        for segment in self._segments:
+            segment.flush()
+        for segment in self._pending_deletes:
+            segment.delete_files()
+        self._pending_deletes.clear()
+        fsync_directory(self.directory)
+        self._recovery_point = self._log_end_offset
+        self._write_state(clean=True)
+
+
+def _make_directory_durably(path: Path) -> None:
+    """Create `path` and its missing parents, fsyncing each new entry's parent directory, so a
+    power loss cannot take a partition directory whose commits already returned."""
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    path.mkdir(parents=True, exist_ok=True)
+    for created in reversed(missing):
+        fsync_directory(created.parent)

@@ -19,7 +19,9 @@ Load sequence:
   5. Later segments are kept after a truncation (Kafka deletes them): their
      batches were committed, and the missing offsets are reported as a gap.
   6. At least one segment exists; after recovery everything is fsynced and the
-     recovery point is the log end.
+     recovery point is the log end. If the log now ends below what log.state knew
+     was on disk, the loss is reported and the log continues after the hole: an
+     offset once committed is never handed out again.
 A reader (writable=False) never writes and takes no lock: it gets a snapshot of the
 valid prefix of each segment as the files hold it at open time, including batches whose
 writer has not returned from fsync yet (what kafka-dump-log shows). Live readers in other
@@ -117,13 +119,22 @@ def load(
 
     if writable:
         segments = _drop_unneeded(segments, log_start, report)
-    _report_gaps(segments, report)
+    _report_gaps(segments, report, log_start)
     if writable and not segments:
         segments.append(LogSegment.create(
             directory, log_start, index_max_bytes=config.segment_index_bytes,
             index_interval_bytes=config.index_interval_bytes,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0))
     log_end = segments[-1].next_offset if segments else log_start
+    known_end = _report_lost_end(directory, state, clean, log_end, report)
+    if writable and known_end > log_end:
+        # never hand out again an offset that was committed once: start after the hole
+        if segments[-1].size == 0:
+            segments.pop().delete_files()
+        segments.append(LogSegment.create(
+            directory, known_end, index_max_bytes=config.segment_index_bytes,
+            index_interval_bytes=config.index_interval_bytes))
+        log_end = known_end
 
     if writable:
         for seg in segments[:-1]:
@@ -165,16 +176,15 @@ def _delete_strays(directory: Path, report: RecoveryReport) -> None:
 
 def _load_trusted(seg: LogSegment, report: RecoveryReport, expected_end: int | None) -> None:
     problem = seg.load_clean()
+    if problem is not None and problem[0] == "index":
+        report.add(RecoveryAction(INDEX_REBUILT, str(seg.offset_index.path), problem[1]))
+        scan = seg.rebuild_indexes()
+        problem = None if scan.problem is None else ("log", scan.problem.reason)
     if problem is None and expected_end is not None and seg.next_offset != expected_end:
         problem = ("end", f"log ends at offset {seg.next_offset}, log.state says {expected_end}")
     if problem is None:
         return
-    what, why = problem
-    if what == "index":
-        seg.rebuild_indexes()
-        report.add(RecoveryAction(INDEX_REBUILT, str(seg.offset_index.path), why))
-        return
-    report.add(RecoveryAction(LOG_END_MISMATCH, str(seg.log_path), why))
+    report.add(RecoveryAction(LOG_END_MISMATCH, str(seg.log_path), problem[1]))
     _recover(seg, seg.base_offset, report)
 
 
@@ -213,10 +223,31 @@ def _drop_unneeded(
     return kept
 
 
-def _report_gaps(segments: list[LogSegment], report: RecoveryReport) -> None:
+def _report_gaps(segments: list[LogSegment], report: RecoveryReport, log_start: int) -> None:
+    if segments and segments[0].base_offset > log_start:
+        first = segments[0]
+        report.add(RecoveryAction(
+            GAP, str(first.log_path),
+            f"offsets {log_start}..{first.base_offset - 1} after the log start are missing",
+            first_offset_lost=log_start, next_offset_kept=first.base_offset))
     for seg, nxt in zip(segments, segments[1:], strict=False):
         if seg.next_offset != nxt.base_offset:
             report.add(RecoveryAction(
                 GAP, str(nxt.log_path),
                 f"offsets {seg.next_offset}..{nxt.base_offset - 1} are missing",
                 first_offset_lost=seg.next_offset, next_offset_kept=nxt.base_offset))
+
+
+def _report_lost_end(directory: Path, state: LogState | None, clean: bool, log_end: int,
+                     report: RecoveryReport) -> int:
+    """Report a log that ends below what log.state knew was on disk (a damaged or lost
+    segment file); return the end offset log.state knew of."""
+    if state is None:
+        return log_end
+    known = state.log_end_offset if clean else state.recovery_point
+    if log_end < known:
+        report.add(RecoveryAction(
+            GAP, str(directory),
+            f"the log ends at offset {log_end}, but offsets up to {known - 1} were on disk; "
+            f"the next offset is {known}", first_offset_lost=log_end, next_offset_kept=known))
+    return known

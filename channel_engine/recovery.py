@@ -6,11 +6,12 @@ from typing import Any
 
 # Kinds of action, and whether they lose bytes that once were written
 TRUNCATED = "truncated"              # invalid or partial batch and everything after it cut
-ZERO_TAIL_CUT = "zero_tail_cut"      # preallocated / never-written zeros cut: no data lost
+ZERO_TAIL_CUT = "zero_tail_cut"      # zeros after the last batch cut: preallocated space, or
+                                     # pages never flushed (within the policy-mode window)
 INDEX_REBUILT = "index_rebuilt"      # derived data rewritten from the log: no data lost
 STRAY_FILE_DELETED = "stray_file_deleted"    # .deleted, .tmp, index without a .log
 SEGMENT_DELETED = "segment_deleted"  # wholly below the log start offset (retention finished)
-GAP = "gap"                          # offsets missing between two segments after a truncation
+GAP = "gap"                          # offsets missing before, between or after segments
 LOG_END_MISMATCH = "log_end_mismatch"  # a 'clean' log whose end disagrees with log.state
 
 

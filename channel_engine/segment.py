@@ -50,6 +50,10 @@ READ_CHUNK = 1 << 20
 NO_TIMESTAMP = -1
 
 
+class UndoFailedError(Exception):
+    """A failed write could not be undone: bytes past the valid end are unknown."""
+
+
 @dataclass(frozen=True)
 class ScanResult:
     """How a walk over a segment's batches ended."""
@@ -92,7 +96,8 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset - 1
         self.first_batch_timestamp: int | None = None
         self.bytes_since_last_index_entry = 0
-        self.flushed_size = 0
+        self.durable_size = 0  # valid bytes known to be on disk (fdatasync returned)
+        self._length_dirty = False  # the file was created, trimmed or cut since the last sync
         self.deleted = False
         self.delete_after_ms = 0
 
@@ -120,7 +125,7 @@ class LogSegment:
         except OSError:
             seg.delete_files()  # leave no half-made segment behind to block the next try
             raise
-        seg.flushed_size = -1  # the new file itself must reach the disk on the next flush
+        seg._length_dirty = True  # the new file itself must reach the disk on the next flush
         return seg
 
     @classmethod
@@ -142,7 +147,7 @@ class LogSegment:
 
     def load_clean(self) -> tuple[str, str] | None:
         """Open as left by a clean close; return (what, why) is wrong (index or log), or None."""
-        self.size = self.flushed_size = self.file_size
+        self.size = self.durable_size = self.file_size
         try:
             self.offset_index.load()
             self.time_index.load()
@@ -208,7 +213,7 @@ class LogSegment:
         if self.file_size != result.valid_bytes and self.writable:
             os.ftruncate(self._fd, result.valid_bytes)
             self.file_size = result.valid_bytes
-            self.flushed_size = -1
+            self._length_dirty = True
         return result
 
     def scan(self, limit: int, verify_from: int | None) -> ScanResult:
@@ -231,7 +236,7 @@ class LogSegment:
                     self._track(header, position)
                     position += header.size
                     batches += 1
-        self.flushed_size = min(self.flushed_size, self.size)
+        self.durable_size = min(self.durable_size, self.size)
         return ScanResult(self.size, batches, problem)
 
     def _reset(self) -> None:
@@ -251,8 +256,12 @@ class LogSegment:
         position = self.size
         try:
             _pwrite_all(self._fd, batch, position)
-        except OSError:
-            self._undo_write(position, len(batch))
+        except OSError as exc:
+            try:
+                self._undo_write(position, len(batch))
+            except OSError as undo:
+                raise UndoFailedError(f"{self.log_path}: cannot undo a failed write at byte "
+                                      f"{position} ({undo}) after: {exc}") from exc
             raise
         self._track(header, position)
         self.file_size = max(self.file_size, self.size)
@@ -303,20 +312,25 @@ class LogSegment:
         if self.writable and self.file_size > self.size:
             os.ftruncate(self._fd, self.size)
             self.file_size = self.size
-            self.flushed_size = -1
+            self._length_dirty = True
 
     # -- durability -------------------------------------------------------------------------
     @property
     def dirty(self) -> bool:
         """True if bytes or file length changed since the last flush."""
-        return self.flushed_size != self.size
+        return self._length_dirty or self.durable_size != self.size
 
     def flush_data(self) -> None:
         """fdatasync the log file if its bytes or length changed (the commit path)."""
-        size = self.size
-        if self.flushed_size != size:
-            os.fdatasync(self._fd)
-            self.flushed_size = size
+        size, length_dirty = self.size, self._length_dirty
+        if length_dirty or self.durable_size != size:
+            self._length_dirty = False  # before the sync: a trim during it marks it again
+            try:
+                os.fdatasync(self._fd)
+            except BaseException:
+                self._length_dirty = self._length_dirty or length_dirty
+                raise
+            self.durable_size = size
 
     def flush(self) -> None:
         """fdatasync the log and fsync the indexes if anything changed.
@@ -415,7 +429,7 @@ class LogSegment:
         """Cut the data file at `position` (a batch boundary); rescan to rebuild the rest."""
         os.ftruncate(self._fd, position)
         self.file_size = position
-        self.flushed_size = -1
+        self._length_dirty = True
         self.scan(position, verify_from=None)
 
     def __repr__(self) -> str:

@@ -140,10 +140,14 @@ def test_it_truncates_a_file_cut_mid_batch(tmp_path: Path) -> None:
 
     with PartitionLog.open(tmp_path, CONFIG) as log:  # log.state says clean: the end disagrees
         kinds = [a.kind for a in log.last_recovery.actions]
-        assert LOG_END_MISMATCH in kinds and TRUNCATED in kinds
-        assert log.log_end_offset == len(bodies) - 5
-    assert bodies_in(tmp_path) == bodies[:-5]
-    assert verify(tmp_path)[0] == 0
+        assert LOG_END_MISMATCH in kinds and TRUNCATED in kinds and GAP in kinds
+        assert log.last_recovery.lost_data
+        # the lost batch's offsets were committed once: they are never handed out again
+        assert log.log_end_offset == len(bodies)
+        assert log.append([PendingEvent(b"after")]).first_offset == len(bodies)
+    assert bodies_in(tmp_path) == bodies[:-5] + [b"after"]
+    status, text = verify(tmp_path)
+    assert status == 1 and f"offsets {len(bodies) - 5}..{len(bodies) - 1} are missing" in text
 
 
 @pytest.mark.parametrize("damage", ["deleted", "garbage", "stale", "odd_size"])

@@ -114,3 +114,72 @@ def test_a_failed_fsync_takes_the_log_offline_and_a_reopen_recovers(
         assert not log.last_recovery.clean_shutdown
     # the committed batch survives; the one whose fsync failed was cut, never half there
     assert bodies == [e.body for e in events(4, "a")]
+
+
+def test_a_failed_fsync_after_a_roll_never_cuts_a_committed_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = LogConfig(preallocate=True, segment_bytes=4096)
+    log = PartitionLog.open(tmp_path, config)
+    for i in range(5):
+        log.append([PendingEvent(b"x%d" % i * 100, timestamp=1_000)])
+    fail_once(monkeypatch, "fdatasync", errno.EIO)  # the roll's first sync: the sealed segment
+    with pytest.raises(LogOfflineError):
+        log.append([PendingEvent(b"y" * 3000, timestamp=1_000)])
+    log.close()
+    with PartitionLog.open(tmp_path, config) as log:
+        assert [e.body for e in log.iter_events(0)] == [b"x%d" % i * 100 for i in range(5)]
+        assert not log.last_recovery.lost_data
+
+
+def test_a_failed_truncation_takes_the_log_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = PartitionLog.open(tmp_path)
+    for i in range(4):
+        log.append(events(1, f"t{i}"))
+    monkeypatch.setattr("channel_engine.log.fsync_directory",
+                        lambda path: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    with pytest.raises(LogOfflineError):
+        log.truncate_to(2)
+    with pytest.raises(LogOfflineError):
+        log.append(events(1, "late"))
+    monkeypatch.undo()
+    log.close()
+    with PartitionLog.open(tmp_path) as log:
+        offsets = [e.offset for e in log.iter_events(0)]
+        assert offsets == list(range(len(offsets))) and offsets[:2] == [0, 1]
+
+
+def test_close_racing_appenders_leaves_a_clean_log_with_every_acknowledged_event(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=8192))
+    acknowledged: list[int] = []
+    stop = threading.Event()
+
+    def appender(tag: int) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                result = log.append(events(3, f"{tag}-{n}-"))
+            except Exception:  # closed under us: what matters is what was acknowledged
+                return
+            acknowledged.extend(range(result.first_offset, result.last_offset + 1))
+            n += 1
+
+    threads = [threading.Thread(target=appender, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    while len(acknowledged) < 300:
+        pass
+    log.close()
+    stop.set()
+    for thread in threads:
+        thread.join()
+    with PartitionLog.open(tmp_path, LogConfig(segment_bytes=8192)) as log:
+        assert log.last_recovery.clean_shutdown and not log.last_recovery.actions
+        present = {e.offset for e in log.iter_events(0)}
+    assert set(acknowledged) <= present

@@ -1,0 +1,109 @@
+"""Opening a partition directory: what log_loader does with leftovers, lost files and
+damage that a clean shutdown marker does not cover."""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from channel_engine import LogConfig, PartitionLog, PendingEvent
+from channel_engine.recovery import (
+    GAP,
+    INDEX_REBUILT,
+    SEGMENT_DELETED,
+    STRAY_FILE_DELETED,
+    TRUNCATED,
+)
+
+CONFIG = LogConfig(segment_bytes=2048)
+
+
+def write(directory: Path, n: int, config: LogConfig = CONFIG) -> PartitionLog:
+    log = PartitionLog.open(directory, config)
+    for i in range(n):
+        log.append([PendingEvent(b"e%03d" % i * 12, timestamp=1_000 + i)])
+    return log
+
+
+def crash(log: PartitionLog) -> None:
+    """What kill -9 leaves: no trim, no clean flag, the OS drops the lock."""
+    log._release_dir_lock()
+    for segment in log.segments:
+        segment.close()
+
+
+def test_it_continues_after_a_lost_last_segment_without_reusing_offsets(tmp_path: Path) -> None:
+    log = write(tmp_path, 40)
+    log.checkpoint_recovery_point()
+    known = log.recovery_point
+    crash(log)
+    last = sorted(tmp_path.glob("*.log"))[-1]
+    for suffix in (".log", ".index", ".timeindex"):
+        last.with_suffix(suffix).unlink()
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        report = log.last_recovery
+        assert report.lost_data and any(a.kind == GAP for a in report.actions)
+        assert log.log_end_offset == known
+        assert log.append([PendingEvent(b"new")]).first_offset == known
+
+
+def test_it_reports_missing_offsets_between_log_start_and_the_first_segment(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, 40).close()
+    first = sorted(tmp_path.glob("*.log"))[0]
+    for suffix in (".log", ".index", ".timeindex"):
+        first.with_suffix(suffix).unlink()
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        [gap] = [a for a in log.last_recovery.actions if a.kind == GAP]
+        assert gap.first_offset_lost == 0 and gap.next_offset_kept == log.segments[0].base_offset
+
+
+def test_it_finishes_a_retention_that_crashed_after_raising_the_log_start(
+    tmp_path: Path,
+) -> None:
+    log = write(tmp_path, 40)
+    second = log.segments[1].base_offset
+    log._log_start_offset = second  # log.state written, files not yet renamed: then kill -9
+    log._write_state(clean=False)
+    crash(log)
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        assert [a.kind for a in log.last_recovery.actions] == [SEGMENT_DELETED]
+        assert log.log_start_offset == second and log.segments[0].base_offset == second
+        assert next(log.iter_events(second)).offset == second
+
+
+def test_it_deletes_leftover_files(tmp_path: Path) -> None:
+    write(tmp_path, 40).close()
+    (tmp_path / "00000000000000000000.log.deleted").write_bytes(b"old")
+    (tmp_path / "log.state.tmp").write_bytes(b"half")
+    (tmp_path / "00000000000000999999.index").write_bytes(b"")
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        stray = [a.path for a in log.last_recovery.actions if a.kind == STRAY_FILE_DELETED]
+        assert len(stray) == 2 and log.log_end_offset == 40  # log.state.tmp: replaced by use
+    assert not list(tmp_path.glob("*.deleted")) and not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_rebuilt_index_that_meets_a_bad_batch_recovers_and_reports_it(tmp_path: Path) -> None:
+    write(tmp_path, 6, LogConfig()).close()
+    log_file = tmp_path / "00000000000000000000.log"
+    data = bytearray(log_file.read_bytes())
+    second = struct.unpack_from(">i", data, 8)[0] + 12
+    data[second + 16] = 9  # magic of the second batch
+    log_file.write_bytes(bytes(data))
+    (tmp_path / "00000000000000000000.index").unlink()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        kinds = [a.kind for a in log.last_recovery.actions]
+        assert INDEX_REBUILT in kinds and TRUNCATED in kinds and log.last_recovery.lost_data
+        assert log.append([PendingEvent(b"new")]).first_offset == 6
+
+
+def test_a_read_only_open_changes_nothing(tmp_path: Path) -> None:
+    log = write(tmp_path, 40, CONFIG.replace(preallocate=True))
+    crash(log)
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    with PartitionLog.open(tmp_path, CONFIG, read_only=True) as reader:
+        assert [e.offset for e in reader.iter_events(0)] == list(range(40))
+    after = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
+    assert before == after
+    assert os.path.exists(tmp_path / "log.state")
