@@ -46,6 +46,7 @@ from channel_engine.filenames import (
     LOG_SUFFIX,
     TMP_SUFFIX,
     parse_segment_file,
+    segment_file,
 )
 from channel_engine.log_state import LogState
 from channel_engine.recovery import (
@@ -168,7 +169,7 @@ def _delete_strays(directory: Path, report: RecoveryReport) -> None:
     logs = {base for base, suffix in files if suffix == LOG_SUFFIX}
     stray = [directory / name for name in os.listdir(directory)
              if name.endswith((DELETED_SUFFIX, TMP_SUFFIX))]
-    stray += [directory / f"{base:020d}{suffix}" for base, suffix in files if base not in logs]
+    stray += [segment_file(directory, base, suffix) for base, suffix in files if base not in logs]
     for path in stray:
         path.unlink(missing_ok=True)
         report.add(RecoveryAction(STRAY_FILE_DELETED, str(path), "left over from an earlier run"))
