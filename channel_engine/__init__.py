@@ -4,6 +4,7 @@ A partition is a Kafka-format log (segments of record batches v2 with sparse
 offset and time indexes); channels, transactions and checkpoints build on it.
 See FORMAT.md for the files on disk.
 """
+from channel_engine.channel_config import ChannelConfig
 from channel_engine.config import LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AppendResult",
     "BatchTooLargeError",
+    "ChannelConfig",
     "ChannelEngineError",
     "ConfigError",
     "CorruptIndexError",

@@ -1,0 +1,225 @@
+"""ChannelConfig: every setting of a channel, defined once with its default, check and doc.
+
+A channel (Flume's FileChannel) is 1..N partition logs spread round-robin over its
+data_dirs (Flume dataDirs, Kafka log.dirs), with its queue checkpoints in
+checkpoint_dir (its *home*, where this config is saved as channel.json) and, with
+use_dual_checkpoints, a backup copy in backup_checkpoint_dir. Defaults follow
+Flume's FileChannel where Flume has the setting (capacity 1,000,000,
+transactionCapacity 10,000, keep-alive 3 s, minimumRequiredSpace 500 MB,
+checkpointInterval 30 s) and Kafka's log settings for the log layer, except
+retention: a channel never drops untaken events unless retention_ms or
+retention_bytes opts in (a Flume user expects a queue, not a log with expiry).
+
+channel.json (the home's copy of the config):
+
+    field      type     meaning
+    ---------  -------  ------------------------------------------------------
+    format     string   "weir-channel-config"
+    version    int      1
+    name       string   the channel name
+    data_dirs  [string] absolute directories holding the partition logs
+    ...        ...      every other setting of this class, by name
+
+Partition i lives in data_dirs[i % len(data_dirs)] / "<name>-<i>", Kafka's
+"<topic>-<partition>" directory name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from channel_engine.atomic_file import write_atomically
+from channel_engine.config import DAY_MS, LogConfig
+from channel_engine.errors import ConfigError
+
+CONFIG_FILE = "channel.json"
+FORMAT = "weir-channel-config"
+VERSION = 1
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,199}$")
+# The settings that ChannelConfig hands straight to each partition's LogConfig.
+LOG_SETTINGS = ("durability", "flush_messages", "flush_ms", "segment_bytes", "segment_ms",
+                "index_interval_bytes", "preallocate", "retention_ms", "retention_bytes",
+                "compression")
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """Settings of one channel. Frozen: build a new one with `replace()`."""
+
+    name: str = field(metadata=_doc("Channel name: [a-z0-9][a-z0-9_-]*, at most 200 characters."))
+    data_dirs: tuple[str, ...] = field(metadata=_doc(
+        "Absolute directories for the partition logs, used round-robin (Flume dataDirs)."))
+    checkpoint_dir: str = field(metadata=_doc(
+        "Absolute directory for the queue checkpoint and channel.json: the channel's home."))
+    partitions: int = field(default=1, metadata=_doc(
+        "Number of partition logs; events go by key hash, or round-robin without a key."))
+    capacity: int = field(default=1_000_000, metadata=_doc(
+        "Most committed, untaken events the channel holds (Flume capacity). Changing it "
+        "needs no rebuild."))
+    transaction_capacity: int = field(default=10_000, metadata=_doc(
+        "Most events one put or take transaction may hold (Flume transactionCapacity)."))
+    keep_alive_ms: int = field(default=3_000, metadata=_doc(
+        "How long a put waits for room in a full channel before failing (Flume keep-alive)."))
+    minimum_required_space: int = field(default=524_288_000, metadata=_doc(
+        "Puts fail, writing nothing, when a data or checkpoint dir has less free space than "
+        "this many bytes (Flume minimumRequiredSpace)."))
+    checkpoint_interval_ms: int = field(default=30_000, metadata=_doc(
+        "Time between queue checkpoints (Flume checkpointInterval)."))
+    checkpoint_on_close: bool = field(default=True, metadata=_doc(
+        "Write a checkpoint when the channel closes (Flume checkpointOnClose)."))
+    use_dual_checkpoints: bool = field(default=False, metadata=_doc(
+        "Copy each checkpoint to backup_checkpoint_dir (Flume useDualCheckpoints)."))
+    backup_checkpoint_dir: str | None = field(default=None, metadata=_doc(
+        "Absolute directory for the backup checkpoint; required with use_dual_checkpoints and "
+        "different from checkpoint_dir (Flume backupCheckpointDir)."))
+    durability: str = field(default="fsync", metadata=LogConfig.__dataclass_fields__[
+        "durability"].metadata)
+    flush_messages: int | None = field(default=None, metadata=LogConfig.__dataclass_fields__[
+        "flush_messages"].metadata)
+    flush_ms: int | None = field(default=None, metadata=LogConfig.__dataclass_fields__[
+        "flush_ms"].metadata)
+    segment_bytes: int = field(default=1024**3, metadata=LogConfig.__dataclass_fields__[
+        "segment_bytes"].metadata)
+    segment_ms: int = field(default=7 * DAY_MS, metadata=LogConfig.__dataclass_fields__[
+        "segment_ms"].metadata)
+    index_interval_bytes: int = field(default=4096, metadata=LogConfig.__dataclass_fields__[
+        "index_interval_bytes"].metadata)
+    preallocate: bool = field(default=False, metadata=LogConfig.__dataclass_fields__[
+        "preallocate"].metadata)
+    retention_ms: int = field(default=-1, metadata=_doc(
+        "Opt in to dropping untaken events older than this (-1: never; taken segments are "
+        "deleted anyway). Every dropped event is counted."))
+    retention_bytes: int = field(default=-1, metadata=_doc(
+        "Opt in to dropping the oldest untaken events while a partition is larger than this "
+        "(-1: never). Every dropped event is counted."))
+    compression: str = field(default="none", metadata=LogConfig.__dataclass_fields__[
+        "compression"].metadata)
+    encryption_key_file: str | None = field(default=None, metadata=_doc(
+        "Absolute path of the key file (key id -> AES-256 key) for encryption at rest; "
+        "None: no encryption."))
+    encryption_active_key: str | None = field(default=None, metadata=_doc(
+        "Key id used for new batches; older keys in the file stay readable (key rotation)."))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data_dirs, (list, str)):
+            dirs = [self.data_dirs] if isinstance(self.data_dirs, str) else self.data_dirs
+            object.__setattr__(self, "data_dirs", tuple(str(d) for d in dirs))
+        _check(self)
+        self.log_config()  # the log layer checks its own settings, naming the field
+
+    def replace(self, **changes: Any) -> ChannelConfig:
+        """Return a copy with some settings changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def log_config(self) -> LogConfig:
+        """The LogConfig every partition of this channel uses."""
+        return LogConfig(**{name: getattr(self, name) for name in LOG_SETTINGS})
+
+    def partition_dir(self, partition: int) -> Path:
+        """Directory of one partition log: round-robin over data_dirs."""
+        return Path(self.data_dirs[partition % len(self.data_dirs)]) / f"{self.name}-{partition}"
+
+    @property
+    def home(self) -> Path:
+        """The channel's home: its checkpoint_dir, where channel.json lives."""
+        return Path(self.checkpoint_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable settings."""
+        out = dataclasses.asdict(self)
+        out["data_dirs"] = list(self.data_dirs)
+        return out
+
+    def save(self) -> Path:
+        """Write channel.json into the home, atomically; return its path."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        path = self.home / CONFIG_FILE
+        document = {"format": FORMAT, "version": VERSION, **self.to_dict()}
+        write_atomically(path, (json.dumps(document, indent=2) + "\n").encode())
+        return path
+
+    @classmethod
+    def load(cls, home: str | Path) -> ChannelConfig:
+        """Read channel.json from a channel's home (or the file itself)."""
+        path = Path(home)
+        if path.is_dir():
+            path = path / CONFIG_FILE
+        try:
+            document = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError("home", f"{path}: no channel config here") from None
+        except ValueError as exc:
+            raise ConfigError("home", f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(document, dict) or document.pop("format", None) != FORMAT:
+            raise ConfigError("home", f"{path}: not a Weir channel config")
+        version = document.pop("version", None)
+        if version != VERSION:
+            raise ConfigError("version", f"{path}: version {version!r} is not supported")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(document) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"{path}: unknown setting")
+        return cls(**document)
+
+    @classmethod
+    def docs(cls) -> dict[str, str]:
+        """Return each setting's documentation, by name."""
+        return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
+
+
+def _require(ok: bool, name: str, reason: str) -> None:
+    if not ok:
+        raise ConfigError(name, reason)
+
+
+def _check_int(config: ChannelConfig, name: str, low: int, high: int = 2**63 - 1) -> None:
+    value = getattr(config, name)
+    _require(isinstance(value, int) and not isinstance(value, bool), name,
+             f"must be an integer, not {value!r}")
+    _require(low <= value <= high, name, f"must be between {low} and {high}, not {value}")
+
+
+def _check_dir(name: str, value: object) -> None:
+    _require(isinstance(value, str) and Path(value).is_absolute(), name,
+             f"must be an absolute path, not {value!r}")
+
+
+def _check(c: ChannelConfig) -> None:
+    _require(isinstance(c.name, str) and bool(NAME.match(c.name)), "name",
+             f"must match [a-z0-9][a-z0-9_-]* (at most 200 characters), not {c.name!r}")
+    _require(len(c.data_dirs) >= 1, "data_dirs", "needs at least one directory")
+    for d in c.data_dirs:
+        _check_dir("data_dirs", d)
+    _require(len(set(c.data_dirs)) == len(c.data_dirs), "data_dirs", "lists a directory twice")
+    _check_dir("checkpoint_dir", c.checkpoint_dir)
+    _check_int(c, "partitions", 1, 10_000)
+    _check_int(c, "capacity", 1)
+    _check_int(c, "transaction_capacity", 1)
+    _require(c.transaction_capacity <= c.capacity, "transaction_capacity",
+             f"{c.transaction_capacity} must not exceed capacity={c.capacity}")
+    _check_int(c, "keep_alive_ms", 0)
+    _check_int(c, "minimum_required_space", 0)
+    _check_int(c, "checkpoint_interval_ms", 1_000)
+    for name in ("checkpoint_on_close", "use_dual_checkpoints"):
+        _require(isinstance(getattr(c, name), bool), name, "must be true or false")
+    if c.use_dual_checkpoints:
+        _check_dir("backup_checkpoint_dir", c.backup_checkpoint_dir)
+        _require(Path(str(c.backup_checkpoint_dir)) != Path(c.checkpoint_dir),
+                 "backup_checkpoint_dir", "must differ from checkpoint_dir")
+    elif c.backup_checkpoint_dir is not None:
+        _check_dir("backup_checkpoint_dir", c.backup_checkpoint_dir)
+    if c.encryption_key_file is not None:
+        _check_dir("encryption_key_file", c.encryption_key_file)
+        _require(isinstance(c.encryption_active_key, str) and bool(c.encryption_active_key),
+                 "encryption_active_key", "is required with encryption_key_file")
+    else:
+        _require(c.encryption_active_key is None, "encryption_active_key",
+                 "needs encryption_key_file")

@@ -1,0 +1,118 @@
+"""ChannelConfig: defaults, checks naming the field, the partition layout, channel.json."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channel_engine import ConfigError
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+
+
+def config(tmp_path: Path, **settings: Any) -> ChannelConfig:
+    return ChannelConfig("orders", [str(tmp_path / "d1"), str(tmp_path / "d2")],
+                         str(tmp_path / "home"), **settings)
+
+
+def test_it_has_flume_defaults_and_keeps_untaken_events(tmp_path: Path) -> None:
+    c = config(tmp_path)
+    assert (c.capacity, c.transaction_capacity, c.keep_alive_ms) == (1_000_000, 10_000, 3_000)
+    assert (c.minimum_required_space, c.checkpoint_interval_ms) == (524_288_000, 30_000)
+    assert c.durability == "fsync" and c.retention_ms == -1 and c.retention_bytes == -1
+    assert c.log_config().retention_ms == -1
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("name", "Orders"), ("name", "-x"), ("name", ""), ("name", "a/b"),
+    ("data_dirs", []), ("data_dirs", ["relative/dir"]), ("data_dirs", ["/a", "/a"]),
+    ("checkpoint_dir", "cp"),
+    ("partitions", 0), ("partitions", "2"), ("partitions", True),
+    ("capacity", 0), ("transaction_capacity", 0), ("transaction_capacity", 2_000_000),
+    ("keep_alive_ms", -1), ("minimum_required_space", -5), ("checkpoint_interval_ms", 10),
+    ("checkpoint_on_close", "yes"), ("use_dual_checkpoints", 1),
+    ("durability", "sometimes"), ("segment_bytes", 10), ("compression", "brotli"),
+    ("retention_ms", -2), ("encryption_active_key", "k1"), ("encryption_key_file", "keys"),
+])
+def test_it_refuses_a_bad_value_naming_the_field(tmp_path: Path, field: str,
+                                                 value: object) -> None:
+    base = config(tmp_path).to_dict()
+    base[field] = value
+    with pytest.raises(ConfigError) as caught:
+        ChannelConfig(**base)
+    assert caught.value.field == field
+
+
+def test_it_needs_a_distinct_backup_dir_for_dual_checkpoints(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="backup_checkpoint_dir"):
+        config(tmp_path, use_dual_checkpoints=True)
+    with pytest.raises(ConfigError, match="must differ"):
+        config(tmp_path, use_dual_checkpoints=True, backup_checkpoint_dir=str(tmp_path / "home"))
+    assert config(tmp_path, use_dual_checkpoints=True,
+                  backup_checkpoint_dir=str(tmp_path / "backup")).use_dual_checkpoints
+
+
+def test_policy_durability_needs_a_flush_policy(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config(tmp_path, durability="policy")
+    assert caught.value.field == "durability"
+    assert config(tmp_path, durability="policy", flush_ms=100).log_config().flush_ms == 100
+
+
+def test_it_spreads_partitions_round_robin_over_data_dirs(tmp_path: Path) -> None:
+    c = config(tmp_path, partitions=3)
+    assert [c.partition_dir(i) for i in range(3)] == [
+        tmp_path / "d1" / "orders-0", tmp_path / "d2" / "orders-1", tmp_path / "d1" / "orders-2"]
+
+
+def test_it_hands_the_log_settings_to_each_partition(tmp_path: Path) -> None:
+    c = config(tmp_path, segment_bytes=1 << 20, compression="zstd", preallocate=True,
+               durability="policy", flush_messages=500)
+    log = c.log_config()
+    assert (log.segment_bytes, log.compression, log.preallocate) == (1 << 20, "zstd", True)
+    assert (log.durability, log.flush_messages) == ("policy", 500)
+
+
+def test_it_saves_and_loads_channel_json(tmp_path: Path) -> None:
+    c = config(tmp_path, partitions=4, capacity=5_000, transaction_capacity=100)
+    path = c.save()
+    assert path == tmp_path / "home" / CONFIG_FILE
+    document = json.loads(path.read_text())
+    assert document["format"] == "weir-channel-config" and document["version"] == 1
+    assert ChannelConfig.load(tmp_path / "home") == c
+    assert ChannelConfig.load(path) == c
+
+
+@pytest.mark.parametrize(("content", "field", "words"), [
+    (None, "home", "no channel config"),
+    ("{not json", "home", "not valid JSON"),
+    ('{"format": "other"}', "home", "not a Weir channel config"),
+    ('{"format": "weir-channel-config", "version": 9}', "version", "not supported"),
+])
+def test_it_refuses_a_bad_channel_json(tmp_path: Path, content: str | None, field: str,
+                                       words: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    if content is not None:
+        (home / CONFIG_FILE).write_text(content)
+    with pytest.raises(ConfigError, match=words) as caught:
+        ChannelConfig.load(home)
+    assert caught.value.field == field
+
+
+def test_it_refuses_an_unknown_setting_in_channel_json(tmp_path: Path) -> None:
+    path = config(tmp_path).save()
+    document = json.loads(path.read_text())
+    document["capacityy"] = 5
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError) as caught:
+        ChannelConfig.load(path)
+    assert caught.value.field == "capacityy"
+
+
+def test_every_setting_has_a_doc() -> None:
+    docs = ChannelConfig.docs()
+    assert set(docs) == {f.name for f in dataclasses.fields(ChannelConfig)}
+    assert all(len(text) > 20 for text in docs.values())
