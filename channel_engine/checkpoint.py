@@ -1,0 +1,178 @@
+"""Checkpoint: the queue state of a channel, written atomically with a backup copy.
+
+A channel's queue is, per partition, the offsets of its log that are not yet
+taken and committed. Weir does not store a pointer per event as Flume's
+checkpoint does (an mmapped array of `capacity` longs, rewritten under a
+channel-wide lock); it stores a few numbers per partition, so a checkpoint
+costs O(partitions + takes in flight + out-of-order commits), not O(events),
+and capacity can change without a rebuild.
+
+Per partition:
+  * taken_through: every offset below is taken and committed (the queue head);
+  * committed ranges: [start, end) ranges above the head whose takes committed
+    out of order (a later take committed before an earlier one);
+  * in-flight ranges: [start, end) ranges reserved by takes not yet committed
+    when the checkpoint was written; after a crash they return to the queue,
+    in offset order, ahead of anything not yet taken;
+  * log_start_offset, recovery_point, log_end_offset of the partition log then.
+Offsets in [taken_through, log end) that are in neither list are queued.
+
+File layout (big-endian), `checkpoint` in the checkpoint dir, `checkpoint` in
+the backup dir when dual checkpoints are on:
+
+    offset  size  field
+    ------  ----  -------------------------------------------------------------
+         0     4  magic               b"WCKP"
+         4     1  version             1
+         5     3  reserved            0
+         8     8  sequence            increases by one per checkpoint
+        16     8  written_at_ms       wall clock
+        24     4  partitions          P
+        28     -  P partition records:
+                    8  log_start_offset
+                    8  recovery_point
+                    8  log_end_offset
+                    8  taken_through
+                    4  committed range count C, then C x (8 start, 8 end)
+                    4  in-flight range count F, then F x (8 start, 8 end)
+       end     4  crc                 CRC-32C of every byte before it
+
+Writing: primary first (temp file, fsync, rename, fsync dir), then the backup
+the same way. The rename is the complete/incomplete marker: a process killed
+mid-write leaves the previous file whole, plus a temp file that the next write
+replaces. Reading: the newest valid of primary and backup (by sequence); a
+damaged file is reported, never trusted.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from channel_engine.atomic_file import write_atomically
+from channel_engine.errors import CorruptStateError
+
+MAGIC = b"WCKP"
+VERSION = 1
+FILE_NAME = "checkpoint"
+HEADER = struct.Struct(">4sB3xqqi")
+PARTITION = struct.Struct(">qqqq")
+COUNT = struct.Struct(">i")
+RANGE = struct.Struct(">qq")
+CRC = struct.Struct(">I")
+assert HEADER.size == 28 and PARTITION.size == 32 and RANGE.size == 16
+
+Range = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class PartitionCheckpoint:
+    """The queue state of one partition; see the module doc."""
+
+    log_start_offset: int = 0
+    recovery_point: int = 0
+    log_end_offset: int = 0
+    taken_through: int = 0
+    committed: tuple[Range, ...] = ()
+    in_flight: tuple[Range, ...] = ()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The queue state of a channel at one moment."""
+
+    sequence: int
+    written_at_ms: int
+    partitions: tuple[PartitionCheckpoint, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class CheckpointRead:
+    """What reading the checkpoint files found: the newest valid one, and what was wrong."""
+
+    checkpoint: Checkpoint | None
+    source: str | None  # "primary", "backup" or None
+    problems: tuple[str, ...] = ()
+
+
+def encode(checkpoint: Checkpoint) -> bytes:
+    """Serialise a checkpoint (the layout in the module doc)."""
+    parts = [HEADER.pack(MAGIC, VERSION, checkpoint.sequence, checkpoint.written_at_ms,
+                         len(checkpoint.partitions))]
+    for p in checkpoint.partitions:
+        parts.append(PARTITION.pack(p.log_start_offset, p.recovery_point, p.log_end_offset,
+                                    p.taken_through))
+        for ranges in (p.committed, p.in_flight):
+            parts.append(COUNT.pack(len(ranges)))
+            parts.extend(RANGE.pack(start, end) for start, end in ranges)
+    body = b"".join(parts)
+    return body + CRC.pack(crc32c.crc32c(body))
+
+
+def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
+    """Parse a checkpoint file; raise CorruptStateError naming what is wrong."""
+    if len(data) < HEADER.size + CRC.size:
+        raise CorruptStateError(path, f"size {len(data)} is too small for a checkpoint")
+    (stored,) = CRC.unpack_from(data, len(data) - CRC.size)
+    if crc32c.crc32c(data[: -CRC.size]) != stored:
+        raise CorruptStateError(path, "CRC-32C mismatch (torn or damaged)")
+    magic, version, sequence, written_at, count = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptStateError(path, f"magic {magic!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise CorruptStateError(path, f"version {version} is not supported (expected {VERSION})")
+    position = HEADER.size
+    partitions = []
+    try:
+        for _ in range(count):
+            start, recovery, end, taken = PARTITION.unpack_from(data, position)
+            position += PARTITION.size
+            committed, position = _ranges(data, position)
+            in_flight, position = _ranges(data, position)
+            partitions.append(PartitionCheckpoint(start, recovery, end, taken, committed,
+                                                  in_flight))
+    except struct.error as exc:
+        raise CorruptStateError(path, f"partition records end early ({exc})") from exc
+    if position != len(data) - CRC.size:
+        raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes")
+    return Checkpoint(sequence, written_at, tuple(partitions))
+
+
+def _ranges(data: bytes, position: int) -> tuple[tuple[Range, ...], int]:
+    (count,) = COUNT.unpack_from(data, position)
+    position += COUNT.size
+    if count < 0:
+        raise struct.error(f"negative range count {count}")
+    ranges = tuple(RANGE.unpack_from(data, position + i * RANGE.size) for i in range(count))
+    return ranges, position + count * RANGE.size
+
+
+def write(checkpoint: Checkpoint, directory: Path, backup_directory: Path | None) -> None:
+    """Write the checkpoint durably to `directory`, then to `backup_directory` if given."""
+    data = encode(checkpoint)
+    for target in (directory, backup_directory):
+        if target is not None:
+            target.mkdir(parents=True, exist_ok=True)
+            write_atomically(target / FILE_NAME, data)
+
+
+def read_newest(directory: Path, backup_directory: Path | None) -> CheckpointRead:
+    """Return the newest valid checkpoint of primary and backup, with what was wrong."""
+    found: list[tuple[Checkpoint, str]] = []
+    problems = []
+    for source, target in (("primary", directory), ("backup", backup_directory)):
+        if target is None:
+            continue
+        path = target / FILE_NAME
+        try:
+            found.append((decode(path.read_bytes(), path), source))
+        except FileNotFoundError:
+            problems.append(f"{path}: missing")
+        except CorruptStateError as exc:
+            problems.append(str(exc))
+    if not found:
+        return CheckpointRead(None, None, tuple(problems))
+    checkpoint, source = max(found, key=lambda item: item[0].sequence)
+    return CheckpointRead(checkpoint, source, tuple(problems))

@@ -1,0 +1,127 @@
+"""Checkpoint files: round trip, newest valid of primary and backup, damage reported, and a
+process killed while writing one never leaves an unreadable checkpoint."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from channel_engine import CorruptStateError
+from channel_engine import checkpoint as cp
+
+GOLDEN = Path(__file__).parent / "golden" / "checkpoint-v1"
+
+ranges = st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=5)
+partitions = st.builds(
+    cp.PartitionCheckpoint, st.integers(0, 2**62), st.integers(0, 2**62),
+    st.integers(0, 2**62), st.integers(0, 2**62), ranges.map(tuple), ranges.map(tuple))
+
+
+def sample(sequence: int = 7) -> cp.Checkpoint:
+    return cp.Checkpoint(sequence, 1_700_000_000_000, (
+        cp.PartitionCheckpoint(0, 100, 120, 40, ((50, 60),), ((40, 50), (60, 70))),
+        cp.PartitionCheckpoint(10, 30, 30, 30, (), ()),
+    ))
+
+
+@given(st.integers(0, 2**62), st.integers(0, 2**62), st.lists(partitions, max_size=6))
+def test_it_round_trips_any_checkpoint(sequence: int, written: int, parts: list) -> None:  # type: ignore[type-arg]
+    checkpoint = cp.Checkpoint(sequence, written, tuple(parts))
+    assert cp.decode(cp.encode(checkpoint)) == checkpoint
+
+
+def test_it_reads_the_golden_file_of_version_1() -> None:
+    """A released format stays readable: this file was written by version 1."""
+    assert cp.decode((GOLDEN / cp.FILE_NAME).read_bytes()) == sample()
+
+
+def test_it_writes_primary_and_backup_and_reads_the_newest(tmp_path: Path) -> None:
+    primary, backup = tmp_path / "cp", tmp_path / "backup"
+    cp.write(sample(1), primary, backup)
+    cp.write(sample(2), primary, None)  # the backup lags behind
+    found = cp.read_newest(primary, backup)
+    assert found.checkpoint == sample(2) and found.source == "primary" and not found.problems
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "missing", "magic"])
+def test_it_falls_back_to_the_backup_when_the_primary_is_damaged(tmp_path: Path,
+                                                                   damage: str) -> None:
+    primary, backup = tmp_path / "cp", tmp_path / "backup"
+    cp.write(sample(5), primary, backup)
+    path = primary / cp.FILE_NAME
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[40] ^= 0x10
+    elif damage == "truncate":
+        data = data[:-9]
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "magic":
+        data[0:4] = b"XXXX"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(bytes(data))
+    found = cp.read_newest(primary, backup)
+    assert found.checkpoint == sample(5) and found.source == "backup"
+    assert len(found.problems) == 1 and str(path) in found.problems[0]
+
+
+def test_it_reports_every_problem_when_no_checkpoint_is_valid(tmp_path: Path) -> None:
+    primary, backup = tmp_path / "cp", tmp_path / "backup"
+    cp.write(sample(), primary, backup)
+    for directory in (primary, backup):
+        (directory / cp.FILE_NAME).write_bytes(b"WCKP\x01garbage")
+    found = cp.read_newest(primary, backup)
+    assert found.checkpoint is None and found.source is None and len(found.problems) == 2
+
+
+def test_decode_names_the_problem(tmp_path: Path) -> None:
+    data = cp.encode(sample())
+    with pytest.raises(CorruptStateError, match="CRC-32C"):
+        cp.decode(data[:-1] + bytes([data[-1] ^ 1]))
+    bad_version = bytearray(data[:-4])
+    bad_version[4] = 9
+    import crc32c
+    with pytest.raises(CorruptStateError, match="version 9"):
+        cp.decode(bytes(bad_version) + crc32c.crc32c(bytes(bad_version)).to_bytes(4, "big"))
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from channel_engine import checkpoint as cp
+primary, backup = Path(sys.argv[1]), Path(sys.argv[2])
+parts = tuple(cp.PartitionCheckpoint(0, n, n, n // 2, ((n, n + 1),) * 50, ((n + 2, n + 3),) * 50)
+              for n in range(64))
+sequence = 0
+while True:
+    sequence += 1
+    cp.write(cp.Checkpoint(sequence, int(time.time() * 1000), parts), primary, backup)
+    print(sequence, flush=True)
+"""
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_a_writer_killed_mid_checkpoint_leaves_a_valid_one(tmp_path: Path, trial: int) -> None:
+    primary, backup = tmp_path / "cp", tmp_path / "backup"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(primary), str(backup)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None
+        done = int(writer.stdout.readline())
+        time.sleep(0.005 + trial * 0.013)
+        os.kill(writer.pid, signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait()
+    found = cp.read_newest(primary, backup)
+    assert found.checkpoint is not None and found.checkpoint.sequence >= done
+    assert len(found.checkpoint.partitions) == 64
