@@ -1,0 +1,151 @@
+"""PartitionQueue: which offsets of one partition are queued, taken, or in flight.
+
+The queue of a partition is its log from `taken_through` (the head: everything
+below is taken and committed) to the log end. Above the head, offsets are in
+exactly one of three states:
+  * committed: taken by a transaction that committed, out of order (a later
+    take committed before an earlier one);
+  * in flight: reserved by a take transaction not yet committed or rolled back;
+  * returned: reserved once, then rolled back (or its taker died or its lease
+    expired); served again before anything never taken, in offset order;
+and everything from `frontier` (the first offset never reserved) to the log end
+is queued in order. So [taken_through, frontier) = committed + in flight +
+returned, disjoint, and all state is O(ranges), never O(events): a take of
+1000 events is one range.
+
+Pure data, not thread-safe: the channel holds its lock (or, across processes,
+the shared state file's lock) around every call.
+"""
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Iterable
+
+from channel_engine.checkpoint import PartitionCheckpoint, Range
+
+
+class PartitionQueue:
+    """Queue state of one partition as a few sorted lists of [start, end) ranges."""
+
+    def __init__(self, taken_through: int = 0) -> None:
+        self.taken_through = taken_through
+        self.frontier = taken_through
+        self.committed: list[Range] = []
+        self.returned: list[Range] = []
+        self.in_flight: dict[int, list[Range]] = {}
+
+    # -- takes ----------------------------------------------------------------------------
+    def reserve(self, take_id: int, max_events: int, log_end: int) -> list[Range]:
+        """Reserve up to max_events queued offsets for a take, oldest first; return them."""
+        got: list[Range] = []
+        want = max_events
+        while want > 0 and self.returned:
+            start, end = self.returned[0]
+            if end - start <= want:
+                self.returned.pop(0)
+            else:
+                end = start + want
+                self.returned[0] = (end, self.returned[0][1])
+            got.append((start, end))
+            want -= end - start
+        if want > 0 and self.frontier < log_end:
+            end = min(log_end, self.frontier + want)
+            got.append((self.frontier, end))
+            self.frontier = end
+        if got:
+            self.in_flight.setdefault(take_id, []).extend(got)
+        return got
+
+    def commit(self, take_id: int) -> int:
+        """Mark a take's ranges taken for good; return how many events that was."""
+        ranges = self.in_flight.pop(take_id, [])
+        for r in ranges:
+            insort(self.committed, r)
+        self._advance_head()
+        return sum(end - start for start, end in ranges)
+
+    def rollback(self, take_id: int) -> int:
+        """Return a take's ranges to the queue, ahead of never-taken events; return the count."""
+        ranges = self.in_flight.pop(take_id, [])
+        for r in ranges:
+            insort(self.returned, r)
+        self.returned = _merge(self.returned)
+        return sum(end - start for start, end in ranges)
+
+    def _advance_head(self) -> None:
+        self.committed = _merge(self.committed)
+        if self.committed and self.committed[0][0] == self.taken_through:
+            self.taken_through = self.committed.pop(0)[1]
+
+    # -- counts -----------------------------------------------------------------------------
+    def queued(self, log_end: int) -> int:
+        """Events that a take could get now."""
+        return max(0, log_end - self.frontier) + _count(self.returned)
+
+    def untaken(self, log_end: int) -> int:
+        """Events not taken and committed: queued plus in flight (what counts for capacity)."""
+        return log_end - self.taken_through - _count(self.committed)
+
+    def in_flight_events(self) -> int:
+        """Events reserved by takes not yet committed or rolled back."""
+        return sum(_count(ranges) for ranges in self.in_flight.values())
+
+    # -- log retention and checkpoints -------------------------------------------------------
+    def skip_to(self, log_start: int) -> None:
+        """The log dropped offsets below log_start (opt-in retention): they leave the queue."""
+        if log_start <= self.taken_through:
+            return
+        self.taken_through = log_start
+        self.frontier = max(self.frontier, log_start)
+        self.committed = _clip(self.committed, log_start)
+        self.returned = _clip(self.returned, log_start)
+        for take_id, ranges in list(self.in_flight.items()):
+            self.in_flight[take_id] = _clip(ranges, log_start)
+        self._advance_head()
+
+    def to_checkpoint(self, log_start: int, recovery_point: int,
+                      log_end: int) -> PartitionCheckpoint:
+        """The state to persist: head, committed and in-flight ranges, and the log's offsets."""
+        in_flight = sorted(r for ranges in self.in_flight.values() for r in ranges)
+        return PartitionCheckpoint(log_start, recovery_point, log_end, self.taken_through,
+                                   tuple(self.committed), tuple(in_flight))
+
+    @classmethod
+    def from_checkpoint(cls, saved: PartitionCheckpoint) -> PartitionQueue:
+        """Restore after a restart: takes that were in flight are returned to the queue."""
+        queue = cls(saved.taken_through)
+        queue.committed = _merge(sorted(saved.committed))
+        taken = queue.committed + sorted(saved.in_flight)
+        queue.frontier = max([queue.taken_through] + [end for _, end in taken])
+        queue.returned = _gaps(queue.taken_through, queue.frontier, queue.committed)
+        queue._advance_head()
+        return queue
+
+
+def _count(ranges: Iterable[Range]) -> int:
+    return sum(end - start for start, end in ranges)
+
+
+def _merge(ranges: list[Range]) -> list[Range]:
+    merged: list[Range] = []
+    for start, end in ranges:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        elif end > start:
+            merged.append((start, end))
+    return merged
+
+
+def _clip(ranges: list[Range], low: int) -> list[Range]:
+    return [(max(start, low), end) for start, end in ranges if end > low]
+
+
+def _gaps(low: int, high: int, taken: list[Range]) -> list[Range]:
+    gaps, position = [], low
+    for start, end in taken:
+        if start > position:
+            gaps.append((position, start))
+        position = max(position, end)
+    if position < high:
+        gaps.append((position, high))
+    return gaps
