@@ -1,0 +1,125 @@
+"""Encryption at rest: AES-256-GCM per sealed unit, with key ids and rotation.
+
+Flume's FileChannel encrypts with AES-CTR and reuses the keystream, and has no
+authentication; Weir seals each unit (a batch's records) with AES-256-GCM under
+a fresh random 96-bit nonce, binds it to its place with associated data (the
+caller passes e.g. partition and base offset, so a sealed unit moved elsewhere
+fails), and names the key by id so keys can rotate: new units use the active
+key, older ones stay readable while their key is in the file. A missing key,
+a wrong key or any flipped bit is a clear error, never garbage.
+
+Key file (JSON, readable by the owner only):
+
+    {"format": "weir-keys", "version": 1,
+     "keys": {"2026-11": "<base64 of 32 random bytes>", "2026-12": "..."}}
+
+Sealed unit layout:
+
+    offset  size  field
+    ------  ----  ------------------------------------------------------------
+         0     1  version    1
+         1     1  key id length K (1..255)
+         2     K  key id     UTF-8
+       2+K    12  nonce      random
+      14+K     -  ciphertext + 16-byte GCM tag
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from channel_engine.errors import ChannelEngineError, ConfigError
+
+FORMAT = "weir-keys"
+VERSION = 1
+SEAL_VERSION = 1
+NONCE_SIZE = 12
+KEY_SIZE = 32
+
+
+class DecryptionError(ChannelEngineError):
+    """A sealed unit cannot be opened: unknown key id, wrong key, or damaged bytes."""
+
+
+class KeyRing:
+    """The keys of a key file, by id, and the active one used for new data."""
+
+    def __init__(self, keys: dict[str, bytes], active: str) -> None:
+        if active not in keys:
+            raise ConfigError("encryption_active_key", f"key id {active!r} is not in the key "
+                                                       f"file (ids: {', '.join(sorted(keys))})")
+        for key_id, key in keys.items():
+            if not 1 <= len(key_id.encode()) <= 255:
+                raise ConfigError("encryption_key_file", f"key id {key_id!r} must be 1..255 "
+                                                         "bytes of UTF-8")
+            if len(key) != KEY_SIZE:
+                raise ConfigError("encryption_key_file", f"key {key_id!r} has {len(key)} bytes; "
+                                                         f"AES-256 needs {KEY_SIZE}")
+        self.active = active
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+
+    @classmethod
+    def load(cls, path: str | Path, active: str) -> KeyRing:
+        """Read a key file; refuse one that others may read or that is malformed."""
+        path = Path(path)
+        try:
+            mode = path.stat().st_mode
+            document = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError("encryption_key_file", f"{path}: no such key file") from None
+        except ValueError as exc:
+            raise ConfigError("encryption_key_file", f"{path}: not valid JSON ({exc})") from exc
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError("encryption_key_file",
+                              f"{path}: group or others may access it (chmod 600)")
+        if not isinstance(document, dict) or document.get("format") != FORMAT \
+                or document.get("version") != VERSION or not isinstance(document.get("keys"),
+                                                                        dict):
+            raise ConfigError("encryption_key_file",
+                              f"{path}: not a Weir key file (format {FORMAT} v{VERSION})")
+        keys = {}
+        for key_id, encoded in document["keys"].items():
+            try:
+                keys[key_id] = base64.b64decode(encoded, validate=True)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError("encryption_key_file",
+                                  f"{path}: key {key_id!r} is not base64") from exc
+        return cls(keys, active)
+
+    @staticmethod
+    def write_new(path: str | Path, key_ids: list[str]) -> None:
+        """Create a key file with fresh random keys (mode 600); refuses to overwrite one."""
+        keys = {key_id: base64.b64encode(os.urandom(KEY_SIZE)).decode() for key_id in key_ids}
+        document = {"format": FORMAT, "version": VERSION, "keys": keys}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(document, f, indent=2)
+
+    def seal(self, plaintext: bytes, associated_data: bytes) -> bytes:
+        """Encrypt and authenticate with the active key (layout in the module doc)."""
+        key_id = self.active.encode()
+        nonce = os.urandom(NONCE_SIZE)
+        sealed = self._ciphers[self.active].encrypt(nonce, plaintext, associated_data)
+        return bytes([SEAL_VERSION, len(key_id)]) + key_id + nonce + sealed
+
+    def open(self, unit: bytes, associated_data: bytes) -> bytes:
+        """Check and decrypt a sealed unit; raise DecryptionError naming what is wrong."""
+        if len(unit) < 2 or unit[0] != SEAL_VERSION:
+            raise DecryptionError(f"not a sealed unit of version {SEAL_VERSION}")
+        end = 2 + unit[1]
+        key_id = unit[2:end].decode("utf-8", "replace")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise DecryptionError(f"key id {key_id!r} is not in the key file")
+        nonce = unit[end:end + NONCE_SIZE]
+        try:
+            return cipher.decrypt(nonce, unit[end + NONCE_SIZE:], associated_data)
+        except InvalidTag:
+            raise DecryptionError(f"authentication failed with key {key_id!r}: wrong key, "
+                                  "damaged bytes, or data moved from elsewhere") from None
