@@ -111,5 +111,16 @@ class DiskFullError(StorageError):
     """A write or preallocation ran out of space; it was undone and nothing was appended."""
 
 
+class DiskSpaceError(ChannelEngineError):
+    """Free space on a data or checkpoint dir is below minimum_required_space; nothing written."""
+
+    def __init__(self, directory: Path | str, free: int, required: int) -> None:
+        super().__init__(f"{directory}: {free} bytes free, below minimum_required_space="
+                         f"{required}; nothing written")
+        self.directory = str(directory)
+        self.free = free
+        self.required = required
+
+
 class ReadOnlyLogError(ChannelEngineError):
     """A write was attempted on a log opened read-only."""
