@@ -72,6 +72,22 @@ class PartitionQueue:
         self.returned = _merge(self.returned)
         return sum(end - start for start, end in ranges)
 
+    def mark_committed(self, ranges: Iterable[Range]) -> None:
+        """Replay a journalled commit: these ranges are taken for good, wherever they are now
+        (returned after a restart, or not yet reserved). Replaying twice changes nothing."""
+        for start, end in ranges:
+            start = max(start, self.taken_through)
+            if end <= start:
+                continue
+            if end > self.frontier:  # offsets never reserved here: everything between returns
+                if start > self.frontier:
+                    insort(self.returned, (self.frontier, start))
+                self.frontier = end
+            self.returned = _subtract(self.returned, start, end)
+            insort(self.committed, (start, end))
+        self.returned = _merge(self.returned)
+        self._advance_head()
+
     def _advance_head(self) -> None:
         self.committed = _merge(self.committed)
         if self.committed and self.committed[0][0] == self.taken_through:
@@ -134,6 +150,19 @@ def _merge(ranges: list[Range]) -> list[Range]:
         elif end > start:
             merged.append((start, end))
     return merged
+
+
+def _subtract(ranges: list[Range], low: int, high: int) -> list[Range]:
+    out: list[Range] = []
+    for start, end in ranges:
+        if end <= low or start >= high:
+            out.append((start, end))
+            continue
+        if start < low:
+            out.append((start, low))
+        if end > high:
+            out.append((high, end))
+    return out
 
 
 def _clip(ranges: list[Range], low: int) -> list[Range]:
