@@ -122,7 +122,6 @@ class PartitionLog:
         self._flushing = False
         self._lock_fd = -1
         self._segments: tuple[LogSegment, ...] = ()
-        self._bases: list[int] = []
         self._pending_deletes: list[LogSegment] = []
         self._log_start_offset = 0
         self._log_end_offset = 0
@@ -234,8 +233,7 @@ class PartitionLog:
         return int(self._clock() * 1000)
 
     def _set_segments(self, segments: Sequence[LogSegment]) -> None:
-        self._segments = tuple(segments)
-        self._bases = [seg.base_offset for seg in segments]
+        self._segments = tuple(segments)  # replaced whole: readers keep a consistent snapshot
 
     # -- appending --------------------------------------------------------------------------
     def append(self, events: Sequence[PendingEvent]) -> AppendResult:
