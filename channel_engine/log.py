@@ -45,6 +45,7 @@ from channel_engine.atomic_file import fsync_directory
 from channel_engine.config import INT32_MAX, LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
+    ChannelEngineError,
     CorruptRecordError,
     DiskFullError,
     LogLockedError,
@@ -444,6 +445,37 @@ class PartitionLog:
         self._last_state_write_ms = self._now_ms()
 
     # -- reading ----------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Read-only: catch up with the writer process — batches it appended, segments it
+        rolled, and segments retention removed (those stay readable by iterators already
+        holding them until close). A writer's own view is always current: no-op there."""
+        if not self.read_only:
+            return
+        with self._lock:
+            try:
+                state = log_state.read(self.directory / LOG_STATE_FILE)
+            except ChannelEngineError:
+                state = None  # being replaced right now, or damaged: keep the old log start
+            present = set(log_loader.log_bases(self.directory))
+            kept = [s for s in self._segments if s.base_offset in present]
+            self._pending_deletes += [s for s in self._segments if s.base_offset not in present]
+            if kept:
+                kept[-1].catch_up()  # the segment that was active when we last looked
+            known = {s.base_offset for s in kept}
+            for base in sorted(present - known):
+                if kept and base < kept[-1].base_offset:
+                    continue  # a truncated-and-rewritten history is for a reopen to sort out
+                segment = LogSegment.open(
+                    self.directory, base, index_max_bytes=self.config.segment_index_bytes,
+                    index_interval_bytes=self.config.index_interval_bytes, writable=False)
+                segment.scan(segment.file_size, verify_from=None)
+                kept.append(segment)
+            if kept:
+                self._set_segments(kept)
+                self._log_end_offset = self._recovery_point = kept[-1].next_offset
+            if state is not None:
+                self._log_start_offset = max(self._log_start_offset, state.log_start_offset)
+
     def read(
         self,
         start_offset: int,

@@ -100,7 +100,7 @@ def load(
     if writable:
         _delete_strays(directory, report)
 
-    bases = sorted({base for base, suffix in _segment_files(directory) if suffix == LOG_SUFFIX})
+    bases = log_bases(directory)
     log_start = state.log_start_offset if state else (bases[0] if bases else 0)
     recovery_point = state.recovery_point if state and not clean else None
     segments = []
@@ -153,6 +153,11 @@ def load(
         level = logging.WARNING if report.lost_data else logging.INFO
         logger.log(level, "%s", report.summary())
     return LoadedLog(segments, log_start, recovery_point, report)
+
+
+def log_bases(directory: Path) -> list[int]:
+    """Base offsets of the .log files in a partition directory, ascending."""
+    return sorted({base for base, suffix in _segment_files(directory) if suffix == LOG_SUFFIX})
 
 
 def _segment_files(directory: Path) -> list[tuple[int, str]]:

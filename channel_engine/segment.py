@@ -219,11 +219,27 @@ class LogSegment:
     def scan(self, limit: int, verify_from: int | None) -> ScanResult:
         """Walk batches from byte 0 to `limit`, rebuilding the indexes, up to the first invalid."""
         self._reset()
+        result = self._walk(limit, verify_from)
+        self.durable_size = min(self.durable_size, self.size)
+        return result
+
+    def catch_up(self) -> ScanResult:
+        """Read-only: take in the batches another process appended after our valid end
+        (CRC-checked; a batch still being written is left for the next call). A file that
+        shrank (the writer truncated it) is walked again from the start."""
+        file_size = os.fstat(self._fd).st_size
+        if file_size < self.size:
+            return self.scan(file_size, verify_from=None)
+        self.file_size = file_size
+        return self._walk(file_size, verify_from=self.next_offset)
+
+    def _walk(self, limit: int, verify_from: int | None) -> ScanResult:
+        """Track the valid batches from self.size to `limit`; CRC-check from verify_from on."""
         problem = None
         batches = 0
-        if limit > 0:
+        if limit > self.size:
             with mmap.mmap(self._fd, limit, access=mmap.ACCESS_READ) as buf:
-                position = 0
+                position = self.size
                 while position < limit:
                     try:
                         header = check_batch(buf, position, limit, self.next_offset, False)
@@ -236,7 +252,6 @@ class LogSegment:
                     self._track(header, position)
                     position += header.size
                     batches += 1
-        self.durable_size = min(self.durable_size, self.size)
         return ScanResult(self.size, batches, problem)
 
     def _reset(self) -> None:
