@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine.atomic_file import write_atomically
-from channel_engine.config import DAY_MS, LogConfig
+from channel_engine.config import DAY_MS, LogConfig, check_int, require
 from channel_engine.errors import ConfigError
 
 CONFIG_FILE = "channel.json"
@@ -48,6 +48,11 @@ LOG_SETTINGS = ("durability", "flush_messages", "flush_ms", "segment_bytes", "se
 
 def _doc(text: str) -> dict[str, str]:
     return {"doc": text}
+
+
+def _log_doc(name: str) -> Any:
+    """The doc of a setting ChannelConfig passes on to LogConfig unchanged."""
+    return LogConfig.__dataclass_fields__[name].metadata
 
 
 @dataclass(frozen=True)
@@ -80,28 +85,20 @@ class ChannelConfig:
     backup_checkpoint_dir: str | None = field(default=None, metadata=_doc(
         "Absolute directory for the backup checkpoint; required with use_dual_checkpoints and "
         "different from checkpoint_dir (Flume backupCheckpointDir)."))
-    durability: str = field(default="fsync", metadata=LogConfig.__dataclass_fields__[
-        "durability"].metadata)
-    flush_messages: int | None = field(default=None, metadata=LogConfig.__dataclass_fields__[
-        "flush_messages"].metadata)
-    flush_ms: int | None = field(default=None, metadata=LogConfig.__dataclass_fields__[
-        "flush_ms"].metadata)
-    segment_bytes: int = field(default=1024**3, metadata=LogConfig.__dataclass_fields__[
-        "segment_bytes"].metadata)
-    segment_ms: int = field(default=7 * DAY_MS, metadata=LogConfig.__dataclass_fields__[
-        "segment_ms"].metadata)
-    index_interval_bytes: int = field(default=4096, metadata=LogConfig.__dataclass_fields__[
-        "index_interval_bytes"].metadata)
-    preallocate: bool = field(default=False, metadata=LogConfig.__dataclass_fields__[
-        "preallocate"].metadata)
+    durability: str = field(default="fsync", metadata=_log_doc("durability"))
+    flush_messages: int | None = field(default=None, metadata=_log_doc("flush_messages"))
+    flush_ms: int | None = field(default=None, metadata=_log_doc("flush_ms"))
+    segment_bytes: int = field(default=1024**3, metadata=_log_doc("segment_bytes"))
+    segment_ms: int = field(default=7 * DAY_MS, metadata=_log_doc("segment_ms"))
+    index_interval_bytes: int = field(default=4096, metadata=_log_doc("index_interval_bytes"))
+    preallocate: bool = field(default=False, metadata=_log_doc("preallocate"))
     retention_ms: int = field(default=-1, metadata=_doc(
         "Opt in to dropping untaken events older than this (-1: never; taken segments are "
         "deleted anyway). Every dropped event is counted."))
     retention_bytes: int = field(default=-1, metadata=_doc(
         "Opt in to dropping the oldest untaken events while a partition is larger than this "
         "(-1: never). Every dropped event is counted."))
-    compression: str = field(default="none", metadata=LogConfig.__dataclass_fields__[
-        "compression"].metadata)
+    compression: str = field(default="none", metadata=_log_doc("compression"))
     encryption_key_file: str | None = field(default=None, metadata=_doc(
         "Absolute path of the key file (key id -> AES-256 key) for encryption at rest; "
         "None: no encryption."))
@@ -175,51 +172,39 @@ class ChannelConfig:
         return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
 
 
-def _require(ok: bool, name: str, reason: str) -> None:
-    if not ok:
-        raise ConfigError(name, reason)
-
-
-def _check_int(config: ChannelConfig, name: str, low: int, high: int = 2**63 - 1) -> None:
-    value = getattr(config, name)
-    _require(isinstance(value, int) and not isinstance(value, bool), name,
-             f"must be an integer, not {value!r}")
-    _require(low <= value <= high, name, f"must be between {low} and {high}, not {value}")
-
-
 def _check_dir(name: str, value: object) -> None:
-    _require(isinstance(value, str) and Path(value).is_absolute(), name,
+    require(isinstance(value, str) and Path(value).is_absolute(), name,
              f"must be an absolute path, not {value!r}")
 
 
 def _check(c: ChannelConfig) -> None:
-    _require(isinstance(c.name, str) and bool(NAME.match(c.name)), "name",
+    require(isinstance(c.name, str) and bool(NAME.match(c.name)), "name",
              f"must match [a-z0-9][a-z0-9_-]* (at most 200 characters), not {c.name!r}")
-    _require(len(c.data_dirs) >= 1, "data_dirs", "needs at least one directory")
+    require(len(c.data_dirs) >= 1, "data_dirs", "needs at least one directory")
     for d in c.data_dirs:
         _check_dir("data_dirs", d)
-    _require(len(set(c.data_dirs)) == len(c.data_dirs), "data_dirs", "lists a directory twice")
+    require(len(set(c.data_dirs)) == len(c.data_dirs), "data_dirs", "lists a directory twice")
     _check_dir("checkpoint_dir", c.checkpoint_dir)
-    _check_int(c, "partitions", 1, 10_000)
-    _check_int(c, "capacity", 1)
-    _check_int(c, "transaction_capacity", 1)
-    _require(c.transaction_capacity <= c.capacity, "transaction_capacity",
+    check_int(c, "partitions", 1, 10_000)
+    check_int(c, "capacity", 1)
+    check_int(c, "transaction_capacity", 1)
+    require(c.transaction_capacity <= c.capacity, "transaction_capacity",
              f"{c.transaction_capacity} must not exceed capacity={c.capacity}")
-    _check_int(c, "keep_alive_ms", 0)
-    _check_int(c, "minimum_required_space", 0)
-    _check_int(c, "checkpoint_interval_ms", 1_000)
+    check_int(c, "keep_alive_ms", 0)
+    check_int(c, "minimum_required_space", 0)
+    check_int(c, "checkpoint_interval_ms", 1_000)
     for name in ("checkpoint_on_close", "use_dual_checkpoints"):
-        _require(isinstance(getattr(c, name), bool), name, "must be true or false")
+        require(isinstance(getattr(c, name), bool), name, "must be true or false")
     if c.use_dual_checkpoints:
         _check_dir("backup_checkpoint_dir", c.backup_checkpoint_dir)
-        _require(Path(str(c.backup_checkpoint_dir)) != Path(c.checkpoint_dir),
+        require(Path(str(c.backup_checkpoint_dir)) != Path(c.checkpoint_dir),
                  "backup_checkpoint_dir", "must differ from checkpoint_dir")
     elif c.backup_checkpoint_dir is not None:
         _check_dir("backup_checkpoint_dir", c.backup_checkpoint_dir)
     if c.encryption_key_file is not None:
         _check_dir("encryption_key_file", c.encryption_key_file)
-        _require(isinstance(c.encryption_active_key, str) and bool(c.encryption_active_key),
+        require(isinstance(c.encryption_active_key, str) and bool(c.encryption_active_key),
                  "encryption_active_key", "is required with encryption_key_file")
     else:
-        _require(c.encryption_active_key is None, "encryption_active_key",
+        require(c.encryption_active_key is None, "encryption_active_key",
                  "needs encryption_key_file")

@@ -87,36 +87,38 @@ class LogConfig:
         return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
 
 
-def _require(ok: bool, name: str, reason: str) -> None:
+def require(ok: bool, name: str, reason: str) -> None:
+    """Raise ConfigError(name, reason) unless ok (shared by every config class)."""
     if not ok:
         raise ConfigError(name, reason)
 
 
-def _check_int(config: LogConfig, name: str, low: int, high: int) -> None:
+def check_int(config: object, name: str, low: int, high: int = 2**63 - 1) -> None:
+    """Require setting `name` of `config` to be an int (not a bool) in [low, high]."""
     value = getattr(config, name)
-    _require(isinstance(value, int) and not isinstance(value, bool), name,
+    require(isinstance(value, int) and not isinstance(value, bool), name,
              f"must be an integer, not {value!r}")
-    _require(low <= value <= high, name, f"must be between {low} and {high}, not {value}")
+    require(low <= value <= high, name, f"must be between {low} and {high}, not {value}")
 
 
 def _check(c: LogConfig) -> None:
-    _require(c.durability in ("fsync", "policy"), "durability",
+    require(c.durability in ("fsync", "policy"), "durability",
              f"must be 'fsync' or 'policy', not {c.durability!r}")
     for name in ("flush_messages", "flush_ms"):
         if getattr(c, name) is not None:
-            _check_int(c, name, 1, 2**63 - 1)
+            check_int(c, name, 1, 2**63 - 1)
     if c.durability == "policy":
-        _require(c.flush_messages is not None or c.flush_ms is not None, "durability",
+        require(c.flush_messages is not None or c.flush_ms is not None, "durability",
                  "'policy' needs flush_messages or flush_ms, or the loss window is unbounded")
-    _check_int(c, "segment_bytes", 4 * HEADER_SIZE, INT32_MAX)
-    _check_int(c, "segment_ms", 1, 2**63 - 1)
-    _check_int(c, "segment_index_bytes", 4 * 12, INT32_MAX)
-    _check_int(c, "index_interval_bytes", 0, INT32_MAX)
-    _check_int(c, "max_batch_bytes", HEADER_SIZE, INT32_MAX)
-    _require(isinstance(c.preallocate, bool), "preallocate", "must be true or false")
-    _require(c.compression in COMPRESSION_CODECS, "compression",
+    check_int(c, "segment_bytes", 4 * HEADER_SIZE, INT32_MAX)
+    check_int(c, "segment_ms", 1, 2**63 - 1)
+    check_int(c, "segment_index_bytes", 4 * 12, INT32_MAX)
+    check_int(c, "index_interval_bytes", 0, INT32_MAX)
+    check_int(c, "max_batch_bytes", HEADER_SIZE, INT32_MAX)
+    require(isinstance(c.preallocate, bool), "preallocate", "must be true or false")
+    require(c.compression in COMPRESSION_CODECS, "compression",
              f"must be one of {', '.join(COMPRESSION_CODECS)}, not {c.compression!r}")
-    _check_int(c, "retention_ms", -1, 2**63 - 1)
-    _check_int(c, "retention_bytes", -1, 2**63 - 1)
-    _check_int(c, "file_delete_delay_ms", 0, 2**63 - 1)
-    _check_int(c, "recovery_point_checkpoint_ms", 0, 2**63 - 1)
+    check_int(c, "retention_ms", -1, 2**63 - 1)
+    check_int(c, "retention_bytes", -1, 2**63 - 1)
+    check_int(c, "file_delete_delay_ms", 0, 2**63 - 1)
+    check_int(c, "recovery_point_checkpoint_ms", 0, 2**63 - 1)
