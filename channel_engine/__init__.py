@@ -4,11 +4,15 @@ A partition is a Kafka-format log (segments of record batches v2 with sparse
 offset and time indexes); channels, transactions and checkpoints build on it.
 See FORMAT.md for the files on disk.
 """
+from channel_engine.channel import Channel, CheckpointResult
 from channel_engine.channel_config import ChannelConfig
+from channel_engine.channel_recovery import ChannelRecovery
 from channel_engine.config import LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
     ChannelEngineError,
+    ChannelFullError,
+    ChannelLockedError,
     ConfigError,
     CorruptIndexError,
     CorruptRecordError,
@@ -21,18 +25,27 @@ from channel_engine.errors import (
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     StorageError,
+    TakeExpiredError,
+    TransactionCapacityError,
+    TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.recovery import RecoveryReport
+from channel_engine.transaction import PutTransaction, TakeTransaction
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AppendResult",
     "BatchTooLargeError",
+    "Channel",
     "ChannelConfig",
     "ChannelEngineError",
+    "ChannelFullError",
+    "ChannelLockedError",
+    "ChannelRecovery",
+    "CheckpointResult",
     "ConfigError",
     "CorruptIndexError",
     "CorruptRecordError",
@@ -47,9 +60,14 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionLog",
     "PendingEvent",
+    "PutTransaction",
     "ReadOnlyLogError",
     "RecoveryReport",
     "RetentionResult",
     "StorageError",
+    "TakeExpiredError",
+    "TakeTransaction",
+    "TransactionCapacityError",
+    "TransactionStateError",
     "__version__",
 ]

@@ -14,6 +14,9 @@ Per partition:
   * in-flight ranges: [start, end) ranges reserved by takes not yet committed
     when the checkpoint was written; after a crash they return to the queue,
     in offset order, ahead of anything not yet taken;
+  * pending puts (version 2): (transaction id, start, end) of the batches a
+    multi-partition put had written but not yet committed; on open each is
+    kept if the commit journal holds its commit, else aborted (never delivered);
   * log_start_offset, recovery_point, log_end_offset of the partition log then.
 Offsets in [taken_through, log end) that are in neither list are queued.
 
@@ -23,7 +26,7 @@ the backup dir when dual checkpoints are on:
     offset  size  field
     ------  ----  -------------------------------------------------------------
          0     4  magic               b"WCKP"
-         4     1  version             1
+         4     1  version             2 (1 is still read: no pending puts)
          5     3  reserved            0
          8     8  sequence            increases by one per checkpoint
         16     8  written_at_ms       wall clock
@@ -35,6 +38,7 @@ the backup dir when dual checkpoints are on:
                     8  taken_through
                     4  committed range count C, then C x (8 start, 8 end)
                     4  in-flight range count F, then F x (8 start, 8 end)
+                    4  pending put count N, then N x (8 txn id, 8 start, 8 end)  [v2]
        end     4  crc                 CRC-32C of every byte before it
 
 Writing: primary first (temp file, fsync, rename, fsync dir), then the backup
@@ -55,16 +59,19 @@ from channel_engine.atomic_file import write_atomically
 from channel_engine.errors import CorruptStateError
 
 MAGIC = b"WCKP"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FILE_NAME = "checkpoint"
 HEADER = struct.Struct(">4sB3xqqi")
 PARTITION = struct.Struct(">qqqq")
 COUNT = struct.Struct(">i")
 RANGE = struct.Struct(">qq")
+PENDING = struct.Struct(">qqq")
 CRC = struct.Struct(">I")
 assert HEADER.size == 28 and PARTITION.size == 32 and RANGE.size == 16
 
 Range = tuple[int, int]
+PendingPut = tuple[int, int, int]  # transaction id, start, end
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class PartitionCheckpoint:
     taken_through: int = 0
     committed: tuple[Range, ...] = ()
     in_flight: tuple[Range, ...] = ()
+    pending_puts: tuple[PendingPut, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,8 @@ def encode(checkpoint: Checkpoint) -> bytes:
         for ranges in (p.committed, p.in_flight):
             parts.append(COUNT.pack(len(ranges)))
             parts.extend(RANGE.pack(start, end) for start, end in ranges)
+        parts.append(COUNT.pack(len(p.pending_puts)))
+        parts.extend(PENDING.pack(*pending) for pending in p.pending_puts)
     body = b"".join(parts)
     return body + CRC.pack(crc32c.crc32c(body))
 
@@ -121,8 +131,9 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
     magic, version, sequence, written_at, count = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptStateError(path, f"magic {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise CorruptStateError(path, f"version {version} is not supported (expected {VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise CorruptStateError(path, f"version {version} is not supported "
+                                      f"(expected one of {READABLE_VERSIONS})")
     position = HEADER.size
     partitions = []
     try:
@@ -131,8 +142,11 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
             position += PARTITION.size
             committed, position = _ranges(data, position)
             in_flight, position = _ranges(data, position)
+            pending: tuple[PendingPut, ...] = ()
+            if version >= 2:
+                pending, position = _pending(data, position)
             partitions.append(PartitionCheckpoint(start, recovery, end, taken, committed,
-                                                  in_flight))
+                                                  in_flight, pending))
     except struct.error as exc:
         raise CorruptStateError(path, f"partition records end early ({exc})") from exc
     if position != len(data) - CRC.size:
@@ -147,6 +161,16 @@ def _ranges(data: bytes, position: int) -> tuple[tuple[Range, ...], int]:
         raise struct.error(f"negative range count {count}")
     ranges = tuple(RANGE.unpack_from(data, position + i * RANGE.size) for i in range(count))
     return ranges, position + count * RANGE.size
+
+
+def _pending(data: bytes, position: int) -> tuple[tuple[PendingPut, ...], int]:
+    (count,) = COUNT.unpack_from(data, position)
+    position += COUNT.size
+    if count < 0:
+        raise struct.error(f"negative pending put count {count}")
+    pending = tuple(PENDING.unpack_from(data, position + i * PENDING.size)
+                    for i in range(count))
+    return pending, position + count * PENDING.size
 
 
 def write(checkpoint: Checkpoint, directory: Path, backup_directory: Path | None) -> None:

@@ -124,3 +124,47 @@ class DiskSpaceError(ChannelEngineError):
 
 class ReadOnlyLogError(ChannelEngineError):
     """A write was attempted on a log opened read-only."""
+
+
+class ChannelFullError(ChannelEngineError):
+    """A put did not fit under the channel's capacity within keep_alive_ms (Flume's
+    ChannelFullException); nothing was written."""
+
+    def __init__(self, channel: str, events: int, untaken: int, capacity: int,
+                 waited_ms: int) -> None:
+        super().__init__(f"channel {channel!r} is full: {untaken} of capacity={capacity} "
+                         f"events untaken, no room for {events} more after waiting "
+                         f"{waited_ms} ms (keep_alive_ms); nothing written")
+        self.channel = channel
+        self.events = events
+        self.untaken = untaken
+        self.capacity = capacity
+
+
+class TransactionCapacityError(ChannelEngineError, ValueError):
+    """A transaction would hold more events than transaction_capacity; it is unchanged."""
+
+    def __init__(self, channel: str, wanted: int, capacity: int) -> None:
+        super().__init__(f"channel {channel!r}: a transaction may hold at most "
+                         f"transaction_capacity={capacity} events, not {wanted}")
+        self.channel = channel
+        self.wanted = wanted
+        self.capacity = capacity
+
+
+class TransactionStateError(ChannelEngineError):
+    """A transaction was used after it ended, or for the wrong kind of work."""
+
+
+class TakeExpiredError(TransactionStateError):
+    """A take transaction's lease ran out: its events went back to the queue."""
+
+
+class ChannelLockedError(ChannelEngineError):
+    """Another process has this channel open for writing."""
+
+    def __init__(self, home: Path | str, holder: str) -> None:
+        super().__init__(f"{home}: channel is open for writing in another process ({holder}); "
+                         "open it read_only=True to inspect it")
+        self.home = str(home)
+        self.holder = holder

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from channel_engine.errors import InvalidEventError
+
 
 class PendingEvent(NamedTuple):
     """An event not yet in the log: a body, and optionally key, headers and timestamp."""
@@ -29,3 +31,31 @@ class Event(NamedTuple):
     key: bytes | None
     headers: dict[str, bytes]
     body: bytes
+
+
+_BYTES = (bytes, bytearray, memoryview)
+_MAX_TIMESTAMP = 2**63 - 1
+
+
+def make_event(index: int, body: object, key: object = None, headers: object = None,
+               timestamp: object = None) -> PendingEvent:
+    """Check one event's fields and return it as a PendingEvent; raise InvalidEventError
+    naming the event's index in its transaction and the field."""
+    if not isinstance(body, _BYTES):
+        raise InvalidEventError(index, "body", f"must be bytes, not {type(body).__name__}")
+    if key is not None and not isinstance(key, _BYTES):
+        raise InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            raise InvalidEventError(index, "headers", "must be a mapping of str to bytes")
+        for name, value in headers.items():
+            if not isinstance(name, str):
+                raise InvalidEventError(index, "headers", f"names must be str, not {name!r}")
+            if not isinstance(value, _BYTES):
+                raise InvalidEventError(index, f"headers.{name}",
+                                        f"must be bytes, not {type(value).__name__}")
+    if timestamp is not None and (type(timestamp) is not int
+                                  or not 0 <= timestamp <= _MAX_TIMESTAMP):
+        raise InvalidEventError(index, "timestamp",
+                                f"must be milliseconds in [0, 2**63), not {timestamp!r}")
+    return PendingEvent(body, key, headers, timestamp)  # type: ignore[arg-type]

@@ -74,6 +74,12 @@ class AppendResult:
     position: int
     size: int
     max_timestamp: int
+    flush_due: bool = False  # durability or flush_messages asks for an fsync of this batch
+
+    @property
+    def next_offset(self) -> int:
+        """Offset that follows the batch."""
+        return self.last_offset + 1
 
 
 @dataclass(frozen=True)
@@ -240,11 +246,24 @@ class PartitionLog:
     def append(self, events: Sequence[PendingEvent]) -> AppendResult:
         """Append events as one batch, atomically; durable on return in fsync durability."""
         self._check_writable()
-        batch = record_batch.build(events, self._codec)
+        return self.append_batch(self.build_batch(events))
+
+    def build_batch(self, events: Sequence[PendingEvent],
+                    transaction_id: int | None = None) -> bytearray:
+        """Encode events as a batch for this log (its codec), checking every event and the
+        size limits, without writing anything."""
+        batch = record_batch.build(events, self._codec, transaction_id)
         for limit, setting in ((self.config.max_batch_bytes, "max_batch_bytes"),
                                (self.config.segment_bytes, "segment_bytes")):
             if len(batch) > limit:
                 raise BatchTooLargeError(len(batch), limit, setting)
+        return batch
+
+    def append_batch(self, batch: bytearray, defer_flush: bool = False) -> AppendResult:
+        """Append a batch made by build_batch, atomically; durable on return in fsync
+        durability. With defer_flush the caller flushes instead: it calls flush_to(result.
+        next_offset) when result.flush_due (the channel registers the batch first)."""
+        self._check_writable()
         with self._lock:
             self._check_writable()
             segment = self._maybe_roll(len(batch), record_batch.read_header(batch))
@@ -257,10 +276,10 @@ class PartitionLog:
                 self.config.flush_messages is not None
                 and end - self._recovery_point >= self.config.flush_messages
             )
-        if flush_due:
+        if flush_due and not defer_flush:
             self._make_durable(end, epoch)
         return AppendResult(header.base_offset, header.last_offset, segment.base_offset,
-                            position, len(batch), header.max_timestamp)
+                            position, len(batch), header.max_timestamp, flush_due)
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -395,6 +414,14 @@ class PartitionLog:
                         os.fsync(seg._fd)
                     except OSError:
                         pass
+
+    def flush_to(self, offset: int) -> None:
+        """Return once every offset below `offset` is on disk (sharing an fsync with
+        concurrent callers)."""
+        self._check_writable()
+        with self._lock:
+            epoch = self._truncations
+        self._make_durable(offset, epoch)
 
     def flush(self) -> None:
         """Make everything appended so far durable (Kafka's explicit flush)."""

@@ -119,6 +119,23 @@ class PartitionQueue:
             self.in_flight[take_id] = _clip(ranges, log_start)
         self._advance_head()
 
+    def clip_to(self, log_end: int) -> int:
+        """The log ends before offsets this queue knew (a flush-policy crash lost them, or
+        damage was cut off): forget every state at or above log_end; return how many
+        offsets that was. The caller checkpoints at once, so no later replay of an older
+        journal applies the old offsets to the new events that will take their place."""
+        known = max(self.frontier, self.taken_through)
+        if known <= log_end:
+            return 0
+        self.taken_through = min(self.taken_through, log_end)
+        self.frontier = min(self.frontier, log_end)
+        self.committed = _below(self.committed, log_end)
+        self.returned = _below(self.returned, log_end)
+        for take_id, ranges in list(self.in_flight.items()):
+            self.in_flight[take_id] = _below(ranges, log_end)
+        self._advance_head()
+        return known - log_end
+
     def to_checkpoint(self, log_start: int, recovery_point: int,
                       log_end: int) -> PartitionCheckpoint:
         """The state to persist: head, committed and in-flight ranges, and the log's offsets."""
@@ -167,6 +184,10 @@ def _subtract(ranges: list[Range], low: int, high: int) -> list[Range]:
 
 def _clip(ranges: list[Range], low: int) -> list[Range]:
     return [(max(start, low), end) for start, end in ranges if end > low]
+
+
+def _below(ranges: list[Range], high: int) -> list[Range]:
+    return [(start, min(end, high)) for start, end in ranges if start < high]
 
 
 def _gaps(low: int, high: int, taken: list[Range]) -> list[Range]:

@@ -67,6 +67,7 @@ COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 CODEC_NAMES = {code: name for name, code in COMPRESSION_CODECS.items()}
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10  # Kafka's isTransactional bit; producer_id holds Weir's txn id
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
 _MAX_TIMESTAMP = 2**63 - 1
@@ -106,6 +107,11 @@ class BatchHeader(NamedTuple):
     def next_offset(self) -> int:
         """Offset that follows the batch."""
         return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def transaction_id(self) -> int | None:
+        """Weir's put transaction id of a transactional batch, else None."""
+        return self.producer_id if self.attributes & TRANSACTIONAL_MASK else None
 
     @property
     def codec(self) -> str:
@@ -202,11 +208,18 @@ def check_batch(
     return header
 
 
-def build(events: Sequence[PendingEvent], compression: int = 0) -> bytearray:
-    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input."""
+def build(events: Sequence[PendingEvent], compression: int = 0,
+          transaction_id: int | None = None) -> bytearray:
+    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input.
+    With a transaction_id the batch is transactional (Kafka's attribute bit 4, the id in
+    producerId): it counts only once its transaction's commit is journalled."""
     if not events:
         raise InvalidEventError(0, "events", "a batch needs at least one event")
-    builder = DefaultRecordBatchBuilder(MAGIC, compression, 0, -1, -1, -1, _MAX_BATCH)
+    if transaction_id is None:
+        builder = DefaultRecordBatchBuilder(MAGIC, compression, 0, -1, -1, -1, _MAX_BATCH)
+    else:
+        builder = DefaultRecordBatchBuilder(MAGIC, compression, 1, transaction_id, 0, -1,
+                                            _MAX_BATCH)
     append = builder.append
     now = int(time.time() * 1000)
     index = 0

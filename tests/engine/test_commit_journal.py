@@ -1,5 +1,5 @@
-"""The take journal: commits survive, torn appends are ignored and counted, replay after a
-checkpoint rebuilds the same queue as the live one."""
+"""The commit journal: take and put commits survive, torn appends are ignored and counted,
+and replay after a checkpoint rebuilds the same queue as the live one."""
 from __future__ import annotations
 
 import os
@@ -14,45 +14,45 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channel_engine import CorruptStateError
-from channel_engine import take_journal as tj
+from channel_engine import commit_journal as tj
 from channel_engine.partition_queue import PartitionQueue
 
 
 def test_it_replays_what_was_appended(tmp_path: Path) -> None:
-    journal = tj.TakeJournal(tmp_path, 3)
-    journal.append(1, [(0, 0, 10)])
-    journal.append(2, [(0, 10, 20), (1, 5, 7)])
+    journal = tj.CommitJournal(tmp_path, 3)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])
+    journal.append(tj.TAKE, 2, [(0, 10, 20), (1, 5, 7)])
     journal.close()
     takes, ignored = tj.replay(tj.journal_path(tmp_path, 3))
-    assert [(t.generation, t.take_id, t.entries) for t in takes] == [
-        (3, 1, ((0, 0, 10),)), (3, 2, ((0, 10, 20), (1, 5, 7)))]
+    assert [(t.generation, t.kind, t.commit_id, t.entries) for t in takes] == [
+        (3, tj.TAKE, 1, ((0, 0, 10),)), (3, tj.TAKE, 2, ((0, 10, 20), (1, 5, 7)))]
     assert ignored == 0
 
 
 @pytest.mark.parametrize("cut", [1, 7, 9, 20])
 def test_it_ignores_and_counts_a_torn_last_record(tmp_path: Path, cut: int) -> None:
-    journal = tj.TakeJournal(tmp_path, 0)
-    journal.append(1, [(0, 0, 10)])
-    journal.append(2, [(0, 10, 20)])
+    journal = tj.CommitJournal(tmp_path, 0)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])
+    journal.append(tj.TAKE, 2, [(0, 10, 20)])
     journal.close()
     path = tj.journal_path(tmp_path, 0)
     size = path.stat().st_size
     os.truncate(path, size - cut)
     takes, ignored = tj.replay(path)
-    assert [t.take_id for t in takes] == [1] and ignored == 40 - cut  # a record is 40 bytes
+    assert [t.commit_id for t in takes] == [1] and ignored == 41 - cut  # a record is 41 bytes
 
 
 def test_it_stops_at_a_damaged_record(tmp_path: Path) -> None:
-    journal = tj.TakeJournal(tmp_path, 0)
+    journal = tj.CommitJournal(tmp_path, 0)
     for take in range(3):
-        journal.append(take, [(0, take * 10, take * 10 + 10)])
+        journal.append(tj.TAKE, take, [(0, take * 10, take * 10 + 10)])
     journal.close()
     path = tj.journal_path(tmp_path, 0)
     data = bytearray(path.read_bytes())
-    data[16 + 40 + 20] ^= 0xFF  # inside the second record
+    data[16 + 41 + 20] ^= 0xFF  # inside the second record
     path.write_bytes(bytes(data))
     takes, ignored = tj.replay(path)
-    assert [t.take_id for t in takes] == [0] and ignored == 80
+    assert [t.commit_id for t in takes] == [0] and ignored == 82
 
 
 def test_it_refuses_a_file_that_is_not_a_journal(tmp_path: Path) -> None:
@@ -64,10 +64,10 @@ def test_it_refuses_a_file_that_is_not_a_journal(tmp_path: Path) -> None:
 
 def test_it_replays_newer_generations_in_order_and_removes_older(tmp_path: Path) -> None:
     for generation in (1, 2, 3):
-        journal = tj.TakeJournal(tmp_path, generation)
-        journal.append(generation, [(0, generation, generation + 1)])
+        journal = tj.CommitJournal(tmp_path, generation)
+        journal.append(tj.TAKE, generation, [(0, generation, generation + 1)])
         journal.close()
-    replayed = [t.take_id for _, takes, _ in tj.replay_from(tmp_path, 2) for t in takes]
+    replayed = [t.commit_id for _, takes, _ in tj.replay_from(tmp_path, 2) for t in takes]
     assert replayed == [2, 3]
     assert tj.remove_before(tmp_path, 2) == 1 and tj.generations(tmp_path) == [2, 3]
 
@@ -115,12 +115,13 @@ def test_checkpoint_plus_journal_rebuilds_the_live_queue(rng: random.Random,
 WRITER = """
 import sys
 from pathlib import Path
-from channel_engine import take_journal as tj
-journal = tj.TakeJournal(Path(sys.argv[1]), 0)
+from channel_engine import commit_journal as tj
+journal = tj.CommitJournal(Path(sys.argv[1]), 0)
 take = 0
 while True:
     take += 1
-    journal.append(take, [(take % 3, take * 10, take * 10 + 10)] * (1 + take % 4))
+    entries = [(take % 3, take * 10, take * 10 + 10)] * (1 + take % 4)
+    journal.sync(journal.append(tj.TAKE, take, entries))
     print(take, flush=True)
 """
 
@@ -141,4 +142,4 @@ def test_every_acknowledged_commit_survives_kill_9(tmp_path: Path, acks: int) ->
         writer.kill()
         writer.wait()
     takes, _ = tj.replay(tj.journal_path(tmp_path, 0))
-    assert [t.take_id for t in takes][:acked] == list(range(1, acked + 1))
+    assert [t.commit_id for t in takes][:acked] == list(range(1, acked + 1))

@@ -1,0 +1,152 @@
+"""PutTransaction and TakeTransaction: Flume's channel transactions, made stricter.
+
+A put transaction buffers events in memory and writes nothing until commit;
+commit makes all of them visible to takes at once, or none (one batch per
+partition touched; see channel.py for how several partitions commit as one).
+A take transaction reserves events from the head of the queue; commit removes
+them for good (journalled), rollback returns them to the head in their order.
+
+Both are context managers: a clean exit commits, an exception rolls back. A
+transaction puts or takes, never both, and holds at most transaction_capacity
+events. After commit, rollback or an expired lease it is closed; using it
+again raises TransactionStateError (TakeExpiredError for a lapsed lease).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from channel_engine.errors import TransactionCapacityError, TransactionStateError
+from channel_engine.event import Event, PendingEvent, make_event
+
+if TYPE_CHECKING:
+    from channel_engine.channel import Channel
+
+OPEN, COMMITTED, ROLLED_BACK = "open", "committed", "rolled back"
+
+
+class _Transaction:
+    """What put and take transactions share: state and the context-manager rules."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self.state = OPEN
+
+    def _check_open(self) -> None:
+        if self.state != OPEN:
+            raise TransactionStateError(f"channel {self._channel.name!r}: transaction is "
+                                        f"{self.state}")
+
+    def commit(self) -> None:
+        """Make the transaction's work durable (per the channel's durability)."""
+        raise NotImplementedError
+
+    def rollback(self) -> None:
+        """Undo the transaction's work."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self.state != OPEN:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+
+class PutTransaction(_Transaction):
+    """Buffered events, committed atomically; `committed` lists (partition, first, last)."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__(channel)
+        self._events: list[PendingEvent] = []
+        self.committed: list[tuple[int, int, int]] = []
+
+    def __enter__(self) -> PutTransaction:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def put(self, body: bytes, key: bytes | None = None,
+            headers: Mapping[str, bytes] | None = None, timestamp: int | None = None) -> None:
+        """Add one event; checked now (InvalidEventError names the field), written at commit."""
+        self._check_open()
+        capacity = self._channel.config.transaction_capacity
+        if len(self._events) >= capacity:
+            raise TransactionCapacityError(self._channel.name, len(self._events) + 1, capacity)
+        self._events.append(make_event(len(self._events), body, key, headers, timestamp))
+
+    def put_all(self, events: list[PendingEvent]) -> None:
+        """Add many events at once: all are checked first, none is added if one is bad."""
+        self._check_open()
+        capacity = self._channel.config.transaction_capacity
+        if len(self._events) + len(events) > capacity:
+            raise TransactionCapacityError(self._channel.name, len(self._events) + len(events),
+                                           capacity)
+        first = len(self._events)
+        checked = [make_event(first + i, *event) for i, event in enumerate(events)]
+        self._events.extend(checked)
+
+    def commit(self) -> None:
+        """Write every buffered event, one batch per partition touched; all or nothing."""
+        self._check_open()
+        try:
+            if self._events:
+                self.committed = self._channel._commit_put(self._events)
+        except BaseException:
+            self.state = ROLLED_BACK
+            self._channel._count_put_error()
+            raise
+        self.state = COMMITTED
+        self._events = []
+
+    def rollback(self) -> None:
+        """Discard the buffered events; nothing was written."""
+        self._check_open()
+        self.state = ROLLED_BACK
+        self._channel._count_rollback()
+        self._events = []
+
+
+class TakeTransaction(_Transaction):
+    """Events reserved from the head of the queue until commit or rollback."""
+
+    def __init__(self, channel: Channel, take_id: int, lease_ms: int | None) -> None:
+        super().__init__(channel)
+        self.take_id = take_id
+        self.lease_ms = lease_ms
+        self.taken = 0
+
+    def __enter__(self) -> TakeTransaction:
+        return self
+
+    def take(self, max_events: int) -> list[Event]:
+        """Reserve and return up to max_events events, oldest first in each partition;
+        an empty list when nothing is queued (never waits)."""
+        self._check_open()
+        self._channel._check_take_alive(self)
+        if type(max_events) is not int or max_events < 1:
+            raise ValueError(f"max_events must be a positive int, not {max_events!r}")
+        capacity = self._channel.config.transaction_capacity
+        if self.taken + max_events > capacity:
+            raise TransactionCapacityError(self._channel.name, self.taken + max_events,
+                                           capacity)
+        events = self._channel._take_events(self, max_events)
+        self.taken += len(events)
+        return events
+
+    def commit(self) -> None:
+        """Remove the taken events for good; durable on return in fsync durability."""
+        self._check_open()
+        self._channel._commit_take(self)
+        self.state = COMMITTED
+
+    def rollback(self) -> None:
+        """Return the taken events to the head of the queue, in their order."""
+        self._check_open()
+        self.state = ROLLED_BACK
+        self._channel._rollback_take(self)
