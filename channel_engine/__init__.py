@@ -4,8 +4,9 @@ A partition is a Kafka-format log (segments of record batches v2 with sparse
 offset and time indexes); channels, transactions and checkpoints build on it.
 See FORMAT.md for the files on disk.
 """
-from channel_engine.channel import Channel, CheckpointResult
+from channel_engine.channel import Channel
 from channel_engine.channel_config import ChannelConfig
+from channel_engine.channel_owner import ChannelOwner, CheckpointResult
 from channel_engine.channel_recovery import ChannelRecovery
 from channel_engine.config import LogConfig
 from channel_engine.errors import (
@@ -31,6 +32,7 @@ from channel_engine.errors import (
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log import AppendResult, PartitionLog, RetentionResult
+from channel_engine.owner_protocol import OwnerLostError
 from channel_engine.recovery import RecoveryReport
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
@@ -44,6 +46,7 @@ __all__ = [
     "ChannelEngineError",
     "ChannelFullError",
     "ChannelLockedError",
+    "ChannelOwner",
     "ChannelRecovery",
     "CheckpointResult",
     "ConfigError",
@@ -58,6 +61,7 @@ __all__ = [
     "LogLockedError",
     "LogOfflineError",
     "OffsetOutOfRangeError",
+    "OwnerLostError",
     "PartitionLog",
     "PendingEvent",
     "PutTransaction",

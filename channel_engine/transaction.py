@@ -16,11 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from channel_engine.errors import TransactionCapacityError, TransactionStateError
+from channel_engine.errors import (
+    ChannelEngineError,
+    TakeExpiredError,
+    TransactionCapacityError,
+    TransactionStateError,
+)
 from channel_engine.event import Event, PendingEvent, make_event
 
 if TYPE_CHECKING:
-    from channel_engine.channel import Channel
+    from channel_engine.channel import Backend, Channel
 
 OPEN, COMMITTED, ROLLED_BACK = "open", "committed", "rolled back"
 
@@ -96,10 +101,9 @@ class PutTransaction(_Transaction):
         self._check_open()
         try:
             if self._events:
-                self.committed = self._channel._commit_put(self._events)
+                self.committed = self._channel._backend().commit_put(self._events)
         except BaseException:
             self.state = ROLLED_BACK
-            self._channel._count_put_error()
             raise
         self.state = COMMITTED
         self._events = []
@@ -108,15 +112,20 @@ class PutTransaction(_Transaction):
         """Discard the buffered events; nothing was written."""
         self._check_open()
         self.state = ROLLED_BACK
-        self._channel._count_rollback()
         self._events = []
+        try:
+            self._channel._backend().count_rollback()
+        except ChannelEngineError:
+            pass  # only a counter: the rollback itself needs nobody
 
 
 class TakeTransaction(_Transaction):
     """Events reserved from the head of the queue until commit or rollback."""
 
-    def __init__(self, channel: Channel, take_id: int, lease_ms: int | None) -> None:
+    def __init__(self, channel: Channel, backend: Backend, take_id: int,
+                 lease_ms: int | None) -> None:
         super().__init__(channel)
+        self._backend = backend  # the owner (or client of the owner) that holds the take
         self.take_id = take_id
         self.lease_ms = lease_ms
         self.taken = 0
@@ -128,25 +137,32 @@ class TakeTransaction(_Transaction):
         """Reserve and return up to max_events events, oldest first in each partition;
         an empty list when nothing is queued (never waits)."""
         self._check_open()
-        self._channel._check_take_alive(self)
         if type(max_events) is not int or max_events < 1:
             raise ValueError(f"max_events must be a positive int, not {max_events!r}")
         capacity = self._channel.config.transaction_capacity
         if self.taken + max_events > capacity:
             raise TransactionCapacityError(self._channel.name, self.taken + max_events,
                                            capacity)
-        events = self._channel._take_events(self, max_events)
+        try:
+            events = self._backend.take_events(self.take_id, max_events)
+        except TakeExpiredError:
+            self.state = ROLLED_BACK
+            raise
         self.taken += len(events)
         return events
 
     def commit(self) -> None:
         """Remove the taken events for good; durable on return in fsync durability."""
         self._check_open()
-        self._channel._commit_take(self)
+        try:
+            self._backend.commit_take(self.take_id)
+        except BaseException:
+            self.state = ROLLED_BACK
+            raise
         self.state = COMMITTED
 
     def rollback(self) -> None:
         """Return the taken events to the head of the queue, in their order."""
         self._check_open()
         self.state = ROLLED_BACK
-        self._channel._rollback_take(self)
+        self._backend.rollback_take(self.take_id)

@@ -1,0 +1,745 @@
+"""ChannelOwner: the channel as run by the one process that owns its files —
+Flume's FileChannel on Kafka's log: put and take transactions over 1..N
+partition logs, with queue checkpoints, a commit journal and crash replay.
+
+Other processes reach it through the owner socket (owner_server.py); callers
+use Channel (channel.py), which picks the role. The owner holds `.lock` in the
+home with flock for as long as it has the channel open.
+
+Files: partition i is a PartitionLog in `partition_dir(i)`; the home
+(checkpoint_dir) holds channel.json, `checkpoint` (checkpoint.py), the commit
+journals `commits-<G>.journal` (commit_journal.py) and `.lock`, which the
+owner holds with flock (so a second would-be owner gets ChannelLockedError and
+becomes a client instead). read_only=True opens a snapshot without the lock.
+
+Puts. Events go to a partition by the murmur2 hash of their key (Kafka's
+default partitioner, so a key lands where a Kafka producer would put it), or,
+without a key, all keyless events of one transaction to one partition, chosen
+round-robin per transaction (Kafka's sticky partitioner). Commit: check the
+disk guard, wait up to keep_alive_ms for room under `capacity`, encode every
+batch (bad input fails here, before anything is written), then append them.
+A put that touches one partition is one plain batch: atomic by itself. A put
+that touches several writes one transactional batch per partition, then a
+commit record to the journal; that record is the commit point (recovery
+aborts transactional batches without one). Takes see, per partition, the
+prefix of the log up to the first put not yet committed — Kafka's last stable
+offset — so no uncommitted event is ever taken.
+
+Durability. In fsync mode a put commit returns after its batches (and, for a
+multi-partition put, its journal record) are fsynced, and a take commit after
+its journal record is; concurrent committers share fsyncs (group commit). In
+policy mode, flush_messages / flush_ms bound what a crash may lose; flush()
+and the scheduler's flush_if_due() make the rest durable.
+
+Checkpoints copy the queue state (a few ranges per partition) under the
+channel lock, rotate the journal, and write primary then backup outside the
+lock. Then segments every event of which is taken (by both checkpoint copies)
+are deleted, and journals older than both copies removed.
+
+Thread-safe. One lock guards the queue state; appends to one partition are
+serialised by that partition's lock; fsyncs happen outside both.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from channel_engine import checkpoint as checkpoint_file
+from channel_engine import commit_journal
+from channel_engine.channel_config import ChannelConfig
+from channel_engine.channel_recovery import ChannelRecovery, restore
+from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
+from channel_engine.errors import (
+    ChannelEngineError,
+    ChannelFullError,
+    ChannelLockedError,
+    ConfigError,
+    ReadOnlyLogError,
+    StorageError,
+    TakeExpiredError,
+    TransactionStateError,
+)
+from channel_engine.event import Event, PendingEvent
+from channel_engine.log import PartitionLog
+from channel_engine.partition_queue import PartitionQueue
+
+LOCK_FILE = ".lock"
+CHECKPOINT_HISTORY = 20
+
+
+@dataclass
+class _Put:
+    """A put appended to one partition and not yet resolved (committed or aborted)."""
+
+    start: int
+    end: int
+    transaction_id: int | None
+
+
+@dataclass
+class _Take:
+    """A take transaction's reservation: its partitions and lease deadline."""
+
+    partitions: set[int] = field(default_factory=set)
+    deadline_ms: int | None = None
+    lease_ms: int | None = None
+    taken: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """What one checkpoint wrote and how long it held the channel."""
+
+    sequence: int
+    written_at_ms: int
+    duration_ms: float
+    lock_held_ms: float
+    backup: str  # "written", "off" or "failed: <why>"
+    segments_deleted: int
+    journals_removed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for status output."""
+        return self.__dict__.copy()
+
+
+class ChannelOwner:
+    """The channel in the process that owns its files; see the module doc."""
+
+    def __init__(self, config: ChannelConfig, read_only: bool, clock: Any,
+                 free_space: FreeSpace) -> None:
+        self.config = config
+        self.name = config.name
+        self.read_only = read_only
+        self._clock = clock
+        self._free_space = free_space
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # capacity freed
+        self._checkpoint_lock = threading.Lock()
+        self._lock_fd = -1
+        self._logs: list[PartitionLog] = []
+        self._queues: list[PartitionQueue] = []
+        self._append_locks: list[threading.Lock] = []
+        self._ends: list[int] = []  # per partition: end of the appends registered here
+        self._unresolved: list[dict[int, _Put]] = []
+        self._put_ids = 0
+        self._takes: dict[int, _Take] = {}
+        self._take_ids = 0
+        self._next_partition = 0
+        self._next_take_partition = 0
+        self._untaken = 0  # committed or in-doubt puts not yet taken and committed
+        self._journal: commit_journal.CommitJournal | None = None
+        self._sequence = 0
+        self._backup_sequence = 0
+        self._backup_taken: list[int] | None = None
+        self._last_checkpoint: CheckpointResult | None = None
+        self._checkpoint_history: deque[CheckpointResult] = deque(maxlen=CHECKPOINT_HISTORY)
+        self._last_checkpoint_ms = 0
+        self._closed = False
+        self.recovery = ChannelRecovery()
+        self.counters = dict.fromkeys(
+            ("put_attempts", "put_successes", "put_errors", "take_attempts", "take_successes",
+             "take_errors", "rollbacks", "takes_expired", "aborted_events", "dropped_events",
+             "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
+
+    # -- opening and closing ----------------------------------------------------------------
+    @classmethod
+    def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
+             clock: Any = time.time, free_space: FreeSpace = free_bytes) -> ChannelOwner:
+        """Open (creating it, unless read_only) the channel of `config`, or of the home
+        directory holding its channel.json; replay whatever followed the last checkpoint."""
+        if not isinstance(config, ChannelConfig):
+            config = ChannelConfig.load(Path(config))
+        channel = cls(config, read_only, clock, free_space)
+        try:
+            channel._open()
+        except BaseException:
+            channel._abandon()
+            raise
+        return channel
+
+    def _open(self) -> None:
+        config = self.config
+        home = config.home
+        if self.read_only:
+            if not home.is_dir():
+                raise FileNotFoundError(f"{home}: no channel home here")
+        else:
+            home.mkdir(parents=True, exist_ok=True)
+            self._take_channel_lock()
+            self._check_partition_count()
+            config.save()
+        log_config = config.log_config()
+        for partition in range(config.partitions):
+            self._logs.append(PartitionLog.open(
+                config.partition_dir(partition), log_config, partition=partition,
+                read_only=self.read_only, clock=self._clock))
+            self._append_locks.append(threading.Lock())
+            self._unresolved.append({})
+        if not self.read_only:
+            for log in self._logs:
+                if log.unflushed_events:
+                    log.flush()
+        backup = self._backup_dir()
+        restored = restore(home, backup if backup is not None and backup.is_dir() else None,
+                           self._logs)
+        self._queues = restored.queues
+        self._ends = [log.log_end_offset for log in self._logs]
+        self._untaken = sum(q.untaken(end) for q, end in zip(self._queues, self._ends,
+                                                                strict=True))
+        self._sequence = self._backup_sequence = restored.sequence
+        self.recovery = restored.report
+        self.counters["aborted_events"] += restored.report.aborted_events
+        self.counters["dropped_events"] += restored.report.dropped_events
+        self._last_checkpoint_ms = self._now_ms()
+        if not self.read_only:
+            self._sequence = restored.next_generation - 1
+            self.checkpoint()  # the replayed state becomes the new base; old journals go
+
+    def _backup_dir(self) -> Path | None:
+        config = self.config
+        if config.use_dual_checkpoints and config.backup_checkpoint_dir:
+            return Path(config.backup_checkpoint_dir)
+        return None
+
+    def _take_channel_lock(self) -> None:
+        path = self.config.home / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown pid"
+            os.close(fd)
+            raise ChannelLockedError(self.config.home, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _check_partition_count(self) -> None:
+        """Partitions may be added, never removed: keys would move and events be stranded."""
+        try:
+            saved = ChannelConfig.load(self.config.home)
+        except ConfigError:
+            return
+        if saved.partitions > self.config.partitions:
+            raise ConfigError("partitions", f"channel {self.name!r} has {saved.partitions} "
+                                            f"partitions; it cannot shrink to "
+                                            f"{self.config.partitions}")
+
+    def _abandon(self) -> None:
+        """Release what a failed open acquired."""
+        for log in self._logs:
+            try:
+                log.close()
+            except ChannelEngineError:
+                pass
+        if self._journal is not None:
+            self._journal.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> ChannelOwner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Checkpoint (if checkpoint_on_close), close the logs cleanly, release the lock.
+        Open take transactions roll back: their events stay queued."""
+        if self._closed:
+            return
+        try:
+            if not self.read_only and self.config.checkpoint_on_close:
+                self.checkpoint()
+        finally:
+            self._closed = True
+            with self._room:
+                self._room.notify_all()
+            self._abandon()
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise TransactionStateError(f"channel {self.name!r} is closed")
+        if self.read_only:
+            raise ReadOnlyLogError(f"channel {self.name!r} is open read-only")
+
+    # -- put --------------------------------------------------------------------------------
+    def commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
+        """Write a put transaction's events; return (partition, first, last) per batch."""
+        self._check_writable()
+        count = len(events)
+        with self._lock:
+            self.counters["put_attempts"] += count
+        try:
+            return self._commit_put(list(events), count)
+        except BaseException:
+            with self._lock:
+                self.counters["put_errors"] += 1
+                self.counters["rollbacks"] += 1
+            raise
+
+    def _commit_put(self, events: list[PendingEvent], count: int) -> list[tuple[int, int, int]]:
+        check_free_space(self._guarded_dirs(), self.config.minimum_required_space,
+                         self._free_space)
+        groups = self._partition(events)
+        transaction_id = None if len(groups) == 1 else self._new_transaction_id()
+        batches = [(p, self._logs[p].build_batch(evs, transaction_id)) for p, evs in groups]
+        self._wait_for_room(count)
+        written: list[tuple[int, int]] = []  # (partition, put id)
+        try:
+            for partition, batch in batches:
+                put_id, flush_to = self._append(partition, batch, transaction_id)
+                written.append((partition, put_id))
+                if flush_to is not None:
+                    self._logs[partition].flush_to(flush_to)
+            if transaction_id is not None:
+                self._journal_put(transaction_id, written)
+        except BaseException:
+            self._abort_put(written, count)
+            raise
+        with self._lock:
+            committed = []
+            for partition, put_id in written:
+                put = self._unresolved[partition].pop(put_id)
+                committed.append((partition, put.start, put.end - 1))
+            self.counters["put_successes"] += count
+        return committed
+
+    def count_rollback(self) -> None:
+        """A put transaction was rolled back before commit (nothing was written)."""
+        with self._lock:
+            self.counters["rollbacks"] += 1
+
+    def _guarded_dirs(self) -> list[Path]:
+        dirs = [Path(d) for d in self.config.data_dirs] + [self.config.home]
+        return [d for d in dirs if d.is_dir()]
+
+    def _partition(self, events: list[PendingEvent]) -> list[tuple[int, list[PendingEvent]]]:
+        """Group events by partition: murmur2(key), or one round-robin pick for keyless."""
+        partitions = self.config.partitions
+        if partitions == 1:
+            return [(0, events)]
+        with self._lock:
+            sticky = self._next_partition
+            self._next_partition = (sticky + 1) % partitions
+        groups: dict[int, list[PendingEvent]] = {}
+        for event in events:
+            key = event.key
+            partition = sticky if key is None else (murmur2(bytes(key)) & 0x7FFFFFFF) % partitions
+            groups.setdefault(partition, []).append(event)
+        return sorted(groups.items())
+
+    def _new_transaction_id(self) -> int:
+        # Random, not a counter: ids must not repeat across restarts, and a restart after a
+        # crash knows nothing of the ids the dead process used.
+        return int.from_bytes(os.urandom(8), "big") >> 1
+
+    def _wait_for_room(self, count: int) -> None:
+        """Reserve room for `count` events, waiting up to keep_alive_ms (Flume keep-alive)."""
+        capacity = self.config.capacity
+        deadline = time.monotonic() + self.config.keep_alive_ms / 1000
+        with self._room:
+            while self._untaken + count > capacity:
+                self._expire_takes()
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    raise ChannelFullError(self.name, count, self._untaken, capacity,
+                                           self.config.keep_alive_ms)
+                self._room.wait(min(left, 0.05))
+            self._untaken += count
+
+    def _append(self, partition: int, batch: bytearray,
+                transaction_id: int | None) -> tuple[int, int | None]:
+        """Append one batch and register it as unresolved; return its put id and the offset
+        to flush to if the durability or flush policy asks for it (the caller flushes
+        outside the locks, sharing the fsync with concurrent committers)."""
+        log = self._logs[partition]
+        with self._append_locks[partition]:
+            result = log.append_batch(batch, defer_flush=True)
+            with self._lock:
+                self._put_ids += 1
+                put_id = self._put_ids
+                self._unresolved[partition][put_id] = _Put(result.first_offset,
+                                                           result.next_offset, transaction_id)
+                self._ends[partition] = result.next_offset
+        return put_id, result.next_offset if result.flush_due else None
+
+    def _journal_put(self, transaction_id: int, written: list[tuple[int, int]]) -> None:
+        with self._lock:
+            entries = [(p, self._unresolved[p][put_id].start, self._unresolved[p][put_id].end)
+                       for p, put_id in written]
+            journal = self._live_journal()
+            ticket = journal.append(commit_journal.PUT, transaction_id, entries)
+        if self.config.durability == "fsync":
+            journal.sync(ticket)
+
+    def _abort_put(self, written: list[tuple[int, int]], count: int) -> None:
+        """A put failed part way: its written batches leave the queue, undelivered (recovery
+        aborts them the same way: no commit record), and its room is given back."""
+        with self._room:
+            for partition, put_id in written:
+                put = self._unresolved[partition].pop(put_id, None)
+                if put is not None:
+                    self._queues[partition].mark_committed([(put.start, put.end)])
+                    self.counters["aborted_events"] += put.end - put.start
+            self._untaken -= count
+            self._room.notify_all()
+
+    def _live_journal(self) -> commit_journal.CommitJournal:
+        if self._journal is None:
+            raise TransactionStateError(f"channel {self.name!r} is closed")
+        return self._journal
+
+    # -- take -------------------------------------------------------------------------------
+    def begin_take(self, lease_ms: int | None = None) -> int:
+        """Start a take transaction; return its id. With lease_ms, it rolls back by itself
+        unless committed or rolled back within that time."""
+        self._check_writable()
+        if lease_ms is not None and (type(lease_ms) is not int or lease_ms < 1):
+            raise ValueError(f"lease_ms must be a positive int or None, not {lease_ms!r}")
+        with self._lock:
+            self._expire_takes()
+            self._take_ids += 1
+            take_id = self._take_ids
+            deadline = None if lease_ms is None else self._now_ms() + lease_ms
+            self._takes[take_id] = _Take(deadline_ms=deadline, lease_ms=lease_ms)
+        return take_id
+
+    def _visible_end(self, partition: int) -> int:
+        """The last stable offset: the end of the prefix every put of which resolved."""
+        unresolved = self._unresolved[partition]
+        if unresolved:
+            return min(put.start for put in unresolved.values())
+        return self._ends[partition]
+
+    def _live_take(self, take_id: int) -> _Take:
+        """The take's reservation, unless its lease ran out. Caller holds the lock."""
+        self._expire_takes()
+        take = self._takes.get(take_id)
+        if take is None:
+            raise TakeExpiredError(f"channel {self.name!r}: take {take_id} is gone: its lease "
+                                   "expired or its channel owner restarted, and its events "
+                                   "were returned to the queue")
+        return take
+
+    def take_events(self, take_id: int, max_events: int) -> list[Event]:
+        """Reserve up to max_events from the partitions' heads, round-robin; read them."""
+        reserved: list[tuple[int, int, int]] = []
+        with self._lock:
+            take = self._live_take(take_id)
+            self.counters["take_attempts"] += max_events
+            partitions = self.config.partitions
+            first = self._next_take_partition
+            self._next_take_partition = (first + 1) % partitions
+            want = max_events
+            for i in range(partitions):
+                p = (first + i) % partitions
+                got = self._queues[p].reserve(take_id, want, self._visible_end(p))
+                if got:
+                    take.partitions.add(p)
+                    reserved += [(p, start, end) for start, end in got]
+                    want -= sum(end - start for start, end in got)
+                    if want == 0:
+                        break
+            take.taken += max_events - want
+        try:
+            return [event for p, start, end in reserved
+                    for event in self._logs[p].iter_events(start, end)]
+        except BaseException:
+            with self._lock:
+                self.counters["take_errors"] += 1
+            raise
+
+    def commit_take(self, take_id: int) -> None:
+        """Remove a take's events for good; durable on return in fsync durability."""
+        with self._room:
+            self._live_take(take_id)
+            take = self._takes.pop(take_id)
+            entries = []
+            for p in sorted(take.partitions):
+                ranges = list(self._queues[p].in_flight.get(take_id, ()))
+                entries += [(p, start, end) for start, end in ranges]
+                self._untaken -= self._queues[p].commit(take_id)
+            journal = self._live_journal()
+            ticket = journal.append(commit_journal.TAKE, take_id, entries) if entries else 0
+            self.counters["take_successes"] += take.taken
+            self._room.notify_all()
+        if entries and self.config.durability == "fsync":
+            journal.sync(ticket)
+
+    def rollback_take(self, take_id: int) -> None:
+        """Return a take's events to the head of their partitions, in order."""
+        with self._lock:
+            take = self._takes.pop(take_id, None)
+            if take is not None:
+                for p in take.partitions:
+                    self._queues[p].rollback(take_id)
+            self.counters["rollbacks"] += 1
+
+    def _expire_takes(self) -> None:
+        """Roll back takes whose lease ran out. Caller holds the lock."""
+        leased = [(take_id, take) for take_id, take in self._takes.items()
+                  if take.deadline_ms is not None]
+        if not leased:
+            return
+        now = self._now_ms()
+        for take_id, take in leased:
+            if take.deadline_ms is not None and take.deadline_ms <= now:
+                del self._takes[take_id]
+                for p in take.partitions:
+                    self._queues[p].rollback(take_id)
+                self.counters["takes_expired"] += 1
+                self.counters["rollbacks"] += 1
+
+    # -- flushing ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Make every committed put and take durable now (policy mode's explicit flush)."""
+        self._check_writable()
+        for log in self._logs:
+            log.flush()
+        self._live_journal().sync()
+
+    def flush_if_due(self) -> bool:
+        """The flusher's hook: flush each partition whose flush_ms passed; sync the journal
+        with them; expire lapsed take leases. True if anything was flushed."""
+        self._check_writable()
+        with self._lock:
+            self._expire_takes()
+        flushed = False
+        for log in self._logs:
+            flushed = log.flush_if_due() or flushed
+        if flushed:
+            self._live_journal().sync()
+        return flushed
+
+    # -- checkpoints and deletion -----------------------------------------------------------
+    def checkpoint_if_due(self) -> CheckpointResult | None:
+        """The checkpointer's hook: checkpoint when checkpoint_interval_ms has passed."""
+        if self._now_ms() - self._last_checkpoint_ms < self.config.checkpoint_interval_ms:
+            return None
+        return self.checkpoint()
+
+    def checkpoint(self) -> CheckpointResult:
+        """Write a checkpoint (primary, then backup) and delete what it makes unneeded."""
+        self._check_writable()
+        home, backup = self.config.home, self._backup_dir()
+        with self._checkpoint_lock:
+            started = time.perf_counter()
+            sequence = self._sequence + 1
+            next_journal = commit_journal.CommitJournal(home, sequence)  # before the lock
+            locked = time.perf_counter()
+            with self._lock:
+                self._expire_takes()
+                saved = self._snapshot(sequence)
+                old_journal, self._journal = self._journal, next_journal
+            lock_held_ms = (time.perf_counter() - locked) * 1000
+            if old_journal is not None:
+                old_journal.close()  # its commits are in the snapshot; sync before it goes
+            try:
+                checkpoint_file.write(saved, home, None)
+            except OSError as exc:
+                with self._lock:
+                    self.counters["checkpoint_write_errors"] += 1
+                raise StorageError(home, exc, "writing the checkpoint") from exc
+            self._sequence = sequence
+            backup_state = self._write_backup(saved, backup)
+            oldest = min(sequence, self._backup_sequence) if backup else sequence
+            journals_removed = commit_journal.remove_before(home, oldest)
+            segments_deleted = self._delete_taken_segments(saved)
+            result = CheckpointResult(
+                sequence, saved.written_at_ms, round((time.perf_counter() - started) * 1000, 3),
+                round(lock_held_ms, 3), backup_state, segments_deleted, journals_removed)
+            self._last_checkpoint = result
+            self._checkpoint_history.append(result)
+            self._last_checkpoint_ms = self._now_ms()
+            return result
+
+    def _snapshot(self, sequence: int) -> checkpoint_file.Checkpoint:
+        """The queue state now: a few numbers per partition. Caller holds the lock."""
+        parts = []
+        for p, (log, queue) in enumerate(zip(self._logs, self._queues, strict=True)):
+            saved = queue.to_checkpoint(log.log_start_offset, log.recovery_point, self._ends[p])
+            pending = tuple(sorted((put.transaction_id, put.start, put.end)
+                                   for put in self._unresolved[p].values()
+                                   if put.transaction_id is not None))
+            parts.append(replace(saved, pending_puts=pending) if pending else saved)
+        return checkpoint_file.Checkpoint(sequence, self._now_ms(), tuple(parts))
+
+    def _write_backup(self, saved: checkpoint_file.Checkpoint, backup: Path | None) -> str:
+        if backup is None:
+            return "off"
+        try:
+            checkpoint_file.write(saved, backup, None)
+        except OSError as exc:
+            with self._lock:
+                self.counters["checkpoint_backup_write_errors"] += 1
+            return f"failed: {exc}"
+        self._backup_sequence = saved.sequence
+        self._backup_taken = [p.taken_through for p in saved.partitions]
+        return "written"
+
+    def _delete_taken_segments(self, saved: checkpoint_file.Checkpoint) -> int:
+        """Delete segments whose every event is taken in both checkpoint copies."""
+        deleted = 0
+        for p, log in enumerate(self._logs):
+            taken = saved.partitions[p].taken_through
+            if self._backup_dir() is not None and self._backup_taken is not None \
+                    and p < len(self._backup_taken):
+                taken = min(taken, self._backup_taken[p])
+            bases = [s.base_offset for s in log.segments if s.base_offset <= taken]
+            if bases and bases[-1] > log.log_start_offset and bases[-1] <= log.high_watermark:
+                deleted += len(log.delete_records_before(bases[-1]).deleted_base_offsets)
+        return deleted
+
+    def apply_retention(self) -> dict[str, Any]:
+        """Delete what retention allows: taken segments always; untaken events only when
+        retention_ms / retention_bytes opt in — each dropped event counted."""
+        self._check_writable()
+        dropped = deleted = 0
+        for p, log in enumerate(self._logs):
+            if self.config.retention_ms >= 0 or self.config.retention_bytes >= 0:
+                result = log.apply_retention()
+                deleted += len(result.deleted_base_offsets)
+                with self._room:
+                    queue = self._queues[p]
+                    before = queue.untaken(self._ends[p])
+                    queue.skip_to(log.log_start_offset)
+                    lost = before - queue.untaken(self._ends[p])
+                    self._untaken -= lost
+                    dropped += lost
+                    self.counters["dropped_events"] += lost
+                    self._room.notify_all()
+            log.delete_expired_files()
+        return {"segments_deleted": deleted, "events_dropped": dropped}
+
+    # -- reading (inspection; takes do not move) --------------------------------------------
+    def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
+        """Events of one partition from `offset` on, committed ones only (no take)."""
+        self._check_partition(partition)
+        log = self._logs[partition]
+        end = self._visible_end(partition) if not self.read_only else log.high_watermark
+        return log.read(offset, max_events, end_offset=end)
+
+    def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
+        """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""
+        self._check_partition(partition)
+        return self._logs[partition].offsets_for_time(timestamp)
+
+    def _check_partition(self, partition: int) -> None:
+        if type(partition) is not int or not 0 <= partition < self.config.partitions:
+            raise ValueError(f"channel {self.name!r} has partitions 0..."
+                             f"{self.config.partitions - 1}, not {partition!r}")
+
+    @property
+    def logs(self) -> Sequence[PartitionLog]:
+        """The partition logs, by partition number."""
+        return tuple(self._logs)
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Everything an operator looks at, as plain JSON-serialisable data."""
+        with self._lock:
+            if not self.read_only:
+                self._expire_takes()
+            partitions = [self._partition_status(p) for p in range(self.config.partitions)]
+            counters = dict(self.counters)
+            untaken = self._untaken
+            in_flight = sum(q.in_flight_events() for q in self._queues)
+            open_takes = len(self._takes)
+        capacity = self.config.capacity
+        health, reason = self._health()
+        return {
+            "name": self.name,
+            "home": str(self.config.home),
+            "read_only": self.read_only,
+            "durability": self.config.durability,
+            "capacity": capacity,
+            "events_queued": untaken - in_flight,
+            "events_untaken": untaken,
+            "events_in_flight": in_flight,
+            "open_takes": open_takes,
+            "fill_percent": round(100 * untaken / capacity, 3),
+            "unflushed_events": sum(p["unflushed_events"] for p in partitions),
+            "bytes_on_disk": sum(p["size_bytes"] for p in partitions),
+            "counters": counters,
+            "checkpoint": self._checkpoint_status(),
+            "recovery": self.recovery.to_dict(),
+            "health": health,
+            "health_reason": reason,
+            "partitions": partitions,
+        }
+
+    def _partition_status(self, p: int) -> dict[str, Any]:
+        log, queue = self._logs[p], self._queues[p]
+        end = self._ends[p]
+        return {
+            "partition": p,
+            "directory": str(log.directory),
+            "log_start_offset": log.log_start_offset,
+            "log_end_offset": log.log_end_offset,
+            "last_stable_offset": self._visible_end(p),
+            "recovery_point": log.recovery_point,
+            "unflushed_events": log.unflushed_events,
+            "taken_through": queue.taken_through,
+            "events_queued": queue.queued(self._visible_end(p)),
+            "events_untaken": queue.untaken(end),
+            "events_in_flight": queue.in_flight_events(),
+            "size_bytes": log.size_bytes,
+            "segments": len(log.segments),
+            "offline": log.stats()["offline"],
+        }
+
+    def _checkpoint_status(self) -> dict[str, Any]:
+        last = self._last_checkpoint
+        return {
+            "sequence": self._sequence,
+            "interval_ms": self.config.checkpoint_interval_ms,
+            "age_ms": self._now_ms() - self._last_checkpoint_ms,
+            "backup": "off" if self._backup_dir() is None else (
+                last.backup if last else "not written yet"),
+            "last": last.to_dict() if last else None,
+            "history": [c.to_dict() for c in self._checkpoint_history],
+        }
+
+    def _health(self) -> tuple[str, str]:
+        for log in self._logs:
+            offline = log.stats()["offline"]
+            if offline:
+                return "unhealthy", f"partition {log.partition} is offline: {offline}"
+        if self._closed:
+            return "unhealthy", "channel is closed"
+        try:
+            check_free_space(self._guarded_dirs(), self.config.minimum_required_space,
+                             self._free_space)
+        except ChannelEngineError as exc:
+            return "unhealthy", str(exc)
+        last = self._last_checkpoint
+        if last is not None and last.backup.startswith("failed"):
+            return "degraded", f"backup checkpoint {last.backup}"
+        if self._untaken >= self.config.capacity:
+            return "degraded", "channel is full: puts wait and then fail"
+        age = self._now_ms() - self._last_checkpoint_ms
+        if not self.read_only and age > 3 * self.config.checkpoint_interval_ms:
+            return "degraded", f"last checkpoint {age} ms ago (interval " \
+                               f"{self.config.checkpoint_interval_ms} ms)"
+        return "healthy", "ok"
+
+    def events(self, partition: int, start: int, end: int) -> Iterator[Event]:
+        """Every event of a partition in [start, end), committed ones only."""
+        self._check_partition(partition)
+        yield from self._logs[partition].iter_events(start, min(end,
+                                                              self._visible_end(partition)))

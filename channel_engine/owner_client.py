@@ -1,0 +1,127 @@
+"""OwnerClient: a process that shares a channel talks to its owner through the socket.
+
+It offers the same operations as ChannelOwner (the ones Channel and the
+transactions call), each one request and reply (owner_protocol.py). Each
+thread has its own connection, so one thread waiting for an fsync does not hold
+up the others, and the owner can share one fsync among them (group commit).
+A broken connection raises OwnerLostError; Channel then elects a new owner.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from channel_engine import owner_protocol as protocol
+from channel_engine.channel_config import ChannelConfig
+from channel_engine.event import Event, PendingEvent
+from channel_engine.owner_protocol import OwnerLostError
+from channel_engine.owner_server import socket_path
+
+
+class OwnerClient:
+    """The channel as seen from a process that does not own it."""
+
+    def __init__(self, config: ChannelConfig, timeout_s: float) -> None:
+        self.config = config
+        self.name = config.name
+        self.read_only = False
+        self.timeout_s = timeout_s
+        self.path = config.home / protocol.SOCKET_NAME
+        self._local = threading.local()
+        self._sockets: list[socket.socket] = []
+        self._sockets_lock = threading.Lock()
+        self.lost = False
+        self.owner_pid = 0
+
+    @classmethod
+    def connect(cls, config: ChannelConfig, timeout_s: float = 60.0) -> OwnerClient:
+        """Connect to the owner; raise OSError when no owner is listening."""
+        client = cls(config, timeout_s)
+        client._connection()
+        hello = client.call("hello")
+        client.owner_pid = hello["pid"]
+        return client
+
+    def _connection(self) -> socket.socket:
+        sock: socket.socket | None = getattr(self._local, "sock", None)
+        if sock is not None:
+            return sock
+        if self.lost:
+            raise OwnerLostError(f"channel {self.name!r}: the owner process went away")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dir_fd = os.open(self.config.home, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            sock.settimeout(self.timeout_s)
+            sock.connect(socket_path(Path(self.path), dir_fd))
+        except OSError:
+            sock.close()
+            raise
+        finally:
+            os.close(dir_fd)
+        self._local.sock = sock
+        with self._sockets_lock:
+            self._sockets.append(sock)
+        return sock
+
+    def call(self, op: str, *args: Any) -> Any:
+        """One request and its reply; the owner's exceptions are re-raised here."""
+        try:
+            sock = self._connection()
+            protocol.send(sock, [protocol.VERSION, op, list(args)])
+            reply = protocol.receive(sock)
+        except (OSError, EOFError, ConnectionError) as exc:
+            self.lost = True
+            raise OwnerLostError(f"channel {self.name!r}: lost the owner process during "
+                                 f"{op} ({exc}); its outcome is unknown") from exc
+        if reply[0] == 0:
+            return reply[1]
+        raise protocol.error_from_wire(*reply[1:])
+
+    def close(self) -> None:
+        """Close every connection (open takes roll back in the owner)."""
+        self.lost = True
+        with self._sockets_lock:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets.clear()
+
+    # -- the operations Channel uses -----------------------------------------------------
+    def commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
+        """Commit a put transaction in the owner."""
+        rows = [[bytes(e.body), None if e.key is None else bytes(e.key),
+                 None if e.headers is None else {k: bytes(v) for k, v in e.headers.items()},
+                 e.timestamp] for e in events]
+        return [(int(p), int(first), int(last)) for p, first, last in self.call("commit_put", rows)]
+
+    def count_rollback(self) -> None:
+        """Count a put rollback in the owner's counters."""
+        self.call("count_rollback")
+
+    def begin_take(self, lease_ms: int | None = None) -> int:
+        """Begin a take transaction in the owner."""
+        return int(self.call("begin_take", lease_ms))
+
+    def take_events(self, take_id: int, max_events: int) -> list[Event]:
+        """Reserve and read events for a take."""
+        return protocol.events_from_wire(self.call("take_events", take_id, max_events))
+
+    def commit_take(self, take_id: int) -> None:
+        """Commit a take in the owner."""
+        self.call("commit_take", take_id)
+
+    def rollback_take(self, take_id: int) -> None:
+        """Roll a take back in the owner."""
+        self.call("rollback_take", take_id)
+
+    def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
+        """Committed events of a partition from an offset."""
+        return protocol.events_from_wire(self.call("read", partition, offset, max_events))
+
+    def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
+        """Kafka's offsetsForTimes for one partition."""
+        result = self.call("offsets_for_time", partition, timestamp)
+        return None if result is None else int(result)

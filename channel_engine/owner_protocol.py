@@ -1,0 +1,124 @@
+"""The owner socket protocol: how processes that share a channel talk to its owner.
+
+One process owns a channel's files (it holds `.lock` in the home); every other
+process that opens the channel is a client of the owner over a Unix stream
+socket, `owner.sock` in the home (so it works across containers that share the
+volume, as flock does). A client thread has its own connection; requests on a
+connection are answered in order.
+
+Frames (both directions):
+
+    offset  size  field
+    ------  ----  ---------------------------------------------------------
+         0     4  length N of the body, big-endian u32 (at most 1 GiB)
+         4     N  body: one MessagePack value
+
+Request body: [version, op, args]   version = 1, op a string, args a list.
+Reply body:   [0, result]           success
+              [1, error_class, message, attributes]   failure
+
+Ops and their args/results (events travel as lists, bytes as MessagePack bin):
+
+    op                args                               result
+    ----------------  ---------------------------------  ---------------------------
+    hello             []                                 {"pid", "name", "version"}
+    commit_put        [[body, key, headers, ts], ...]    [[partition, first, last], ...]
+    count_rollback    []                                 None
+    begin_take        [lease_ms or None]                 take id
+    take_events       [take id, max events]              [[p, offset, ts, key, headers, body], ...]
+    commit_take       [take id]                          None
+    rollback_take     [take id]                          None
+    flush, flush_if_due, checkpoint, checkpoint_if_due, apply_retention, status
+                      []                                 what the ChannelOwner method returns
+    read              [partition, offset, max events]    events as for take_events
+    offsets_for_time  [partition, timestamp]             offset or None
+
+Errors are re-raised in the client as the same class from channel_engine.errors
+(or ValueError / TypeError), with the same message and attributes. A client
+never gets an event a reply did not carry: takes are tied to the connection
+that began them, and a connection that closes (its process died) rolls its
+open takes back in the owner.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+import msgpack
+
+from channel_engine import errors
+from channel_engine.event import Event
+
+VERSION = 1
+SOCKET_NAME = "owner.sock"
+LENGTH = struct.Struct(">I")
+MAX_FRAME = 1 << 30
+BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
+                                               "TypeError": TypeError}
+
+
+class OwnerLostError(errors.ChannelEngineError):
+    """The connection to the channel's owner process broke; the outcome of the request in
+    flight is unknown (a put may or may not have committed; a take was returned)."""
+
+
+def send(sock: socket.socket, value: Any) -> None:
+    """Write one frame."""
+    body = msgpack.packb(value, use_bin_type=True)
+    sock.sendall(LENGTH.pack(len(body)) + body)
+
+
+def receive(sock: socket.socket) -> Any:
+    """Read one frame; raise EOFError when the peer closed the connection between frames."""
+    head = _read_exactly(sock, LENGTH.size, eof_ok=True)
+    if head is None:
+        raise EOFError("connection closed")
+    (length,) = LENGTH.unpack(head)
+    if length > MAX_FRAME:
+        raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
+    body = _read_exactly(sock, length, eof_ok=False)
+    return msgpack.unpackb(body, raw=False, strict_map_key=False)
+
+
+def _read_exactly(sock: socket.socket, size: int, eof_ok: bool) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            if eof_ok and left == size:
+                return None
+            raise ConnectionError("connection closed in the middle of a frame")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def events_to_wire(events: list[Event]) -> list[list[Any]]:
+    """Events as plain lists for a reply."""
+    return [list(event) for event in events]
+
+
+def events_from_wire(rows: list[list[Any]]) -> list[Event]:
+    """Events back from a reply."""
+    return [Event(*row) for row in rows]
+
+
+def error_to_wire(exc: BaseException) -> list[Any]:
+    """A failure reply for an exception raised by the owner."""
+    attributes = {k: v for k, v in vars(exc).items()
+                  if isinstance(v, str | int | float | bool | type(None))}
+    return [1, type(exc).__name__, str(exc), attributes]
+
+
+def error_from_wire(name: str, message: str, attributes: dict[str, Any]) -> Exception:
+    """Rebuild the owner's exception in the client: same class, message and attributes."""
+    cls = getattr(errors, name, None) or BUILTIN_ERRORS.get(name)
+    if name == "OwnerLostError":
+        cls = OwnerLostError
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return errors.ChannelEngineError(f"{name}: {message}")
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)  # the class's own __init__ wants its original arguments
+    exc.__dict__.update(attributes)
+    return exc

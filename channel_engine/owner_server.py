@@ -1,0 +1,158 @@
+"""OwnerServer: the owner process answers the other processes that share its channel.
+
+A thread per connection (socketserver's ThreadingUnixStreamServer) runs each
+request against the ChannelOwner, which is thread-safe; the protocol is in
+owner_protocol.py. Takes are tied to the connection that began them: when a
+connection closes — its process exited or was killed — its open takes roll
+back, so a dead consumer never wedges the channel or loses its events.
+
+Only processes of the owner's user may connect: the socket file is 0600 and
+every peer's uid is checked with SO_PEERCRED.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import socketserver
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+from channel_engine import owner_protocol as protocol
+from channel_engine.channel_owner import ChannelOwner
+from channel_engine.event import PendingEvent
+
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+class OwnerServer:
+    """Serve a ChannelOwner on `<home>/owner.sock` until stop()."""
+
+    def __init__(self, owner: ChannelOwner) -> None:
+        self.owner = owner
+        self.path = owner.config.home / protocol.SOCKET_NAME
+        self._dir_fd = os.open(owner.config.home, os.O_RDONLY | os.O_DIRECTORY)
+        self._server = _Server(socket_path(self.path, self._dir_fd), _Handler, self)
+        os.chmod(self.path, 0o600)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
+                                        name=f"weir-owner-{owner.name}", daemon=True)
+
+    def start(self) -> None:
+        """Start answering in a background thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop answering, close every connection (their takes roll back), remove the socket."""
+        self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(self._dir_fd)
+
+
+def socket_path(path: Path, dir_fd: int) -> str:
+    """A name for bind/connect under the 108-byte AF_UNIX limit: the real path when short,
+    else the same file reached through the home directory's descriptor in /proc."""
+    name = str(path)
+    if len(name.encode()) < 100:
+        return name
+    return f"/proc/self/fd/{dir_fd}/{path.name}"
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: str, handler: type[_Handler], owner_server: OwnerServer) -> None:
+        self.owner_server = owner_server
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        try:
+            os.unlink(address)  # a dead owner's socket file; we hold the lock now
+        except FileNotFoundError:
+            pass
+        super().__init__(address, handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        _pid, uid, _gid = _PEERCRED.unpack(creds)
+        return bool(uid == os.getuid())
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            for conn in list(self.connections):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    """One connection: requests in order; its open takes roll back when it closes."""
+
+    server: _Server
+
+    def handle(self) -> None:
+        owner = self.server.owner_server.owner
+        takes: set[int] = set()
+        sock = self.request
+        with self.server.connections_lock:
+            self.server.connections.add(sock)
+        try:
+            while True:
+                try:
+                    request = protocol.receive(sock)
+                except (EOFError, ConnectionError, OSError):
+                    return
+                try:
+                    reply = [0, _dispatch(owner, request, takes)]
+                except Exception as exc:  # the client re-raises it
+                    reply = protocol.error_to_wire(exc)
+                try:
+                    protocol.send(sock, reply)
+                except OSError:
+                    return
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(sock)
+            for take_id in takes:
+                try:
+                    owner.rollback_take(take_id)
+                except Exception:  # the owner is closing: the take returns on reopen anyway
+                    pass
+
+
+def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
+    version, op, args = request
+    if version != protocol.VERSION:
+        raise ValueError(f"owner protocol version {version} is not supported "
+                         f"(this owner speaks {protocol.VERSION})")
+    if op == "hello":
+        return {"pid": os.getpid(), "name": owner.name, "version": protocol.VERSION}
+    if op == "commit_put":
+        events = [PendingEvent(*row) for row in args[0]]
+        return owner.commit_put(events)
+    if op == "begin_take":
+        take_id = owner.begin_take(args[0])
+        takes.add(take_id)
+        return take_id
+    if op == "take_events":
+        return protocol.events_to_wire(owner.take_events(args[0], args[1]))
+    if op in ("commit_take", "rollback_take"):
+        takes.discard(args[0])
+        getattr(owner, op)(args[0])
+        return None
+    if op == "read":
+        return protocol.events_to_wire(owner.read(*args))
+    if op in ("checkpoint", "checkpoint_if_due"):
+        result = getattr(owner, op)()
+        return None if result is None else result.to_dict()
+    if op in ("count_rollback", "flush", "flush_if_due", "apply_retention", "status",
+              "offsets_for_time"):
+        return getattr(owner, op)(*args)
+    raise ValueError(f"unknown owner op {op!r}")
