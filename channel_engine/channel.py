@@ -44,7 +44,7 @@ from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.errors import ChannelEngineError, ChannelLockedError, TransactionStateError
 from channel_engine.event import Event, PendingEvent
 from channel_engine.owner_client import OwnerClient
-from channel_engine.owner_protocol import OwnerLostError
+from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 from channel_engine.owner_server import OwnerServer
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
@@ -156,11 +156,17 @@ class Channel:
             assert backend is not None
             return backend
 
-    def _retrying(self, op: Callable[[ChannelOwner | OwnerClient], T]) -> T:
-        """Run an operation that is safe to repeat; once more after an owner change."""
+    def _retrying(self, op: Callable[[ChannelOwner | OwnerClient], T],
+                  idempotent: bool = True) -> T:
+        """Run an operation against the owner; after an owner change, once more — always when
+        the request never reached the old owner, else only if the operation is idempotent."""
         try:
             return op(self._backend())
+        except OwnerUnreachableError:
+            return op(self._backend())
         except OwnerLostError:
+            if not idempotent:
+                raise
             return op(self._backend())
 
     # -- transactions -----------------------------------------------------------------------
@@ -176,10 +182,17 @@ class Channel:
         backend = self._backend()
         try:
             take_id = backend.begin_take(lease_ms)
-        except OwnerLostError:
+        except OwnerLostError:  # a take begun in a dead owner holds nothing: start afresh
             backend = self._backend()
             take_id = backend.begin_take(lease_ms)
         return TakeTransaction(self, backend, take_id, lease_ms)
+
+    def _commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
+        """Commit a put transaction's events in the owner (retried only if never sent)."""
+        return self._retrying(lambda b: b.commit_put(events), idempotent=False)
+
+    def _count_rollback(self) -> None:
+        self._retrying(lambda b: b.count_rollback())
 
     def _check_writable(self) -> None:
         if self.read_only:

@@ -18,7 +18,7 @@ from typing import Any
 from channel_engine import owner_protocol as protocol
 from channel_engine.channel_config import ChannelConfig
 from channel_engine.event import Event, PendingEvent
-from channel_engine.owner_protocol import OwnerLostError
+from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 from channel_engine.owner_server import socket_path
 
 
@@ -71,7 +71,14 @@ class OwnerClient:
         """One request and its reply; the owner's exceptions are re-raised here."""
         try:
             sock = self._connection()
+            if protocol.peer_closed(sock):
+                raise ConnectionResetError("the owner closed the connection")
             protocol.send(sock, [protocol.VERSION, op, list(args)])
+        except OSError as exc:  # the owner never read the request: nothing happened
+            self.lost = True
+            raise OwnerUnreachableError(f"channel {self.name!r}: the owner process is gone "
+                                        f"({exc}); {op} was not done") from exc
+        try:
             reply = protocol.receive(sock)
         except (OSError, EOFError, ConnectionError) as exc:
             self.lost = True

@@ -41,6 +41,7 @@ open takes back in the owner.
 """
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from typing import Any
@@ -61,6 +62,21 @@ BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
 class OwnerLostError(errors.ChannelEngineError):
     """The connection to the channel's owner process broke; the outcome of the request in
     flight is unknown (a put may or may not have committed; a take was returned)."""
+
+
+class OwnerUnreachableError(OwnerLostError):
+    """The owner had gone before the request was sent: nothing was done, it is safe to retry
+    with the next owner."""
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """True when the other end has closed the connection (an owner that stopped)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        # between requests the owner sends nothing: readable means closed (or out of step)
+        return bool(readable)
+    except (OSError, ValueError):
+        return True
 
 
 def send(sock: socket.socket, value: Any) -> None:

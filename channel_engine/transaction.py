@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from channel_engine.errors import (
-    ChannelEngineError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent, make_event
+from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 
 if TYPE_CHECKING:
     from channel_engine.channel import Backend, Channel
@@ -101,7 +101,7 @@ class PutTransaction(_Transaction):
         self._check_open()
         try:
             if self._events:
-                self.committed = self._channel._backend().commit_put(self._events)
+                self.committed = self._channel._commit_put(self._events)
         except BaseException:
             self.state = ROLLED_BACK
             raise
@@ -114,8 +114,8 @@ class PutTransaction(_Transaction):
         self.state = ROLLED_BACK
         self._events = []
         try:
-            self._channel._backend().count_rollback()
-        except ChannelEngineError:
+            self._channel._count_rollback()
+        except OwnerLostError:
             pass  # only a counter: the rollback itself needs nobody
 
 
@@ -145,9 +145,9 @@ class TakeTransaction(_Transaction):
                                            capacity)
         try:
             events = self._backend.take_events(self.take_id, max_events)
-        except TakeExpiredError:
+        except (TakeExpiredError, OwnerLostError) as exc:
             self.state = ROLLED_BACK
-            raise
+            raise _gone(self, exc) from exc
         self.taken += len(events)
         return events
 
@@ -156,6 +156,9 @@ class TakeTransaction(_Transaction):
         self._check_open()
         try:
             self._backend.commit_take(self.take_id)
+        except OwnerUnreachableError as exc:
+            self.state = ROLLED_BACK
+            raise _gone(self, exc) from exc
         except BaseException:
             self.state = ROLLED_BACK
             raise
@@ -165,4 +168,16 @@ class TakeTransaction(_Transaction):
         """Return the taken events to the head of the queue, in their order."""
         self._check_open()
         self.state = ROLLED_BACK
-        self._backend.rollback_take(self.take_id)
+        try:
+            self._backend.rollback_take(self.take_id)
+        except OwnerLostError:
+            pass  # the owner went away: the take is returned by the next owner's replay
+
+
+def _gone(tx: TakeTransaction, cause: Exception) -> Exception:
+    """The error for a take whose owner went away before it committed: its events are
+    queued again (the owner returns a closed connection's takes; a new owner replays)."""
+    if isinstance(cause, TakeExpiredError):
+        return cause
+    return TakeExpiredError(f"channel {tx._channel.name!r}: take {tx.take_id} was returned "
+                            f"to the queue: its owner process went away ({cause})")
