@@ -58,6 +58,7 @@ from channel_engine import commit_journal
 from channel_engine.channel_config import ChannelConfig
 from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
+from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import (
     ChannelEngineError,
     ChannelFullError,
@@ -71,6 +72,7 @@ from channel_engine.errors import (
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log import PartitionLog
 from channel_engine.partition_queue import PartitionQueue
+from channel_engine.record_batch import ENCRYPTED_MASK, unseal
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
@@ -179,12 +181,18 @@ class ChannelOwner:
             self._check_partition_count()
             config.save()
         log_config = config.log_config()
+        keys = None
+        if config.encryption_key_file is not None:
+            keys = KeyRing.load(config.encryption_key_file, str(config.encryption_active_key))
         for partition in range(config.partitions):
+            sealer = None if keys is None else BatchSealer(keys, config.name, partition)
             self._logs.append(PartitionLog.open(
                 config.partition_dir(partition), log_config, partition=partition,
-                read_only=self.read_only, clock=self._clock))
+                read_only=self.read_only, clock=self._clock, sealer=sealer))
             self._append_locks.append(threading.Lock())
             self._unresolved.append({})
+        for log in self._logs:
+            _check_last_batch_opens(log)
         if not self.read_only:
             for log in self._logs:
                 if log.unflushed_events:
@@ -743,3 +751,17 @@ class ChannelOwner:
         self._check_partition(partition)
         yield from self._logs[partition].iter_events(start, min(end,
                                                               self._visible_end(partition)))
+
+
+def _check_last_batch_opens(log: PartitionLog) -> None:
+    """Fail at open, not at the first take, when the key file cannot read this channel: a
+    missing or wrong key raises DecryptionError (or EncryptedBatchError without a key file)."""
+    end = log.high_watermark
+    segments = [s for s in log.segments if s.size and s.base_offset < end]
+    if not segments:
+        return
+    start = max(log.log_start_offset, segments[-1].offset_index.last_entry()[0])
+    for _segment, header, data in log.read_batches(start, end, 1 << 62):
+        if header.attributes & ENCRYPTED_MASK:
+            unseal(data, log.sealer)
+            return

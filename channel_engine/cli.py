@@ -159,15 +159,18 @@ def _dump(args: argparse.Namespace, out: TextIO) -> int:
 def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
     scan = scan_log_file(path, None)
     for position, header in scan.batches:
-        data = read_batch(path, position, header) if print_data else b""
+        encrypted = bool(header.attributes & record_batch.ENCRYPTED_MASK)
+        data = read_batch(path, position, header) if print_data and not encrypted else b""
         if as_json:
             row = _batch_dict(path, position, header)
-            if print_data:
+            row["encrypted"] = encrypted
+            if print_data and not encrypted:
                 row["records"] = [_record_dict(r) for r in record_batch.records(data)]
             print(json.dumps(row), file=out)
             continue
-        print(_batch_line(position, header), file=out)
-        if print_data:
+        print(_batch_line(position, header) + (" encrypted: true" if encrypted else ""),
+              file=out)
+        if print_data and not encrypted:
             for record in record_batch.records(data):
                 print(_record_line(record), file=out)
     invalid = scan.file_size - scan.valid_bytes

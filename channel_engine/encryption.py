@@ -123,3 +123,21 @@ class KeyRing:
         except InvalidTag:
             raise DecryptionError(f"authentication failed with key {key_id!r}: wrong key, "
                                   "damaged bytes, or data moved from elsewhere") from None
+
+
+class BatchSealer:
+    """Seals the records of one partition's batches: AES-256-GCM with the key ring's active
+    key, the associated data being the channel name, the partition and the batch header
+    fields — so a batch copied into another channel or partition fails to open."""
+
+    def __init__(self, keys: KeyRing, channel: str, partition: int) -> None:
+        self.keys = keys
+        self._context = f"weir-batch/{channel}/{partition}/".encode()
+
+    def seal(self, records: bytes, header_fields: bytes) -> bytes:
+        """Encrypt a batch's records."""
+        return self.keys.seal(records, self._context + header_fields)
+
+    def open(self, unit: bytes, header_fields: bytes) -> bytes:
+        """Decrypt a batch's records; DecryptionError on a wrong key or damage."""
+        return self.keys.open(unit, self._context + header_fields)

@@ -116,8 +116,9 @@ class PartitionLog:
     """The log of one partition; see the module doc for the offsets and the guarantees."""
 
     def __init__(self, directory: Path, config: LogConfig, partition: int, read_only: bool,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], sealer: record_batch.Sealer | None = None) -> None:
         self.directory = directory
+        self.sealer = sealer  # encrypts new batches' records and decrypts them when read
         self.config = config
         self.partition = partition
         self.read_only = read_only
@@ -153,10 +154,12 @@ class PartitionLog:
         read_only: bool = False,
         force_recovery: bool = False,
         clock: Callable[[], float] = time.time,
+        sealer: record_batch.Sealer | None = None,
     ) -> PartitionLog:
-        """Open (and create, unless read_only) the partition log in `directory`."""
+        """Open (and create, unless read_only) the partition log in `directory`; with a
+        sealer, new batches are encrypted and encrypted ones can be read."""
         path = Path(directory)
-        log = cls(path, config or LogConfig(), partition, read_only, clock)
+        log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
         if not read_only:
             _make_directory_durably(path)
             log._take_dir_lock()
@@ -253,6 +256,8 @@ class PartitionLog:
         """Encode events as a batch for this log (its codec), checking every event and the
         size limits, without writing anything."""
         batch = record_batch.build(events, self._codec, transaction_id)
+        if self.sealer is not None:
+            batch = record_batch.seal(batch, self.sealer)
         for limit, setting in ((self.config.max_batch_bytes, "max_batch_bytes"),
                                (self.config.segment_bytes, "segment_bytes")):
             if len(batch) > limit:
@@ -533,7 +538,8 @@ class PartitionLog:
         stop = header.next_offset if end is None else min(end, header.next_offset)
         partition = self.partition
         try:
-            for offset, timestamp, key, value, headers in record_batch.records(data):
+            plain = record_batch.unseal(data, self.sealer)
+            for offset, timestamp, key, value, headers in record_batch.records(plain):
                 if offset < start:
                     continue
                 if offset >= stop or len(out) >= limit:
@@ -590,7 +596,8 @@ class PartitionLog:
             for _, header, data in segment.read_batches(position, segment.size, bound, 1 << 62):
                 if header.max_timestamp < timestamp:
                     continue
-                for offset, ts, _k, _v, _h in record_batch.records(data):
+                plain = record_batch.unseal(data, self.sealer)
+                for offset, ts, _k, _v, _h in record_batch.records(plain):
                     if offset >= start and ts >= timestamp and offset < bound:
                         return offset
         return None

@@ -16,11 +16,15 @@ Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
         17     4  crc                   CRC-32C of bytes 21 .. end of batch
         21     2  attributes            bits 0-2 codec (0 none, 1 gzip,
                                         2 snappy, 3 lz4, 4 zstd); bit 3
-                                        timestamp type (0 CreateTime)
+                                        timestamp type (0 CreateTime); bit 4
+                                        transactional (a multi-partition put);
+                                        bit 7 (Weir's; unused by Kafka)
+                                        encrypted: the records are a sealed
+                                        unit (encryption.py), see seal()
         23     4  lastOffsetDelta       recordCount - 1 (Weir never compacts)
         27     8  baseTimestamp         ms; timestamp of the first record
         35     8  maxTimestamp          ms; largest record timestamp
-        43     8  producerId            -1
+        43     8  producerId            -1, or the put transaction id (bit 4)
         51     2  producerEpoch         -1
         53     4  baseSequence          -1
         57     4  recordCount           >= 1
@@ -46,13 +50,13 @@ import mmap
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple, Protocol, cast
 
 import crc32c as _crc32c
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from channel_engine.errors import InvalidEventError
+from channel_engine.errors import ChannelEngineError, InvalidEventError
 from channel_engine.event import PendingEvent
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -68,6 +72,8 @@ CODEC_NAMES = {code: name for name, code in COMPRESSION_CODECS.items()}
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10  # Kafka's isTransactional bit; producer_id holds Weir's txn id
+ENCRYPTED_MASK = 0x80  # Weir's bit: the records section is a sealed unit
+ATTRIBUTES_AT = 21
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
 _MAX_TIMESTAMP = 2**63 - 1
@@ -264,6 +270,47 @@ def _explain(index: int, event: object, exc: Exception) -> InvalidEventError:
     return InvalidEventError(index, "headers", f"must map str to bytes ({exc})")
 
 
+class Sealer(Protocol):
+    """Encrypts and authenticates a batch's records (encryption.BatchSealer)."""
+
+    def seal(self, records: bytes, header_fields: bytes) -> bytes: ...
+    def open(self, unit: bytes, header_fields: bytes) -> bytes: ...
+
+
+class EncryptedBatchError(ChannelEngineError):
+    """A batch is encrypted and no key ring was given to read it."""
+
+
+def seal(batch: bytearray, sealer: Sealer) -> bytearray:
+    """Encrypt a built batch's records in place of them: set the encrypted bit, fix the
+    length and CRC. The header bytes from attributes to recordCount are bound to the sealed
+    unit as associated data; the base offset is not (the log assigns it later; the loader
+    checks that offsets follow each other)."""
+    attributes = read_header(batch).attributes | ENCRYPTED_MASK
+    struct.pack_into(">h", batch, ATTRIBUTES_AT, attributes)
+    unit = sealer.seal(bytes(batch[HEADER_SIZE:]), bytes(batch[ATTRIBUTES_AT:HEADER_SIZE]))
+    sealed = bytearray(batch[:HEADER_SIZE]) + unit
+    struct.pack_into(">i", sealed, 8, len(sealed) - LOG_OVERHEAD)
+    struct.pack_into(">I", sealed, 17, compute_crc(sealed))
+    return sealed
+
+
+def unseal(batch: bytes, sealer: Sealer | None) -> bytes:
+    """The batch with its records decrypted, if it is encrypted; raise DecryptionError on a
+    wrong key or damage, EncryptedBatchError when there is no sealer."""
+    header = read_header(batch)
+    if not header.attributes & ENCRYPTED_MASK:
+        return batch
+    if sealer is None:
+        raise EncryptedBatchError(f"batch at offset {header.base_offset} is encrypted: open "
+                                  "the channel with its encryption_key_file to read it")
+    records = sealer.open(batch[HEADER_SIZE:], batch[ATTRIBUTES_AT:HEADER_SIZE])
+    plain = bytearray(batch[:HEADER_SIZE]) + records
+    struct.pack_into(">i", plain, 8, len(plain) - LOG_OVERHEAD)
+    struct.pack_into(">h", plain, ATTRIBUTES_AT, header.attributes & ~ENCRYPTED_MASK)
+    return bytes(plain)  # the CRC is not fixed: it was checked on the sealed bytes
+
+
 def set_base_offset(batch: bytearray, base_offset: int) -> None:
     """Write the base offset into a built batch (it lies outside the CRC)."""
     struct.pack_into(">q", batch, 0, base_offset)
@@ -273,7 +320,10 @@ Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | Non
 
 
 def records(batch: bytes) -> Iterator[Record]:
-    """Yield (offset, timestamp, key, value, headers) of each record of a valid batch."""
+    """Yield (offset, timestamp, key, value, headers) of each record of a valid batch
+    (an encrypted one must go through unseal() first)."""
+    if read_header(batch).attributes & ENCRYPTED_MASK:
+        raise EncryptedBatchError("batch is encrypted: unseal it with the channel's key ring")
     try:
         for record in DefaultRecordBatch(batch):
             yield record.offset, record.timestamp, record.key, record.value, record.headers
