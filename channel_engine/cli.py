@@ -1,4 +1,5 @@
-"""Operator tools for a partition directory, in the spirit of kafka-dump-log.sh.
+"""Operator tools for a channel or a partition directory, in the spirit of
+kafka-dump-log.sh and Flume's file channel integrity tool.
 
     python -m channel_engine produce PATH [--batch N] [--key K] [--header k=v]...
     python -m channel_engine dump PATH [--print-data] [--json]
@@ -6,9 +7,14 @@
     python -m channel_engine stat PATH [--json]
     python -m channel_engine recover PATH [--json]
 
-PATH is a partition directory (dump also takes one .log, .index or .timeindex
-file). Exit status: 0 success (verify: sound), 1 damage found or the operation
-failed, 2 bad usage.
+PATH is a channel's home (its checkpoint_dir, holding channel.json), a partition
+directory, or (dump) one .log, .index or .timeindex file. On a channel:
+produce puts through the channel (as a client when another process owns it);
+dump prints the checkpoints and the commit journals; verify checks every
+partition, both checkpoint copies and the journals; stat prints the channel's
+status and each partition's segments; recover opens the channel as its owner,
+replays it and prints what recovery found. Exit status: 0 success (verify:
+sound), 1 damage found or the operation failed, 2 bad usage.
 """
 from __future__ import annotations
 
@@ -20,7 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from channel_engine import record_batch
+from channel_engine import checkpoint as checkpoint_file
+from channel_engine import commit_journal, record_batch
+from channel_engine.channel import Channel
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.config import LogConfig
 from channel_engine.errors import ChannelEngineError
 from channel_engine.event import PendingEvent
@@ -98,6 +107,10 @@ def _require_dir(path: Path) -> None:
         raise UsageError(f"{path}: no such partition directory")
 
 
+def _is_channel(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file()
+
+
 # -- produce --------------------------------------------------------------------------------
 def _produce(args: argparse.Namespace, out: TextIO) -> int:
     if args.batch < 1:
@@ -113,6 +126,8 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
         config = LogConfig(compression=args.compression, segment_bytes=args.segment_bytes)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    if _is_channel(args.path):
+        return _produce_to_channel(args, key, headers, out)
     events = batches = 0
     first = last = None
     with PartitionLog.open(args.path, config) as log:
@@ -130,6 +145,26 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _produce_to_channel(args: argparse.Namespace, key: bytes | None,
+                        headers: dict[str, bytes], out: TextIO) -> int:
+    events = transactions = 0
+    with Channel.open(args.path) as channel:
+        lines = iter(sys.stdin.buffer)
+        while True:
+            with channel.put() as tx:
+                for line in lines:
+                    tx.put(line.rstrip(b"\r\n"), key=key, headers=headers or None)
+                    if len(tx) == args.batch:
+                        break
+                count = len(tx)
+            if not count:
+                break
+            events, transactions = events + count, transactions + 1
+    print(f"put {events} events in {transactions} transactions into channel "
+          f"{channel.name!r}", file=out)
+    return 0
+
+
 def _append(log: PartitionLog, batch: list[PendingEvent], first: int | None) -> tuple[int, int]:
     result = log.append(batch)
     return (result.first_offset if first is None else first), result.last_offset
@@ -138,6 +173,8 @@ def _append(log: PartitionLog, batch: list[PendingEvent], first: int | None) -> 
 # -- dump -----------------------------------------------------------------------------------
 def _dump(args: argparse.Namespace, out: TextIO) -> int:
     path: Path = args.path
+    if _is_channel(path):
+        return _dump_channel(path, args.json, out)
     if path.is_dir():
         files = sorted(path / name for name in map(str, [p.name for p in path.iterdir()])
                        if parse_segment_file(name))
@@ -154,6 +191,57 @@ def _dump(args: argparse.Namespace, out: TextIO) -> int:
         else:
             _dump_index(file, args.json, out)
     return 1 if damaged else 0
+
+
+def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
+    config = ChannelConfig.load(home)
+    damaged = False
+    for source, directory in (("primary", home), ("backup", _backup_dir(config))):
+        if directory is None:
+            continue
+        path = directory / checkpoint_file.FILE_NAME
+        try:
+            saved = checkpoint_file.decode(path.read_bytes(), path)
+        except (OSError, ChannelEngineError) as exc:
+            damaged = True
+            _emit(out, as_json, {"checkpoint": source, "error": str(exc)},
+                  f"{source} checkpoint {path}: {exc}")
+            continue
+        _emit(out, as_json, {"checkpoint": source, "path": str(path),
+                             "sequence": saved.sequence, "written_at_ms": saved.written_at_ms,
+                             "partitions": [vars(p) for p in saved.partitions]},
+              f"{source} checkpoint {path}: sequence {saved.sequence} written_at "
+              f"{saved.written_at_ms}")
+        if not as_json:
+            for i, p in enumerate(saved.partitions):
+                print(f"| partition {i}: log start {p.log_start_offset} recovery point "
+                      f"{p.recovery_point} log end {p.log_end_offset} taken through "
+                      f"{p.taken_through} committed {list(p.committed)} in flight "
+                      f"{list(p.in_flight)} pending puts {list(p.pending_puts)}", file=out)
+    for path, commits, ignored in commit_journal.replay_from(home, 0):
+        _emit(out, as_json, {"journal": str(path), "records": len(commits),
+                             "ignored_bytes": ignored},
+              f"journal {path}: {len(commits)} records, {ignored} bytes ignored")
+        for commit in commits:
+            kind = "take" if commit.kind == commit_journal.TAKE else "put"
+            _emit(out, as_json, {"kind": kind, "id": commit.commit_id,
+                                 "entries": [list(e) for e in commit.entries]},
+                  f"| {kind} commit {commit.commit_id}: "
+                  + ", ".join(f"partition {p} [{a}, {b})" for p, a, b in commit.entries))
+    for i in range(config.partitions):
+        _emit(out, as_json, {"partition": i, "directory": str(config.partition_dir(i))},
+              f"partition {i}: {config.partition_dir(i)} (dump it for its segments)")
+    return 1 if damaged else 0
+
+
+def _backup_dir(config: ChannelConfig) -> Path | None:
+    if config.use_dual_checkpoints and config.backup_checkpoint_dir:
+        return Path(config.backup_checkpoint_dir)
+    return None
+
+
+def _emit(out: TextIO, as_json: bool, row: dict[str, Any], line: str) -> None:
+    print(json.dumps(row) if as_json else line, file=out)
 
 
 def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
@@ -252,6 +340,8 @@ def _dump_index(path: Path, as_json: bool, out: TextIO) -> None:
 # -- verify, stat, recover ----------------------------------------------------------------
 def _verify(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
+    if _is_channel(args.path):
+        return _verify_channel(args.path, args.json, out)
     report = verify_partition(args.path)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2), file=out)
@@ -266,8 +356,42 @@ def _verify(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.ok else 1
 
 
+def _verify_channel(home: Path, as_json: bool, out: TextIO) -> int:
+    config = ChannelConfig.load(home)
+    problems: list[str] = []
+    found = checkpoint_file.read_newest(home, _backup_dir(config))
+    problems += list(found.problems)
+    for path, _commits, ignored in commit_journal.replay_from(home, 0):
+        if ignored:
+            problems.append(f"{path}: {ignored} bytes after the last valid record")
+    partitions = []
+    for i in range(config.partitions):
+        directory = config.partition_dir(i)
+        report = verify_partition(directory) if directory.is_dir() else None
+        partitions.append(report)
+        if report is None:
+            problems.append(f"partition {i}: {directory} is missing")
+        else:
+            problems += [f"partition {i}: {damage}" for damage in report.damages]
+    if as_json:
+        print(json.dumps({"channel": config.name, "ok": not problems, "problems": problems,
+                          "checkpoint_source": found.source,
+                          "partitions": [r.to_dict() if r else None for r in partitions]},
+                         indent=2), file=out)
+    else:
+        for problem in problems:
+            print(f"DAMAGE {problem}", file=out)
+        records = sum(r.records for r in partitions if r)
+        verdict = "sound" if not problems else f"{len(problems)} problem(s)"
+        print(f"channel {config.name!r}: {config.partitions} partitions, {records} records, "
+              f"newest checkpoint {found.source or 'none'}: {verdict}", file=out)
+    return 0 if not problems else 1
+
+
 def _stat(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
+    if _is_channel(args.path):
+        return _stat_channel(args.path, args.json, out)
     with PartitionLog.open(args.path, read_only=True) as log:
         stats = log.stats()
         infos = log.segment_infos()
@@ -287,8 +411,41 @@ def _stat(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
+    with Channel.open(home, read_only=True) as channel:
+        status = channel.status()
+        tables = {log.partition: log.segment_infos() for log in channel.owner.logs} \
+            if channel.owner else {}
+    if as_json:
+        for part in status["partitions"]:
+            part["segment_table"] = [vars(info) for info in tables.get(part["partition"], [])]
+        print(json.dumps(status, indent=2), file=out)
+        return 0
+    checkpoint = status["checkpoint"]
+    print(f"channel {status['name']!r}: {status['events_untaken']} events untaken of capacity "
+          f"{status['capacity']} ({status['fill_percent']}%), {status['bytes_on_disk']} bytes, "
+          f"checkpoint "
+          f"sequence {checkpoint['sequence']}; health {status['health']} "
+          f"({status['health_reason']})", file=out)
+    for part in status["partitions"]:
+        print(f"partition {part['partition']}: {part['directory']}: log start "
+              f"{part['log_start_offset']}, log end {part['log_end_offset']}, taken through "
+              f"{part['taken_through']}, {part['events_untaken']} untaken, "
+              f"{part['segments']} segments", file=out)
+    return 0
+
+
 def _recover(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
+    if _is_channel(args.path):
+        with Channel.open(args.path, owner_wait_ms=0) as channel:
+            if channel.role != "owner":
+                raise ChannelEngineError(f"{args.path}: another process owns this channel "
+                                         "and has already recovered it")
+            recovery = channel.status()["recovery"]
+        print(json.dumps(recovery, indent=2) if args.json else
+              "\n".join(f"{k}: {v}" for k, v in recovery.items()), file=out)
+        return 0
     with PartitionLog.open(args.path, force_recovery=True) as log:
         report = log.last_recovery
     if args.json:

@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from channel_engine import LogConfig, PartitionLog
+from channel_helpers import make_config
+
+from channel_engine import Channel, LogConfig, PartitionLog
 
 
 def tool(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -94,3 +96,45 @@ def test_tools_refuse_a_missing_directory(tmp_path: Path) -> None:
 def _event(i: int):  # type: ignore[no-untyped-def]
     from channel_engine import PendingEvent
     return PendingEvent(b"%03d" % i * 30, timestamp=1_000 + i)
+
+
+# -- on a channel home ---------------------------------------------------------------------
+def channel_home(tmp_path: Path) -> Path:
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            for i in range(6):
+                tx.put(f"event-{i}".encode(), key=str(i).encode())
+        with channel.take() as tx:
+            tx.take(2)
+    return config.home
+
+
+def test_channel_tools_stat_dump_verify_recover(tmp_path: Path) -> None:
+    home = channel_home(tmp_path)
+    done = tool("stat", str(home))
+    assert done.returncode == 0 and "channel 'ch': 4 events untaken" in done.stdout
+    assert "partition 1:" in done.stdout
+    status = json.loads(tool("stat", str(home), "--json").stdout)
+    assert status["events_untaken"] == 4 and "segment_table" in status["partitions"][0]
+    done = tool("dump", str(home))
+    assert done.returncode == 0 and "primary checkpoint" in done.stdout
+    assert "partition 0: " in done.stdout
+    done = tool("verify", str(home))
+    assert done.returncode == 0 and "sound" in done.stdout
+    done = tool("recover", str(home), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["checkpoint_source"] == "primary"
+    (home / "checkpoint").write_bytes(b"WCKP garbage")
+    done = tool("verify", str(home))
+    assert done.returncode == 1 and "DAMAGE" in done.stdout and "checkpoint" in done.stdout
+
+
+def test_produce_into_a_channel_while_another_process_owns_it(tmp_path: Path) -> None:
+    home = channel_home(tmp_path)
+    with Channel.open(home) as owner:
+        done = tool("produce", str(home), "--batch", "2", stdin="a\nb\nc\n")
+        assert done.returncode == 0, done.stderr
+        assert "put 3 events in 2 transactions" in done.stdout
+        assert owner.status()["events_untaken"] == 7
+        done = tool("recover", str(home))
+        assert done.returncode == 1 and "another process owns" in done.stderr
