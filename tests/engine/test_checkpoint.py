@@ -17,11 +17,23 @@ from channel_engine import CorruptStateError
 from channel_engine import checkpoint as cp
 
 GOLDEN = Path(__file__).parent / "golden" / "checkpoint-v1"
+GOLDEN_V2 = Path(__file__).parent / "golden" / "checkpoint-v2"
 
 ranges = st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=5)
 partitions = st.builds(
     cp.PartitionCheckpoint, st.integers(0, 2**62), st.integers(0, 2**62),
-    st.integers(0, 2**62), st.integers(0, 2**62), ranges.map(tuple), ranges.map(tuple))
+    st.integers(0, 2**62), st.integers(0, 2**62), ranges.map(tuple), ranges.map(tuple),
+    st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**40),
+                       st.integers(0, 2**40)), max_size=3).map(tuple))
+
+
+def sample_v2() -> cp.Checkpoint:
+    """Version 2 adds pending puts: (transaction id, start, end) per partition."""
+    return cp.Checkpoint(9, 1_700_000_000_500, (
+        cp.PartitionCheckpoint(0, 100, 130, 40, ((50, 60),), ((40, 50),),
+                               ((2**62 + 5, 120, 130),)),
+        cp.PartitionCheckpoint(0, 12, 12, 10, (), (), ((2**62 + 5, 10, 12), (77, 11, 12))),
+    ))
 
 
 def sample(sequence: int = 7) -> cp.Checkpoint:
@@ -125,3 +137,8 @@ def test_a_writer_killed_mid_checkpoint_leaves_a_valid_one(tmp_path: Path, trial
     found = cp.read_newest(primary, backup)
     assert found.checkpoint is not None and found.checkpoint.sequence >= done
     assert len(found.checkpoint.partitions) == 64
+
+
+def test_a_released_version_2_checkpoint_stays_readable() -> None:
+    assert cp.decode((GOLDEN_V2 / cp.FILE_NAME).read_bytes()) == sample_v2()
+    assert cp.encode(sample_v2()) == (GOLDEN_V2 / cp.FILE_NAME).read_bytes()
