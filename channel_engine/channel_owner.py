@@ -143,6 +143,7 @@ class ChannelOwner:
         self._sequence = 0
         self._backup_sequence = 0
         self._backup_taken: list[int] | None = None
+        self._checkpoint_taken: list[int] = []  # taken_through per partition, last checkpoint
         self._last_checkpoint: CheckpointResult | None = None
         self._checkpoint_history: deque[CheckpointResult] = deque(maxlen=CHECKPOINT_HISTORY)
         self._last_checkpoint_ms = 0
@@ -522,16 +523,15 @@ class ChannelOwner:
         self._live_journal().sync()
 
     def flush_if_due(self) -> bool:
-        """The flusher's hook: flush each partition whose flush_ms passed; sync the journal
-        with them; expire lapsed take leases. True if anything was flushed."""
+        """The flusher's hook: flush each partition whose flush_ms passed, sync the commit
+        journal, expire lapsed take leases. True if a partition was flushed."""
         self._check_writable()
         with self._lock:
             self._expire_takes()
         flushed = False
         for log in self._logs:
             flushed = log.flush_if_due() or flushed
-        if flushed:
-            self._live_journal().sync()
+        self._live_journal().sync()  # free when nothing was appended since the last sync
         return flushed
 
     # -- checkpoints and deletion -----------------------------------------------------------
@@ -567,7 +567,8 @@ class ChannelOwner:
             backup_state = self._write_backup(saved, backup)
             oldest = min(sequence, self._backup_sequence) if backup else sequence
             journals_removed = commit_journal.remove_before(home, oldest)
-            segments_deleted = self._delete_taken_segments(saved)
+            self._checkpoint_taken = [p.taken_through for p in saved.partitions]
+            segments_deleted = self._delete_taken_segments()
             result = CheckpointResult(
                 sequence, saved.written_at_ms, round((time.perf_counter() - started) * 1000, 3),
                 round(lock_held_ms, 3), backup_state, segments_deleted, journals_removed)
@@ -600,11 +601,14 @@ class ChannelOwner:
         self._backup_taken = [p.taken_through for p in saved.partitions]
         return "written"
 
-    def _delete_taken_segments(self, saved: checkpoint_file.Checkpoint) -> int:
-        """Delete segments whose every event is taken in both checkpoint copies."""
+    def _delete_taken_segments(self) -> int:
+        """Delete segments whose every event is taken in both checkpoint copies (so neither
+        a reopen from the primary nor one from the backup needs them)."""
         deleted = 0
         for p, log in enumerate(self._logs):
-            taken = saved.partitions[p].taken_through
+            if p >= len(self._checkpoint_taken):
+                break
+            taken = self._checkpoint_taken[p]
             if self._backup_dir() is not None and self._backup_taken is not None \
                     and p < len(self._backup_taken):
                 taken = min(taken, self._backup_taken[p])
@@ -617,7 +621,8 @@ class ChannelOwner:
         """Delete what retention allows: taken segments always; untaken events only when
         retention_ms / retention_bytes opt in — each dropped event counted."""
         self._check_writable()
-        dropped = deleted = 0
+        dropped = unlinked = 0
+        deleted = self._delete_taken_segments()
         for p, log in enumerate(self._logs):
             if self.config.retention_ms >= 0 or self.config.retention_bytes >= 0:
                 result = log.apply_retention()
@@ -631,8 +636,9 @@ class ChannelOwner:
                     dropped += lost
                     self.counters["dropped_events"] += lost
                     self._room.notify_all()
-            log.delete_expired_files()
-        return {"segments_deleted": deleted, "events_dropped": dropped}
+            unlinked += log.delete_expired_files()
+        return {"segments_deleted": deleted, "events_dropped": dropped,
+                "files_unlinked": unlinked}
 
     # -- reading (inspection; takes do not move) --------------------------------------------
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
