@@ -511,3 +511,42 @@ def test_reading_by_offset_and_time_does_not_move_the_queue(tmp_path: Path) -> N
         assert len(take_all(channel)) == 5
         with pytest.raises(ValueError, match="partitions 0...0"):
             channel.read(3, 0)
+
+
+# -- durability ----------------------------------------------------------------------------
+def test_concurrent_commits_share_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    calls = {"n": 0}
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        calls["n"] += 1
+        time.sleep(0.002)  # a disk that takes a little while, as real ones do
+        real(fd)
+
+    with Channel.open(make_config(tmp_path)) as channel:
+        monkeypatch.setattr(os, "fdatasync", counting)
+
+        def produce() -> None:
+            for i in range(20):
+                put(channel, f"{threading.get_ident()}-{i}".encode())
+
+        threads = [threading.Thread(target=produce) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        commits = 8 * 20
+        assert channel.status()["counters"]["put_successes"] == commits
+        assert calls["n"] < commits * 0.75, f"{calls['n']} fsyncs for {commits} commits"
+
+
+def test_policy_mode_bounds_unflushed_events_by_flush_messages(tmp_path: Path) -> None:
+    config = make_config(tmp_path, durability="policy", flush_messages=25)
+    with Channel.open(config) as channel:
+        for i in range(20):
+            put(channel, *bodies(7, f"p{i}-"))
+            assert channel.status()["unflushed_events"] < 25 + 7
+        assert channel.owner is not None
+        assert channel.owner.logs[0].recovery_point >= 140 - 25 - 7
