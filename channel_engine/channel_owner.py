@@ -67,6 +67,7 @@ from channel_engine.errors import (
     ReadOnlyLogError,
     StorageError,
     TakeExpiredError,
+    TransactionCapacityError,
     TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent
@@ -179,7 +180,7 @@ class ChannelOwner:
         else:
             home.mkdir(parents=True, exist_ok=True)
             self._take_channel_lock()
-            self._check_partition_count()
+            self._check_against_saved()
             config.save()
         log_config = config.log_config()
         keys = None
@@ -233,12 +234,19 @@ class ChannelOwner:
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         self._lock_fd = fd
 
-    def _check_partition_count(self) -> None:
-        """Partitions may be added, never removed: keys would move and events be stranded."""
+    def _check_against_saved(self) -> None:
+        """Refuse changes that would strand events: another name or other data dirs (the
+        partitions live where they are), fewer partitions (keys would move). Everything
+        else may change between opens, capacity included."""
         try:
             saved = ChannelConfig.load(self.config.home)
         except ConfigError:
             return
+        for name in ("name", "data_dirs"):
+            if getattr(saved, name) != getattr(self.config, name):
+                raise ConfigError(name, f"channel in {self.config.home} has {name}="
+                                        f"{getattr(saved, name)!r}; it cannot change (its "
+                                        "partition logs live there)")
         if saved.partitions > self.config.partitions:
             raise ConfigError("partitions", f"channel {self.name!r} has {saved.partitions} "
                                             f"partitions; it cannot shrink to "
@@ -302,6 +310,8 @@ class ChannelOwner:
             raise
 
     def _commit_put(self, events: list[PendingEvent], count: int) -> list[tuple[int, int, int]]:
+        if count > self.config.transaction_capacity:  # clients check too; the owner decides
+            raise TransactionCapacityError(self.name, count, self.config.transaction_capacity)
         check_free_space(self._guarded_dirs(), self.config.minimum_required_space,
                          self._free_space)
         groups = self._partition(events)
@@ -450,6 +460,9 @@ class ChannelOwner:
         reserved: list[tuple[int, int, int]] = []
         with self._lock:
             take = self._live_take(take_id)
+            if take.taken + max_events > self.config.transaction_capacity:
+                raise TransactionCapacityError(self.name, take.taken + max_events,
+                                               self.config.transaction_capacity)
             self.counters["take_attempts"] += max_events
             partitions = self.config.partitions
             first = self._next_take_partition

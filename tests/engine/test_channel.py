@@ -386,11 +386,14 @@ def test_capacity_changes_across_reopen_without_a_rebuild(tmp_path: Path) -> Non
         assert len(take_all(channel)) == 5
 
 
-def test_partitions_can_grow_but_not_shrink(tmp_path: Path) -> None:
+def test_partitions_can_grow_but_not_shrink_and_data_dirs_stay(tmp_path: Path) -> None:
     config = make_config(tmp_path, partitions=2)
     Channel.open(config).close()
     with pytest.raises(ConfigError, match="cannot shrink"):
         Channel.open(config.replace(partitions=1))
+    with pytest.raises(ConfigError, match="data_dirs") as info:
+        Channel.open(config.replace(data_dirs=(str(tmp_path / "elsewhere"),)))
+    assert info.value.field == "data_dirs"
     with Channel.open(config.replace(partitions=4)) as channel:
         assert len(channel.status()["partitions"]) == 4
     assert ChannelConfig.load(config.home).partitions == 4
@@ -480,6 +483,22 @@ def test_read_only_opens_a_snapshot_beside_the_owner(tmp_path: Path) -> None:
             with pytest.raises(TransactionStateError, match="read-only"):
                 snapshot.put()
             assert [e.body for e in snapshot.read(0, 0)] == bodies(3)
+
+
+def test_the_owner_enforces_transaction_capacity_whatever_a_client_believes(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, transaction_capacity=5)
+    with Channel.open(config) as owner, \
+            Channel.open(config.replace(transaction_capacity=50)) as client:
+        tx = client.put()
+        for body in bodies(6):
+            tx.put(body)
+        with pytest.raises(TransactionCapacityError, match="transaction_capacity=5"):
+            tx.commit()
+        assert owner.status()["events_untaken"] == 0
+        put(owner, *bodies(5))
+        with client.take() as take, pytest.raises(TransactionCapacityError):
+            take.take(6)
 
 
 def test_status_is_json_and_counts_like_flume(tmp_path: Path) -> None:
