@@ -42,6 +42,7 @@ serialised by that partition's lock; fsyncs happen outside both.
 from __future__ import annotations
 
 import fcntl
+import heapq
 import os
 import threading
 import time
@@ -136,6 +137,8 @@ class ChannelOwner:
         self._unresolved: list[dict[int, _Put]] = []
         self._put_ids = 0
         self._takes: dict[int, _Take] = {}
+        self._last_batch: list[tuple[int, int, list[Event]] | None] = []
+        self._lease_heap: list[tuple[int, int]] = []  # (deadline_ms, take id)
         self._take_ids = 0
         self._next_partition = 0
         self._next_take_partition = 0
@@ -193,6 +196,7 @@ class ChannelOwner:
                 read_only=self.read_only, clock=self._clock, sealer=sealer))
             self._append_locks.append(threading.Lock())
             self._unresolved.append({})
+            self._last_batch.append(None)
         for log in self._logs:
             _check_last_batch_opens(log)
         if not self.read_only:
@@ -436,6 +440,8 @@ class ChannelOwner:
             take_id = self._take_ids
             deadline = None if lease_ms is None else self._now_ms() + lease_ms
             self._takes[take_id] = _Take(deadline_ms=deadline, lease_ms=lease_ms)
+            if deadline is not None:
+                heapq.heappush(self._lease_heap, (deadline, take_id))
         return take_id
 
     def _visible_end(self, partition: int) -> int:
@@ -479,12 +485,31 @@ class ChannelOwner:
                         break
             take.taken += max_events - want
         try:
-            return [event for p, start, end in reserved
-                    for event in self._logs[p].iter_events(start, end)]
+            return [event for p, start, end in reserved for event in self._read(p, start, end)]
         except BaseException:
             with self._lock:
                 self.counters["take_errors"] += 1
             raise
+
+    def _read(self, partition: int, start: int, end: int) -> list[Event]:
+        """Events [start, end) of a partition. The last batch decoded is kept, so takes
+        smaller than the producers' batches decode each batch once, not once per take."""
+        events: list[Event] = []
+        cached = self._last_batch[partition]
+        if cached is not None and cached[0] <= start < cached[1]:
+            base, _next, decoded = cached
+            events = decoded[start - base:end - base]
+            start = min(end, cached[1])
+        if start >= end:
+            return events
+        log = self._logs[partition]
+        for segment, header, data in log.read_batches(start, end, 1 << 62):
+            decoded = log.decode_batch(segment, header, data)
+            base = header.base_offset
+            events += decoded[max(start, base) - base:end - base]
+            if header.next_offset > end:
+                self._last_batch[partition] = (base, header.next_offset, decoded)
+        return events
 
     def commit_take(self, take_id: int) -> None:
         """Remove a take's events for good; durable on return in fsync durability."""
@@ -513,19 +538,21 @@ class ChannelOwner:
             self.counters["rollbacks"] += 1
 
     def _expire_takes(self) -> None:
-        """Roll back takes whose lease ran out. Caller holds the lock."""
-        leased = [(take_id, take) for take_id, take in self._takes.items()
-                  if take.deadline_ms is not None]
-        if not leased:
+        """Roll back takes whose lease ran out. Caller holds the lock. O(log n) per expiry:
+        leases wait in a heap by deadline, so takes without one cost nothing here."""
+        heap = self._lease_heap
+        if not heap or heap[0][0] > self._now_ms():
             return
         now = self._now_ms()
-        for take_id, take in leased:
-            if take.deadline_ms is not None and take.deadline_ms <= now:
-                del self._takes[take_id]
-                for p in take.partitions:
-                    self._queues[p].rollback(take_id)
-                self.counters["takes_expired"] += 1
-                self.counters["rollbacks"] += 1
+        while heap and heap[0][0] <= now:
+            _, take_id = heapq.heappop(heap)
+            take = self._takes.pop(take_id, None)
+            if take is None:
+                continue  # committed or rolled back before its lease ran out
+            for p in take.partitions:
+                self._queues[p].rollback(take_id)
+            self.counters["takes_expired"] += 1
+            self.counters["rollbacks"] += 1
 
     # -- flushing ---------------------------------------------------------------------------
     def flush(self) -> None:

@@ -122,7 +122,7 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
         queues.append(queue)
         scan_from = max(scan_from, log.log_start_offset)
         if scan_from < log.high_watermark:
-            for _segment, header, _data in log.read_batches(scan_from, None, 1 << 62):
+            for header in log.batch_headers(scan_from):
                 txn_id = header.transaction_id
                 if txn_id is not None and header.next_offset > scan_from:
                     pending[txn_id].append((partition, max(header.base_offset, scan_from),

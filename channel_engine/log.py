@@ -533,6 +533,12 @@ class PartitionLog:
             self._decode(segment, header, data, start_offset, end, events, 1 << 62)
             yield from events
 
+    def decode_batch(self, segment: LogSegment, header: BatchHeader, data: bytes) -> list[Event]:
+        """Every event of one batch from read_batches (decrypted when sealed)."""
+        events: list[Event] = []
+        self._decode(segment, header, data, header.base_offset, None, events, 1 << 62)
+        return events
+
     def _decode(self, segment: LogSegment, header: BatchHeader, data: bytes, start: int,
                 end: int | None, out: list[Event], limit: int) -> None:
         stop = header.next_offset if end is None else min(end, header.next_offset)
@@ -578,6 +584,18 @@ class PartitionLog:
                 total += header.size
                 yield segment, header, data
                 start_offset = header.next_offset
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding start_offset up to the high
+        watermark, records unread (open checked them already)."""
+        bound = self.high_watermark
+        for segment in self._segments:
+            if segment.next_offset <= start_offset or segment.base_offset >= bound:
+                continue
+            for header in segment.headers(max(start_offset, segment.base_offset)):
+                if header.base_offset >= bound:
+                    return
+                yield header
 
     def offsets_for_time(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""

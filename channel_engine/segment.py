@@ -377,6 +377,15 @@ class LogSegment:
             position += header.size
         return None
 
+    def headers(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding `offset` to the valid end, without
+        reading the records (for scans that open already checked)."""
+        position = self.find_position(offset, self.size)
+        while position is not None and position < self.size:
+            header = self._header_at(position, None)
+            yield header
+            position += header.size
+
     def read_batches(
         self, position: int, size_bound: int, offset_bound: int, max_bytes: int
     ) -> Iterator[tuple[int, BatchHeader, bytes]]:
