@@ -151,6 +151,7 @@ class ChannelOwner:
         self._last_checkpoint: CheckpointResult | None = None
         self._checkpoint_history: deque[CheckpointResult] = deque(maxlen=CHECKPOINT_HISTORY)
         self._last_checkpoint_ms = 0
+        self._closing = False
         self._closed = False
         self.recovery = ChannelRecovery()
         self.counters = dict.fromkeys(
@@ -278,11 +279,13 @@ class ChannelOwner:
     def close(self) -> None:
         """Checkpoint (if checkpoint_on_close), close the logs cleanly, release the lock.
         Open take transactions roll back: their events stay queued."""
-        if self._closed:
-            return
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True  # from here on, takes are gone and puts are refused
         try:
             if not self.read_only and self.config.checkpoint_on_close:
-                self.checkpoint()
+                self._checkpoint()
         finally:
             self._closed = True
             with self._room:
@@ -293,7 +296,7 @@ class ChannelOwner:
         return int(self._clock() * 1000)
 
     def _check_writable(self) -> None:
-        if self._closed:
+        if self._closing:
             raise TransactionStateError(f"channel {self.name!r} is closed")
         if self.read_only:
             raise ReadOnlyLogError(f"channel {self.name!r} is open read-only")
@@ -379,7 +382,7 @@ class ChannelOwner:
             while self._untaken + count > capacity:
                 self._expire_takes()
                 left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
+                if left <= 0 or self._closing:
                     raise ChannelFullError(self.name, count, self._untaken, capacity,
                                            self.config.keep_alive_ms)
                 self._room.wait(min(left, 0.05))
@@ -452,7 +455,11 @@ class ChannelOwner:
         return self._ends[partition]
 
     def _live_take(self, take_id: int) -> _Take:
-        """The take's reservation, unless its lease ran out. Caller holds the lock."""
+        """The take's reservation, unless its lease ran out or the channel closed (its
+        takes returned to the queue then). Caller holds the lock."""
+        if self._closing:
+            raise TakeExpiredError(f"channel {self.name!r}: take {take_id} is gone: the "
+                                   "channel was closed and its events returned to the queue")
         self._expire_takes()
         take = self._takes.get(take_id)
         if take is None:
@@ -531,6 +538,8 @@ class ChannelOwner:
     def rollback_take(self, take_id: int) -> None:
         """Return a take's events to the head of their partitions, in order."""
         with self._lock:
+            if self._closing:
+                return  # closing returned every take already
             take = self._takes.pop(take_id, None)
             if take is not None:
                 for p in take.partitions:
@@ -584,6 +593,9 @@ class ChannelOwner:
     def checkpoint(self) -> CheckpointResult:
         """Write a checkpoint (primary, then backup) and delete what it makes unneeded."""
         self._check_writable()
+        return self._checkpoint()
+
+    def _checkpoint(self) -> CheckpointResult:
         home, backup = self.config.home, self._backup_dir()
         with self._checkpoint_lock:
             started = time.perf_counter()

@@ -39,5 +39,5 @@ def crash(channel: Channel) -> None:
     if owner._lock_fd >= 0:
         os.close(owner._lock_fd)
         owner._lock_fd = -1
-    owner._closed = True
+    owner._closing = owner._closed = True
     channel._closed = True
