@@ -99,10 +99,12 @@ class Channel:
 
     @property
     def role(self) -> str:
-        """"owner", "client" or "read-only"."""
+        """The role of this process: owner, client, read-only, or electing (changing owner)."""
         if self.read_only:
             return "read-only"
-        return "client" if self._client is not None else "owner"
+        if self._client is not None:
+            return "client"
+        return "owner" if self._owner is not None else "electing"
 
     @property
     def owner(self) -> ChannelOwner | None:
@@ -129,7 +131,9 @@ class Channel:
                 self._owner, self._server, self._client = owner, server, None
                 return
             try:
-                self._client = OwnerClient.connect(self.config)
+                # a put may wait keep_alive_ms for room in the owner: wait longer for replies
+                timeout_s = max(60.0, self.config.keep_alive_ms / 1000 + 30)
+                self._client = OwnerClient.connect(self.config, timeout_s)
                 return
             except (OSError, OwnerLostError):
                 pass

@@ -87,6 +87,9 @@ class _Put:
     start: int
     end: int
     transaction_id: int | None
+    segment_base_offset: int
+    position: int
+    journalled: bool = False  # its commit record is written: decided, not pending
 
 
 @dataclass
@@ -212,6 +215,9 @@ class ChannelOwner:
         self._untaken = sum(q.untaken(end) for q, end in zip(self._queues, self._ends,
                                                                 strict=True))
         self._sequence = self._backup_sequence = restored.sequence
+        if not self.read_only:
+            for p, segment_base, position in restored.to_mark:
+                self._logs[p].mark_committed(segment_base, position)
         self.recovery = restored.report
         self.counters["aborted_events"] += restored.report.aborted_events
         self.counters["dropped_events"] += restored.report.dropped_events
@@ -399,19 +405,26 @@ class ChannelOwner:
             with self._lock:
                 self._put_ids += 1
                 put_id = self._put_ids
-                self._unresolved[partition][put_id] = _Put(result.first_offset,
-                                                           result.next_offset, transaction_id)
+                self._unresolved[partition][put_id] = _Put(
+                    result.first_offset, result.next_offset, transaction_id,
+                    result.segment_base_offset, result.position)
                 self._ends[partition] = result.next_offset
         return put_id, result.next_offset if result.flush_due else None
 
     def _journal_put(self, transaction_id: int, written: list[tuple[int, int]]) -> None:
+        """The commit point of a multi-partition put: its journal record (synced in fsync
+        mode). Then each batch is stamped committed, so the decision outlives the journal."""
         with self._lock:
-            entries = [(p, self._unresolved[p][put_id].start, self._unresolved[p][put_id].end)
-                       for p, put_id in written]
+            puts = [(p, self._unresolved[p][put_id]) for p, put_id in written]
+            for _, put in puts:
+                put.journalled = True  # a checkpoint from now on counts it committed
             journal = self._live_journal()
-            ticket = journal.append(commit_journal.PUT, transaction_id, entries)
+            ticket = journal.append(commit_journal.PUT, transaction_id,
+                                    [(p, put.start, put.end) for p, put in puts])
         if self.config.durability == "fsync":
             journal.sync(ticket)
+        for p, put in puts:
+            self._logs[p].mark_committed(put.segment_base_offset, put.position)
 
     def _abort_put(self, written: list[tuple[int, int]], count: int) -> None:
         """A put failed part way: its written batches leave the queue, undelivered (recovery
@@ -604,11 +617,12 @@ class ChannelOwner:
             locked = time.perf_counter()
             with self._lock:
                 self._expire_takes()
-                saved = self._snapshot(sequence)
+                saved, journalled = self._snapshot(sequence)
                 old_journal, self._journal = self._journal, next_journal
             lock_held_ms = (time.perf_counter() - locked) * 1000
             if old_journal is not None:
                 old_journal.close()  # its commits are in the snapshot; sync before it goes
+            self._sync_commit_marks(journalled)
             try:
                 checkpoint_file.write(saved, home, None)
             except OSError as exc:
@@ -629,16 +643,34 @@ class ChannelOwner:
             self._last_checkpoint_ms = self._now_ms()
             return result
 
-    def _snapshot(self, sequence: int) -> checkpoint_file.Checkpoint:
-        """The queue state now: a few numbers per partition. Caller holds the lock."""
+    def _snapshot(self, sequence: int) -> tuple[checkpoint_file.Checkpoint,
+                                                list[tuple[int, _Put]]]:
+        """The queue state now (a few numbers per partition), and the multi-partition puts
+        whose commit record is written but whose batches may not be stamped yet. Caller
+        holds the lock."""
         parts = []
+        journalled = []
         for p, (log, queue) in enumerate(zip(self._logs, self._queues, strict=True)):
             saved = queue.to_checkpoint(log.log_start_offset, log.recovery_point, self._ends[p])
-            pending = tuple(sorted((put.transaction_id, put.start, put.end)
-                                   for put in self._unresolved[p].values()
-                                   if put.transaction_id is not None))
-            parts.append(replace(saved, pending_puts=pending) if pending else saved)
-        return checkpoint_file.Checkpoint(sequence, self._now_ms(), tuple(parts))
+            pending = []
+            for put in self._unresolved[p].values():
+                if put.transaction_id is None:
+                    continue
+                if put.journalled:
+                    journalled.append((p, put))
+                else:
+                    pending.append((put.transaction_id, put.start, put.end))
+            parts.append(replace(saved, pending_puts=tuple(sorted(pending))) if pending
+                         else saved)
+        return checkpoint_file.Checkpoint(sequence, self._now_ms(), tuple(parts)), journalled
+
+    def _sync_commit_marks(self, journalled: list[tuple[int, _Put]]) -> None:
+        """Before journals go: every multi-partition put whose record is in them has its
+        batches stamped committed, durably (so even without any checkpoint, recovery knows)."""
+        for p, put in journalled:
+            self._logs[p].mark_committed(put.segment_base_offset, put.position)
+        for log in self._logs:
+            log.sync_marks()
 
     def _write_backup(self, saved: checkpoint_file.Checkpoint, backup: Path | None) -> str:
         if backup is None:

@@ -13,16 +13,18 @@ bytes written since (for multi-partition puts that never committed):
   2. offsets below a log's start offset (retention deleted them) leave the queue;
   3. journalled take commits mark their ranges taken; journalled put commits
      mark their transactions committed;
-  4. transactional batches of puts with no commit record (pending in the
-     checkpoint, or written after it) are aborted: taken out of the queue
-     without ever being delivered, and counted;
+  4. transactional batches not stamped committed (pending in the checkpoint,
+     or written after it; every batch without a checkpoint) whose put has no
+     commit record in those journals are aborted: taken out of the queue
+     without ever being delivered, and counted; those with a record are
+     stamped committed (the owner does it before its first checkpoint, which
+     syncs the stamps before it removes the journals);
   5. offsets the queue knew beyond a log's end (lost in flush-policy
      durability, or cut off as damage) are forgotten, and counted.
 """
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -64,7 +66,7 @@ class Restored:
     sequence: int
     next_generation: int
     report: ChannelRecovery
-    needs_checkpoint: bool
+    to_mark: list[tuple[int, int, int]]  # (partition, segment base, position) to stamp
 
 
 def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Restored:
@@ -72,46 +74,59 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
     started = time.perf_counter()
     report = ChannelRecovery()
     found = checkpoint_file.read_newest(home, backup)
-    report.problems.extend(found.problems if found.checkpoint else [])
+    report.problems.extend(found.problems)
     saved = found.checkpoint
     report.checkpoint_source = found.source
     report.checkpoint_sequence = saved.sequence if saved else 0
     if saved is None:
-        report.problems.append("no valid checkpoint: every event in the logs is queued again")
+        report.problems.append("no valid checkpoint: every event in the logs is queued "
+                               "again, takes committed before the last checkpoint included")
 
-    queues, pending = _queues_from(saved, logs, report)
+    queues, undecided = _queues_from(saved, logs, report)
     committed_txns = _replay_journals(home, report.checkpoint_sequence, queues, report)
-    for txn, ranges in pending.items():
-        if txn in committed_txns:
+    to_mark = []
+    for batch in undecided:
+        if batch.transaction_id in committed_txns:
+            to_mark.append((batch.partition, batch.segment_base_offset, batch.position))
             continue
-        for partition, start, end in ranges:
-            queues[partition].mark_committed([(start, end)])
-            report.aborted_events += end - start
+        queue, end = queues[batch.partition], logs[batch.partition].log_end_offset
+        before = queue.untaken(end)
+        queue.mark_committed([(batch.start, batch.end)])
+        report.aborted_events += before - queue.untaken(end)
     for queue, log in zip(queues, logs, strict=True):
         report.lost_events += queue.clip_to(log.log_end_offset)
 
     generations = commit_journal.generations(home) if home.is_dir() else []
     next_generation = max([report.checkpoint_sequence] + generations) + 1
     report.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-    changed = bool(report.lost_events or report.aborted_events or report.dropped_events
-                   or saved is None)
-    return Restored(queues, report.checkpoint_sequence, next_generation, report, changed)
+    return Restored(queues, report.checkpoint_sequence, next_generation, report, to_mark)
+
+
+@dataclass(frozen=True)
+class _Undecided:
+    """A transactional batch not stamped committed: its put's fate is in the journals."""
+
+    partition: int
+    transaction_id: int
+    start: int
+    end: int
+    segment_base_offset: int
+    position: int
 
 
 def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[PartitionLog],
-                 report: ChannelRecovery
-                 ) -> tuple[list[PartitionQueue], dict[int, list[tuple[int, int, int]]]]:
-    """Step 1, 2 and the scan for step 4: queues, and every transactional batch to decide."""
+                 report: ChannelRecovery) -> tuple[list[PartitionQueue], list[_Undecided]]:
+    """Steps 1 and 2, and the scan for step 4: the queues, and every transactional batch
+    that may be undecided — from the checkpoint's log end (or its oldest pending put) on,
+    or from the log start without a checkpoint. A batch stamped committed is decided."""
     queues = []
-    pending: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    undecided: list[_Undecided] = []
     for partition, log in enumerate(logs):
         if saved is not None and partition < len(saved.partitions):
             part = saved.partitions[partition]
             queue = PartitionQueue.from_checkpoint(part)
             report.in_flight_returned += sum(end - start for start, end in part.in_flight)
-            for txn, start, end in part.pending_puts:
-                pending[txn].append((partition, start, end))
-            scan_from = part.log_end_offset
+            scan_from = min([part.log_end_offset] + [start for _, start, _ in part.pending_puts])
         else:
             queue = PartitionQueue(log.log_start_offset)
             scan_from = log.log_start_offset
@@ -122,12 +137,13 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
         queues.append(queue)
         scan_from = max(scan_from, log.log_start_offset)
         if scan_from < log.high_watermark:
-            for header in log.batch_headers(scan_from):
+            for segment, position, header in log.batch_headers(scan_from):
                 txn_id = header.transaction_id
-                if txn_id is not None and header.next_offset > scan_from:
-                    pending[txn_id].append((partition, max(header.base_offset, scan_from),
-                                         header.next_offset))
-    return queues, pending
+                if txn_id is not None and not header.marked_committed:
+                    undecided.append(_Undecided(partition, txn_id, header.base_offset,
+                                                header.next_offset, segment.base_offset,
+                                                position))
+    return queues, undecided
 
 
 def _replay_journals(home: Path, sequence: int, queues: list[PartitionQueue],

@@ -131,6 +131,7 @@ class PartitionLog:
         self._lock_fd = -1
         self._segments: tuple[LogSegment, ...] = ()
         self._pending_deletes: list[LogSegment] = []
+        self._marked: set[LogSegment] = set()  # segments with commit stamps not yet synced
         self._log_start_offset = 0
         self._log_end_offset = 0
         self._recovery_point = 0
@@ -420,6 +421,31 @@ class PartitionLog:
                     except OSError:
                         pass
 
+    def mark_committed(self, segment_base_offset: int, position: int) -> None:
+        """Stamp a transactional batch (where append_batch put it) committed; durable after
+        sync_marks() or the next flush of its segment. A deleted segment is skipped."""
+        with self._lock:
+            self._check_writable()
+            for segment in self._segments:
+                if segment.base_offset == segment_base_offset:
+                    try:
+                        segment.mark_committed(position)
+                    except OSError as exc:
+                        raise self._go_offline(exc) from exc
+                    self._marked.add(segment)
+                    return
+
+    def sync_marks(self) -> None:
+        """Make every commit stamp so far durable."""
+        with self._lock:
+            marked, self._marked = self._marked, set()
+        try:
+            for segment in marked:
+                if not segment.deleted:
+                    segment.sync()
+        except OSError as exc:
+            raise self._go_offline(exc) from exc
+
     def flush_to(self, offset: int) -> None:
         """Return once every offset below `offset` is on disk (sharing an fsync with
         concurrent callers)."""
@@ -585,17 +611,17 @@ class PartitionLog:
                 yield segment, header, data
                 start_offset = header.next_offset
 
-    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches from the one holding start_offset up to the high
-        watermark, records unread (open checked them already)."""
+    def batch_headers(self, start_offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """(segment, position, header) of the batches from the one holding start_offset up
+        to the high watermark, records unread (open checked them already)."""
         bound = self.high_watermark
         for segment in self._segments:
             if segment.next_offset <= start_offset or segment.base_offset >= bound:
                 continue
-            for header in segment.headers(max(start_offset, segment.base_offset)):
+            for position, header in segment.headers(max(start_offset, segment.base_offset)):
                 if header.base_offset >= bound:
                     return
-                yield header
+                yield segment, position, header
 
     def offsets_for_time(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""

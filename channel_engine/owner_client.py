@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,20 +53,33 @@ class OwnerClient:
             return sock
         if self.lost:
             raise OwnerLostError(f"channel {self.name!r}: the owner process went away")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        dir_fd = os.open(self.config.home, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            sock.settimeout(self.timeout_s)
-            sock.connect(socket_path(Path(self.path), dir_fd))
-        except OSError:
-            sock.close()
-            raise
-        finally:
-            os.close(dir_fd)
+        sock = self._connect()
         self._local.sock = sock
         with self._sockets_lock:
             self._sockets.append(sock)
         return sock
+
+    def _connect(self) -> socket.socket:
+        """A new connection; a full listen backlog (EAGAIN) is waited out, not taken for a
+        dead owner. Refused or missing socket: the owner is gone."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            dir_fd = os.open(self.config.home, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                sock.settimeout(self.timeout_s)
+                sock.connect(socket_path(Path(self.path), dir_fd))
+                return sock
+            except (BlockingIOError, InterruptedError):
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.002)
+            except OSError:
+                sock.close()
+                raise
+            finally:
+                os.close(dir_fd)
 
     def call(self, op: str, *args: Any) -> Any:
         """One request and its reply; the owner's exceptions are re-raised here."""

@@ -16,6 +16,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,17 @@ class OwnerServer:
         """Start answering in a background thread."""
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop answering, close every connection (their takes roll back), remove the socket."""
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop answering: accept nothing more, let requests in progress finish and send
+        their replies (up to grace_s), close every connection (their takes roll back) and
+        remove the socket."""
         self._server.shutdown()
-        self._server.close_connections()
+        self._server.stopping = True
+        self._server.close_connections(idle_only=True)
+        deadline = time.monotonic() + grace_s
+        while self._server.busy_connections() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self._server.close_connections(idle_only=False)
         self._server.server_close()
         try:
             self.path.unlink()
@@ -67,11 +75,13 @@ def socket_path(path: Path, dir_fd: int) -> str:
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = socket.SOMAXCONN  # many client threads connect at once
 
     def __init__(self, address: str, handler: type[_Handler], owner_server: OwnerServer) -> None:
         self.owner_server = owner_server
-        self.connections: set[socket.socket] = set()
+        self.connections: dict[socket.socket, bool] = {}  # connection -> busy with a request
         self.connections_lock = threading.Lock()
+        self.stopping = False
         try:
             os.unlink(address)  # a dead owner's socket file; we hold the lock now
         except FileNotFoundError:
@@ -83,13 +93,25 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         _pid, uid, _gid = _PEERCRED.unpack(creds)
         return bool(uid == os.getuid())
 
-    def close_connections(self) -> None:
+    def close_connections(self, idle_only: bool) -> None:
         with self.connections_lock:
-            for conn in list(self.connections):
+            for conn, busy in list(self.connections.items()):
+                if busy and idle_only:
+                    continue
                 try:
                     conn.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def busy_connections(self) -> int:
+        with self.connections_lock:
+            return sum(self.connections.values())
+
+    def set_busy(self, conn: socket.socket, busy: bool) -> bool:
+        """Mark a connection busy or idle; False if the server is stopping (idle: close)."""
+        with self.connections_lock:
+            self.connections[conn] = busy
+            return not self.stopping
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -101,14 +123,15 @@ class _Handler(socketserver.BaseRequestHandler):
         owner = self.server.owner_server.owner
         takes: set[int] = set()
         sock = self.request
-        with self.server.connections_lock:
-            self.server.connections.add(sock)
+        if not self.server.set_busy(sock, False):
+            return
         try:
             while True:
                 try:
                     request = protocol.receive(sock)
                 except (EOFError, ConnectionError, OSError):
                     return
+                self.server.set_busy(sock, True)
                 try:
                     reply = [0, _dispatch(owner, request, takes)]
                 except Exception as exc:  # the client re-raises it
@@ -117,9 +140,11 @@ class _Handler(socketserver.BaseRequestHandler):
                     protocol.send(sock, reply)
                 except OSError:
                     return
+                if not self.server.set_busy(sock, False):
+                    return  # the owner is stopping: the reply went out, now close
         finally:
             with self.server.connections_lock:
-                self.server.connections.discard(sock)
+                self.server.connections.pop(sock, None)
             for take_id in takes:
                 try:
                     owner.rollback_take(take_id)

@@ -11,7 +11,11 @@ Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
     ------  ----  -----------------------------------------------------------
          0     8  baseOffset            first offset in the batch
          8     4  batchLength           bytes after this field (total = +12)
-        12     4  partitionLeaderEpoch  -1 (Weir has no leaders); outside CRC
+        12     4  partitionLeaderEpoch  -1, outside the CRC. Weir has no
+                                        leaders; it sets 0 (COMMITTED_EPOCH)
+                                        in a transactional batch once its put
+                                        committed, so the commit survives the
+                                        loss of every checkpoint and journal
         16     1  magic                 2: the format version of the batch
         17     4  crc                   CRC-32C of bytes 21 .. end of batch
         21     2  attributes            bits 0-2 codec (0 none, 1 gzip,
@@ -73,6 +77,8 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10  # Kafka's isTransactional bit; producer_id holds Weir's txn id
 ENCRYPTED_MASK = 0x80  # Weir's bit: the records section is a sealed unit
+LEADER_EPOCH_AT = 12
+COMMITTED_EPOCH = 0  # partitionLeaderEpoch of a transactional batch whose put committed
 ATTRIBUTES_AT = 21
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
@@ -118,6 +124,11 @@ class BatchHeader(NamedTuple):
     def transaction_id(self) -> int | None:
         """Weir's put transaction id of a transactional batch, else None."""
         return self.producer_id if self.attributes & TRANSACTIONAL_MASK else None
+
+    @property
+    def marked_committed(self) -> bool:
+        """A transactional batch whose put's commit was stamped into it (see the layout)."""
+        return self.leader_epoch == COMMITTED_EPOCH
 
     @property
     def codec(self) -> str:

@@ -37,7 +37,9 @@ from channel_engine.filenames import (
 )
 from channel_engine.offset_index import OffsetIndex
 from channel_engine.record_batch import (
+    COMMITTED_EPOCH,
     HEADER_SIZE,
+    LEADER_EPOCH_AT,
     BatchHeader,
     InvalidBatch,
     check_batch,
@@ -47,6 +49,7 @@ from channel_engine.record_batch import (
 from channel_engine.time_index import TimeIndex
 
 READ_CHUNK = 1 << 20
+COMMITTED_EPOCH_BYTES = COMMITTED_EPOCH.to_bytes(4, "big", signed=True)
 NO_TIMESTAMP = -1
 
 
@@ -308,6 +311,15 @@ class LogSegment:
         """True when an index has only the slot left that roll and close need."""
         return self.offset_index.is_full or self.time_index.is_full
 
+    def mark_committed(self, position: int) -> None:
+        """Stamp the transactional batch at `position` committed: 4 bytes outside its CRC
+        (partitionLeaderEpoch), made durable by the next fdatasync of this file."""
+        os.pwrite(self._fd, COMMITTED_EPOCH_BYTES, position + LEADER_EPOCH_AT)
+
+    def sync(self) -> None:
+        """fdatasync the log file whatever changed (stamps do not change its size)."""
+        os.fdatasync(self._fd)
+
     def on_become_inactive(self) -> None:
         """On roll: add the final time index entry, trim the preallocated tail, and make the
         indexes durable and close them (a sealed segment keeps one descriptor, its .log)."""
@@ -377,13 +389,13 @@ class LogSegment:
             position += header.size
         return None
 
-    def headers(self, offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches from the one holding `offset` to the valid end, without
-        reading the records (for scans that open already checked)."""
+    def headers(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of the batches from the one holding `offset` to the valid end,
+        without reading the records (for scans that open already checked)."""
         position = self.find_position(offset, self.size)
         while position is not None and position < self.size:
             header = self._header_at(position, None)
-            yield header
+            yield position, header
             position += header.size
 
     def read_batches(

@@ -26,7 +26,7 @@ def crash(channel: Channel) -> None:
     if channel._server is not None:
         server = channel._server
         server._server.shutdown()
-        server._server.close_connections()
+        server._server.close_connections(idle_only=False)
         server._server.server_close()
         os.close(server._dir_fd)
     if owner._journal is not None:
