@@ -6,6 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -52,3 +53,34 @@ def secret_key(var_dir: Path) -> str:
         key_file.write_text(secrets.token_urlsafe(50))
         key_file.chmod(0o600)
     return key_file.read_text().strip()
+
+
+def env_paths(name: str, default: list[Path]) -> list[Path]:
+    """Return a comma-separated environment variable of absolute paths."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    paths = [Path(item.strip()) for item in raw.split(",") if item.strip()]
+    for path in paths:
+        if not path.is_absolute():
+            raise ImproperlyConfigured(f"{name} must list absolute paths, not {str(path)!r}")
+    if not paths:
+        raise ImproperlyConfigured(f"{name} must list at least one absolute path")
+    return paths
+
+
+def database(var_dir: Path) -> dict[str, object]:
+    """DATABASES["default"]: DATABASE_URL (PostgreSQL), else SQLite in the var dir."""
+    raw = os.environ.get("DATABASE_URL")
+    if not raw:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": var_dir / "weir.sqlite3"}
+    try:
+        config = dict(dj_database_url.parse(raw, conn_max_age=60, conn_health_checks=True))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL Django knows: "
+                                   f"{exc}") from exc
+    if config.get("ENGINE") not in ("django.db.backends.postgresql",
+                                    "django.db.backends.sqlite3"):
+        raise ImproperlyConfigured(f"DATABASE_URL must be postgresql:// or sqlite://, "
+                                   f"not {raw.split(':', 1)[0]}://")
+    return config

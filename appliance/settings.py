@@ -1,7 +1,8 @@
 """Django settings for the Weir appliance, read from the environment (see appliance.env)."""
+import os
 from pathlib import Path
 
-from appliance.env import env_bool, env_list, env_path, secret_key
+from appliance.env import database, env_bool, env_list, env_path, env_paths, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = env_path("WEIR_VAR_DIR", BASE_DIR / "var")
@@ -17,6 +18,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "appliance",
 ]
 
@@ -48,12 +52,11 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": VAR_DIR / "weir.sqlite3",
-    }
-}
+DATABASES = {"default": database(VAR_DIR)}
+
+# Where channel data and checkpoint dirs may live (comma-separated absolute paths).
+WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
@@ -62,3 +65,22 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "appliance.auth.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Weir API",
+    "DESCRIPTION": "Produce to, consume from and inspect Weir channels.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served by the appliance: no CDN
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}

@@ -1,0 +1,61 @@
+"""API token authentication: `Authorization: Bearer <key>` (or `Token <key>`, DRF's word).
+
+Keys are random secrets shown once at creation; only their SHA-256 is stored,
+so a lookup is one indexed query and a leaked database leaks no usable key.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from appliance.models import ApiToken, hash_key
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # no write per request just to say "still used"
+
+
+class TokenAuthentication(authentication.BaseAuthentication):
+    """Authenticate a request by its API token; request.auth is the ApiToken."""
+
+    keywords = ("bearer", "token")
+
+    def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        """Return (user, token) for a valid token, None without one; 401 for a bad one."""
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].decode(errors="replace").lower() not in self.keywords:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Authorization: expected 'Bearer <token>'")
+        key = header[1].decode(errors="replace")
+        token = ApiToken.objects.filter(key_hash=hash_key(key), revoked_at=None).first()
+        if token is None:
+            raise exceptions.AuthenticationFailed("unknown or revoked token")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return TokenUser(token), token
+
+    def authenticate_header(self, request: Request) -> str:
+        """Ask for a bearer token in 401 responses."""
+        return 'Bearer realm="weir"'
+
+
+class TokenUser:
+    """The user a token request runs as: authenticated, named after its token."""
+
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    is_anonymous = False
+
+    def __init__(self, token: ApiToken) -> None:
+        self.token = token
+        self.username = f"token:{token.name}"
+        self.pk = None
+
+    def __str__(self) -> str:
+        return self.username

@@ -1,0 +1,89 @@
+"""The one place where a Channel row becomes the engine's ChannelConfig, and where
+this process keeps its open engine channels.
+
+to_config() checks a row the way the engine does (every setting, naming the
+field) plus what only the appliance knows: directories must lie inside
+WEIR_DATA_ROOT. open_channel() opens each channel once per process (as its
+owner or as a client of the owner, see channel_engine/channel.py) and reopens
+it when its row changed; after fork (gunicorn, Celery prefork) the child opens
+its own.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from appliance.models import Channel
+from channel_engine import Channel as EngineChannel
+from channel_engine import ChannelConfig, ConfigError
+
+SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
+_open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> (updated_at, channel)
+_open_pid = os.getpid()
+_lock = threading.Lock()
+
+
+def to_config(row: Channel) -> ChannelConfig:
+    """The engine's config for a row; ValidationError naming the field if it is wrong."""
+    values = {name: getattr(row, name) for name in SETTINGS}
+    values["data_dirs"] = tuple(values["data_dirs"] or ())
+    try:
+        config = ChannelConfig(**values)
+    except ConfigError as exc:
+        raise ValidationError({exc.field: exc.reason}) from exc
+    except TypeError as exc:
+        raise ValidationError({"__all__": str(exc)}) from exc
+    _check_roots(config)
+    return config
+
+
+def _check_roots(config: ChannelConfig) -> None:
+    roots = [Path(root).resolve() for root in settings.WEIR_DATA_ROOTS]
+    places = [("data_dirs", d) for d in config.data_dirs]
+    places.append(("checkpoint_dir", config.checkpoint_dir))
+    if config.backup_checkpoint_dir:
+        places.append(("backup_checkpoint_dir", config.backup_checkpoint_dir))
+    for field, directory in places:
+        resolved = Path(directory).resolve()
+        if not any(resolved == root or root in resolved.parents for root in roots):
+            allowed = ", ".join(str(root) for root in roots)
+            raise ValidationError({field: f"{directory} is outside WEIR_DATA_ROOT ({allowed})"})
+
+
+def open_channel(row: Channel) -> EngineChannel:
+    """This process's engine channel for a row, opened on first use or after a change."""
+    global _open_pid
+    with _lock:
+        if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
+            _open.clear()
+            _open_pid = os.getpid()
+        known = _open.get(row.name)
+        if known is not None and known[0] == row.updated_at:
+            return known[1]
+        if known is not None:
+            known[1].close()
+        channel = EngineChannel.open(to_config(row))
+        _open[row.name] = (row.updated_at, channel)
+        return channel
+
+
+def close_channel(name: str) -> None:
+    """Close this process's handle on a channel (before deleting it, say)."""
+    with _lock:
+        known = _open.pop(name, None)
+    if known is not None:
+        known[1].close()
+
+
+def close_all() -> None:
+    """Close every channel this process opened (tests, shutdown)."""
+    with _lock:
+        known = list(_open.values())
+        _open.clear()
+    for _, channel in known:
+        channel.close()
