@@ -1,0 +1,145 @@
+"""Request bodies of the produce endpoint, parsed straight into the engine's events.
+
+The hot path pays no serializer per event: orjson parses the body, and each
+event is checked field by field here; an error names the event's index and the
+field, and nothing is written.
+
+Accepted bodies:
+
+    content type            shape
+    ----------------------  ----------------------------------------------------------
+    application/json        {"events": [event, ...]}                     Weir's own
+    application/json        [{"headers": {"k": "v"}, "body": "text"}, ...]  Flume's HTTP
+                                                                          source (JSONHandler)
+    application/x-ndjson    one event object per line (blank lines skipped)
+
+    event field   type                        meaning
+    ------------  --------------------------  -----------------------------------------
+    body          string                      the body, UTF-8 encoded
+    body_base64   string (base64)             the body as bytes (instead of body)
+    key           string or null              the partition key, UTF-8 encoded
+    headers       object of string -> string  event headers (Flume's are strings)
+    timestamp     integer                     milliseconds since the epoch (default: now)
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+
+from channel_engine import PendingEvent
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+FIELDS = {"body", "body_base64", "key", "headers", "timestamp"}
+MAX_TIMESTAMP = 2**63 - 1
+
+
+class EventError(ValueError):
+    """A body that cannot be produced: which event (None: the whole body) and which field."""
+
+    def __init__(self, index: int | None, field: str, reason: str) -> None:
+        where = "body" if index is None else f"events[{index}].{field}"
+        super().__init__(f"{where}: {reason}")
+        self.index = index
+        self.field = field
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, Any]:
+        """The 400 response body."""
+        return {"error": str(self), "index": self.index, "field": self.field,
+                "reason": self.reason}
+
+
+def parse(body: bytes, content_type: str) -> list[PendingEvent]:
+    """Parse a produce request body into events; EventError on the first bad thing."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind == NDJSON:
+        objects = [_loads(line, index) for index, line in
+                   enumerate(line for line in body.split(b"\n") if line.strip())]
+    elif kind in (JSON, ""):
+        document = _loads(body, None)
+        if isinstance(document, dict):
+            unknown = sorted(set(document) - {"events"})
+            if unknown:
+                raise EventError(None, unknown[0], "unknown field (expected only 'events')")
+            objects = document.get("events")
+            if not isinstance(objects, list):
+                raise EventError(None, "events", "must be a list of events")
+        elif isinstance(document, list):  # Flume's HTTP source JSON
+            objects = document
+        else:
+            raise EventError(None, "events", "expected {\"events\": [...]} or a JSON list")
+    else:
+        raise EventError(None, "content_type",
+                         f"{content_type!r} is not supported (use {JSON} or {NDJSON})")
+    if not objects:
+        raise EventError(None, "events", "at least one event is needed")
+    return [_event(index, obj) for index, obj in enumerate(objects)]
+
+
+def _loads(data: bytes, index: int | None) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EventError(index, "json", f"not valid JSON ({exc})") from None
+
+
+def _event(index: int, obj: Any) -> PendingEvent:
+    if not isinstance(obj, dict):
+        raise EventError(index, "event", "must be a JSON object")
+    unknown = sorted(set(obj) - FIELDS)
+    if unknown:
+        raise EventError(index, unknown[0], "unknown field")
+    return PendingEvent(_body(index, obj), _key(index, obj.get("key")),
+                        _headers(index, obj.get("headers")),
+                        _timestamp(index, obj.get("timestamp")))
+
+
+def _body(index: int, obj: dict[str, Any]) -> bytes:
+    if "body" in obj and "body_base64" in obj:
+        raise EventError(index, "body", "give body or body_base64, not both")
+    if "body_base64" in obj:
+        encoded = obj["body_base64"]
+        if not isinstance(encoded, str):
+            raise EventError(index, "body_base64", "must be a base64 string")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise EventError(index, "body_base64", "is not valid base64") from None
+    body = obj.get("body")
+    if not isinstance(body, str):
+        raise EventError(index, "body", "is required and must be a string "
+                                        "(or give body_base64)")
+    return body.encode()
+
+
+def _key(index: int, key: Any) -> bytes | None:
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise EventError(index, "key", "must be a string or null")
+    return key.encode()
+
+
+def _headers(index: int, headers: Any) -> dict[str, bytes] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, dict):
+        raise EventError(index, "headers", "must be an object of strings")
+    out = {}
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            raise EventError(index, f"headers.{name}", "must be a string")
+        out[name] = value.encode()
+    return out
+
+
+def _timestamp(index: int, timestamp: Any) -> int | None:
+    if timestamp is None:
+        return None
+    if type(timestamp) is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
+        raise EventError(index, "timestamp", "must be milliseconds since the epoch (int >= 0)")
+    return timestamp

@@ -1,0 +1,64 @@
+"""Produce bodies: Weir's JSON, NDJSON and Flume's HTTP source JSON; every mistake named by
+event index and field."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from appliance.event_parsing import EventError, parse
+from channel_engine import PendingEvent
+
+
+def test_weir_json_with_every_field() -> None:
+    body = (b'{"events": [{"body": "hi", "key": "k", "headers": {"h": "v"}, "timestamp": 5},'
+            b' {"body_base64": "' + base64.b64encode(b"\x00\xff") + b'"}]}')
+    assert parse(body, "application/json; charset=utf-8") == [
+        PendingEvent(b"hi", b"k", {"h": b"v"}, 5), PendingEvent(b"\x00\xff", None, None, None)]
+
+
+def test_flume_http_source_json() -> None:
+    body = b'[{"headers": {"timestamp": "1", "host": "web1"}, "body": "line one"}]'
+    assert parse(body, "application/json") == [
+        PendingEvent(b"line one", None, {"timestamp": b"1", "host": b"web1"}, None)]
+
+
+def test_ndjson_skips_blank_lines() -> None:
+    body = b'{"body": "a"}\n\n{"body": "b", "key": "k"}\n'
+    assert [e.body for e in parse(body, "application/x-ndjson")] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize(("body", "index", "field"), [
+    (b'{"events": [{"body": "ok"}, {"body": 5}]}', 1, "body"),
+    (b'{"events": [{"key": "k"}]}', 0, "body"),
+    (b'{"events": [{"body": "x", "body_base64": "eA=="}]}', 0, "body"),
+    (b'{"events": [{"body_base64": "***"}]}', 0, "body_base64"),
+    (b'{"events": [{"body": "x", "key": 7}]}', 0, "key"),
+    (b'{"events": [{"body": "x", "headers": {"h": 1}}]}', 0, "headers.h"),
+    (b'{"events": [{"body": "x", "headers": ["h"]}]}', 0, "headers"),
+    (b'{"events": [{"body": "x", "timestamp": -1}]}', 0, "timestamp"),
+    (b'{"events": [{"body": "x", "timestamp": 1.5}]}', 0, "timestamp"),
+    (b'{"events": [{"body": "x", "colour": "red"}]}', 0, "colour"),
+    (b'{"events": ["x"]}', 0, "event"),
+    (b'{"events": []}', None, "events"),
+    (b'{"events": {}}', None, "events"),
+    (b'{"evens": []}', None, "evens"),
+    (b'"text"', None, "events"),
+    (b'{"events": [', None, "json"),
+])
+def test_mistakes_name_the_event_and_field(body: bytes, index: int | None, field: str) -> None:
+    with pytest.raises(EventError) as info:
+        parse(body, "application/json")
+    assert (info.value.index, info.value.field) == (index, field)
+    assert info.value.to_dict()["field"] == field
+
+
+def test_a_bad_ndjson_line_is_named() -> None:
+    with pytest.raises(EventError) as info:
+        parse(b'{"body": "a"}\n{oops\n', "application/x-ndjson")
+    assert (info.value.index, info.value.field) == (1, "json")
+
+
+def test_other_content_types_are_refused() -> None:
+    with pytest.raises(EventError, match="not supported"):
+        parse(b"body", "text/plain")
