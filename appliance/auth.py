@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
@@ -59,3 +60,14 @@ class TokenUser:
 
     def __str__(self) -> str:
         return self.username
+
+
+class TokenScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
+    """Describe the bearer token in the OpenAPI schema."""
+
+    target_class = "appliance.auth.TokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        """An HTTP bearer scheme."""
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "weir_<prefix>_<secret>"}

@@ -1,0 +1,105 @@
+"""The produce endpoint against the real engine: one request is one put transaction, and
+every refusal writes nothing (the channel is checked after each)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from appliance import channels
+from appliance.models import ApiToken, Channel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture()
+def orders(tmp_path: Path) -> Iterator[Channel]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "orders"), partitions=2,
+                                     minimum_required_space=0, transaction_capacity=100,
+                                     capacity=150, keep_alive_ms=0)
+        yield row
+    channels.close_all()
+
+
+def client_for(*roles: str, channel: Channel | None = None) -> APIClient:
+    _, key = ApiToken.issue("test", list(roles), [channel] if channel else None)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def untaken(row: Channel) -> int:
+    return int(channels.open_channel(row).status()["events_untaken"])
+
+
+def post(client: APIClient, body: object, content_type: str = "application/json",
+         name: str = "orders") -> object:
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post(f"/api/v1/channels/{name}/events", data=data,
+                       content_type=content_type)
+
+
+def test_a_request_is_one_transaction_and_says_where_events_went(orders: Channel) -> None:
+    client = client_for("produce", channel=orders)
+    response = post(client, {"events": [{"body": f"e{i}", "key": f"k{i}"} for i in range(10)]})
+    assert response.status_code == 200, response.content
+    result = response.json()
+    assert result["events"] == 10
+    assert sum(c["last_offset"] - c["first_offset"] + 1 for c in result["committed"]) == 10
+    assert untaken(orders) == 10
+
+
+def test_flume_and_ndjson_clients_work_unchanged(orders: Channel) -> None:
+    client = client_for("produce", channel=orders)
+    flume = [{"headers": {"host": "web1"}, "body": "from flume"}]
+    assert post(client, flume).status_code == 200
+    assert post(client, b'{"body": "a"}\n{"body": "b"}\n', "application/x-ndjson"
+                ).status_code == 200
+    assert untaken(orders) == 3
+
+
+@pytest.mark.parametrize(("body", "status", "field"), [
+    ({"events": [{"body": "ok"}, {"body": 1}]}, 400, "body"),
+    ({"events": [{"body": "ok", "timestamp": "yesterday"}]}, 400, "timestamp"),
+    (b"{not json", 400, "json"),
+    ({"events": [{"body": "x"}] * 101}, 413, None),
+])
+def test_bad_input_is_refused_and_nothing_is_written(orders: Channel, body: object, status: int,
+                                                     field: str | None) -> None:
+    response = post(client_for("produce", channel=orders), body)
+    assert response.status_code == status, response.content
+    if field:
+        assert response.json()["field"] == field
+    assert untaken(orders) == 0
+
+
+def test_a_full_channel_answers_503_with_retry_after(orders: Channel) -> None:
+    client = client_for("produce", channel=orders)
+    assert post(client, {"events": [{"body": "x"}] * 100}).status_code == 200
+    response = post(client, {"events": [{"body": "y"}] * 60})
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert "full" in response.json()["error"] and untaken(orders) == 100
+
+
+def test_paused_puts_answer_503(orders: Channel) -> None:
+    Channel.objects.filter(pk=orders.pk).update(puts_paused=True)
+    response = post(client_for("produce", channel=orders), {"events": [{"body": "x"}]})
+    assert response.status_code == 503 and "paused" in response.json()["error"]
+
+
+def test_who_may_produce(orders: Channel, tmp_path: Path) -> None:
+    body = {"events": [{"body": "x"}]}
+    assert post(APIClient(), body).status_code == 401
+    assert post(client_for("consume", channel=orders), body).status_code == 403
+    other = Channel.objects.create(name="other", data_dirs=[str(tmp_path / "data")],
+                                   checkpoint_dir=str(tmp_path / "other"))
+    assert post(client_for("produce", channel=other), body).status_code == 403
+    assert post(client_for("produce"), body, name="nope").status_code == 404
+    assert post(client_for("admin"), body).status_code == 200
+    assert untaken(orders) == 1
