@@ -191,6 +191,17 @@ class Channel:
             take_id = backend.begin_take(lease_ms)
         return TakeTransaction(self, backend, take_id, lease_ms)
 
+    def commit_take(self, take_id: int) -> None:
+        """Commit a leased take begun elsewhere (another process of this channel) by its id;
+        TakeExpiredError if its lease ran out or its owner changed meanwhile."""
+        self._check_writable()
+        self._retrying(lambda b: b.commit_take(take_id), idempotent=False)
+
+    def rollback_take(self, take_id: int) -> None:
+        """Roll back a leased take begun elsewhere, by its id (nothing if it is gone)."""
+        self._check_writable()
+        self._retrying(lambda b: b.rollback_take(take_id))
+
     def _commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
         """Commit a put transaction's events in the owner (retried only if never sent)."""
         return self._retrying(lambda b: b.commit_put(events), idempotent=False)

@@ -224,6 +224,9 @@ class ChannelOwner:
         self._last_checkpoint_ms = self._now_ms()
         if not self.read_only:
             self._sequence = restored.next_generation - 1
+            # take ids never repeat across owners: a stale id from a previous owner (an HTTP
+            # consumer's, say) must not address a new take
+            self._take_ids = restored.next_generation << 32
             self.checkpoint()  # the replayed state becomes the new base; old journals go
 
     def _backup_dir(self) -> Path | None:

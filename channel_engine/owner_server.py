@@ -4,7 +4,9 @@ A thread per connection (socketserver's ThreadingUnixStreamServer) runs each
 request against the ChannelOwner, which is thread-safe; the protocol is in
 owner_protocol.py. Takes are tied to the connection that began them: when a
 connection closes — its process exited or was killed — its open takes roll
-back, so a dead consumer never wedges the channel or loses its events.
+back, so a dead consumer never wedges the channel or loses its events. A take
+begun with a lease is the exception: whoever knows its id may commit it (a web
+worker other than the one that began it), and its lease returns it otherwise.
 
 Only processes of the owner's user may connect: the socket file is 0600 and
 every peer's uid is checked with SO_PEERCRED.
@@ -164,7 +166,8 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
         return owner.commit_put(events)
     if op == "begin_take":
         take_id = owner.begin_take(args[0])
-        takes.add(take_id)
+        if args[0] is None:  # a leased take outlives its connection: its lease bounds it
+            takes.add(take_id)
         return take_id
     if op == "take_events":
         return protocol.events_to_wire(owner.take_events(args[0], args[1]))

@@ -569,3 +569,32 @@ def test_policy_mode_bounds_unflushed_events_by_flush_messages(tmp_path: Path) -
             assert channel.status()["unflushed_events"] < 25 + 7
         assert channel.owner is not None
         assert channel.owner.logs[0].recovery_point >= 140 - 25 - 7
+
+
+def test_a_leased_take_can_be_committed_from_another_process_by_id(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as owner:
+        put(owner, *bodies(4))
+        worker_a = Channel.open(config)
+        take = worker_a.take(lease_ms=60_000)
+        assert len(take.take(2)) == 2
+        worker_a.close()  # the web worker that began it went away: the lease keeps it
+        assert owner.status()["events_in_flight"] == 2
+        with Channel.open(config) as worker_b:
+            worker_b.commit_take(take.take_id)
+            with pytest.raises(TakeExpiredError):
+                worker_b.commit_take(take.take_id)
+        assert take_all(owner) == [b"e2", b"e3"]
+
+
+def test_take_ids_never_repeat_across_owners(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as first:
+        put(first, b"x")
+        stale = first.take(lease_ms=60_000).take_id
+    with Channel.open(config) as second:
+        fresh = second.take(lease_ms=60_000)
+        fresh.take(1)
+        assert fresh.take_id != stale
+        with pytest.raises(TakeExpiredError):
+            second.commit_take(stale)
