@@ -4,12 +4,18 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from appliance import views
+from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
 from appliance.produce import ProduceView
 
 urlpatterns = [
     path("health", views.health, name="health"),
     path("admin/", admin.site.urls),
     path("api/v1/channels/<str:name>/events", ProduceView.as_view(), name="produce"),
+    path("api/v1/channels/<str:name>/takes", TakesView.as_view(), name="takes"),
+    path("api/v1/channels/<str:name>/takes/<int:take_id>/commit", TakeCommitView.as_view(),
+         name="take-commit"),
+    path("api/v1/channels/<str:name>/takes/<int:take_id>/rollback",
+         TakeRollbackView.as_view(), name="take-rollback"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

@@ -1,0 +1,106 @@
+"""Take transactions over HTTP against the real engine: leased, committed or rolled back by
+id, returned by themselves when the lease runs out."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from appliance import channels
+from appliance.models import ApiToken, Channel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture()
+def orders(tmp_path: Path) -> Iterator[Channel]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "orders"),
+                                     minimum_required_space=0, transaction_capacity=50)
+        channel = channels.open_channel(row)
+        with channel.put() as tx:
+            for i in range(5):
+                tx.put(f"e{i}".encode(), key=b"k", headers={"h": b"v"})
+            tx.put(b"\xff\xfe", key=None)
+        yield row
+    channels.close_all()
+
+
+def consumer(channel: Channel, *roles: str) -> APIClient:
+    _, key = ApiToken.issue("consumer", list(roles or ["consume"]), [channel])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def take(client: APIClient, **body: object) -> object:
+    return client.post("/api/v1/channels/orders/takes", body, format="json")
+
+
+def untaken(row: Channel) -> int:
+    return int(channels.open_channel(row).status()["events_untaken"])
+
+
+def test_take_then_commit(orders: Channel) -> None:
+    client = consumer(orders)
+    response = take(client, max_events=3, lease_seconds=30)
+    assert response.status_code == 200, response.content
+    result = response.json()
+    assert [e["body"] for e in result["events"]] == ["e0", "e1", "e2"]
+    first = result["events"][0]
+    assert (first["key"], first["headers"], first["body_base64"]) == ("k", {"h": "v"}, "ZTA=")
+    assert result["lease_expires_at_ms"] > time.time() * 1000
+    commit = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
+    assert commit.status_code == 200 and untaken(orders) == 3
+    again = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
+    assert again.status_code == 409
+
+
+def test_rollback_returns_events_in_order_and_binary_bodies_come_as_base64(
+        orders: Channel) -> None:
+    client = consumer(orders)
+    result = take(client, max_events=2).json()
+    client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/rollback")
+    events = take(client, max_events=50).json()["events"]
+    assert [e["body"] for e in events] == ["e0", "e1", "e2", "e3", "e4", None]
+    assert events[-1]["body_base64"] == "//4="
+
+
+def test_a_lapsed_lease_returns_the_events(orders: Channel) -> None:
+    client = consumer(orders)
+    result = take(client, max_events=6, lease_seconds=1).json()
+    time.sleep(1.1)
+    assert len(take(client, max_events=6).json()["events"]) == 6
+    assert client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit"
+                       ).status_code == 409
+
+
+def test_an_empty_channel_answers_at_once(orders: Channel) -> None:
+    client = consumer(orders)
+    result = take(client, max_events=50).json()
+    client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
+    empty = take(client, max_events=50).json()
+    assert empty == {"take_id": None, "lease_expires_at_ms": None, "events": []}
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({}, "max_events"), ({"max_events": 0}, "max_events"), ({"max_events": 51}, "max_events"),
+    ({"max_events": 1, "lease_seconds": 0}, "lease_seconds"),
+    ({"max_events": 1, "lease_seconds": 7200}, "lease_seconds"),
+])
+def test_bad_take_requests_name_the_field(orders: Channel, body: dict[str, object],
+                                          field: str) -> None:
+    response = take(consumer(orders), **body)
+    assert response.status_code == 400 and field in response.json()
+    assert channels.open_channel(orders).status()["events_in_flight"] == 0
+
+
+def test_who_may_consume(orders: Channel) -> None:
+    assert take(APIClient(), max_events=1).status_code == 401
+    assert take(consumer(orders, "produce"), max_events=1).status_code == 403
+    assert take(consumer(orders, "admin"), max_events=1).status_code == 200
