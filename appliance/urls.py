@@ -5,11 +5,16 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from appliance import views
 from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
+from appliance.inspect import ChannelDetailView, ChannelListView, EventsView
 from appliance.produce import ProduceView
 
 urlpatterns = [
     path("health", views.health, name="health"),
     path("admin/", admin.site.urls),
+    path("api/v1/channels", ChannelListView.as_view(), name="channels"),
+    path("api/v1/channels/<str:name>", ChannelDetailView.as_view(), name="channel"),
+    path("api/v1/channels/<str:name>/partitions/<int:partition>/events", EventsView.as_view(),
+         name="events"),
     path("api/v1/channels/<str:name>/events", ProduceView.as_view(), name="produce"),
     path("api/v1/channels/<str:name>/takes", TakesView.as_view(), name="takes"),
     path("api/v1/channels/<str:name>/takes/<int:take_id>/commit", TakeCommitView.as_view(),
