@@ -1,0 +1,49 @@
+"""Management commands: create a channel (files and record, or a clear error and
+nothing), issue a token."""
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from appliance.models import ApiToken, Channel, hash_key
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_channel_makes_the_record_and_the_files(tmp_path: Path) -> None:
+    out = StringIO()
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        call_command("create_channel", "orders", "--partitions", "2", "--set",
+                     "capacity=50000", "--set", "durability=policy", "--set",
+                     "flush_ms=1000", "--set", "minimum_required_space=0", stdout=out)
+    row = Channel.objects.get(name="orders")
+    assert (row.partitions, row.capacity, row.durability) == (2, 50000, "policy")
+    assert (tmp_path / "orders" / "checkpoint" / "channel.json").is_file()
+    assert "created channel 'orders'" in out.getvalue()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["Bad"], "name"),
+    (["ok", "--set", "capacity=0"], "capacity"),
+    (["ok", "--set", "colour=red"], "KEY=VALUE"),
+])
+def test_create_channel_refuses_bad_settings_and_writes_nothing(tmp_path: Path,
+                                                                args: list[str],
+                                                                message: str) -> None:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]), pytest.raises(CommandError,
+                                                                     match=message):
+        call_command("create_channel", *args)
+    assert not Channel.objects.exists() and not any(tmp_path.iterdir())
+
+
+def test_create_token_prints_the_key_once(tmp_path: Path) -> None:
+    out = StringIO()
+    call_command("create_token", "ingest", "--role", "produce", stdout=out)
+    key = out.getvalue().strip().splitlines()[-1]
+    assert ApiToken.objects.get(key_hash=hash_key(key)).roles == ["produce"]
+    with pytest.raises(CommandError, match="no channel"):
+        call_command("create_token", "x", "--role", "consume", "--channel", "nope")
