@@ -10,6 +10,7 @@ its own.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from pathlib import Path
@@ -87,3 +88,6 @@ def close_all() -> None:
         _open.clear()
     for _, channel in known:
         channel.close()
+
+
+atexit.register(close_all)  # a worker that exits normally checkpoints and hands over cleanly

@@ -1,0 +1,118 @@
+"""Parallel producers against a real multi-worker gunicorn: every acknowledged event is in
+the channel exactly once (the engine's owner/client processes make several web workers
+safe), and stopping gunicorn leaves no process behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from channel_engine import Channel, ChannelConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCERS, REQUESTS, EVENTS = 6, 25, 100
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def wait_for_health(url: str, deadline_s: float = 30) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("gunicorn did not answer /health")
+
+
+@pytest.fixture()
+def server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),
+           "WEIR_DATA_ROOT": str(tmp_path / "channels"), "DATABASE_URL": ""}
+    env.pop("DATABASE_URL")
+    manage(env, "migrate", "--noinput")
+    manage(env, "create_channel", "orders", "--partitions", "3",
+           "--set", "minimum_required_space=0")
+    key = manage(env, "create_token", "load", "--role", "produce").strip().splitlines()[-1]
+    port = free_port()
+    gunicorn = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
+         f"127.0.0.1:{port}", "--workers", "3", "--threads", "2"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(url)
+        yield url, key, tmp_path / "channels" / "orders" / "checkpoint"
+    finally:
+        os.killpg(gunicorn.pid, signal.SIGTERM)
+        try:
+            gunicorn.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(gunicorn.pid, signal.SIGKILL)
+            gunicorn.wait()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(gunicorn.pid, 0)  # no worker left behind
+
+
+def produce(url: str, key: str, producer: int, acked: list[str], errors: list[str]) -> None:
+    for request in range(REQUESTS):
+        bodies = [f"{producer}-{request}-{i}" for i in range(EVENTS)]
+        data = json.dumps({"events": [{"body": b, "key": b[-2:]} for b in bodies]}).encode()
+        call = urllib.request.Request(f"{url}/api/v1/channels/orders/events", data=data,
+                                      headers={"Authorization": f"Bearer {key}",
+                                               "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(call, timeout=60) as response:
+                result = json.loads(response.read())
+            assert result["events"] == EVENTS
+            acked.extend(bodies)
+        except (urllib.error.URLError, AssertionError) as exc:
+            errors.append(repr(exc))
+
+
+def test_parallel_producers_on_a_multi_worker_server_lose_and_double_nothing(
+        server) -> None:  # type: ignore[no-untyped-def]
+    url, key, home = server
+    acked: list[str] = []
+    errors: list[str] = []
+    threads = [threading.Thread(target=produce, args=(url, key, p, acked, errors))
+               for p in range(PRODUCERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
+    assert len(acked) == PRODUCERS * REQUESTS * EVENTS
+    with Channel.open(ChannelConfig.load(home)) as channel:  # a client of a web worker
+        got: list[str] = []
+        while True:
+            with channel.take() as tx:
+                events = tx.take(5000)
+            if not events:
+                break
+            got += [e.body.decode() for e in events]
+    assert sorted(got) == sorted(acked)
