@@ -6,11 +6,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from appliance import views
 from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
 from appliance.inspect import ChannelDetailView, ChannelListView, EventsView
+from appliance.metrics import MetricsView
 from appliance.produce import ProduceView
 
 urlpatterns = [
     path("health", views.health, name="health"),
     path("admin/", admin.site.urls),
+    path("metrics", MetricsView.as_view(), name="metrics"),
     path("api/v1/channels", ChannelListView.as_view(), name="channels"),
     path("api/v1/channels/<str:name>", ChannelDetailView.as_view(), name="channel"),
     path("api/v1/channels/<str:name>/partitions/<int:partition>/events", EventsView.as_view(),

@@ -1,0 +1,87 @@
+"""GET /metrics — Prometheus text exposition of every channel's figures.
+
+Names follow Prometheus conventions (weir_ prefix, _total for counters, base
+units); Flume's channel counters keep their meaning: weir_channel_put_attempts_total
+is Flume's EventPutAttemptCount, weir_channel_events is ChannelSize, and so on.
+Admin role (a token or a staff session).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from appliance import channels
+from appliance.models import Channel
+from appliance.permissions import HasRole, allowed
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+COUNTERS = {
+    "put_attempts": "Events offered to put transactions (Flume EventPutAttemptCount).",
+    "put_successes": "Events committed by put transactions (Flume EventPutSuccessCount).",
+    "put_errors": "Put transactions that failed (Flume EventPutErrorCount).",
+    "take_attempts": "Events asked for by take transactions (Flume EventTakeAttemptCount).",
+    "take_successes": "Events committed by take transactions (Flume EventTakeSuccessCount).",
+    "take_errors": "Take transactions that failed to read (Flume EventTakeErrorCount).",
+    "rollbacks": "Transactions rolled back (Flume RollbackCount).",
+    "takes_expired": "Take transactions whose lease ran out.",
+    "aborted_events": "Events of multi-partition puts that never committed.",
+    "dropped_events": "Untaken events dropped by opt-in retention.",
+    "checkpoint_write_errors": "Checkpoints that failed (Flume CheckpointWriteErrorCount).",
+    "checkpoint_backup_write_errors": "Backup checkpoints that failed.",
+}
+GAUGES = {
+    "events": ("events_untaken", "Events committed and not yet taken (Flume ChannelSize)."),
+    "capacity_events": ("capacity", "Most untaken events the channel holds."),
+    "fill_ratio": ("fill_percent", "events / capacity (Flume ChannelFillPercentage / 100)."),
+    "in_flight_events": ("events_in_flight", "Events reserved by open take transactions."),
+    "unflushed_events": ("unflushed_events", "Events not yet known to be on disk."),
+    "disk_bytes": ("bytes_on_disk", "Bytes of the channel's segments."),
+}
+
+
+def render(statuses: list[dict[str, Any]]) -> str:
+    """The exposition text for these channel statuses."""
+    lines: list[str] = []
+    for name, help_text in COUNTERS.items():
+        metric = f"weir_channel_{name}_total"
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+        lines += [f'{metric}{{channel="{s["name"]}"}} {s["counters"][name]}' for s in statuses]
+    for name, (key, help_text) in GAUGES.items():
+        metric = f"weir_channel_{name}"
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        for s in statuses:
+            value = s[key] / 100 if key == "fill_percent" else s[key]
+            lines.append(f'{metric}{{channel="{s["name"]}"}} {value}')
+    metric = "weir_channel_checkpoint_age_seconds"
+    lines += [f"# HELP {metric} Time since the last queue checkpoint.", f"# TYPE {metric} gauge"]
+    lines += [f'{metric}{{channel="{s["name"]}"}} {s["checkpoint"]["age_ms"] / 1000}'
+              for s in statuses]
+    metric = "weir_channel_healthy"
+    lines += [f"# HELP {metric} 1 when the channel is healthy.", f"# TYPE {metric} gauge"]
+    lines += [f'{metric}{{channel="{s["name"]}"}} {int(s["health"] == "healthy")}'
+              for s in statuses]
+    metric = "weir_partition_lag_events"
+    lines += [f"# HELP {metric} Untaken events per partition (consumer lag).",
+              f"# TYPE {metric} gauge"]
+    for s in statuses:
+        lines += [f'{metric}{{channel="{s["name"]}",partition="{p["partition"]}"}} '
+                  f'{p["events_untaken"]}' for p in s["partitions"]]
+    return "\n".join(lines) + "\n"
+
+
+class MetricsView(APIView):
+    """Prometheus metrics for every channel the caller may see."""
+
+    permission_classes = [HasRole]
+    role = "admin"
+
+    @extend_schema(responses={(200, "text/plain"): str})
+    def get(self, request: Request) -> HttpResponse:
+        """Metrics in Prometheus text format."""
+        rows = [row for row in Channel.objects.all() if allowed(request, self.role, row)]
+        statuses = [channels.open_channel(row).status() for row in rows]
+        return HttpResponse(render(statuses), content_type=CONTENT_TYPE)

@@ -1,0 +1,56 @@
+"""/metrics parses as Prometheus text, with Flume's counters under Prometheus names."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from appliance import channels
+from appliance.models import ApiToken, Channel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture()
+def orders(tmp_path: Path) -> Iterator[Channel]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "orders"), partitions=2,
+                                     minimum_required_space=0, capacity=100,
+                                     transaction_capacity=100)
+        channel = channels.open_channel(row)
+        with channel.put() as tx:
+            for i in range(10):
+                tx.put(b"x", key=str(i).encode())
+        with channel.take() as tx:
+            tx.take(4)
+        yield row
+    channels.close_all()
+
+
+def test_metrics_parse_and_carry_the_channel_figures(orders: Channel) -> None:
+    _, key = ApiToken.issue("prometheus", ["admin"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+    value = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+             for f in families.values()}
+    channel = (("channel", "orders"),)
+    assert families["weir_channel_put_successes"].type == "counter"
+    assert value["weir_channel_put_successes"][channel] == 10
+    assert value["weir_channel_take_successes"][channel] == 4
+    assert value["weir_channel_events"][channel] == 6
+    assert value["weir_channel_fill_ratio"][channel] == 0.06
+    assert value["weir_channel_healthy"][channel] == 1
+    lag = value["weir_partition_lag_events"]
+    assert sum(lag.values()) == 6 and len(lag) == 2
+
+
+def test_metrics_need_the_admin_role(orders: Channel) -> None:
+    assert APIClient().get("/metrics").status_code == 401
