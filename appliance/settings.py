@@ -76,6 +76,18 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["appliance.throttling.TokenRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("WEIR_API_RATE", "100000/minute")},
+}
+
+# The shared cache: throttling history (and later, anything web workers must agree on).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX", "weir"),
+        "TIMEOUT": 300,
+    }
 }
 
 SPECTACULAR_SETTINGS = {

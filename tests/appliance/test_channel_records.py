@@ -38,7 +38,7 @@ def test_a_row_becomes_the_engine_config_with_the_engine_defaults(root: Path) ->
     assert config.capacity == ChannelConfig.__dataclass_fields__["capacity"].default
 
 
-@pytest.mark.parametrize(("settings", "field"), [
+@pytest.mark.parametrize(("changes", "field"), [
     ({"name": "Bad Name"}, "name"),
     ({"partitions": 0}, "partitions"),
     ({"capacity": 5, "transaction_capacity": 10}, "transaction_capacity"),
@@ -46,10 +46,10 @@ def test_a_row_becomes_the_engine_config_with_the_engine_defaults(root: Path) ->
     ({"compression": "rot13"}, "compression"),
     ({"use_dual_checkpoints": True}, "backup_checkpoint_dir"),
 ])
-def test_a_bad_setting_is_refused_naming_the_field(root: Path, settings: dict[str, object],
+def test_a_bad_setting_is_refused_naming_the_field(root: Path, changes: dict[str, object],
                                                    field: str) -> None:
     with pytest.raises(ValidationError) as info:
-        channels.to_config(row(root, **settings))
+        channels.to_config(row(root, **changes))
     assert field in info.value.message_dict
 
 

@@ -1,0 +1,30 @@
+"""Per-token throttling: over the rate, 429 with Retry-After; other tokens unaffected."""
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from appliance.models import ApiToken
+from appliance.throttling import TokenRateThrottle
+
+pytestmark = pytest.mark.django_db
+
+
+def client_with(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def test_a_token_over_its_rate_gets_429(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": "3/minute"})
+    cache.clear()
+    _, busy = ApiToken.issue("busy", ["admin"])
+    _, calm = ApiToken.issue("calm", ["admin"])
+    statuses = [client_with(busy).get("/api/v1/channels").status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    throttled = client_with(busy).get("/api/v1/channels")
+    assert throttled.status_code == 429 and int(throttled["Retry-After"]) > 0
+    assert client_with(calm).get("/api/v1/channels").status_code == 200
+    cache.clear()
