@@ -5,7 +5,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from appliance import views
 from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
-from appliance.inspect import ChannelDetailView, ChannelListView, EventsView
+from appliance.inspect import EventsView
+from appliance.manage_channels import ChannelsView, ChannelView
 from appliance.metrics import MetricsView
 from appliance.produce import ProduceView
 
@@ -13,8 +14,8 @@ urlpatterns = [
     path("health", views.health, name="health"),
     path("admin/", admin.site.urls),
     path("metrics", MetricsView.as_view(), name="metrics"),
-    path("api/v1/channels", ChannelListView.as_view(), name="channels"),
-    path("api/v1/channels/<str:name>", ChannelDetailView.as_view(), name="channel"),
+    path("api/v1/channels", ChannelsView.as_view(), name="channels"),
+    path("api/v1/channels/<str:name>", ChannelView.as_view(), name="channel"),
     path("api/v1/channels/<str:name>/partitions/<int:partition>/events", EventsView.as_view(),
          name="events"),
     path("api/v1/channels/<str:name>/events", ProduceView.as_view(), name="produce"),

@@ -1,0 +1,81 @@
+"""Creating, changing and deleting channels over the API: files follow the record, live
+changes apply, stranding changes are refused with the reason, untaken events protect a
+channel from deletion unless forced."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from appliance import channels
+from appliance.models import ApiToken, Channel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Iterator[Path]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        yield tmp_path
+    channels.close_all()
+
+
+def admin() -> APIClient:
+    _, key = ApiToken.issue("ops", ["admin"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def create(client: APIClient, root: Path, **settings: object) -> object:
+    body = {"name": "orders", "data_dirs": [str(root / "data")],
+            "checkpoint_dir": str(root / "orders"), "minimum_required_space": 0, **settings}
+    return client.post("/api/v1/channels", body, format="json")
+
+
+def test_create_makes_the_files_and_refuses_bad_settings(root: Path) -> None:
+    client = admin()
+    bad = create(client, root, capacity=0)
+    assert bad.status_code == 400 and "capacity" in bad.json()
+    assert not Channel.objects.exists() and not (root / "orders").exists()
+    assert create(client, root, colour="red").json() == {"colour": ["unknown setting"]}
+    made = create(client, root, partitions=2)
+    assert made.status_code == 201, made.content
+    assert (root / "orders" / "channel.json").is_file()
+    assert (root / "data" / "orders-1").is_dir()
+    assert create(client, root).status_code == 409
+
+
+def test_live_changes_apply_and_stranding_ones_are_refused(root: Path) -> None:
+    client = admin()
+    create(client, root, partitions=2)
+    changed = client.patch("/api/v1/channels/orders", {"capacity": 5_000_000}, format="json")
+    assert changed.status_code == 200 and changed.json()["status"]["capacity"] == 5_000_000
+    for body, field in (({"partitions": 1}, "partitions"),
+                        ({"data_dirs": [str(root / "elsewhere")]}, "data_dirs"),
+                        ({"transaction_capacity": 0}, "transaction_capacity")):
+        response = client.patch("/api/v1/channels/orders", body, format="json")
+        assert response.status_code == 400 and field in response.json(), response.content
+    assert Channel.objects.get(name="orders").partitions == 2
+
+
+def test_delete_is_refused_while_events_are_untaken_unless_forced(root: Path) -> None:
+    client = admin()
+    create(client, root)
+    with channels.open_channel(Channel.objects.get(name="orders")).put() as tx:
+        tx.put(b"still here")
+    refused = client.delete("/api/v1/channels/orders")
+    assert refused.status_code == 409 and "1 untaken" in refused.json()["error"]
+    assert client.delete("/api/v1/channels/orders?force=true").status_code == 204
+    assert not Channel.objects.exists()
+    assert not (root / "orders").exists() and not (root / "data" / "orders-0").exists()
+
+
+def test_only_admins_manage_channels(root: Path) -> None:
+    _, key = ApiToken.issue("producer", ["produce", "consume"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert create(client, root).status_code == 403
