@@ -47,3 +47,19 @@ def test_create_token_prints_the_key_once(tmp_path: Path) -> None:
     assert ApiToken.objects.get(key_hash=hash_key(key)).roles == ["produce"]
     with pytest.raises(CommandError, match="no channel"):
         call_command("create_token", "x", "--role", "consume", "--channel", "nope")
+
+
+def test_channel_tool_runs_the_engine_tools_by_channel_name(tmp_path: Path) -> None:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        call_command("create_channel", "orders", "--set", "minimum_required_space=0")
+        out = StringIO()
+        call_command("channel_tool", "stat", "orders", stdout=out)
+        assert "channel 'orders': 0 events untaken" in out.getvalue()
+        out = StringIO()
+        call_command("channel_tool", "verify", "orders", stdout=out)
+        assert "sound" in out.getvalue()
+        (tmp_path / "orders" / "checkpoint" / "checkpoint").write_bytes(b"WCKP damaged")
+        with pytest.raises(CommandError, match="problems"):
+            call_command("channel_tool", "verify", "orders", stdout=StringIO())
+        with pytest.raises(CommandError, match="no channel"):
+            call_command("channel_tool", "stat", "nope")
