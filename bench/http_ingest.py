@@ -1,0 +1,196 @@
+"""Benchmark: events/s and latency of the produce endpoint on a real gunicorn, next to the
+engine alone and Redis Streams (XADD, appendfsync always) doing the same work, one run.
+
+    .venv/bin/python bench/http_ingest.py [--requests 300] [--clients 4] [--workers 3]
+
+Work: batches of 1000 events with 200-byte bodies, fsync durability (a request returns
+once its events are on disk). Contenders:
+  * weir over HTTP: gunicorn (--workers, 2 threads each) on 127.0.0.1, a channel with
+    3 partitions; --clients load-generator processes, each with one keep-alive
+    connection, POST the same pre-built JSON body; latency per request;
+  * engine alone: one process, `with channel.put() as tx: tx.put_all(batch)`;
+  * Redis Streams: a private redis-server (appendonly yes, appendfsync always), the
+    same client processes each sending a pipeline of 1000 XADD per batch.
+The load generator shares the machine's cores with the server: its own cost is in the
+figures, as it would be for a producer on the same host.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BATCH, BODY = 1000, 200
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bodies() -> list[str]:
+    return [(f"{i:08d}" + "x" * BODY)[:BODY] for i in range(BATCH)]
+
+
+def http_client(port: int, key: str, requests: int, out: multiprocessing.Queue) -> None:
+    payload = json.dumps({"events": [{"body": b} for b in bodies()]}).encode()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    latencies = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        conn.request("POST", "/api/v1/channels/bench/events", payload, headers)
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise SystemExit(f"HTTP {response.status}")
+        latencies.append(time.perf_counter() - started)
+    out.put(latencies)
+
+
+def redis_client(port: int, requests: int, out: multiprocessing.Queue) -> None:
+    import redis
+
+    client = redis.Redis(port=port)
+    batch = [b.encode() for b in bodies()]
+    latencies = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        pipe = client.pipeline(transaction=True)
+        for body in batch:
+            pipe.xadd("bench", {"body": body})
+        pipe.execute()
+        latencies.append(time.perf_counter() - started)
+    out.put(latencies)
+
+
+def run_clients(target, args: tuple, clients: int) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
+    out: multiprocessing.Queue = multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=target, args=(*args, out)) for _ in range(clients)]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    latencies = [lat for _ in procs for lat in out.get()]
+    elapsed = time.perf_counter() - started
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise SystemExit(f"a client failed (exit {p.exitcode})")
+    return elapsed, latencies
+
+
+def report(name: str, events: int, elapsed: float, latencies: list[float] | None) -> float:
+    rate = events / elapsed
+    line = f"  {name:<40} {rate:>10,.0f} events/s"
+    if latencies:
+        cuts = statistics.quantiles(latencies, n=100)
+        line += f"   p50 {cuts[49] * 1000:7.1f} ms   p99 {cuts[98] * 1000:7.1f} ms"
+    print(line)
+    return rate
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def wait_port(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def engine_alone(root: Path, requests: int) -> float:
+    from channel_engine import Channel, ChannelConfig, PendingEvent
+
+    config = ChannelConfig("alone", [str(root / "alone-data")], str(root / "alone"),
+                           partitions=3, minimum_required_space=0, capacity=10**8)
+    batch = [PendingEvent(b.encode()) for b in bodies()]
+    with Channel.open(config) as channel:
+        started = time.perf_counter()
+        for _ in range(requests):
+            with channel.put() as tx:
+                tx.put_all(batch)
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=300, help="batches per contender")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=3)
+    args = parser.parse_args()
+    per_client = args.requests // args.clients
+    events = per_client * args.clients * BATCH
+    root = Path(tempfile.mkdtemp(prefix="weir-httpbench-", dir="/var/tmp"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        env = {**os.environ, "WEIR_VAR_DIR": str(root / "var"),
+               "WEIR_DATA_ROOT": str(root / "channels"), "WEIR_API_RATE": "1000000/minute"}
+        env.pop("DATABASE_URL", None)
+        manage(env, "migrate", "--noinput")
+        manage(env, "create_channel", "bench", "--partitions", "3",
+               "--set", "minimum_required_space=0", "--set", "capacity=100000000",
+               "--set", "transaction_capacity=10000")
+        key = manage(env, "create_token", "bench", "--role", "produce").split()[-1]
+        port = free_port()
+        procs.append(subprocess.Popen(
+            [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
+             f"127.0.0.1:{port}", "--workers", str(args.workers), "--threads", "2"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True))
+        redis_port = free_port()
+        (root / "redis").mkdir()
+        procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--dir", str(root / "redis"),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL, start_new_session=True))
+        wait_port(port)
+        wait_port(redis_port)
+        run_clients(http_client, (port, key, 2), args.clients)  # warm up every worker
+        print(f"{events:,} events of {BODY} B in batches of {BATCH}, fsync durability, "
+              f"{args.clients} client processes, gunicorn {args.workers} workers x 2 threads, "
+              f"{os.cpu_count()} CPUs")
+        alone = report("engine alone (1 process, no HTTP)", events,
+                       engine_alone(root, per_client * args.clients), None)
+        elapsed, latencies = run_clients(http_client, (port, key, per_client), args.clients)
+        weir = report("weir produce over HTTP", events, elapsed, latencies)
+        elapsed, latencies = run_clients(redis_client, (redis_port, per_client), args.clients)
+        redis_rate = report("redis streams XADD (appendfsync always)", events, elapsed,
+                            latencies)
+        print(f"target: >= 150,000 events/s over HTTP and above Redis Streams: weir "
+              f"{weir:,.0f} ({weir / redis_rate:.2f}x redis, {weir / alone:.2f}x the engine "
+              "alone)")
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
