@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,6 +30,7 @@ from rest_framework.views import APIView
 from appliance import channels
 from appliance.models import Channel
 from appliance.permissions import HasRole
+from appliance.produce import errors
 from channel_engine import Event, TakeExpiredError
 
 MAX_LEASE_S = 3600
@@ -88,7 +89,7 @@ class _ChannelView(APIView):
 class TakesView(_ChannelView):
     """Begin a take transaction and get its events."""
 
-    @extend_schema(request=TakeRequest, responses={200: _TakeResponse})
+    @extend_schema(request=TakeRequest, responses={200: _TakeResponse, **errors(400, 404, 415)})
     def post(self, request: Request, name: str) -> HttpResponse:
         """Take up to max_events events under a lease."""
         row = self.channel_row(request, name)
@@ -113,10 +114,17 @@ class TakesView(_ChannelView):
         return HttpResponse(orjson.dumps(body), content_type="application/json")
 
 
+_TAKE_ID = OpenApiParameter("take_id", {"type": "integer", "minimum": 0},
+                            OpenApiParameter.PATH)
+
+
 class TakeCommitView(_ChannelView):
     """Commit a take: its events are gone for good."""
 
-    @extend_schema(request=None, responses={200: dict, 409: dict})
+    @extend_schema(request=None, parameters=[_TAKE_ID], responses={
+        200: {"type": "object", "properties": {"committed": {"type": "boolean", "enum": [True]}},
+              "required": ["committed"], "additionalProperties": False},
+        **errors(404, 409, html404=True)})
     def post(self, request: Request, name: str, take_id: int) -> Response:
         """Commit."""
         row = self.channel_row(request, name)
@@ -130,7 +138,11 @@ class TakeCommitView(_ChannelView):
 class TakeRollbackView(_ChannelView):
     """Roll a take back: its events return to the head of the queue."""
 
-    @extend_schema(request=None, responses={200: dict})
+    @extend_schema(request=None, parameters=[_TAKE_ID], responses={
+        200: {"type": "object",
+              "properties": {"rolled_back": {"type": "boolean", "enum": [True]}},
+              "required": ["rolled_back"], "additionalProperties": False},
+        **errors(404, html404=True)})
     def post(self, request: Request, name: str, take_id: int) -> Response:
         """Roll back."""
         row = self.channel_row(request, name)

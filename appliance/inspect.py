@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -19,9 +18,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance import channels
-from appliance.consume import event_json
+from appliance.consume import _Event, event_json
 from appliance.models import Channel
 from appliance.permissions import HasRole, allowed
+from appliance.produce import errors
 from channel_engine import OffsetOutOfRangeError
 
 MAX_EVENTS_PER_PAGE = 1000
@@ -48,13 +48,31 @@ def detail(row: Channel) -> dict[str, Any]:
             "status": status}
 
 
+DETAIL = {"type": "object", "required": ["settings", "puts_paused", "status"],
+          "additionalProperties": False,
+          "properties": {"settings": {"type": "object"}, "puts_paused": {"type": "boolean"},
+                         "status": {"type": "object"}}}
+_OUT_OF_RANGE = {"type": "object", "required": ["offset", "log_start_offset", "log_end_offset"],
+                 "properties": {"offset": {"type": "array", "items": {"type": "string"}},
+                                "log_start_offset": {"type": "integer"},
+                                "log_end_offset": {"type": "integer"}}}
+
+
+class _EventsPage(serializers.Serializer):  # for the OpenAPI schema
+    events = _Event(many=True)
+    next_offset = serializers.IntegerField(allow_null=True)
+
+
 class ChannelListView(APIView):
     """Every channel the caller may inspect, with its figures."""
 
     permission_classes = [HasRole]
     role = "admin"
 
-    @extend_schema(operation_id="channels_list", responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="channels_list", responses={
+        200: {"type": "object", "required": ["channels"],
+              "properties": {"channels": {"type": "array", "items": {"type": "object"}}}},
+        **errors()})
     def get(self, request: Request) -> Response:
         """List channels."""
         rows = [row for row in Channel.objects.all() if allowed(request, self.role, row)]
@@ -67,7 +85,7 @@ class ChannelDetailView(APIView):
     permission_classes = [HasRole]
     role = "admin"
 
-    @extend_schema(operation_id="channel_detail", responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="channel_detail", responses={200: DETAIL, **errors(404)})
     def get(self, request: Request, name: str) -> Response:
         """Describe a channel."""
         row = get_object_or_404(Channel, name=name)
@@ -95,8 +113,15 @@ class EventsView(APIView):
     role = "admin"
 
     @extend_schema(parameters=[
-        OpenApiParameter("offset", int), OpenApiParameter("timestamp", int),
-        OpenApiParameter("limit", int)], responses={200: OpenApiTypes.OBJECT})
+        OpenApiParameter("partition", {"type": "integer", "minimum": 0},
+                         OpenApiParameter.PATH),
+        OpenApiParameter("offset", {"type": "integer", "minimum": 0},
+                         description="first offset to read (give offset or timestamp)"),
+        OpenApiParameter("timestamp", {"type": "integer", "minimum": 0},
+                         description="read from the first event at or after this time (ms)"),
+        OpenApiParameter("limit", {"type": "integer", "minimum": 1,
+                                   "maximum": MAX_EVENTS_PER_PAGE, "default": 100})],
+        responses={200: _EventsPage, **errors(400, 404, 416, html404=True, e416=_OUT_OF_RANGE)})
     def get(self, request: Request, name: str, partition: int) -> Response:
         """Read events without taking them."""
         row = get_object_or_404(Channel, name=name)

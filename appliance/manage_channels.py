@@ -18,19 +18,74 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from appliance import channels
-from appliance.inspect import ChannelDetailView, ChannelListView, detail
+from appliance.inspect import DETAIL, ChannelDetailView, ChannelListView, detail
 from appliance.models import Channel
+from appliance.produce import RequiredBodySchema, errors
 
 SETTABLE = set(channels.SETTINGS) | {"puts_paused"}
 FIXED = ("name", "data_dirs")
+FORCE_VALUES = ("",) + tuple(value for word in ("1", "0", "true", "false", "yes", "no")
+                     for value in dict.fromkeys((word, word.capitalize(), word.upper())))
+
+
+def _setting_schema(field: models.Field) -> dict[str, Any]:
+    if field.name == "data_dirs":
+        schema: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+    elif isinstance(field, models.BooleanField):
+        schema = {"type": "boolean"}
+    elif isinstance(field, models.IntegerField):  # BigIntegerField too
+        schema = {"type": "integer"}
+    else:
+        schema = {"type": "string"}
+        if field.choices:
+            schema["enum"] = [value for value, _ in field.choices]
+    if field.null:
+        schema["nullable"] = True
+    if field.help_text:
+        schema["description"] = str(field.help_text)
+    return schema
+
+
+SETTING_SCHEMAS = {name: _setting_schema(Channel._meta.get_field(name))
+                   for name in sorted(SETTABLE)}
+CREATE_REQUEST = {"type": "object", "additionalProperties": False,
+                  "required": ["name", "data_dirs", "checkpoint_dir"],
+                  "properties": SETTING_SCHEMAS}
+UPDATE_REQUEST = {"type": "object", "additionalProperties": False,
+                  "properties": SETTING_SCHEMAS}
+_TYPES = {"boolean": (bool,), "integer": (int,), "string": (str,), "array": (list,)}
+
+
+def _type_error(field: str, value: Any) -> str | None:
+    """Why `value` is not of the setting's JSON type (None: it is)."""
+    schema = SETTING_SCHEMAS[field]
+    if value is None:
+        return None if schema.get("nullable") else "may not be null"
+    kind = schema["type"]
+    if not isinstance(value, _TYPES[kind]) or (kind == "integer" and isinstance(value, bool)):
+        return f"must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    texts = value if kind == "array" else [value] if kind == "string" else []
+    if not all(isinstance(text, str) for text in texts):
+        return "must be a list of strings"
+    if not all(_storable(text) for text in texts):
+        return "may not contain NUL characters or lone surrogates"
+    return None
+
+
+def _storable(text: str) -> bool:
+    """Can the database (PostgreSQL: no NUL) and the file system (UTF-8) take this text?"""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def _unknown(body: Any) -> Response | None:
@@ -39,6 +94,10 @@ def _unknown(body: Any) -> Response | None:
     unknown = sorted(set(body) - SETTABLE)
     if unknown:
         return Response({unknown[0]: ["unknown setting"]}, status=400)
+    for field, value in body.items():
+        reason = _type_error(field, value)
+        if reason is not None:
+            return Response({field: [reason]}, status=400)
     return None
 
 
@@ -46,12 +105,25 @@ def _invalid(exc: ValidationError) -> Response:
     return Response(exc.message_dict, status=400)
 
 
+def _cannot_open(name: str, exc: OSError) -> Response:
+    """The settings are valid but the disk cannot take them (say preallocate=true with more
+    segment_bytes x partitions than there is free space): nothing is changed."""
+    channels.close_channel(name)  # a handle closed on the way; the next use reopens it
+    return Response({"error": f"channel {name!r} cannot be opened with these settings: "
+                              f"{exc}"}, status=503)
+
+
+_FIELD_CONFLICT = {"type": "object", "required": ["name"],
+                   "properties": {"name": {"type": "array", "items": {"type": "string"}}}}
+
+
 class ChannelsView(ChannelListView):
     """List channels, or create one."""
 
-    @extend_schema(operation_id="channel_create", request=OpenApiTypes.OBJECT,
-                   responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT,
-                              409: OpenApiTypes.OBJECT})
+    schema = RequiredBodySchema()
+
+    @extend_schema(operation_id="channel_create", request={"application/json": CREATE_REQUEST},
+                   responses={201: DETAIL, **errors(400, 409, 415, 503, e409=_FIELD_CONFLICT)})
     def post(self, request: Request) -> Response:
         """Create a channel and its files."""
         bad = _unknown(request.data)
@@ -67,14 +139,16 @@ class ChannelsView(ChannelListView):
                 channels.open_channel(row)  # the files; an error rolls the record back
         except ValidationError as exc:
             return _invalid(exc)
+        except OSError as exc:
+            return _cannot_open(row.name, exc)
         return Response(detail(row), status=201)
 
 
 class ChannelView(ChannelDetailView):
     """Describe, change or delete one channel."""
 
-    @extend_schema(operation_id="channel_update", request=OpenApiTypes.OBJECT,
-                   responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="channel_update", request={"application/json": UPDATE_REQUEST},
+                   responses={200: DETAIL, **errors(400, 404, 415, 503)})
     def patch(self, request: Request, name: str) -> Response:
         """Change settings (live), or say why a change cannot be made."""
         row = get_object_or_404(Channel, name=name)
@@ -95,17 +169,28 @@ class ChannelView(ChannelDetailView):
             channels.to_config(row)
         except ValidationError as exc:
             return _invalid(exc)
-        row.save()
-        return Response(detail(row))
+        try:
+            with transaction.atomic():  # the change stands only if the channel opens with it
+                row.save()
+                body = detail(row)
+        except OSError as exc:
+            return _cannot_open(name, exc)
+        return Response(body)
 
     @extend_schema(operation_id="channel_delete",
-                   parameters=[OpenApiParameter("force", bool)],
-                   responses={204: None, 409: OpenApiTypes.OBJECT})
+                   parameters=[OpenApiParameter("force", {"type": "string",
+                                                          "enum": list(FORCE_VALUES)},
+                                                description="drop untaken events too")],
+                   responses={204: None, **errors(400, 404, 409)})
     def delete(self, request: Request, name: str) -> Response:
         """Delete a channel and its files (refused while events are untaken, unless forced)."""
         row = get_object_or_404(Channel, name=name)
         self.check_object_permissions(request, row)
-        force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
+        given = request.query_params.getlist("force")
+        if len(given) > 1 or (given and given[0] not in FORCE_VALUES):
+            return Response({"force": [f"expected one of {', '.join(FORCE_VALUES)}"]},
+                            status=400)
+        force = bool(given) and given[0].lower() in ("1", "true", "yes")
         config = channels.to_config(row)
         untaken = channels.open_channel(row).status()["events_untaken"]
         if untaken and not force:

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.parsers import BaseParser
@@ -45,11 +46,73 @@ class _ProduceResponse(serializers.Serializer):
     committed = _Committed(many=True)
 
 
-class _Error(serializers.Serializer):
-    error = serializers.CharField()
-    index = serializers.IntegerField(allow_null=True, required=False)
-    field = serializers.CharField(required=False)
-    reason = serializers.CharField(required=False)
+_DETAIL = {"type": "object", "properties": {"detail": {"type": "string"}},
+           "required": ["detail"]}
+_FIELD_ERRORS = {"type": "object", "additionalProperties": True,
+                 "description": "field name -> messages (DRF validation errors)"}
+_MESSAGE = {"type": "object", "properties": {"error": {"type": "string"}},
+            "required": ["error"]}
+ERROR_DESCRIPTIONS = {
+    400: "bad input", 401: "no or bad token", 403: "the token may not do that here",
+    404: "no such channel (or path)", 409: "conflict", 413: "too large",
+    415: "unsupported request content type", 416: "offset out of range",
+    429: "rate limited (Retry-After)",
+    503: "unavailable: the channel or its disk (Retry-After when retrying helps)"}
+
+
+def errors(*codes: int, html404: bool = False,
+           **bodies: Any) -> dict[int | tuple[int, str], OpenApiResponse]:
+    """Documented error responses: 401/403/429 for every authenticated view, plus `codes`;
+    `bodies` ("e400": schema) override the default body schema of a status. `html404`: the
+    path has an <int:...> part, and a value that is not one matches no route at all, which
+    Django answers with its own text/html 404 page."""
+    out: dict[int | tuple[int, str], OpenApiResponse] = {}
+    for code in sorted({401, 403, 429, *codes}):
+        default = _FIELD_ERRORS if code == 400 else _DETAIL if code in (401, 403, 404, 415, 429) \
+            else _MESSAGE
+        out[code] = OpenApiResponse(bodies.get(f"e{code}", default),
+                                    description=ERROR_DESCRIPTIONS[code])
+    if html404:
+        out[(404, "text/html")] = OpenApiResponse(
+            {"type": "string"}, description="no such path (Django's page)")
+    return out
+
+
+_EVENT_IN = {
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "body": {"type": "string"},
+        "body_base64": {"type": "string", "format": "byte"},
+        "key": {"type": "string", "nullable": True},
+        "headers": {"type": "object", "nullable": True, "additionalProperties": {"type": "string"}},
+        "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**63 - 1},
+    },
+    "oneOf": [{"required": ["body"], "not": {"required": ["body_base64"]}},
+              {"required": ["body_base64"], "not": {"required": ["body"]}}],
+}
+_EVENTS = {"type": "array", "minItems": 1, "items": _EVENT_IN}
+PRODUCE_REQUEST = {
+    "application/json": {"oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["events"],
+         "properties": {"events": _EVENTS}, "description": "Weir's own"},
+        {**_EVENTS, "description": "Flume's HTTP source JSON"}]},
+    "application/x-ndjson": {"type": "string",
+                             "description": "one event object (as above) per line"},
+}
+_ERROR_400 = {"type": "object", "required": ["error"], "properties": {
+    "error": {"type": "string"}, "index": {"type": "integer", "nullable": True},
+    "field": {"type": "string"}, "reason": {"type": "string"}}}
+
+
+class RequiredBodySchema(AutoSchema):
+    """drf-spectacular leaves a request body given as a plain JSON Schema dict optional;
+    for views that need one, say it is required."""
+
+    def _get_request_body(self, direction: str = "request") -> dict[str, Any] | None:
+        body: dict[str, Any] | None = super()._get_request_body(direction)
+        if body is not None:
+            body["required"] = True
+        return body
 
 
 class RawBodyParser(BaseParser):
@@ -69,12 +132,11 @@ class ProduceView(APIView):
     permission_classes = [HasRole]
     role = "produce"
     parser_classes = [RawBodyParser]  # event_parsing parses; DRF only hands the bytes over
+    schema = RequiredBodySchema()
 
     @extend_schema(
-        request={"application/json": {"type": "object"},
-                 "application/x-ndjson": {"type": "string"}},
-        responses={200: _ProduceResponse, 400: _Error, 413: _Error,
-                   503: OpenApiResponse(_Error, description="full, disk guard, or paused")},
+        request=PRODUCE_REQUEST,
+        responses={200: _ProduceResponse, **errors(400, 404, 413, 503, e400=_ERROR_400)},
         description=__doc__)
     def post(self, request: Request, name: str) -> Response:
         """Produce events."""
@@ -84,7 +146,9 @@ class ProduceView(APIView):
         if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
             return _error(413, f"body over WEIR_MAX_PRODUCE_BYTES={limit} bytes")
         try:
-            events = parse(request.data, request.content_type or "")
+            # without a body DRF gives {} rather than calling the parser: b"" then
+            body = request.data if isinstance(request.data, bytes) else b""
+            events = parse(body, request.content_type or "")
         except EventError as exc:
             return Response(exc.to_dict(), status=400)
         if len(events) > row.transaction_capacity:

@@ -1,7 +1,7 @@
-"""The API against its own OpenAPI schema, fuzzed by schemathesis in process: whatever the
-input, no 5xx. (Issue 4 also asks that every response match the schema — statuses,
-bodies; the schema does not yet describe every request body and error status, so that
-check is the next step, not claimed here.)"""
+"""The API against its own OpenAPI schema, fuzzed by schemathesis in process with all of
+its default checks: no 5xx, every status, content type, header and body as documented,
+schema-valid input accepted and schema-invalid input refused. The only exceptions are in
+EXCLUDED, each for one operation, with the business rule JSON Schema cannot express."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -13,13 +13,29 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.test import override_settings
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import CheckFunction
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from appliance import channels
 from appliance.models import ApiToken, Channel
 
 schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
 schema.app = WSGIHandler()
+
+# Operation -> checks it cannot pass, and why. positive_data_acceptance expects 2xx for any
+# schema-valid request; these operations refuse some of them (400) by documented rules that
+# depend on the channel's state or tie fields together, which a JSON Schema cannot say.
+EXCLUDED: dict[str, list[CheckFunction]] = {
+    # a new channel's settings are checked as a whole by the engine: name pattern,
+    # directories under WEIR_DATA_ROOTS, sizes > 0, backup dir with dual checkpoints, ...
+    "POST /api/v1/channels": [positive_data_acceptance],
+    # the same, plus: name and data_dirs cannot change, partitions cannot shrink
+    "PATCH /api/v1/channels/{name}": [positive_data_acceptance],
+    # exactly one of offset / timestamp; the partition must exist in this channel
+    "GET /api/v1/channels/{name}/partitions/{partition}/events": [positive_data_acceptance],
+    # max_events at most this channel's transaction_capacity
+    "POST /api/v1/channels/{name}/takes": [positive_data_acceptance],
+}
 
 
 @pytest.fixture()
@@ -41,4 +57,4 @@ def test_the_api_keeps_its_schema(case: schemathesis.Case, admin_key: str) -> No
     if "name" in (case.path_parameters or {}):
         case.path_parameters["name"] = "orders"
     case.call_and_validate(headers={"Authorization": f"Bearer {admin_key}"},
-                           checks=[not_a_server_error])
+                           excluded_checks=EXCLUDED.get(f"{case.method} {case.path}", []))
