@@ -28,6 +28,7 @@ from appliance import channels
 from appliance.inspect import DETAIL, ChannelDetailView, ChannelListView, detail
 from appliance.models import Channel
 from appliance.produce import RequiredBodySchema, errors
+from channel_engine import ChannelConfig, ChannelEngineError, StorageError
 
 SETTABLE = set(channels.SETTINGS) | {"puts_paused"}
 FIXED = ("name", "data_dirs")
@@ -105,7 +106,16 @@ def _invalid(exc: ValidationError) -> Response:
     return Response(exc.message_dict, status=400)
 
 
-def _cannot_open(name: str, exc: OSError) -> Response:
+def _channel_dirs(config: ChannelConfig) -> list[Path]:
+    """Every directory a channel's files live in."""
+    dirs = [config.partition_dir(p) for p in range(config.partitions)]
+    dirs.append(Path(config.checkpoint_dir))
+    if config.backup_checkpoint_dir:
+        dirs.append(Path(config.backup_checkpoint_dir))
+    return dirs
+
+
+def _cannot_open(name: str, exc: Exception) -> Response:
     """The settings are valid but the disk cannot take them (say preallocate=true with more
     segment_bytes x partitions than there is free space): nothing is changed."""
     channels.close_channel(name)  # a handle closed on the way; the next use reopens it
@@ -133,14 +143,21 @@ class ChannelsView(ChannelListView):
             return Response({"name": ["a channel with this name exists"]}, status=409)
         row = Channel(**request.data)
         try:
-            with transaction.atomic():
-                channels.to_config(row)
-                row.save()
-                channels.open_channel(row)  # the files; an error rolls the record back
+            config = channels.to_config(row)
         except ValidationError as exc:
             return _invalid(exc)
-        except OSError as exc:
-            return _cannot_open(row.name, exc)
+        created = [d for d in _channel_dirs(config) if not d.exists()]
+        try:
+            with transaction.atomic():
+                row.save()
+                channels.open_channel(row)  # the files; an error rolls the record back
+        except (OSError, ChannelEngineError) as exc:
+            channels.close_channel(row.name)
+            for directory in created:  # a refused create leaves nothing behind
+                shutil.rmtree(directory, ignore_errors=True)
+            if isinstance(exc, OSError | StorageError):
+                return _cannot_open(row.name, exc)
+            raise
         return Response(detail(row), status=201)
 
 
@@ -198,9 +215,6 @@ class ChannelView(ChannelDetailView):
                                       "delete with ?force=true to drop them"}, status=409)
         channels.close_channel(name)
         row.delete()
-        for p in range(config.partitions):
-            shutil.rmtree(config.partition_dir(p), ignore_errors=True)
-        for directory in (config.checkpoint_dir, config.backup_checkpoint_dir):
-            if directory:
-                shutil.rmtree(Path(directory), ignore_errors=True)
+        for directory in _channel_dirs(config):
+            shutil.rmtree(directory, ignore_errors=True)
         return Response(status=204)

@@ -79,3 +79,18 @@ def test_only_admins_manage_channels(root: Path) -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     assert create(client, root).status_code == 403
+
+
+def test_a_create_the_disk_cannot_hold_leaves_nothing_behind(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    response = create(admin(), root, preallocate=True, partitions=3)
+    assert response.status_code == 503, response.content
+    assert "cannot be opened" in response.json()["error"]
+    assert not Channel.objects.exists()
+    assert not (root / "orders").exists() and not any((root / "data").glob("orders-*"))
