@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appliance_helpers import channel_row, token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.models import ApiToken, Channel
+from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -19,9 +20,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture()
 def orders(tmp_path: Path) -> Iterator[Channel]:
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "orders"),
-                                     minimum_required_space=0, transaction_capacity=50)
+        row = channel_row(tmp_path, transaction_capacity=50)
         channel = channels.open_channel(row)
         with channel.put() as tx:
             for i in range(5):
@@ -32,10 +31,7 @@ def orders(tmp_path: Path) -> Iterator[Channel]:
 
 
 def consumer(channel: Channel, *roles: str) -> APIClient:
-    _, key = ApiToken.issue("consumer", list(roles or ["consume"]), [channel])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
+    return token_client(*(roles or ("consume",)), channels=[channel])
 
 
 def take(client: APIClient, **body: object) -> object:

@@ -6,11 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appliance_helpers import channel_row, token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.models import ApiToken, Channel
+from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -18,9 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture()
 def orders(tmp_path: Path) -> Iterator[Channel]:
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "orders"),
-                                     minimum_required_space=0)
+        row = channel_row(tmp_path)
         with channels.open_channel(row).put() as tx:
             for i in range(10):
                 tx.put(f"<script>{i}</script>".encode(), timestamp=1_000 + i * 10)
@@ -29,10 +28,7 @@ def orders(tmp_path: Path) -> Iterator[Channel]:
 
 
 def admin() -> APIClient:
-    _, key = ApiToken.issue("ops", ["admin"])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
+    return token_client("admin")
 
 
 def test_list_and_detail_show_the_engine_figures(orders: Channel) -> None:
@@ -71,8 +67,6 @@ def test_bad_event_queries(orders: Channel, query: str, status: int) -> None:
 
 
 def test_inspection_needs_the_admin_role(orders: Channel) -> None:
-    _, key = ApiToken.issue("producer", ["produce", "consume"])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client = token_client("produce", "consume")
     assert client.get("/api/v1/channels/orders").status_code == 403
     assert APIClient().get("/api/v1/channels").status_code == 401

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appliance_helpers import token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.models import ApiToken, Channel
+from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -24,10 +25,7 @@ def root(tmp_path: Path) -> Iterator[Path]:
 
 
 def admin() -> APIClient:
-    _, key = ApiToken.issue("ops", ["admin"])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
+    return token_client("admin")
 
 
 def create(client: APIClient, root: Path, **settings: object) -> object:
@@ -75,9 +73,7 @@ def test_delete_is_refused_while_events_are_untaken_unless_forced(root: Path) ->
 
 
 def test_only_admins_manage_channels(root: Path) -> None:
-    _, key = ApiToken.issue("producer", ["produce", "consume"])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client = token_client("produce", "consume")
     assert create(client, root).status_code == 403
 
 

@@ -5,12 +5,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appliance_helpers import channel_row, token_client
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.models import ApiToken, Channel
+from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -18,10 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture()
 def orders(tmp_path: Path) -> Iterator[Channel]:
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "orders"), partitions=2,
-                                     minimum_required_space=0, capacity=100,
-                                     transaction_capacity=100)
+        row = channel_row(tmp_path, partitions=2, capacity=100, transaction_capacity=100)
         channel = channels.open_channel(row)
         with channel.put() as tx:
             for i in range(10):
@@ -33,10 +31,7 @@ def orders(tmp_path: Path) -> Iterator[Channel]:
 
 
 def test_metrics_parse_and_carry_the_channel_figures(orders: Channel) -> None:
-    _, key = ApiToken.issue("prometheus", ["admin"])
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    response = client.get("/metrics")
+    response = token_client("admin").get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(response.content.decode())}
     value = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appliance_helpers import channel_row, token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.models import ApiToken, Channel
+from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
 
@@ -19,19 +20,14 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture()
 def orders(tmp_path: Path) -> Iterator[Channel]:
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "orders"), partitions=2,
-                                     minimum_required_space=0, transaction_capacity=100,
-                                     capacity=150, keep_alive_ms=0)
+        row = channel_row(tmp_path, partitions=2, transaction_capacity=100, capacity=150,
+                          keep_alive_ms=0)
         yield row
     channels.close_all()
 
 
 def client_for(*roles: str, channel: Channel | None = None) -> APIClient:
-    _, key = ApiToken.issue("test", list(roles), [channel] if channel else None)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
+    return token_client(*roles, channels=[channel] if channel else None)
 
 
 def untaken(row: Channel) -> int:
@@ -97,8 +93,7 @@ def test_who_may_produce(orders: Channel, tmp_path: Path) -> None:
     body = {"events": [{"body": "x"}]}
     assert post(APIClient(), body).status_code == 401
     assert post(client_for("consume", channel=orders), body).status_code == 403
-    other = Channel.objects.create(name="other", data_dirs=[str(tmp_path / "data")],
-                                   checkpoint_dir=str(tmp_path / "other"))
+    other = channel_row(tmp_path, "other")
     assert post(client_for("produce", channel=other), body).status_code == 403
     assert post(client_for("produce"), body, name="nope").status_code == 404
     assert post(client_for("admin"), body).status_code == 200

@@ -1,0 +1,24 @@
+"""Helpers shared by the appliance tests: a channel record under a data root, and an API
+client holding a fresh token."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rest_framework.test import APIClient
+
+from appliance.models import ApiToken, Channel
+
+
+def channel_row(root: Path, name: str = "orders", **settings: object) -> Channel:
+    """Create a channel record with its dirs under `root` (the disk guard off)."""
+    settings.setdefault("minimum_required_space", 0)
+    return Channel.objects.create(name=name, data_dirs=[str(root / "data")],
+                                  checkpoint_dir=str(root / name), **settings)
+
+
+def token_client(*roles: str, channels: list[Channel] | None = None) -> APIClient:
+    """An API client with a new token of these roles (on these channels, else all)."""
+    _, key = ApiToken.issue("test", list(roles), channels)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
