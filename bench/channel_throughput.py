@@ -94,6 +94,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import crc32c
+from common import chunk, flush_stat_path, make_bodies, read_flushes
 
 from channel_engine import Channel, ChannelConfig, PendingEvent
 
@@ -132,15 +133,6 @@ class Inputs:
     rows: list[list[tuple[bytes]]]
 
 
-def make_bodies(count: int) -> list[bytes]:
-    """Return `count` distinct random bodies of BODY_SIZE bytes."""
-    blob = os.urandom(count * BODY_SIZE)
-    return [blob[i:i + BODY_SIZE] for i in range(0, len(blob), BODY_SIZE)]
-
-
-def chunk(items: Sequence[Any], size: int) -> list[list[Any]]:
-    """Split items into lists of `size` (the last may be shorter)."""
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
 def make_inputs(bodies: list[bytes], batch: int) -> Inputs:
@@ -173,19 +165,6 @@ class Sample:
     machine_cpu_seconds: float
 
 
-def flush_stat_path(directory: Path) -> Path | None:
-    """The sysfs stat file of the block device holding `directory`, if there is one."""
-    dev = os.stat(directory).st_dev
-    path = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
-    return path if path.exists() else None
-
-
-def read_flushes(path: Path | None) -> int | None:
-    """Flush requests completed by the device so far (field 16 of its stat), or None."""
-    if path is None:
-        return None
-    fields = path.read_text().split()
-    return int(fields[15]) if len(fields) >= 16 else None
 
 
 def machine_busy_seconds() -> float:
@@ -1036,7 +1015,7 @@ def write_json(path: Path, args: argparse.Namespace, figs: dict[Key, Figure],
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the inputs, run every section, print the report (and the JSON)."""
     args = parse_args(argv)
-    bodies = make_bodies(args.events)
+    bodies = make_bodies(args.events, BODY_SIZE)
     inputs = [make_inputs(bodies, batch) for batch in BATCH_SIZES]
     fill = next(inp for inp in inputs if inp.batch == FILL_BATCH)
     gc.freeze()  # the prebuilt inputs: out of timed collections, shared by forked workers
