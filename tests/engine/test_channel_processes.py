@@ -34,7 +34,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -46,6 +45,7 @@ from typing import Any
 
 import pytest
 from channel_helpers import make_config
+from child_lines import ChildLines
 
 from channel_engine import Channel, ChannelConfig, Event, OwnerLostError, TakeExpiredError
 
@@ -67,41 +67,17 @@ worker = _load_worker()
 
 
 # -- worker processes -------------------------------------------------------------------------
-class Worker:
+class Worker(ChildLines):
     """A channel_worker.py child; its stdout is read line by line on a thread."""
 
     def __init__(self, args: list[str], stderr_path: Path) -> None:
         self.args = args
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w+")  # noqa: SIM115 - closed in kill()
-        self.proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT), *args], cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        self.lines: list[str] = []
+        self._start_reading(subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT), *args], cwd=REPO, stdout=subprocess.PIPE,
+            stderr=self._stderr, text=True), WAIT_S)
         self.returncode: int | None = None
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.endswith("\n"):  # a line cut by the kill was never printed whole
-                with self._changed:
-                    self.lines.append(line.rstrip("\n"))
-                    self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, done: Callable[[list[str]], bool], timeout: float = WAIT_S) -> bool:
-        """Wait until done(lines), the worker exits or the timeout passes; return done()."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not done(self.lines):
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._reader.is_alive():
-                    return done(self.lines)
-                self._changed.wait(min(left, 0.5))
-        return True
 
     def first_line(self, prefix: str, timeout: float = WAIT_S) -> str:
         """The first line starting with `prefix`; fail if none comes."""

@@ -36,7 +36,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +44,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from child_lines import ChildLines
 
 from channel_engine import Event, LogConfig, PartitionLog, PendingEvent, record_batch
 from channel_engine.recovery import (
@@ -162,39 +162,14 @@ class Outcome:
                 f"{self.stderr[-2000:]}")
 
 
-class WriterProcess:
+class WriterProcess(ChildLines):
     """A crash_writer.py child; its stdout is read line by line on a thread."""
 
     def __init__(self, argv: list[str], stderr_path: Path) -> None:
         self._stderr = open(stderr_path, "w+")  # noqa: SIM115 - closed in kill()
-        self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, text=True)
-        self.lines: list[str] = []
+        self._start_reading(subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE,
+                                             stderr=self._stderr, text=True), WAIT_S)
         self.result: tuple[int, str] | None = None
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.endswith("\n"):  # a line cut by the kill was never printed whole
-                with self._changed:
-                    self.lines.append(line.rstrip("\n"))
-                    self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, done: Callable[[list[str]], bool], timeout: float = WAIT_S) -> bool:
-        """Wait until done(lines) or the writer exits or the timeout passes."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not done(self.lines):
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._reader.is_alive():
-                    return done(self.lines)
-                self._changed.wait(min(left, 0.5))
-        return True
 
     def kill(self) -> tuple[int, str]:
         """SIGKILL (if still running), reap, read what was left in the pipe."""
