@@ -1,1 +1,4 @@
-"""The Weir appliance: the Django project and app around channel_engine."""
+"""The Weir appliance (Django project); its Celery app loads with it."""
+from appliance.celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -24,7 +24,12 @@ from channel_engine import Channel as EngineChannel
 from channel_engine import ChannelConfig, ConfigError
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
-_open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> (updated_at, channel)
+# Settings only the appliance uses (the scheduler's), with their allowed range.
+SCHEDULE_SETTINGS = {"retention_check_interval_ms": (1_000, 86_400_000),
+                     "export_interval_ms": (10_000, 7 * 86_400_000),
+                     "export_roll_rows": (1, 2**31 - 1)}
+EXPORT_SETTINGS = ("export_format", "export_path")
+_open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()
 _lock = threading.Lock()
 
@@ -40,7 +45,29 @@ def to_config(row: Channel) -> ChannelConfig:
     except TypeError as exc:
         raise ValidationError({"__all__": str(exc)}) from exc
     _check_roots(config)
+    for name, (low, high) in SCHEDULE_SETTINGS.items():
+        value = getattr(row, name)
+        if value is None and name == "export_interval_ms":
+            continue
+        if type(value) is not int or not low <= value <= high:
+            raise ValidationError({name: f"must be an integer from {low} to {high}"})
+    _check_export(row)
     return config
+
+
+def _check_export(row: Channel) -> None:
+    from channel_engine.spark.export import FORMATS, spark_pattern
+
+    if row.export_format not in FORMATS:
+        raise ValidationError({"export_format": f"must be one of {', '.join(FORMATS)}"})
+    try:
+        if not isinstance(row.export_path, str) or not row.export_path.strip("/"):
+            raise ValueError("path: must be a non-empty relative path")
+        if ".." in row.export_path.split("/") or row.export_path.startswith("/"):
+            raise ValueError("path: must stay under the channel's export directory")
+        spark_pattern(row.export_path)
+    except ValueError as exc:
+        raise ValidationError({"export_path": str(exc).removeprefix("path: ")}) from exc
 
 
 def _check_roots(config: ChannelConfig) -> None:
@@ -64,12 +91,13 @@ def open_channel(row: Channel) -> EngineChannel:
             _open.clear()
             _open_pid = os.getpid()
         known = _open.get(row.name)
-        if known is not None and known[0] == row.updated_at:
+        version = (row.pk, row.updated_at)  # a deleted and recreated channel is another
+        if known is not None and known[0] == version:
             return known[1]
         if known is not None:
-            known[1].close()
+            known[1].close()  # writes nothing if the channel was deleted (ChannelGoneError)
         channel = EngineChannel.open(to_config(row))
-        _open[row.name] = (row.updated_at, channel)
+        _open[row.name] = (version, channel)
         return channel
 
 

@@ -2,38 +2,67 @@
 
     POST /api/v1/channels/{name}/takes                {"max_events": N, "lease_seconds": S}
          -> 200 {"take_id", "lease_expires_at_ms", "events": [event, ...]}
-    POST /api/v1/channels/{name}/takes/{id}/commit    -> 200 {"committed": true}
-    POST /api/v1/channels/{name}/takes/{id}/rollback  -> 200 {"rolled_back": true}
+    POST /api/v1/channels/{name}/takes/{take_id}/commit    -> 200 {"committed": true}
+    POST /api/v1/channels/{name}/takes/{take_id}/rollback  -> 200 {"rolled_back": true}
+
+A take_id is a receipt, as an SQS receipt handle is: "<engine take id>.<signature>",
+the signature an HMAC (SECRET_KEY) of the channel, the engine's id and the caller
+(token or user). Only the caller that took the events can commit or roll them back;
+any other receipt answers 404.
 
 An event is {"partition", "offset", "timestamp", "key", "headers", "body",
 "body_base64"}: key, header values and body as text when they are UTF-8 (else
 null), and the body always as base64 too. The take is leased: committed or rolled
-back by any web worker that gets its id, and returned to the queue by itself when
+back by any web worker that gets its receipt, and returned to the queue by itself when
 the lease runs out (commit then answers 409). An empty channel answers at once
 with no events (and no take to commit).
 """
 from __future__ import annotations
 
 import base64
+import re
 import time
 from typing import Any
 
 import orjson
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404
+from django.utils.crypto import constant_time_compare, salted_hmac
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from appliance import channels
-from appliance.models import Channel
+from appliance import channels, row_cache
+from appliance.models import ApiToken, Channel
 from appliance.permissions import HasRole
 from appliance.produce import errors
 from channel_engine import Event, TakeExpiredError
 
 MAX_LEASE_S = 3600
+RECEIPT = r"^[0-9]{1,20}\.[0-9a-f]{20}$"
+
+
+def _caller(request: Request) -> str:
+    token = request.auth
+    return f"t{token.pk}" if isinstance(token, ApiToken) else f"u{request.user.pk}"
+
+
+def receipt(channel: Channel, take_id: int, caller: str) -> str:
+    """The take_id a consumer sees: the engine's id, signed for this channel (this one: a
+    channel recreated under its name is another) and caller."""
+    signature = salted_hmac("weir.take", f"{channel.name}:{channel.pk}:{take_id}:{caller}",
+                            algorithm="sha256").hexdigest()[:20]
+    return f"{take_id}.{signature}"
+
+
+def take_id_of(request: Request, channel: Channel, given: str) -> int:
+    """The engine's take id of a receipt this caller was given; 404 for any other."""
+    if not re.fullmatch(RECEIPT, given, flags=re.ASCII) or not constant_time_compare(
+            given, receipt(channel, int(given.partition(".")[0]), _caller(request))):
+        raise NotFound("no such take for this caller (take_id is the receipt a take gave)")
+    return int(given.partition(".")[0])
 
 
 class TakeRequest(serializers.Serializer):
@@ -54,7 +83,7 @@ class _Event(serializers.Serializer):  # for the OpenAPI schema
 
 
 class _TakeResponse(serializers.Serializer):
-    take_id = serializers.IntegerField(allow_null=True)
+    take_id = serializers.RegexField(RECEIPT, allow_null=True)
     lease_expires_at_ms = serializers.IntegerField(allow_null=True)
     events = _Event(many=True)
 
@@ -81,7 +110,9 @@ class _ChannelView(APIView):
     role = "consume"
 
     def channel_row(self, request: Request, name: str) -> Channel:
-        row = get_object_or_404(Channel, name=name)
+        row = row_cache.channel(name)
+        if row is None:
+            raise NotFound(f"no channel {name!r}")
         self.check_object_permissions(request, row)
         return row
 
@@ -108,14 +139,14 @@ class TakesView(_ChannelView):
             tx.rollback()
             body: dict[str, Any] = {"take_id": None, "lease_expires_at_ms": None, "events": []}
         else:
-            body = {"take_id": tx.take_id,
+            body = {"take_id": receipt(row, tx.take_id, _caller(request)),
                     "lease_expires_at_ms": int(time.time() * 1000) + lease_s * 1000,
                     "events": [event_json(e) for e in events]}
         return HttpResponse(orjson.dumps(body), content_type="application/json")
 
 
-_TAKE_ID = OpenApiParameter("take_id", {"type": "integer", "minimum": 0},
-                            OpenApiParameter.PATH)
+_TAKE_ID = OpenApiParameter("take_id", {"type": "string", "pattern": RECEIPT},
+                            OpenApiParameter.PATH, description="the receipt a take gave")
 
 
 class TakeCommitView(_ChannelView):
@@ -124,12 +155,13 @@ class TakeCommitView(_ChannelView):
     @extend_schema(request=None, parameters=[_TAKE_ID], responses={
         200: {"type": "object", "properties": {"committed": {"type": "boolean", "enum": [True]}},
               "required": ["committed"], "additionalProperties": False},
-        **errors(404, 409, html404=True)})
-    def post(self, request: Request, name: str, take_id: int) -> Response:
+        **errors(404, 409)})
+    def post(self, request: Request, name: str, take_id: str) -> Response:
         """Commit."""
         row = self.channel_row(request, name)
+        engine_id = take_id_of(request, row, take_id)
         try:
-            channels.open_channel(row).commit_take(take_id)
+            channels.open_channel(row).commit_take(engine_id)
         except TakeExpiredError as exc:
             return Response({"error": str(exc)}, status=409)
         return Response({"committed": True})
@@ -142,9 +174,10 @@ class TakeRollbackView(_ChannelView):
         200: {"type": "object",
               "properties": {"rolled_back": {"type": "boolean", "enum": [True]}},
               "required": ["rolled_back"], "additionalProperties": False},
-        **errors(404, html404=True)})
-    def post(self, request: Request, name: str, take_id: int) -> Response:
+        **errors(404)})
+    def post(self, request: Request, name: str, take_id: str) -> Response:
         """Roll back."""
         row = self.channel_row(request, name)
-        channels.open_channel(row).rollback_take(take_id)
+        engine_id = take_id_of(request, row, take_id)
+        channels.open_channel(row).rollback_take(engine_id)
         return Response({"rolled_back": True})

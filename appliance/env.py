@@ -34,6 +34,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_float(name: str, default: float, low: float, high: float) -> float:
+    """Return the environment variable `name` as a number in [low, high]."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if not low <= value <= high:
+        raise ImproperlyConfigured(f"{name} must be between {low} and {high}, not {raw!r}")
+    return value
+
+
 def env_path(name: str, default: Path) -> Path:
     """Return the environment variable `name` as an absolute path."""
     raw = os.environ.get(name)
@@ -73,7 +87,14 @@ def database(var_dir: Path) -> dict[str, object]:
     """DATABASES["default"]: DATABASE_URL (PostgreSQL), else SQLite in the var dir."""
     raw = os.environ.get("DATABASE_URL")
     if not raw:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": var_dir / "weir.sqlite3"}
+        # WAL lets the web workers read while a Celery worker writes; IMMEDIATE takes the
+        # write lock at BEGIN so a writer waits out `timeout` instead of failing on upgrade.
+        # Tests use a file too: Django's in-memory test database is a shared-cache one,
+        # where a worker thread's write fails at once with "table is locked".
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": var_dir / "weir.sqlite3",
+                "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE",
+                            "init_command": "PRAGMA journal_mode=WAL"},
+                "TEST": {"NAME": var_dir / f"test-weir-{os.getpid()}.sqlite3"}}
     try:
         config = dict(dj_database_url.parse(raw, conn_max_age=60, conn_health_checks=True))
     except ValueError as exc:

@@ -77,7 +77,25 @@ def parse(body: bytes, content_type: str) -> list[PendingEvent]:
                          f"{content_type!r} is not supported (use {JSON} or {NDJSON})")
     if not objects:
         raise EventError(None, "events", "at least one event is needed")
-    return [_event(index, obj) for index, obj in enumerate(objects)]
+    return _events(objects)
+
+
+_new_tuple = tuple.__new__
+
+
+def _events(objects: list[Any]) -> list[PendingEvent]:
+    out = []
+    append = out.append
+    for index, obj in enumerate(objects):
+        # the common event, {"body": "text"}, takes a short way: a thousand-event request
+        # spends most of its parsing time here
+        if type(obj) is dict and len(obj) == 1:
+            body = obj.get("body")
+            if type(body) is str:
+                append(_new_tuple(PendingEvent, (body.encode(), None, None, None)))
+                continue
+        append(_event(index, obj))
+    return out
 
 
 def _loads(data: bytes, index: int | None) -> Any:
@@ -90,9 +108,8 @@ def _loads(data: bytes, index: int | None) -> Any:
 def _event(index: int, obj: Any) -> PendingEvent:
     if not isinstance(obj, dict):
         raise EventError(index, "event", "must be a JSON object")
-    unknown = sorted(set(obj) - FIELDS)
-    if unknown:
-        raise EventError(index, unknown[0], "unknown field")
+    if not obj.keys() <= FIELDS:
+        raise EventError(index, sorted(obj.keys() - FIELDS)[0], "unknown field")
     return PendingEvent(_body(index, obj), _key(index, obj.get("key")),
                         _headers(index, obj.get("headers")),
                         _timestamp(index, obj.get("timestamp")))

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from appliance import channels
 from appliance.consume import _Event, event_json
-from appliance.models import Channel
+from appliance.models import ApiToken, Channel, ExportRun, TaskRun
 from appliance.permissions import HasRole, allowed
 from appliance.produce import errors
 from channel_engine import OffsetOutOfRangeError
@@ -44,14 +44,69 @@ def detail(row: Channel) -> dict[str, Any]:
     if owner is not None:
         for part, log in zip(status["partitions"], owner.logs, strict=True):
             part["segment_table"] = [vars(info) for info in log.segment_infos()]
-    return {"settings": channels.to_config(row).to_dict(), "puts_paused": row.puts_paused,
-            "status": status}
+    settings = channels.to_config(row).to_dict()
+    settings.update({name: getattr(row, name)
+                     for name in (*channels.SCHEDULE_SETTINGS, *channels.EXPORT_SETTINGS)})
+    runs = TaskRun.objects.filter(channel=row.name)[:RECENT_RUNS]
+    exports = ExportRun.objects.filter(channel=row.name)[:RECENT_RUNS]
+    return {"settings": settings, "puts_paused": row.puts_paused, "status": status,
+            "recent_runs": [run_json(run) for run in runs],
+            "recent_exports": [export_json(run) for run in exports]}
 
 
-DETAIL = {"type": "object", "required": ["settings", "puts_paused", "status"],
+RECENT_RUNS = 20
+
+
+def export_json(run: ExportRun) -> dict[str, Any]:
+    """An export run as the API shows it (progress while it runs)."""
+    return {"id": run.pk, "run_id": run.run_id, "started_at": run.started_at.isoformat(),
+            "duration_s": run.duration_s, "outcome": run.outcome, "progress": run.progress,
+            "output": run.output, "rows": run.rows, "bytes": run.bytes,
+            "partitions": run.partitions, "error": run.error}
+
+
+def run_json(run: TaskRun) -> dict[str, Any]:
+    """A task run as the API shows it."""
+    return {"id": run.pk, "task": run.task, "channel": run.channel,
+            "started_at": run.started_at.isoformat(), "duration_ms": run.duration_ms,
+            "outcome": run.outcome, "attempt": run.attempt, "detail": run.detail,
+            "error": run.error, "worker": run.worker}
+
+
+RUN = {"type": "object", "additionalProperties": False,
+       "required": ["id", "task", "channel", "started_at", "duration_ms", "outcome",
+                    "attempt", "detail", "error", "worker"],
+       "properties": {"id": {"type": "integer"}, "task": {"type": "string"},
+                      "channel": {"type": "string"},
+                      "started_at": {"type": "string", "format": "date-time"},
+                      "duration_ms": {"type": "number"},
+                      "outcome": {"type": "string", "enum": [
+                          TaskRun.OK, TaskRun.NOTHING_DUE, TaskRun.BUSY, TaskRun.RETRYING,
+                          TaskRun.FAILED]},
+                      "attempt": {"type": "integer"}, "detail": {"type": "object"},
+                      "error": {"type": "string"}, "worker": {"type": "string"}}}
+EXPORT = {"type": "object", "additionalProperties": False,
+          "required": ["id", "run_id", "started_at", "duration_s", "outcome", "progress",
+                       "output", "rows", "bytes", "partitions", "error"],
+          "properties": {"id": {"type": "integer"}, "run_id": {"type": "string"},
+                         "started_at": {"type": "string", "format": "date-time"},
+                         "duration_s": {"type": "number", "nullable": True},
+                         "outcome": {"type": "string", "enum": ["running", "ok", "failed"]},
+                         "progress": {"type": "string"}, "output": {"type": "string"},
+                         "rows": {"type": "integer"}, "bytes": {"type": "integer"},
+                         "partitions": {"type": "array", "items": {"type": "object"},
+                                        "description": "per partition: ranges, skipped, "
+                                                       "files, rows, bytes"},
+                         "error": {"type": "string"}}}
+DETAIL = {"type": "object",
+          "required": ["settings", "puts_paused", "status", "recent_runs", "recent_exports"],
           "additionalProperties": False,
           "properties": {"settings": {"type": "object"}, "puts_paused": {"type": "boolean"},
-                         "status": {"type": "object"}}}
+                         "status": {"type": "object"},
+                         "recent_runs": {"type": "array", "items": RUN,
+                                         "description": "the last background task runs"},
+                         "recent_exports": {"type": "array", "items": EXPORT,
+                                            "description": "the last exports"}}}
 _OUT_OF_RANGE = {"type": "object", "required": ["offset", "log_start_offset", "log_end_offset"],
                  "properties": {"offset": {"type": "array", "items": {"type": "string"}},
                                 "log_start_offset": {"type": "integer"},
@@ -144,3 +199,46 @@ class EventsView(APIView):
                              "log_end_offset": exc.log_end_offset}, status=416)
         next_offset = events[-1].offset + 1 if events else offset
         return Response({"events": [event_json(e) for e in events], "next_offset": next_offset})
+
+
+class RunQuery(serializers.Serializer):
+    """Which task runs to list, newest first."""
+
+    channel = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                    help_text="empty: every channel")
+    task = serializers.CharField(required=False, allow_blank=True, max_length=100,
+                                 help_text="empty: every task")
+    outcome = serializers.ChoiceField(required=False, allow_blank=True,
+                                      choices=RUN["properties"]["outcome"]["enum"])
+    before = serializers.IntegerField(required=False, min_value=1,
+                                      help_text="runs older than this id (the next page)")
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+
+
+class RunsView(APIView):
+    """Background task runs (flusher, checkpointer, retention, ...), newest first."""
+
+    permission_classes = [HasRole]
+    role = "admin"
+
+    @extend_schema(operation_id="runs_list", parameters=[RunQuery], responses={
+        200: {"type": "object", "required": ["runs", "next_before"],
+              "properties": {"runs": {"type": "array", "items": RUN},
+                             "next_before": {"type": "integer", "nullable": True}}},
+        **errors(400)})
+    def get(self, request: Request) -> Response:
+        """List task runs (filter by channel, task, outcome; page with before)."""
+        query = RunQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        wanted = {k: v for k, v in query.validated_data.items() if v != ""}
+        limit, before = wanted.pop("limit"), wanted.pop("before", None)
+        runs = TaskRun.objects.filter(**wanted).order_by("-id")
+        if before is not None:
+            runs = runs.filter(id__lt=before)
+        token = request.auth
+        if isinstance(token, ApiToken) and not token.all_channels:  # its channels' runs only
+            runs = runs.filter(channel__in=[row.name for row in Channel.objects.all()
+                                            if allowed(request, self.role, row)])
+        page = list(runs[:limit])
+        next_before = page[-1].pk if len(page) == limit else None
+        return Response({"runs": [run_json(run) for run in page], "next_before": next_before})

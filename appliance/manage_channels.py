@@ -30,7 +30,8 @@ from appliance.models import Channel
 from appliance.produce import RequiredBodySchema, errors
 from channel_engine import ChannelConfig, ChannelEngineError, StorageError
 
-SETTABLE = set(channels.SETTINGS) | {"puts_paused"}
+SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
+            | set(channels.EXPORT_SETTINGS) | {"puts_paused"})
 FIXED = ("name", "data_dirs")
 FORCE_VALUES = ("",) + tuple(value for word in ("1", "0", "true", "false", "yes", "no")
                      for value in dict.fromkeys((word, word.capitalize(), word.upper())))

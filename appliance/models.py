@@ -12,6 +12,7 @@ import secrets
 from typing import Any
 
 from django.db import models
+from django.utils import timezone
 
 from channel_engine import ChannelConfig
 
@@ -76,6 +77,21 @@ class Channel(models.Model):
                                              help_text=_help("encryption_active_key"))
     puts_paused = models.BooleanField(default=False,
                                       help_text="Operators paused puts: producers get 503.")
+    export_interval_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="Export to WEIR_EXPORT_URI this often (null: only "
+        "when asked; 10 seconds to 7 days).")
+    export_format = models.CharField(max_length=10, default="parquet",
+                                     choices=[("parquet", "parquet"), ("json", "json"),
+                                              ("avro", "avro")],
+                                     help_text="File format of exported events.")
+    export_path = models.CharField(max_length=200, default="%Y/%m/%d/%H",
+                                   help_text="Directories by event time, with Flume's escapes "
+                                   "(%Y %m %d %H %M %S %y %j), in UTC.")
+    export_roll_rows = models.BigIntegerField(
+        default=1_000_000, help_text="Most events per exported file (1 to 2**31-1).")
+    retention_check_interval_ms = models.BigIntegerField(
+        default=300_000, help_text="How often the retention task runs for this channel "
+        "(Kafka's log.retention.check.interval.ms; 1 second to 1 day).")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -123,10 +139,90 @@ class ApiToken(models.Model):
             token.channels.set(channels)
         return token, key
 
+    def revoke(self) -> None:
+        """Revoke the token from now on, in every web worker (the save announces it)."""
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
     def allows(self, role: str, channel: Channel | None) -> bool:
         """May this token act in `role` on `channel` (None: on no channel in particular)?"""
         if self.revoked_at is not None or (role not in self.roles and "admin" not in self.roles):
             return False
         if channel is None or self.all_channels:
             return True
+        ids = getattr(self, "channel_ids", None)  # loaded by row_cache
+        if ids is not None:
+            return channel.pk in ids
         return self.channels.filter(pk=channel.pk).exists()
+
+
+class TaskRun(models.Model):
+    """One run of a background task for one channel (the flusher, the checkpointer, ...):
+    what the status API and the UI show. Kept for WEIR_TASK_RUNS_KEEP_HOURS."""
+
+    OK, NOTHING_DUE, BUSY, RETRYING, FAILED = "ok", "nothing due", "busy", "retrying", "failed"
+    task = models.CharField(max_length=100)
+    channel = models.CharField(max_length=200)  # a name: runs outlive a deleted channel
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    outcome = models.CharField(max_length=20)
+    attempt = models.IntegerField(default=1)
+    detail = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    worker = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["channel", "task", "-started_at"]),
+                   models.Index(fields=["started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.channel} {self.outcome} at {self.started_at:%H:%M:%S}"
+
+
+class ChannelSample(models.Model):
+    """A channel's figures at one moment, taken by the metrics sampler: the UI's rate
+    charts are the differences between samples (counters reset when the owner changes)."""
+
+    channel = models.CharField(max_length=200)
+    at = models.DateTimeField()
+    events_untaken = models.BigIntegerField()
+    events_in_flight = models.BigIntegerField()
+    put_successes = models.BigIntegerField()
+    take_successes = models.BigIntegerField()
+    unflushed_events = models.BigIntegerField()
+    bytes_on_disk = models.BigIntegerField()
+    checkpoint_age_ms = models.BigIntegerField(null=True)
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["channel", "-at"]), models.Index(fields=["at"])]
+
+    def __str__(self) -> str:
+        return f"{self.channel} at {self.at:%H:%M:%S}"
+
+
+class ExportRun(models.Model):
+    """One export of a channel to WEIR_EXPORT_URI: its progress while it runs, then what it
+    wrote per partition (offset ranges, files, rows, bytes) or why it failed."""
+
+    RUNNING, OK, FAILED = "running", "ok", "failed"
+    channel = models.CharField(max_length=200)
+    run_id = models.CharField(max_length=40, blank=True, default="")
+    started_at = models.DateTimeField()
+    duration_s = models.FloatField(null=True)
+    outcome = models.CharField(max_length=20, default=RUNNING)
+    progress = models.CharField(max_length=300, blank=True, default="")
+    output = models.CharField(max_length=4096, blank=True, default="")
+    rows = models.BigIntegerField(default=0)
+    bytes = models.BigIntegerField(default=0)
+    partitions = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["channel", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"export {self.channel} {self.outcome} at {self.started_at:%H:%M:%S}"

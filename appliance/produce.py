@@ -17,18 +17,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.shortcuts import get_object_or_404
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from appliance import channels
+from appliance import channels, row_cache
 from appliance.event_parsing import EventError, parse
-from appliance.models import Channel
 from appliance.permissions import HasRole
 from channel_engine import ChannelFullError, DiskSpaceError, InvalidEventError
 
@@ -140,7 +139,9 @@ class ProduceView(APIView):
         description=__doc__)
     def post(self, request: Request, name: str) -> Response:
         """Produce events."""
-        row = get_object_or_404(Channel, name=name)
+        row = row_cache.channel(name)
+        if row is None:
+            raise NotFound(f"no channel {name!r}")
         self.check_object_permissions(request, row)
         limit = settings.WEIR_MAX_PRODUCE_BYTES
         if int(request.META.get("CONTENT_LENGTH") or 0) > limit:

@@ -2,7 +2,15 @@
 import os
 from pathlib import Path
 
-from appliance.env import database, env_bool, env_list, env_path, env_paths, secret_key
+from appliance.env import (
+    database,
+    env_bool,
+    env_float,
+    env_list,
+    env_path,
+    env_paths,
+    secret_key,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = env_path("WEIR_VAR_DIR", BASE_DIR / "var")
@@ -88,6 +96,35 @@ CACHES = {
         "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX", "weir"),
         "TIMEOUT": 300,
     }
+}
+
+# Celery (appliance/celery.py reads every CELERY_* setting). Redis is the broker; results
+# (for "run now" actions that wait) live there too. Every task records its own runs.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("WEIR_CELERY_QUEUE", "weir")
+CELERY_TASK_ACKS_LATE = True  # a task whose worker died mid-run is delivered again
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a slow checkpoint must not hold back queued flushes
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TIMEZONE = "UTC"
+# How often beat wakes the dispatchers; each channel's own intervals decide what runs.
+WEIR_SCHEDULER_TICK_S = env_float("WEIR_SCHEDULER_TICK_S", 1.0, 0.1, 60)
+WEIR_SAMPLE_INTERVAL_S = env_float("WEIR_SAMPLE_INTERVAL_S", 10.0, 1, 3600)
+WEIR_TASK_RUNS_KEEP_HOURS = env_float("WEIR_TASK_RUNS_KEEP_HOURS", 24.0, 0.1, 24 * 365)
+WEIR_TASK_LOCK_WAIT_S = env_float("WEIR_TASK_LOCK_WAIT_S", 30.0, 0, 3600)
+# Where exports go (hdfs://namenode:8020/weir in production), and the Spark master.
+WEIR_EXPORT_URI = os.environ.get("WEIR_EXPORT_URI") or (VAR_DIR / "export").as_uri()
+WEIR_SPARK_MASTER = os.environ.get("WEIR_SPARK_MASTER", "local[*]")
+CELERY_BEAT_SCHEDULE = {
+    "flusher": {"task": "weir.flusher", "schedule": WEIR_SCHEDULER_TICK_S},
+    "checkpointer": {"task": "weir.checkpointer", "schedule": WEIR_SCHEDULER_TICK_S},
+    "retention": {"task": "weir.retention", "schedule": WEIR_SCHEDULER_TICK_S},
+    "exporter": {"task": "weir.exporter", "schedule": WEIR_SCHEDULER_TICK_S},
+    "metrics-sampler": {"task": "weir.sample_metrics", "schedule": WEIR_SAMPLE_INTERVAL_S},
+    "prune-runs": {"task": "weir.prune_history", "schedule": 600.0},
 }
 
 SPECTACULAR_SETTINGS = {

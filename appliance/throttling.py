@@ -1,16 +1,25 @@
-"""Per-token throttling: each token (or session user) gets WEIR_API_RATE requests; more
-answer 429 with Retry-After. The history lives in the shared Redis cache, so the limit
-holds across every web worker, not per process."""
+"""Per-token throttling: each token (or session user) gets WEIR_API_RATE requests per
+window; more answer 429 with Retry-After (the seconds until the window ends).
+
+The count lives in Redis (the shared cache's server and key prefix), so the limit
+holds across every web worker, not per process. Fixed windows, one INCR per request:
+the counter costs one round trip whatever the rate, where DRF's stock throttle reads
+and rewrites the whole request history each time (a list as long as the rate). As
+with any fixed window, a client may fit up to twice the rate into the two seconds
+around a window boundary.
+"""
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from django.core.cache import cache
 from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
 from appliance.models import ApiToken
+from appliance.shared_redis import shared_redis
 
 log = logging.getLogger(__name__)
 
@@ -19,17 +28,32 @@ class TokenRateThrottle(SimpleRateThrottle):
     """WEIR_API_RATE (DRF's DEFAULT_THROTTLE_RATES["token"]) per token or user."""
 
     scope = "token"
+    wait_s = 0.0
 
     def allow_request(self, request: Request, view: Any) -> bool:
-        """Throttle by the shared history; without Redis, let the request through (losing
-        the limit for a while beats refusing every producer) and say so in the log."""
+        """Count the request in its window; without Redis, let it through (losing the limit
+        for a while beats refusing every producer) and say so in the log."""
+        if self.rate is None:
+            return True
+        now = self.timer()
+        window = int(now // self.duration)
+        key = cache.make_key(f"{self.get_cache_key(request, view)}:{window}")
         try:
-            return bool(super().allow_request(request, view))
+            pipe = shared_redis().pipeline(transaction=False)
+            pipe.incr(key)
+            pipe.expire(key, self.duration + 1)
+            count = int(pipe.execute()[0])
         except RedisError as exc:
             log.warning("throttling off: the cache at REDIS_URL is unreachable (%s)", exc)
             return True
+        self.wait_s = (window + 1) * self.duration - now
+        return count <= self.num_requests
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
+    def wait(self) -> float:
+        """Seconds until the window ends (Retry-After)."""
+        return self.wait_s
+
+    def get_cache_key(self, request: Request, view: Any) -> str:
         """One bucket per token, per session user, or per client address."""
         if isinstance(request.auth, ApiToken):
             ident = f"t{request.auth.pk}"

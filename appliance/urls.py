@@ -5,10 +5,11 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from appliance import views
 from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
-from appliance.inspect import EventsView
+from appliance.inspect import EventsView, RunsView
 from appliance.manage_channels import ChannelsView, ChannelView
 from appliance.metrics import MetricsView
 from appliance.produce import ProduceView
+from appliance.segment_stream import BatchesView
 
 urlpatterns = [
     path("health", views.health, name="health"),
@@ -18,12 +19,15 @@ urlpatterns = [
     path("api/v1/channels/<str:name>", ChannelView.as_view(), name="channel"),
     path("api/v1/channels/<str:name>/partitions/<int:partition>/events", EventsView.as_view(),
          name="events"),
+    path("api/v1/channels/<str:name>/partitions/<int:partition>/batches",
+         BatchesView.as_view(), name="batches"),
     path("api/v1/channels/<str:name>/events", ProduceView.as_view(), name="produce"),
     path("api/v1/channels/<str:name>/takes", TakesView.as_view(), name="takes"),
-    path("api/v1/channels/<str:name>/takes/<int:take_id>/commit", TakeCommitView.as_view(),
+    path("api/v1/channels/<str:name>/takes/<str:take_id>/commit", TakeCommitView.as_view(),
          name="take-commit"),
-    path("api/v1/channels/<str:name>/takes/<int:take_id>/rollback",
+    path("api/v1/channels/<str:name>/takes/<str:take_id>/rollback",
          TakeRollbackView.as_view(), name="take-rollback"),
+    path("api/v1/runs", RunsView.as_view(), name="runs"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

@@ -2,6 +2,7 @@
 engine alone and Redis Streams (XADD, appendfsync always) doing the same work, one run.
 
     .venv/bin/python bench/http_ingest.py [--requests 300] [--clients 4] [--workers 3]
+                                          [--rounds 3]
 
 Work: batches of 1000 events with 200-byte bodies, fsync durability (a request returns
 once its events are on disk). Contenders:
@@ -12,7 +13,9 @@ once its events are on disk). Contenders:
   * Redis Streams: a private redis-server (appendonly yes, appendfsync always), the
     same client processes each sending a pipeline of 1000 XADD per batch.
 The load generator shares the machine's cores with the server: its own cost is in the
-figures, as it would be for a producer on the same host.
+figures, as it would be for a producer on the same host. This machine is a noisy VM
+(rates swing by 2x from one minute to the next), so the contenders take turns for
+--rounds rounds and each one's median round is reported, with every round's rate.
 """
 from __future__ import annotations
 
@@ -93,13 +96,17 @@ def run_clients(target, args: tuple, clients: int) -> tuple[float, list[float]]:
     return elapsed, latencies
 
 
-def report(name: str, events: int, elapsed: float, latencies: list[float] | None) -> float:
+def median_round(name: str, events: int, results: list[tuple[float, list[float]]]) -> float:
+    """Print a contender's median round (rate, latency) and every round's rate."""
+    ranked = sorted(results, key=lambda result: result[0])
+    elapsed, latencies = ranked[len(ranked) // 2]
     rate = events / elapsed
     line = f"  {name:<40} {rate:>10,.0f} events/s"
     if latencies:
         cuts = statistics.quantiles(latencies, n=100)
-        line += f"   p50 {cuts[49] * 1000:7.1f} ms   p99 {cuts[98] * 1000:7.1f} ms"
-    print(line)
+        line += f"   p50 {cuts[49] * 1000:6.1f} ms   p99 {cuts[98] * 1000:6.1f} ms"
+    every = ", ".join(f"{events / e:,.0f}" for e, _ in results)
+    print(f"{line}   (rounds: {every})")
     return rate
 
 
@@ -121,9 +128,10 @@ def wait_port(port: int) -> None:
 
 
 def engine_alone(root: Path, requests: int) -> float:
+    """Seconds for one process to put `requests` batches into a fresh channel."""
     from channel_engine import Channel, ChannelConfig, PendingEvent
 
-    config = ChannelConfig("alone", [str(root / "alone-data")], str(root / "alone"),
+    config = ChannelConfig("alone", [str(root / "data")], str(root / "home"),
                            partitions=3, minimum_required_space=0, capacity=10**8)
     batch = [PendingEvent(b.encode()) for b in bodies()]
     with Channel.open(config) as channel:
@@ -140,6 +148,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="batches per contender")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     per_client = args.requests // args.clients
     events = per_client * args.clients * BATCH
@@ -157,7 +166,8 @@ def main() -> None:
         port = free_port()
         procs.append(subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-             f"127.0.0.1:{port}", "--workers", str(args.workers), "--threads", "2"],
+             f"127.0.0.1:{port}", "--workers", str(args.workers), "--threads", "2",
+             "--no-control-socket"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True))
         redis_port = free_port()
@@ -168,17 +178,22 @@ def main() -> None:
             stdout=subprocess.DEVNULL, start_new_session=True))
         wait_port(port)
         wait_port(redis_port)
-        run_clients(http_client, (port, key, 2), args.clients)  # warm up every worker
+        run_clients(http_client, (port, key, 5), args.clients * 2)  # warm up every worker
         print(f"{events:,} events of {BODY} B in batches of {BATCH}, fsync durability, "
               f"{args.clients} client processes, gunicorn {args.workers} workers x 2 threads, "
-              f"{os.cpu_count()} CPUs")
-        alone = report("engine alone (1 process, no HTTP)", events,
-                       engine_alone(root, per_client * args.clients), None)
-        elapsed, latencies = run_clients(http_client, (port, key, per_client), args.clients)
-        weir = report("weir produce over HTTP", events, elapsed, latencies)
-        elapsed, latencies = run_clients(redis_client, (redis_port, per_client), args.clients)
-        redis_rate = report("redis streams XADD (appendfsync always)", events, elapsed,
-                            latencies)
+              f"{os.cpu_count()} CPUs, {args.rounds} rounds (median shown)")
+        rounds: dict[str, list[tuple[float, list[float]]]] = {
+            "engine alone (1 process, no HTTP)": [], "weir produce over HTTP": [],
+            "redis streams XADD (appendfsync always)": []}
+        runs = list(rounds.values())
+        for index in range(args.rounds):
+            runs[0].append((engine_alone(root / f"round-{index}", per_client * args.clients),
+                            []))
+            runs[1].append(run_clients(http_client, (port, key, per_client), args.clients))
+            runs[2].append(run_clients(redis_client, (redis_port, per_client), args.clients))
+        rates = {name: median_round(name, events, results)
+                 for name, results in rounds.items()}
+        alone, weir, redis_rate = rates.values()
         print(f"target: >= 150,000 events/s over HTTP and above Redis Streams: weir "
               f"{weir:,.0f} ({weir / redis_rate:.2f}x redis, {weir / alone:.2f}x the engine "
               "alone)")

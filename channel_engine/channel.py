@@ -41,11 +41,18 @@ from typing import Any, Protocol, TypeVar
 from channel_engine.channel_config import ChannelConfig
 from channel_engine.channel_owner import ChannelOwner, CheckpointResult
 from channel_engine.disk_space import FreeSpace, free_bytes
-from channel_engine.errors import ChannelEngineError, ChannelLockedError, TransactionStateError
+from channel_engine.errors import (
+    ChannelEngineError,
+    ChannelLockedError,
+    InvalidEventError,
+    PartitionCountError,
+    TransactionStateError,
+)
 from channel_engine.event import Event, PendingEvent
 from channel_engine.owner_client import OwnerClient
 from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 from channel_engine.owner_server import OwnerServer
+from channel_engine.put_batch import Batches, EncodedPut, Partitioner, encode
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
 T = TypeVar("T")
@@ -54,10 +61,13 @@ T = TypeVar("T")
 class Backend(Protocol):
     """What transactions need from the owner, in process or over the socket."""
 
-    def commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]: ...
+    def commit_batches(self, transaction_id: int | None, batches: Batches,
+                       partitions: int) -> list[tuple[int, int, int]]: ...
     def count_rollback(self) -> None: ...
+    def count_failed_put(self, count: int) -> None: ...
     def begin_take(self, lease_ms: int | None = None) -> int: ...
     def take_events(self, take_id: int, max_events: int) -> list[Event]: ...
+    def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]: ...
     def commit_take(self, take_id: int) -> None: ...
     def rollback_take(self, take_id: int) -> None: ...
 
@@ -78,6 +88,8 @@ class Channel:
         self._owner: ChannelOwner | None = None
         self._server: OwnerServer | None = None
         self._client: OwnerClient | None = None
+        self._partitioner = Partitioner()
+        self._partitions: int | None = None  # the owner's count, once it said otherwise
         self._closed = False
 
     @classmethod
@@ -203,8 +215,28 @@ class Channel:
         self._retrying(lambda b: b.rollback_take(take_id))
 
     def _commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
-        """Commit a put transaction's events in the owner (retried only if never sent)."""
-        return self._retrying(lambda b: b.commit_put(events), idempotent=False)
+        """Encode a put transaction's events here and commit them in the owner (retried
+        only if never sent, or refused unwritten for another partition count)."""
+        partitions = self._partitions or self.config.partitions
+        for _ in range(3):
+            try:
+                put = encode(events, self._partitioner, partitions, self.config.compression)
+            except InvalidEventError:
+                try:
+                    self._retrying(lambda b: b.count_failed_put(len(events)))
+                except OwnerLostError:
+                    pass  # only counters: the failure is the caller's to see
+                raise
+            try:
+                return self._send_put(put)
+            except PartitionCountError as exc:  # the owner's count decides where keys go
+                partitions = self._partitions = exc.partitions
+        raise ChannelEngineError(f"channel {self.name!r}: the partition count kept changing "
+                                 "during a put; nothing was written")
+
+    def _send_put(self, put: EncodedPut) -> list[tuple[int, int, int]]:
+        return self._retrying(lambda b: b.commit_batches(put.transaction_id, put.batches,
+                                                         put.partitions), idempotent=False)
 
     def _count_rollback(self) -> None:
         self._retrying(lambda b: b.count_rollback())

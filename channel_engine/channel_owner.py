@@ -12,12 +12,12 @@ journals `commits-<G>.journal` (commit_journal.py) and `.lock`, which the
 owner holds with flock (so a second would-be owner gets ChannelLockedError and
 becomes a client instead). read_only=True opens a snapshot without the lock.
 
-Puts. Events go to a partition by the murmur2 hash of their key (Kafka's
-default partitioner, so a key lands where a Kafka producer would put it), or,
-without a key, all keyless events of one transaction to one partition, chosen
-round-robin per transaction (Kafka's sticky partitioner). Commit: check the
-disk guard, wait up to keep_alive_ms for room under `capacity`, encode every
-batch (bad input fails here, before anything is written), then append them.
+Puts. The producing process groups a transaction's events by partition (by
+the murmur2 hash of the key, as Kafka does, or all keyless events to one
+partition chosen round-robin per transaction) and encodes one record batch per
+partition (put_batch.py). Commit here: check every batch, check the disk
+guard, encrypt, wait up to keep_alive_ms for room under `capacity`, then append
+them; bad input fails before anything is written.
 A put that touches one partition is one plain batch: atomic by itself. A put
 that touches several writes one transactional batch per partition, then a
 commit record to the journal; that record is the commit point (recovery
@@ -52,10 +52,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiokafka.partitioner import murmur2
-
 from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal
+from channel_engine import commit_journal, put_batch
 from channel_engine.channel_config import ChannelConfig
 from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
@@ -63,18 +61,21 @@ from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import (
     ChannelEngineError,
     ChannelFullError,
+    ChannelGoneError,
     ChannelLockedError,
     ConfigError,
+    PartitionCountError,
     ReadOnlyLogError,
     StorageError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
 )
-from channel_engine.event import Event, PendingEvent
+from channel_engine.event import Event
 from channel_engine.log import PartitionLog
 from channel_engine.partition_queue import PartitionQueue
-from channel_engine.record_batch import ENCRYPTED_MASK, unseal
+from channel_engine.put_batch import Batches
+from channel_engine.record_batch import ENCRYPTED_MASK, BatchHeader, unseal
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
@@ -143,7 +144,6 @@ class ChannelOwner:
         self._last_batch: list[tuple[int, int, list[Event]] | None] = []
         self._lease_heap: list[tuple[int, int]] = []  # (deadline_ms, take id)
         self._take_ids = 0
-        self._next_partition = 0
         self._next_take_partition = 0
         self._untaken = 0  # committed or in-doubt puts not yet taken and committed
         self._journal: commit_journal.CommitJournal | None = None
@@ -266,11 +266,11 @@ class ChannelOwner:
                                             f"partitions; it cannot shrink to "
                                             f"{self.config.partitions}")
 
-    def _abandon(self) -> None:
-        """Release what a failed open acquired."""
+    def _abandon(self, clean: bool = True) -> None:
+        """Release what a failed open acquired (clean=False: write nothing while at it)."""
         for log in self._logs:
             try:
-                log.close()
+                log.close(clean=clean)
             except ChannelEngineError:
                 pass
         if self._journal is not None:
@@ -292,14 +292,16 @@ class ChannelOwner:
             if self._closing:
                 return
             self._closing = True  # from here on, takes are gone and puts are refused
+        gone = not self.read_only and self._home_replaced()
         try:
-            if not self.read_only and self.config.checkpoint_on_close:
+            if not self.read_only and self.config.checkpoint_on_close and not gone:
                 self._checkpoint()
         finally:
             self._closed = True
             with self._room:
                 self._room.notify_all()
-            self._abandon()
+            # a home deleted or replaced under us is not ours: no checkpoint, no clean flags
+            self._abandon(clean=not gone)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -311,32 +313,50 @@ class ChannelOwner:
             raise ReadOnlyLogError(f"channel {self.name!r} is open read-only")
 
     # -- put --------------------------------------------------------------------------------
-    def commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
-        """Write a put transaction's events; return (partition, first, last) per batch."""
+    def commit_batches(self, transaction_id: int | None, batches: Batches,
+                       partitions: int) -> list[tuple[int, int, int]]:
+        """Append a put transaction encoded by its producer (put_batch.encode) for
+        `partitions` partitions; return (partition, first, last) per batch. Every batch is
+        checked before any is written."""
         self._check_writable()
-        count = len(events)
+        if partitions != self.config.partitions:  # keys must land where everyone puts them
+            raise PartitionCountError(self.name, self.config.partitions, partitions)
+        headers = self._check_put(transaction_id, batches)
+        count = sum(header.record_count for header in headers)
         with self._lock:
             self.counters["put_attempts"] += count
         try:
-            return self._commit_put(list(events), count)
+            return self._commit_batches(transaction_id, batches, count)
         except BaseException:
             with self._lock:
                 self.counters["put_errors"] += 1
                 self.counters["rollbacks"] += 1
             raise
 
-    def _commit_put(self, events: list[PendingEvent], count: int) -> list[tuple[int, int, int]]:
+    def _check_put(self, transaction_id: int | None,
+                   batches: Batches) -> list[BatchHeader]:
+        partitions = [partition for partition, _ in batches]
+        if not batches or partitions != sorted(set(partitions)):
+            raise ValueError(f"channel {self.name!r}: a put needs one batch per partition it "
+                             f"touches, in partition order, not {partitions}")
+        if (transaction_id is None) != (len(batches) == 1):
+            raise ValueError(f"channel {self.name!r}: a put across partitions needs a "
+                             "transaction id, and only such a put has one")
+        return [put_batch.check(batch, partition, self.config.partitions, transaction_id)
+                for partition, batch in batches]
+
+    def _commit_batches(self, transaction_id: int | None,
+                        batches: Batches,
+                        count: int) -> list[tuple[int, int, int]]:
         if count > self.config.transaction_capacity:  # clients check too; the owner decides
             raise TransactionCapacityError(self.name, count, self.config.transaction_capacity)
         check_free_space(self._guarded_dirs(), self.config.minimum_required_space,
                          self._free_space)
-        groups = self._partition(events)
-        transaction_id = None if len(groups) == 1 else self._new_transaction_id()
-        batches = [(p, self._logs[p].build_batch(evs, transaction_id)) for p, evs in groups]
+        ready = [(p, self._logs[p].prepare_batch(bytearray(batch))) for p, batch in batches]
         self._wait_for_room(count)
         written: list[tuple[int, int]] = []  # (partition, put id)
         try:
-            for partition, batch in batches:
+            for partition, batch in ready:
                 put_id, flush_to = self._append(partition, batch, transaction_id)
                 written.append((partition, put_id))
                 if flush_to is not None:
@@ -359,29 +379,16 @@ class ChannelOwner:
         with self._lock:
             self.counters["rollbacks"] += 1
 
+    def count_failed_put(self, count: int) -> None:
+        """A put of `count` events failed in its producer before reaching the owner."""
+        with self._lock:
+            self.counters["put_attempts"] += count
+            self.counters["put_errors"] += 1
+            self.counters["rollbacks"] += 1
+
     def _guarded_dirs(self) -> list[Path]:
         dirs = [Path(d) for d in self.config.data_dirs] + [self.config.home]
         return [d for d in dirs if d.is_dir()]
-
-    def _partition(self, events: list[PendingEvent]) -> list[tuple[int, list[PendingEvent]]]:
-        """Group events by partition: murmur2(key), or one round-robin pick for keyless."""
-        partitions = self.config.partitions
-        if partitions == 1:
-            return [(0, events)]
-        with self._lock:
-            sticky = self._next_partition
-            self._next_partition = (sticky + 1) % partitions
-        groups: dict[int, list[PendingEvent]] = {}
-        for event in events:
-            key = event.key
-            partition = sticky if key is None else (murmur2(bytes(key)) & 0x7FFFFFFF) % partitions
-            groups.setdefault(partition, []).append(event)
-        return sorted(groups.items())
-
-    def _new_transaction_id(self) -> int:
-        # Random, not a counter: ids must not repeat across restarts, and a restart after a
-        # crash knows nothing of the ids the dead process used.
-        return int.from_bytes(os.urandom(8), "big") >> 1
 
     def _wait_for_room(self, count: int) -> None:
         """Reserve room for `count` events, waiting up to keep_alive_ms (Flume keep-alive)."""
@@ -486,12 +493,27 @@ class ChannelOwner:
 
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve up to max_events from the partitions' heads, round-robin; read them."""
-        reserved: list[tuple[int, int, int]] = []
         with self._lock:
             take = self._live_take(take_id)
             if take.taken + max_events > self.config.transaction_capacity:
                 raise TransactionCapacityError(self.name, take.taken + max_events,
                                                self.config.transaction_capacity)
+        reserved = self.reserve_ranges(take_id, max_events)
+        try:
+            return [event for p, start, end in reserved for event in self._read(p, start, end)]
+        except BaseException:
+            with self._lock:
+                self.counters["take_errors"] += 1
+            raise
+
+    def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]:
+        """Reserve up to max_events from the partitions' heads, round-robin, without reading
+        them: (partition, start, end) ranges, end exclusive, for a reader of the segment
+        files (the exporter). A take holds ranges, not events, so transaction_capacity
+        bounds only take_events."""
+        reserved: list[tuple[int, int, int]] = []
+        with self._lock:
+            take = self._live_take(take_id)
             self.counters["take_attempts"] += max_events
             partitions = self.config.partitions
             first = self._next_take_partition
@@ -507,12 +529,7 @@ class ChannelOwner:
                     if want == 0:
                         break
             take.taken += max_events - want
-        try:
-            return [event for p, start, end in reserved for event in self._read(p, start, end)]
-        except BaseException:
-            with self._lock:
-                self.counters["take_errors"] += 1
-            raise
+        return reserved
 
     def _read(self, partition: int, start: int, end: int) -> list[Event]:
         """Events [start, end) of a partition. The last batch decoded is kept, so takes
@@ -611,8 +628,26 @@ class ChannelOwner:
         self._check_writable()
         return self._checkpoint()
 
+    def _home_replaced(self) -> bool:
+        """Is the home's .lock no longer the file this owner holds? (An operator may delete
+        a channel and create another of the same name while a process has the old open.)"""
+        if self._lock_fd < 0:
+            return False
+        try:
+            current = os.stat(self.config.home / LOCK_FILE)
+        except FileNotFoundError:
+            return True
+        held = os.fstat(self._lock_fd)
+        return (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino)
+
+    def _check_home(self) -> None:
+        if self._home_replaced():
+            raise ChannelGoneError(f"channel {self.name!r}: {self.config.home} was deleted or "
+                                   "replaced since this process opened it; nothing written")
+
     def _checkpoint(self) -> CheckpointResult:
         home, backup = self.config.home, self._backup_dir()
+        self._check_home()
         with self._checkpoint_lock:
             started = time.perf_counter()
             sequence = self._sequence + 1

@@ -168,3 +168,19 @@ class ChannelLockedError(ChannelEngineError):
                          "open it read_only=True to inspect it")
         self.home = str(home)
         self.holder = holder
+
+
+class ChannelGoneError(ChannelEngineError):
+    """The channel's home was deleted, or replaced by a new channel of the same name, after
+    this process opened it: the old handle writes nothing there."""
+
+
+class PartitionCountError(ChannelEngineError):
+    """A put was encoded for another partition count than the owner's (the channel grew
+    and one of them has not reopened it yet); the producer encodes it again for
+    `partitions`. Nothing was written."""
+
+    def __init__(self, name: str, partitions: int, encoded_for: int) -> None:
+        super().__init__(f"channel {name!r}: the owner has {partitions} partitions, the put "
+                         f"was encoded for {encoded_for}")
+        self.partitions = partitions

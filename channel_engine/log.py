@@ -256,7 +256,11 @@ class PartitionLog:
                     transaction_id: int | None = None) -> bytearray:
         """Encode events as a batch for this log (its codec), checking every event and the
         size limits, without writing anything."""
-        batch = record_batch.build(events, self._codec, transaction_id)
+        return self.prepare_batch(record_batch.build(events, self._codec, transaction_id))
+
+    def prepare_batch(self, batch: bytearray) -> bytearray:
+        """Make an encoded batch ready to append: encrypted when the log is, and within the
+        size limits (BatchTooLargeError otherwise); nothing is written."""
         if self.sealer is not None:
             batch = record_batch.seal(batch, self.sealer)
         for limit, setting in ((self.config.max_batch_bytes, "max_batch_bytes"),
@@ -806,15 +810,17 @@ class PartitionLog:
         }
 
     # -- closing ----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Flush, trim, fsync and mark the shutdown clean, in that order; release the lock."""
+    def close(self, clean: bool = True) -> None:
+        """Flush, trim, fsync and mark the shutdown clean, in that order; release the lock.
+        clean=False writes nothing (the directory is no longer this log's: the next open
+        recovers as after a crash)."""
         if self._closed:
             return
         with self._flush_slot(), self._lock:  # no append, flush or retention runs meanwhile
             if self._closed:
                 return
             try:
-                if not self.read_only and self._offline is None:
+                if clean and not self.read_only and self._offline is None:
                     self._close_cleanly()
             except OSError as exc:
                 raise self._go_offline(exc) from exc  # no clean flag: the next open recovers

@@ -12,15 +12,15 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from channel_engine import owner_protocol as protocol
 from channel_engine.channel_config import ChannelConfig
-from channel_engine.event import Event, PendingEvent
+from channel_engine.event import Event
 from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 from channel_engine.owner_server import socket_path
+from channel_engine.put_batch import Batches
 
 
 class OwnerClient:
@@ -111,16 +111,20 @@ class OwnerClient:
             self._sockets.clear()
 
     # -- the operations Channel uses -----------------------------------------------------
-    def commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
-        """Commit a put transaction in the owner."""
-        rows = [[bytes(e.body), None if e.key is None else bytes(e.key),
-                 None if e.headers is None else {k: bytes(v) for k, v in e.headers.items()},
-                 e.timestamp] for e in events]
-        return [(int(p), int(first), int(last)) for p, first, last in self.call("commit_put", rows)]
+    def commit_batches(self, transaction_id: int | None, batches: Batches,
+                       partitions: int) -> list[tuple[int, int, int]]:
+        """Commit an encoded put transaction in the owner."""
+        wire = [[partition, batch] for partition, batch in batches]
+        reply = self.call("commit_batches", transaction_id, wire, partitions)
+        return [(int(p), int(first), int(last)) for p, first, last in reply]
 
     def count_rollback(self) -> None:
         """Count a put rollback in the owner's counters."""
         self.call("count_rollback")
+
+    def count_failed_put(self, count: int) -> None:
+        """Count a put that failed before reaching the owner in its counters."""
+        self.call("count_failed_put", count)
 
     def begin_take(self, lease_ms: int | None = None) -> int:
         """Begin a take transaction in the owner."""
@@ -129,6 +133,11 @@ class OwnerClient:
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve and read events for a take."""
         return protocol.events_from_wire(self.call("take_events", take_id, max_events))
+
+    def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]:
+        """Reserve ranges for a take without reading them."""
+        return [(int(p), int(start), int(end))
+                for p, start, end in self.call("reserve_ranges", take_id, max_events)]
 
     def commit_take(self, take_id: int) -> None:
         """Commit a take in the owner."""

@@ -13,7 +13,7 @@ Frames (both directions):
          0     4  length N of the body, big-endian u32 (at most 1 GiB)
          4     N  body: one MessagePack value
 
-Request body: [version, op, args]   version = 1, op a string, args a list.
+Request body: [version, op, args]   version = 2, op a string, args a list.
 Reply body:   [0, result]           success
               [1, error_class, message, attributes]   failure
 
@@ -22,10 +22,14 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     op                args                               result
     ----------------  ---------------------------------  ---------------------------
     hello             []                                 {"pid", "name", "version"}
-    commit_put        [[body, key, headers, ts], ...]    [[partition, first, last], ...]
+    commit_batches    [txn id or None, [[partition,      [[partition, first, last], ...]
+                       batch], ...], partitions]
+                       (put_batch.py)
     count_rollback    []                                 None
+    count_failed_put  [events]                           None
     begin_take        [lease_ms or None]                 take id
     take_events       [take id, max events]              [[p, offset, ts, key, headers, body], ...]
+    reserve_ranges    [take id, max events]              [[partition, start, end], ...]
     commit_take       [take id]                          None
     rollback_take     [take id]                          None
     flush, flush_if_due, checkpoint, checkpoint_if_due, apply_retention, status
@@ -51,7 +55,7 @@ import msgpack
 from channel_engine import errors
 from channel_engine.event import Event
 
-VERSION = 1
+VERSION = 2  # 2: puts travel as encoded batches (commit_batches)
 SOCKET_NAME = "owner.sock"
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30

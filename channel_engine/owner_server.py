@@ -24,7 +24,6 @@ from typing import Any
 
 from channel_engine import owner_protocol as protocol
 from channel_engine.channel_owner import ChannelOwner
-from channel_engine.event import PendingEvent
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -161,9 +160,9 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
                          f"(this owner speaks {protocol.VERSION})")
     if op == "hello":
         return {"pid": os.getpid(), "name": owner.name, "version": protocol.VERSION}
-    if op == "commit_put":
-        events = [PendingEvent(*row) for row in args[0]]
-        return owner.commit_put(events)
+    if op == "commit_batches":
+        return owner.commit_batches(args[0], [(partition, batch) for partition, batch in args[1]],
+                                    args[2])
     if op == "begin_take":
         take_id = owner.begin_take(args[0])
         if args[0] is None:  # a leased take outlives its connection: its lease bounds it
@@ -171,6 +170,8 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
         return take_id
     if op == "take_events":
         return protocol.events_to_wire(owner.take_events(args[0], args[1]))
+    if op == "reserve_ranges":
+        return owner.reserve_ranges(args[0], args[1])
     if op in ("commit_take", "rollback_take"):
         takes.discard(args[0])
         getattr(owner, op)(args[0])
@@ -180,7 +181,7 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
     if op in ("checkpoint", "checkpoint_if_due"):
         result = getattr(owner, op)()
         return None if result is None else result.to_dict()
-    if op in ("count_rollback", "flush", "flush_if_due", "apply_retention", "status",
-              "offsets_for_time"):
+    if op in ("count_rollback", "count_failed_put", "flush", "flush_if_due",
+              "apply_retention", "status", "offsets_for_time"):
         return getattr(owner, op)(*args)
     raise ValueError(f"unknown owner op {op!r}")

@@ -21,7 +21,7 @@ from channel_engine.errors import (
     TransactionCapacityError,
     TransactionStateError,
 )
-from channel_engine.event import Event, PendingEvent, make_event
+from channel_engine.event import Event, PendingEvent, check_events, make_event
 from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 
 if TYPE_CHECKING:
@@ -92,8 +92,7 @@ class PutTransaction(_Transaction):
         if len(self._events) + len(events) > capacity:
             raise TransactionCapacityError(self._channel.name, len(self._events) + len(events),
                                            capacity)
-        first = len(self._events)
-        checked = [make_event(first + i, *event) for i, event in enumerate(events)]
+        checked = check_events(len(self._events), events)
         self._events.extend(checked)
 
     def commit(self) -> None:
@@ -150,6 +149,21 @@ class TakeTransaction(_Transaction):
             raise _gone(self, exc) from exc
         self.taken += len(events)
         return events
+
+    def reserve(self, max_events: int) -> list[tuple[int, int, int]]:
+        """Reserve up to max_events like take(), without reading them: (partition, start,
+        end) ranges, end exclusive, for a reader of the segment files such as the Spark
+        exporter. Not bounded by transaction_capacity (a take holds ranges, not events)."""
+        self._check_open()
+        if type(max_events) is not int or max_events < 1:
+            raise ValueError(f"max_events must be a positive int, not {max_events!r}")
+        try:
+            ranges = self._backend.reserve_ranges(self.take_id, max_events)
+        except (TakeExpiredError, OwnerLostError) as exc:
+            self.state = ROLLED_BACK
+            raise _gone(self, exc) from exc
+        self.taken += sum(end - start for _, start, end in ranges)
+        return ranges
 
     def commit(self) -> None:
         """Remove the taken events for good; durable on return in fsync durability."""

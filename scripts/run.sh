@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# Run the appliance on embedded defaults: set up the database, then serve.
+# Run the whole appliance on embedded defaults (appliance/supervisor.py says what runs):
+#   scripts/run.sh               in the foreground, showing every process's log; Ctrl-C stops it
+#   scripts/run.sh --background  in the background; returns once it answers on /health
+#   scripts/run.sh --stop        stops the one running (in the background or the foreground)
+#   scripts/run.sh --status      exit 0 when running, 3 when not
+# Data, logs and the pid file live in WEIR_VAR_DIR (default: var/ in the repo).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
 export WEIR_VAR_DIR=${WEIR_VAR_DIR:-$root/var}
-mkdir -p "$WEIR_VAR_DIR"
-.venv/bin/python manage.py migrate --noinput
-bind=${WEIR_BIND:-127.0.0.1:8000}
-echo "Weir is starting on http://$bind/ (health: http://$bind/health) — Ctrl-C stops it"
-exec .venv/bin/gunicorn appliance.wsgi --bind "$bind" --workers "${WEIR_WEB_WORKERS:-2}" \
-  --access-logfile - --error-logfile -
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Starting: the supervisor starts a private redis-server when nothing answers at REDIS_URL
+# (on this machine); install Debian's package for that when the binary is missing.
+case "${1:-}" in
+  --stop | --status | -h | --help) ;;
+  *)
+    if ! command -v redis-server >/dev/null &&
+       .venv/bin/python -c 'import os, sys
+from appliance.supervisor import private_redis_needed
+sys.exit(0 if private_redis_needed(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") else 1)'
+    then
+      echo "run: no Redis answers at ${REDIS_URL:-redis://127.0.0.1:6379/0} and redis-server is missing: installing Debian's redis-server"
+      as_root apt-get update -qq
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    fi
+    ;;
+esac
+exec .venv/bin/python -m appliance.supervisor "$@"

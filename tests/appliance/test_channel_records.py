@@ -105,6 +105,6 @@ def test_token_authentication_accepts_bearer_and_refuses_bad_keys(root: Path) ->
     assert auth.authenticate(Request(factory.get("/"))) is None
     with pytest.raises(AuthenticationFailed):
         auth.authenticate(Request(factory.get("/", HTTP_AUTHORIZATION="Bearer weir_nope")))
-    ApiToken.objects.filter(pk=token.pk).update(revoked_at="2026-01-01T00:00:00Z")
+    token.revoke()
     with pytest.raises(AuthenticationFailed, match="revoked"):
         auth.authenticate(Request(factory.get("/", HTTP_AUTHORIZATION=f"Token {key}")))

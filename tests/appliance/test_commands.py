@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
+from rest_framework.test import APIClient
 
 from appliance.models import ApiToken, Channel, hash_key
 
@@ -47,6 +48,21 @@ def test_create_token_prints_the_key_once(tmp_path: Path) -> None:
     assert ApiToken.objects.get(key_hash=hash_key(key)).roles == ["produce"]
     with pytest.raises(CommandError, match="no channel"):
         call_command("create_token", "x", "--role", "consume", "--channel", "nope")
+
+
+def test_revoke_token_refuses_the_token_from_then_on() -> None:
+    token, key = ApiToken.issue("ingest", ["admin"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert client.get("/api/v1/channels").status_code == 200  # now cached by this process
+    out = StringIO()
+    call_command("revoke_token", token.prefix, stdout=out)
+    assert "revoked" in out.getvalue()
+    assert client.get("/api/v1/channels").status_code == 401
+    with pytest.raises(CommandError, match="already"):
+        call_command("revoke_token", token.prefix)
+    with pytest.raises(CommandError, match="no token"):
+        call_command("revoke_token", "ffffffff")
 
 
 def test_channel_tool_runs_the_engine_tools_by_channel_name(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Take transactions over HTTP against the real engine: leased, committed or rolled back by
-id, returned by themselves when the lease runs out."""
+receipt (only by the caller that took), returned by themselves when the lease runs out."""
 from __future__ import annotations
 
 import time
@@ -55,6 +55,39 @@ def test_take_then_commit(orders: Channel) -> None:
     assert commit.status_code == 200 and untaken(orders) == 3
     again = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
     assert again.status_code == 409
+
+
+def test_only_the_caller_that_took_can_commit_or_roll_back(orders: Channel) -> None:
+    mine, other = consumer(orders), consumer(orders)
+    receipt = take(mine, max_events=2).json()["take_id"]
+    engine_id, _, signature = receipt.partition(".")
+    forged = [f"{engine_id}.{'0' * 20}", f"{int(engine_id) + 1}.{signature}", engine_id,
+              f"x.{signature}", f"\u00b2.{signature}", f"{'9' * 5000}.{signature}"]
+    for bad in forged:
+        for action in ("commit", "rollback"):
+            assert mine.post(f"/api/v1/channels/orders/takes/{bad}/{action}"
+                             ).status_code == 404, bad
+    for action in ("commit", "rollback"):
+        assert other.post(f"/api/v1/channels/orders/takes/{receipt}/{action}"
+                          ).status_code == 404
+    assert untaken(orders) == 6
+    assert mine.post(f"/api/v1/channels/orders/takes/{receipt}/commit").status_code == 200
+    assert untaken(orders) == 4
+
+
+def test_a_receipt_does_not_outlive_its_channel(orders: Channel, tmp_path: Path) -> None:
+    admin = token_client("admin")
+    old = take(admin, max_events=1).json()["take_id"]
+    assert admin.delete("/api/v1/channels/orders?force=true").status_code == 204
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        again = channel_row(tmp_path)  # another channel of the same name
+        with channels.open_channel(again).put() as tx:
+            tx.put(b"new")
+        new = take(admin, max_events=1).json()
+        assert old.split(".")[0] == new["take_id"].split(".")[0]  # the engine's ids repeat
+        assert admin.post(f"/api/v1/channels/orders/takes/{old}/commit").status_code == 404
+        assert admin.post(f"/api/v1/channels/orders/takes/{new['take_id']}/commit"
+                          ).status_code == 200
 
 
 def test_rollback_returns_events_in_order_and_binary_bodies_come_as_base64(

@@ -60,7 +60,7 @@ def server(tmp_path: Path):  # type: ignore[no-untyped-def]
     port = free_port()
     gunicorn = subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", "3", "--threads", "2"],
+         f"127.0.0.1:{port}", "--workers", "3", "--threads", "2", "--no-control-socket"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True)
     try:
@@ -116,3 +116,36 @@ def test_parallel_producers_on_a_multi_worker_server_lose_and_double_nothing(
                 break
             got += [e.body.decode() for e in events]
     assert sorted(got) == sorted(acked)
+
+
+def status_of(url: str, key: str, method: str = "POST", path: str = "orders/events",
+              body: dict[str, object] | None = None) -> int:
+    data = json.dumps(body if body is not None else {"events": [{"body": "x"}]}).encode()
+    call = urllib.request.Request(f"{url}/api/v1/channels/{path}", data=data, method=method,
+                                  headers={"Authorization": f"Bearer {key}",
+                                           "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_a_change_made_anywhere_holds_in_every_worker_at_once(
+        server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Workers cache tokens and channel rows; a change made through one worker, or by
+    another process, must still hold at the very next request in all of them."""
+    url, key, _ = server
+    env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),
+           "WEIR_DATA_ROOT": str(tmp_path / "channels")}
+    env.pop("DATABASE_URL", None)
+    admin = manage(env, "create_token", "ops", "--role", "admin").strip().splitlines()[-1]
+    rounds = 12  # a new connection each: the requests spread over the workers
+    assert [status_of(url, key) for _ in range(rounds)] == [200] * rounds
+    assert status_of(url, admin, "PATCH", "orders", {"puts_paused": True}) == 200
+    assert [status_of(url, key) for _ in range(rounds)] == [503] * rounds
+    assert status_of(url, admin, "PATCH", "orders", {"puts_paused": False}) == 200
+    assert [status_of(url, key) for _ in range(rounds)] == [200] * rounds
+    prefix = key.split("_")[1]
+    manage(env, "revoke_token", prefix)
+    assert [status_of(url, key) for _ in range(rounds)] == [401] * rounds

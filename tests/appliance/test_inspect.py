@@ -70,3 +70,63 @@ def test_inspection_needs_the_admin_role(orders: Channel) -> None:
     client = token_client("produce", "consume")
     assert client.get("/api/v1/channels/orders").status_code == 403
     assert APIClient().get("/api/v1/channels").status_code == 401
+
+
+def test_task_runs_are_listed_newest_first_filtered_and_paged(tmp_path: Path) -> None:
+    from django.utils import timezone
+
+    from appliance.models import TaskRun
+
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        mine = channel_row(tmp_path, name="mine")
+        channel_row(tmp_path, name="theirs")
+    for i in range(5):
+        for name in ("mine", "theirs"):
+            TaskRun.objects.create(task="weir.checkpoint_channel", channel=name,
+                                   started_at=timezone.now(), duration_ms=i,
+                                   outcome=TaskRun.OK if i % 2 else TaskRun.FAILED)
+    admin = token_client("admin")
+    page = admin.get("/api/v1/runs?channel=mine&limit=2").json()
+    assert [r["duration_ms"] for r in page["runs"]] == [4, 3]
+    rest = admin.get(f"/api/v1/runs?channel=mine&limit=10&before={page['next_before']}").json()
+    assert [r["duration_ms"] for r in rest["runs"]] == [2, 1, 0] and rest["next_before"] is None
+    failed = admin.get("/api/v1/runs?outcome=failed").json()["runs"]
+    assert len(failed) == 6 and {r["outcome"] for r in failed} == {"failed"}
+    scoped = token_client("admin", channels=[mine]).get("/api/v1/runs").json()["runs"]
+    assert {r["channel"] for r in scoped} == {"mine"}
+    assert admin.get("/api/v1/runs?outcome=maybe").status_code == 400
+    assert token_client("consume").get("/api/v1/runs").status_code == 403
+    channels.close_all()
+
+
+def test_raw_batches_of_a_range_stream_for_remote_readers(tmp_path: Path) -> None:
+    from channel_engine import record_batch
+
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = channel_row(tmp_path, name="raw")
+        channel = channels.open_channel(row)
+        for first in range(0, 100, 10):
+            with channel.put() as tx:
+                for i in range(first, first + 10):
+                    tx.put(f"e{i}".encode(), headers={"i": str(i).encode()})
+        client = token_client("consume", channels=[row])
+        response = client.get("/api/v1/channels/raw/partitions/0/batches?start=15&end=42")
+        assert response.status_code == 200, response.content
+        assert response["Content-Type"] == "application/vnd.weir.batches"
+        data = b"".join(response.streaming_content)
+        offsets, position = [], 0
+        while position < len(data):
+            header = record_batch.check_batch(data, position, len(data), None, True)
+            batch = data[position:position + header.size]
+            offsets += [o for o, _, _, _, _ in record_batch.records(batch)]
+            position += header.size
+        assert offsets[0] <= 15 and offsets[-1] >= 41 and set(range(15, 42)) <= set(offsets)
+        assert client.get("/api/v1/channels/raw/partitions/0/batches?start=90&end=101"
+                          ).status_code == 416
+        assert client.get("/api/v1/channels/raw/partitions/0/batches?start=5&end=5"
+                          ).status_code == 400
+        assert client.get("/api/v1/channels/raw/partitions/3/batches?start=0&end=1"
+                          ).status_code == 400
+        assert token_client("produce").get(
+            "/api/v1/channels/raw/partitions/0/batches?start=0&end=1").status_code == 403
+    channels.close_all()

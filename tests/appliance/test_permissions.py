@@ -12,6 +12,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
+from appliance.consume import receipt
 from appliance.models import ApiToken, Channel
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
 ENDPOINTS = [
     ("post", "/api/v1/channels/{c}/events", {"events": [{"body": "x"}]}, "produce", True),
     ("post", "/api/v1/channels/{c}/takes", {"max_events": 1}, "consume", True),
-    ("post", "/api/v1/channels/{c}/takes/1/rollback", None, "consume", True),
+    ("post", "/api/v1/channels/{c}/takes/{r}/rollback", None, "consume", True),
     ("get", "/api/v1/channels/{c}", None, "admin", True),
     ("get", "/api/v1/channels/{c}/partitions/0/events?offset=0", None, "admin", True),
     ("patch", "/api/v1/channels/{c}", {"keep_alive_ms": 10}, "admin", True),
@@ -59,11 +60,14 @@ def test_the_permission_matrix(rows: tuple[Channel, Channel], endpoint: tuple[ob
     orders, audit = rows
     method, path, body, needed, names_channel = endpoint
     client = APIClient()
+    signed_for = "t0"  # no token: any receipt
     if role is not None:
         limit = None if scope == "all" else [orders if scope == "this" else audit]
-        _, key = ApiToken.issue("t", [role], limit)
+        token, key = ApiToken.issue("t", [role], limit)
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    response = getattr(client, str(method))(str(path).format(c="orders"), body, format="json")
+        signed_for = f"t{token.pk}"
+    url = str(path).format(c="orders", r=receipt(orders, 1, signed_for))
+    response = getattr(client, str(method))(url, body, format="json")
     if allowed(role, scope, str(needed), bool(names_channel)):
         assert response.status_code < 400, (response.status_code, response.content)
     else:

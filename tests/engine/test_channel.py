@@ -3,6 +3,7 @@ takes and leases, multi-partition atomicity, checkpoints, reopen, roles, status.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from channel_engine import (
     Channel,
     ChannelConfig,
     ChannelFullError,
+    ChannelGoneError,
     ConfigError,
     DiskFullError,
     DiskSpaceError,
@@ -598,3 +600,47 @@ def test_take_ids_never_repeat_across_owners(tmp_path: Path) -> None:
         assert fresh.take_id != stale
         with pytest.raises(TakeExpiredError):
             second.commit_take(stale)
+
+
+def test_an_owner_whose_channel_was_deleted_and_recreated_writes_nothing_there(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    old = Channel.open(config)
+    put(old, b"old")
+    for directory in (*config.data_dirs, config.checkpoint_dir):
+        shutil.rmtree(directory, ignore_errors=True)
+    with Channel.open(config) as new:  # a new channel of the same name and directories
+        assert new.role == "owner"
+        put(new, b"new")
+        new.checkpoint()
+        def files() -> dict[Path, bytes]:
+            return {path: path.read_bytes() for directory in (*config.data_dirs, config.home)
+                    for path in Path(directory).rglob("*") if path.is_file()}
+
+        before = files()
+        with pytest.raises(ChannelGoneError):
+            old.checkpoint()
+        old.close()  # no checkpoint, no clean-shutdown state over the new channel's files
+        assert files() == before
+        assert take_all(new) == [b"new"]
+        put(new, b"next")
+        assert new.status()["partitions"][0]["log_end_offset"] == 2
+
+
+def test_reserve_takes_ranges_without_reading_them(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2, transaction_capacity=10)
+    with Channel.open(config) as owner, Channel.open(config) as client:
+        for i in range(6):
+            put(owner, *bodies(5, f"p{i}-"), key=f"k{i}".encode())
+        with client.take() as tx:
+            ranges = tx.reserve(25)  # more than transaction_capacity: ranges, not events
+        assert sum(end - start for _, start, end in ranges) == 25
+        assert all(0 <= p < 2 and start < end for p, start, end in ranges)
+        rolled = client.take()
+        again = rolled.reserve(100)
+        rolled.rollback()
+        assert sum(end - start for _, start, end in again) == 5
+        left = take_all(owner)
+        assert len(left) == 5
+        taken = {(p, o) for p, start, end in ranges for o in range(start, end)}
+        assert len(taken) == 25  # no event twice

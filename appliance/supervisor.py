@@ -1,0 +1,618 @@
+"""Run the whole appliance on one machine: `scripts/run.sh [--background | --stop | --status]`.
+
+What it runs, in this order (stopped in reverse: redis last):
+
+    name     command                                            when
+    -------  -------------------------------------------------  ------------------------------
+    redis    redis-server --port <REDIS_URL's port>             only when nothing answers PING
+             --dir $WEIR_VAR_DIR/redis --appendonly yes         at REDIS_URL and its host is
+             --save ""                                          127.0.0.1 or localhost
+    -        manage.py migrate --noinput                        once, output shown as [migrate]
+    -        manage.py ensure_admin                             once, output shown as [admin]
+                                                                (never written to a log file)
+    web      gunicorn appliance.wsgi --bind $WEIR_BIND          always
+             --workers $WEIR_WEB_WORKERS --threads 2
+             --control-socket $WEIR_VAR_DIR/run/gunicorn.ctl
+    worker   celery -A appliance worker                         once web answers on /health
+             --concurrency $WEIR_TASK_WORKERS                   (started with web, the five
+    beat     celery -A appliance beat                           Django imports at once took
+             --schedule $WEIR_VAR_DIR/celerybeat-schedule       web twice as long to answer)
+
+Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
+WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS (2), WEIR_VAR_DIR (<repo>/var); the processes read
+everything else themselves (appliance/settings.py).
+
+Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
+reaches only the supervisor) and appends its stdout and stderr to
+$WEIR_VAR_DIR/log/<name>.log; it gets SIGTERM should the supervisor die without stopping
+it. Start-up is done when GET http://$WEIR_BIND/health answers 200 and worker and beat are
+started. Stopping sends SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
+
+    (no flag)     start, then show every log line prefixed with its process's name until
+                  Ctrl-C / SIGTERM, or until a process exits (then stop the rest, exit 1)
+    --background  start a detached supervisor, return once it is healthy
+    --stop        SIGTERM the running supervisor and wait until it and its processes are gone
+    --status      exit 0 when running, 3 when not
+
+$WEIR_VAR_DIR/run/supervisor.pid holds the running supervisor's pid and is flocked while it
+runs: a second start is refused, and a stale file (after kill -9) is recognized as such.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import http.client
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+HEALTH_TIMEOUT_S = 60.0
+REDIS_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 20.0
+READY = "weir-supervisor: ready"  # the detached supervisor's last line to its starter
+# Lines the foreground view leaves out (the log files keep them), several a second: beat
+# sending its dispatchers every tick, the worker's receipt of each task, and the runs of
+# the dispatchers and samplers (they return counts) or of per-channel tasks that found
+# nothing due (appliance/tasks.py). Shown: per-channel work done, failures, all else.
+ROUTINE = re.compile(r"Scheduler: Sending due task |\] received$|"
+                     r"\] succeeded in [0-9.e-]+s: ([0-9]+|None|'nothing due')$")
+NOT_RUNNING = 3  # --status exit code when not running (as LSB init scripts)
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+class Stop(Exception):
+    """A stop was asked for (SIGINT, SIGTERM or SIGHUP)."""
+
+
+class Failed(Exception):
+    """Start-up failed or a process exited: the message says which and why."""
+
+
+def emit(text: str) -> None:
+    """Print and flush; should the reader go away (a closed pipe), carry on without it."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+def say(message: str) -> None:
+    """Print one line of the supervisor's own."""
+    emit(f"weir: {message}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the environment asks for."""
+
+    var_dir: Path
+    redis_url: str
+    bind: str
+    web_workers: int
+    task_workers: int
+
+    @classmethod
+    def from_env(cls) -> Config:
+        """Read the environment; Failed on a bad value."""
+        var_dir = Path(os.environ.get("WEIR_VAR_DIR") or ROOT / "var")
+        bind = os.environ.get("WEIR_BIND") or "127.0.0.1:8000"
+        if not var_dir.is_absolute():
+            raise Failed(f"WEIR_VAR_DIR must be an absolute path, not {str(var_dir)!r}")
+        host, _, port = bind.rpartition(":")
+        if not host or not port.isdigit():
+            raise Failed(f"WEIR_BIND must be HOST:PORT, not {bind!r}")
+        return cls(var_dir, os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0", bind,
+                   _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2))
+
+    @property
+    def url(self) -> str:
+        """Where the web server answers (a wildcard bind is asked on 127.0.0.1)."""
+        host, _, port = self.bind.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}"
+
+    @property
+    def pid_file(self) -> Path:
+        """The running supervisor's pid, flocked while it runs."""
+        return self.var_dir / "run" / "supervisor.pid"
+
+    def log(self, name: str) -> Path:
+        """The log file of the process `name`."""
+        return self.var_dir / "log" / f"{name}.log"
+
+
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name) or str(default)
+    if not raw.isdigit() or int(raw) < 1:
+        raise Failed(f"{name} must be a whole number of at least 1, not {raw!r}")
+    return int(raw)
+
+
+def redis_error(url: str) -> str | None:
+    """None when a Redis answers PING at `url`, else why not."""
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2) as client:
+            client.ping()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def private_redis_needed(url: str) -> bool:
+    """True when nothing answers at `url` and it names this machine (run.sh asks)."""
+    parts = urlsplit(url)
+    return parts.scheme == "redis" and parts.hostname in LOCAL_HOSTS and bool(redis_error(url))
+
+
+def http_ok(url: str) -> bool:
+    """True when GET `url` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+def _label(name: str) -> str:
+    return f"[{name}]".ljust(10)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a log, indented, for an error message."""
+    try:
+        text = path.read_bytes()[-16384:].decode(errors="replace")
+    except OSError:
+        return "    (no log)"
+    return "\n".join(f"    {line}" for line in text.splitlines()[-lines:])
+
+
+@dataclass
+class Child:
+    """One long-running process, leader of its own process group."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def exited(self) -> int | None:
+        """Its exit code once it has exited, else None."""
+        return self.popen.poll()
+
+    def group_alive(self) -> bool:
+        """True while any process of its group is left."""
+        self.popen.poll()  # reaps the leader
+        try:
+            os.killpg(self.popen.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` to its whole process group."""
+        try:
+            os.killpg(self.popen.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+class LogTail:
+    """Prints the new lines of the children's logs, each prefixed with the child's name."""
+
+    COLORS = (36, 33, 35, 32, 34)
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str, BinaryIO, bytearray]] = []
+        self.color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+    def add(self, name: str, path: Path, offset: int) -> None:
+        """Follow `path` from `offset` (its size before the process started)."""
+        handle = path.open("rb")
+        handle.seek(offset)
+        prefix = _label(name)
+        if self.color:
+            prefix = f"\033[{self.COLORS[len(self.files) % len(self.COLORS)]}m{prefix}\033[0m"
+        self.files.append((prefix, handle, bytearray()))
+
+    def pump(self, final: bool = False) -> None:
+        """Print every complete new line (and, when final, what is left)."""
+        shown = []
+        for prefix, handle, pending in self.files:
+            pending += handle.read()
+            *lines, rest = pending.split(b"\n")
+            if final and rest:
+                lines, rest = [*lines, rest], bytearray()
+            for raw in lines:
+                line = raw.decode(errors="replace").rstrip("\r")
+                if not ROUTINE.search(line):
+                    shown.append(prefix + line)
+            pending[:] = rest
+        if shown:
+            emit("\n".join(shown))
+
+
+class Supervisor:
+    """Starts, watches and stops the appliance's processes."""
+
+    def __init__(self, config: Config, follow: bool) -> None:
+        self.config = config
+        self.children: list[Child] = []  # in start order; redis first when private
+        self.tail = LogTail() if follow else None
+        self.stopping = False
+        self.hurry = False  # a second Ctrl-C: kill what is left now
+
+    # -- start ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start everything; return once web answers /health (else Failed or Stop)."""
+        for sub in ("log", "run", "redis"):
+            (self.config.var_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._ensure_redis()
+        self._manage("migrate", "migrate", "--noinput")
+        self._manage("admin", "ensure_admin")
+        python, var = sys.executable, self.config.var_dir
+        self._spawn("web", [python, "-m", "gunicorn", "appliance.wsgi",
+                            "--bind", self.config.bind,
+                            "--workers", str(self.config.web_workers), "--threads", "2",
+                            "--access-logfile", "-", "--error-logfile", "-",
+                            # its own, not the one shared default (~/.gunicorn/gunicorn.ctl)
+                            "--control-socket", str(var / "run" / "gunicorn.ctl")])
+        self._wait_for("Weir answers on /health", HEALTH_TIMEOUT_S,
+                       lambda: http_ok(f"{self.config.url}/health"))
+        self._spawn("worker", [python, "-m", "celery", "-A", "appliance", "worker",
+                               "--loglevel", "INFO",
+                               "--concurrency", str(self.config.task_workers)])
+        self._spawn("beat", [python, "-m", "celery", "-A", "appliance", "beat",
+                             "--loglevel", "INFO",
+                             "--schedule", str(var / "celerybeat-schedule")])
+
+    def _ensure_redis(self) -> None:
+        url = self.config.redis_url
+        why = redis_error(url)
+        if why is None:
+            say(f"using the Redis at {url}")
+            return
+        parts = urlsplit(url)
+        if parts.scheme != "redis" or parts.hostname not in LOCAL_HOSTS:
+            raise Failed(f"no Redis answers at REDIS_URL={url} ({why}); start it, or point "
+                         "REDIS_URL at 127.0.0.1 to have a private one started here")
+        if parts.password:
+            raise Failed(f"no Redis answers at REDIS_URL={url} ({why}); a private one is "
+                         "started only for a URL without a password")
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise Failed(f"no Redis answers at {url} and redis-server is not installed "
+                         "(scripts/run.sh installs it: apt-get install redis-server)")
+        port = str(parts.port or 6379)
+        say(f"no Redis answers at {url}: starting a private redis-server on port {port}")
+        self._spawn("redis", [binary, "--port", port, "--bind", "127.0.0.1",
+                              "--dir", str(self.config.var_dir / "redis"),
+                              "--appendonly", "yes", "--save", ""])
+        self._wait_for("redis-server answers PING", REDIS_TIMEOUT_S,
+                       lambda: redis_error(url) is None)
+
+    def _manage(self, label: str, *args: str) -> None:
+        """Run a manage.py command to its end, showing its output (not logged to a file)."""
+        done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace")
+        for line in done.stdout.splitlines():
+            emit(f"{_label(label)}{line}")
+        if done.returncode != 0:
+            raise Failed(f"manage.py {args[0]} failed (exit code {done.returncode}); its "
+                         "output is above")
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = self.config.log(name)
+        with log.open("ab") as out:
+            offset = out.tell()
+            popen = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        self.children.append(Child(name, popen, log))
+        if self.tail is not None:
+            self.tail.add(name, log, offset)
+
+    def _wait_for(self, what: str, timeout_s: float, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            self._check_children(f"before {what}")
+            if time.monotonic() > deadline:
+                raise Failed(f"waited {timeout_s:.0f} s in vain until {what}; "
+                             f"see the logs in {self.config.var_dir / 'log'}")
+            self._pump()
+            time.sleep(0.2)
+        self._pump()
+
+    # -- run ------------------------------------------------------------------------------
+    def watch(self) -> None:
+        """Show the logs (when following) until a stop is asked for or a process exits."""
+        while True:
+            self._check_children("")
+            self._pump()
+            time.sleep(0.2)
+
+    def _check_children(self, when: str) -> None:
+        for child in self.children:
+            code = child.exited()
+            if code is not None:
+                self._pump(final=True)
+                message = f"{child.name} exited {when or 'unexpectedly'} (exit code {code})"
+                if self.tail is None:
+                    message += f"; the end of {child.log}:\n{_tail(child.log)}"
+                raise Failed(message)
+
+    def _pump(self, final: bool = False) -> None:
+        if self.tail is not None:
+            self.tail.pump(final)
+
+    # -- stop -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop every process started (redis last): SIGTERM, then SIGKILL after a while."""
+        self.stopping = True
+        redis_child = [c for c in self.children if c.name == "redis"]
+        self._stop_group([c for c in self.children if c.name != "redis"])
+        self._stop_group(redis_child)
+        self._pump(final=True)
+
+    def _stop_group(self, children: list[Child]) -> None:
+        running = [c for c in children if c.group_alive()]
+        if not running:
+            return
+        say(f"stopping {', '.join(c.name for c in running)}")
+        for child in running:
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while any(c.group_alive() for c in running):
+            if self.hurry or time.monotonic() > deadline:
+                for child in running:
+                    if child.group_alive():
+                        say(f"{child.name} is still running: killing it (SIGKILL)")
+                        child.signal(signal.SIGKILL)
+                break
+            self._pump()
+            time.sleep(0.1)
+        for child in running:
+            child.popen.wait()
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """SIGINT/SIGTERM/SIGHUP: stop (a second one while stopping: kill what is left)."""
+        if self.stopping:
+            self.hurry = True
+            return
+        self.stopping = True
+        raise Stop(signal.Signals(signum).name)
+
+
+# -- the pid file -------------------------------------------------------------------------
+def _lock(path: Path) -> int | None:
+    """Take the run lock (the pid file, flocked); None when a running supervisor holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd  # not removed by a supervisor that stopped meanwhile
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _unlock(path: Path, fd: int) -> None:
+    """Remove the pid file (while still holding its lock), then release the lock."""
+    try:
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove a pid file no supervisor holds (one killed with SIGKILL leaves it)."""
+    if path.exists():
+        fd = _lock(path)
+        if fd is not None:
+            _unlock(path, fd)
+
+
+def running_pid(config: Config) -> int | None:
+    """The running supervisor's pid, or None when none runs."""
+    try:
+        fd = os.open(config.pid_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: it runs
+            for _ in range(50):  # the pid is written just after the lock is taken
+                text = os.pread(fd, 32, 0).decode().strip()
+                if text.isdigit():
+                    return int(text)
+                time.sleep(0.01)
+            return -1
+        return None
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+# -- the commands -------------------------------------------------------------------------
+def serve(config: Config, detached: bool) -> int:
+    """Start and supervise, in the foreground or as the detached supervisor."""
+    config.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock(config.pid_file)
+    if lock is None:
+        say(f"Weir is already running (supervisor pid {running_pid(config)}); "
+            "`scripts/run.sh --stop` stops it")
+        return 1
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())
+    supervisor = Supervisor(config, follow=not detached)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, supervisor.on_signal)
+    code = 0
+    try:
+        supervisor.start()
+        if detached:
+            say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "
+                f"in the background, supervisor pid {os.getpid()}")
+            say(f"logs: {config.var_dir / 'log'}/{{web,worker,beat,redis,supervisor}}.log; "
+                "`scripts/run.sh --stop` stops it")
+            emit(READY)
+            _detach_output(config.log("supervisor"))
+            say(f"running (pid {os.getpid()})")
+        else:
+            say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "
+                "— Ctrl-C stops it")
+            say(f"logs: {config.var_dir / 'log'}; shown below without the scheduler's "
+                "routine ticks")
+        supervisor.watch()
+    except Stop as stop:
+        say(f"{stop}: stopping")
+    except Failed as failed:
+        say(str(failed))
+        code = 1
+    finally:
+        supervisor.stopping = True
+        supervisor.stop()
+        _unlock(config.pid_file, lock)
+        if supervisor.children:
+            say("stopped" if code == 0 else "stopped after a failure")
+    return code
+
+
+def _detach_output(log: Path) -> None:
+    """From now on the detached supervisor writes to its own log, not its starter's pipe."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def start_background(config: Config) -> int:
+    """Start a detached supervisor, show its start-up output, return once it is healthy."""
+    pid = running_pid(config)
+    if pid is not None:
+        say(f"Weir is already running (supervisor pid {pid}); `scripts/run.sh --stop` stops it")
+        return 1
+    daemon = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--detached"],
+                              cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    assert daemon.stdout is not None
+    try:
+        for raw in daemon.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if line == READY:
+                return 0
+            print(line, flush=True)
+    except KeyboardInterrupt:
+        daemon.terminate()  # it stops what it started, then exits
+        for raw in daemon.stdout:
+            print(raw.decode(errors="replace").rstrip("\n"), flush=True)
+    return daemon.wait() or 1
+
+
+def stop_running(config: Config) -> int:
+    """SIGTERM the running supervisor and wait until it (and so all it started) is gone."""
+    pid = running_pid(config)
+    if pid is None:
+        _remove_stale(config.pid_file)
+        say("Weir is not running")
+        return 0
+    if pid < 0:
+        say(f"{config.pid_file} is locked but holds no pid; not stopping anything")
+        return 1
+    say(f"stopping Weir (supervisor pid {pid})")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 2 * STOP_TIMEOUT_S + 15
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            say(f"supervisor pid {pid} did not stop in time: killing it (its processes get "
+                "SIGTERM from the kernel)")
+            os.kill(pid, signal.SIGKILL)
+            return 1
+        time.sleep(0.1)
+    _remove_stale(config.pid_file)
+    say("Weir stopped")
+    return 0
+
+
+def status(config: Config) -> int:
+    """Say whether Weir runs: exit 0 when it does, NOT_RUNNING when not."""
+    pid = running_pid(config)
+    if pid is None:
+        say(f"Weir is not running (var dir {config.var_dir})")
+        return NOT_RUNNING
+    say(f"Weir is running (supervisor pid {pid}) at {config.url}/; logs in "
+        f"{config.var_dir / 'log'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: scripts/run.sh passes its arguments here."""
+    parser = argparse.ArgumentParser(prog="scripts/run.sh", description=(
+        "Run the Weir appliance: Redis (when none answers at REDIS_URL), migrations, an "
+        "admin user, gunicorn, a Celery worker and beat. Without a flag it runs in the "
+        "foreground and shows the logs; Ctrl-C stops it."))
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--background", action="store_true",
+                      help="start in the background; return once healthy")
+    mode.add_argument("--stop", action="store_true", help="stop the running appliance")
+    mode.add_argument("--status", action="store_true",
+                      help="exit 0 when running, 3 when not")
+    mode.add_argument("--detached", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        config = Config.from_env()
+    except Failed as exc:
+        say(str(exc))
+        return 2
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+    os.environ["WEIR_VAR_DIR"] = str(config.var_dir)  # every process uses the same one
+    if args.stop:
+        return stop_running(config)
+    if args.status:
+        return status(config)
+    if args.background:
+        return start_background(config)
+    return serve(config, detached=args.detached)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

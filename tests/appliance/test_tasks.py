@@ -1,0 +1,196 @@
+"""The background tasks on a real Celery worker (celery.contrib.testing.worker, threads
+pool, two at a time) with the real Redis broker and a real engine: the flusher, the
+checkpointer and retention do their work on each channel's own schedule, one at a time
+per channel, record every run, and retry a failing channel while the others go on."""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from appliance_helpers import channel_row
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings
+from django.test import override_settings
+
+from appliance import channels, tasks
+from appliance.celery import app
+from appliance.models import Channel, TaskRun
+from channel_engine import ChannelOwner
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads see the rows
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[None]:
+    queue = f"weir-test-{os.getpid()}"  # no other worker takes these tasks
+    app.conf.task_default_queue = queue
+    with start_worker(app, pool="threads", concurrency=2, queues=[queue],
+                      perform_ping_check=False, shutdown_timeout=30):
+        yield
+    app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Iterator[Path]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        yield tmp_path
+    channels.close_all()
+
+
+def put(row: Channel, count: int, size: int = 100, per_put: int = 20) -> None:
+    for first in range(0, count, per_put):
+        with channels.open_channel(row).put() as tx:
+            for i in range(first, min(count, first + per_put)):
+                tx.put(f"{i:06d}".encode() + b"x" * size)
+
+
+def wait_for(check: Callable[[], Any], deadline_s: float, every: Callable[[], Any] | None = None,
+             what: str = "") -> Any:
+    """Poll `check` until it is truthy (calling `every` before each poll, as beat would)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if every is not None:
+            every()
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not within {deadline_s} s: {what}")
+
+
+def runs(task: str, name: str) -> list[TaskRun]:
+    return list(TaskRun.objects.filter(task=task, channel=name).order_by("started_at"))
+
+
+def test_the_beat_schedule_runs_every_task() -> None:
+    app.loader.import_default_modules()
+    scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert scheduled == {"weir.flusher", "weir.checkpointer", "weir.retention", "weir.exporter",
+                         "weir.sample_metrics", "weir.prune_history"}
+    assert scheduled <= set(app.tasks)
+
+
+def test_the_flusher_makes_policy_mode_data_durable_within_flush_ms(
+        worker: None, root: Path) -> None:
+    row = channel_row(root, durability="policy", flush_ms=1000, flush_messages=None)
+    put(row, 50)
+    part = channels.open_channel(row).status()["partitions"][0]
+    assert part["unflushed_events"] == 50 and part["recovery_point"] == 0
+    started = time.monotonic()
+
+    def durable() -> bool:
+        part = channels.open_channel(row).status()["partitions"][0]
+        return bool(part["recovery_point"] == part["log_end_offset"] == 50)
+
+    wait_for(durable, 5, every=tasks.flusher.delay, what="recovery point at the log end")
+    assert time.monotonic() - started >= 0.9  # not before flush_ms
+    flushed = wait_for(lambda: runs("weir.flush_channel", "orders"), 5)
+    assert flushed[-1].outcome == TaskRun.OK and flushed[-1].detail == {"flushed": True}
+
+
+def test_the_checkpointer_writes_checkpoints_at_the_interval(worker: None, root: Path) -> None:
+    row = channel_row(root, checkpoint_interval_ms=1000)
+    channels.open_channel(row).checkpoint()
+    first = channels.open_channel(row).status()["checkpoint"]["sequence"]
+    deadline = time.monotonic() + 3.6
+    while time.monotonic() < deadline:  # beat's ticks, faster than the interval
+        tasks.checkpointer.delay()
+        time.sleep(0.1)
+    wait_for(lambda: len(runs("weir.checkpoint_channel", "orders")) >= 3, 5,
+             what="three checkpoint runs")
+    done = [r for r in runs("weir.checkpoint_channel", "orders") if r.outcome == TaskRun.OK]
+    sequence = channels.open_channel(row).status()["checkpoint"]["sequence"]
+    assert 3 <= len(done) <= 4 and sequence - first == len(done), (len(done), sequence, first)
+    gaps = [(b.started_at - a.started_at).total_seconds()
+            for a, b in zip(done, done[1:], strict=False)]
+    assert all(gap >= 0.8 for gap in gaps), gaps  # never more often than the interval
+
+
+def test_retention_deletes_consumed_segments_and_nothing_else(worker: None, root: Path) -> None:
+    row = channel_row(root, segment_bytes=4096)
+    channel = channels.open_channel(row)
+    put(row, 100)  # about 30 events a segment
+    with channel.take() as tx:
+        first = tx.take(100)
+    channel.checkpoint()  # takes 0-99 recorded; it deletes the full segments before the last
+    put(row, 100, per_put=20)  # the segment that held 99 rolls: consumed, not yet deleted
+    segments = channel.status()["partitions"][0]["segments"]
+    assert tasks.retention_channel.delay("orders").get(timeout=30) == TaskRun.OK
+    run = runs("weir.retention_channel", "orders")[-1]
+    assert run.detail["segments_deleted"] >= 1 and run.detail["events_dropped"] == 0
+    status = channel.status()["partitions"][0]
+    assert status["segments"] == segments - run.detail["segments_deleted"]
+    assert status["log_start_offset"] <= 100
+    with channel.take() as tx:
+        rest = tx.take(200)
+    assert [e.offset for e in first + rest] == list(range(200))  # nothing untaken was lost
+
+
+def test_two_checkpoints_of_one_channel_run_one_at_a_time(
+        worker: None, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel_row(root)
+    slow = ChannelOwner._checkpoint
+
+    def slow_checkpoint(self: ChannelOwner) -> Any:
+        time.sleep(0.5)
+        return slow(self)
+
+    monkeypatch.setattr(ChannelOwner, "_checkpoint", slow_checkpoint)
+    results = [tasks.checkpoint_channel.delay("orders", force=True) for _ in range(2)]
+    assert [r.get(timeout=30) for r in results] == [TaskRun.OK, TaskRun.OK]
+    # each run is timed from before its wait for the lock: the one that ended last waited
+    # for the other, then slept its own 0.5 s
+    ends = sorted(run.started_at.timestamp() + run.duration_ms / 1000
+                  for run in runs("weir.checkpoint_channel", "orders"))
+    assert len(ends) == 2 and ends[1] - ends[0] >= 0.45, ends
+
+
+def test_a_failing_channel_is_recorded_and_retried_while_the_others_go_on(
+        worker: None, root: Path) -> None:
+    bad = channel_row(root, name="bad")
+    channel_row(root, name="good")
+    channels.open_channel(bad)
+    obstacle = Path(bad.checkpoint_dir) / "checkpoint.tmp"
+    obstacle.mkdir()  # the checkpoint's temp file cannot be created: an I/O error
+    failing = tasks.checkpoint_channel.delay("bad", force=True)
+    assert tasks.checkpoint_channel.delay("good", force=True).get(timeout=30) == TaskRun.OK
+    wait_for(lambda: len(runs("weir.checkpoint_channel", "bad")) >= 2, 10,
+             what="two failed attempts")
+    obstacle.rmdir()
+    assert failing.get(timeout=30) == TaskRun.OK
+    attempts = runs("weir.checkpoint_channel", "bad")
+    assert [r.outcome for r in attempts[:-1]] == [TaskRun.RETRYING] * (len(attempts) - 1)
+    assert "StorageError" in attempts[0].error and attempts[-1].outcome == TaskRun.OK
+    assert [r.attempt for r in attempts] == list(range(1, len(attempts) + 1))
+    assert [r.outcome for r in runs("weir.checkpoint_channel", "good")] == [TaskRun.OK]
+
+
+class Recorder:
+    """Stands in for a per-channel task: records what the dispatcher enqueues."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def delay(self, name: str) -> None:
+        self.sent.append(name)
+
+
+def test_a_changed_interval_holds_from_the_next_tick_without_restarting_beat(
+        root: Path) -> None:
+    row = channel_row(root, checkpoint_interval_ms=3_600_000)
+    task = Recorder()
+
+    def tick() -> int:
+        return tasks.dispatch("checkpoint", task, lambda r: r.checkpoint_interval_ms)  # type: ignore[arg-type]
+
+    assert tick() == 1 and tick() == 0  # due once an hour: the second tick sends nothing
+    row.checkpoint_interval_ms = 1_000
+    row.save()  # as PATCH /api/v1/channels/orders does
+    assert tick() == 1  # the new interval counts at once
+    assert tick() == 0
+    time.sleep(1.1)
+    assert tick() == 1 and task.sent == ["orders"] * 3

@@ -1,0 +1,37 @@
+"""One local SparkSession for the whole test run, with the "weir" source registered."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    with pytest.MonkeyPatch.context() as env:
+        # Set before the JVM starts: its Python workers inherit this environment.
+        env.setenv("PYSPARK_PYTHON", sys.executable)  # the venv's interpreter, not PATH's
+        env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        # Workers unpickle WeirSource by reference, so they must import channel_engine.
+        env.setenv("PYTHONPATH", str(ROOT), prepend=os.pathsep)
+        from pyspark.sql import SparkSession
+
+        from channel_engine.spark import register
+
+        session = (SparkSession.builder.master("local[2]").appName("weir-tests")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.sql.shuffle.partitions", "2")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")  # failing-job tests log stack traces
+        register(session)
+        try:
+            yield session
+        finally:
+            session.stop()

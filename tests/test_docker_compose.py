@@ -1,0 +1,241 @@
+"""The production docker-compose.yml, checked statically: Docker is not run here.
+
+Checks that the file parses; every service names an image or a build; web, worker and beat
+run the agreed commands; the long-running services have health checks; every `${VAR}` the
+file interpolates is listed (with a comment) in .env.example; web, worker and beat get every
+variable the settings need in production, and set none the settings do not read (typos);
+DATABASE_URL and REDIS_URL point at the postgres and redis services; web and worker mount
+the same named volumes at the WEIR_DATA_ROOT paths, which the image creates owned by its
+user. The settings' variables are found by parsing appliance/settings.py and
+appliance/env.py with `ast`.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+ENV_EXAMPLE = ROOT / ".env.example"
+DOCKERFILE = ROOT / "Dockerfile"
+SETTINGS_SOURCES = [ROOT / "appliance" / "settings.py", ROOT / "appliance" / "env.py"]
+
+APPLIANCE = ("web", "worker", "beat")
+COMMANDS = {
+    "web": "gunicorn appliance.wsgi --bind 0.0.0.0:8000 --workers 3 --threads 2"
+           " --access-logfile - --error-logfile -",
+    "worker": "celery -A appliance worker --loglevel INFO --concurrency 2",
+    "beat": "celery -A appliance beat --loglevel INFO --schedule /var/lib/weir/celerybeat-schedule",
+}
+# Every long-running service; `migrate` is a one-shot that exits, so it has none.
+NEEDS_HEALTHCHECK = ("redis", "postgres", "namenode", "datanode", "web", "worker", "beat")
+# Read by the settings, with defaults that do not suit production: compose must set them.
+REQUIRED_IN_PRODUCTION = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS",
+                          "WEIR_DATA_ROOT", "WEIR_VAR_DIR"}
+# Read by the settings, with defaults that suit production. A variable the settings start
+# reading must join one of these two sets: the test below fails until someone decides.
+HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_CELERY_QUEUE",
+                          "WEIR_SCHEDULER_TICK_S", "WEIR_SAMPLE_INTERVAL_S",
+                          "WEIR_TASK_RUNS_KEEP_HOURS", "WEIR_TASK_LOCK_WAIT_S",
+                          "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER"}
+# Set in the compose file although the settings do not read them (none now).
+EXPORTER_VARS: set[str] = set()
+ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float"}
+HELPER_READS = {"secret_key": "SECRET_KEY", "database": "DATABASE_URL"}
+INTERPOLATION = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict) -> dict:
+    return compose["services"]
+
+
+def settings_env_vars() -> set[str]:
+    """Variables the settings read: os.environ.get("X"), os.environ["X"], env_*("X", ...),
+    secret_key() and database()."""
+    names = set()
+    for source in SETTINGS_SOURCES:
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call):
+                func = ast.unparse(node.func)
+                first = node.args[0] if node.args else None
+                literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+                if literal and (func in ENV_HELPERS or func == "os.environ.get"):
+                    names.add(first.value)
+                if func in HELPER_READS:
+                    names.add(HELPER_READS[func])
+            elif (isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ"
+                  and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+                names.add(node.slice.value)
+    return names
+
+
+def strings(node: object):
+    """Every string value in the parsed file (compose interpolates values, not keys)."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from strings(value)
+
+
+def interpolated(text: str) -> set[str]:
+    return set(INTERPOLATION.findall(text.replace("$$", "")))  # $$ is a literal $
+
+
+def resolve(text: str) -> str:
+    """`${X:-default}` -> default, any other `${X...}` -> X (good enough to parse a URL)."""
+    return re.sub(r"\$\{(\w+)(?::?-([^}]*)|:?\?[^}]*)?\}",
+                  lambda m: m.group(2) if m.group(2) is not None else m.group(1), text)
+
+
+def env_example() -> dict[str, int]:
+    """Variable -> line number of each NAME=value line in .env.example."""
+    lines = ENV_EXAMPLE.read_text().splitlines()
+    return {m.group(1): n for n, line in enumerate(lines)
+            if (m := re.match(r"([A-Za-z_][A-Za-z0-9_]*)=", line))}
+
+
+def environment(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {key: str(value) for key, value in env.items()}
+
+
+def mounts(service: dict) -> dict[str, str]:
+    """Mount target -> source of a service's volumes (short or long syntax)."""
+    result = {}
+    for volume in service.get("volumes") or []:
+        if isinstance(volume, dict):
+            result[volume["target"]] = volume.get("source", "")
+        else:
+            source, target = volume.split(":")[:2]
+            result[target] = source
+    return result
+
+
+def data_roots(service: dict) -> list[str]:
+    return [root.strip() for root in environment(service).get("WEIR_DATA_ROOT", "").split(",")
+            if root.strip()]
+
+
+def command(service: dict) -> list[str]:
+    cmd = service.get("command") or []
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(part) for part in cmd]
+
+
+def test_every_service_names_an_image_or_a_build(services):
+    assert set(NEEDS_HEALTHCHECK) <= set(services), (
+        f"docker-compose.yml lacks services {sorted(set(NEEDS_HEALTHCHECK) - set(services))}")
+    missing = [name for name, service in services.items()
+               if not service.get("image") and not service.get("build")]
+    assert not missing, f"services with neither image nor build: {missing}"
+
+
+@pytest.mark.parametrize("name", APPLIANCE)
+def test_appliance_commands(services, name):
+    assert command(services[name]) == shlex.split(COMMANDS[name]), (
+        f"{name} runs {command(services[name])}, not `{COMMANDS[name]}`")
+
+
+@pytest.mark.parametrize("name", NEEDS_HEALTHCHECK)
+def test_healthcheck(services, name):
+    check = services[name].get("healthcheck") or {}
+    test = check.get("test")
+    assert test and not check.get("disable") and test != ["NONE"], (
+        f"{name} has no health check (healthcheck.test is {test!r})")
+
+
+def test_interpolated_variables_are_in_env_example(compose):
+    used = set().union(*(interpolated(text) for text in strings(compose)))
+    listed = env_example()
+    assert used <= set(listed), (
+        f".env.example does not list {sorted(used - set(listed))}, which docker-compose.yml "
+        f"interpolates")
+    assert set(listed) <= used, (
+        f".env.example lists {sorted(set(listed) - used)}, which docker-compose.yml never uses")
+
+
+def test_env_example_comments_every_variable():
+    lines = ENV_EXAMPLE.read_text().splitlines()
+    bare = [name for name, n in env_example().items()
+            if n == 0 or not lines[n - 1].lstrip().startswith("#")]
+    assert not bare, f".env.example has no comment line above {bare}"
+
+
+def test_every_settings_variable_is_classified():
+    read = settings_env_vars()
+    missing = REQUIRED_IN_PRODUCTION - read
+    assert not missing, (
+        f"appliance settings no longer read {sorted(missing)}: the ast scan or "
+        f"REQUIRED_IN_PRODUCTION is out of date")
+    new = read - REQUIRED_IN_PRODUCTION - HAS_PRODUCTION_DEFAULT
+    assert not new, (
+        f"appliance settings read {sorted(new)}: add each to REQUIRED_IN_PRODUCTION (and set "
+        f"it in docker-compose.yml) or, if its default suits production, to "
+        f"HAS_PRODUCTION_DEFAULT")
+
+
+@pytest.mark.parametrize("name", APPLIANCE)
+def test_appliance_environment(services, name):
+    env = environment(services[name])
+    missing = REQUIRED_IN_PRODUCTION - set(env)
+    assert not missing, f"{name} does not set {sorted(missing)} (no production default)"
+    unknown = set(env) - settings_env_vars() - EXPORTER_VARS
+    assert not unknown, (
+        f"{name} sets {sorted(unknown)}, which appliance/settings.py never reads (a typo?)")
+
+
+@pytest.mark.parametrize("name", APPLIANCE)
+def test_urls_point_at_the_compose_services(services, name):
+    env = environment(services[name])
+    database = urlsplit(resolve(env["DATABASE_URL"]))
+    assert database.scheme.startswith("postgres") and database.hostname == "postgres", (
+        f"{name}'s DATABASE_URL {env['DATABASE_URL']!r} is not postgresql://...@postgres")
+    redis = urlsplit(resolve(env["REDIS_URL"]))
+    assert redis.scheme == "redis" and redis.hostname == "redis", (
+        f"{name}'s REDIS_URL {env['REDIS_URL']!r} is not redis://redis...")
+
+
+def test_web_and_worker_share_the_data_volumes(compose, services):
+    roots = data_roots(services["web"])
+    assert roots and data_roots(services["worker"]) == roots, (
+        f"web's WEIR_DATA_ROOT {roots} differs from worker's {data_roots(services['worker'])}")
+    assert services["web"].get("user") == services["worker"].get("user"), (
+        "web and worker run as different users: the channel owner socket accepts only its uid")
+    named = set(compose.get("volumes") or {})
+    for name in ("web", "worker"):
+        data = {target: source for target, source in mounts(services[name]).items()
+                if target in roots}
+        assert sorted(data) == sorted(roots), (
+            f"{name} mounts {sorted(data)} of the WEIR_DATA_ROOT entries {roots}")
+        assert set(data.values()) <= named, (
+            f"{name} mounts {sorted(set(data.values()) - named)} at a data root: not a named "
+            f"volume declared under `volumes:`")
+    web = {target: mounts(services["web"])[target] for target in roots}
+    worker = {target: mounts(services["worker"])[target] for target in roots}
+    assert web == worker, f"web mounts {web} but worker mounts {worker}"
+
+
+@pytest.mark.parametrize("name", ("web", "worker"))
+def test_image_owns_the_mount_points(services, name):
+    # A fresh named volume takes the owner of the image's directory; were it missing, the
+    # volume would be root's and the image's non-root user could not write to it.
+    chowned = " ".join(line for line in DOCKERFILE.read_text().splitlines() if "chown" in line)
+    missing = [target for target in mounts(services[name]) if target not in chowned.split()]
+    assert not missing, f"the Dockerfile does not create and chown {name}'s mounts {missing}"

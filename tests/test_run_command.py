@@ -1,0 +1,295 @@
+"""scripts/run.sh end to end, as an operator runs it: in the background (start, produce,
+the worker and beat checkpoint the channel, status, a refused second start, stop) and in
+the foreground (Ctrl-C). Each run gets its own var dir, ports and a private redis-server
+(REDIS_URL names a free port), and leaves no process behind: every process run.sh starts
+inherits WEIR_VAR_DIR=<the test's var dir>, which is how they are found (in /proc)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = str(ROOT / "scripts" / "run.sh")
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+PASSWORD_LINE = re.compile(r"created admin user 'admin' with password: (\S+)")
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def processes_of(var: Path, redis_port: int) -> set[int]:
+    """Every live process of a run: those whose environment has WEIR_VAR_DIR=var, and the
+    private redis-server (its process title overwrites its environment; its title names
+    its port). Zombies have neither."""
+    wanted = f"WEIR_VAR_DIR={var}".encode()
+    redis_title = f"redis-server 127.0.0.1:{redis_port}\0".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if wanted in environ.split(b"\0") or redis_title in cmdline:
+                found.add(int(entry.name))
+    return found - {os.getpid()}
+
+
+def group_members(group: int) -> set[int]:
+    """The live (not zombie) processes of a process group."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if fields[0] not in ("Z", "X") and int(fields[2]) == group:
+                members.add(int(entry.name))
+    return members
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Run:
+    """One appliance's environment, as an operator's shell would have it."""
+
+    env: dict[str, str]
+    var: Path
+    url: str
+    web_port: int
+    redis_port: int
+    groups: set[int] = field(default_factory=set)  # its process groups, seen while it ran
+
+    def processes(self) -> set[int]:
+        return processes_of(self.var, self.redis_port)
+
+    def record_groups(self) -> set[int]:
+        """Every process group of the running appliance."""
+        for pid in self.processes():
+            try:
+                self.groups.add(os.getpgid(pid))
+            except ProcessLookupError:
+                pass
+        return self.groups
+
+    def sh(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([RUN, *args], cwd=ROOT, env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def manage(self, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT,
+                              env={**self.env, **extra_env}, capture_output=True, text=True,
+                              timeout=60)
+
+    def call(self, path: str, key: str | None = None,
+             body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status), json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
+
+
+def kill_leftovers(run: Run) -> set[int]:
+    """SIGKILL every process of the run still there after a few seconds (one whose
+    supervisor died gets SIGTERM and stops by itself), and its group; return them."""
+    deadline = time.monotonic() + 5
+    while run.processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = run.processes()
+    for pid in left:
+        try:
+            group = os.getpgid(pid)
+            if group != os.getpgrp():
+                os.killpg(group, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> Iterator[Run]:
+    web_port, redis_port = free_ports(2)
+    env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),
+           "WEIR_DATA_ROOT": str(tmp_path / "channels"), "WEIR_BIND": f"127.0.0.1:{web_port}",
+           "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "WEIR_SCHEDULER_TICK_S": "0.5"}
+    for name in ("DATABASE_URL", "WEIR_ADMIN_PASSWORD", "WEIR_ADMIN_USER"):
+        env.pop(name, None)
+    appliance = Run(env, tmp_path / "var", f"http://127.0.0.1:{web_port}", web_port,
+                    redis_port)
+    try:
+        yield appliance
+    finally:
+        try:
+            appliance.sh("--stop", timeout=90)
+        finally:
+            left = kill_leftovers(appliance)
+    assert not left, f"processes left after the test: {sorted(left)}"
+
+
+def wait_healthy(run: Run, deadline_s: float, process: subprocess.Popen[bytes],
+                 output: Path) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, output.read_text()
+        try:
+            if run.call("/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no /health in {deadline_s} s:\n{output.read_text()}")
+
+
+def checkpoint_state(run: Run, key: str) -> tuple[int, bool]:
+    status, detail = run.call("/api/v1/channels/t", key)
+    assert status == 200, detail
+    ok = any(r["task"] == "weir.checkpoint_channel" and r["outcome"] == "ok"
+             for r in detail["recent_runs"])
+    return int(detail["status"]["checkpoint"]["sequence"]), ok
+
+
+@pytest.mark.timeout(240)
+def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
+    started = time.monotonic()
+    first = run.sh("--background")
+    took = time.monotonic() - started
+    print(f"\nscripts/run.sh --background: healthy after {took:.1f} s")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"Weir is running at {run.url}/" in first.stdout
+    assert "starting a private redis-server" in first.stdout
+    passwords = PASSWORD_LINE.findall(first.stdout)
+    assert len(passwords) == 1, first.stdout
+    assert first.stdout.count(passwords[0]) == 1
+    for log in (run.var / "log").iterdir():  # shown once, never stored
+        assert passwords[0] not in log.read_text(errors="replace"), log
+
+    supervisor = int((run.var / "run" / "supervisor.pid").read_text())
+    with redis.Redis(port=run.redis_port) as private:
+        redis_pid = int(private.info()["process_id"])
+    started_pids = run.processes()
+    assert {supervisor, redis_pid} <= started_pids
+    assert len(started_pids) >= 7  # supervisor, redis, gunicorn + 3, worker (+ its pool), beat
+    groups = run.record_groups()
+    assert len(groups) == 5  # supervisor, redis, web, worker, beat
+
+    again = run.manage("ensure_admin")
+    assert again.returncode == 0 and again.stdout.strip() == "admin user 'admin' exists"
+    empty = run.manage("ensure_admin", WEIR_ADMIN_USER="")
+    assert empty.returncode != 0 and "WEIR_ADMIN_USER is empty" in empty.stderr
+    given = run.manage("ensure_admin", WEIR_ADMIN_USER="ops", WEIR_ADMIN_PASSWORD="pw-123456")
+    assert given.returncode == 0 and "created admin user 'ops'" in given.stdout
+    assert "pw-123456" not in given.stdout
+
+    created = run.manage("create_channel", "t", "--set", "minimum_required_space=0",
+                         "--set", "checkpoint_interval_ms=1000")
+    assert created.returncode == 0, created.stderr
+    token = run.manage("create_token", "p", "--role", "admin")
+    assert token.returncode == 0, token.stderr
+    key = token.stdout.strip().splitlines()[-1]
+    for _ in range(3):
+        code, body = run.call("/api/v1/channels/t/events", key, {"events": [{"body": "x"}]})
+        assert code == 200, body
+    produced_at, _ = checkpoint_state(run, key)
+    deadline = time.monotonic() + 30
+    while True:  # the worker checkpoints it when beat's checkpointer says it is due
+        sequence, ok = checkpoint_state(run, key)
+        if sequence > produced_at and ok:
+            break
+        assert time.monotonic() < deadline, (sequence, produced_at, ok)
+        time.sleep(0.3)
+
+    running = run.sh("--status")
+    assert running.returncode == 0 and "Weir is running" in running.stdout
+    refused = run.sh("--background")
+    assert refused.returncode != 0 and "already running" in refused.stdout
+
+    stopped = run.sh("--stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert run.processes() == set()
+    assert not any(group_members(group) for group in groups)
+    assert not port_open(run.web_port) and not port_open(run.redis_port)
+    assert not (run.var / "run" / "supervisor.pid").exists()
+    gone = run.sh("--status")
+    assert gone.returncode == 3 and "not running" in gone.stdout
+
+    started = time.monotonic()
+    second = run.sh("--background")  # the same var dir: the admin exists, no password
+    print(f"scripts/run.sh --background again: healthy after {time.monotonic() - started:.1f} s")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "admin user 'admin' exists" in second.stdout
+    assert not PASSWORD_LINE.search(second.stdout) and passwords[0] not in second.stdout
+    assert run.sh("--stop").returncode == 0
+    assert run.processes() == set()
+    nothing = run.sh("--stop")
+    assert nothing.returncode == 0 and "not running" in nothing.stdout
+
+
+@pytest.mark.timeout(240)
+def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: Path) -> None:
+    output = tmp_path / "run.out"
+    with output.open("wb") as out:
+        process = subprocess.Popen([RUN], cwd=ROOT, env=run.env, stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        wait_healthy(run, 90, process, output)
+        deadline = time.monotonic() + 30  # the banner, then the worker and beat at work
+        while not re.search(r"Weir is running at.*\n\[beat\] [^\n]*beat: Starting.*"
+                            r"\n\[worker\] [^\n]* ready\.", output.read_text(), re.S):
+            assert time.monotonic() < deadline, output.read_text()
+            time.sleep(0.2)
+        started_pids = run.processes()
+        assert process.pid in started_pids and len(started_pids) >= 7
+        groups = run.record_groups()
+        assert len(groups) == 5
+        os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        assert process.wait(timeout=30) == 0, output.read_text()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    text = output.read_text()
+    assert run.processes() == set(), text
+    assert not any(group_members(group) for group in groups)
+    assert not port_open(run.web_port) and not port_open(run.redis_port)
+    lines = text.splitlines()
+    for name in ("redis", "migrate", "admin", "web", "worker", "beat"):
+        assert any(line.startswith(f"[{name}]") for line in lines), name
+    assert "weir: SIGINT: stopping" in lines and lines[-1] == "weir: stopped"
+    assert not any("Sending due task" in line for line in lines)  # routine: only in the logs
+    assert "Sending due task flusher" in (run.var / "log" / "beat.log").read_text()
