@@ -3,6 +3,7 @@
 A bad value fails loudly at start (ImproperlyConfigured) instead of later.
 """
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+_HTTP_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -55,6 +57,18 @@ def env_path(name: str, default: Path) -> Path:
     if not path.is_absolute():
         raise ImproperlyConfigured(f"{name} must be an absolute path, not {raw!r}")
     return path
+
+
+def env_http_url(name: str) -> str:
+    """Return the environment variable `name` as an http(s):// URL without a trailing
+    slash (a base URL: no query or fragment); "" when unset or empty."""
+    raw = (os.environ.get(name) or "").strip()
+    if not raw:
+        return ""
+    if not _HTTP_URL.fullmatch(raw):
+        raise ImproperlyConfigured(f"{name} must be an http:// or https:// base URL such as "
+                                   f"http://appliance.example:8000, not {raw!r}")
+    return raw.rstrip("/")
 
 
 def secret_key(var_dir: Path) -> str:

@@ -4,51 +4,151 @@ an ExportRun row of it (progress while it runs, then the report or the error).
 The job (channel_engine/spark/export.py) needs no database: it gets the channel's home
 and export settings on its command line and runs in its own process (its own JVM), so
 a crash of the job is a crash of that process only — the protocol makes the rerun
-exact. WEIR_EXPORT_URI and WEIR_SPARK_MASTER come from settings.
+exact. WEIR_EXPORT_URI, WEIR_SPARK_MASTER and WEIR_EXPORT_READ_URL come from settings.
+
+One export of a channel at a time, and no ExportRun "running" forever:
+
+    lock file                 held (flock, exclusive, never waited for)
+    ------------------------  ---------------------------------------------------------------
+    <home>/export-run.lock    by run_export, from before its ExportRun row is created until
+                              the row is finished; the job inherits it, so it stays held while
+                              either the process running the export or its job lives
+    <home>/export.lock        by the job itself (channel_engine/spark/export_lock.py)
+
+Held elsewhere, run_export starts nothing and raises ExportBusy: the Celery task records
+its run as busy, manage.py export_channel exits with an error. (The task's Redis lock
+covers Celery runs only; this one covers manage.py too, and every appliance process.)
+Once run_export holds it, an ExportRun of the channel still "running" belongs to a process
+that died with its job (a killed worker): it is marked failed. The kernel drops a dead
+process's flock, so the lock itself is never stale.
+
+Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
+read ranges from the raw batches endpoint (segment_stream.py, role consume) instead of the
+segment files. Each run issues its own ApiToken: role consume, this channel only, named
+"export run <pk> of <channel>". Its key is shown once, at issue (only a hash is stored),
+so it goes straight to the job in the environment (WEIR_EXPORT_READ_TOKEN; the command
+line is visible to every user in `ps`) and lives nowhere else. It is revoked when the run
+ends, whatever the outcome, and with its stale row when the run's process died. Why not
+one token per channel, reused: the appliance would have to store its key; a token per run
+keeps a leaked key useful only while its run lasts.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
+import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.utils import timezone
 
 from appliance import channels
-from appliance.models import Channel, ExportRun
+from appliance.models import ApiToken, Channel, ExportRun
 
 JOB = "channel_engine.spark.export"
+LOCK_FILE = "export-run.lock"
+TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
+DIED = ("the process running this export died (a killed or restarted worker) before the "
+        "job's outcome was recorded; the next export skips whatever this one committed")
+
+
+class ExportBusy(Exception):
+    """Another process is running an export of the channel: nothing was started."""
 
 
 def command(row: Channel) -> list[str]:
     """The job's command line for a channel row."""
     config = channels.to_config(row)
-    return [sys.executable, "-m", JOB, "--home", str(config.home),
+    argv = [sys.executable, "-m", JOB, "--home", str(config.home),
             "--output", settings.WEIR_EXPORT_URI, "--format", row.export_format,
             "--path", row.export_path, "--roll-rows", str(row.export_roll_rows),
             "--master", settings.WEIR_SPARK_MASTER]
+    if settings.WEIR_EXPORT_READ_URL:
+        argv += ["--read-url", settings.WEIR_EXPORT_READ_URL]
+    return argv
 
 
 def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
-    """Run one export of the channel now; return its finished ExportRun."""
-    run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),
-                                   progress="starting Spark")
+    """Run one export of the channel now; return its finished ExportRun. ExportBusy, and
+    nothing started, when another process is running one."""
+    with _export_lock(row) as lock_fd:
+        _fail_stale_runs(row.name)
+        run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),
+                                       progress="starting Spark")
+        env, token = None, None
+        if settings.WEIR_EXPORT_READ_URL:
+            token, key = ApiToken.issue(_token_name(run), ["consume"], [row])
+            env = {**os.environ, TOKEN_ENV: key}
+        try:
+            _run_job(run, command(row), env, lock_fd, timeout_s)
+        finally:
+            if token is not None:
+                token.revoke()
+    return run
+
+
+@contextmanager
+def _export_lock(row: Channel) -> Iterator[int]:
+    path = channels.to_config(row).home / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ExportBusy(f"an export of channel {row.name!r} is already running "
+                             f"(another process holds {path})") from None
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _token_name(run: ExportRun) -> str:
+    return f"export run {run.pk} of {run.channel}"
+
+
+def _fail_stale_runs(name: str) -> None:
+    """Mark failed the channel's runs left "running" by a dead process (the caller holds
+    the lock) and revoke their read tokens."""
+    for stale in ExportRun.objects.filter(channel=name, outcome=ExportRun.RUNNING):
+        ExportRun.objects.filter(pk=stale.pk).update(outcome=ExportRun.FAILED, error=DIED)
+        for token in ApiToken.objects.filter(name=_token_name(stale), revoked_at=None):
+            token.revoke()
+
+
+def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_fd: int,
+             timeout_s: float) -> None:
+    """Run the job, following its progress lines; finish the row with its report."""
     tail: deque[str] = deque(maxlen=20)
     report = None
-    with subprocess.Popen(command(row), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1) as job:
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1, env=env, pass_fds=(lock_fd,)) as job:
         assert job.stdout is not None
-        for line in job.stdout:
-            line = line.rstrip("\n")
-            if line.startswith('{"report"'):
-                report = json.loads(line)
-            elif line.startswith("export "):
-                ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
-            else:
-                tail.append(line)
-        code = job.wait(timeout=timeout_s)
+        expired = threading.Event()
+        timer = threading.Timer(timeout_s, lambda: (expired.set(), job.kill()))
+        timer.start()
+        try:
+            for line in job.stdout:
+                line = line.rstrip("\n")
+                if line.startswith('{"report"'):
+                    report = json.loads(line)
+                elif line.startswith("export "):
+                    ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
+                else:
+                    tail.append(line)
+            code = job.wait()
+        except BaseException as exc:  # a time limit, a lost database: no orphan job
+            job.kill()
+            ExportRun.objects.filter(pk=run.pk).update(
+                outcome=ExportRun.FAILED, error=f"the export was interrupted and its job "
+                                                f"killed: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            timer.cancel()
     run.refresh_from_db()
     run.duration_s = (timezone.now() - run.started_at).total_seconds()
     if code == 0 and report and report.get("report"):
@@ -58,7 +158,7 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
         run.progress = f"exported {done['rows']:,} events"
     else:
         run.outcome = ExportRun.FAILED
-        run.error = (report or {}).get("error") or f"the export job exited with {code}: " + \
-            "\n".join(list(tail)[-8:])
+        run.error = (report or {}).get("error") or (
+            f"the export job ran longer than {timeout_s:g} s and was killed" if expired.is_set()
+            else f"the export job exited with {code}: " + "\n".join(list(tail)[-8:]))
     run.save()
-    return run

@@ -38,12 +38,7 @@ def summary(row: Channel) -> dict[str, Any]:
 
 def detail(row: Channel) -> dict[str, Any]:
     """Everything about one channel: its settings, status and segment tables."""
-    channel = channels.open_channel(row)
-    status = channel.status()
-    owner = channel.owner
-    if owner is not None:
-        for part, log in zip(status["partitions"], owner.logs, strict=True):
-            part["segment_table"] = [vars(info) for info in log.segment_infos()]
+    status = channels.open_channel(row).status(segments=True)
     settings = channels.to_config(row).to_dict()
     settings.update({name: getattr(row, name)
                      for name in (*channels.SCHEDULE_SETTINGS, *channels.EXPORT_SETTINGS)})

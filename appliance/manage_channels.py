@@ -103,8 +103,23 @@ def _unknown(body: Any) -> Response | None:
     return None
 
 
-def _invalid(exc: ValidationError) -> Response:
-    return Response(exc.message_dict, status=400)
+class Refused(Exception):
+    """A create, change or delete that was not done: errors by field, and the HTTP status."""
+
+    def __init__(self, errors: dict[str, list[str]], status: int = 400) -> None:
+        super().__init__(errors)
+        self.errors, self.status = errors, status
+
+    def response(self) -> Response:
+        """The API's answer ({"error": "..."} for what concerns no one field)."""
+        body: dict[str, Any] = dict(self.errors)
+        if "error" in body:
+            body["error"] = body["error"][0]
+        return Response(body, status=self.status)
+
+
+def _invalid(exc: ValidationError) -> Refused:
+    return Refused({k: list(v) for k, v in exc.message_dict.items()})
 
 
 def _channel_dirs(config: ChannelConfig) -> list[Path]:
@@ -116,12 +131,80 @@ def _channel_dirs(config: ChannelConfig) -> list[Path]:
     return dirs
 
 
-def _cannot_open(name: str, exc: Exception) -> Response:
+def _cannot_open(name: str, exc: Exception) -> Refused:
     """The settings are valid but the disk cannot take them (say preallocate=true with more
     segment_bytes x partitions than there is free space): nothing is changed."""
     channels.close_channel(name)  # a handle closed on the way; the next use reopens it
-    return Response({"error": f"channel {name!r} cannot be opened with these settings: "
-                              f"{exc}"}, status=503)
+    return Refused({"error": [f"channel {name!r} cannot be opened with these settings: "
+                              f"{exc}"]}, status=503)
+
+
+def create_channel(settings: dict[str, Any]) -> Channel:
+    """Create a channel's record and files from typed settings, or raise Refused."""
+    if Channel.objects.filter(name=settings.get("name")).exists():
+        raise Refused({"name": ["a channel with this name exists"]}, status=409)
+    row = Channel(**settings)
+    try:
+        config = channels.to_config(row)
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
+    created = [d for d in _channel_dirs(config) if not d.exists()]
+    try:
+        with transaction.atomic():
+            row.save()
+            channels.open_channel(row)  # the files; an error rolls the record back
+    except (OSError, ChannelEngineError) as exc:
+        channels.close_channel(row.name)
+        for directory in created:  # a refused create leaves nothing behind
+            shutil.rmtree(directory, ignore_errors=True)
+        if isinstance(exc, OSError | StorageError):
+            raise _cannot_open(row.name, exc) from exc
+        raise
+    return row
+
+
+def change_channel(row: Channel, changes: dict[str, Any]) -> None:
+    """Apply typed setting changes live, or raise Refused saying why (nothing changed)."""
+    for field in FIXED:
+        if field in changes and changes[field] != getattr(row, field):
+            raise Refused({field: [f"cannot change: the partition logs of {row.name!r} "
+                                   "live where they are"]})
+    if changes.get("partitions", row.partitions) < row.partitions:
+        raise Refused({"partitions": [f"cannot shrink from {row.partitions}: keys would "
+                                      "move and events be stranded"]})
+    before = {field: getattr(row, field) for field in changes}
+    for field, value in changes.items():
+        setattr(row, field, value)
+    try:
+        channels.to_config(row)
+        with transaction.atomic():  # the change stands only if the channel opens with it
+            row.save()
+            channels.open_channel(row)
+    except ValidationError as exc:
+        _restore(row, before)
+        raise _invalid(exc) from exc
+    except OSError as exc:
+        _restore(row, before)
+        raise _cannot_open(row.name, exc) from exc
+
+
+def _restore(row: Channel, before: dict[str, Any]) -> None:
+    for field, value in before.items():
+        setattr(row, field, value)
+
+
+def delete_channel(row: Channel, force: bool) -> None:
+    """Delete a channel's record and files; Refused (409) while events are untaken, unless
+    forced."""
+    config = channels.to_config(row)
+    untaken = channels.open_channel(row).status()["events_untaken"]
+    if untaken and not force:
+        raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "
+                                 "delete with force (?force=true) to drop them"]}, status=409)
+    channels.close_channel(row.name)
+    row.delete()
+    for directory in _channel_dirs(config):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 _FIELD_CONFLICT = {"type": "object", "required": ["name"],
@@ -140,25 +223,10 @@ class ChannelsView(ChannelListView):
         bad = _unknown(request.data)
         if bad is not None:
             return bad
-        if Channel.objects.filter(name=request.data.get("name")).exists():
-            return Response({"name": ["a channel with this name exists"]}, status=409)
-        row = Channel(**request.data)
         try:
-            config = channels.to_config(row)
-        except ValidationError as exc:
-            return _invalid(exc)
-        created = [d for d in _channel_dirs(config) if not d.exists()]
-        try:
-            with transaction.atomic():
-                row.save()
-                channels.open_channel(row)  # the files; an error rolls the record back
-        except (OSError, ChannelEngineError) as exc:
-            channels.close_channel(row.name)
-            for directory in created:  # a refused create leaves nothing behind
-                shutil.rmtree(directory, ignore_errors=True)
-            if isinstance(exc, OSError | StorageError):
-                return _cannot_open(row.name, exc)
-            raise
+            row = create_channel(request.data)
+        except Refused as refused:
+            return refused.response()
         return Response(detail(row), status=201)
 
 
@@ -174,26 +242,11 @@ class ChannelView(ChannelDetailView):
         bad = _unknown(request.data)
         if bad is not None:
             return bad
-        for field in FIXED:
-            if field in request.data and request.data[field] != getattr(row, field):
-                return Response({field: [f"cannot change: the partition logs of {name!r} "
-                                         "live where they are"]}, status=400)
-        if request.data.get("partitions", row.partitions) < row.partitions:
-            return Response({"partitions": [f"cannot shrink from {row.partitions}: keys "
-                                            "would move and events be stranded"]}, status=400)
-        for field, value in request.data.items():
-            setattr(row, field, value)
         try:
-            channels.to_config(row)
-        except ValidationError as exc:
-            return _invalid(exc)
-        try:
-            with transaction.atomic():  # the change stands only if the channel opens with it
-                row.save()
-                body = detail(row)
-        except OSError as exc:
-            return _cannot_open(name, exc)
-        return Response(body)
+            change_channel(row, request.data)
+        except Refused as refused:
+            return refused.response()
+        return Response(detail(row))
 
     @extend_schema(operation_id="channel_delete",
                    parameters=[OpenApiParameter("force", {"type": "string",
@@ -209,13 +262,8 @@ class ChannelView(ChannelDetailView):
             return Response({"force": [f"expected one of {', '.join(FORCE_VALUES)}"]},
                             status=400)
         force = bool(given) and given[0].lower() in ("1", "true", "yes")
-        config = channels.to_config(row)
-        untaken = channels.open_channel(row).status()["events_untaken"]
-        if untaken and not force:
-            return Response({"error": f"channel {name!r} holds {untaken} untaken events; "
-                                      "delete with ?force=true to drop them"}, status=409)
-        channels.close_channel(name)
-        row.delete()
-        for directory in _channel_dirs(config):
-            shutil.rmtree(directory, ignore_errors=True)
+        try:
+            delete_channel(row, force)
+        except Refused as refused:
+            return refused.response()
         return Response(status=204)

@@ -6,6 +6,7 @@ from appliance.env import (
     database,
     env_bool,
     env_float,
+    env_http_url,
     env_list,
     env_path,
     env_paths,
@@ -34,6 +35,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # the UI's and Swagger's assets, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -75,7 +77,17 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise serves the apps' static files straight from where they are (no STATIC_ROOT,
+# no collectstatic step to forget); gunicorn serves them with the rest.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# The admin UI (appliance/ui): staff users log in with Django's auth.
+LOGIN_URL = "ui:login"
+LOGIN_REDIRECT_URL = "ui:dashboard"
+LOGOUT_REDIRECT_URL = "ui:login"
+# How often the UI's status parts refresh themselves.
+WEIR_UI_REFRESH_S = env_float("WEIR_UI_REFRESH_S", 3.0, low=0.5, high=300)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -118,6 +130,10 @@ WEIR_TASK_LOCK_WAIT_S = env_float("WEIR_TASK_LOCK_WAIT_S", 30.0, 0, 3600)
 # Where exports go (hdfs://namenode:8020/weir in production), and the Spark master.
 WEIR_EXPORT_URI = os.environ.get("WEIR_EXPORT_URI") or (VAR_DIR / "export").as_uri()
 WEIR_SPARK_MASTER = os.environ.get("WEIR_SPARK_MASTER", "local[*]")
+# The appliance's base URL as the Spark executors see it. Empty (the default): executors
+# read segment files from the shared disks. Set: they read ranges over the raw batches
+# endpoint with a short-lived token (appliance/exports.py); its host must be in ALLOWED_HOSTS.
+WEIR_EXPORT_READ_URL = env_http_url("WEIR_EXPORT_READ_URL")
 CELERY_BEAT_SCHEDULE = {
     "flusher": {"task": "weir.flusher", "schedule": WEIR_SCHEDULER_TICK_S},
     "checkpointer": {"task": "weir.checkpointer", "schedule": WEIR_SCHEDULER_TICK_S},

@@ -153,11 +153,15 @@ def retention_channel(self: Task, name: str) -> str:
 
 @shared_task(bind=True, name="weir.export_channel", soft_time_limit=3600, time_limit=3660)
 def export_channel(self: Task, name: str) -> str:
-    """Export the channel's next events (one export per channel at a time)."""
-    from appliance.exports import run_export
+    """Export the channel's next events (one export per channel at a time: busy while
+    another process runs one, manage.py export_channel included)."""
+    from appliance.exports import ExportBusy, run_export
 
     def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
-        run = run_export(Channel.objects.get(name=name))
+        try:
+            run = run_export(Channel.objects.get(name=name))
+        except ExportBusy as exc:
+            return TaskRun.BUSY, {"busy": str(exc)}
         if run.outcome != "ok":
             raise ExportFailed(f"export run {run.pk}: {run.error}")
         return TaskRun.OK, {"export_run": run.pk, "rows": run.rows, "bytes": run.bytes}

@@ -1,6 +1,6 @@
 """URL routes of the appliance."""
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from appliance import views
@@ -30,4 +30,5 @@ urlpatterns = [
     path("api/v1/runs", RunsView.as_view(), name="runs"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("", include("appliance.ui.urls")),
 ]

@@ -277,13 +277,15 @@ class Channel:
         return dict(self._retrying(lambda b: b.apply_retention() if isinstance(b, ChannelOwner)
                                    else b.call("apply_retention")))
 
-    def status(self) -> dict[str, Any]:
-        """Everything an operator looks at, as plain JSON-serialisable data."""
+    def status(self, segments: bool = False) -> dict[str, Any]:
+        """Everything an operator looks at, as plain JSON-serialisable data (with each
+        partition's segment table when `segments`, from whichever process owns it)."""
         if self.read_only and self._owner is not None:
-            status = self._owner.status()
+            status = self._owner.status(segments)
         else:
-            status = dict(self._retrying(lambda b: b.status() if isinstance(b, ChannelOwner)
-                                         else b.call("status")))
+            status = dict(self._retrying(lambda b: b.status(segments)
+                                         if isinstance(b, ChannelOwner)
+                                         else b.call("status", segments)))
         status["role"] = self.role
         status["owner_pid"] = os.getpid() if self._client is None else self._client.owner_pid
         return status

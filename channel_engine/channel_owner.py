@@ -786,8 +786,9 @@ class ChannelOwner:
         return tuple(self._logs)
 
     # -- status -----------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
-        """Everything an operator looks at, as plain JSON-serialisable data."""
+    def status(self, segments: bool = False) -> dict[str, Any]:
+        """Everything an operator looks at, as plain JSON-serialisable data (with each
+        partition's segment table when `segments`)."""
         with self._lock:
             if not self.read_only:
                 self._expire_takes()
@@ -796,6 +797,9 @@ class ChannelOwner:
             untaken = self._untaken
             in_flight = sum(q.in_flight_events() for q in self._queues)
             open_takes = len(self._takes)
+        if segments:
+            for part, log in zip(partitions, self._logs, strict=True):
+                part["segment_table"] = [vars(info) for info in log.segment_infos()]
         capacity = self.config.capacity
         health, reason = self._health()
         return {

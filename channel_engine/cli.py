@@ -38,7 +38,7 @@ from channel_engine.log import PartitionLog
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader
 from channel_engine.time_index import ENTRY as TIME_ENTRY
-from channel_engine.verify import read_batch, scan_log_file, verify_partition
+from channel_engine.verify import read_batch, scan_log_file, verify_channel, verify_partition
 
 
 class UsageError(Exception):
@@ -357,35 +357,18 @@ def _verify(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _verify_channel(home: Path, as_json: bool, out: TextIO) -> int:
-    config = ChannelConfig.load(home)
-    problems: list[str] = []
-    found = checkpoint_file.read_newest(home, _backup_dir(config))
-    problems += list(found.problems)
-    for path, _commits, ignored in commit_journal.replay_from(home, 0):
-        if ignored:
-            problems.append(f"{path}: {ignored} bytes after the last valid record")
-    partitions = []
-    for i in range(config.partitions):
-        directory = config.partition_dir(i)
-        report = verify_partition(directory) if directory.is_dir() else None
-        partitions.append(report)
-        if report is None:
-            problems.append(f"partition {i}: {directory} is missing")
-        else:
-            problems += [f"partition {i}: {damage}" for damage in report.damages]
+    result = verify_channel(ChannelConfig.load(home))
     if as_json:
-        print(json.dumps({"channel": config.name, "ok": not problems, "problems": problems,
-                          "checkpoint_source": found.source,
-                          "partitions": [r.to_dict() if r else None for r in partitions]},
-                         indent=2), file=out)
+        print(json.dumps(result, indent=2), file=out)
     else:
-        for problem in problems:
+        for problem in result["problems"]:
             print(f"DAMAGE {problem}", file=out)
-        records = sum(r.records for r in partitions if r)
-        verdict = "sound" if not problems else f"{len(problems)} problem(s)"
-        print(f"channel {config.name!r}: {config.partitions} partitions, {records} records, "
-              f"newest checkpoint {found.source or 'none'}: {verdict}", file=out)
-    return 0 if not problems else 1
+        records = sum(r["records"] for r in result["partitions"] if r)
+        verdict = "sound" if result["ok"] else f"{len(result['problems'])} problem(s)"
+        print(f"channel {result['channel']!r}: {len(result['partitions'])} partitions, "
+              f"{records} records, newest checkpoint {result['checkpoint_source'] or 'none'}: "
+              f"{verdict}", file=out)
+    return 0 if result["ok"] else 1
 
 
 def _stat(args: argparse.Namespace, out: TextIO) -> int:
@@ -413,12 +396,8 @@ def _stat(args: argparse.Namespace, out: TextIO) -> int:
 
 def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
     with Channel.open(home, read_only=True) as channel:
-        status = channel.status()
-        tables = {log.partition: log.segment_infos() for log in channel.owner.logs} \
-            if channel.owner else {}
+        status = channel.status(segments=as_json)
     if as_json:
-        for part in status["partitions"]:
-            part["segment_table"] = [vars(info) for info in tables.get(part["partition"], [])]
         print(json.dumps(status, indent=2), file=out)
         return 0
     checkpoint = status["checkpoint"]

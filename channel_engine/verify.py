@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channel_engine import log_state, record_batch
+from channel_engine import checkpoint as checkpoint_file
+from channel_engine import commit_journal, log_state, record_batch
+from channel_engine.channel_config import ChannelConfig
 from channel_engine.errors import CorruptStateError
 from channel_engine.filenames import (
     INDEX_SUFFIX,
@@ -135,6 +137,30 @@ def verify_partition(directory: Path) -> VerifyReport:
                                      f"log end offset {state.log_end_offset} but the log "
                                      f"ends at {expected}"))
     return report
+
+
+def verify_channel(config: ChannelConfig) -> dict[str, Any]:
+    """Verify a whole channel: its checkpoints, commit journals and every partition."""
+    home = Path(config.home)
+    backup = (Path(config.backup_checkpoint_dir)
+              if config.use_dual_checkpoints and config.backup_checkpoint_dir else None)
+    found = checkpoint_file.read_newest(home, backup)
+    problems = list(found.problems)
+    for path, _commits, ignored in commit_journal.replay_from(home, 0):
+        if ignored:
+            problems.append(f"{path}: {ignored} bytes after the last valid record")
+    partitions: list[dict[str, Any] | None] = []
+    for i in range(config.partitions):
+        directory = config.partition_dir(i)
+        if not directory.is_dir():
+            partitions.append(None)
+            problems.append(f"partition {i}: {directory} is missing")
+            continue
+        report = verify_partition(directory)
+        partitions.append(report.to_dict())
+        problems += [f"partition {i}: {damage}" for damage in report.damages]
+    return {"channel": config.name, "ok": not problems, "problems": problems,
+            "checkpoint_source": found.source, "partitions": partitions}
 
 
 def _files(directory: Path) -> list[tuple[int, str]]:

@@ -1,5 +1,6 @@
 """manage.py export_channel NAME — export a channel's next events to WEIR_EXPORT_URI now
-(Spark, exactly once; see channel_engine/spark/export.py). Prints the run's report."""
+(Spark, exactly once; see channel_engine/spark/export.py). Prints the run's report; exits
+with an error, starting nothing, while another export of the channel runs."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from appliance.exports import run_export
+from appliance.exports import ExportBusy, run_export
 from appliance.models import Channel
 
 
@@ -21,7 +22,10 @@ class Command(BaseCommand):
         row = Channel.objects.filter(name=options["name"]).first()
         if row is None:
             raise CommandError(f"no channel named {options['name']!r}")
-        run = run_export(row)
+        try:
+            run = run_export(row)
+        except ExportBusy as exc:
+            raise CommandError(f"{exc}; nothing was started") from exc
         if run.outcome != "ok":
             raise CommandError(f"export of {row.name!r} failed: {run.error}")
         self.stdout.write(f"exported {run.rows:,} events ({run.bytes:,} bytes) of "

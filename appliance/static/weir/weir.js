@@ -1,0 +1,44 @@
+/* Weir admin UI: the little JavaScript it has.
+ * - [data-refresh]: fetch the URL every data-refresh-ms and swap the element's contents
+ *   (server-rendered HTML; paused while the tab is hidden; a failed fetch keeps the last
+ *   contents and marks them stale).
+ * - form[data-confirm]: ask before a destructive POST.
+ */
+(function () {
+  "use strict";
+
+  function refresh(el) {
+    var url = el.getAttribute("data-refresh");
+    var every = parseInt(el.getAttribute("data-refresh-ms") || "3000", 10);
+    function tick() {
+      if (document.hidden) { return setTimeout(tick, every); }
+      fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then(function (response) {
+          if (response.redirected || !response.ok) { throw new Error(response.status); }
+          return response.text();
+        })
+        .then(function (html) {
+          var open = Array.prototype.map.call(el.querySelectorAll("details[open]"),
+            function (d) { return d.querySelector("summary").textContent; });
+          el.innerHTML = html;
+          el.querySelectorAll("details").forEach(function (d) {
+            if (open.indexOf(d.querySelector("summary").textContent) >= 0) { d.open = true; }
+          });
+          el.classList.remove("stale");
+          el.setAttribute("data-refreshed", String(Date.now()));
+        })
+        .catch(function () { el.classList.add("stale"); })
+        .finally(function () { setTimeout(tick, every); });
+    }
+    setTimeout(tick, every);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-refresh]").forEach(refresh);
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      form.addEventListener("submit", function (event) {
+        if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+      });
+    });
+  });
+})();

@@ -1,0 +1,56 @@
+"""Template filters of the admin UI: times, ages, sizes and counts as operators read them."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def ms_time(value: Any) -> str:
+    """Milliseconds since the epoch as a UTC time ('' for none)."""
+    if value is None or value == "" or int(value) < 0:
+        return "—"
+    return datetime.fromtimestamp(int(value) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@register.filter
+def age(value: Any) -> str:
+    """A duration in milliseconds, short ('3.2 s', '4 min', '2 h')."""
+    if value is None or value == "":
+        return "—"
+    ms = float(value)
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+@register.filter
+def num(value: Any) -> str:
+    """An integer with thousands separators."""
+    if value is None or value == "":
+        return "—"
+    return f"{int(value):,}"
+
+
+@register.filter
+def size(value: Any) -> str:
+    """Bytes in binary units (KiB, MiB, GiB)."""
+    if value is None or value == "":
+        return "—"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} TiB"

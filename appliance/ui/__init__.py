@@ -1,0 +1,17 @@
+"""The admin UI: server-rendered pages for operators (Django templates in templates/ui/,
+assets in appliance/static/weir/, no CDN). Every page needs a staff login; every action
+is a POST with CSRF.
+
+    page / action                       module      what
+    ----------------------------------  ----------  --------------------------------------
+    /login/, /logout/                   urls        Django's auth views
+    /                                   pages       dashboard: every channel's figures
+    /channels/new                       pages       create a channel (the settings form)
+    /channels/<name>/                   pages       settings, partitions, segments,
+                                                    checkpoint, flush, retention, task
+                                                    runs, exports, tokens
+    /channels/<name>/events             pages       event browser by offset or time
+    /channels/<name>/<action>           actions     checkpoint, flush, retention, export,
+                                                    pause, resume, verify, tokens, delete
+    /ui/status, /channels/<name>/status pages       the parts that refresh themselves
+"""

@@ -1,0 +1,23 @@
+"""Who may use the UI: logged-in staff users (the same people the API lets in by session)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+View = Callable[..., HttpResponse]
+
+
+def operator_required(view: View) -> View:
+    """Send anonymous users to the login page; refuse logged-in users who are not staff."""
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("the admin UI is for staff users")
+        return view(request, *args, **kwargs)
+    return wrapped

@@ -1,0 +1,125 @@
+"""The UI's actions: each a POST with CSRF that does one thing to a channel and comes
+back to the channel page with a message saying what happened.
+
+Checkpoint, flush and retention run here and now through the same Celery task bodies the
+scheduler uses (task.apply): the same single-flight lock, TaskRun record and retries.
+An export runs for minutes, so it is queued for a worker and its progress shows on the
+page. Destructive actions ask first: revoking in the browser, deleting on its own page.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from kombu.exceptions import OperationalError as BrokerError
+
+from appliance import channels, tasks
+from appliance.manage_channels import Refused, change_channel, delete_channel
+from appliance.models import ApiToken, Channel
+from appliance.ui.access import operator_required
+from appliance.ui.forms import TokenForm
+from channel_engine.verify import verify_channel
+
+RUN_NOW: dict[str, tuple[Task, dict[str, Any], str]] = {
+    "checkpoint": (tasks.checkpoint_channel, {"force": True}, "Checkpoint written"),
+    "flush": (tasks.flush_channel, {}, "Flush done"),
+    "retention": (tasks.retention_channel, {}, "Retention ran"),
+}
+
+
+@require_POST
+@operator_required
+def run_now(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Checkpoint, flush or run retention on the channel now."""
+    row = get_object_or_404(Channel, name=name)
+    task, kwargs, done = RUN_NOW[action]
+    result = task.apply(args=(row.name,), kwargs=kwargs)
+    if result.failed():
+        messages.error(request, f"{action} failed: {result.result}")
+    else:
+        messages.success(request, f"{done}: {result.result}.")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
+def export_now(request: HttpRequest, name: str) -> HttpResponse:
+    """Queue an export of the channel for a worker."""
+    row = get_object_or_404(Channel, name=name)
+    try:
+        tasks.export_channel.delay(row.name)
+    except BrokerError as exc:
+        messages.error(request, f"Export not queued: the broker is unreachable ({exc}).")
+    else:
+        messages.success(request, "Export queued; its progress shows under Exports.")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
+def pause(request: HttpRequest, name: str, paused: bool) -> HttpResponse:
+    """Pause puts (producers get 503) or resume them."""
+    row = get_object_or_404(Channel, name=name)
+    change_channel(row, {"puts_paused": paused})
+    messages.success(request, "Puts paused: producers get 503 until resumed." if paused
+                     else "Puts resumed.")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
+def verify(request: HttpRequest, name: str) -> HttpResponse:
+    """Run the engine's verify on every file of the channel and show the report."""
+    row = get_object_or_404(Channel, name=name)
+    report = verify_channel(channels.to_config(row))
+    return render(request, "ui/verify.html", {"row": row, "report": report})
+
+
+@require_POST
+@operator_required
+def create_token(request: HttpRequest, name: str) -> HttpResponse:
+    """Issue a token on this channel; its key is shown once."""
+    row = get_object_or_404(Channel, name=name)
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"Token not created: {field}: {' '.join(errors)}")
+        return redirect("ui:channel", name=name)
+    token, key = ApiToken.issue(form.cleaned_data["name"], form.cleaned_data["roles"], [row])
+    return render(request, "ui/token_created.html", {"row": row, "token": token, "key": key})
+
+
+@require_POST
+@operator_required
+def revoke_token(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    """Revoke one of the channel's tokens, in every web worker."""
+    row = get_object_or_404(Channel, name=name)
+    token = get_object_or_404(row.tokens, pk=pk)
+    token.revoke()
+    messages.success(request, f"Token {token} revoked.")
+    return redirect("ui:channel", name=name)
+
+
+@operator_required
+def delete(request: HttpRequest, name: str) -> HttpResponse:
+    """Ask, then delete the channel and its files (untaken events need force)."""
+    row = get_object_or_404(Channel, name=name)
+    context: dict[str, Any] = {"row": row,
+                               "untaken": channels.open_channel(row).status()["events_untaken"]}
+    if request.method == "POST":
+        if request.POST.get("confirm_name") != row.name:
+            context["error"] = "type the channel's name to confirm"
+        else:
+            try:
+                delete_channel(row, force=request.POST.get("force") == "on")
+            except Refused as refused:
+                context["error"] = refused.errors["error"][0]
+            else:
+                messages.success(request, f"Channel {name} and its files deleted.")
+                return redirect("ui:dashboard")
+        return render(request, "ui/delete.html", context, status=409)
+    return render(request, "ui/delete.html", context)

@@ -1,0 +1,79 @@
+"""What the UI shows of a channel, gathered in one place for the pages and their
+self-refreshing parts: the engine's status, the rate charts, export lag, recent runs."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from appliance import channels
+from appliance.models import Channel, ExportRun, TaskRun
+from appliance.ui import charts
+from channel_engine import ChannelEngineError
+
+RECENT = 20
+
+
+def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
+    """The engine's status of a channel, or None and why it could not be had."""
+    try:
+        return channels.open_channel(row).status(segments=segments), ""
+    except (ChannelEngineError, OSError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def oldest_untaken_ms(row: Channel, status: dict[str, Any]) -> int | None:
+    """The timestamp of the oldest event not yet taken, over every partition."""
+    channel = channels.open_channel(row)
+    oldest = None
+    for part in status["partitions"]:
+        if part["events_untaken"] <= 0:
+            continue
+        try:
+            head = channel.read(part["partition"], part["taken_through"], 1)
+        except (ChannelEngineError, OSError):
+            continue
+        if head and (oldest is None or head[0].timestamp < oldest):
+            oldest = head[0].timestamp
+    return oldest
+
+
+def export_lag(row: Channel, status: dict[str, Any]) -> dict[str, Any] | None:
+    """How far exports are behind (None for a channel that is never exported)."""
+    newest = ExportRun.objects.filter(channel=row.name).first()
+    if row.export_interval_ms is None and newest is None:
+        return None
+    last_ok = ExportRun.objects.filter(channel=row.name, outcome=ExportRun.OK).first()
+    oldest = oldest_untaken_ms(row, status)
+    return {"events": status["events_untaken"],
+            "age_ms": None if oldest is None else max(0, int(time.time() * 1000) - oldest),
+            "last_ok": last_ok,
+            "running": newest if newest and newest.outcome == ExportRun.RUNNING else None}
+
+
+def dashboard_row(row: Channel) -> dict[str, Any]:
+    """One line of the dashboard."""
+    status, error = engine_status(row)
+    line: dict[str, Any] = {"row": row, "status": status, "error": error,
+                            "charts": charts.channel_charts(row.name)}
+    if status is not None:
+        line["export"] = export_lag(row, status)
+    return line
+
+
+def channel_state(row: Channel) -> dict[str, Any]:
+    """Everything the channel page's status part shows."""
+    status, error = engine_status(row, segments=True)
+    state: dict[str, Any] = {
+        "row": row, "status": status, "error": error, "charts": charts.channel_charts(row.name),
+        "runs": list(TaskRun.objects.filter(channel=row.name)[:RECENT]),
+        "exports": list(ExportRun.objects.filter(channel=row.name)[:RECENT]),
+        "last_flush": TaskRun.objects.filter(channel=row.name,
+                                             task="weir.flush_channel").first(),
+        "last_retention": TaskRun.objects.filter(channel=row.name,
+                                                 task="weir.retention_channel").first(),
+    }
+    if status is not None:
+        state["export"] = export_lag(row, status)
+        tables = [part.get("segment_table", []) for part in status["partitions"]]
+        state["deletable"] = sum(1 for table in tables for seg in table if seg["deletable"])
+    return state

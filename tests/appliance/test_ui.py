@@ -1,0 +1,243 @@
+"""The admin UI's pages and actions through Django's test client (the browser tests in
+tests/e2e drive the same pages in Chromium): login required, forms refuse with the reason
+next to the field and write nothing, actions do what they say, bodies never render as HTML."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from appliance_helpers import channel_row
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+
+from appliance import channels
+from appliance.models import ApiToken, Channel, ChannelSample, TaskRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Iterator[Path]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        yield tmp_path
+    channels.close_all()
+
+
+@pytest.fixture()
+def operator(root: Path) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    return client
+
+
+def put(row: Channel, bodies: list[bytes], **kwargs: object) -> None:
+    with channels.open_channel(row).put() as tx:
+        for body in bodies:
+            tx.put(body, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", ["/", "/channels/new", "/channels/orders/",
+                                  "/channels/orders/events", "/ui/status",
+                                  "/channels/orders/status", "/channels/orders/delete"])
+def test_every_page_needs_a_login(root: Path, path: str) -> None:
+    channel_row(root)
+    response = Client().get(path)
+    assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
+
+
+def test_a_user_who_is_not_staff_is_refused(root: Path) -> None:
+    client = Client()
+    client.force_login(User.objects.create_user("someone", password="pw"))
+    assert client.get("/").status_code == 403
+
+
+def test_actions_are_posts_with_csrf(root: Path) -> None:
+    channel_row(root)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    assert client.get("/channels/orders/checkpoint").status_code == 405
+    assert client.post("/channels/orders/checkpoint").status_code == 403  # no CSRF token
+    assert client.post("/channels/orders/pause").status_code == 403
+    assert not Channel.objects.get(name="orders").puts_paused
+
+
+def test_login_with_a_password_lands_on_the_dashboard(root: Path) -> None:
+    User.objects.create_user("ops", password="pw", is_staff=True)
+    client = Client()
+    response = client.post("/login/", {"username": "ops", "password": "pw"})
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert b"No channels yet" in client.get("/").content
+    bad = Client().post("/login/", {"username": "ops", "password": "wrong"})
+    assert bad.status_code == 200 and b"did not match" in bad.content
+
+
+def test_creating_a_channel_shows_the_error_next_to_the_field_and_writes_nothing(
+        operator: Client, root: Path) -> None:
+    form = {"name": "Bad Name", "partitions": 2, "capacity": 1000, "transaction_capacity": 100,
+            "keep_alive_ms": 3000, "minimum_required_space": 0,
+            "checkpoint_interval_ms": 30000, "checkpoint_on_close": "on",
+            "durability": "fsync", "segment_bytes": 1 << 20, "segment_ms": 604800000,
+            "index_interval_bytes": 4096, "retention_ms": -1, "retention_bytes": -1,
+            "retention_check_interval_ms": 300000, "compression": "none",
+            "export_format": "parquet", "export_path": "%Y/%m/%d/%H",
+            "export_roll_rows": 1000000}
+    response = operator.post("/channels/new", form)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert list(errors) == ["name"] and "name" in str(errors["name"])
+    assert not Channel.objects.exists() and not any(root.iterdir())
+    form["data_dirs"] = "/elsewhere/data"
+    form["name"] = "orders"
+    response = operator.post("/channels/new", form)
+    assert response.status_code == 400
+    assert "outside WEIR_DATA_ROOT" in str(response.context["form"].errors["data_dirs"])
+    assert not Channel.objects.exists()
+    form["data_dirs"] = ""
+    response = operator.post("/channels/new", form)
+    assert response.status_code == 302 and response["Location"] == "/channels/orders/"
+    row = Channel.objects.get(name="orders")
+    assert row.data_dirs == [str(root / "data")] and row.partitions == 2
+    assert (root / "data" / "orders-1").is_dir()
+
+
+def test_a_settings_change_applies_live_or_says_why_not(operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    page = operator.get("/channels/orders/")
+    form = {name: value for name, value in page.context["form"].initial.items()
+            if value is not None and name not in ("name", "data_dirs")}
+    form = {k: ("on" if v is True else v) for k, v in form.items() if v is not False}
+    form["capacity"] = 50_000
+    response = operator.post("/channels/orders/settings", form)
+    assert response.status_code == 302, response.context["form"].errors
+    assert channels.open_channel(Channel.objects.get(pk=row.pk)).status()["capacity"] == 50_000
+    form["partitions"] = 1
+    response = operator.post("/channels/orders/settings", form)
+    assert response.status_code == 400
+    assert "cannot shrink" in str(response.context["form"].errors["partitions"])
+    assert Channel.objects.get(pk=row.pk).partitions == 2
+
+
+def test_the_channel_page_shows_segments_checkpoint_runs_and_tokens(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"x" * 100] * 10)
+    channels.open_channel(row).checkpoint()
+    TaskRun.objects.create(task="weir.flush_channel", channel="orders", started_at="2026-11-23T10:00:00Z",
+                           duration_ms=1.5, outcome=TaskRun.FAILED, error="StorageError: disk gone")
+    ApiToken.issue("ingest", ["produce"], [row])
+    page = operator.get("/channels/orders/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    for text in ("Segments", "Base offset", "Checkpoint", "checkpoint-sequence",
+                 "StorageError: disk gone", "ingest", "Recent task runs", "Exports"):
+        assert text in html, text
+    part = page.context["status"]["partitions"][0]
+    assert part["segment_table"][0]["records"] == 10
+    status = operator.get("/channels/orders/status")
+    assert status.status_code == 200 and b"<html" not in status.content
+
+
+def test_checkpoint_flush_and_retention_now_record_their_runs(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    before = channels.open_channel(row).status()["checkpoint"]["sequence"]
+    for action in ("checkpoint", "flush", "retention"):
+        response = operator.post(f"/channels/orders/{action}", follow=True)
+        assert response.status_code == 200
+    assert channels.open_channel(row).status()["checkpoint"]["sequence"] == before + 1
+    tasks = set(TaskRun.objects.filter(channel="orders").values_list("task", flat=True))
+    assert {"weir.checkpoint_channel", "weir.retention_channel"} <= tasks
+
+
+def test_pause_refuses_puts_over_the_api_until_resumed(operator: Client, root: Path) -> None:
+    channel_row(root)
+    _, key = ApiToken.issue("p", ["produce"])
+    produce = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    def send() -> int:
+        return produce.post("/api/v1/channels/orders/events", {"events": [{"body": "a"}]},
+                            content_type="application/json").status_code
+
+    operator.post("/channels/orders/pause")
+    assert send() == 503
+    operator.post("/channels/orders/resume")
+    assert send() == 200
+
+
+def test_verify_shows_the_engine_report_and_damage(operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"y" * 50] * 5)
+    response = operator.post("/channels/orders/verify")
+    assert response.status_code == 200 and response.context["report"]["ok"]
+    channels.close_all()
+    log = next((root / "data" / "orders-0").glob("*.log"))
+    data = bytearray(log.read_bytes())
+    data[70] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    log.write_bytes(bytes(data))
+    response = operator.post("/channels/orders/verify")
+    assert not response.context["report"]["ok"] and b"problem(s)" in response.content
+
+
+def test_tokens_are_created_with_their_key_shown_once_and_revoked(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    response = operator.post("/channels/orders/tokens", {"name": "loader", "roles": ["consume"]})
+    key = response.context["key"]
+    token = ApiToken.objects.get(name="loader")
+    assert token.roles == ["consume"] and list(token.channels.all()) == [row]
+    assert key.encode() in response.content and key.encode() not in \
+        operator.get("/channels/orders/").content
+    operator.post(f"/channels/orders/tokens/{token.pk}/revoke")
+    assert ApiToken.objects.get(pk=token.pk).revoked_at is not None
+    refused = operator.post("/channels/orders/tokens", {"name": "", "roles": ["root"]},
+                            follow=True)
+    assert b"Token not created" in refused.content and ApiToken.objects.count() == 1
+
+
+def test_delete_asks_for_the_name_and_force_while_events_are_untaken(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"z"])
+    assert operator.get("/channels/orders/delete").status_code == 200
+    assert operator.post("/channels/orders/delete", {"confirm_name": "nope"}).status_code == 409
+    refused = operator.post("/channels/orders/delete", {"confirm_name": "orders"})
+    assert refused.status_code == 409 and b"untaken events" in refused.content
+    assert Channel.objects.filter(pk=row.pk).exists() and (root / "data" / "orders-0").exists()
+    done = operator.post("/channels/orders/delete", {"confirm_name": "orders", "force": "on"})
+    assert done.status_code == 302 and not Channel.objects.exists()
+    assert not (root / "data" / "orders-0").exists() and not (root / "orders").exists()
+
+
+def test_the_event_browser_reads_by_offset_and_by_time_and_escapes_bodies(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"<script>alert(1)</script>", b"\x00\x01\xffbinary", b"plain text"])
+    page = operator.get("/channels/orders/events?partition=0&offset=0")
+    html = page.content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert" not in html
+    assert "00 01 ff 62" in html  # the binary body as hex
+    assert [e["event"].offset for e in page.context["events"]] == [0, 1, 2]
+    stamp = page.context["events"][1]["event"].timestamp
+    by_time = operator.get(f"/channels/orders/events?partition=0&time={stamp}")
+    assert by_time.context["found_offset"] in (0, 1, 2)
+    assert operator.get("/channels/orders/events?partition=0&offset=x").status_code == 400
+    assert operator.get("/channels/orders/events?partition=9&offset=0").status_code == 400
+    assert operator.get("/channels/orders/events?partition=0&time=yesterday").status_code == 400
+    assert operator.get("/channels/orders/events?partition=0&offset=99").status_code == 416
+
+
+def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"e"] * 7)
+    from django.utils import timezone
+    now = timezone.now()
+    for seconds, puts in ((-20, 0), (-10, 100), (0, 300)):
+        ChannelSample.objects.create(channel="orders", at=now + timezone.timedelta(seconds=seconds),
+                                     events_untaken=0, events_in_flight=0, put_successes=puts,
+                                     take_successes=0, unflushed_events=0, bytes_on_disk=0)
+    page = operator.get("/")
+    line = page.context["lines"][0]
+    assert line["status"]["events_queued"] == 7 and line["charts"]["put_rate"] == 20.0
+    assert b"healthy" in page.content and b"<polyline" in page.content
+    assert operator.get("/ui/status").status_code == 200
