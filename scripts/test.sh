@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run every test: lint, type check, the default pytest suite (SQLite), then the
+# Run every test: lint, type check, the default pytest suite (SQLite; the browser tests
+# in tests/e2e use Debian's chromium, installed here when missing), then the
 # appliance tests again on PostgreSQL (WEIR_TEST_POSTGRES_URL, default the local
 # server on 127.0.0.1:5432; skipped with a message when none answers).
 # Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the many-trial runs).
@@ -7,6 +8,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
+# The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
+if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
+  echo "test: installing Debian's chromium for the browser tests"
+  as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

@@ -123,8 +123,9 @@ def test_the_channel_page_shows_segments_checkpoint_runs_and_tokens(
     row = channel_row(root)
     put(row, [b"x" * 100] * 10)
     channels.open_channel(row).checkpoint()
-    TaskRun.objects.create(task="weir.flush_channel", channel="orders", started_at="2026-11-23T10:00:00Z",
-                           duration_ms=1.5, outcome=TaskRun.FAILED, error="StorageError: disk gone")
+    TaskRun.objects.create(task="weir.flush_channel", channel="orders",
+                           started_at="2026-11-23T10:00:00Z", duration_ms=1.5,
+                           outcome=TaskRun.FAILED, error="StorageError: disk gone")
     ApiToken.issue("ingest", ["produce"], [row])
     page = operator.get("/channels/orders/")
     html = page.content.decode()

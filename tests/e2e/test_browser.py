@@ -1,0 +1,177 @@
+"""The admin UI in a real browser (Chromium via Playwright) against a live server with a
+real channel: login, the create form with a validation error first, live dashboard
+counts without a reload, checkpoint from the UI, the event browser by offset and by time,
+bodies shown as text (never as HTML), and anonymous users sent to login."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Shots, login
+from django.contrib.auth.models import User
+from playwright.sync_api import Page, expect
+
+from appliance import channels, tasks
+from appliance.models import ApiToken, Channel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_channel(root: Path, name: str = "orders", **settings: Any) -> Channel:
+    settings.setdefault("minimum_required_space", 0)
+    return Channel.objects.create(name=name, data_dirs=[str(root / "data")],
+                                  checkpoint_dir=str(root / name), **settings)
+
+
+def produce(base: str, name: str, bodies: list[str]) -> dict[str, Any]:
+    """Put events over the REST API, as a producer would."""
+    _, key = ApiToken.issue("producer", ["produce"])
+    request = urllib.request.Request(
+        f"{base}/api/v1/channels/{name}/events", method="POST",
+        data=json.dumps({"events": [{"body": b} for b in bodies]}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)  # type: ignore[no-any-return]
+
+
+def test_an_anonymous_user_is_sent_to_login_then_back(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    make_channel(root)
+    page.goto(f"{live_server.url}/channels/orders/")
+    expect(page).to_have_url(f"{live_server.url}/login/?next=/channels/orders/")
+    shot("login-page")
+    page.fill("input[name=username]", "ops")
+    page.fill("input[name=password]", "wrong")
+    page.click("button[type=submit]")
+    expect(page.locator("p.error")).to_contain_text("did not match")
+    page.fill("input[name=username]", "ops")
+    page.fill("input[name=password]", "a-long-test-password")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{live_server.url}/channels/orders/")
+    expect(page.locator("h1")).to_have_text("orders")
+    page.click("text=Log out ops")
+    expect(page).to_have_url(f"{live_server.url}/login/")
+    page.goto(f"{live_server.url}/")
+    expect(page).to_have_url(f"{live_server.url}/login/?next=/")
+    shot("after-logout")
+
+
+def test_create_a_channel_through_the_form_after_a_validation_error(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    login(page, live_server.url)
+    page.click("text=Create channel")
+    page.fill("#id_name", "Web Orders")  # upper case and a space: not a channel name
+    page.fill("#id_partitions", "3")
+    page.fill("#id_minimum_required_space", "0")
+    page.click("button:has-text('Create channel')")
+    error = page.locator("#field-name .field-error")
+    expect(error).to_contain_text("must match [a-z0-9][a-z0-9_-]*")
+    expect(page.locator(".field-error")).to_have_count(1)
+    assert not Channel.objects.exists()
+    shot("validation-error")
+    page.fill("#id_name", "web-orders")
+    page.click("button:has-text('Create channel')")
+    expect(page).to_have_url(f"{live_server.url}/channels/web-orders/")
+    expect(page.locator(".messages")).to_contain_text("Channel web-orders created")
+    expect(page.locator("#partitions tbody tr")).to_have_count(3)
+    assert (root / "data" / "web-orders-2").is_dir()
+    shot("channel-page")
+
+
+def test_the_dashboard_counts_change_without_a_reload(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    make_channel(root)
+    make_channel(root, "clicks", partitions=2)
+    login(page, live_server.url)
+    queued = page.locator("tr[data-channel=orders] td.queued")
+    expect(queued).to_have_text("0")
+    page.evaluate("window.__sameDocument = true")
+    shot("dashboard-empty")
+    tasks.sample_metrics.apply()  # what beat runs every WEIR_SAMPLE_INTERVAL_S
+    produce(live_server.url, "orders", [f"event {i}" for i in range(25)])
+    expect(queued).to_have_text("25", timeout=10_000)
+    produce(live_server.url, "orders", [f"more {i}" for i in range(1000)])
+    expect(queued).to_have_text("1,025", timeout=10_000)
+    time.sleep(0.2)
+    tasks.sample_metrics.apply()
+    rates = page.locator("tr[data-channel=orders] .rates")
+    expect(rates).to_contain_text("ev/s", timeout=10_000)  # the chart has its first rate
+    assert page.locator("tr[data-channel=orders] polyline.puts").get_attribute("points")
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
+    shot("dashboard-counts")
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    shot("dashboard-phone")
+
+
+def test_checkpoint_from_the_ui_changes_the_checkpoint_panel(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    make_channel(root)
+    produce(live_server.url, "orders", ["a", "b", "c"])
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    sequence = page.locator("#checkpoint-sequence")
+    before = int(sequence.inner_text())
+    history = page.locator("#checkpoint-panel tbody tr").count()
+    shot("before-checkpoint")
+    page.click("#checkpoint-now")
+    expect(page.locator(".messages")).to_contain_text("Checkpoint written")
+    expect(sequence).to_have_text(str(before + 1))
+    expect(page.locator("#checkpoint-panel tbody tr")).to_have_count(min(history + 1, 10))
+    page.locator("#checkpoint-panel").scroll_into_view_if_needed()
+    shot("after-checkpoint")
+    assert channels.open_channel(Channel.objects.get(name="orders")).status()[
+        "checkpoint"]["sequence"] == before + 1
+
+
+def test_browse_events_by_offset_and_by_time(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root)
+    start = 1_795_000_000_000
+    with channels.open_channel(row).put() as tx:
+        for i in range(80):
+            tx.put(f"event number {i}".encode(), key=f"k{i}".encode(),
+                   headers={"source": b"browser-test"}, timestamp=start + i * 1000)
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    page.click("text=Browse events")
+    page.fill("#offset", "10")
+    page.click("button:has-text('Show events')")
+    rows = page.locator("#events tbody tr")
+    expect(rows.first).to_have_attribute("data-offset", "10")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_contain_text("event number 10")
+    expect(rows.first).to_contain_text("browser-test")
+    page.click("#next-page")
+    expect(rows.first).to_have_attribute("data-offset", "60")
+    expect(rows).to_have_count(20)
+    shot("by-offset")
+    page.fill("#offset", "")
+    page.fill("#time", "2026-11-18T11:07:22")  # start is 11:06:40 UTC: offset 42 is at 11:07:22
+    page.click("button:has-text('Show events')")
+    expect(page.locator("#found-offset")).to_have_text("42")
+    expect(rows.first).to_have_attribute("data-offset", "42")
+    expect(rows.first).to_contain_text("2026-11-18 11:07:22 UTC")
+    shot("by-time")
+
+
+def test_a_script_in_a_body_is_shown_as_text(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    make_channel(root)
+    hostile = ['<script>window.__pwned = 1</script>',
+               '<img src=x onerror="window.__pwned = 2">']
+    produce(live_server.url, "orders", hostile)
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/events?partition=0&offset=0")
+    bodies = page.locator("#events pre.body")
+    expect(bodies.nth(0)).to_have_text(hostile[0])
+    expect(bodies.nth(1)).to_have_text(hostile[1])
+    assert page.locator("#events script, #events img").count() == 0
+    time.sleep(0.3)  # an onerror would have fired by now
+    assert page.evaluate("window.__pwned") is None
+    shot("escaped-bodies")
