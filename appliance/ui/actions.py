@@ -26,7 +26,7 @@ from channel_engine.verify import verify_channel
 
 RUN_NOW: dict[str, tuple[Task, dict[str, Any], str]] = {
     "checkpoint": (tasks.checkpoint_channel, {"force": True}, "Checkpoint written"),
-    "flush": (tasks.flush_channel, {}, "Flush done"),
+    "flush": (tasks.flush_channel, {"force": True}, "Flushed"),
     "retention": (tasks.retention_channel, {}, "Retention ran"),
 }
 

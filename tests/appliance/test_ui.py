@@ -141,12 +141,19 @@ def test_the_channel_page_shows_segments_checkpoint_runs_and_tokens(
 
 def test_checkpoint_flush_and_retention_now_record_their_runs(
         operator: Client, root: Path) -> None:
-    row = channel_row(root)
-    before = channels.open_channel(row).status()["checkpoint"]["sequence"]
-    for action in ("checkpoint", "flush", "retention"):
+    row = channel_row(root, durability="policy", flush_ms=3_600_000, flush_messages=None)
+    put(row, [b"not yet durable"] * 10)
+    before = channels.open_channel(row).status()
+    assert before["unflushed_events"] == 10
+    for action in ("flush", "checkpoint", "retention"):
         response = operator.post(f"/channels/orders/{action}", follow=True)
-        assert response.status_code == 200
-    assert channels.open_channel(row).status()["checkpoint"]["sequence"] == before + 1
+        assert response.status_code == 200 and b"failed" not in response.content
+        if action == "flush":  # flush now flushes, whatever flush_ms says
+            assert channels.open_channel(row).status()["unflushed_events"] == 0
+    after = channels.open_channel(row).status()
+    assert after["checkpoint"]["sequence"] == before["checkpoint"]["sequence"] + 1
+    flushed = TaskRun.objects.get(task="weir.flush_channel", channel="orders")
+    assert flushed.outcome == TaskRun.OK
     tasks = set(TaskRun.objects.filter(channel="orders").values_list("task", flat=True))
     assert {"weir.checkpoint_channel", "weir.retention_channel"} <= tasks
 

@@ -175,3 +175,43 @@ def test_a_script_in_a_body_is_shown_as_text(
     time.sleep(0.3)  # an onerror would have fired by now
     assert page.evaluate("window.__pwned") is None
     shot("escaped-bodies")
+
+
+def test_tokens_verify_and_delete_ask_before_they_act(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    make_channel(root)
+    produce(live_server.url, "orders", ["kept until forced"])
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    page.fill("form.token-form input[name=name]", "nightly-loader")
+    page.check("form.token-form input[value=consume]")
+    page.click("button:has-text('Create token')")
+    key = page.locator("#token-key").inner_text()
+    assert key.startswith("weir_")
+    shot("token-created")
+    page.click("text=Back to orders")
+    revoke = page.locator("#tokens button:has-text('Revoke')")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    revoke.click()
+    expect(page.locator("#tokens .badge.healthy")).to_have_text("active")
+    page.once("dialog", lambda dialog: dialog.accept())
+    revoke.click()
+    expect(page.locator(".messages")).to_contain_text("revoked")
+    expect(page.locator("#tokens .badge.unhealthy")).to_have_text("revoked")
+    assert ApiToken.objects.get(name="nightly-loader").revoked_at is not None
+    page.click("button:has-text('Verify files')")
+    expect(page.locator("#verdict")).to_contain_text("sound")
+    shot("verify")
+    page.goto(f"{live_server.url}/channels/orders/")
+    page.click("text=Delete…")
+    page.fill("input[name=confirm_name]", "orders")
+    page.click("button:has-text('Delete channel and files')")
+    expect(page.locator("p.error[role=alert]")).to_contain_text("1 untaken events")
+    assert Channel.objects.filter(name="orders").exists()
+    page.fill("input[name=confirm_name]", "orders")
+    page.check("input[name=force]")
+    shot("delete-confirm")
+    page.click("button:has-text('Delete channel and files')")
+    expect(page).to_have_url(f"{live_server.url}/")
+    expect(page.locator(".messages")).to_contain_text("deleted")
+    assert not Channel.objects.exists() and not (root / "orders").exists()
