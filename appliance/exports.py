@@ -77,6 +77,7 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
     """Run one export of the channel now; return its finished ExportRun. ExportBusy, and
     nothing started, when another process is running one."""
     with _export_lock(row) as lock_fd:
+        argv = command(row)
         _fail_stale_runs(row.name)
         run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),
                                        progress="starting Spark")
@@ -85,7 +86,7 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
             token, key = ApiToken.issue(_token_name(run), ["consume"], [row])
             env = {**os.environ, TOKEN_ENV: key}
         try:
-            _run_job(run, command(row), env, lock_fd, timeout_s)
+            _run_job(run, argv, env, lock_fd, timeout_s)
         finally:
             if token is not None:
                 token.revoke()
@@ -101,7 +102,7 @@ def _export_lock(row: Channel) -> Iterator[int]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ExportBusy(f"an export of channel {row.name!r} is already running "
-                             f"(another process holds {path})") from None
+                             f"({path} is locked)") from None
         yield fd
     finally:
         os.close(fd)
@@ -129,7 +130,12 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
                           text=True, bufsize=1, env=env, pass_fds=(lock_fd,)) as job:
         assert job.stdout is not None
         expired = threading.Event()
-        timer = threading.Timer(timeout_s, lambda: (expired.set(), job.kill()))
+
+        def expire() -> None:
+            expired.set()
+            job.kill()
+
+        timer = threading.Timer(timeout_s, expire)
         timer.start()
         try:
             for line in job.stdout:

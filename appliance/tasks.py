@@ -120,9 +120,13 @@ def exporter() -> int:
 
 # -- per-channel work ---------------------------------------------------------------------
 @shared_task(bind=True, name="weir.flush_channel", soft_time_limit=60, time_limit=90)
-def flush_channel(self: Task, name: str) -> str:
-    """Flush what the channel's flush policy says is due."""
+def flush_channel(self: Task, name: str, force: bool = False) -> str:
+    """Flush what the channel's flush policy says is due (everything, with force)."""
     def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
+        if force:
+            unflushed = channel.status()["unflushed_events"]
+            channel.flush()
+            return TaskRun.OK, {"flushed": True, "events": unflushed}
         if channel.flush_if_due():
             return TaskRun.OK, {"flushed": True}
         return TaskRun.NOTHING_DUE, {}

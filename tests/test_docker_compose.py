@@ -43,10 +43,12 @@ REQUIRED_IN_PRODUCTION = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HO
 HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_CELERY_QUEUE",
                           "WEIR_SCHEDULER_TICK_S", "WEIR_SAMPLE_INTERVAL_S",
                           "WEIR_TASK_RUNS_KEEP_HOURS", "WEIR_TASK_LOCK_WAIT_S",
-                          "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER"}
+                          "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER", "WEIR_UI_REFRESH_S",
+                          # empty: executors read the shared disks, as compose's local Spark does
+                          "WEIR_EXPORT_READ_URL"}
 # Set in the compose file although the settings do not read them (none now).
 EXPORTER_VARS: set[str] = set()
-ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float"}
+ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float", "env_http_url"}
 HELPER_READS = {"secret_key": "SECRET_KEY", "database": "DATABASE_URL"}
 INTERPOLATION = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -176,6 +178,15 @@ def test_env_example_comments_every_variable():
     bare = [name for name, n in env_example().items()
             if n == 0 or not lines[n - 1].lstrip().startswith("#")]
     assert not bare, f".env.example has no comment line above {bare}"
+
+
+def test_the_scan_knows_every_env_helper():
+    tree = ast.parse((ROOT / "appliance" / "env.py").read_text())
+    helpers = {node.name for node in tree.body
+               if isinstance(node, ast.FunctionDef) and node.name.startswith("env_")}
+    assert helpers <= ENV_HELPERS, (
+        f"appliance/env.py defines {sorted(helpers - ENV_HELPERS)}: add them to ENV_HELPERS, "
+        f"or the variables they read go unclassified")
 
 
 def test_every_settings_variable_is_classified():

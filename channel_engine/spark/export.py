@@ -39,13 +39,16 @@ The protocol (each step survives a crash at any point; the output is the source 
 
 So every event reaches the output exactly once: written files count only once a commit
 record names them, and a range a record names is never written again. Two exports of one
-channel must not run at once: the appliance's task holds a lock per channel, and the job
-holds `export.lock` (flock) in the channel's home.
+channel must not run at once: the job holds `export.lock` (flock) in the channel's home
+from before Spark starts until it exits (export_lock.py), and refuses to start while
+another process holds it: exit status 75 and the report line
+`{"report": null, "error": "an export of channel 'orders' is already running …"}`, nothing
+written. The kernel releases the lock of a killed job, so none is ever stale. (The
+appliance also holds `export-run.lock` around its ExportRun row: appliance/exports.py.)
 """
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import re
@@ -150,19 +153,12 @@ def subtract(wanted: Range, done: list[Range]) -> list[Range]:
     return pieces
 
 
-@contextmanager
-def export_lock(home: str) -> Iterator[None]:
-    """Hold `export.lock` in the channel's home: one export of a channel at a time."""
-    fd = os.open(Path(home) / "export.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"an export of the channel in {home} is running already") \
-                from None
-        yield
-    finally:
-        os.close(fd)
+def export_lock(home: str) -> Any:
+    """Hold `export.lock` in the channel's home: one export of a channel at a time
+    (export_lock.py; main() holds it already, so this is a no-op there)."""
+    from channel_engine.spark.export_lock import hold
+
+    return hold(home)
 
 
 class Exporter:
@@ -456,7 +452,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():
         parser.error(f"--home: no channel.json in {args.home}")
-    spark = spark_session(args.master)
+    from channel_engine.spark.export_lock import EXIT_BUSY, ExportRunningError, hold
+
+    try:
+        name = json.loads((Path(args.home) / "channel.json").read_text())["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name = None  # the run itself reports a bad channel.json
+    try:
+        with hold(args.home, name):  # for the whole run, before Spark starts
+            return _export(settings, args.master)
+    except ExportRunningError as exc:
+        print(json.dumps({"report": None, "error": str(exc)}), flush=True)
+        return EXIT_BUSY
+
+
+def _export(settings: ExportSettings, master: str) -> int:
+    spark = spark_session(master)
     try:
         report = Exporter(spark, settings, progress=lambda line: print(line, flush=True)).run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance

@@ -44,6 +44,10 @@ Encrypted channels are decrypted with the key file channel.json names, as the ow
 Events are read as stored: take the ranges from the channel (a take's reserve(), as the
 exporter does), which never hands out the events of an aborted multi-partition put.
 
+read() yields pyarrow RecordBatches, never a tuple or an Event per row: each record
+batch is decoded column by column (record_batch.record_columns) and the columns are
+gathered into RecordBatches of Spark's Arrow schema (arrow_decode.py).
+
 Spark pickles these classes by reference: its Python workers must be able to import
 channel_engine (install it, or put the repository on PYTHONPATH) and need pyarrow. They
 open the partition directories and the key file by path, so they must run on the host
@@ -53,10 +57,10 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -72,7 +76,9 @@ from pyspark.sql.types import (
 from channel_engine.channel_config import ChannelConfig
 from channel_engine.config import LogConfig
 from channel_engine.errors import ChannelEngineError, ConfigError
-from channel_engine.event import Event
+
+if TYPE_CHECKING:
+    from channel_engine.record_batch import RecordColumns
 
 SCHEMA = StructType([
     StructField("channel", StringType()),
@@ -84,10 +90,9 @@ SCHEMA = StructType([
     StructField("body", BinaryType()),
 ])
 DEFAULT_MAX_ROWS_PER_SPLIT = 200_000
-ARROW_BATCH_ROWS = 10_000  # rows per RecordBatch handed to Spark
-# Bytes of record batches per log read. read() stops between whole batches when it is
-# bounded by bytes only, so no batch is decoded twice (a row limit would cut one).
-READ_BYTES = 4 << 20
+# Rows per RecordBatch handed to Spark, at least (whole record batches are added, one at
+# a time, until this many are gathered).
+ARROW_BATCH_ROWS = 10_000
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,4}")
 
 
@@ -234,16 +239,53 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
     # Imported here: this runs in Spark's Python workers (the tutorial's rule).
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from channel_engine.encryption import BatchSealer, KeyRing
-    from channel_engine.log import PartitionLog
+    from channel_engine.spark.arrow_decode import EventColumns
 
     # Spark compares the first batch's schema with its own rendering of SCHEMA.
-    arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
-    if split.url is not None:
-        events = list(_read_remote(split))
-        for i in range(0, len(events), ARROW_BATCH_ROWS):
-            yield _record_batch(split, events[i:i + ARROW_BATCH_ROWS], arrow_schema)
-        return
+    columns = EventColumns(split.channel, split.partition,
+                           to_arrow_schema(SCHEMA, timezone="UTC"))
+    expected = split.start  # the next offset due
+    chunks = _remote_chunks(split) if split.url is not None else _local_chunks(split)
+    for offsets, timestamps, keys, values, headers in chunks:
+        # The first and last record batches may hold offsets outside the split.
+        low, high = bisect_left(offsets, expected), bisect_left(offsets, split.end)
+        if low == high:
+            continue
+        if offsets[low] != expected or offsets[high - 1] != expected + high - low - 1:
+            raise _gap(split, offsets[low:high], expected)
+        if high - low == len(offsets):
+            columns.extend(offsets, timestamps, keys, values, headers)
+        else:
+            columns.extend(offsets[low:high], timestamps[low:high], keys[low:high],
+                           values[low:high], headers[low:high])
+        expected += high - low
+        if len(columns) >= ARROW_BATCH_ROWS:
+            yield columns.to_batch()
+    if expected != split.end:
+        raise _unavailable(split, f"{_batches_url(split)} served offsets up to {expected} only"
+                           if split.url else f"the log has no contiguous events at {expected}")
+    if len(columns):
+        yield columns.to_batch()
+
+
+def _gap(split: WeirSplit, offsets: list[int], expected: int) -> RangeUnavailableError:
+    """The error for records that do not continue the split at `expected`."""
+    if not split.url:
+        return _unavailable(split, f"the log has no contiguous events at {expected}")
+    got, due = next(((o, expected + i) for i, o in enumerate(offsets) if o != expected + i),
+                    (offsets[-1], expected + len(offsets) - 1))
+    return _unavailable(split, f"{_batches_url(split)}: offset {got} where {due} was due")
+
+
+def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
+    """The records of the log's batches that hold the split's offsets, batch by batch, as
+    PartitionLog.read decodes them (decrypted; a batch that does not decode is a
+    CorruptRecordError naming the segment)."""
+    from channel_engine import record_batch
+    from channel_engine.encryption import BatchSealer, KeyRing
+    from channel_engine.errors import CorruptRecordError
+    from channel_engine.log import PartitionLog
+
     sealer = None
     if split.key_file is not None:  # the sealer the owner builds (channel_owner.py)
         keys = KeyRing.load(split.key_file, str(split.active_key))
@@ -253,77 +295,49 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
         first, last = log.log_start_offset, log.high_watermark
         if split.start < first or split.end > last:
             raise _unavailable(split, f"the log holds [{first}, {last})")
-        offset = split.start
-        while offset < split.end:
-            events = log.read(offset, max_bytes=READ_BYTES, end_offset=split.end)
-            if not events or events[0].offset != offset \
-                    or events[-1].offset != offset + len(events) - 1:
-                raise _unavailable(split, f"the log has no contiguous events at {offset}")
-            for i in range(0, len(events), ARROW_BATCH_ROWS):
-                yield _record_batch(split, events[i:i + ARROW_BATCH_ROWS], arrow_schema)
-            offset += len(events)
+        for segment, header, data in log.read_batches(split.start, split.end, 1 << 62):
+            try:
+                yield record_batch.record_columns(record_batch.unseal(data, sealer))
+            except record_batch.InvalidBatch as exc:
+                position = segment.find_position(header.base_offset, segment.size) or 0
+                raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
 
 
-def _read_remote(split: WeirSplit) -> Iterator[Event]:
-    """The split's events from the appliance's batches endpoint (plain batches back to
-    back; the first may start before the split, the last end after it)."""
+def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
+    """The records of the appliance's batches endpoint, batch by batch (plain batches back
+    to back; the first may start before the split, the last end after it). As before this
+    path turns null header values into b"" (PartitionLog.read keeps them null)."""
     import urllib.error
     import urllib.request
 
     from channel_engine import record_batch
 
-    url = (f"{split.url}/api/v1/channels/{split.channel}/partitions/{split.partition}"
-           f"/batches?start={split.start}&end={split.end}")
+    url = _batches_url(split)
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {split.token}"})
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             data = response.read()
     except urllib.error.HTTPError as exc:
         raise _unavailable(split, f"{url} answered {exc.code}: {exc.read()[:300]!r}") from exc
-    expected, position = split.start, 0
-    while position < len(data) and expected < split.end:
+    position, next_offset = 0, split.start
+    while position < len(data) and next_offset < split.end:
         try:
             header = record_batch.check_batch(data, position, len(data), None, True)
+            offsets, timestamps, keys, values, headers = record_batch.record_columns(
+                data[position:position + header.size])
         except record_batch.InvalidBatch as exc:
             raise _unavailable(split, f"{url}: bad batch at byte {position}: {exc}") from exc
-        batch = data[position:position + header.size]
-        for offset, timestamp, key, value, headers in record_batch.records(batch):
-            if expected <= offset < split.end:
-                if offset != expected:
-                    raise _unavailable(split, f"{url}: offset {offset} where {expected} was due")
-                yield Event(split.partition, offset, timestamp, key,
-                            {name: v or b"" for name, v in headers}, value or b"")
-                expected += 1
+        if any(headers):
+            headers = [[(name, v or b"") for name, v in h] for h in headers]
+        yield offsets, timestamps, keys, values, headers
         position += header.size
-    if expected != split.end:
-        raise _unavailable(split, f"{url} served offsets up to {expected} only")
+        next_offset = header.next_offset
+
+
+def _batches_url(split: WeirSplit) -> str:
+    return (f"{split.url}/api/v1/channels/{split.channel}/partitions/{split.partition}"
+            f"/batches?start={split.start}&end={split.end}")
 
 
 def _unavailable(split: WeirSplit, reason: str) -> RangeUnavailableError:
     return RangeUnavailableError(split.channel, split.partition, split.start, split.end, reason)
-
-
-def _record_batch(split: WeirSplit, events: list[Event], arrow_schema: Any) -> Any:
-    """Events as one RecordBatch of exactly arrow_schema (column by column: far faster
-    than handing Spark tuples)."""
-    import pyarrow as pa
-
-    _, offsets, timestamps, keys, headers, bodies = zip(*events, strict=True)
-    count = len(events)
-    if any(headers):
-        names = [name for h in headers for name in h]
-        values = [value for h in headers for value in h.values()]
-        ends = pa.array(list(accumulate(map(len, headers), initial=0)), pa.int32())
-    else:  # the common case: every map empty, nothing to flatten
-        names, values = [], []
-        ends = pa.repeat(pa.scalar(0, pa.int32()), count + 1)
-    return pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(split.channel, pa.string()), count),
-        pa.repeat(pa.scalar(split.partition, pa.int32()), count),
-        pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.int64()),
-        pa.array(keys, pa.binary()),
-        pa.MapArray.from_arrays(ends, pa.array(names, pa.string()),
-                                pa.array(values, pa.binary())),
-        pa.array(bodies, pa.binary()),
-    ], schema=arrow_schema)

@@ -1,0 +1,379 @@
+"""Exports from the appliance: one export of a channel at a time, however it is triggered
+(two Celery triggers at once, a Celery trigger during manage.py export_channel), no
+ExportRun left "running" by a dead process, the job's own export.lock across processes,
+and remote reads with a per-run, channel-scoped consume token revoked after the run.
+
+The Spark job is replaced at the subprocess boundary (exports.command) by a small Python
+script that records how it was started, sleeps, and prints a valid report line: the real
+job needs Spark (tests/spark/test_export_command.py runs it)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from appliance_helpers import channel_row
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from appliance import channels, exports, tasks
+from appliance.celery import app
+from appliance.env import env_http_url
+from appliance.models import ApiToken, Channel, ExportRun, TaskRun, hash_key
+from channel_engine.spark.export_lock import EXIT_BUSY, ExportRunningError, hold
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads see the rows
+ROOT = Path(__file__).resolve().parents[2]
+
+# argv: seconds to sleep, file to append this start to, then the real job's command line
+FAKE_JOB = """
+import json, os, sys, time
+with open(sys.argv[2], "a") as record:
+    record.write(json.dumps({"argv": sys.argv[3:],
+                             "token": os.environ.get("WEIR_EXPORT_READ_TOKEN"),
+                             "pid": os.getpid()}) + "\\n")
+print("export 5/10 events", flush=True)
+time.sleep(float(sys.argv[1]))
+print(json.dumps({"report": {"run_id": "fake-run", "output": "file:///fake/orders",
+                             "rows": 10, "bytes": 100, "partitions": []}}), flush=True)
+"""
+# Holds a lock file (flock) until killed: another process's export.
+HOLDER = """
+import sys, time
+from channel_engine.spark.export_lock import hold
+with hold(sys.argv[1], "orders"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+HOLD_FILE = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[None]:
+    queue = f"weir-test-exports-{os.getpid()}"  # no other worker takes these tasks
+    app.conf.task_default_queue = queue
+    with start_worker(app, pool="threads", concurrency=2, queues=[queue],
+                      perform_ping_check=False, shutdown_timeout=30):
+        yield
+    app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Iterator[Path]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_EXPORT_READ_URL=""):
+        yield tmp_path
+    channels.close_all()
+
+
+class FakeJob:
+    """The fake job's settings and what its starts recorded."""
+
+    def __init__(self, record: Path) -> None:
+        self.record = record
+        self.seconds = 2.0
+
+    def starts(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+
+@pytest.fixture()
+def fake_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeJob:
+    job = FakeJob(tmp_path / "starts.jsonl")
+    real = exports.command
+    monkeypatch.setattr(exports, "command", lambda row: [
+        sys.executable, "-c", FAKE_JOB, str(job.seconds), str(job.record), *real(row)])
+    return job
+
+
+@pytest.fixture()
+def holders() -> Iterator[Callable[[str, Path], subprocess.Popen[str]]]:
+    """Start a child that holds a lock; every child is killed at the end."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(script: str, path: Path) -> subprocess.Popen[str]:
+        child = subprocess.Popen([sys.executable, "-c", script, str(path)], cwd=ROOT,
+                                 stdout=subprocess.PIPE, text=True)
+        started.append(child)
+        assert child.stdout is not None and child.stdout.readline() == "held\n"
+        return child
+
+    yield start
+    for child in started:
+        child.kill()
+        child.wait()
+
+
+def home(row: Channel) -> Path:
+    channels.open_channel(row)  # creates the home and its channel.json
+    return Path(row.checkpoint_dir)
+
+
+def wait_for(check: Callable[[], Any], deadline_s: float, what: str = "") -> Any:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {deadline_s} s: {what}")
+
+
+def export_runs(task: str = "weir.export_channel") -> list[TaskRun]:
+    return list(TaskRun.objects.filter(task=task, channel="orders").order_by("started_at"))
+
+
+# -- one export of a channel at a time ------------------------------------------------------
+def test_it_starts_one_export_of_two_triggered_at_once(
+        worker: None, root: Path, fake_job: FakeJob) -> None:
+    home(channel_row(root))
+    with override_settings(WEIR_TASK_LOCK_WAIT_S=0):
+        results = [tasks.export_channel.delay("orders") for _ in range(2)]
+        outcomes = sorted(r.get(timeout=30) for r in results)
+    assert outcomes == [TaskRun.BUSY, TaskRun.OK]
+    assert sorted(r.outcome for r in export_runs()) == [TaskRun.BUSY, TaskRun.OK]
+    assert len(fake_job.starts()) == 1
+    run = ExportRun.objects.get()
+    assert run.outcome == ExportRun.OK and run.rows == 10 and run.run_id == "fake-run"
+
+
+def test_a_task_during_a_manual_export_is_busy_and_starts_nothing(
+        worker: None, root: Path, fake_job: FakeJob) -> None:
+    home(channel_row(root))  # the Redis lock does not cover manage.py: the flock does
+    manual = threading.Thread(target=call_command, args=("export_channel", "orders"),
+                              kwargs={"stdout": StringIO()})
+    manual.start()
+    try:
+        wait_for(lambda: fake_job.starts(), 10, "the manual export's job started")
+        assert tasks.export_channel.delay("orders").get(timeout=30) == TaskRun.BUSY
+    finally:
+        manual.join(30)
+    [busy] = export_runs()
+    assert busy.outcome == TaskRun.BUSY
+    assert "an export of channel 'orders' is already running" in busy.detail["busy"]
+    assert len(fake_job.starts()) == 1
+    assert [r.outcome for r in ExportRun.objects.all()] == [ExportRun.OK]
+
+
+def test_a_manual_export_during_a_task_fails_clearly_and_starts_nothing(
+        worker: None, root: Path, fake_job: FakeJob) -> None:
+    home(channel_row(root))
+    result = tasks.export_channel.delay("orders")
+    wait_for(lambda: fake_job.starts(), 10, "the task's job started")
+    with pytest.raises(CommandError, match="an export of channel 'orders' is already "
+                                           "running .*nothing was started"):
+        call_command("export_channel", "orders")
+    assert result.get(timeout=30) == TaskRun.OK
+    assert len(fake_job.starts()) == 1 and ExportRun.objects.count() == 1
+
+
+def test_manage_export_channel_exits_non_zero_when_busy(root: Path, holders: Any) -> None:
+    row = channel_row(root)
+    holders(HOLD_FILE, home(row) / exports.LOCK_FILE)
+    with pytest.raises(CommandError, match="already running"):
+        call_command("export_channel", "orders")
+    assert not ExportRun.objects.exists()
+
+
+# -- no run left "running" by a dead process -------------------------------------------------
+def test_it_marks_a_run_left_running_by_a_dead_process_failed(
+        root: Path, fake_job: FakeJob) -> None:
+    row = channel_row(root)
+    home(row)
+    fake_job.seconds = 0
+    dead = ExportRun.objects.create(channel="orders", started_at=timezone.now(),
+                                    progress="export 10/100 events")
+    dead_token, _ = ApiToken.issue(exports._token_name(dead), ["consume"], [row])
+    other = ExportRun.objects.create(channel="payments", started_at=timezone.now())
+    run = exports.run_export(row)
+    dead.refresh_from_db()
+    dead_token.refresh_from_db()
+    assert dead.outcome == ExportRun.FAILED and "the process running this export died" in \
+        dead.error
+    assert dead_token.revoked_at is not None
+    assert run.outcome == ExportRun.OK
+    assert ExportRun.objects.get(pk=other.pk).outcome == ExportRun.RUNNING  # not its channel
+
+
+def test_a_run_whose_process_lives_is_not_marked_failed(
+        root: Path, fake_job: FakeJob, holders: Any) -> None:
+    row = channel_row(root)
+    holders(HOLD_FILE, home(row) / exports.LOCK_FILE)  # that process's run_export
+    live = ExportRun.objects.create(channel="orders", started_at=timezone.now())
+    with pytest.raises(exports.ExportBusy, match="an export of channel 'orders' is already "
+                                                 "running"):
+        exports.run_export(row)
+    assert ExportRun.objects.get(pk=live.pk).outcome == ExportRun.RUNNING
+    assert ExportRun.objects.count() == 1 and fake_job.starts() == []
+
+
+def test_the_job_inherits_the_appliance_lock(root: Path, fake_job: FakeJob) -> None:
+    # A worker killed mid-export leaves its job running; the job holds the lock too (a
+    # flock lives while any descriptor of it is open), so no second export starts and the
+    # row is not failed until the job ends as well.
+    row = channel_row(root)
+    lock = str(home(row) / exports.LOCK_FILE)
+    exporting = threading.Thread(target=exports.run_export, args=(row,))
+    exporting.start()
+    try:
+        [start] = wait_for(lambda: fake_job.starts(), 10, "the job started")
+        fds = Path(f"/proc/{start['pid']}/fd")
+        held = [fd.name for fd in fds.iterdir() if os.readlink(fd) == lock]
+    finally:
+        exporting.join(30)
+    assert held, f"the job (pid {start['pid']}) has no descriptor of {lock}"
+    assert ExportRun.objects.get().outcome == ExportRun.OK
+
+
+def test_a_job_past_its_time_limit_is_killed_and_its_run_failed(
+        root: Path, fake_job: FakeJob) -> None:
+    row = channel_row(root)
+    home(row)
+    fake_job.seconds = 30
+    started = time.monotonic()
+    run = exports.run_export(row, timeout_s=0.5)
+    assert time.monotonic() - started < 10
+    assert run.outcome == ExportRun.FAILED
+    assert run.error == "the export job ran longer than 0.5 s and was killed"
+
+
+# -- the job's own lock (export.lock), across processes --------------------------------------
+def refusal(channel_home: Path) -> str | None:
+    """Why hold() refuses the channel's export.lock now (None: it would take it)."""
+    try:
+        with hold(channel_home, "orders"):
+            return None
+    except ExportRunningError as exc:
+        return str(exc)
+
+
+def test_the_job_lock_refuses_a_second_process_clearly(root: Path, holders: Any) -> None:
+    channel_home = home(channel_row(root))
+    holders(HOLDER, channel_home)
+    assert refusal(channel_home) == (f"an export of channel 'orders' is already running "
+                                     f"(another process holds {channel_home}/export.lock)")
+    output = root / "export"
+    done = subprocess.run([sys.executable, "-m", "channel_engine.spark.export", "--home",
+                           str(channel_home), "--output", output.as_uri(), "--master",
+                           "local[1]"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_BUSY, done.stderr
+    last = json.loads(done.stdout.splitlines()[-1])
+    assert last["report"] is None
+    assert last["error"].startswith("an export of channel 'orders' is already running")
+    assert not output.exists()  # refused before Spark started: nothing written
+
+
+def test_the_job_lock_is_free_once_its_holder_is_killed(root: Path, holders: Any) -> None:
+    channel_home = home(channel_row(root))
+    holder = holders(HOLDER, channel_home)
+    assert refusal(channel_home) is not None
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert refusal(channel_home) is None
+
+
+def test_the_job_lock_is_reentrant_in_its_thread_only(root: Path) -> None:
+    channel_home = home(channel_row(root))
+    elsewhere: list[str | None] = []
+    with hold(channel_home, "orders"):
+        assert refusal(channel_home) is None  # main() holds it, then Exporter.run again
+        thread = threading.Thread(target=lambda: elsewhere.append(refusal(channel_home)))
+        thread.start()
+        thread.join()
+        assert refusal(channel_home) is None
+    assert elsewhere[0] is not None and "already running" in elsewhere[0]
+    assert refusal(channel_home) is None  # released with the outer block
+
+
+# -- remote reads ----------------------------------------------------------------------------
+def test_remote_reads_get_a_channel_scoped_consume_token_revoked_after_the_run(
+        root: Path, fake_job: FakeJob) -> None:
+    row = channel_row(root)
+    other = channel_row(root, name="payments")
+    with channels.open_channel(row).put() as tx:
+        tx.put(b"e0")
+    home(other)
+    url = "/api/v1/channels/{}/partitions/0/batches?start=0&end=1"
+    with override_settings(WEIR_EXPORT_READ_URL="http://appliance.example:8000"):
+        exporting = threading.Thread(target=exports.run_export, args=(row,))
+        exporting.start()
+        try:
+            [start] = wait_for(lambda: fake_job.starts(), 10, "the job started")
+            key = start["token"]
+            client = APIClient()
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+            during = client.get(url.format("orders"))
+            elsewhere = client.get(url.format("payments"))
+        finally:
+            exporting.join(30)
+    argv = start["argv"]
+    assert argv[argv.index("--read-url") + 1] == "http://appliance.example:8000"
+    assert key and key not in " ".join(argv)  # the environment, not `ps`
+    assert during.status_code == 200, during.content
+    assert elsewhere.status_code == 403
+    token = ApiToken.objects.get(key_hash=hash_key(key))
+    assert token.roles == ["consume"] and not token.all_channels
+    assert list(token.channels.all()) == [row]
+    assert token.revoked_at is not None
+    assert client.get(url.format("orders")).status_code in (401, 403)
+    assert ExportRun.objects.get(channel="orders").outcome == ExportRun.OK
+
+
+def test_without_a_read_url_executors_read_files_and_no_token_is_issued(
+        root: Path, fake_job: FakeJob) -> None:
+    row = channel_row(root)
+    home(row)
+    fake_job.seconds = 0
+    assert exports.run_export(row).outcome == ExportRun.OK
+    [start] = fake_job.starts()
+    assert "--read-url" not in start["argv"] and start["token"] is None
+    assert not ApiToken.objects.exists()
+
+
+def test_the_token_is_revoked_when_the_job_fails(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+    monkeypatch.setattr(exports, "command", lambda row: [sys.executable, "-c",
+                                                         "raise SystemExit(3)"])
+    with override_settings(WEIR_EXPORT_READ_URL="http://appliance.example:8000"):
+        run = exports.run_export(row)
+    assert run.outcome == ExportRun.FAILED and "exited with 3" in run.error
+    assert ApiToken.objects.get().revoked_at is not None
+
+
+@pytest.mark.parametrize("value", ["ftp://appliance", "appliance:8000", "http://",
+                                   "http://a b", "http://appliance?x=1"])
+def test_it_refuses_a_read_url_that_is_not_an_http_base_url(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("WEIR_EXPORT_READ_URL", value)
+    with pytest.raises(ImproperlyConfigured, match="WEIR_EXPORT_READ_URL"):
+        env_http_url("WEIR_EXPORT_READ_URL")
+
+
+def test_a_read_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_EXPORT_READ_URL", "https://weir.example/base/")
+    assert env_http_url("WEIR_EXPORT_READ_URL") == "https://weir.example/base"
+    monkeypatch.setenv("WEIR_EXPORT_READ_URL", "")
+    assert env_http_url("WEIR_EXPORT_READ_URL") == ""
