@@ -127,6 +127,17 @@ def wait_port(port: int) -> None:
     raise SystemExit(f"nothing listens on {port}")
 
 
+def queued_events(port: int, key: str) -> int:
+    """events_untaken of the bench channel, as its detail endpoint reports it."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/api/v1/channels/bench", headers={"Authorization": f"Bearer {key}"})
+    response = conn.getresponse()
+    body = json.loads(response.read())
+    if response.status != 200:
+        raise SystemExit(f"channel detail: HTTP {response.status} {body}")
+    return int(body["status"]["events_untaken"])
+
+
 def engine_alone(root: Path, requests: int) -> float:
     """Seconds for one process to put `requests` batches into a fresh channel."""
     from channel_engine import Channel, ChannelConfig, PendingEvent
@@ -163,6 +174,7 @@ def main() -> None:
                "--set", "minimum_required_space=0", "--set", "capacity=100000000",
                "--set", "transaction_capacity=10000")
         key = manage(env, "create_token", "bench", "--role", "produce").split()[-1]
+        admin = manage(env, "create_token", "bench-check", "--role", "admin").split()[-1]
         port = free_port()
         procs.append(subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
@@ -191,6 +203,11 @@ def main() -> None:
                             []))
             runs[1].append(run_clients(http_client, (port, key, per_client), args.clients))
             runs[2].append(run_clients(redis_client, (redis_port, per_client), args.clients))
+        acknowledged = events * args.rounds + 5 * args.clients * 2 * BATCH
+        queued = queued_events(port, admin)
+        print(f"  check: the channel holds {queued:,} events, {acknowledged:,} acknowledged")
+        if queued != acknowledged:
+            raise SystemExit("the channel does not hold every acknowledged event exactly once")
         rates = {name: median_round(name, events, results)
                  for name, results in rounds.items()}
         alone, weir, redis_rate = rates.values()
