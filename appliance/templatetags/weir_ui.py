@@ -1,6 +1,7 @@
 """Template filters of the admin UI: times, ages, sizes and counts as operators read them."""
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,3 +55,20 @@ def size(value: Any) -> str:
             return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
         amount /= 1024
     return f"{amount:.1f} TiB"
+
+
+@register.filter
+def file_count(partitions: Any) -> int:
+    """How many files an export run wrote (ExportRun.partitions: one report a partition)."""
+    return sum(len(part.get("files") or []) for part in partitions or [])
+
+
+PERCENT = re.compile(r"\((\d{1,3})%\)")
+
+
+@register.filter
+def percent(progress: str) -> int | None:
+    """The share done that a running export's progress line states ('~5 of 10 rows (50%)'),
+    else None (the bar then shows that work goes on, not how much)."""
+    found = PERCENT.search(progress or "")
+    return min(100, int(found.group(1))) if found else None

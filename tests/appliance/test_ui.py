@@ -3,16 +3,25 @@ tests/e2e drive the same pages in Chromium): login required, forms refuse with t
 next to the field and write nothing, actions do what they say, bodies never render as HTML."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from appliance_helpers import channel_row
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
+from django.utils import timezone
 
-from appliance import channels
-from appliance.models import ApiToken, Channel, ChannelSample, TaskRun
+from appliance import channels, exports
+from appliance.celery import app
+from appliance.models import ApiToken, Channel, ChannelSample, ExportRun, TaskRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,6 +44,42 @@ def put(row: Channel, bodies: list[bytes], **kwargs: object) -> None:
     with channels.open_channel(row).put() as tx:
         for body in bodies:
             tx.put(body, **kwargs)  # type: ignore[arg-type]
+
+
+def wait_for(check: Callable[[], Any], deadline_s: float, what: str) -> Any:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {deadline_s} s: {what}")
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[None]:
+    """A real Celery worker on the real Redis broker, on a queue of this process only."""
+    queue = f"weir-test-ui-{os.getpid()}"
+    app.conf.task_default_queue = queue
+    with start_worker(app, pool="threads", concurrency=1, queues=[queue],
+                      perform_ping_check=False, shutdown_timeout=30):
+        yield
+    app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+# The Spark job replaced at the subprocess boundary (exports.command), as in
+# test_exports.py: it prints a progress line, waits until the test creates the file named
+# by argv[1], then reports 10 events in 3 files over two partitions.
+FAKE_JOB = """
+import json, os, sys, time
+print("export orders: ~5 of 10 rows (50%)", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+parts = [{"partition": 0, "files": ["a.parquet", "b.parquet"]},
+         {"partition": 1, "files": ["c.parquet"]}]
+print(json.dumps({"report": {"run_id": "fake-run", "output": "file:///fake/orders",
+                             "rows": 10, "bytes": 2048, "partitions": parts}}), flush=True)
+"""
 
 
 @pytest.mark.parametrize("path", ["/", "/channels/new", "/channels/orders/",
@@ -249,3 +294,105 @@ def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Pat
     assert line["status"]["events_queued"] == 7 and line["charts"]["put_rate"] == 20.0
     assert b"healthy" in page.content and b"<polyline" in page.content
     assert operator.get("/ui/status").status_code == 200
+
+
+def export_rows(html: str) -> dict[str, str]:
+    """The export runs table's rows by their outcome (the first of each)."""
+    rows: dict[str, str] = {}
+    for row in re.findall(r'<tr class="export-run.*?</tr>', html, re.S):
+        rows.setdefault(re.search(r'data-outcome="(\w+)"', row).group(1), row)  # type: ignore[union-attr]
+    return rows
+
+
+def test_export_now_queues_an_export_whose_progress_shows_until_it_is_done(
+        worker: None, operator: Client, root: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root, partitions=2)
+    put(row, [b"e"] * 10)
+    gate = tmp_path / "finish"
+    monkeypatch.setattr(exports, "command",
+                        lambda row: [sys.executable, "-c", FAKE_JOB, str(gate)])
+    response = operator.post("/channels/orders/export", follow=True)
+    assert b"Export queued; its progress shows under Exports." in response.content
+    wait_for(lambda: ExportRun.objects.filter(progress__contains="(50%)").exists(), 30,
+             "the worker ran the export and its progress line was recorded")
+    running = export_rows(operator.get("/channels/orders/status").content.decode())["running"]
+    assert '<progress max="100" value="50"></progress>' in running
+    assert "export orders: ~5 of 10 rows (50%)" in running
+    gate.touch()
+    wait_for(lambda: ExportRun.objects.filter(outcome=ExportRun.OK).exists(), 30,
+             "the export finished")
+    done = export_rows(operator.get("/channels/orders/").content.decode())
+    assert list(done) == ["ok"] and "<progress" not in done["ok"]
+    assert '<td class="n rows">10</td>' in done["ok"] and '<td class="n files">3</td>' in done["ok"]
+    assert "file:///fake/orders" in done["ok"] and "exported 10 events" in done["ok"]
+    run = wait_for(lambda: TaskRun.objects.filter(task="weir.export_channel",
+                                                  outcome=TaskRun.OK).first(), 10,
+                   "the task recorded its run")
+    assert run.channel == "orders" and run.detail["rows"] == 10
+
+
+def test_export_now_says_so_when_the_broker_is_unreachable(
+        operator: Client, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel_row(root)
+    # a producer pool on a port nothing listens on: kombu's own connection error
+    monkeypatch.setattr(app.conf, "broker_write_url", "redis://127.0.0.1:1/0")
+    monkeypatch.setattr(app.amqp, "_producer_pool", None)
+    response = operator.post("/channels/orders/export", follow=True)
+    assert response.status_code == 200
+    message = [str(m) for m in response.context["messages"]]
+    assert len(message) == 1 and message[0].startswith(
+        "Export not queued: the broker is unreachable (") and "127.0.0.1:1" in message[0]
+    assert not ExportRun.objects.exists()
+
+
+def test_the_exports_table_shows_progress_while_running_and_the_outcome_after(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"e"])
+    now = timezone.now()
+    ExportRun.objects.create(channel="orders", started_at=now - timezone.timedelta(hours=2),
+                             outcome=ExportRun.OK, rows=1234, bytes=4096, duration_s=12.5,
+                             output="file:///export/orders", progress="exported 1,234 events",
+                             partitions=[{"partition": 0, "files": ["x", "y"]},
+                                         {"partition": 1, "files": ["z"]}])
+    ExportRun.objects.create(channel="orders", started_at=now - timezone.timedelta(hours=1),
+                             outcome=ExportRun.FAILED, duration_s=3.0,
+                             error="the export job exited with 1: no space left on device")
+    ExportRun.objects.create(channel="orders", started_at=now,
+                             progress="export orders: writing 300 events (p0 [0, 300))")
+    ExportRun.objects.create(channel="payments", started_at=now, outcome=ExportRun.FAILED,
+                             error="not this channel's")
+    html = operator.get("/channels/orders/").content.decode()
+    rows = export_rows(html)
+    assert list(rows) == ["running", "failed", "ok"]  # newest first
+    assert "<progress max=\"100\"></progress> export orders: writing 300 events" in \
+        rows["running"]  # no share in the line: the bar says work goes on, not how much
+    assert '<td class="n rows">1,234</td>' in rows["ok"]
+    assert '<td class="n files">3</td>' in rows["ok"] and "4.0 KiB" in rows["ok"]
+    assert "file:///export/orders" in rows["ok"] and "12.5 s" in rows["ok"]
+    assert "outcome-failed" in rows["failed"] and "<progress" not in rows["failed"]
+    assert "no space left on device" in rows["failed"]
+    assert "not this channel" not in html
+
+
+def test_the_dashboard_shows_export_lag(operator: Client, root: Path) -> None:
+    row = channel_row(root, export_interval_ms=60_000)
+    channel_row(root, name="quiet")  # never exported: no lag to show
+    hour_and_half_ago = int(time.time() * 1000) - 90 * 60_000
+    put(row, [b"old"] * 4, timestamp=hour_and_half_ago)
+    put(row, [b"new"] * 3)
+    ExportRun.objects.create(channel="orders", started_at=timezone.now(),
+                             progress="starting Spark")
+    page = operator.get("/")
+    lines = {line["row"].name: line for line in page.context["lines"]}
+    assert lines["orders"]["export"]["events"] == 7 and lines["quiet"]["export"] is None
+    cells = dict(re.findall(r'<tr data-channel="(\w+)">.*?<td class="export-lag">(.*?)</td>',
+                            page.content.decode(), re.S))
+    assert cells["orders"].startswith("7 events, oldest 90 min")
+    assert '<span class="badge running">exporting</span>' in cells["orders"]
+    assert "no export" in cells["quiet"]
+    ExportRun.objects.update(outcome=ExportRun.OK)
+    cell = re.search(r'<tr data-channel="orders">.*?<td class="export-lag">(.*?)</td>',
+                     operator.get("/ui/status").content.decode(), re.S)
+    assert cell and "exporting" not in cell.group(1) and "7 events" in cell.group(1)
