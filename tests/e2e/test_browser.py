@@ -17,6 +17,7 @@ from playwright.sync_api import Page, expect
 
 from appliance import channels, tasks
 from appliance.models import ApiToken, Channel
+from channel_engine.channel_owner import CHECKPOINT_HISTORY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,22 +112,54 @@ def test_the_dashboard_counts_change_without_a_reload(
 
 def test_checkpoint_from_the_ui_changes_the_checkpoint_panel(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
-    make_channel(root)
+    row = make_channel(root)
+    produce(live_server.url, "orders", ["a", "b", "c"])
+    for _ in range(CHECKPOINT_HISTORY):  # the engine keeps this many: the table is full
+        channels.open_channel(row).checkpoint()
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    sequence = page.locator("#checkpoint-sequence")
+    before = int(sequence.inner_text())
+    history = page.locator("#checkpoint-history tbody tr")
+    expect(history).to_have_count(CHECKPOINT_HISTORY)
+    shot("before-checkpoint")
+    page.click("#checkpoint-now")
+    expect(page.locator(".messages")).to_contain_text("Checkpoint written")
+    expect(sequence).to_have_text(str(before + 1))
+    expect(history).to_have_count(CHECKPOINT_HISTORY)  # the oldest dropped, newest on top
+    expect(history.first).to_have_attribute("data-sequence", str(before + 1))
+    expect(history.last).to_have_attribute("data-sequence",
+                                           str(before + 2 - CHECKPOINT_HISTORY))
+    page.locator("#checkpoint-panel").scroll_into_view_if_needed()
+    shot("after-checkpoint")
+    assert channels.open_channel(row).status()["checkpoint"]["sequence"] == before + 1
+
+
+def test_the_channel_page_shows_a_checkpoint_made_elsewhere_without_a_reload(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root)
     produce(live_server.url, "orders", ["a", "b", "c"])
     login(page, live_server.url)
     page.goto(f"{live_server.url}/channels/orders/")
     sequence = page.locator("#checkpoint-sequence")
     before = int(sequence.inner_text())
-    history = page.locator("#checkpoint-panel tbody tr").count()
-    shot("before-checkpoint")
-    page.click("#checkpoint-now")
-    expect(page.locator(".messages")).to_contain_text("Checkpoint written")
-    expect(sequence).to_have_text(str(before + 1))
-    expect(page.locator("#checkpoint-panel tbody tr")).to_have_count(min(history + 1, 10))
+    history = page.locator("#checkpoint-history tbody tr")
+    rows = history.count()
+    page.evaluate("window.__sameDocument = true")
+    shot("before")
+    # the checkpointer's task, as a worker runs it: nothing on the page asked for it
+    assert tasks.checkpoint_channel.apply(args=("orders",), kwargs={"force": True}).successful()
+    expect(sequence).to_have_text(str(before + 1), timeout=10_000)
+    expect(history).to_have_count(rows + 1)
+    expect(history.first).to_have_attribute("data-sequence", str(before + 1))
+    expect(page.locator("#runs")).to_contain_text("weir.checkpoint_channel")
+    channels.open_channel(row).checkpoint()  # and straight through the engine
+    expect(sequence).to_have_text(str(before + 2), timeout=10_000)
+    expect(history).to_have_count(rows + 2)
+    expect(history.first).to_have_attribute("data-sequence", str(before + 2))
+    assert page.evaluate("window.__sameDocument") is True  # no reload happened
     page.locator("#checkpoint-panel").scroll_into_view_if_needed()
-    shot("after-checkpoint")
-    assert channels.open_channel(Channel.objects.get(name="orders")).status()[
-        "checkpoint"]["sequence"] == before + 1
+    shot("after-refresh")
 
 
 def test_browse_events_by_offset_and_by_time(
