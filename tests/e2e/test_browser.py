@@ -162,6 +162,43 @@ def test_the_channel_page_shows_a_checkpoint_made_elsewhere_without_a_reload(
     shot("after-refresh")
 
 
+# Elements sticking out past the right edge of the window, other than those inside a
+# container that scrolls sideways by itself (the wide tables' div.scroll).
+OUTSIDE_VIEWPORT = """() => Array.from(document.querySelectorAll("body *")).filter(el => {
+    if (el.getBoundingClientRect().right <= window.innerWidth + 1) return false;
+    for (let up = el.parentElement; up; up = up.parentElement) {
+        if (getComputedStyle(up).overflowX === "auto") return false;
+    }
+    return true;
+}).map(el => el.tagName + (el.id ? "#" + el.id : "") + "." + el.className)"""
+
+
+def test_the_channel_page_is_readable_on_a_phone(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root, partitions=2, segment_bytes=4096, export_interval_ms=60_000)
+    for first in range(0, 60, 6):  # a batch a put: several segments a partition
+        produce(live_server.url, "orders", [f"event {i} " + "x" * 200
+                                            for i in range(first, first + 6)])
+    channels.open_channel(row).checkpoint()
+    tasks.flush_channel.apply(args=("orders",), kwargs={"force": True})
+    ApiToken.issue("nightly-loader-with-a-long-name", ["consume", "produce"], [row])
+    login(page, live_server.url)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server.url}/channels/orders/")
+    expect(page.locator("#segments table").first).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391  # no sideways page
+    assert page.evaluate(OUTSIDE_VIEWPORT) == []
+    segments = page.locator("#segments .scroll").first  # wide: it scrolls inside its box
+    assert segments.evaluate("el => el.scrollWidth > el.clientWidth")
+    assert segments.evaluate("el => el.getBoundingClientRect().right") <= 391
+    body = page.evaluate("parseFloat(getComputedStyle(document.body).fontSize)")
+    assert body >= 14  # the viewport meta tag keeps it from being shrunk to fit
+    shot("channel-phone")
+    shot("channel-phone-top", full_page=False)
+    page.locator("#segments").scroll_into_view_if_needed()
+    shot("channel-phone-segments", full_page=False)
+
+
 def test_browse_events_by_offset_and_by_time(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
     row = make_channel(root)
