@@ -8,10 +8,12 @@ page. Destructive actions ask first: revoking in the browser, deleting on its ow
 """
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from celery import Task
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -19,9 +21,12 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from appliance import channels, tasks
 from appliance.manage_channels import Refused, change_channel, delete_channel
+from appliance.manage_channels import _channel_dirs as channel_dirs
 from appliance.models import ApiToken, Channel
+from appliance.ui import state
 from appliance.ui.access import operator_required
 from appliance.ui.forms import TokenForm
+from channel_engine import ChannelEngineError
 from channel_engine.verify import verify_channel
 
 RUN_NOW: dict[str, tuple[Task, dict[str, Any], str]] = {
@@ -106,20 +111,48 @@ def revoke_token(request: HttpRequest, name: str, pk: int) -> HttpResponse:
 
 @operator_required
 def delete(request: HttpRequest, name: str) -> HttpResponse:
-    """Ask, then delete the channel and its files (untaken events need force)."""
+    """Ask, then delete the channel and its files. Untaken events need force, and so does a
+    channel that cannot be opened (its untaken events cannot be counted)."""
     row = get_object_or_404(Channel, name=name)
-    context: dict[str, Any] = {"row": row,
-                               "untaken": channels.open_channel(row).status()["events_untaken"]}
-    if request.method == "POST":
-        if request.POST.get("confirm_name") != row.name:
-            context["error"] = "type the channel's name to confirm"
+    status, unreadable = state.engine_status(row)
+    context: dict[str, Any] = {"row": row, "unreadable": unreadable,
+                               "untaken": status["events_untaken"] if status else None}
+    if request.method != "POST":
+        return render(request, "ui/delete.html", context)
+    force = request.POST.get("force") == "on"
+    if request.POST.get("confirm_name") != row.name:
+        context["error"] = "type the channel's name to confirm"
+    elif status is None and not force:
+        context["error"] = ("the channel cannot be opened, so its untaken events cannot be "
+                            "counted: tick the box to delete it anyway")
+    else:
+        try:
+            _delete(row, force)
+        except Refused as refused:
+            context["error"] = refused.errors["error"][0]
+        except (ChannelEngineError, OSError) as exc:
+            context["error"] = f"not deleted: {type(exc).__name__}: {exc}"
+        except ValidationError as exc:  # directories no longer allowed: never removed
+            context["error"] = "not deleted: " + "; ".join(exc.messages)
         else:
-            try:
-                delete_channel(row, force=request.POST.get("force") == "on")
-            except Refused as refused:
-                context["error"] = refused.errors["error"][0]
-            else:
-                messages.success(request, f"Channel {name} and its files deleted.")
-                return redirect("ui:dashboard")
-        return render(request, "ui/delete.html", context, status=409)
-    return render(request, "ui/delete.html", context)
+            messages.success(request, f"Channel {name} and its files deleted.")
+            return redirect("ui:dashboard")
+    return render(request, "ui/delete.html", context, status=409)
+
+
+def _delete(row: Channel, force: bool) -> None:
+    """delete_channel; forced, also a channel the engine cannot open (delete_channel opens
+    it to count its untaken events): then its record and whatever files are there go."""
+    try:
+        delete_channel(row, force=force)
+    except (ChannelEngineError, OSError):
+        if not force:
+            raise
+        config = channels.to_config(row)
+        channels.close_channel(row.name)
+        row.delete()
+        for path in channel_dirs(config):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # a file where a directory belongs (the damage that stopped the open)
+                path.unlink(missing_ok=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from appliance import channels
 from appliance.models import Channel, ExportRun, TaskRun
 from appliance.ui import charts
@@ -19,6 +21,8 @@ def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] 
         return channels.open_channel(row).status(segments=segments), ""
     except (ChannelEngineError, OSError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
+    except ValidationError as exc:  # the row's directories are no longer allowed
+        return None, "; ".join(exc.messages)
 
 
 def oldest_untaken_ms(row: Channel, status: dict[str, Any]) -> int | None:

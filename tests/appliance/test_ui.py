@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from django.utils import timezone
+from django.utils.html import escape
 
 from appliance import channels, exports
 from appliance.celery import app
@@ -396,3 +398,42 @@ def test_the_dashboard_shows_export_lag(operator: Client, root: Path) -> None:
     cell = re.search(r'<tr data-channel="orders">.*?<td class="export-lag">(.*?)</td>',
                      operator.get("/ui/status").content.decode(), re.S)
     assert cell and "exporting" not in cell.group(1) and "7 events" in cell.group(1)
+
+
+def test_delete_shows_why_a_channel_cannot_be_opened_and_deletes_it_only_when_forced(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"z"] * 3)
+    channels.close_all()
+    partition = root / "data" / "orders-0"
+    shutil.rmtree(partition)
+    partition.write_text("a file where the partition's directory was")  # the open fails
+    page = operator.get("/channels/orders/delete")
+    assert page.status_code == 200 and page.context["untaken"] is None
+    reason = page.context["unreadable"]
+    assert reason.startswith(("FileExistsError", "NotADirectoryError")) and str(partition) in reason
+    assert escape(reason) in page.content.decode() and b"cannot be counted" in page.content
+    refused = operator.post("/channels/orders/delete", {"confirm_name": "orders"})
+    assert refused.status_code == 409 and b"tick the box to delete it anyway" in refused.content
+    assert Channel.objects.filter(pk=row.pk).exists() and (root / "orders").is_dir()
+    done = operator.post("/channels/orders/delete", {"confirm_name": "orders", "force": "on"})
+    assert done.status_code == 302 and done["Location"] == "/"
+    assert not Channel.objects.exists()
+    assert not partition.exists() and not (root / "orders").exists()
+    assert b"unavailable" not in operator.get("/").content
+
+
+def test_the_pages_of_a_channel_outside_the_data_roots_say_so(
+        operator: Client, root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    row = channel_row(root)
+    put(row, [b"z"])
+    channels.close_all()
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path_factory.mktemp("elsewhere")]):
+        assert b"outside WEIR_DATA_ROOT" in operator.get("/").content
+        assert b"outside WEIR_DATA_ROOT" in operator.get("/channels/orders/").content
+        page = operator.get("/channels/orders/delete")
+        assert page.status_code == 200 and "outside WEIR_DATA_ROOT" in page.context["unreadable"]
+        forced = operator.post("/channels/orders/delete",
+                               {"confirm_name": "orders", "force": "on"})
+        assert forced.status_code == 409 and b"not deleted: " in forced.content
+    assert Channel.objects.filter(pk=row.pk).exists() and (root / "data" / "orders-0").is_dir()
