@@ -437,3 +437,39 @@ def test_the_pages_of_a_channel_outside_the_data_roots_say_so(
                                {"confirm_name": "orders", "force": "on"})
         assert forced.status_code == 409 and b"not deleted: " in forced.content
     assert Channel.objects.filter(pk=row.pk).exists() and (root / "data" / "orders-0").is_dir()
+
+
+def segment_cells(html: str, css: str) -> list[str]:
+    """The cells of one column of the segment tables, in order."""
+    section = html[html.index('<section id="segments">'):html.index('<section id="checkpoint')]
+    return re.findall(rf'<td class="{css}">(.*?)</td>', section)
+
+
+def test_the_segment_table_names_its_timestamps_for_what_they_are(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    start = 1_795_000_000_000  # 2026-11-18 11:06:40 UTC
+    put(row, [b"a"], timestamp=start + 5_000)  # the first batch: its max is its only event
+    put(row, [b"b"], timestamp=start)  # an earlier timestamp, in a later batch
+    put(row, [b"c"], timestamp=start + 60_000)
+    html = operator.get("/channels/orders/").content.decode()
+    assert ">First batch max ts</th>" in html and ">Max timestamp</th>" in html
+    assert "First timestamp" not in html and "Last timestamp" not in html
+    assert segment_cells(html, "first-batch-ts") == ["2026-11-18 11:06:45 UTC"]
+    assert segment_cells(html, "max-ts") == ["2026-11-18 11:07:40 UTC"]
+
+
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_sealed_segments_read_trimmed_only_when_the_channel_preallocates(
+        operator: Client, root: Path, preallocate: bool) -> None:
+    row = channel_row(root, segment_bytes=4096, preallocate=preallocate)
+    for i in range(60):  # ~200 bytes a batch, ~20 a segment: three segments
+        put(row, [b"%03d" % i + b"x" * 120])
+    segments = channels.open_channel(row).status(segments=True)["partitions"][0][
+        "segment_table"]
+    assert len(segments) >= 3
+    cells = segment_cells(operator.get("/channels/orders/").content.decode(), "preallocation")
+    if preallocate:  # sealed segments are cut to their length, the active one is not yet
+        assert cells == ["trimmed"] * (len(segments) - 1) + ["preallocated"]
+    else:
+        assert cells == ["—"] * len(segments)
