@@ -7,8 +7,10 @@ serializer per event); the response lists where the events went:
     400 {"error", "index", "field", "reason"}   bad input: nothing written
     401 / 403                                   no token / not allowed here
     404                                         no such channel
-    413                                         body over WEIR_MAX_PRODUCE_BYTES, or more
-                                                events than the channel's transaction_capacity
+    413                                         body over WEIR_MAX_PRODUCE_BYTES, more events
+                                                than the channel's transaction_capacity, or a
+                                                partition's batch over max_batch_bytes or
+                                                segment_bytes
     503 + Retry-After                           channel full (after keep_alive_ms), disk
                                                 guard tripped, or puts paused by an operator
 """
@@ -29,7 +31,7 @@ from rest_framework.views import APIView
 from appliance import channels, row_cache
 from appliance.event_parsing import EventError, parse
 from appliance.permissions import HasRole
-from channel_engine import ChannelFullError, DiskSpaceError, InvalidEventError
+from channel_engine import BatchTooLargeError, ChannelFullError, DiskSpaceError, InvalidEventError
 
 RETRY_AFTER_S = 1
 
@@ -165,6 +167,9 @@ class ProduceView(APIView):
         except InvalidEventError as exc:
             return Response({"error": str(exc), "index": exc.index, "field": exc.field,
                              "reason": exc.reason}, status=400)
+        except BatchTooLargeError as exc:  # a partition's batch, once encoded
+            return _error(413, f"the events of one partition encode to {exc.size} bytes, over "
+                               f"this channel's {exc.setting}={exc.limit}: send fewer")
         except (ChannelFullError, DiskSpaceError) as exc:
             return _error(503, str(exc), retry=True)
         committed = [{"partition": p, "first_offset": first, "last_offset": last}

@@ -75,6 +75,21 @@ def test_bad_input_is_refused_and_nothing_is_written(orders: Channel, body: obje
     assert untaken(orders) == 0
 
 
+def test_a_batch_over_the_channels_segment_size_is_413_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    setting = "segment_bytes"
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = channel_row(tmp_path, "small", segment_bytes=4096)
+        client = client_for("produce", channel=row)
+        response = post(client, {"events": [{"body": "x" * 100}] * 60}, name="small")
+        assert response.status_code == 413, response.content
+        assert f"{setting}=4096" in response.json()["error"]
+        assert untaken(row) == 0
+        assert post(client, {"events": [{"body": "x" * 100}] * 10}, name="small"
+                    ).status_code == 200
+    channels.close_all()
+
+
 def test_a_full_channel_answers_503_with_retry_after(orders: Channel) -> None:
     client = client_for("produce", channel=orders)
     assert post(client, {"events": [{"body": "x"}] * 100}).status_code == 200
