@@ -195,16 +195,25 @@ def _restore(row: Channel, before: dict[str, Any]) -> None:
 
 def delete_channel(row: Channel, force: bool) -> None:
     """Delete a channel's record and files; Refused (409) while events are untaken, unless
-    forced."""
+    forced. Forced, a channel the engine cannot open (its untaken events cannot be
+    counted) goes too: its record and whatever files are where its directories belong."""
     config = channels.to_config(row)
-    untaken = channels.open_channel(row).status()["events_untaken"]
+    try:
+        untaken = channels.open_channel(row).status()["events_untaken"]
+    except (ChannelEngineError, OSError):
+        if not force:
+            raise
+        untaken = None
     if untaken and not force:
         raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "
                                  "delete with force (?force=true) to drop them"]}, status=409)
     channels.close_channel(row.name)
     row.delete()
-    for directory in _channel_dirs(config):
-        shutil.rmtree(directory, ignore_errors=True)
+    for path in _channel_dirs(config):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:  # a file where a directory belongs (damage that can stop an open)
+            path.unlink(missing_ok=True)
 
 
 _FIELD_CONFLICT = {"type": "object", "required": ["name"],

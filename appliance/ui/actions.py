@@ -8,7 +8,6 @@ page. Destructive actions ask first: revoking in the browser, deleting on its ow
 """
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 from celery import Task
@@ -21,7 +20,6 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from appliance import channels, tasks
 from appliance.manage_channels import Refused, change_channel, delete_channel
-from appliance.manage_channels import _channel_dirs as channel_dirs
 from appliance.models import ApiToken, Channel
 from appliance.ui import state
 from appliance.ui.access import operator_required
@@ -127,7 +125,7 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
                             "counted: tick the box to delete it anyway")
     else:
         try:
-            _delete(row, force)
+            delete_channel(row, force=force)
         except Refused as refused:
             context["error"] = refused.errors["error"][0]
         except (ChannelEngineError, OSError) as exc:
@@ -138,21 +136,3 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
             messages.success(request, f"Channel {name} and its files deleted.")
             return redirect("ui:dashboard")
     return render(request, "ui/delete.html", context, status=409)
-
-
-def _delete(row: Channel, force: bool) -> None:
-    """delete_channel; forced, also a channel the engine cannot open (delete_channel opens
-    it to count its untaken events): then its record and whatever files are there go."""
-    try:
-        delete_channel(row, force=force)
-    except (ChannelEngineError, OSError):
-        if not force:
-            raise
-        config = channels.to_config(row)
-        channels.close_channel(row.name)
-        row.delete()
-        for path in channel_dirs(config):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:  # a file where a directory belongs (the damage that stopped the open)
-                path.unlink(missing_ok=True)
