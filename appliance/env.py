@@ -97,6 +97,17 @@ def env_paths(name: str, default: list[Path]) -> list[Path]:
     return paths
 
 
+def celery_queues() -> tuple[str, str]:
+    """The Celery queues (default, exports): WEIR_CELERY_QUEUE (weir) and WEIR_EXPORT_QUEUE
+    (<default>-export), which must differ: a flush never waits behind an export."""
+    default = (os.environ.get("WEIR_CELERY_QUEUE") or "weir").strip()
+    export = (os.environ.get("WEIR_EXPORT_QUEUE") or f"{default}-export").strip()
+    if export == default:
+        raise ImproperlyConfigured(f"WEIR_EXPORT_QUEUE must differ from WEIR_CELERY_QUEUE "
+                                   f"({default!r}): exports get a worker of their own")
+    return default, export
+
+
 def database(var_dir: Path) -> dict[str, object]:
     """DATABASES["default"]: DATABASE_URL (PostgreSQL), else SQLite in the var dir."""
     raw = os.environ.get("DATABASE_URL")

@@ -3,6 +3,7 @@ import os
 from pathlib import Path
 
 from appliance.env import (
+    celery_queues,
     database,
     env_bool,
     env_float,
@@ -115,18 +116,27 @@ CACHES = {
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("WEIR_CELERY_QUEUE", "weir")
+# Two queues, each with its own worker (scripts/run.sh, docker-compose.yml): exports run
+# for minutes, so on the shared queue two of them would hold every slot and the flusher
+# would wait, breaking policy mode's loss bound. appliance/celery.py routes them.
+CELERY_TASK_DEFAULT_QUEUE, WEIR_EXPORT_QUEUE = celery_queues()
+CELERY_TASK_ROUTES = ("appliance.celery.route_task",)
 CELERY_TASK_ACKS_LATE = True  # a task whose worker died mid-run is delivered again
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a slow checkpoint must not hold back queued flushes
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Unacked messages are redelivered after this: longer than the longest hard time limit
+# (an export's 3660 s), so a running task's message is never handed to a second worker.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200}
 CELERY_TIMEZONE = "UTC"
 # How often beat wakes the dispatchers; each channel's own intervals decide what runs.
 WEIR_SCHEDULER_TICK_S = env_float("WEIR_SCHEDULER_TICK_S", 1.0, 0.1, 60)
 WEIR_SAMPLE_INTERVAL_S = env_float("WEIR_SAMPLE_INTERVAL_S", 10.0, 1, 3600)
 WEIR_TASK_RUNS_KEEP_HOURS = env_float("WEIR_TASK_RUNS_KEEP_HOURS", 24.0, 0.1, 24 * 365)
 WEIR_TASK_LOCK_WAIT_S = env_float("WEIR_TASK_LOCK_WAIT_S", 30.0, 0, 3600)
+# A run's single-flight lock lasts its hard time limit plus this: a worker killed mid-run
+# leaves a lock that lapses then (appliance/task_runs.py).
+WEIR_TASK_LOCK_GRACE_S = 30.0
 # Where exports go (hdfs://namenode:8020/weir in production), and the Spark master.
 WEIR_EXPORT_URI = os.environ.get("WEIR_EXPORT_URI") or (VAR_DIR / "export").as_uri()
 WEIR_SPARK_MASTER = os.environ.get("WEIR_SPARK_MASTER", "local[*]")

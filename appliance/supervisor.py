@@ -13,20 +13,28 @@ What it runs, in this order (stopped in reverse: redis last):
     web      gunicorn appliance.wsgi --bind $WEIR_BIND          always
              --workers $WEIR_WEB_WORKERS --threads 2
              --control-socket $WEIR_VAR_DIR/run/gunicorn.ctl
-    worker   celery -A appliance worker                         once web answers on /health
-             --concurrency $WEIR_TASK_WORKERS                   (started with web, the five
-    beat     celery -A appliance beat                           Django imports at once took
-             --schedule $WEIR_VAR_DIR/celerybeat-schedule       web twice as long to answer)
+    worker   celery -A appliance worker -n worker@%h            once web answers on /health
+             --queues $WEIR_CELERY_QUEUE                        (started with web, the five
+             --concurrency $WEIR_TASK_WORKERS                   Django imports at once took
+    exports  celery -A appliance worker -n exports@%h           web twice as long to answer)
+             --queues $WEIR_EXPORT_QUEUE --concurrency 1
+    beat     celery -A appliance beat
+             --schedule $WEIR_VAR_DIR/celerybeat-schedule
+
+Why two workers: exports run for minutes and have a queue of their own (appliance/celery.py),
+so the flusher's, checkpointer's and retention's tasks never wait behind them. One export at
+a time: a local Spark job already uses every core.
 
 Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
-WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS (2), WEIR_VAR_DIR (<repo>/var); the processes read
-everything else themselves (appliance/settings.py).
+WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS (2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE
+(weir), WEIR_EXPORT_QUEUE (<default queue>-export); the processes read everything else
+themselves (appliance/settings.py).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
 reaches only the supervisor) and appends its stdout and stderr to
 $WEIR_VAR_DIR/log/<name>.log; it gets SIGTERM should the supervisor die without stopping
-it. Start-up is done when GET http://$WEIR_BIND/health answers 200 and worker and beat are
-started. Stopping sends SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
+it. Start-up is done when GET http://$WEIR_BIND/health answers 200 and the workers and beat
+are started. Stopping sends SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
 
     (no flag)     start, then show every log line prefixed with its process's name until
                   Ctrl-C / SIGTERM, or until a process exits (then stop the rest, exit 1)
@@ -58,6 +66,9 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
+
+from appliance.env import celery_queues
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -108,6 +119,7 @@ class Config:
     bind: str
     web_workers: int
     task_workers: int
+    queues: tuple[str, str]  # (default, exports): appliance.env.celery_queues()
 
     @classmethod
     def from_env(cls) -> Config:
@@ -119,8 +131,12 @@ class Config:
         host, _, port = bind.rpartition(":")
         if not host or not port.isdigit():
             raise Failed(f"WEIR_BIND must be HOST:PORT, not {bind!r}")
+        try:
+            queues = celery_queues()
+        except ImproperlyConfigured as exc:
+            raise Failed(str(exc)) from exc
         return cls(var_dir, os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0", bind,
-                   _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2))
+                   _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2), queues)
 
     @property
     def url(self) -> str:
@@ -281,12 +297,19 @@ class Supervisor:
                             "--control-socket", str(var / "run" / "gunicorn.ctl")])
         self._wait_for("Weir answers on /health", HEALTH_TIMEOUT_S,
                        lambda: http_ok(f"{self.config.url}/health"))
-        self._spawn("worker", [python, "-m", "celery", "-A", "appliance", "worker",
-                               "--loglevel", "INFO",
-                               "--concurrency", str(self.config.task_workers)])
+        default_queue, export_queue = self.config.queues
+        self._spawn("worker", self._worker("worker", default_queue, self.config.task_workers))
+        self._spawn("exports", self._worker("exports", export_queue, 1))
         self._spawn("beat", [python, "-m", "celery", "-A", "appliance", "beat",
                              "--loglevel", "INFO",
                              "--schedule", str(var / "celerybeat-schedule")])
+
+    @staticmethod
+    def _worker(name: str, queue: str, concurrency: int) -> list[str]:
+        """A Celery worker's command line: its own node name (two share a host)."""
+        return [sys.executable, "-m", "celery", "-A", "appliance", "worker", "--loglevel",
+                "INFO", "-n", f"{name}@%h", "--queues", queue,
+                "--concurrency", str(concurrency)]
 
     def _ensure_redis(self) -> None:
         url = self.config.redis_url
@@ -491,8 +514,8 @@ def serve(config: Config, detached: bool) -> int:
         if detached:
             say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "
                 f"in the background, supervisor pid {os.getpid()}")
-            say(f"logs: {config.var_dir / 'log'}/{{web,worker,beat,redis,supervisor}}.log; "
-                "`scripts/run.sh --stop` stops it")
+            say(f"logs: {config.var_dir / 'log'}/{{web,worker,exports,beat,redis,supervisor}}"
+                ".log; `scripts/run.sh --stop` stops it")
             emit(READY)
             _detach_output(config.log("supervisor"))
             say(f"running (pid {os.getpid()})")
@@ -588,8 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: scripts/run.sh passes its arguments here."""
     parser = argparse.ArgumentParser(prog="scripts/run.sh", description=(
         "Run the Weir appliance: Redis (when none answers at REDIS_URL), migrations, an "
-        "admin user, gunicorn, a Celery worker and beat. Without a flag it runs in the "
-        "foreground and shows the logs; Ctrl-C stops it."))
+        "admin user, gunicorn, Celery workers (tasks, exports) and beat. Without a flag it "
+        "runs in the foreground and shows the logs; Ctrl-C stops it."))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--background", action="store_true",
                       help="start in the background; return once healthy")

@@ -4,9 +4,9 @@
     ------------  -----------------------------------------------------  ---------------------
     look up       the channel row; none: the channel was deleted, done  idempotent
     lock          Redis lock "task-lock:<task>:<channel>", held at most  two workers never
-                  the task's hard time limit + 30 s, waited for at most  checkpoint one channel
-                  WEIR_TASK_LOCK_WAIT_S (then the run is "busy")         at once; a dead
-                                                                         worker's lock expires
+                  the run's hard time limit + WEIR_TASK_LOCK_GRACE_S,    checkpoint one channel
+                  waited for at most WEIR_TASK_LOCK_WAIT_S (then the     at once; a dead
+                  run is "busy")                                         worker's lock expires
     work          the engine call, in this worker's handle on the        see tasks.py
                   channel (owner or client of the owner)
     record        a TaskRun row: task, channel, start, duration,         the status API and UI
@@ -45,14 +45,27 @@ TRANSIENT = (OwnerLostError, ChannelLockedError, StorageError, DiskSpaceError, R
              OperationalError, OSError)
 MAX_RETRIES = 3
 RETRY_BACKOFF_MAX_S = 60
+DEFAULT_TIME_LIMIT_S = 600.0  # Celery's default is none; every Weir task names its own
 Work = Callable[[EngineChannel], tuple[str, dict[str, Any]]]  # -> (outcome, detail)
+
+
+def lock_key(task: str, channel: str) -> str:
+    """The Redis key of the task's single-flight lock on the channel."""
+    return cache.make_key(f"task-lock:{task}:{channel}")
+
+
+def lock_hold_s(hard_time_limit_s: float | None) -> float:
+    """How long a run's lock lasts at most: past the run's hard time limit, by when its
+    worker has killed it, plus WEIR_TASK_LOCK_GRACE_S (a worker killed mid-run leaves a
+    lock that lapses then)."""
+    return float(hard_time_limit_s or DEFAULT_TIME_LIMIT_S) + settings.WEIR_TASK_LOCK_GRACE_S
 
 
 @contextmanager
 def single_flight(task: str, channel: str, hold_s: float, wait_s: float) -> Iterator[bool]:
     """Hold the task's lock on the channel while the block runs; yields False if another
     worker held it for all of wait_s."""
-    lock = shared_redis().lock(cache.make_key(f"task-lock:{task}:{channel}"), timeout=hold_s,
+    lock = shared_redis().lock(lock_key(task, channel), timeout=hold_s,
                                blocking_timeout=wait_s)
     acquired = bool(lock.acquire(blocking=wait_s > 0))
     try:
@@ -82,7 +95,7 @@ def run_for_channel(task: Task, name: str, work: Work,
     row = Channel.objects.filter(name=name).first()
     if row is None:
         return "gone"
-    hold_s = float(task.time_limit or 600) + 30
+    hold_s = lock_hold_s(_hard_time_limit(task))
     with single_flight(task.name, name, hold_s, settings.WEIR_TASK_LOCK_WAIT_S) as acquired:
         if not acquired:
             record(task.name, name, started_at, started, TaskRun.BUSY, attempt,
@@ -108,6 +121,12 @@ def run_for_channel(task: Task, name: str, work: Work,
     if outcome != TaskRun.NOTHING_DUE or record_nothing_due:
         record(task.name, name, started_at, started, outcome, attempt, detail)
     return outcome
+
+
+def _hard_time_limit(task: Task) -> float | None:
+    """The message's hard time limit (apply_async(time_limit=...)), else the task's."""
+    limits = task.request.timelimit or (None, None)
+    return limits[0] or task.time_limit
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,7 +13,8 @@ the per-channel task:
                                              expires lapsed leases
     weir.checkpointer   weir.checkpoint_...  checkpoint_interval_ms (checkpoint_if_due)
     weir.retention      weir.retention_...   retention_check_interval_ms (apply_retention)
-    weir.exporter       weir.export_channel  export_interval_ms, when set (exports.py)
+    weir.exporter       weir.export_channel  export_interval_ms, when set (exports.py);
+                                             on the export queue (celery.py)
     weir.sample_metrics (itself)             WEIR_SAMPLE_INTERVAL_S: one ChannelSample each
     weir.prune_history  (itself)             every 10 min: runs and samples older than
                                              WEIR_TASK_RUNS_KEEP_HOURS go
@@ -22,9 +23,14 @@ Why a dispatcher and not django-celery-beat: the intervals already live in the c
 rows and change with them; a dispatcher reads them at every tick, so a changed interval
 holds from the next tick without restarting beat and without a second copy of each
 schedule (a PeriodicTask row per channel and kind) to keep in step. "Due" is a Redis key
-per kind and channel set with NX and the interval as its expiry: a channel's task is
-enqueued at most once per interval however many dispatchers or ticks run, and a change
-of settings deletes the keys so it holds at once.
+per kind and channel set with NX and the interval (less half a tick) as its expiry: a
+channel's task is enqueued at most once per interval however many dispatchers or ticks
+run, and a change of settings deletes the keys so it holds at once. Each message expires
+(message_expiry_s) so that workers that were down do not find a backlog of them.
+
+Policy mode's loss window: data appended at t is durable by t + flush_ms + the tick
+(WEIR_SCHEDULER_TICK_S), plus the flush's own queueing and run time; exports run on a
+queue and worker of their own (celery.py) so that queueing stays short.
 
 Every per-channel task runs through task_runs.run_for_channel: single-flight per
 channel, time limits, retries with backoff, and a TaskRun row per run. The flusher
@@ -50,6 +56,7 @@ from appliance.task_runs import run_for_channel
 from channel_engine import Channel as EngineChannel
 
 KINDS = ("flush", "checkpoint", "retention", "export")
+MIN_EXPIRY_S = 60.0
 
 
 def _due_key(kind: str, name: str) -> str:
@@ -58,16 +65,27 @@ def _due_key(kind: str, name: str) -> str:
 
 def dispatch(kind: str, task: Task, interval_ms: Callable[[Channel], float | None]) -> int:
     """Enqueue `task` for every channel whose `kind` interval has passed; return how many."""
-    client = shared_redis()
+    client, tick_ms = shared_redis(), _tick_ms()
     sent = 0
     for row in Channel.objects.only("name", "checkpoint_interval_ms",
                                     "retention_check_interval_ms", "export_interval_ms"):
         interval = interval_ms(row)
+        # The key lapses half a tick early: a dispatcher that runs a little earlier in its
+        # tick than the last one (beat's and the worker's jitter) must not skip the tick,
+        # or the flusher's loss window would grow by a whole tick.
         if interval is not None and client.set(_due_key(kind, row.name), 1, nx=True,
-                                               px=max(1, int(interval))):
-            task.delay(row.name)
+                                               px=max(1, int(interval - tick_ms / 2))):
+            task.apply_async((row.name,), expires=message_expiry_s(interval))
             sent += 1
     return sent
+
+
+def message_expiry_s(interval_ms: float) -> float:
+    """How long a dispatched message stays worth running: its interval (a later tick has
+    sent its successor by then), at least MIN_EXPIRY_S (a busy worker that is merely late
+    must not discard every flush). Workers down for longer find stale messages and drop
+    them instead of running a backlog of flushes and checkpoints."""
+    return max(interval_ms / 1000, MIN_EXPIRY_S)
 
 
 def release(kind: str, name: str) -> None:

@@ -4,13 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-apt_install() {
-  echo "bootstrap: installing Debian packages: $*"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
+. scripts/common.sh  # as_root, apt_install
 
 python=""
 for candidate in python3.11 python3; do

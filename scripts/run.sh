@@ -10,8 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
 export WEIR_VAR_DIR=${WEIR_VAR_DIR:-$root/var}
-
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+. scripts/common.sh  # ensure_redis_server
 
 # Starting: the supervisor starts a private redis-server when nothing answers at REDIS_URL
 # (on this machine); install Debian's package for that when the binary is missing.
@@ -23,9 +22,7 @@ case "${1:-}" in
 from appliance.supervisor import private_redis_needed
 sys.exit(0 if private_redis_needed(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") else 1)'
     then
-      echo "run: no Redis answers at ${REDIS_URL:-redis://127.0.0.1:6379/0} and redis-server is missing: installing Debian's redis-server"
-      as_root apt-get update -qq
-      as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+      ensure_redis_server
     fi
     ;;
 esac

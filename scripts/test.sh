@@ -3,18 +3,22 @@
 # in tests/e2e use Debian's chromium, installed here when missing), then the
 # appliance tests again on PostgreSQL (WEIR_TEST_POSTGRES_URL, default the local
 # server on 127.0.0.1:5432; skipped with a message when none answers).
+# Redis: the tests use the one at WEIR_TEST_REDIS_URL (default redis://127.0.0.1:6379)
+# when it answers, else a private redis-server (free port, no persistence) stopped when
+# this script exits; Debian's redis-server is installed when missing (scripts/common.sh).
 # Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the many-trial runs).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
+. scripts/common.sh  # apt_install, use_test_redis
 # The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
 if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "test: installing Debian's chromium for the browser tests"
-  as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  apt_install chromium
 fi
+use_test_redis
+echo "== tests use the Redis at $WEIR_TEST_REDIS_URL"
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

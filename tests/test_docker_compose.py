@@ -1,13 +1,14 @@
 """The production docker-compose.yml, checked statically: Docker is not run here.
 
-Checks that the file parses; every service names an image or a build; web, worker and beat
-run the agreed commands; the long-running services have health checks; every `${VAR}` the
-file interpolates is listed (with a comment) in .env.example; web, worker and beat get every
-variable the settings need in production, and set none the settings do not read (typos);
-DATABASE_URL and REDIS_URL point at the postgres and redis services; web and worker mount
-the same named volumes at the WEIR_DATA_ROOT paths, which the image creates owned by its
-user. The settings' variables are found by parsing appliance/settings.py and
-appliance/env.py with `ast`.
+Checks that the file parses; every service names an image or a build; web, the two workers
+and beat run the agreed commands; the workers consume the settings' two queues, one each
+(exports never share a worker with flushes); the long-running services have health checks;
+every `${VAR}` the file interpolates is listed (with a comment) in .env.example; web, the
+workers and beat get every variable the settings need in production, and set none the
+settings do not read (typos); DATABASE_URL and REDIS_URL point at the postgres and redis
+services; web and both workers mount the same named volumes at the WEIR_DATA_ROOT paths,
+which the image creates owned by its user. The settings' variables are found by parsing
+appliance/settings.py and appliance/env.py with `ast`.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from django.test import override_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -26,21 +28,26 @@ ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "Dockerfile"
 SETTINGS_SOURCES = [ROOT / "appliance" / "settings.py", ROOT / "appliance" / "env.py"]
 
-APPLIANCE = ("web", "worker", "beat")
+APPLIANCE = ("web", "worker", "export-worker", "beat")
+WORKERS = ("worker", "export-worker")
 COMMANDS = {
     "web": "gunicorn appliance.wsgi --bind 0.0.0.0:8000 --workers 3 --threads 2"
            " --access-logfile - --error-logfile -",
-    "worker": "celery -A appliance worker --loglevel INFO --concurrency 2",
+    "worker": "celery -A appliance worker --loglevel INFO --queues weir --concurrency 2",
+    "export-worker": "celery -A appliance worker --loglevel INFO --queues weir-export"
+                     " --concurrency 1",
     "beat": "celery -A appliance beat --loglevel INFO --schedule /var/lib/weir/celerybeat-schedule",
 }
 # Every long-running service; `migrate` is a one-shot that exits, so it has none.
-NEEDS_HEALTHCHECK = ("redis", "postgres", "namenode", "datanode", "web", "worker", "beat")
+NEEDS_HEALTHCHECK = ("redis", "postgres", "namenode", "datanode", "web", "worker",
+                     "export-worker", "beat")
 # Read by the settings, with defaults that do not suit production: compose must set them.
 REQUIRED_IN_PRODUCTION = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS",
                           "WEIR_DATA_ROOT", "WEIR_VAR_DIR"}
 # Read by the settings, with defaults that suit production. A variable the settings start
 # reading must join one of these two sets: the test below fails until someone decides.
 HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_CELERY_QUEUE",
+                          "WEIR_EXPORT_QUEUE",
                           "WEIR_SCHEDULER_TICK_S", "WEIR_SAMPLE_INTERVAL_S",
                           "WEIR_TASK_RUNS_KEEP_HOURS", "WEIR_TASK_LOCK_WAIT_S",
                           "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER", "WEIR_UI_REFRESH_S",
@@ -223,14 +230,42 @@ def test_urls_point_at_the_compose_services(services, name):
         f"{name}'s REDIS_URL {env['REDIS_URL']!r} is not redis://redis...")
 
 
-def test_web_and_worker_share_the_data_volumes(compose, services):
+def queues(service: dict) -> set[str]:
+    """The queues a worker's command consumes (--queues / -Q, comma-separated)."""
+    argv = command(service)
+    found: set[str] = set()
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag in ("--queues", "-Q"):
+            found.update(value.split(","))
+    return found
+
+
+def test_each_worker_consumes_one_of_the_settings_queues(services, monkeypatch):
+    from appliance.celery import app, route_task
+    from appliance.env import celery_queues
+
+    for name in ("WEIR_CELERY_QUEUE", "WEIR_EXPORT_QUEUE"):
+        monkeypatch.delenv(name, raising=False)  # compose sets neither: the defaults hold
+    default, export = celery_queues()
+    assert queues(services["worker"]) == {default}, f"worker must consume only {default!r}"
+    assert queues(services["export-worker"]) == {export}, (
+        f"export-worker must consume only {export!r}")
+    with override_settings(WEIR_EXPORT_QUEUE=export):
+        routed = {(route_task(task, (), {}, {}) or {}).get("queue", default)
+                  for task in app.tasks if task.startswith("weir.")}
+    assert routed == {default, export}, f"tasks are routed to {routed}"
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_web_and_the_workers_share_the_data_volumes(compose, services, worker):
     roots = data_roots(services["web"])
-    assert roots and data_roots(services["worker"]) == roots, (
-        f"web's WEIR_DATA_ROOT {roots} differs from worker's {data_roots(services['worker'])}")
-    assert services["web"].get("user") == services["worker"].get("user"), (
-        "web and worker run as different users: the channel owner socket accepts only its uid")
+    assert roots and data_roots(services[worker]) == roots, (
+        f"web's WEIR_DATA_ROOT {roots} differs from {worker}'s {data_roots(services[worker])}")
+    assert services["web"].get("user") == services[worker].get("user"), (
+        f"web and {worker} run as different users: the channel owner socket accepts only "
+        "its uid")
     named = set(compose.get("volumes") or {})
-    for name in ("web", "worker"):
+    for name in ("web", worker):
         data = {target: source for target, source in mounts(services[name]).items()
                 if target in roots}
         assert sorted(data) == sorted(roots), (
@@ -239,11 +274,11 @@ def test_web_and_worker_share_the_data_volumes(compose, services):
             f"{name} mounts {sorted(set(data.values()) - named)} at a data root: not a named "
             f"volume declared under `volumes:`")
     web = {target: mounts(services["web"])[target] for target in roots}
-    worker = {target: mounts(services["worker"])[target] for target in roots}
-    assert web == worker, f"web mounts {web} but worker mounts {worker}"
+    theirs = {target: mounts(services[worker])[target] for target in roots}
+    assert web == theirs, f"web mounts {web} but {worker} mounts {theirs}"
 
 
-@pytest.mark.parametrize("name", ("web", "worker"))
+@pytest.mark.parametrize("name", ("web", *WORKERS))
 def test_image_owns_the_mount_points(services, name):
     # A fresh named volume takes the owner of the image's directory; were it missing, the
     # volume would be root's and the image's non-root user could not write to it.

@@ -2,7 +2,10 @@
 the worker and beat checkpoint the channel, status, a refused second start, stop) and in
 the foreground (Ctrl-C). Each run gets its own var dir, ports and a private redis-server
 (REDIS_URL names a free port), and leaves no process behind: every process run.sh starts
-inherits WEIR_VAR_DIR=<the test's var dir>, which is how they are found (in /proc)."""
+inherits WEIR_VAR_DIR=<the test's var dir>, which is how they are found (in /proc).
+
+Also the test command's Redis (use_test_redis in scripts/common.sh, which scripts/test.sh
+calls): a private redis-server when none answers, gone when the script exits."""
 from __future__ import annotations
 
 import json
@@ -147,7 +150,8 @@ def run(tmp_path: Path) -> Iterator[Run]:
     env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),
            "WEIR_DATA_ROOT": str(tmp_path / "channels"), "WEIR_BIND": f"127.0.0.1:{web_port}",
            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "WEIR_SCHEDULER_TICK_S": "0.5"}
-    for name in ("DATABASE_URL", "WEIR_ADMIN_PASSWORD", "WEIR_ADMIN_USER"):
+    for name in ("DATABASE_URL", "WEIR_ADMIN_PASSWORD", "WEIR_ADMIN_USER", "WEIR_CELERY_QUEUE",
+                 "WEIR_EXPORT_QUEUE"):
         env.pop(name, None)
     appliance = Run(env, tmp_path / "var", f"http://127.0.0.1:{web_port}", web_port,
                     redis_port)
@@ -173,6 +177,21 @@ def wait_healthy(run: Run, deadline_s: float, process: subprocess.Popen[bytes],
             pass
         time.sleep(0.2)
     raise AssertionError(f"no /health in {deadline_s} s:\n{output.read_text()}")
+
+
+def assert_each_worker_consumes_its_queue(run: Run) -> None:
+    """The task worker consumes only the default queue, the export worker only exports'
+    (each worker's start-up banner lists its queues as `.> <name> exchange=...`)."""
+    deadline = time.monotonic() + 30
+    banners: dict[str, set[str]] = {}
+    while time.monotonic() < deadline:
+        banners = {name: set(re.findall(r"\.> (\S+)\s+exchange=",
+                                        (run.var / "log" / f"{name}.log").read_text()))
+                   for name in ("worker", "exports")}
+        if all(banners.values()):
+            break
+        time.sleep(0.3)
+    assert banners == {"worker": {"weir"}, "exports": {"weir-export"}}, banners
 
 
 def checkpoint_state(run: Run, key: str) -> tuple[int, bool]:
@@ -203,9 +222,11 @@ def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
         redis_pid = int(private.info()["process_id"])
     started_pids = run.processes()
     assert {supervisor, redis_pid} <= started_pids
-    assert len(started_pids) >= 7  # supervisor, redis, gunicorn + 3, worker (+ its pool), beat
+    # supervisor, redis, gunicorn + 3, worker (+ its pool), exports (+ its pool), beat
+    assert len(started_pids) >= 8
     groups = run.record_groups()
-    assert len(groups) == 5  # supervisor, redis, web, worker, beat
+    assert len(groups) == 6  # supervisor, redis, web, worker, exports, beat
+    assert_each_worker_consumes_its_queue(run)
 
     again = run.manage("ensure_admin")
     assert again.returncode == 0 and again.stdout.strip() == "admin user 'admin' exists"
@@ -274,9 +295,9 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
             assert time.monotonic() < deadline, output.read_text()
             time.sleep(0.2)
         started_pids = run.processes()
-        assert process.pid in started_pids and len(started_pids) >= 7
+        assert process.pid in started_pids and len(started_pids) >= 8
         groups = run.record_groups()
-        assert len(groups) == 5
+        assert len(groups) == 6
         os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         assert process.wait(timeout=30) == 0, output.read_text()
     finally:
@@ -288,8 +309,104 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
     assert not any(group_members(group) for group in groups)
     assert not port_open(run.web_port) and not port_open(run.redis_port)
     lines = text.splitlines()
-    for name in ("redis", "migrate", "admin", "web", "worker", "beat"):
+    for name in ("redis", "migrate", "admin", "web", "worker", "exports", "beat"):
         assert any(line.startswith(f"[{name}]") for line in lines), name
     assert "weir: SIGINT: stopping" in lines and lines[-1] == "weir: stopped"
     assert not any("Sending due task" in line for line in lines)  # routine: only in the logs
     assert "Sending due task flusher" in (run.var / "log" / "beat.log").read_text()
+
+
+# -- the test command's Redis (scripts/test.sh calls use_test_redis) ----------------------
+SHOW_REDIS = """
+import os, redis
+client = redis.Redis.from_url(os.environ["WEIR_TEST_REDIS_URL"])
+config = client.config_get("save") | client.config_get("appendonly")
+print("pid", client.info()["process_id"], "save", repr(config["save"]), config["appendonly"])
+"""
+
+
+def use_test_redis(env: dict[str, str], then: str = "") -> subprocess.Popen[str]:
+    script = (f'set -euo pipefail; . scripts/common.sh; use_test_redis; '
+              f'echo "urls $WEIR_TEST_REDIS_URL $REDIS_URL"; {PYTHON} -c \'{SHOW_REDIS}\'; '
+              f'{then}')
+    return subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def read_start(process: subprocess.Popen[str]) -> tuple[list[str], str, int]:
+    """The helper's output up to the test Redis's pid line: (lines, URL, pid)."""
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith("pid "):
+            break
+    urls = next(line.split()[1:] for line in lines if line.startswith("urls "))
+    assert urls[1] == f"{urls[0]}/0", lines  # REDIS_URL: the same server, db 0
+    fields = lines[-1].split()
+    assert fields[2:] == ["save", "''", "no"], lines  # no persistence
+    return lines, urls[0], int(fields[1])
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["exit", "SIGTERM"])
+def test_the_test_command_starts_a_private_redis_when_none_answers(
+        tmp_path: Path, ending: str) -> None:
+    dead = free_ports(1)[0]
+    env = {**os.environ, "WEIR_TEST_REDIS_URL": f"redis://127.0.0.1:{dead}",
+           "TMPDIR": str(tmp_path)}
+    process = use_test_redis(env, "" if ending == "exit" else "sleep 30 & wait $!")
+    try:
+        lines, url, pid = read_start(process)
+        assert f"no Redis answers at redis://127.0.0.1:{dead}: starting a private " \
+               "redis-server" in lines[0], lines
+        assert url != f"redis://127.0.0.1:{dead}" and list(tmp_path.glob("weir-test-redis.*"))
+        if ending == "SIGTERM":
+            process.send_signal(signal.SIGTERM)  # the script alone, as `kill` would
+        assert process.wait(timeout=20) == (0 if ending == "exit" else 143)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    deadline = time.monotonic() + 5
+    while not gone(pid):
+        assert time.monotonic() < deadline, f"the private redis-server {pid} outlived it"
+        time.sleep(0.1)
+    assert not port_open(int(url.rsplit(":", 1)[1]))
+    assert not list(tmp_path.glob("weir-test-redis.*"))  # its directory went with it
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # the SIGTERM case's sleep
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_the_test_command_keeps_using_a_redis_that_answers(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    machine = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                               stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not port_open(port):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        process = use_test_redis({**os.environ, "WEIR_TEST_REDIS_URL":
+                                  f"redis://127.0.0.1:{port}"})
+        lines, url, pid = read_start(process)
+        assert process.wait(timeout=20) == 0
+        assert url == f"redis://127.0.0.1:{port}" and pid == machine.pid
+        assert not any("starting a private" in line for line in lines), lines
+        assert not gone(machine.pid)  # left running: it is not the script's
+    finally:
+        machine.terminate()
+        machine.wait()

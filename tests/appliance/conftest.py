@@ -1,16 +1,51 @@
-"""Appliance tests use their own Redis database and key prefix for the shared cache."""
+"""Appliance tests use the Redis at WEIR_TEST_REDIS_URL (default: REDIS_URL's server; the
+test command starts a private one when none answers) with their own cache database and
+key prefix, and Celery's broker and results there too."""
 from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import redis
+from django.conf import settings as django_settings
+
+from appliance.celery import app
+
+
+def _server(url: str) -> str:
+    """The URL without its database path."""
+    return urlunsplit(urlsplit(url)._replace(path="", query="")).rstrip("/")
+
+
+TEST_REDIS_URL = _server(os.environ.get("WEIR_TEST_REDIS_URL") or django_settings.REDIS_URL)
+# Set before any test connects: the settings read REDIS_URL once, when they load.
+app.conf.broker_url = app.conf.result_backend = f"{TEST_REDIS_URL}/0"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_redis_answers() -> None:
+    try:
+        with redis.Redis.from_url(TEST_REDIS_URL, socket_connect_timeout=2) as client:
+            client.ping()
+    except (redis.RedisError, OSError) as exc:
+        pytest.exit(f"no Redis answers at {TEST_REDIS_URL} ({exc}): scripts/test.sh starts "
+                    "one, or set WEIR_TEST_REDIS_URL", returncode=2)
 
 
 @pytest.fixture(autouse=True)
 def _test_cache(settings: Any) -> None:
     settings.CACHES = {"default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": "redis://127.0.0.1:6379/15",
+        "LOCATION": f"{TEST_REDIS_URL}/15",
         "KEY_PREFIX": f"weir-test-{os.getpid()}",
     }}
+
+
+@pytest.fixture(autouse=True)
+def _exports_on_the_test_queue(settings: Any) -> None:
+    # Each test module's worker consumes one private queue (app.conf.task_default_queue,
+    # set by its module-scoped fixture, which runs first); exports go there too instead
+    # of the appliance's export queue. test_task_routing.py checks the real routing.
+    settings.WEIR_EXPORT_QUEUE = app.conf.task_default_queue

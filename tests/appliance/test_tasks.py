@@ -1,7 +1,8 @@
 """The background tasks on a real Celery worker (celery.contrib.testing.worker, threads
 pool, two at a time) with the real Redis broker and a real engine: the flusher, the
 checkpointer and retention do their work on each channel's own schedule, one at a time
-per channel, record every run, and retry a failing channel while the others go on."""
+per channel, record every run, and retry a failing channel (failing it for good after the
+last retry) while the others go on."""
 from __future__ import annotations
 
 import os
@@ -16,10 +17,10 @@ from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.test import override_settings
 
-from appliance import channels, tasks
+from appliance import channels, task_runs, tasks
 from appliance.celery import app
 from appliance.models import Channel, TaskRun
-from channel_engine import ChannelOwner
+from channel_engine import ChannelOwner, StorageError
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads see the rows
 
@@ -74,20 +75,35 @@ def test_the_beat_schedule_runs_every_task() -> None:
     assert scheduled <= set(app.tasks)
 
 
-def test_the_flusher_makes_policy_mode_data_durable_within_flush_ms(
-        worker: None, root: Path) -> None:
+TICK_S = 0.5  # the scheduler tick in the flusher test
+SLACK_S = 1.0  # the flush task's queueing and run time on a busy 2-core test machine
+
+
+def test_the_flusher_makes_policy_mode_data_durable_within_flush_ms_plus_a_tick(
+        worker: None, root: Path, settings: Any) -> None:
+    settings.WEIR_SCHEDULER_TICK_S = TICK_S
     row = channel_row(root, durability="policy", flush_ms=1000, flush_messages=None)
+    opened = time.monotonic()  # the log's last flush is its open, just below
     put(row, 50)
+    put_at = time.monotonic()
     part = channels.open_channel(row).status()["partitions"][0]
     assert part["unflushed_events"] == 50 and part["recovery_point"] == 0
-    started = time.monotonic()
+    next_tick = time.monotonic()
 
-    def durable() -> bool:
+    def tick_then_check() -> bool:  # beat's schedule: the flusher every TICK_S
+        nonlocal next_tick
+        if time.monotonic() >= next_tick:
+            tasks.flusher.delay()
+            next_tick += TICK_S
         part = channels.open_channel(row).status()["partitions"][0]
         return bool(part["recovery_point"] == part["log_end_offset"] == 50)
 
-    wait_for(durable, 5, every=tasks.flusher.delay, what="recovery point at the log end")
-    assert time.monotonic() - started >= 0.9  # not before flush_ms
+    deadline = put_at + 1.0 + TICK_S + SLACK_S
+    while not tick_then_check():
+        assert time.monotonic() < deadline, "not durable within flush_ms + tick + slack"
+        time.sleep(0.02)
+    durable_at = time.monotonic()
+    assert durable_at - opened >= 1.0, durable_at - opened  # not before flush_ms
     flushed = wait_for(lambda: runs("weir.flush_channel", "orders"), 5)
     assert flushed[-1].outcome == TaskRun.OK and flushed[-1].detail == {"flushed": True}
 
@@ -150,23 +166,52 @@ def test_two_checkpoints_of_one_channel_run_one_at_a_time(
 
 
 def test_a_failing_channel_is_recorded_and_retried_while_the_others_go_on(
+        worker: None, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = channel_row(root, name="bad")
+    channel_row(root, name="good")
+    failures = {"bad": 2}  # its disk fails twice, then recovers (not timing-dependent)
+    real = ChannelOwner._checkpoint
+
+    def flaky_checkpoint(self: ChannelOwner) -> Any:
+        if failures.get(self.config.name, 0) > 0:
+            failures[self.config.name] -= 1
+            raise StorageError(bad.checkpoint_dir, OSError(5, "Input/output error"),
+                               "writing the checkpoint")
+        return real(self)
+
+    monkeypatch.setattr(ChannelOwner, "_checkpoint", flaky_checkpoint)
+    failing = tasks.checkpoint_channel.delay("bad", force=True)
+    assert tasks.checkpoint_channel.delay("good", force=True).get(timeout=30) == TaskRun.OK
+    assert failing.get(timeout=30) == TaskRun.OK
+    attempts = runs("weir.checkpoint_channel", "bad")
+    assert [r.outcome for r in attempts] == [TaskRun.RETRYING] * 2 + [TaskRun.OK]
+    assert "StorageError" in attempts[0].error and "Input/output error" in attempts[1].error
+    assert [r.attempt for r in attempts] == [1, 2, 3]
+    assert [r.outcome for r in runs("weir.checkpoint_channel", "good")] == [TaskRun.OK]
+
+
+def test_a_channel_that_keeps_failing_ends_failed_after_its_last_retry(
         worker: None, root: Path) -> None:
     bad = channel_row(root, name="bad")
     channel_row(root, name="good")
     channels.open_channel(bad)
     obstacle = Path(bad.checkpoint_dir) / "checkpoint.tmp"
-    obstacle.mkdir()  # the checkpoint's temp file cannot be created: an I/O error
-    failing = tasks.checkpoint_channel.delay("bad", force=True)
-    assert tasks.checkpoint_channel.delay("good", force=True).get(timeout=30) == TaskRun.OK
-    wait_for(lambda: len(runs("weir.checkpoint_channel", "bad")) >= 2, 10,
-             what="two failed attempts")
-    obstacle.rmdir()
-    assert failing.get(timeout=30) == TaskRun.OK
+    obstacle.mkdir()  # every attempt: an I/O error
+    try:
+        failing = tasks.checkpoint_channel.delay("bad", force=True)
+        wait_for(lambda: runs("weir.checkpoint_channel", "bad"), 10, what="a first failure")
+        assert tasks.checkpoint_channel.delay("good", force=True).get(timeout=30) == TaskRun.OK
+        failing.get(timeout=60, propagate=False)
+    finally:
+        obstacle.rmdir()  # the channel checkpoints when the test closes it
+    assert failing.state == "FAILURE"
     attempts = runs("weir.checkpoint_channel", "bad")
-    assert [r.outcome for r in attempts[:-1]] == [TaskRun.RETRYING] * (len(attempts) - 1)
-    assert "StorageError" in attempts[0].error and attempts[-1].outcome == TaskRun.OK
-    assert [r.attempt for r in attempts] == list(range(1, len(attempts) + 1))
-    assert [r.outcome for r in runs("weir.checkpoint_channel", "good")] == [TaskRun.OK]
+    retries = task_runs.MAX_RETRIES
+    assert [r.outcome for r in attempts] == [TaskRun.RETRYING] * retries + [TaskRun.FAILED]
+    assert [r.attempt for r in attempts] == list(range(1, retries + 2))
+    assert all("StorageError" in r.error for r in attempts)
+    [good] = runs("weir.checkpoint_channel", "good")
+    assert good.outcome == TaskRun.OK and good.error == ""
 
 
 class Recorder:
@@ -174,9 +219,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.expires: list[float] = []
 
-    def delay(self, name: str) -> None:
-        self.sent.append(name)
+    def apply_async(self, args: tuple[str], expires: float) -> None:
+        self.sent.extend(args)
+        self.expires.append(expires)
 
 
 def test_a_changed_interval_holds_from_the_next_tick_without_restarting_beat(
@@ -194,3 +241,5 @@ def test_a_changed_interval_holds_from_the_next_tick_without_restarting_beat(
     assert tick() == 0
     time.sleep(1.1)
     assert tick() == 1 and task.sent == ["orders"] * 3
+    # a message outlives its interval, with a floor so a merely late worker still runs it
+    assert task.expires == [3600.0, tasks.MIN_EXPIRY_S, tasks.MIN_EXPIRY_S]
