@@ -27,7 +27,8 @@ SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 # Settings only the appliance uses (the scheduler's), with their allowed range.
 SCHEDULE_SETTINGS = {"retention_check_interval_ms": (1_000, 86_400_000),
                      "export_interval_ms": (10_000, 7 * 86_400_000),
-                     "export_roll_rows": (1, 2**31 - 1)}
+                     "export_roll_rows": (1, 2**31 - 1),
+                     "export_roll_bytes": (1 << 10, 1 << 40)}
 EXPORT_SETTINGS = ("export_format", "export_path")
 _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()

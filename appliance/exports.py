@@ -67,6 +67,7 @@ def command(row: Channel) -> list[str]:
     argv = [sys.executable, "-m", JOB, "--home", str(config.home),
             "--output", settings.WEIR_EXPORT_URI, "--format", row.export_format,
             "--path", row.export_path, "--roll-rows", str(row.export_roll_rows),
+            "--roll-bytes", str(row.export_roll_bytes),
             "--master", settings.WEIR_SPARK_MASTER]
     if settings.WEIR_EXPORT_READ_URL:
         argv += ["--read-url", settings.WEIR_EXPORT_READ_URL]
@@ -164,6 +165,8 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
         run.progress = f"exported {done['rows']:,} events"
     else:
         run.outcome = ExportRun.FAILED
+        failed = (report or {}).get("run") or {}  # what the failed run had reserved
+        run.run_id, run.partitions = failed.get("run_id", ""), failed.get("partitions", [])
         run.error = (report or {}).get("error") or (
             f"the export job ran longer than {timeout_s:g} s and was killed" if expired.is_set()
             else f"the export job exited with {code}: " + "\n".join(list(tail)[-8:]))

@@ -89,6 +89,9 @@ class Channel(models.Model):
                                    "(%Y %m %d %H %M %S %y %j), in UTC.")
     export_roll_rows = models.BigIntegerField(
         default=1_000_000, help_text="Most events per exported file (1 to 2**31-1).")
+    export_roll_bytes = models.BigIntegerField(
+        default=256 << 20, help_text="Most bytes of events (as stored in the log) per exported "
+        "file (1 KiB to 1 TiB); a file ends at whichever roll limit comes first.")
     retention_check_interval_ms = models.BigIntegerField(
         default=300_000, help_text="How often the retention task runs for this channel "
         "(Kafka's log.retention.check.interval.ms; 1 second to 1 day).")

@@ -24,7 +24,8 @@ GROUPS = (
                        "segment_ms", "index_interval_bytes", "preallocate", "compression")),
     ("Retention", ("retention_ms", "retention_bytes", "retention_check_interval_ms")),
     ("Encryption", ("encryption_key_file", "encryption_active_key")),
-    ("Export", ("export_interval_ms", "export_format", "export_path", "export_roll_rows")),
+    ("Export", ("export_interval_ms", "export_format", "export_path", "export_roll_rows",
+                "export_roll_bytes")),
 )
 FIELDS = tuple(name for _, names in GROUPS for name in names)
 # Settings fixed once a channel exists, and why (shown next to the field).

@@ -5,10 +5,18 @@ Where `file://` differs from HDFS (ecosystem.md §1.3): a rename onto an existin
 returns false on both, but the local filesystem may also write `.crc` sidecars, and
 a failed rename says nothing about whether the target exists. So the exporter never
 reads meaning into a rename's result: it checks `exists` before and after.
+
+Durability. On HDFS a closed file is on its datanodes' pipeline and a rename is a
+namenode transaction (edit log, synced): nothing more to do. On `file://` neither Spark's
+writers nor a rename reach the disk before the kernel writes them back, so sync_file and
+sync_dir fsync the local file or directory (they do nothing on any other scheme): a power
+loss after the take commits must not lose the files that the take's events went to.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
+from urllib.parse import urlparse
 
 
 class Dfs:
@@ -78,3 +86,21 @@ class Dfs:
     def delete(self, uri: str, recursive: bool = False) -> None:
         """Delete a file (or a directory tree); nothing if it is not there."""
         self._fs.delete(self._path(uri), recursive)
+
+    def sync_file(self, uri: str) -> None:
+        """fsync a file of a `file://` output (nothing elsewhere: see the module doc)."""
+        self._fsync(uri, os.O_RDONLY)
+
+    def sync_dir(self, uri: str) -> None:
+        """fsync a directory of a `file://` output, so the names in it are durable."""
+        self._fsync(uri, os.O_RDONLY | os.O_DIRECTORY)
+
+    def _fsync(self, uri: str, flags: int) -> None:
+        parsed = urlparse(uri)
+        if parsed.scheme != "file":
+            return
+        fd = os.open(parsed.path, flags)  # Hadoop's URIs hold the name as it is on disk
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,11 +1,19 @@
 """The export job: drain a channel into a Hadoop filesystem, exactly once.
 
     spark-submit channel_engine/spark/export.py --home /data/orders/checkpoint \\
-        --output hdfs://namenode:8020/weir [--format parquet|json] [--path %Y/%m/%d/%H] \\
-        [--roll-rows 1000000] [--max-events 10000000]
+        --output hdfs://namenode:8020/weir [--format parquet|json|avro] \\
+        [--path %Y/%m/%d/%H] [--roll-rows 1000000] [--roll-bytes 268435456] \\
+        [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
-It prints progress lines, then one JSON report line (`{"report": …}`) on stdout.
+It prints progress lines ("export orders: ~120,000 of 300,000 rows (40%)"), then one JSON
+report line on stdout: `{"report": …}`, or `{"report": null, "error": …, "run": …}`
+when it failed (exit status 1; "run" holds what the failed run had reserved).
+
+Cluster settings: the master comes from --master (WEIR_SPARK_MASTER); Hadoop's from
+HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the JVM's
+classpath, so an --output without a scheme resolves against its fs.defaultFS. The job
+ships channel_engine to the executors itself (package_zip); they need its dependencies.
 
 Output layout under <output>/<channel>/ (kafka-connect-hdfs style names; offsets
 zero-padded to 20 digits, both ends inclusive):
@@ -18,24 +26,41 @@ zero-padded to 20 digits, both ends inclusive):
                                                      in <time path> (Flume's escapes)
     _weir/commits/<run id>.json                      commit record of one run: the ranges
                                                      it exported and its temp -> final moves
+    _weir/commits/<run id>.summary.json              the ranges of the records it replaced
+                                                     (compaction; no moves)
     _weir/tmp/<run id>/                              Spark's output before it is moved
 
 Readers (Spark, Hive, pyarrow) skip `_`-prefixed paths, so they see committed files only.
+
+Files. The reserved ranges of a partition are joined where they touch (a rolled-back
+take's events come back beside the newer ones) and cut into pieces at multiples of the
+piece size (roll_rows, fewer when roll_bytes comes first; at most PIECE_ROWS so that big
+ranges are written by several tasks at once). A piece is one Spark task and one file per
+time bucket; its file is named by the piece's first and last offset, so no two files
+share a name, and a name that exists already stops the run before anything moves.
 
 The protocol (each step survives a crash at any point; the output is the source of truth):
 
     step  what                                           after a crash here, the next run
     ----  ---------------------------------------------  --------------------------------------
     1     recover: redo the moves of every commit        finishes the moves; the range counts
-          record, delete every temp dir                  as exported
+          record, delete every temp dir and cut-short    as exported
+          record; fold > COMPACT_AFTER records into one
     2     take: reserve the next ranges of each          the take rolled back (its process
           partition (a take transaction, no lease)       died): the same ranges come again
     3     skip what a commit record already holds        -
     4     write the rest with Spark to _weir/tmp/<run>   temp files deleted by step 1
-    5     write the commit record (temp name, rename)    step 1 applies it
-    6     move each temp file to its final name          step 1 finishes the moves
+    5     sync the temp files; write the commit record   step 1 applies it
+          (temp name, sync, rename, sync the dir)
+    6     move each temp file to its final name; sync    step 1 finishes the moves
+          the directories
     7     commit the take                                the take returns; step 3 skips it
     8     delete the temp dir                            step 1 deletes it
+
+A committed file that is gone when step 1 redoes its record (an operator pruned old
+output) is reported ("missing_files" in the report), not recreated, and stops nothing.
+The syncs matter on file:// only (dfs.py): a power loss after step 7 finds every file
+the take's events went to. On HDFS a closed file and a rename are already durable.
 
 So every event reaches the output exactly once: written files count only once a commit
 record names them, and a range a record names is never written again. Two exports of one
@@ -60,7 +85,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from functools import reduce
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -81,6 +105,8 @@ ESCAPES = {"Y": "yyyy", "m": "MM", "d": "dd", "H": "HH", "M": "mm", "S": "ss",
 Range = tuple[int, int]  # [start, end): end exclusive
 # At most this many events per Spark task (and per file): enough tasks to use every core
 PIECE_ROWS = 200_000
+# recover() folds the commit records into one summary once there are more than this many
+COMPACT_AFTER = 32
 
 
 @dataclass
@@ -91,16 +117,22 @@ class ExportSettings:
     output: str
     format: str = "parquet"
     path: str = "%Y/%m/%d/%H"
-    roll_rows: int = 1_000_000
+    roll_rows: int = 1_000_000  # the most events in one file
     max_events: int = 10_000_000
     read_url: str | None = None  # executors read over the appliance's HTTP API
     read_token: str | None = None
+    roll_bytes: int = 256 << 20  # the most log bytes of events in one file (estimated)
+    progress_s: float = 2.0  # a progress line this often while Spark writes
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
         if not 1 <= self.roll_rows <= 2**31 - 1:
             raise ValueError(f"roll_rows must be from 1 to 2**31-1, not {self.roll_rows}")
+        if not 1 << 10 <= self.roll_bytes <= 1 << 40:
+            raise ValueError(f"roll_bytes must be from 1 KiB to 1 TiB, not {self.roll_bytes}")
+        if not 0.05 <= self.progress_s <= 3600:
+            raise ValueError(f"progress_s must be from 0.05 to 3600, not {self.progress_s}")
         if not 1 <= self.max_events <= 2**40:
             raise ValueError(f"max_events must be positive, not {self.max_events}")
         spark_pattern(self.path)  # raises on an unknown escape
@@ -116,6 +148,11 @@ class PartitionReport:
     files: list[str] = field(default_factory=list)
     rows: int = 0
     bytes: int = 0
+    # The partitions of a run are written by one Spark job and committed by one take, so
+    # they share the run's outcome ("ok" or "failed"), error and duration.
+    outcome: str = "running"
+    error: str | None = None
+    duration_s: float = 0.0
 
 
 def spark_pattern(path: str) -> str:
@@ -142,6 +179,17 @@ def crash_point(step: str) -> None:
     """Die here (SIGKILL) when WEIR_EXPORT_CRASH_AT names this step: the crash tests."""
     if os.environ.get("WEIR_EXPORT_CRASH_AT") == step:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def merge(ranges: list[Range]) -> list[Range]:
+    """The ranges sorted, with touching or overlapping ones joined."""
+    merged: list[Range] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def subtract(wanted: Range, done: list[Range]) -> list[Range]:
@@ -175,35 +223,77 @@ class Exporter:
         self.config = ChannelConfig.load(settings.home)
         self.dfs = Dfs(spark, settings.output)
         self.root = self.dfs.join(self.config.name)
+        self.commits = self.dfs.join(self.config.name, "_weir", "commits")
         self.run_id = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
+        self.reports: dict[int, PartitionReport] = {}
+        self.missing: list[str] = []  # committed files gone from the output (pruned?)
+        self.piece = min(settings.roll_rows, PIECE_ROWS)
+        self.started = time.time()
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
-        """Finish every recorded run's moves, drop temp dirs; return exported ranges."""
+        """Finish every recorded run's moves, drop temp dirs and half-written records,
+        compact the records; return the exported ranges by partition."""
         exported: dict[int, list[Range]] = {}
-        for uri, _ in self.dfs.list_files(self.dfs.join(self.config.name, "_weir", "commits")):
-            if not uri.endswith(".json"):
+        records = []
+        for uri, _ in self.dfs.list_files(self.commits):
+            name = uri.rsplit("/", 1)[-1]
+            if name.startswith("."):  # a record whose write was cut short: never a commit
+                self.dfs.delete(uri)
+                continue
+            if not name.endswith(".json"):
                 continue
             record = json.loads(self.dfs.read_bytes(uri))
+            records.append(uri)
             for temp, final in record["moves"]:
-                if not self.dfs.exists(final):
-                    if not self.dfs.exists(temp):
-                        raise RuntimeError(f"commit record {uri}: {final} and its temp file "
-                                           "are both missing (was the output edited?)")
-                    self.dfs.rename(temp, final)
+                self._finish_move(uri, temp, final)
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)
+        exported = {p: merge(ranges) for p, ranges in exported.items()}
+        if self.missing:
+            self.progress(f"export {self.config.name}: {len(self.missing)} committed files "
+                          f"are gone from the output (pruned by hand?), e.g. {self.missing[0]}")
+        if len(records) > COMPACT_AFTER:
+            self._compact(records, exported)
         self.dfs.delete(self.dfs.join(self.config.name, "_weir", "tmp"), recursive=True)
         return exported
+
+    def _finish_move(self, record: str, temp: str, final: str) -> None:
+        """Redo a recorded move that a crash cut short."""
+        if self.dfs.exists(final):
+            return
+        if not self.dfs.exists(temp):
+            # The move happened (the record is written after every temp file) and the
+            # file was removed since: not ours to recreate, but reported.
+            self.missing.append(final)
+            return
+        self.dfs.rename(temp, final)
+        self.dfs.sync_dir(final.rsplit("/", 1)[0])
+
+    def _compact(self, records: list[str], exported: dict[int, list[Range]]) -> None:
+        """Replace the records (their moves all done) by one summary of their ranges: the
+        next run reads one file instead of one per run since the last compaction."""
+        summary = {"run_id": self.run_id, "moves": [],
+                   "ranges": {str(p): [list(r) for r in ranges]
+                              for p, ranges in sorted(exported.items())}}
+        self._write_record(f"{self.run_id}.summary.json", summary)
+        for uri in records:  # a crash here leaves ranges recorded twice: harmless
+            self.dfs.delete(uri)
+
+    def _write_record(self, name: str, record: dict[str, Any]) -> None:
+        """Write a record under _weir/commits atomically: temp name, sync, rename."""
+        self.dfs.mkdirs(self.commits)
+        pending = f"{self.commits}/.{name}.tmp"
+        self.dfs.write_bytes(pending, json.dumps(record).encode())
+        self.dfs.rename(pending, f"{self.commits}/{name}")
+        self.dfs.sync_dir(self.commits)
 
     # -- steps 2-8 --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Export the next ranges of every partition; return the run's report."""
         from channel_engine import Channel
 
-        started = time.time()
-        reports: dict[int, PartitionReport] = {}
         with export_lock(str(self.config.home)):
             exported = self.recover()
             with Channel.open(self.config.home) as channel:
@@ -211,31 +301,63 @@ class Exporter:
                 try:
                     reserved = take.reserve(self.settings.max_events)
                     crash_point("reserved")
-                    to_write: list[tuple[int, Range]] = []
-                    for partition, start, end in reserved:
-                        report = reports.setdefault(partition, PartitionReport(partition))
-                        pieces = subtract((start, end), exported.get(partition, []))
-                        report.skipped += subtract((start, end), pieces)
-                        report.ranges += pieces
-                        to_write += [(partition, piece) for piece in pieces]
+                    to_write = self._plan(reserved, exported)
                     if to_write:
-                        self._write(to_write, reports)
+                        self.piece = self._piece_rows(channel.status())
+                        self._write(to_write)
                     take.commit()
-                except BaseException:
+                except BaseException as exc:
                     if take.state == "open":
                         take.rollback()
+                    self._finish("failed", f"{type(exc).__name__}: {exc}")
                     raise
             self.dfs.delete(self.dfs.join(self.config.name, "_weir", "tmp", self.run_id),
                             recursive=True)
-        rows = sum(r.rows for r in reports.values())
-        return {"channel": self.config.name, "run_id": self.run_id, "output": self.root,
-                "format": self.settings.format, "rows": rows,
-                "bytes": sum(r.bytes for r in reports.values()),
-                "duration_s": round(time.time() - started, 3),
-                "partitions": [asdict(r) for _, r in sorted(reports.items())]}
+        return self._finish("ok")
 
-    def _write(self, to_write: list[tuple[int, Range]],
-               reports: dict[int, PartitionReport]) -> None:
+    def _plan(self, reserved: list[tuple[int, int, int]],
+              exported: dict[int, list[Range]]) -> list[tuple[int, Range]]:
+        """(partition, range) to write: the reserved ranges, joined where they touch (a
+        rolled-back take's events come back beside newer ones), less what is exported."""
+        by_partition: dict[int, list[Range]] = {}
+        for partition, start, end in reserved:
+            by_partition.setdefault(partition, []).append((start, end))
+        to_write: list[tuple[int, Range]] = []
+        for partition, ranges in sorted(by_partition.items()):
+            report = self.reports.setdefault(partition, PartitionReport(partition))
+            for wanted in merge(ranges):
+                pieces = subtract(wanted, exported.get(partition, []))
+                report.skipped += subtract(wanted, pieces)
+                report.ranges += pieces
+                to_write += [(partition, piece) for piece in pieces]
+        return to_write
+
+    def _finish(self, outcome: str, error: str | None = None) -> dict[str, Any]:
+        """The run's report (also of a failed run: what it had reserved, and why)."""
+        duration = round(time.time() - self.started, 3)
+        for report in self.reports.values():
+            report.outcome, report.error, report.duration_s = outcome, error, duration
+        self.report = {
+            "channel": self.config.name, "run_id": self.run_id, "output": self.root,
+            "format": self.settings.format, "outcome": outcome, "error": error,
+            "spark_master": self.spark.sparkContext.master,
+            "rows": sum(r.rows for r in self.reports.values()),
+            "bytes": sum(r.bytes for r in self.reports.values()),
+            "duration_s": duration, "missing_files": self.missing[:100],
+            "partitions": [asdict(r) for _, r in sorted(self.reports.items())]}
+        return self.report
+
+    def _piece_rows(self, status: dict[str, Any]) -> int:
+        """Events per piece (one Spark task, one file per time bucket): roll_rows, fewer
+        when roll_bytes is reached first at the log's bytes per event, and at most
+        PIECE_ROWS so that a large range is written by several tasks at once."""
+        size = sum(p["size_bytes"] for p in status["partitions"])
+        events = sum(p["log_end_offset"] - p["log_start_offset"] for p in status["partitions"])
+        per_event = max(1, size // events) if events else 1
+        return max(1, min(self.settings.roll_rows, PIECE_ROWS,
+                          self.settings.roll_bytes // per_event))
+
+    def _write(self, to_write: list[tuple[int, Range]]) -> None:
         temp = self.dfs.join(self.config.name, "_weir", "tmp", self.run_id)
         total = sum(end - start for _, (start, end) in to_write)
         self.progress(f"export {self.config.name}: writing {total:,} events "
@@ -250,22 +372,23 @@ class Exporter:
                 (frame.write.partitionBy("_p", "_chunk", "_bucket")
                  .format(FORMATS[self.settings.format]).mode("errorifexists").save(temp))
         crash_point("written")
-        moves = self._plan_moves(temp, to_write, reports)
+        moves = self._plan_moves(temp, to_write)
+        for source, _ in moves:  # on disk before a record names them (file:// only)
+            self.dfs.sync_file(source)
         record = {"run_id": self.run_id, "moves": moves,
-                  "ranges": {str(p): [list(r) for r in reports[p].ranges] for p in reports}}
-        commits = self.dfs.join(self.config.name, "_weir", "commits")
-        self.dfs.mkdirs(commits)
-        pending = f"{commits}/.{self.run_id}.json.tmp"
-        self.dfs.write_bytes(pending, json.dumps(record).encode())
-        self.dfs.rename(pending, f"{commits}/{self.run_id}.json")  # the commit point
+                  "ranges": {str(p): [list(r) for r in report.ranges]
+                             for p, report in self.reports.items()}}
+        self._write_record(f"{self.run_id}.json", record)  # the commit point
         crash_point("recorded")
         for source, target in moves:
             self.dfs.rename(source, target)
+        for directory in sorted({target.rsplit("/", 1)[0] for _, target in moves}):
+            self.dfs.sync_dir(directory)
         crash_point("moved")
-        for report in reports.values():
+        for report in self.reports.values():
             report.rows = sum(end - start for start, end in report.ranges)
         self.progress(f"export {self.config.name}: {total:,} events in "
-                      f"{sum(len(r.files) for r in reports.values())} files")
+                      f"{sum(len(r.files) for r in self.reports.values())} files")
 
     def _write_avro(self, frame: Any, temp: str) -> None:
         """One Avro container file per (partition, chunk, bucket), encoded where the rows
@@ -279,7 +402,10 @@ class Exporter:
                                  f"_bucket={bucket}/part-00000.avro", bytes(row["data"]))
 
     def _frame(self, to_write: list[tuple[int, Range]]) -> Any:
-        """The events to write, with the columns that place them in files."""
+        """The events to write, with the columns that place them in files: _p (the
+        partition), _chunk (the first offset of the event's piece) and _bucket (the time
+        path). A piece is the part of a range between multiples of self.piece, so pieces
+        of different ranges never share a _chunk, and each is one Spark task."""
         from pyspark.sql import functions as F
 
         from channel_engine.spark.source import register
@@ -288,27 +414,26 @@ class Exporter:
         self.spark.conf.set("spark.sql.session.timeZone", "UTC")  # time paths are in UTC
         remote = {"url": self.settings.read_url, "token": self.settings.read_token or ""} \
             if self.settings.read_url else {}
-        piece = self.piece_rows
-        loads: list[dict[str, list[int]]] = []  # each load: at most one range a partition
+        piece = self.piece
+        ranges: dict[str, list[list[int]]] = {}
         for p, (start, end) in to_write:
-            free = next((load for load in loads if str(p) not in load), None)
-            if free is None:
-                free = {}
-                loads.append(free)
-            free[str(p)] = [start, end]
-        # One load per set of ranges (planning a Python source costs a worker start), its
-        # splits cut at multiples of piece: one Spark task, and one file per bucket, each
-        frames = [self.spark.read.format("weir").option("home", str(self.config.home))
-                  .option("ranges", json.dumps(load)).option("split_align", str(piece))
-                  .options(**remote).load() for load in loads]
-        frame = reduce(lambda a, b: a.unionByName(b), frames)
+            ranges.setdefault(str(p), []).append([start, end])
+        frame = (self.spark.read.format("weir").option("home", str(self.config.home))
+                 .option("ranges", json.dumps(ranges)).option("split_align", str(piece))
+                 .options(**remote).load())
+        offset = F.col("offset")
+        chunk = offset - offset % F.lit(piece)
+        for p, (start, end) in to_write:
+            if start % piece:  # a range's first piece starts at the range, not a multiple
+                head = (F.col("partition") == p) & (offset >= start) \
+                    & (offset < min(end, start - start % piece + piece))
+                chunk = F.when(head, F.lit(start)).otherwise(chunk)
         return (frame.withColumn("_p", F.col("partition"))
-                .withColumn("_chunk", F.col("offset") - F.col("offset") % F.lit(piece))
+                .withColumn("_chunk", chunk)
                 .withColumn("_bucket", F.date_format(F.timestamp_millis(F.col("timestamp")),
                                                      spark_pattern(self.settings.path))))
 
-    def _plan_moves(self, temp: str, to_write: list[tuple[int, Range]],
-                    reports: dict[int, PartitionReport]) -> list[list[str]]:
+    def _plan_moves(self, temp: str, to_write: list[tuple[int, Range]]) -> list[list[str]]:
         """Final names for Spark's temp files: one file per (partition, chunk, bucket)."""
         moves, seen = [], set()
         ext = self.settings.format
@@ -322,34 +447,32 @@ class Exporter:
                 raise RuntimeError(f"unexpected file in the export's temp dir: {uri}")
             partition, chunk = int(match.group(1)), int(match.group(2))
             bucket = unquote(match.group(3))
-            first, last = self._chunk_bounds(partition, chunk, to_write)
+            first, last = self._piece_bounds(partition, chunk, to_write)
             key = (partition, chunk, bucket)
             if key in seen:
                 raise RuntimeError(f"Spark wrote two files for {key}: cannot name both")
             seen.add(key)
             final = self.dfs.join(self.config.name, bucket,
                                   f"{self.config.name}+{partition}+{first:020d}+{last:020d}.{ext}")
+            if self.dfs.exists(final):  # a name is never reused: never overwrite
+                raise RuntimeError(f"{final} exists already: the output holds this range")
             moves.append([uri, final])
-            reports[partition].files.append(final)
-            reports[partition].bytes += size
+            self.reports[partition].files.append(final)
+            self.reports[partition].bytes += size
         return moves
 
-    @property
-    def piece_rows(self) -> int:
-        """Events per piece: one Spark task each, and the offset span of its files."""
-        return min(self.settings.roll_rows, PIECE_ROWS)
-
-    def _chunk_bounds(self, partition: int, chunk: int,
+    def _piece_bounds(self, partition: int, chunk: int,
                       to_write: list[tuple[int, Range]]) -> tuple[int, int]:
-        roll = self.piece_rows
+        """First and last offset of the piece that starts at `chunk` (see _frame)."""
         for p, (start, end) in to_write:
-            if p == partition and start < chunk + roll and chunk < end:
-                return max(start, chunk), min(end, chunk + roll) - 1
+            if p == partition and start <= chunk < end:
+                return chunk, min(end, chunk - chunk % self.piece + self.piece) - 1
         raise RuntimeError(f"partition {partition}: chunk {chunk} lies in no range written")
 
     @contextmanager
     def _crash_mid_write(self, temp: str) -> Iterator[None]:
-        """For the crash tests: die once Spark has written its first data file."""
+        """For the crash tests: die once Spark has written its first data file (at the
+        latest when the write ends: a small write may finish between two looks)."""
         if os.environ.get("WEIR_EXPORT_CRASH_AT") != "writing":
             yield
             return
@@ -359,11 +482,12 @@ class Exporter:
                    for uri, _ in self.dfs.list_files(temp)):
                 crash_point("writing")
 
-        with _every(0.02, watch):
+        with _every(0.01, watch):
             yield
+        crash_point("writing")
 
     def _report_progress(self, total: int) -> Any:
-        """Log rows and % while Spark writes (from its task counts), every 2 s."""
+        """Log rows and % while Spark writes (from its task counts), every progress_s."""
         tracker = self.spark.sparkContext.statusTracker()
 
         def report() -> None:
@@ -375,7 +499,7 @@ class Exporter:
                 self.progress(f"export {self.config.name}: ~{int(total * share):,} of "
                               f"{total:,} rows ({share:.0%})")
 
-        return _every(2.0, report)
+        return _every(self.settings.progress_s, report)
 
 
 @contextmanager
@@ -415,20 +539,51 @@ def _avro_file(group: Any) -> Any:
                          "_bucket": [first["_bucket"]], "data": [out.getvalue()]})
 
 
-def spark_session(master: str = "local[*]") -> Any:
-    """A SparkSession for the export (UTC, no UI, workers on this interpreter)."""
+def spark_session(master: str | None = "local[*]") -> Any:
+    """A SparkSession for the export (UTC, no UI, workers on this interpreter), with
+    channel_engine shipped to its executors. Without a master: spark-submit's --master
+    when spark-submit started this process, else local[*]."""
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
+        master = "local[*]"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     root = str(Path(__file__).resolve().parents[2])
     paths = os.environ.get("PYTHONPATH", "")
-    if root not in paths.split(os.pathsep):  # the workers import channel_engine too
+    if root not in paths.split(os.pathsep):  # local workers import channel_engine too
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, paths) if p)
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.appName("weir-export").master(master)
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    builder = SparkSession.builder.appName("weir-export")
+    if master is not None:
+        builder = builder.master(master)
+    spark = (builder.config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    spark.sparkContext.addPyFile(package_zip())
+    return spark
+
+
+def package_zip() -> str:
+    """channel_engine's Python files zipped (once per process) for SparkContext.addPyFile:
+    executors on other hosts (spark://, yarn) then run the driver's version of Weir's code.
+    They still need its dependencies installed (pyproject.toml: aiokafka, crc32c,
+    cryptography, msgpack, pyarrow)."""
+    import tempfile
+    import zipfile
+
+    global _PACKAGE_ZIP
+    if _PACKAGE_ZIP is None or not Path(_PACKAGE_ZIP).exists():
+        package = Path(__file__).resolve().parents[1]
+        handle, path = tempfile.mkstemp(prefix="weir-channel-engine-", suffix=".zip")
+        os.close(handle)
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for source in sorted(package.rglob("*.py")):
+                archive.write(source, source.relative_to(package.parent).as_posix())
+        _PACKAGE_ZIP = path
+    return _PACKAGE_ZIP
+
+
+_PACKAGE_ZIP: str | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,16 +593,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="base URI: hdfs://… or file://…")
     parser.add_argument("--format", default="parquet", choices=sorted(FORMATS))
     parser.add_argument("--path", default="%Y/%m/%d/%H", help="time path (Flume escapes)")
-    parser.add_argument("--roll-rows", type=int, default=1_000_000)
+    parser.add_argument("--roll-rows", type=int, default=1_000_000,
+                        help="the most events in one file")
+    parser.add_argument("--roll-bytes", type=int, default=256 << 20,
+                        help="the most bytes of events (as stored in the log) in one file")
+    parser.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS",
+                        help="a progress line this often while Spark writes")
     parser.add_argument("--max-events", type=int, default=10_000_000)
-    parser.add_argument("--master", default=os.environ.get("WEIR_SPARK_MASTER", "local[*]"))
+    parser.add_argument("--master", default=os.environ.get("WEIR_SPARK_MASTER"),
+                        help="local[*], spark://host:7077, yarn (default: WEIR_SPARK_MASTER, "
+                             "else spark-submit's --master, else local[*])")
     parser.add_argument("--read-url", help="executors read over this appliance URL (token "
                                            "in WEIR_EXPORT_READ_TOKEN) instead of from files")
     args = parser.parse_args(argv)
     try:
         settings = ExportSettings(args.home, args.output, args.format, args.path,
                                   args.roll_rows, args.max_events, args.read_url,
-                                  os.environ.get("WEIR_EXPORT_READ_TOKEN"))
+                                  os.environ.get("WEIR_EXPORT_READ_TOKEN"), args.roll_bytes,
+                                  args.progress_every)
     except ValueError as exc:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():
@@ -466,12 +629,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BUSY
 
 
-def _export(settings: ExportSettings, master: str) -> int:
+def _export(settings: ExportSettings, master: str | None) -> int:
+    """Run the export; print its report line: {"report": …} or, when it failed,
+    {"report": null, "error": …, "run": what the failed run had reserved, or null}."""
     spark = spark_session(master)
+    exporter = None
     try:
-        report = Exporter(spark, settings, progress=lambda line: print(line, flush=True)).run()
+        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True))
+        report = exporter.run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
-        print(json.dumps({"report": None, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        failed = getattr(exporter, "report", None)
+        print(json.dumps({"report": None, "error": f"{type(exc).__name__}: {exc}",
+                          "run": failed}), flush=True)
         return 1
     finally:
         spark.stop()

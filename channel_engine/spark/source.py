@@ -12,7 +12,9 @@ Options (strings, as Spark passes them; names are case-insensitive):
     ------------------  --------  ------------------------------------------------------
     home                yes       the channel's home: the directory holding channel.json
     ranges              yes       JSON {"<partition>": [start, end], ...}: the offsets to
-                                  read per partition, end exclusive
+                                  read per partition, end exclusive; or several
+                                  ranges of a partition, {"<partition>": [[start,
+                                  end], ...]}, sorted and not overlapping
     max_rows_per_split  no        a range longer than this (default 200000) is cut into
                                   equal splits, each read by its own Spark task
     split_align         no        cut splits at offsets that are multiples of this
@@ -183,7 +185,7 @@ def plan(options: Mapping[str, str]) -> list[WeirSplit]:
     splits = []
     align = _positive_int(options.get("split_align"), "split_align", 0) \
         if options.get("split_align") is not None else None
-    for partition, (start, end) in sorted(ranges.items()):
+    for partition, start, end in ranges:
         if align is not None:  # cut at multiples of align
             bounds = [start, *range(start - start % align + align, end, align), end]
         else:
@@ -198,8 +200,9 @@ def plan(options: Mapping[str, str]) -> list[WeirSplit]:
     return splits
 
 
-def _ranges(text: str | None, config: ChannelConfig) -> dict[int, tuple[int, int]]:
-    shape = 'JSON {"<partition>": [start, end], ...}'
+def _ranges(text: str | None, config: ChannelConfig) -> list[tuple[int, int, int]]:
+    """(partition, start, end) of the ranges option, by partition and start."""
+    shape = 'JSON {"<partition>": [start, end] or [[start, end], ...], ...}'
     if text is None:
         raise ConfigError("option ranges", f"is required: {shape}, end exclusive")
     try:
@@ -208,17 +211,24 @@ def _ranges(text: str | None, config: ChannelConfig) -> dict[int, tuple[int, int
         raise ConfigError("option ranges", f"not valid JSON ({exc})") from None
     if not isinstance(document, dict) or not document:
         raise ConfigError("option ranges", f"must be a non-empty {shape}, not {text!r}")
-    ranges = {}
-    for name, bounds in document.items():
+    ranges = []
+    for name, value in document.items():
         if not _PARTITION.fullmatch(name) or int(name) >= config.partitions:
             raise ConfigError("option ranges", f"partition {name!r} does not exist: channel "
                               f"{config.name!r} has partitions 0..{config.partitions - 1}")
-        if not (isinstance(bounds, list) and len(bounds) == 2
-                and all(type(b) is int for b in bounds) and 0 <= bounds[0] <= bounds[1]):
-            raise ConfigError("option ranges", f"partition {name}: {bounds!r} is not "
-                              "[start, end] with 0 <= start <= end")
-        ranges[int(name)] = (bounds[0], bounds[1])
-    return ranges
+        several = isinstance(value, list) and bool(value) and isinstance(value[0], list)
+        previous_end = -1
+        for bounds in value if several else [value]:
+            if not (isinstance(bounds, list) and len(bounds) == 2
+                    and all(type(b) is int for b in bounds) and 0 <= bounds[0] <= bounds[1]):
+                raise ConfigError("option ranges", f"partition {name}: {bounds!r} is not "
+                                  "[start, end] with 0 <= start <= end")
+            if bounds[0] < previous_end:
+                raise ConfigError("option ranges", f"partition {name}: {bounds!r} overlaps "
+                                  "or precedes the range before it")
+            previous_end = bounds[1]
+            ranges.append((int(name), bounds[0], bounds[1]))
+    return sorted(ranges)
 
 
 def _positive_int(text: str | None, option: str, default: int) -> int:
@@ -305,8 +315,8 @@ def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
 
 def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
     """The records of the appliance's batches endpoint, batch by batch (plain batches back
-    to back; the first may start before the split, the last end after it). As before this
-    path turns null header values into b"" (PartitionLog.read keeps them null)."""
+    to back; the first may start before the split, the last end after it): the same rows
+    as _local_chunks gives, null header values included."""
     import urllib.error
     import urllib.request
 
@@ -327,8 +337,6 @@ def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
                 data[position:position + header.size])
         except record_batch.InvalidBatch as exc:
             raise _unavailable(split, f"{url}: bad batch at byte {position}: {exc}") from exc
-        if any(headers):
-            headers = [[(name, v or b"") for name, v in h] for h in headers]
         yield offsets, timestamps, keys, values, headers
         position += header.size
         next_offset = header.next_offset

@@ -128,7 +128,7 @@ def test_creating_a_channel_shows_the_error_next_to_the_field_and_writes_nothing
             "index_interval_bytes": 4096, "retention_ms": -1, "retention_bytes": -1,
             "retention_check_interval_ms": 300000, "compression": "none",
             "export_format": "parquet", "export_path": "%Y/%m/%d/%H",
-            "export_roll_rows": 1000000}
+            "export_roll_rows": 1000000, "export_roll_bytes": 268435456}
     response = operator.post("/channels/new", form)
     assert response.status_code == 400
     errors = response.context["form"].errors
