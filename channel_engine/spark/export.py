@@ -557,6 +557,7 @@ def spark_session(master: str | None = "local[*]") -> Any:
     if master is not None:
         builder = builder.master(master)
     spark = (builder.config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")  # it prints its own progress
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.addPyFile(package_zip())
