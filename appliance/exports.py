@@ -163,6 +163,9 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
         run.outcome, run.run_id, run.output = ExportRun.OK, done["run_id"], done["output"]
         run.rows, run.bytes, run.partitions = done["rows"], done["bytes"], done["partitions"]
         run.progress = f"exported {done['rows']:,} events"
+        if done.get("missing_files"):  # pruned by hand: not an error, but worth seeing
+            run.progress += (f"; {len(done['missing_files'])} files of earlier runs are gone "
+                             f"from the output, e.g. {done['missing_files'][0]}")[:250]
     else:
         run.outcome = ExportRun.FAILED
         failed = (report or {}).get("run") or {}  # what the failed run had reserved

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import urlparse
 
 
 class Dfs:
@@ -58,7 +57,8 @@ class Dfs:
         return found
 
     def write_bytes(self, uri: str, data: bytes) -> None:
-        """Create a new file holding `data` (never over an existing one), synced."""
+        """Create a new file holding `data` (never over an existing one). hsync: durable
+        on HDFS; on file:// Hadoop's local stream only flushes, so call sync_file too."""
         stream = self._fs.create(self._path(uri), False)
         try:
             stream.write(bytearray(data))
@@ -95,12 +95,38 @@ class Dfs:
         """fsync a directory of a `file://` output, so the names in it are durable."""
         self._fsync(uri, os.O_RDONLY | os.O_DIRECTORY)
 
+    def sync_dirs_up_to(self, uris: list[str], top: str) -> None:
+        """fsync the directories holding `uris` and each parent of theirs up to `top`
+        (file:// only): a directory made on the way is durable in its parent."""
+        done: set[str] = set()
+        for uri in uris:
+            directory = uri.rsplit("/", 1)[0]
+            while directory.startswith(top.rstrip("/")) and directory not in done:
+                self.sync_dir(directory)
+                done.add(directory)
+                if directory.rstrip("/") == top.rstrip("/"):
+                    break
+                directory = directory.rsplit("/", 1)[0]
+
     def _fsync(self, uri: str, flags: int) -> None:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
+        path = local_path(uri)
+        if path is None:
             return
-        fd = os.open(parsed.path, flags)  # Hadoop's URIs hold the name as it is on disk
+        fd = os.open(path, flags)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def local_path(uri: str) -> str | None:
+    """The local path of a Hadoop `file:` URI ("file:/a/b" or "file:///a/b"), else None.
+    Cut by hand, not parsed: Hadoop's URI strings hold names as they are on disk, where
+    '#', '?' and '%2F' are plain characters."""
+    if not uri.startswith("file:"):
+        return None
+    path = uri[len("file:"):]
+    if path.startswith("//"):  # file://<authority>/path: local files have no authority
+        path = path[2:]
+        path = path[path.index("/"):] if "/" in path else "/"
+    return path

@@ -32,6 +32,14 @@ zero-padded to 20 digits, both ends inclusive):
 
 Readers (Spark, Hive, pyarrow) skip `_`-prefixed paths, so they see committed files only.
 
+A record is JSON: {"run_id", "channel_id", "moves": [[temp, final], ...], "ranges":
+{"<partition>": [[start, end], ...]}} (end exclusive). channel_id is the channel's export
+id, kept in its home as `export.id` (JSON {"format": "weir-export-id", "version": 1,
+"id": <uuid hex>}, made by the first export): a channel deleted and created again under
+its name starts at offset 0 with a new id, so the ranges of its namesake's records are
+not skipped, and a file name its namesake holds gets "+<first 8 of the id>" before the
+extension. A record without a channel_id (older runs) counts for the channel.
+
 Files. The reserved ranges of a partition are joined where they touch (a rolled-back
 take's events come back beside the newer ones) and cut into pieces at multiples of the
 piece size (roll_rows, fewer when roll_bytes comes first; at most PIECE_ROWS so that big
@@ -107,6 +115,8 @@ Range = tuple[int, int]  # [start, end): end exclusive
 PIECE_ROWS = 200_000
 # recover() folds the commit records into one summary once there are more than this many
 COMPACT_AFTER = 32
+EXPORT_ID_FILE = "export.id"  # in the channel's home: see channel_id()
+EXPORT_ID_FORMAT = "weir-export-id"
 
 
 @dataclass
@@ -209,6 +219,26 @@ def export_lock(home: str) -> Any:
     return hold(home)
 
 
+def channel_id(home: str | Path) -> str:
+    """The channel's export id (EXPORT_ID_FILE in its home), made on first use: records
+    of a channel once deleted and then created again under the same name carry another
+    id, so its new offsets are not taken for the old channel's. Call under export_lock."""
+    from channel_engine.atomic_file import write_atomically
+
+    path = Path(home) / EXPORT_ID_FILE
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        document = {"format": EXPORT_ID_FORMAT, "version": 1, "id": uuid.uuid4().hex}
+        write_atomically(path, json.dumps(document).encode())
+    except ValueError as exc:
+        raise RuntimeError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(document, dict) or document.get("format") != EXPORT_ID_FORMAT \
+            or document.get("version") != 1 or not isinstance(document.get("id"), str):
+        raise RuntimeError(f"{path}: not a Weir export id (format {EXPORT_ID_FORMAT}, v1)")
+    return str(document["id"])
+
+
 class Exporter:
     """One run of the protocol above for one channel."""
 
@@ -229,11 +259,13 @@ class Exporter:
         self.missing: list[str] = []  # committed files gone from the output (pruned?)
         self.piece = min(settings.roll_rows, PIECE_ROWS)
         self.started = time.time()
+        self.channel_id = ""  # set under the export lock (run)
+        self.recorded = False  # this run's commit record is written
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
         """Finish every recorded run's moves, drop temp dirs and half-written records,
-        compact the records; return the exported ranges by partition."""
+        compact the records; return this channel's exported ranges by partition."""
         exported: dict[int, list[Range]] = {}
         records = []
         for uri, _ in self.dfs.list_files(self.commits):
@@ -246,7 +278,9 @@ class Exporter:
             record = json.loads(self.dfs.read_bytes(uri))
             records.append(uri)
             for temp, final in record["moves"]:
-                self._finish_move(uri, temp, final)
+                self._finish_move(temp, final)
+            if record.get("channel_id", self.channel_id) != self.channel_id:
+                continue  # a channel of this name that was deleted: its offsets are not ours
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)
@@ -259,7 +293,7 @@ class Exporter:
         self.dfs.delete(self.dfs.join(self.config.name, "_weir", "tmp"), recursive=True)
         return exported
 
-    def _finish_move(self, record: str, temp: str, final: str) -> None:
+    def _finish_move(self, temp: str, final: str) -> None:
         """Redo a recorded move that a crash cut short."""
         if self.dfs.exists(final):
             return
@@ -269,12 +303,13 @@ class Exporter:
             self.missing.append(final)
             return
         self.dfs.rename(temp, final)
-        self.dfs.sync_dir(final.rsplit("/", 1)[0])
+        self.dfs.sync_dirs_up_to([final], self.root)
 
     def _compact(self, records: list[str], exported: dict[int, list[Range]]) -> None:
-        """Replace the records (their moves all done) by one summary of their ranges: the
-        next run reads one file instead of one per run since the last compaction."""
-        summary = {"run_id": self.run_id, "moves": [],
+        """Replace the records (their moves all done) by one summary of this channel's
+        ranges (records of a deleted namesake go): the next run reads one file instead of
+        one per run since the last compaction."""
+        summary = {"run_id": self.run_id, "channel_id": self.channel_id, "moves": [],
                    "ranges": {str(p): [list(r) for r in ranges]
                               for p, ranges in sorted(exported.items())}}
         self._write_record(f"{self.run_id}.summary.json", summary)
@@ -286,8 +321,9 @@ class Exporter:
         self.dfs.mkdirs(self.commits)
         pending = f"{self.commits}/.{name}.tmp"
         self.dfs.write_bytes(pending, json.dumps(record).encode())
+        self.dfs.sync_file(pending)
         self.dfs.rename(pending, f"{self.commits}/{name}")
-        self.dfs.sync_dir(self.commits)
+        self.dfs.sync_dirs_up_to([f"{self.commits}/{name}"], self.root)
 
     # -- steps 2-8 --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -295,6 +331,7 @@ class Exporter:
         from channel_engine import Channel
 
         with export_lock(str(self.config.home)):
+            self.channel_id = channel_id(self.config.home)
             exported = self.recover()
             with Channel.open(self.config.home) as channel:
                 take = channel.take()
@@ -309,10 +346,16 @@ class Exporter:
                 except BaseException as exc:
                     if take.state == "open":
                         take.rollback()
-                    self._finish("failed", f"{type(exc).__name__}: {exc}")
+                    error = f"{type(exc).__name__}: {exc}"
+                    if self.recorded:  # the output holds the events: the next run skips them
+                        error += " (after its commit record: the next run completes it)"
+                    self._finish("failed", error)
                     raise
-            self.dfs.delete(self.dfs.join(self.config.name, "_weir", "tmp", self.run_id),
-                            recursive=True)
+            try:
+                self.dfs.delete(self.dfs.join(self.config.name, "_weir", "tmp", self.run_id),
+                                recursive=True)
+            except Exception as exc:  # noqa: BLE001 -- committed; the next run's step 1 retries
+                self.progress(f"export {self.config.name}: temp dir not deleted ({exc})")
         return self._finish("ok")
 
     def _plan(self, reserved: list[tuple[int, int, int]],
@@ -343,17 +386,19 @@ class Exporter:
             "spark_master": self.spark.sparkContext.master,
             "rows": sum(r.rows for r in self.reports.values()),
             "bytes": sum(r.bytes for r in self.reports.values()),
-            "duration_s": duration, "missing_files": self.missing[:100],
+            "duration_s": duration, "recorded": self.recorded,
+            "missing_files": self.missing[:100],
             "partitions": [asdict(r) for _, r in sorted(self.reports.items())]}
         return self.report
 
     def _piece_rows(self, status: dict[str, Any]) -> int:
         """Events per piece (one Spark task, one file per time bucket): roll_rows, fewer
-        when roll_bytes is reached first at the log's bytes per event, and at most
-        PIECE_ROWS so that a large range is written by several tasks at once."""
-        size = sum(p["size_bytes"] for p in status["partitions"])
-        events = sum(p["log_end_offset"] - p["log_start_offset"] for p in status["partitions"])
-        per_event = max(1, size // events) if events else 1
+        when roll_bytes is reached first at the largest partition's log bytes per event
+        (rounded up), and at most PIECE_ROWS so that a large range is written by several
+        tasks at once."""
+        per_event = max((-(-p["size_bytes"] // events) for p in status["partitions"]
+                         if (events := p["log_end_offset"] - p["log_start_offset"]) > 0),
+                        default=1)
         return max(1, min(self.settings.roll_rows, PIECE_ROWS,
                           self.settings.roll_bytes // per_event))
 
@@ -369,21 +414,24 @@ class Exporter:
             else:
                 # each Spark task reads one piece (see _frame): its files are that piece's,
                 # one per time bucket, with no shuffle
+                # one file per piece and bucket, whatever spark-defaults.conf says
                 (frame.write.partitionBy("_p", "_chunk", "_bucket")
+                 .option("maxRecordsPerFile", 0)
                  .format(FORMATS[self.settings.format]).mode("errorifexists").save(temp))
         crash_point("written")
         moves = self._plan_moves(temp, to_write)
         for source, _ in moves:  # on disk before a record names them (file:// only)
             self.dfs.sync_file(source)
-        record = {"run_id": self.run_id, "moves": moves,
+        self.dfs.sync_dirs_up_to([source for source, _ in moves], self.root)
+        record = {"run_id": self.run_id, "channel_id": self.channel_id, "moves": moves,
                   "ranges": {str(p): [list(r) for r in report.ranges]
                              for p, report in self.reports.items()}}
         self._write_record(f"{self.run_id}.json", record)  # the commit point
+        self.recorded = True
         crash_point("recorded")
         for source, target in moves:
             self.dfs.rename(source, target)
-        for directory in sorted({target.rsplit("/", 1)[0] for _, target in moves}):
-            self.dfs.sync_dir(directory)
+        self.dfs.sync_dirs_up_to([target for _, target in moves], self.root)
         crash_point("moved")
         for report in self.reports.values():
             report.rows = sum(end - start for start, end in report.ranges)
@@ -422,12 +470,15 @@ class Exporter:
                  .option("ranges", json.dumps(ranges)).option("split_align", str(piece))
                  .options(**remote).load())
         offset = F.col("offset")
-        chunk = offset - offset % F.lit(piece)
+        aligned = offset - offset % F.lit(piece)
+        chunk: Any = None  # one flat CASE: a branch per range whose first piece is short
         for p, (start, end) in to_write:
             if start % piece:  # a range's first piece starts at the range, not a multiple
                 head = (F.col("partition") == p) & (offset >= start) \
                     & (offset < min(end, start - start % piece + piece))
-                chunk = F.when(head, F.lit(start)).otherwise(chunk)
+                chunk = F.when(head, F.lit(start)) if chunk is None \
+                    else chunk.when(head, F.lit(start))
+        chunk = aligned if chunk is None else chunk.otherwise(aligned)
         return (frame.withColumn("_p", F.col("partition"))
                 .withColumn("_chunk", chunk)
                 .withColumn("_bucket", F.date_format(F.timestamp_millis(F.col("timestamp")),
@@ -452,10 +503,13 @@ class Exporter:
             if key in seen:
                 raise RuntimeError(f"Spark wrote two files for {key}: cannot name both")
             seen.add(key)
-            final = self.dfs.join(self.config.name, bucket,
-                                  f"{self.config.name}+{partition}+{first:020d}+{last:020d}.{ext}")
-            if self.dfs.exists(final):  # a name is never reused: never overwrite
-                raise RuntimeError(f"{final} exists already: the output holds this range")
+            name = f"{self.config.name}+{partition}+{first:020d}+{last:020d}"
+            final = self.dfs.join(self.config.name, bucket, f"{name}.{ext}")
+            if self.dfs.exists(final):  # a deleted namesake's file: never overwrite it
+                final = self.dfs.join(self.config.name, bucket,
+                                      f"{name}+{self.channel_id[:8]}.{ext}")
+                if self.dfs.exists(final):
+                    raise RuntimeError(f"{final} exists already: the output holds this range")
             moves.append([uri, final])
             self.reports[partition].files.append(final)
             self.reports[partition].bytes += size
@@ -540,17 +594,20 @@ def _avro_file(group: Any) -> Any:
 
 
 def spark_session(master: str | None = "local[*]") -> Any:
-    """A SparkSession for the export (UTC, no UI, workers on this interpreter), with
-    channel_engine shipped to its executors. Without a master: spark-submit's --master
-    when spark-submit started this process, else local[*]."""
+    """A SparkSession for the export (UTC, no UI), with channel_engine shipped to its
+    executors. Without a master: spark-submit's --master when spark-submit started this
+    process, else local[*]. Only a local master gets this interpreter for its workers and
+    a loopback address: a cluster's executors reach the driver, and run the Python, of
+    their own hosts (spark.driver.host, spark.pyspark.python in spark-defaults.conf)."""
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         master = "local[*]"
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    root = str(Path(__file__).resolve().parents[2])
-    paths = os.environ.get("PYTHONPATH", "")
-    if root not in paths.split(os.pathsep):  # local workers import channel_engine too
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, paths) if p)
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        root = str(Path(__file__).resolve().parents[2])
+        paths = os.environ.get("PYTHONPATH", "")
+        if root not in paths.split(os.pathsep):  # local workers import channel_engine too
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, paths) if p)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("weir-export")
@@ -565,26 +622,35 @@ def spark_session(master: str | None = "local[*]") -> Any:
 
 
 def package_zip() -> str:
-    """channel_engine's Python files zipped (once per process) for SparkContext.addPyFile:
-    executors on other hosts (spark://, yarn) then run the driver's version of Weir's code.
-    They still need its dependencies installed (pyproject.toml: aiokafka, crc32c,
-    cryptography, msgpack, pyarrow)."""
+    """channel_engine's Python files zipped for SparkContext.addPyFile: executors on other
+    hosts (spark://, yarn) then run the driver's version of Weir's code. They still need
+    its dependencies installed (pyproject.toml: aiokafka, crc32c, cryptography, msgpack,
+    pyarrow). The zip is named by its content in the temp dir, so every run of one
+    version shares one file (written atomically) instead of leaving one behind each."""
+    import hashlib
+    import io
     import tempfile
     import zipfile
 
-    global _PACKAGE_ZIP
-    if _PACKAGE_ZIP is None or not Path(_PACKAGE_ZIP).exists():
-        package = Path(__file__).resolve().parents[1]
-        handle, path = tempfile.mkstemp(prefix="weir-channel-engine-", suffix=".zip")
-        os.close(handle)
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-            for source in sorted(package.rglob("*.py")):
-                archive.write(source, source.relative_to(package.parent).as_posix())
-        _PACKAGE_ZIP = path
-    return _PACKAGE_ZIP
-
-
-_PACKAGE_ZIP: str | None = None
+    package = Path(__file__).resolve().parents[1]
+    sources = sorted(package.rglob("*.py"))
+    content = io.BytesIO()
+    with zipfile.ZipFile(content, "w", zipfile.ZIP_DEFLATED) as archive:
+        for source in sources:
+            # a fixed date: the same sources give the same bytes, so the same name
+            info = zipfile.ZipInfo(source.relative_to(package.parent).as_posix(),
+                                   (1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, source.read_bytes())
+    data = content.getvalue()
+    path = Path(tempfile.gettempdir()) / \
+        f"weir-channel-engine-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not path.exists():
+        handle, temp = tempfile.mkstemp(prefix=".weir-channel-engine-", dir=path.parent)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temp, path)
+    return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:

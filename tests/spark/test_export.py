@@ -184,7 +184,11 @@ def test_an_export_writes_every_event_once_in_files_named_by_range(
         tmp_path: Path, spark: Any) -> None:
     config = make_channel(tmp_path, 600)
     output = output_uri(tmp_path)
-    report = export_here(spark, config, output, roll_rows=100)
+    spark.conf.set("spark.sql.files.maxRecordsPerFile", "10")  # a cluster's default, say
+    try:
+        report = export_here(spark, config, output, roll_rows=100)
+    finally:
+        spark.conf.unset("spark.sql.files.maxRecordsPerFile")
     assert report["rows"] == 600 and report["outcome"] == "ok"
     assert any(line.startswith("export orders: writing 600 events") for line in report["log"])
     rows = exported(spark, output)
@@ -320,9 +324,28 @@ def test_commit_records_are_compacted_and_still_skip_what_they_hold(
     assert summary["ranges"] == {"0": [[0, 60]]} and summary["moves"] == []
     with Channel.open(config) as channel:
         put_events(channel, 80, 100)
-    report = export_here(spark, config, output)  # compacts again: skips by the summary
+    report = export_here(spark, config, output)  # skips by the summary and the record
     assert report["rows"] == 20
     assert [r[1] for r in exported(spark, output)] == list(range(100))
+
+
+def test_a_channel_created_again_under_its_old_name_is_exported_whole(
+        tmp_path: Path, spark: Any) -> None:
+    import shutil
+
+    config = make_channel(tmp_path, 90, partitions=1)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, roll_rows=1000)["rows"] == 90
+    shutil.rmtree(tmp_path / "home")  # deleted (as the appliance deletes a channel) ...
+    shutil.rmtree(tmp_path / "data")
+    config = make_channel(tmp_path, 90, partitions=1)  # ... and made again: offsets from 0
+    report = export_here(spark, config, output, roll_rows=1000)
+    assert report["rows"] == 90 and report["partitions"][0]["skipped"] == []
+    names = [relative(spark, output, uri) for uri in committed_files(spark, output)]
+    renamed = [n for n in names if re.search(r"\+[0-9a-f]{8}\.parquet$", n)]
+    assert len(names) == 6 and len(renamed) == 3, names  # the old files' names were taken
+    rows = exported(spark, output)
+    assert sorted(r[5] for r in rows) == sorted([event(i)[3] for i in range(90)] * 2)
 
 
 def test_files_roll_by_bytes_and_progress_is_reported(tmp_path: Path, spark: Any) -> None:

@@ -92,3 +92,25 @@ def test_the_package_zip_alone_imports_the_data_source(tmp_path: Path) -> None:
                           env=clean_env(), cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(path), done.stdout  # from the zip, not the repo
+
+
+WORKER_PROBE = """
+import sys
+from channel_engine.spark.export import package_zip, spark_session
+spark = spark_session("local[1]")
+where = spark.sparkContext.parallelize([0], 1).map(
+    lambda _: __import__("channel_engine").__file__).collect()[0]
+spark.stop()
+print("zip", package_zip())
+print("worker", where)
+"""
+
+
+def test_executors_import_channel_engine_from_the_shipped_zip(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", WORKER_PROBE], capture_output=True,
+                          text=True, env=clean_env(), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines()
+                 if line.startswith(("zip ", "worker ")))
+    # Spark's copy of the zip (in its userFiles), not the editable install in the venv
+    assert f"/{Path(lines['zip']).name}/channel_engine/" in lines["worker"], lines
