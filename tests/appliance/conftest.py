@@ -4,13 +4,17 @@ key prefix, and Celery's broker and results there too."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.test import override_settings
 
+from appliance import channels
 from appliance.celery import app
 
 
@@ -49,3 +53,11 @@ def _exports_on_the_test_queue(settings: Any) -> None:
     # set by its module-scoped fixture, which runs first); exports go there too instead
     # of the appliance's export queue. test_task_routing.py checks the real routing.
     settings.WEIR_EXPORT_QUEUE = app.conf.task_default_queue
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Iterator[Path]:
+    """A data root (WEIR_DATA_ROOTS) for the test's channels; their handles closed after."""
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        yield tmp_path
+    channels.close_all()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.test import RequestFactory, override_settings
+from django.test import RequestFactory
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
@@ -17,13 +17,6 @@ from appliance.models import ApiToken, Channel, hash_key
 from channel_engine import ChannelConfig
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture()
-def root(tmp_path: Path) -> Path:
-    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        yield tmp_path
-    channels.close_all()
 
 
 def row(root: Path, name: str = "orders", **settings: object) -> Channel:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row
+from appliance_helpers import channel_row, wait_for
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -129,15 +129,6 @@ def home(row: Channel) -> Path:
     channels.open_channel(row)  # creates the home and its channel.json
     return Path(row.checkpoint_dir)
 
-
-def wait_for(check: Callable[[], Any], deadline_s: float, what: str = "") -> Any:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
 def export_runs(task: str = "weir.export_channel") -> list[TaskRun]:

@@ -3,25 +3,16 @@ changes apply, stranding changes are refused with the reason, untaken events pro
 channel from deletion unless forced."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from appliance_helpers import token_client
-from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
 from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture()
-def root(tmp_path: Path) -> Iterator[Path]:
-    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        yield tmp_path
-    channels.close_all()
 
 
 def admin() -> APIClient:

@@ -3,7 +3,6 @@ channel that fails to open is skipped) and the history pruning (runs and samples
 than WEIR_TASK_RUNS_KEEP_HOURS go, newer ones stay), run in process with .apply()."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,13 +15,6 @@ from appliance import channels, tasks
 from appliance.models import Channel, ChannelSample, TaskRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture()
-def root(tmp_path: Path) -> Iterator[Path]:
-    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        yield tmp_path
-    channels.close_all()
 
 
 def test_the_sampler_writes_each_channels_figures_and_skips_a_broken_one(root: Path) -> None:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from appliance_helpers import channel_row
 from django.conf import settings as django_settings
 from django.test import override_settings
 
-from appliance import channels, task_runs, tasks
+from appliance import task_runs, tasks
 from appliance.models import TaskRun
 from appliance.shared_redis import shared_redis
 
@@ -33,13 +32,6 @@ with single_flight(sys.argv[1], sys.argv[2], float(sys.argv[3]), 0) as held:
     print("held" if held else "busy", flush=True)
     time.sleep(600)
 """
-
-
-@pytest.fixture()
-def root(tmp_path: Path) -> Iterator[Path]:
-    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        yield tmp_path
-    channels.close_all()
 
 
 def start_worker(tmp_path: Path, hold_s: float) -> subprocess.Popen[str]:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row
+from appliance_helpers import channel_row, wait_for
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
-from django.test import override_settings
 
 from appliance import channels, task_runs, tasks
 from appliance.celery import app
@@ -35,32 +34,12 @@ def worker() -> Iterator[None]:
     app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
 
 
-@pytest.fixture()
-def root(tmp_path: Path) -> Iterator[Path]:
-    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        yield tmp_path
-    channels.close_all()
-
-
 def put(row: Channel, count: int, size: int = 100, per_put: int = 20) -> None:
     for first in range(0, count, per_put):
         with channels.open_channel(row).put() as tx:
             for i in range(first, min(count, first + per_put)):
                 tx.put(f"{i:06d}".encode() + b"x" * size)
 
-
-def wait_for(check: Callable[[], Any], deadline_s: float, every: Callable[[], Any] | None = None,
-             what: str = "") -> Any:
-    """Poll `check` until it is truthy (calling `every` before each poll, as beat would)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if every is not None:
-            every()
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
 def runs(task: str, name: str) -> list[TaskRun]:

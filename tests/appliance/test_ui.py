@@ -8,12 +8,11 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from appliance_helpers import channel_row
+from appliance_helpers import channel_row, wait_for
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -29,13 +28,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture()
-def root(tmp_path: Path) -> Iterator[Path]:
-    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        yield tmp_path
-    channels.close_all()
-
-
-@pytest.fixture()
 def operator(root: Path) -> Client:
     client = Client()
     client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
@@ -47,15 +39,6 @@ def put(row: Channel, bodies: list[bytes], **kwargs: object) -> None:
         for body in bodies:
             tx.put(body, **kwargs)  # type: ignore[arg-type]
 
-
-def wait_for(check: Callable[[], Any], deadline_s: float, what: str) -> Any:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
 @pytest.fixture(scope="module")
