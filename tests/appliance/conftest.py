@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+from celery.contrib.testing.worker import start_worker
 from django.conf import settings as django_settings
 from django.test import override_settings
 
@@ -45,6 +46,18 @@ def _test_cache(settings: Any) -> None:
         "LOCATION": f"{TEST_REDIS_URL}/15",
         "KEY_PREFIX": f"weir-test-{os.getpid()}",
     }}
+
+
+@pytest.fixture(scope="module")
+def worker(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A real Celery worker (threads) on the real broker, consuming a queue of this test
+    module and process only, which every task the module sends goes to."""
+    queue = f"weir-test-{request.module.__name__}-{os.getpid()}"
+    app.conf.task_default_queue = queue
+    with start_worker(app, pool="threads", concurrency=2, queues=[queue],
+                      perform_ping_check=False, shutdown_timeout=30):
+        yield
+    app.conf.task_default_queue = django_settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 @pytest.fixture(autouse=True)

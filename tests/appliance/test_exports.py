@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 from appliance_helpers import channel_row, wait_for
-from celery.contrib.testing.worker import start_worker
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.test import override_settings
@@ -31,7 +29,6 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from appliance import channels, exports, tasks
-from appliance.celery import app
 from appliance.env import env_http_url
 from appliance.models import ApiToken, Channel, ExportRun, TaskRun, hash_key
 from channel_engine.spark.export_lock import EXIT_BUSY, ExportRunningError, hold
@@ -66,16 +63,6 @@ fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 print("held", flush=True)
 time.sleep(120)
 """
-
-
-@pytest.fixture(scope="module")
-def worker() -> Iterator[None]:
-    queue = f"weir-test-exports-{os.getpid()}"  # no other worker takes these tasks
-    app.conf.task_default_queue = queue
-    with start_worker(app, pool="threads", concurrency=2, queues=[queue],
-                      perform_ping_check=False, shutdown_timeout=30):
-        yield
-    app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 @pytest.fixture()

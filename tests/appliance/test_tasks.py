@@ -5,15 +5,12 @@ per channel, record every run, and retry a failing channel (failing it for good 
 last retry) while the others go on."""
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from appliance_helpers import channel_row, wait_for
-from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 
 from appliance import channels, task_runs, tasks
@@ -22,16 +19,6 @@ from appliance.models import Channel, TaskRun
 from channel_engine import ChannelOwner, StorageError
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads see the rows
-
-
-@pytest.fixture(scope="module")
-def worker() -> Iterator[None]:
-    queue = f"weir-test-{os.getpid()}"  # no other worker takes these tasks
-    app.conf.task_default_queue = queue
-    with start_worker(app, pool="threads", concurrency=2, queues=[queue],
-                      perform_ping_check=False, shutdown_timeout=30):
-        yield
-    app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 def put(row: Channel, count: int, size: int = 100, per_put: int = 20) -> None:

@@ -3,18 +3,14 @@ tests/e2e drive the same pages in Chromium): login required, forms refuse with t
 next to the field and write nothing, actions do what they say, bodies never render as HTML."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from appliance_helpers import channel_row, wait_for
-from celery.contrib.testing.worker import start_worker
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from django.utils import timezone
@@ -39,17 +35,6 @@ def put(row: Channel, bodies: list[bytes], **kwargs: object) -> None:
         for body in bodies:
             tx.put(body, **kwargs)  # type: ignore[arg-type]
 
-
-
-@pytest.fixture(scope="module")
-def worker() -> Iterator[None]:
-    """A real Celery worker on the real Redis broker, on a queue of this process only."""
-    queue = f"weir-test-ui-{os.getpid()}"
-    app.conf.task_default_queue = queue
-    with start_worker(app, pool="threads", concurrency=1, queues=[queue],
-                      perform_ping_check=False, shutdown_timeout=30):
-        yield
-    app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 # The Spark job replaced at the subprocess boundary (exports.command), as in
