@@ -58,7 +58,7 @@ from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import BatchHeader
-from channel_engine.recovery import RecoveryReport
+from channel_engine.recovery import LostRange, RecoveryReport
 from channel_engine.segment import LogSegment, UndoFailedError
 
 DEFAULT_READ_BYTES = 1 << 20
@@ -143,6 +143,7 @@ class PartitionLog:
         self._closed = False
         self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
         self.last_recovery = RecoveryReport(str(directory))
+        self._new_losses: list[LostRange] = []  # found since the channel last asked
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -180,7 +181,15 @@ class PartitionLog:
                                         log._log_end_offset)
         log._last_flush_ms = log._last_state_write_ms = log._now_ms()
         log.last_recovery = loaded.report
+        log._new_losses = list(loaded.report.lost_ranges)
         return log
+
+    def take_new_losses(self) -> list[LostRange]:
+        """Offset ranges found lost (at open, or by a read that met damage) since the last
+        call; the caller (the channel) owns them from here: queue, count, ledger."""
+        with self._lock:
+            losses, self._new_losses = self._new_losses, []
+        return losses
 
     def _take_dir_lock(self) -> None:
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

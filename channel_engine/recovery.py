@@ -16,6 +16,27 @@ LOG_END_MISMATCH = "log_end_mismatch"  # a 'clean' log whose end disagrees with 
 
 
 @dataclass(frozen=True)
+class LostRange:
+    """Offsets [start, end) of one partition that the log can no longer deliver, and why.
+
+    The log layer reports these (at open, at `recover`, and when a read meets damage);
+    the channel layer takes them out of its queue, counts the events that were not yet
+    taken, and keeps them in its loss ledger until an operator acknowledges them."""
+
+    start: int
+    end: int
+    path: str
+    position: int = 0   # byte position of the damage in `path` (0 when not a byte range)
+    length: int = 0     # bytes of `path` that held the lost batches (0 when unknown)
+    cause: str = ""
+
+    @property
+    def offsets(self) -> int:
+        """How many offsets the range covers."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
 class RecoveryAction:
     """One thing recovery did to one file."""
 
@@ -51,6 +72,16 @@ class RecoveryReport:
     def bytes_dropped(self) -> int:
         """Bytes of data cut because they were invalid (zero tails not counted)."""
         return sum(a.bytes_dropped for a in self.actions if a.kind == TRUNCATED)
+
+    @property
+    def lost_ranges(self) -> list[LostRange]:
+        """Offset ranges this open found missing or cut, in offset order."""
+        lost = [LostRange(a.first_offset_lost, a.next_offset_kept, a.path, a.position,
+                          a.bytes_dropped, f"{a.kind}: {a.reason}")
+                for a in self.actions
+                if a.first_offset_lost is not None and a.next_offset_kept is not None
+                and a.next_offset_kept > a.first_offset_lost]
+        return sorted(lost, key=lambda r: (r.start, r.end))
 
     @property
     def lost_data(self) -> bool:
