@@ -22,9 +22,25 @@ writing the checkpoint). Replaying a commit twice is harmless.
                | kind u8 (1 take commit, 2 put commit) | id i64 (take or txn id)
                | count i32 | count x (partition i32, start i64, end i64)
 
-A record is valid when its length fits the file and its CRC matches; replay
-stops at the first invalid record (a torn append of a commit that never
-returned) and reports the bytes it ignored.
+A record is valid when its length fits the file, its CRC matches, its kind is
+1 or 2 and its count agrees with its length. The header has no CRC: a magic,
+version or generation (against the file name) that is wrong makes the file
+unreadable. Reading (scan) stops at the first invalid record, then searches
+the rest byte by byte for intact records, to tell two cases apart:
+  * a torn tail: nothing intact follows, or only after a run of zero bytes (an
+    append whose data never reached the disk; power loss can keep a later page
+    and drop an earlier one). Every commit there was appended after the last
+    fsync that returned, so none of them returned: replay ignores these bytes,
+    reports how many, and open goes on;
+  * damage in the middle: intact records follow non-zero bad bytes, so commits
+    that returned are unreadable. replay raises CorruptRecordError naming the
+    file and byte, and open refuses the channel. `python -m channel_engine
+    recover HOME` repairs it: the journal is cut at its first bad record (the
+    original kept as `commits-<G>.journal.damaged`), and the take commits cut
+    off come back at least once (their events are delivered again), the put
+    commits cut off are aborted; both are counted, with their offsets when the
+    records after the damage are intact.
+Every problem is raised as an engine error naming the file and byte.
 
 Group commit: append() writes the record (one write(2), serialised by the
 caller's lock) and returns a ticket; sync(ticket) returns once that record is
@@ -36,13 +52,13 @@ import os
 import struct
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import crc32c
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.errors import CorruptStateError
+from channel_engine.errors import CorruptRecordError, CorruptStateError
 
 MAGIC = b"WCJN"
 VERSION = 1
@@ -52,6 +68,7 @@ HEADER = struct.Struct(">4sB3xq")
 RECORD_HEAD = struct.Struct(">iI")
 RECORD_BODY = struct.Struct(">Bqi")
 ENTRY = struct.Struct(">iqq")
+DAMAGED_SUFFIX = ".damaged"
 assert HEADER.size == 16 and RECORD_HEAD.size == 8 and RECORD_BODY.size == 13
 assert ENTRY.size == 20
 
@@ -145,30 +162,163 @@ class CommitJournal:
                 self._fd = -1
 
 
-def replay(path: Path) -> tuple[list[Commit], int]:
-    """Read one journal: its valid records, and how many bytes after them were ignored."""
-    data = path.read_bytes()
+@dataclass
+class JournalScan:
+    """What reading one journal found: the valid prefix, and what follows it."""
+
+    path: Path
+    file_size: int
+    commits: list[Commit] = field(default_factory=list)  # the valid prefix, replayed
+    valid_bytes: int = 0  # where the valid prefix ends: the cut point
+    problem: str = ""  # why the bytes at valid_bytes are not a valid record ("" if none)
+    header_damaged: bool = False  # the file is unreadable from byte 0
+    after: list[Commit] = field(default_factory=list)  # intact records after the damage
+    unreadable_bytes: int = 0  # bytes after the cut that are no intact record
+
+    @property
+    def ignored(self) -> int:
+        """Bytes after the valid prefix (not replayed)."""
+        return self.file_size - self.valid_bytes
+
+    @property
+    def torn_tail(self) -> bool:
+        """True when the ignored bytes are a torn append (see the module doc)."""
+        return not self.header_damaged and not self.after
+
+    @property
+    def damaged(self) -> bool:
+        """True when commits that may have returned are unreadable (damage, not a tear)."""
+        return bool(self.ignored) and not self.torn_tail
+
+
+def scan(path: Path) -> JournalScan:
+    """Read one journal without raising for its content; see the module doc."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})") from exc
+    found = JournalScan(path, len(data))
+    header = HEADER.pack(MAGIC, VERSION, _named_generation(path) or 0)
+    if not data.strip(b"\0") or (len(data) < HEADER.size and header.startswith(data)):
+        if data:  # a crash while creating it, before its header was synced: no commit in it
+            found.problem = f"{len(data)} bytes of a header never written whole"
+        return found
     if len(data) < HEADER.size:
-        return [], len(data)  # a crash right after creating it: nothing was committed in it
+        found.problem, found.header_damaged = f"a header of {len(data)} bytes", True
+        found.unreadable_bytes = len(data)
+        return found
     magic, version, generation = HEADER.unpack_from(data)
+    problem = _header_problem(path, magic, version, generation)
+    if problem:
+        found.problem, found.header_damaged = problem, True
+        generation = _named_generation(path) or generation
+        found.after, found.unreadable_bytes = _salvage(data, HEADER.size, generation)
+        found.unreadable_bytes += HEADER.size
+        return found
+    found.commits, found.valid_bytes, found.problem = _records(data, HEADER.size, generation)
+    if found.problem:
+        first = _next_intact(data, found.valid_bytes, generation)
+        if first >= 0 and not data[found.valid_bytes:first].strip(b"\0"):
+            found.unreadable_bytes = found.ignored  # an unsynced hole: nothing after returned
+        else:
+            found.after, found.unreadable_bytes = _salvage(data, found.valid_bytes, generation)
+    return found
+
+
+def _header_problem(path: Path, magic: bytes, version: int, generation: int) -> str:
     if magic != MAGIC or version != VERSION:
-        raise CorruptStateError(path, f"magic {magic!r} version {version}, expected "
-                                      f"{MAGIC!r} version {VERSION}")
-    commits, position = [], HEADER.size
-    while position + RECORD_HEAD.size <= len(data):
-        length, crc = RECORD_HEAD.unpack_from(data, position)
-        start = position + RECORD_HEAD.size
-        body = data[start:start + length]
-        if length < RECORD_BODY.size or len(body) != length or crc32c.crc32c(body) != crc:
-            break
-        kind, commit_id, count = RECORD_BODY.unpack_from(body)
-        if RECORD_BODY.size + count * ENTRY.size != length or kind not in (TAKE, PUT):
-            break
-        entries = tuple(ENTRY.unpack_from(body, RECORD_BODY.size + i * ENTRY.size)
-                        for i in range(count))
-        commits.append(Commit(generation, kind, commit_id, entries))
-        position = start + length
-    return commits, len(data) - position
+        return f"magic {magic!r} version {version}, expected {MAGIC!r} version {VERSION}"
+    named = _named_generation(path)
+    if named is not None and named != generation:
+        return f"header generation {generation} but the file is named for {named}"
+    return ""
+
+
+def _named_generation(path: Path) -> int | None:
+    digits = path.name[len("commits-"):-len(".journal")]
+    if path.name.startswith("commits-") and path.name.endswith(".journal") \
+            and digits.isdigit() and len(digits) == 20:
+        return int(digits)
+    return None
+
+
+def _record_at(data: bytes, position: int, generation: int) -> tuple[Commit | None, str]:
+    """The record at `position`, or None and why it is not valid."""
+    if position + RECORD_HEAD.size > len(data):
+        return None, f"{len(data) - position} bytes, too few for a record header"
+    length, crc = RECORD_HEAD.unpack_from(data, position)
+    start = position + RECORD_HEAD.size
+    if length < RECORD_BODY.size or start + length > len(data):
+        return None, f"record length {length} does not fit the file"
+    body = data[start:start + length]
+    if crc32c.crc32c(body) != crc:
+        return None, "record CRC-32C mismatch"
+    kind, commit_id, count = RECORD_BODY.unpack_from(body)
+    if kind not in (TAKE, PUT) or count < 0 or RECORD_BODY.size + count * ENTRY.size != length:
+        return None, f"record kind {kind} count {count} do not fit its length {length}"
+    entries = tuple(ENTRY.unpack_from(body, RECORD_BODY.size + i * ENTRY.size)
+                    for i in range(count))
+    return Commit(generation, kind, commit_id, entries), ""
+
+
+def _size(commit: Commit) -> int:
+    return RECORD_HEAD.size + RECORD_BODY.size + len(commit.entries) * ENTRY.size
+
+
+def _records(data: bytes, position: int, generation: int) -> tuple[list[Commit], int, str]:
+    """The valid records from `position` on: (records, where they end, why they end)."""
+    commits = []
+    while position < len(data):
+        commit, why = _record_at(data, position, generation)
+        if commit is None:
+            return commits, position, why
+        commits.append(commit)
+        position += _size(commit)
+    return commits, position, ""
+
+
+def _next_intact(data: bytes, position: int, generation: int) -> int:
+    """The position of the next intact record at or after `position`, or -1."""
+    limit = len(data) - RECORD_HEAD.size - RECORD_BODY.size
+    while position <= limit:
+        kind = data[position + RECORD_HEAD.size]
+        if kind in (TAKE, PUT) and _record_at(data, position, generation)[0] is not None:
+            return position
+        position += 1
+    return -1
+
+
+def _salvage(data: bytes, position: int, generation: int) -> tuple[list[Commit], int]:
+    """Intact records from `position` on, searched byte by byte past damage, and how many
+    bytes are no intact record."""
+    found: list[Commit] = []
+    unreadable = 0
+    while position < len(data):
+        intact = _next_intact(data, position, generation)
+        if intact < 0:
+            return found, unreadable + len(data) - position
+        unreadable += intact - position
+        commits, position, _ = _records(data, intact, generation)
+        found += commits
+    return found, unreadable
+
+
+def replay(path: Path) -> tuple[list[Commit], int]:
+    """Read one journal: its valid records, and how many bytes of a torn tail were ignored.
+    Damage that is no torn tail raises CorruptStateError (header) or CorruptRecordError."""
+    found = scan(path)
+    if found.header_damaged:
+        raise CorruptStateError(path, f"{found.problem}; `python -m channel_engine recover` "
+                                      "on the channel's home repairs it")
+    if found.damaged:
+        raise CorruptRecordError(
+            path, found.valid_bytes,
+            f"{found.problem}, and {len(found.after)} intact record(s) follow: commits that "
+            "returned are unreadable; `python -m channel_engine recover` on the channel's "
+            f"home cuts the journal here (the original is kept as {path.name}{DAMAGED_SUFFIX})")
+    return found.commits, found.ignored
 
 
 def replay_from(directory: Path, generation: int) -> Iterator[tuple[Path, list[Commit], int]]:

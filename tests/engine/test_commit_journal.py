@@ -7,13 +7,14 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channel_engine import CorruptStateError
+from channel_engine import ChannelEngineError, CorruptRecordError, CorruptStateError
 from channel_engine import commit_journal as tj
 from channel_engine.partition_queue import PartitionQueue
 
@@ -42,17 +43,105 @@ def test_it_ignores_and_counts_a_torn_last_record(tmp_path: Path, cut: int) -> N
     assert [t.commit_id for t in takes] == [1] and ignored == 41 - cut  # a record is 41 bytes
 
 
-def test_it_stops_at_a_damaged_record(tmp_path: Path) -> None:
-    journal = tj.CommitJournal(tmp_path, 0)
+def three_takes(directory: Path) -> Path:
+    journal = tj.CommitJournal(directory, 0)
     for take in range(3):
         journal.append(tj.TAKE, take, [(0, take * 10, take * 10 + 10)])
     journal.close()
-    path = tj.journal_path(tmp_path, 0)
+    return tj.journal_path(directory, 0)
+
+
+def test_it_refuses_a_damaged_record_that_intact_records_follow(tmp_path: Path) -> None:
+    path = three_takes(tmp_path)
     data = bytearray(path.read_bytes())
     data[16 + 41 + 20] ^= 0xFF  # inside the second record
     path.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match="byte 57: record CRC-32C mismatch") as caught:
+        tj.replay(path)
+    assert caught.value.path == str(path) and caught.value.position == 57
+    found = tj.scan(path)
+    assert [t.commit_id for t in found.commits] == [0] and found.valid_bytes == 57
+    assert found.damaged and not found.torn_tail
+    assert [(t.commit_id, t.entries) for t in found.after] == [(2, ((0, 20, 30),))]
+    assert found.unreadable_bytes == 41
+
+
+def test_it_ignores_a_zero_hole_and_what_follows_as_a_torn_tail(tmp_path: Path) -> None:
+    path = three_takes(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[57:98] = bytes(41)  # an append that never reached the disk, a later one that did
+    path.write_bytes(bytes(data))
     takes, ignored = tj.replay(path)
     assert [t.commit_id for t in takes] == [0] and ignored == 82
+    assert tj.scan(path).torn_tail
+
+
+def test_it_ignores_a_file_whose_header_never_reached_the_disk(tmp_path: Path) -> None:
+    path = tj.journal_path(tmp_path, 4)
+    for data in (b"", bytes(16), bytes(30), tj.HEADER.pack(tj.MAGIC, tj.VERSION, 4)[:9]):
+        path.write_bytes(data)
+        assert tj.replay(path) == ([], len(data))
+
+
+def test_it_refuses_a_header_whose_generation_is_not_its_name(tmp_path: Path) -> None:
+    path = three_takes(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[15] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match="generation 1 but the file is named for 0"):
+        tj.replay(path)
+    found = tj.scan(path)
+    assert found.header_damaged and [t.commit_id for t in found.after] == [0, 1, 2]
+
+
+def test_it_raises_an_engine_error_for_a_directory_in_its_place(tmp_path: Path) -> None:
+    tj.journal_path(tmp_path, 0).mkdir()
+    with pytest.raises(CorruptStateError, match="cannot be read"):
+        tj.replay(tj.journal_path(tmp_path, 0))
+
+
+def _journal_bytes() -> bytes:
+    with tempfile.TemporaryDirectory() as directory:
+        journal = tj.CommitJournal(Path(directory), 0)
+        for commit in range(6):
+            journal.append(tj.TAKE if commit % 2 else tj.PUT, commit,
+                           [(commit % 2, commit, commit + 3)] * (commit % 3))
+        journal.close()
+        return tj.journal_path(Path(directory), 0).read_bytes()
+
+
+JOURNAL_BYTES = _journal_bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_replay_of_a_mutated_journal_raises_or_reports_never_loses_silently(
+        data: st.DataObject) -> None:
+    original = bytes(JOURNAL_BYTES)
+    mutated = bytearray(original)
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "overwrite", "truncate", "append"]))
+        at = data.draw(st.integers(0, max(0, len(mutated) - 1)))
+        if kind == "flip" and mutated:
+            mutated[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif kind == "overwrite":
+            mutated[at:at + 8] = data.draw(st.binary(min_size=8, max_size=8))
+        elif kind == "truncate":
+            del mutated[at:]
+        else:
+            mutated += data.draw(st.binary(min_size=1, max_size=60))
+    with tempfile.TemporaryDirectory() as directory:
+        path = tj.journal_path(Path(directory), 0)
+        path.write_bytes(bytes(mutated))
+        try:
+            takes, ignored = tj.replay(path)
+        except ChannelEngineError as exc:
+            assert str(path) in str(exc)
+            return
+    expected = list(range(6))
+    got = [t.commit_id for t in takes]
+    assert got == expected[:len(got)]
+    assert got == expected or ignored > 0 or len(mutated) < len(original)
 
 
 def test_it_refuses_a_file_that_is_not_a_journal(tmp_path: Path) -> None:
