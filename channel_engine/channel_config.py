@@ -145,31 +145,66 @@ class ChannelConfig:
 
     @classmethod
     def load(cls, home: str | Path) -> ChannelConfig:
-        """Read channel.json from a channel's home (or the file itself)."""
+        """Read channel.json from a channel's home (or the file itself); ConfigError naming
+        the file (and the byte, for bad JSON) if it is missing or damaged."""
         path = Path(home)
         if path.is_dir():
             path = path / CONFIG_FILE
-        try:
-            document = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError("home", f"{path}: no channel config here") from None
-        except ValueError as exc:
-            raise ConfigError("home", f"{path}: not valid JSON ({exc})") from exc
-        if not isinstance(document, dict) or document.pop("format", None) != FORMAT:
+        return cls.from_document(_read_document(path), path)
+
+    @classmethod
+    def from_document(cls, document: Any, path: str | Path) -> ChannelConfig:
+        """The config of a channel.json document (format and version included), or of a
+        plain JSON object of settings; ConfigError naming `path` and the setting."""
+        if not isinstance(document, dict):
+            raise ConfigError("home", f"{path}: not a Weir channel config (not a JSON object)")
+        document = dict(document)
+        if "format" in document and document.pop("format") != FORMAT:
             raise ConfigError("home", f"{path}: not a Weir channel config")
-        version = document.pop("version", None)
+        version = document.pop("version", VERSION)
         if version != VERSION:
             raise ConfigError("version", f"{path}: version {version!r} is not supported")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(document) - known)
         if unknown:
             raise ConfigError(unknown[0], f"{path}: unknown setting")
-        return cls(**document)
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.name not in document and f.default is dataclasses.MISSING)
+        if missing:
+            raise ConfigError(missing[0], f"{path}: required setting missing")
+        try:
+            return cls(**document)
+        except ConfigError as exc:
+            raise ConfigError(exc.field, f"{path}: {exc.reason}") from exc
+        except (TypeError, ValueError) as exc:  # a value of the wrong JSON type
+            raise ConfigError("home", f"{path}: {exc}") from exc
 
     @classmethod
     def docs(cls) -> dict[str, str]:
         """Return each setting's documentation, by name."""
         return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
+
+
+def _read_document(path: Path) -> Any:
+    """The parsed JSON of a channel.json, or ConfigError naming the file and the byte."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("home", f"{path}: no channel config here") from None
+    except OSError as exc:  # a directory in its place, an I/O error
+        raise ConfigError("home", f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("home", f"{path}: not valid JSON (byte {exc.start} is not "
+                                  "UTF-8)") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        byte = len(text[:exc.pos].encode())
+        raise ConfigError("home", f"{path}: not valid JSON (byte {byte}: {exc.msg})") from exc
+    except (ValueError, RecursionError) as exc:  # nesting too deep, a huge number
+        raise ConfigError("home", f"{path}: not valid JSON ({exc})") from exc
 
 
 def _check_dir(name: str, value: object) -> None:

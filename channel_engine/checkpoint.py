@@ -124,16 +124,17 @@ def encode(checkpoint: Checkpoint) -> bytes:
 def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
     """Parse a checkpoint file; raise CorruptStateError naming what is wrong."""
     if len(data) < HEADER.size + CRC.size:
-        raise CorruptStateError(path, f"size {len(data)} is too small for a checkpoint")
+        raise CorruptStateError(path, f"size {len(data)} is too small for a checkpoint",
+                                len(data))
     (stored,) = CRC.unpack_from(data, len(data) - CRC.size)
     if crc32c.crc32c(data[: -CRC.size]) != stored:
-        raise CorruptStateError(path, "CRC-32C mismatch (torn or damaged)")
+        raise CorruptStateError(path, "CRC-32C mismatch (torn or damaged)", len(data) - CRC.size)
     magic, version, sequence, written_at, count = HEADER.unpack_from(data)
     if magic != MAGIC:
-        raise CorruptStateError(path, f"magic {magic!r}, expected {MAGIC!r}")
+        raise CorruptStateError(path, f"magic {magic!r}, expected {MAGIC!r}", 0)
     if version not in READABLE_VERSIONS:
         raise CorruptStateError(path, f"version {version} is not supported "
-                                      f"(expected one of {READABLE_VERSIONS})")
+                                      f"(expected one of {READABLE_VERSIONS})", 4)
     position = HEADER.size
     partitions = []
     try:
@@ -148,9 +149,10 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
             partitions.append(PartitionCheckpoint(start, recovery, end, taken, committed,
                                                   in_flight, pending))
     except struct.error as exc:
-        raise CorruptStateError(path, f"partition records end early ({exc})") from exc
+        raise CorruptStateError(path, f"partition records end early ({exc})",
+                                position) from exc
     if position != len(data) - CRC.size:
-        raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes")
+        raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes", position)
     return Checkpoint(sequence, written_at, tuple(partitions))
 
 
@@ -182,6 +184,17 @@ def write(checkpoint: Checkpoint, directory: Path, backup_directory: Path | None
             write_atomically(target / FILE_NAME, data)
 
 
+def read(path: Path) -> Checkpoint:
+    """Read one checkpoint file; FileNotFoundError if absent, else CorruptStateError."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a directory in its place, an I/O error
+        raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})", 0) from exc
+    return decode(data, path)
+
+
 def read_newest(directory: Path, backup_directory: Path | None) -> CheckpointRead:
     """Return the newest valid checkpoint of primary and backup, with what was wrong."""
     found: list[tuple[Checkpoint, str]] = []
@@ -191,7 +204,7 @@ def read_newest(directory: Path, backup_directory: Path | None) -> CheckpointRea
             continue
         path = target / FILE_NAME
         try:
-            found.append((decode(path.read_bytes(), path), source))
+            found.append((read(path), source))
         except FileNotFoundError:
             problems.append(f"{path}: missing")
         except CorruptStateError as exc:

@@ -61,12 +61,15 @@ class CorruptIndexError(ChannelEngineError):
 
 
 class CorruptStateError(ChannelEngineError):
-    """A Weir metadata file (magic, version, CRC) cannot be read."""
+    """A Weir metadata file (magic, version, CRC) cannot be read; `position` is the byte
+    where the check failed (0 when the whole file is in doubt)."""
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+    def __init__(self, path: Path | str, reason: str, position: int | None = None) -> None:
+        where = "" if position is None else f"byte {position}: "
+        super().__init__(f"{path}: {where}{reason}")
         self.path = str(path)
         self.reason = reason
+        self.position = position or 0
 
 
 class OffsetOutOfRangeError(ChannelEngineError, LookupError):

@@ -73,15 +73,16 @@ def encode(state: LogState) -> bytes:
 def decode(data: bytes, path: Path | str = "log.state") -> LogState:
     """Parse a log.state file; raise CorruptStateError naming what is wrong."""
     if len(data) != SIZE:
-        raise CorruptStateError(path, f"size {len(data)}, expected {SIZE}")
+        raise CorruptStateError(path, f"size {len(data)}, expected {SIZE}", min(len(data), SIZE))
     magic, version, flags, _, start, recovery, end, written = BODY.unpack_from(data)
     if magic != MAGIC:
-        raise CorruptStateError(path, f"magic {magic!r}, expected {MAGIC!r}")
+        raise CorruptStateError(path, f"magic {magic!r}, expected {MAGIC!r}", 0)
     if version != VERSION:
-        raise CorruptStateError(path, f"version {version} is not supported (expected {VERSION})")
+        raise CorruptStateError(path, f"version {version} is not supported (expected {VERSION})",
+                                4)
     (stored,) = CRC.unpack_from(data, BODY.size)
     if crc32c.crc32c(data[: BODY.size]) != stored:
-        raise CorruptStateError(path, "CRC-32C mismatch")
+        raise CorruptStateError(path, "CRC-32C mismatch", BODY.size)
     return LogState(start, recovery, end, bool(flags & FLAG_CLEAN), written)
 
 
@@ -91,6 +92,8 @@ def read(path: Path) -> LogState | None:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a directory in its place, an I/O error
+        raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})", 0) from exc
     return decode(data, path)
 
 

@@ -102,6 +102,39 @@ def test_it_refuses_a_bad_channel_json(tmp_path: Path, content: str | None, fiel
     assert caught.value.field == field
 
 
+@pytest.mark.parametrize(("damage", "words"), [
+    (lambda data: data[:40], r"not valid JSON \(byte 39: Unterminated string"),
+    (lambda data: data[:10] + b"\xff" + data[11:], "byte 10 is not UTF-8"),
+    (lambda data: data.replace(b'"name"', b'"nome"'), "unknown setting"),
+    (lambda data: data.replace(b'"partitions": 1', b'"partitions": "x"'), "partitions"),
+    (lambda data: data.replace(b'"data_dirs": [', b'"data_dirs": [7, '), "data_dirs"),
+    (lambda data: b"[" * 100_000, "not valid JSON"),
+])
+def test_it_refuses_a_damaged_channel_json_naming_the_file(
+        tmp_path: Path, damage: Any, words: str) -> None:
+    path = config(tmp_path).save()
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ConfigError, match=words) as caught:
+        ChannelConfig.load(path.parent)
+    assert str(path) in str(caught.value)
+
+
+def test_it_refuses_a_directory_in_place_of_channel_json(tmp_path: Path) -> None:
+    (tmp_path / "home" / CONFIG_FILE).mkdir(parents=True)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        ChannelConfig.load(tmp_path / "home")
+
+
+def test_it_builds_a_config_from_a_plain_object_of_settings(tmp_path: Path) -> None:
+    c = config(tmp_path, capacity=10, transaction_capacity=5)
+    settings = c.to_dict()
+    assert ChannelConfig.from_document(settings, "supplied.json") == c
+    del settings["checkpoint_dir"]
+    with pytest.raises(ConfigError, match="supplied.json: required setting missing") as caught:
+        ChannelConfig.from_document(settings, "supplied.json")
+    assert caught.value.field == "checkpoint_dir"
+
+
 def test_it_refuses_an_unknown_setting_in_channel_json(tmp_path: Path) -> None:
     path = config(tmp_path).save()
     document = json.loads(path.read_text())

@@ -106,6 +106,37 @@ def test_decode_names_the_problem(tmp_path: Path) -> None:
         cp.decode(bytes(bad_version) + crc32c.crc32c(bytes(bad_version)).to_bytes(4, "big"))
 
 
+def test_decode_names_the_byte_of_the_problem() -> None:
+    data = cp.encode(sample())
+    with pytest.raises(CorruptStateError, match=f"byte {len(data) - 4}: CRC-32C") as caught:
+        cp.decode(data[:-1] + bytes([data[-1] ^ 1]), "the-file")
+    assert caught.value.path == "the-file" and caught.value.position == len(data) - 4
+
+
+@given(st.data())
+def test_decode_of_mutated_bytes_raises_only_engine_errors(data: st.DataObject) -> None:
+    original = cp.encode(sample())
+    mutated = bytearray(original)
+    at = data.draw(st.integers(0, len(mutated) - 1))
+    mutated[at:at + 4] = data.draw(st.binary(min_size=0, max_size=8))
+    try:
+        decoded = cp.decode(bytes(mutated), "ckpt")
+    except CorruptStateError as exc:
+        assert str(exc).startswith("ckpt: ")
+        return
+    assert cp.encode(decoded) == bytes(mutated)  # accepted only when it is a whole checkpoint
+
+
+def test_it_reports_a_directory_in_place_of_the_primary_and_reads_the_backup(
+        tmp_path: Path) -> None:
+    cp.write(sample(), tmp_path / "p", tmp_path / "b")
+    (tmp_path / "p" / cp.FILE_NAME).unlink()
+    (tmp_path / "p" / cp.FILE_NAME).mkdir()
+    found = cp.read_newest(tmp_path / "p", tmp_path / "b")
+    assert found.source == "backup" and found.checkpoint == sample()
+    assert len(found.problems) == 1 and "cannot be read" in found.problems[0]
+
+
 WRITER = """
 import sys, time
 from pathlib import Path

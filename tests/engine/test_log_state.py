@@ -94,3 +94,17 @@ def test_it_refuses_a_wrong_size(tmp_path, size):
         return (data * 2)[:size]
 
     assert f"size {size}" in corrupt(tmp_path, resize)
+
+
+def test_it_raises_an_engine_error_for_a_directory_in_its_place(tmp_path):
+    (tmp_path / "log.state").mkdir()
+    with pytest.raises(CorruptStateError, match="byte 0: cannot be read"):
+        log_state.read(tmp_path / "log.state")
+
+
+def test_it_names_the_byte_of_a_crc_mismatch(tmp_path):
+    data = bytearray(log_state.encode(STATE))
+    data[30] ^= 0x10
+    with pytest.raises(CorruptStateError, match="byte 40: CRC-32C mismatch") as caught:
+        log_state.decode(bytes(data), tmp_path / "log.state")
+    assert caught.value.position == 40
