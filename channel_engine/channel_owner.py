@@ -165,20 +165,22 @@ class ChannelOwner:
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
-             clock: Any = time.time, free_space: FreeSpace = free_bytes) -> ChannelOwner:
+             clock: Any = time.time, free_space: FreeSpace = free_bytes,
+             force_recovery: bool = False) -> ChannelOwner:
         """Open (creating it, unless read_only) the channel of `config`, or of the home
-        directory holding its channel.json; replay whatever followed the last checkpoint."""
+        directory holding its channel.json; replay whatever followed the last checkpoint.
+        force_recovery: CRC-check every batch of every partition (`recover`'s repair)."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space)
         try:
-            channel._open()
+            channel._open(force_recovery)
         except BaseException:
             channel._abandon()
             raise
         return channel
 
-    def _open(self) -> None:
+    def _open(self, force_recovery: bool = False) -> None:
         config = self.config
         home = config.home
         if self.read_only:
@@ -197,7 +199,8 @@ class ChannelOwner:
             sealer = None if keys is None else BatchSealer(keys, config.name, partition)
             self._logs.append(PartitionLog.open(
                 config.partition_dir(partition), log_config, partition=partition,
-                read_only=self.read_only, clock=self._clock, sealer=sealer))
+                read_only=self.read_only, clock=self._clock, sealer=sealer,
+                force_recovery=force_recovery))
             self._append_locks.append(threading.Lock())
             self._unresolved.append({})
             self._last_batch.append(None)

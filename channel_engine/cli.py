@@ -3,53 +3,74 @@ kafka-dump-log.sh and Flume's file channel integrity tool.
 
     python -m channel_engine produce PATH [--batch N] [--key K] [--header k=v]...
     python -m channel_engine dump PATH [--print-data] [--json]
-    python -m channel_engine verify PATH [--json]
+    python -m channel_engine verify PATH [--config FILE] [--json]
     python -m channel_engine stat PATH [--json]
-    python -m channel_engine recover PATH [--json]
+    python -m channel_engine recover PATH [--config FILE] [--json]
 
 PATH is a channel's home (its checkpoint_dir, holding channel.json), a partition
 directory, or (dump) one .log, .index or .timeindex file. On a channel:
 produce puts through the channel (as a client when another process owns it);
-dump prints the checkpoints and the commit journals; verify checks every
-partition, both checkpoint copies and the journals; stat prints the channel's
-status and each partition's segments; recover opens the channel as its owner,
-replays it and prints what recovery found. Exit status: 0 success (verify:
-sound), 1 damage found or the operation failed, 2 bad usage.
+dump prints the checkpoints and the commit journals; verify reports every
+damage of the home's files (channel.json, both checkpoint copies, the journals,
+strays) and of every partition, without failing on any; stat prints the
+channel's status and each partition's segments; recover repairs every damage
+verify reports (channel_repair.py: journals cut at their first bad record,
+damaged files kept aside, strays moved aside, every batch CRC-checked), opens
+the channel as its owner, replays it and prints what it cost: events lost (by
+offsets), take commits that may come back (at least once), files moved aside.
+--config FILE supplies the channel's settings (a JSON object, as channel.json
+holds them) when channel.json is damaged or missing. A directory is a channel's
+home when it holds channel.json, a checkpoint or a commit journal (or --config
+is given), else a partition directory. Exit status: 0 success (verify: sound),
+1 damage found or the operation failed, 2 bad usage.
 """
 from __future__ import annotations
 
 import argparse
 import base64
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
+from channel_engine import channel_repair, commit_journal, record_batch
 from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal, record_batch
 from channel_engine.channel import Channel
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.config import LogConfig
-from channel_engine.errors import ChannelEngineError
+from channel_engine.errors import ChannelEngineError, ConfigError
 from channel_engine.event import PendingEvent
 from channel_engine.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file
 from channel_engine.log import PartitionLog
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader
 from channel_engine.time_index import ENTRY as TIME_ENTRY
-from channel_engine.verify import read_batch, scan_log_file, verify_channel, verify_partition
+from channel_engine.verify import (
+    DAMAGED_SUFFIX,
+    read_batch,
+    scan_log_file,
+    verify_channel,
+    verify_partition,
+)
+
+CONFIG_HELP = ("the channel's settings, a JSON object as channel.json holds them (when "
+               "channel.json is damaged or missing)")
 
 
 class UsageError(Exception):
     """Bad command-line input: exit 2 with the message."""
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run one tool; return the exit status."""
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
+         config: ChannelConfig | None = None) -> int:
+    """Run one tool; return the exit status. `config` supplies the channel's settings
+    (as --config FILE does) to verify and recover, from a database say."""
     out = out or sys.stdout
     parser = _parser()
     args = parser.parse_args(argv)
+    args.supplied = config
     try:
         return int(args.run(args, out))
     except BrokenPipeError:  # `| head` closed the pipe: not an error
@@ -87,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
 
     verify = tools.add_parser("verify", help="deep CRC and index check; exit 1 on damage")
     verify.add_argument("path", type=Path)
+    verify.add_argument("--config", type=Path, metavar="FILE", help=CONFIG_HELP)
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(run=_verify)
 
@@ -95,8 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     stat.add_argument("--json", action="store_true")
     stat.set_defaults(run=_stat)
 
-    recover = tools.add_parser("recover", help="CRC-check every batch and repair what is bad")
+    recover = tools.add_parser("recover", help="repair every damage verify reports")
     recover.add_argument("path", type=Path)
+    recover.add_argument("--config", type=Path, metavar="FILE", help=CONFIG_HELP)
     recover.add_argument("--json", action="store_true")
     recover.set_defaults(run=_recover)
     return parser
@@ -109,6 +132,26 @@ def _require_dir(path: Path) -> None:
 
 def _is_channel(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file()
+
+
+def _is_home(path: Path, args: argparse.Namespace) -> bool:
+    """A channel's home, even with channel.json damaged or gone (see the module doc)."""
+    if args.supplied is not None or args.config is not None:
+        return True
+    names = (CONFIG_FILE, CONFIG_FILE + DAMAGED_SUFFIX, checkpoint_file.FILE_NAME)
+    return any(os.path.lexists(path / name) for name in names) or (
+        path.is_dir() and bool(commit_journal.generations(path)))
+
+
+def _supplied_config(args: argparse.Namespace) -> ChannelConfig | None:
+    """The settings given by the caller (main's config) or in --config FILE."""
+    if args.supplied is not None or args.config is None:
+        return cast(ChannelConfig | None, args.supplied)
+    try:
+        document = json.loads(args.config.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigError("config", f"{args.config}: cannot be read as JSON ({exc})") from exc
+    return ChannelConfig.from_document(document, args.config)
 
 
 # -- produce --------------------------------------------------------------------------------
@@ -340,8 +383,8 @@ def _dump_index(path: Path, as_json: bool, out: TextIO) -> None:
 # -- verify, stat, recover ----------------------------------------------------------------
 def _verify(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
-    if _is_channel(args.path):
-        return _verify_channel(args.path, args.json, out)
+    if _is_home(args.path, args):
+        return _verify_channel(args.path, _supplied_config(args), args.json, out)
     report = verify_partition(args.path)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2), file=out)
@@ -356,16 +399,20 @@ def _verify(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.ok else 1
 
 
-def _verify_channel(home: Path, as_json: bool, out: TextIO) -> int:
-    result = verify_channel(ChannelConfig.load(home))
+def _verify_channel(home: Path, config: ChannelConfig | None, as_json: bool,
+                    out: TextIO) -> int:
+    result = verify_channel(config or home)
     if as_json:
         print(json.dumps(result, indent=2), file=out)
     else:
+        for note in result["notes"]:
+            print(f"note: {note}", file=out)
         for problem in result["problems"]:
             print(f"DAMAGE {problem}", file=out)
         records = sum(r["records"] for r in result["partitions"] if r)
         verdict = "sound" if result["ok"] else f"{len(result['problems'])} problem(s)"
-        print(f"channel {result['channel']!r}: {len(result['partitions'])} partitions, "
+        name = repr(result["channel"]) if result["channel"] else str(home)
+        print(f"channel {name}: {len(result['partitions'])} partitions, "
               f"{records} records, newest checkpoint {result['checkpoint_source'] or 'none'}: "
               f"{verdict}", file=out)
     return 0 if result["ok"] else 1
@@ -416,14 +463,13 @@ def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
 
 def _recover(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
-    if _is_channel(args.path):
-        with Channel.open(args.path, owner_wait_ms=0) as channel:
-            if channel.role != "owner":
-                raise ChannelEngineError(f"{args.path}: another process owns this channel "
-                                         "and has already recovered it")
-            recovery = channel.status()["recovery"]
-        print(json.dumps(recovery, indent=2) if args.json else
-              "\n".join(f"{k}: {v}" for k, v in recovery.items()), file=out)
+    if _is_home(args.path, args):
+        repaired = channel_repair.repair(args.path, _supplied_config(args))
+        if args.json:
+            print(json.dumps({**repaired.recovery, "repair": repaired.to_dict()}, indent=2),
+                  file=out)
+        else:
+            _print_repair(repaired, out)
         return 0
     with PartitionLog.open(args.path, force_recovery=True) as log:
         report = log.last_recovery
@@ -435,3 +481,49 @@ def _recover(args: argparse.Namespace, out: TextIO) -> int:
                   f"({action.bytes_dropped} bytes dropped)", file=out)
         print(report.summary(), file=out)
     return 0
+
+
+def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
+    """What recover did, then what it cost: events lost, take commits back, files moved."""
+    print(f"recover {report.home} (channel {report.channel!r})", file=out)
+    for moved in report.moved_aside:
+        print(f"moved aside: {moved['path']} -> {moved['kept_as']} ({moved['why']})", file=out)
+    for cut in report.journals_cut:
+        print(f"journal cut: {cut['path']} at byte {cut['position']}: {cut['reason']} "
+              f"({cut['intact_after']} intact record(s) after it, {cut['unreadable_bytes']} "
+              f"unreadable bytes{'' if cut['replayed'] else '; the checkpoint covers it'})",
+              file=out)
+    for rewritten in report.rewritten:
+        print(f"rewritten: {rewritten['path']} ({rewritten['why']})", file=out)
+    print(f"events lost: {report.events_lost}", file=out)
+    for lost in report.lost_ranges:
+        print(f"  partition {lost['partition']}: offsets [{lost['start']}, {lost['end']}) "
+              f"{lost['path']} byte {lost['position']} ({lost['cause']})", file=out)
+    for cut in report.cut_at:
+        print(f"  partition {cut['partition']}: log cut at offset {cut['offset']} "
+              f"({cut['path']} byte {cut['position']}); queued events beyond it counted above",
+              file=out)
+    puts = report.put_commits_cut
+    print(f"events aborted: {report.events_aborted} (put commits cut from the journals: "
+          f"{len(puts)}{_commit_list(puts)})", file=out)
+    takes = report.take_commits_back
+    print(f"take commits that may come back (at-least-once): {len(takes)}"
+          f"{_commit_list(takes)}", file=out)
+    if report.unreadable_journal_bytes:
+        print(f"  and {report.unreadable_journal_bytes} unreadable journal bytes after the cut "
+              "(they may have held more commits)", file=out)
+    if report.no_checkpoint:
+        print("no valid checkpoint: every event still in the logs was queued again (takes "
+              "committed before it come back, at least once)", file=out)
+    print(f"files moved aside: {len(report.moved_aside)}", file=out)
+    print(f"after recovery: {report.events_untaken} events untaken", file=out)
+    for key, value in report.recovery.items():
+        print(f"{key}: {value}", file=out)
+
+
+def _commit_list(commits: list[dict[str, Any]]) -> str:
+    shown = "; ".join(f"{c['id']}: " + ", ".join(f"partition {p} [{a}, {b})"
+                                                 for p, a, b in c["ranges"])
+                      for c in commits[:20])
+    more = f"; and {len(commits) - 20} more" if len(commits) > 20 else ""
+    return f" ({shown}{more})" if commits else ""

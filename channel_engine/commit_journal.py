@@ -92,13 +92,21 @@ def journal_path(directory: Path, generation: int) -> Path:
 
 def generations(directory: Path) -> list[int]:
     """Generations of the journals present, ascending."""
-    found = []
-    for name in os.listdir(directory):
-        if name.startswith("commits-") and name.endswith(".journal"):
-            digits = name[len("commits-"):-len(".journal")]
-            if digits.isdigit() and len(digits) == 20:
-                found.append(int(digits))
-    return sorted(found)
+    return sorted(g for g in map(_named_generation, map(Path, os.listdir(directory)))
+                  if g is not None)
+
+
+def journal_generation(path: Path) -> int:
+    """The generation a journal's file name gives; ValueError for another name."""
+    generation = _named_generation(path)
+    if generation is None:
+        raise ValueError(f"{path}: not a commit journal name")
+    return generation
+
+
+def is_journal_name(name: str) -> bool:
+    """Is `name` the name of a commit journal (commits-<20 digits>.journal)?"""
+    return _named_generation(Path(name)) is not None
 
 
 class CommitJournal:
@@ -269,7 +277,7 @@ def _size(commit: Commit) -> int:
 
 def _records(data: bytes, position: int, generation: int) -> tuple[list[Commit], int, str]:
     """The valid records from `position` on: (records, where they end, why they end)."""
-    commits = []
+    commits: list[Commit] = []
     while position < len(data):
         commit, why = _record_at(data, position, generation)
         if commit is None:

@@ -15,6 +15,21 @@ Checks, each reported with the file and the byte position:
     of a batch that ends at the entry's offset;
   * .timeindex: present, whole entries, increasing, each (T, o) naming the last
     offset of a batch whose max timestamp is T and T the largest so far.
+
+A channel's home (verify_channel) adds, never failing on what it finds:
+  * channel.json: present, JSON, every setting valid, naming this home (when the
+    caller supplies the config, from the appliance's database say, the file is
+    still checked and the supplied config used);
+  * the checkpoint and, with dual checkpoints, its backup: present and valid;
+  * every commit journal: header, then every record up to the file's end; a torn
+    tail (commit_journal's rule) and damage in the middle are both reported at
+    the byte where the valid records end;
+  * strays: files in the home the engine (or the appliance) did not write, which
+    `recover` moves aside as `<name>.stray`. Files kept aside by an earlier
+    recover (`.damaged`, `.stray`) and temp files of an interrupted atomic write
+    are notes; so are directories that are not a partition or the backup dir
+    (another channel's partitions may share the directory): they are left alone;
+  * then every partition directory, as above.
 """
 from __future__ import annotations
 
@@ -26,19 +41,31 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, log_state, record_batch
-from channel_engine.channel_config import ChannelConfig
-from channel_engine.errors import CorruptStateError
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.errors import ChannelEngineError, CorruptStateError
 from channel_engine.filenames import (
     INDEX_SUFFIX,
+    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TMP_SUFFIX,
     parse_segment_file,
     segment_file,
 )
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.owner_protocol import SOCKET_NAME
 from channel_engine.record_batch import BatchHeader, InvalidBatch
 from channel_engine.time_index import ENTRY as TIME_ENTRY
+
+# What the engine and the appliance write in a channel's home, besides the commit
+# journals: the owner's lock and socket, the loss ledger, and the export's id and locks
+# (spark/export.py, spark/export_lock.py, appliance/exports.py; named here so that a
+# tool need not import Spark or Django).
+HOME_FILES = frozenset({CONFIG_FILE, checkpoint_file.FILE_NAME, LOCK_FILE, SOCKET_NAME,
+                        "losses.json", "export.id", "export.lock", "export-run.lock"})
+DAMAGED_SUFFIX = ".damaged"  # a damaged original that recover kept aside
+STRAY_SUFFIX = ".stray"  # a file the engine did not write, moved aside by recover
 
 
 @dataclass(frozen=True)
@@ -139,28 +166,144 @@ def verify_partition(directory: Path) -> VerifyReport:
     return report
 
 
-def verify_channel(config: ChannelConfig) -> dict[str, Any]:
-    """Verify a whole channel: its checkpoints, commit journals and every partition."""
-    home = Path(config.home)
-    backup = (Path(config.backup_checkpoint_dir)
-              if config.use_dual_checkpoints and config.backup_checkpoint_dir else None)
-    found = checkpoint_file.read_newest(home, backup)
-    problems = list(found.problems)
-    for path, _commits, ignored in commit_journal.replay_from(home, 0):
-        if ignored:
-            problems.append(f"{path}: {ignored} bytes after the last valid record")
+@dataclass
+class HomeReport:
+    """What is wrong with the files of a channel's home (not its partitions)."""
+
+    home: str
+    damages: list[Damage] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    strays: list[str] = field(default_factory=list)  # paths recover moves aside
+    checkpoint_source: str | None = None
+    checkpoint_sequence: int = 0
+
+
+def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
+    """Verify a whole channel (its home's files, then every partition); never raises for
+    damage. Give the home, or a config (supplied, say, from a database)."""
+    home = Path(config.home if isinstance(config, ChannelConfig) else config)
+    supplied = config if isinstance(config, ChannelConfig) else None
+    report = HomeReport(str(home))
+    loaded = check_config_file(home, report)
+    used = supplied or loaded
+    verify_home(home, used, report)
+    problems = [str(damage) for damage in report.damages]
     partitions: list[dict[str, Any] | None] = []
-    for i in range(config.partitions):
-        directory = config.partition_dir(i)
+    for i in range(used.partitions if used else 0):
+        directory = used.partition_dir(i) if used else home
         if not directory.is_dir():
             partitions.append(None)
+            report.damages.append(Damage(str(directory), 0, f"partition {i}: missing"))
             problems.append(f"partition {i}: {directory} is missing")
             continue
-        report = verify_partition(directory)
-        partitions.append(report.to_dict())
-        problems += [f"partition {i}: {damage}" for damage in report.damages]
-    return {"channel": config.name, "ok": not problems, "problems": problems,
-            "checkpoint_source": found.source, "partitions": partitions}
+        found = verify_partition(directory)
+        partitions.append(found.to_dict())
+        report.damages += found.damages
+        problems += [f"partition {i}: {damage}" for damage in found.damages]
+    return {"channel": used.name if used else None, "home": str(home), "ok": not problems,
+            "problems": problems, "damages": [asdict(d) for d in report.damages],
+            "notes": report.notes, "strays": report.strays,
+            "checkpoint_source": report.checkpoint_source, "partitions": partitions}
+
+
+def check_config_file(home: Path, report: HomeReport) -> ChannelConfig | None:
+    """channel.json of a home: its config, or None with the damage reported."""
+    path = home / CONFIG_FILE
+    try:
+        config = ChannelConfig.load(path)
+    except ChannelEngineError as exc:
+        report.damages.append(Damage(str(path), _json_byte(str(exc)), _config_reason(exc)))
+        return None
+    if Path(config.checkpoint_dir).resolve() != home.resolve():
+        report.damages.append(Damage(str(path), 0, f"checkpoint_dir {config.checkpoint_dir} "
+                                                   f"is not this home"))
+        return None
+    return config
+
+
+def _json_byte(message: str) -> int:
+    marker = message.rfind("(byte ")
+    digits = message[marker + 6:].split(":")[0].split(" ")[0] if marker >= 0 else ""
+    return int(digits) if digits.isdigit() else 0
+
+
+def _config_reason(exc: ChannelEngineError) -> str:
+    reason = str(getattr(exc, "reason", exc))
+    path_end = reason.find(": ")
+    return reason[path_end + 2:] if reason.startswith("/") and path_end > 0 else reason
+
+
+def verify_home(home: Path, config: ChannelConfig | None, report: HomeReport) -> None:
+    """Check the checkpoints, commit journals and strays of a home into `report`."""
+    backup = (Path(config.backup_checkpoint_dir) if config and config.use_dual_checkpoints
+              and config.backup_checkpoint_dir else None)
+    for directory in (home, backup):
+        if directory is not None:
+            _verify_checkpoint(directory / checkpoint_file.FILE_NAME, report)
+    found = checkpoint_file.read_newest(home, backup)
+    report.checkpoint_source = found.source
+    report.checkpoint_sequence = found.checkpoint.sequence if found.checkpoint else 0
+    for generation in commit_journal.generations(home):
+        _verify_journal(commit_journal.journal_path(home, generation), report)
+    _find_strays(home, config, report)
+
+
+def _verify_checkpoint(path: Path, report: HomeReport) -> None:
+    try:
+        checkpoint_file.read(path)
+    except FileNotFoundError:
+        report.damages.append(Damage(str(path), 0, "missing"))
+    except CorruptStateError as exc:
+        report.damages.append(Damage(str(path), exc.position, exc.reason))
+
+
+def _verify_journal(path: Path, report: HomeReport) -> None:
+    try:
+        found = commit_journal.scan(path)
+    except (FileNotFoundError, CorruptStateError) as exc:
+        report.damages.append(Damage(str(path), 0, str(getattr(exc, "reason", exc))))
+        return
+    if not found.ignored:
+        return
+    if found.torn_tail:
+        why = (f"{found.problem}: {found.ignored} bytes after the last valid record (a torn "
+               "append: a commit that never returned)")
+    else:
+        why = (f"{found.problem}; {found.unreadable_bytes} unreadable bytes, then "
+               f"{len(found.after)} intact record(s) (commits that returned are unreadable)")
+    report.damages.append(Damage(str(path), found.valid_bytes, why))
+
+
+def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -> None:
+    """Files in the home the engine did not write; see the module doc."""
+    ours = _our_directories(home, config)
+    for name in sorted(os.listdir(home)):
+        path = home / name
+        if name in HOME_FILES or commit_journal.is_journal_name(name) or path.resolve() in ours:
+            continue
+        if name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)):
+            report.notes.append(f"{path}: kept aside by an earlier recover")
+        elif name.endswith(TMP_SUFFIX) and name[: -len(TMP_SUFFIX)] in HOME_FILES:
+            report.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
+        elif path.is_dir():
+            report.notes.append(f"{path}: a directory the engine did not make (left alone)")
+        else:
+            report.strays.append(str(path))
+            report.damages.append(Damage(str(path), 0, "a stray file the engine did not write "
+                                                       f"(recover moves it to {name}"
+                                                       f"{STRAY_SUFFIX})"))
+
+
+def _our_directories(home: Path, config: ChannelConfig | None) -> set[Path]:
+    if config is None:
+        return set()
+    places = [config.partition_dir(i) for i in range(config.partitions)]
+    places += [Path(p) for p in (config.backup_checkpoint_dir, config.encryption_key_file) if p]
+    found = set()
+    for place in places:  # the place itself, or the directory of the home that holds it
+        resolved = place.resolve()
+        found |= {resolved, *resolved.parents}
+    return found
 
 
 def _files(directory: Path) -> list[tuple[int, str]]:

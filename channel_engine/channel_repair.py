@@ -1,0 +1,273 @@
+"""Repairing a channel's home: `python -m channel_engine recover HOME` repairs every
+damage verify_channel reports, and says exactly what it cost.
+
+Steps, in order; a file is kept aside before it changes, never deleted:
+
+  1. The config: channel.json, or one the caller supplies (`--config FILE`, or the
+     appliance's database) when channel.json is damaged or missing; the damaged file
+     is kept as `channel.json.damaged` and the owner's open rewrites it. Without
+     either, ConfigError naming the file and how to supply the settings.
+  2. The channel lock (`.lock`, flock) is held while files are repaired: a channel
+     another process owns is refused (that owner has recovered it already).
+  3. Checkpoints: a damaged copy (primary or backup) is renamed `checkpoint.damaged`;
+     the open in step 6 writes both copies fresh from the replayed state — from the
+     valid copy, or, with none, from the logs (every event still in them is queued
+     again: takes committed before the lost checkpoint come back, at least once).
+  4. Commit journals with damage that is no torn tail (commit_journal's rule): the
+     original is copied to `commits-<G>.journal.damaged`, then the journal is
+     replaced (atomically) by its valid prefix — cut at the first bad record. The
+     commits cut off count only in a journal the open replays (G >= the checkpoint's
+     sequence): take commits may come back (their events are delivered again: at
+     least once), put commits are aborted (their batches, unless already stamped
+     committed, leave the queue undelivered: counted in events_aborted); their
+     offsets are listed when the records after the damage are intact, and the bytes
+     that are no intact record are counted (they may have held more commits).
+     A torn tail is left to the open, which ignores it (no commit there returned).
+  5. Strays: files in the home the engine did not write are renamed `<name>.stray`;
+     a log.state that is not a regular file is renamed `log.state.stray` (the log
+     writes a new one).
+  6. Open as the owner with force_recovery: every batch of every partition is
+     CRC-checked and the log layer repairs what is damaged (offsets it can no longer
+     deliver are reported as LostRange and go to the channel's loss ledger), log.state
+     and the indexes are rewritten, the queue is replayed and a fresh checkpoint
+     written (its rotation removes the cut journals; their `.damaged` copies stay).
+
+A crash during repair is safe: each step is a rename or an atomic write, and running
+recover again redoes what is left (a second `.damaged` copy gets a numbered name).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from channel_engine import checkpoint as checkpoint_file
+from channel_engine import commit_journal
+from channel_engine.atomic_file import fsync_directory, write_atomically
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.channel_owner import ChannelOwner
+from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
+from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
+from channel_engine.recovery import TRUNCATED
+from channel_engine.verify import DAMAGED_SUFFIX, STRAY_SUFFIX, HomeReport, check_config_file
+from channel_engine.verify import verify_home as _verify_home
+
+
+@dataclass
+class RepairReport:
+    """What recover did to a channel's home and what it cost (JSON via to_dict)."""
+
+    home: str
+    channel: str = ""
+    moved_aside: list[dict[str, str]] = field(default_factory=list)  # path, kept_as, why
+    rewritten: list[dict[str, str]] = field(default_factory=list)  # path, why
+    journals_cut: list[dict[str, Any]] = field(default_factory=list)
+    take_commits_back: list[dict[str, Any]] = field(default_factory=list)  # id, ranges
+    put_commits_cut: list[dict[str, Any]] = field(default_factory=list)  # id, ranges
+    unreadable_journal_bytes: int = 0  # after a cut, no intact record: may hold commits
+    lost_ranges: list[dict[str, Any]] = field(default_factory=list)  # partition + LostRange
+    cut_at: list[dict[str, Any]] = field(default_factory=list)  # partition, offset, path
+    events_lost: int = 0  # offsets the logs can no longer deliver + queued beyond the end
+    events_aborted: int = 0
+    no_checkpoint: bool = False  # every event still in the logs was queued again
+    events_untaken: int = 0
+    recovery: dict[str, Any] = field(default_factory=dict)  # the channel's ChannelRecovery
+    losses: dict[str, Any] | None = None  # status()["losses"] where the channel keeps one
+
+    @property
+    def take_commits_may_come_back(self) -> int:
+        """Take commits cut from a replayed journal (counted when their record is intact)."""
+        return len(self.take_commits_back)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable form."""
+        out = asdict(self)
+        out["take_commits_may_come_back"] = self.take_commits_may_come_back
+        out["files_moved_aside"] = len(self.moved_aside)
+        return out
+
+
+def load_config(home: Path, supplied: ChannelConfig | None) -> ChannelConfig:
+    """The config to repair with: `supplied`, else channel.json; ConfigError saying how
+    to supply one when channel.json is damaged."""
+    if supplied is not None:
+        if Path(supplied.checkpoint_dir).resolve() != home.resolve():
+            raise ConfigError("checkpoint_dir", f"the supplied config's checkpoint_dir "
+                                                f"{supplied.checkpoint_dir} is not {home}")
+        return supplied
+    report = HomeReport(str(home))
+    config = check_config_file(home, report)
+    if config is None:
+        damage = report.damages[0]
+        raise ConfigError("home", f"{damage}; supply the channel's settings: `python -m "
+                                  f"channel_engine recover {home} --config FILE` (a JSON object "
+                                  "of the settings, as channel.json holds them) or `manage.py "
+                                  "channel_tool recover NAME` (from the database)")
+    return config
+
+
+def repair(home: Path, supplied: ChannelConfig | None = None,
+           on_open: Callable[[ChannelOwner], None] | None = None) -> RepairReport:
+    """Repair every damage of a channel (see the module doc) and report its cost.
+    on_open runs while the repaired channel is open (to acknowledge losses, say)."""
+    if not home.is_dir():
+        raise FileNotFoundError(f"{home}: no channel home here")
+    config = load_config(home, supplied)
+    report = RepairReport(str(home), config.name)
+    found = HomeReport(str(home))
+    check_config_file(home, found)
+    with _channel_lock(home):
+        if found.damages and supplied is not None:
+            _keep_config_aside(home, report)
+        _verify_home(home, config, found)
+        sequence = _repair_checkpoints(home, config, report)
+        for generation in commit_journal.generations(home):
+            _repair_journal(commit_journal.journal_path(home, generation), sequence, report)
+        for stray in found.strays:
+            _move_aside(Path(stray), STRAY_SUFFIX, "a stray file the engine did not write",
+                        report)
+        _repair_log_states(config, report)
+        fsync_directory(home)
+    _open_and_replay(config, report, on_open)
+    return report
+
+
+class _channel_lock:  # noqa: N801 - used as a context manager, like open()
+    """Hold the home's `.lock` while files are repaired; refuse an owned channel."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        self.fd = os.open(self.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            raise ChannelEngineError(f"{self.home}: another process owns this channel "
+                                     f"({holder}) and has already recovered it") from None
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # the owner's open takes it again: flock is per open file
+
+
+def _aside_path(path: Path, suffix: str) -> Path:
+    target = path.with_name(path.name + suffix)
+    n = 1
+    while target.exists() or target.is_symlink():
+        target, n = path.with_name(f"{path.name}{suffix}.{n}"), n + 1
+    return target
+
+
+def _move_aside(path: Path, suffix: str, why: str, report: RepairReport) -> None:
+    target = _aside_path(path, suffix)
+    os.rename(path, target)
+    fsync_directory(path.parent)
+    report.moved_aside.append({"path": str(path), "kept_as": str(target), "why": why})
+
+
+def _keep_config_aside(home: Path, report: RepairReport) -> None:
+    path = home / CONFIG_FILE
+    if path.exists() or path.is_symlink():
+        _move_aside(path, DAMAGED_SUFFIX, "damaged channel.json", report)
+    report.rewritten.append({"path": str(path), "why": "from the supplied config"})
+
+
+def _repair_checkpoints(home: Path, config: ChannelConfig, report: RepairReport) -> int:
+    """Step 3; return the sequence of the checkpoint the open will use (0: none)."""
+    backup = (Path(config.backup_checkpoint_dir)
+              if config.use_dual_checkpoints and config.backup_checkpoint_dir else None)
+    for directory in (home, backup):
+        if directory is None:
+            continue
+        path = directory / checkpoint_file.FILE_NAME
+        try:
+            checkpoint_file.read(path)
+            continue
+        except FileNotFoundError:
+            why = "was missing"
+        except CorruptStateError as exc:
+            _move_aside(path, DAMAGED_SUFFIX, f"damaged checkpoint: {exc.reason}", report)
+            why = "was damaged"
+        report.rewritten.append({"path": str(path), "why": f"{why}; written from the "
+                                                           "replayed state"})
+    newest = checkpoint_file.read_newest(home, backup if backup and backup.is_dir() else None)
+    report.no_checkpoint = newest.checkpoint is None
+    return newest.checkpoint.sequence if newest.checkpoint else 0
+
+
+def _repair_journal(path: Path, sequence: int, report: RepairReport) -> None:
+    """Step 4 for one journal."""
+    try:
+        found = commit_journal.scan(path)
+    except CorruptStateError as exc:  # not a file at all: nothing in it can be read
+        _move_aside(path, DAMAGED_SUFFIX, f"unreadable commit journal: {exc.reason}", report)
+        return
+    if not found.damaged:
+        return
+    data = path.read_bytes()
+    kept = _aside_path(path, DAMAGED_SUFFIX)
+    write_atomically(kept, data)
+    generation = commit_journal.journal_generation(path)
+    prefix = data[:found.valid_bytes] if not found.header_damaged else \
+        commit_journal.HEADER.pack(commit_journal.MAGIC, commit_journal.VERSION, generation)
+    write_atomically(path, prefix)
+    replayed = generation >= sequence
+    report.moved_aside.append({"path": str(path), "kept_as": str(kept),
+                               "why": f"damaged commit journal (a copy; the journal was cut "
+                                      f"at byte {found.valid_bytes})"})
+    report.journals_cut.append({"path": str(path), "position": found.valid_bytes,
+                                "reason": found.problem, "kept_as": str(kept),
+                                "replayed": replayed, "intact_after": len(found.after),
+                                "unreadable_bytes": found.unreadable_bytes})
+    if not replayed:  # the checkpoint covers every commit of it
+        return
+    report.unreadable_journal_bytes += found.unreadable_bytes
+    for commit in found.after:
+        row = {"id": commit.commit_id, "journal": str(path),
+               "ranges": [list(entry) for entry in commit.entries],
+               "events": sum(end - start for _, start, end in commit.entries)}
+        if commit.kind == commit_journal.TAKE:
+            report.take_commits_back.append(row)
+        else:
+            report.put_commits_cut.append(row)
+
+
+def _repair_log_states(config: ChannelConfig, report: RepairReport) -> None:
+    """A log.state that is not a regular file blocks the log's rewrite of it: move it."""
+    for i in range(config.partitions):
+        path = config.partition_dir(i) / LOG_STATE_FILE
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            _move_aside(path, STRAY_SUFFIX, "log.state is not a regular file", report)
+
+
+def _open_and_replay(config: ChannelConfig, report: RepairReport,
+                     on_open: Callable[[ChannelOwner], None] | None) -> None:
+    """Step 6: open as the owner, checking every batch; collect what it cost."""
+    with ChannelOwner.open(config, force_recovery=True) as owner:
+        for partition, log in enumerate(owner.logs):
+            recovered = log.last_recovery
+            for lost in recovered.lost_ranges:
+                report.lost_ranges.append({"partition": partition, **asdict(lost)})
+                report.events_lost += lost.offsets
+            for action in recovered.actions:
+                if action.kind == TRUNCATED and action.next_offset_kept is None:
+                    report.cut_at.append({"partition": partition, "path": action.path,
+                                          "offset": action.first_offset_lost,
+                                          "position": action.position})
+            if recovered.state_problem or recovered.actions:
+                report.rewritten.append({"path": str(log.directory / LOG_STATE_FILE),
+                                         "why": recovered.summary()})
+        if on_open is not None:
+            on_open(owner)
+        status = owner.status()
+    report.recovery = dict(status["recovery"])
+    report.events_lost += int(report.recovery.get("lost_events", 0))
+    report.events_aborted = int(report.recovery.get("aborted_events", 0))
+    report.events_untaken = int(status["events_untaken"])
+    report.losses = status.get("losses")
