@@ -522,7 +522,7 @@ def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
 
 
 def _commit_list(commits: list[dict[str, Any]]) -> str:
-    shown = "; ".join(f"{c['id']}: " + ", ".join(f"partition {p} [{a}, {b})"
+    shown = "; ".join(f"id {c['id']}: " + ", ".join(f"partition {p} [{a}, {b})"
                                                  for p, a, b in c["ranges"])
                       for c in commits[:20])
     more = f"; and {len(commits) - 20} more" if len(commits) > 20 else ""

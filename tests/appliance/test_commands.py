@@ -2,6 +2,7 @@
 nothing), issue a token."""
 from __future__ import annotations
 
+import json
 from io import StringIO
 from pathlib import Path
 
@@ -79,3 +80,25 @@ def test_channel_tool_runs_the_engine_tools_by_channel_name(tmp_path: Path) -> N
             call_command("channel_tool", "verify", "orders", stdout=StringIO())
         with pytest.raises(CommandError, match="no channel"):
             call_command("channel_tool", "stat", "nope")
+
+
+def test_channel_tool_recovers_a_damaged_channel_json_from_the_database(tmp_path: Path) -> None:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        call_command("create_channel", "orders", "--partitions", "2", "--set",
+                     "minimum_required_space=0", "--set", "capacity=50000")
+        home = tmp_path / "orders" / "checkpoint"
+        (home / "channel.json").write_bytes(b'{"format": "weir-channel-con')
+        out = StringIO()
+        with pytest.raises(CommandError, match="problems"):
+            call_command("channel_tool", "verify", "orders", stdout=out)
+        assert f"DAMAGE {home / 'channel.json'}: byte " in out.getvalue()
+        assert "channel 'orders': 2 partitions" in out.getvalue()  # the rest still checked
+        out = StringIO()
+        call_command("channel_tool", "recover", "orders", stdout=out)
+        assert f"moved aside: {home / 'channel.json'} -> {home / 'channel.json.damaged'}" \
+            in out.getvalue()
+        assert "files moved aside: 1" in out.getvalue()
+        assert json.loads((home / "channel.json").read_text())["capacity"] == 50000
+        out = StringIO()
+        call_command("channel_tool", "verify", "orders", stdout=out)
+        assert "sound" in out.getvalue()

@@ -1,0 +1,252 @@
+"""Damage to a channel's home files: verify reports each (file and byte) without failing,
+open refuses what it cannot trust, and recover repairs it, keeps the damaged original
+aside, says exactly what it cost, and leaves a channel that verifies clean and opens."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channel_helpers import crash, make_config
+
+from channel_engine import Channel, ChannelConfig, CorruptRecordError
+from channel_engine import commit_journal as cj
+from channel_engine.channel_repair import repair
+from channel_engine.cli import main
+from channel_engine.errors import ConfigError
+from channel_engine.verify import verify_channel
+
+
+def run(*argv: str, config: ChannelConfig | None = None) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out, config=config), out.getvalue()
+
+
+def crashed_channel(tmp_path: Path, **settings: Any) -> ChannelConfig:
+    """12 events put in one two-partition put (a journalled put commit), three journalled
+    take commits of 2 events each, a put of 4 more over both partitions; then the owner
+    dies before any checkpoint."""
+    config = make_config(tmp_path, partitions=2, **settings)
+    channel = Channel.open(config)
+    with channel.put() as tx:
+        for i in range(12):
+            tx.put(f"e{i}".encode(), key=str(i).encode())
+    for _ in range(3):
+        with channel.take() as tx:
+            tx.take(2)
+    with channel.put() as tx:
+        for i in range(4):
+            tx.put(f"late{i}".encode(), key=str(i).encode())
+    crash(channel)
+    return config
+
+
+def journal(config: ChannelConfig) -> Path:
+    return cj.journal_path(config.home, cj.generations(config.home)[-1])
+
+
+def record_position(path: Path, index: int) -> int:
+    found = cj.scan(path)
+    return cj.HEADER.size + sum(cj.RECORD_HEAD.size + cj.RECORD_BODY.size
+                                + len(c.entries) * cj.ENTRY.size for c in found.commits[:index])
+
+
+def damage(path: Path, position: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def all_events(config: ChannelConfig) -> list[bytes]:
+    with Channel.open(config) as channel, channel.take() as tx:
+        return sorted(event.body for event in tx.take(100))
+
+
+def test_it_refuses_to_open_a_journal_damaged_in_the_middle_and_verify_names_the_byte(
+        tmp_path: Path) -> None:
+    config = crashed_channel(tmp_path)
+    path = journal(config)
+    where = record_position(path, 2)  # the second take commit
+    damage(path, where + 12)
+    with pytest.raises(CorruptRecordError, match=f"corrupt at byte {where}"):
+        Channel.open(config)
+    status, out = run("verify", str(config.home))
+    assert status == 1 and f"DAMAGE {path}: byte {where}: record CRC-32C mismatch" in out
+    status, out = run("verify", str(config.home), "--json")
+    damages = json.loads(out)["damages"]
+    assert status == 1 and {"path": str(path), "position": where} == {
+        k: damages[0][k] for k in ("path", "position")}
+
+
+def test_recover_cuts_a_journal_at_its_first_bad_record_and_counts_takes_that_come_back(
+        tmp_path: Path) -> None:
+    config = crashed_channel(tmp_path)
+    path = journal(config)
+    original = path.read_bytes()
+    first_take_cut = cj.scan(path).commits[2]
+    intact_after = cj.scan(path).commits[3]
+    where = record_position(path, 2)
+    damage(path, where + 12)
+    damaged = path.read_bytes()
+    report = repair(config.home)
+    assert Path(str(path) + ".damaged").read_bytes() == damaged != original
+    assert report.journals_cut[0]["position"] == where
+    assert not path.exists()  # cut, replayed, then covered by the new checkpoint
+    assert [c["id"] for c in report.take_commits_back] == [intact_after.commit_id]
+    assert report.take_commits_back[0]["ranges"] == [list(e) for e in intact_after.entries]
+    assert report.unreadable_journal_bytes == cj.RECORD_HEAD.size + cj.RECORD_BODY.size + \
+        len(first_take_cut.entries) * cj.ENTRY.size
+    assert report.events_lost == 0 and report.events_untaken == 14  # 2 takes come back
+    assert run("verify", str(config.home))[0] == 0
+    assert len(all_events(config)) == 14
+
+
+def test_recover_counts_a_cut_put_commit_with_its_offsets(tmp_path: Path) -> None:
+    config = crashed_channel(tmp_path)
+    path = journal(config)
+    put = cj.scan(path).commits[4]
+    assert put.kind == cj.PUT
+    damage(path, record_position(path, 1) + 12)
+    report = repair(config.home)
+    assert [c["id"] for c in report.put_commits_cut] == [put.commit_id]
+    assert report.put_commits_cut[0]["events"] == 4
+    assert report.put_commits_cut[0]["ranges"] == [list(e) for e in put.entries]
+    assert report.take_commits_may_come_back == 2
+    # the put's batches were stamped committed after its record: kept; every take back
+    assert report.events_aborted == 0 and report.events_untaken == 16
+    assert run("verify", str(config.home))[0] == 0
+
+
+def test_recover_rewrites_a_journal_with_a_damaged_header_keeping_the_original(
+        tmp_path: Path) -> None:
+    config = crashed_channel(tmp_path)
+    path = journal(config)
+    damage(path, 1)
+    assert run("verify", str(config.home))[0] == 1
+    report = repair(config.home)
+    assert report.take_commits_may_come_back == 3 and len(report.put_commits_cut) == 2
+    assert Path(str(path) + ".damaged").exists()
+    assert run("verify", str(config.home))[0] == 0
+
+
+@pytest.mark.parametrize("copy", ["primary", "backup"])
+def test_recover_rewrites_a_damaged_checkpoint_copy_from_the_valid_one(
+        tmp_path: Path, copy: str) -> None:
+    config = make_config(tmp_path, use_dual_checkpoints=True,
+                         backup_checkpoint_dir=str(tmp_path / "backup"))
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            for i in range(5):
+                tx.put(f"e{i}".encode())
+        with channel.take() as tx:
+            tx.take(2)
+    path = (config.home if copy == "primary" else tmp_path / "backup") / "checkpoint"
+    damage(path, 8)
+    status, out = run("verify", str(config.home))
+    assert status == 1 and f"DAMAGE {path}: byte {path.stat().st_size - 4}: CRC-32C" in out
+    report = repair(config.home)
+    assert Path(str(path) + ".damaged").exists()
+    assert report.moved_aside[0]["kept_as"] == str(path) + ".damaged"
+    assert not report.no_checkpoint and report.events_untaken == 3
+    assert run("verify", str(config.home))[0] == 0
+
+
+def test_recover_without_any_checkpoint_queues_the_logs_again_and_says_so(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            for i in range(5):
+                tx.put(f"e{i}".encode())
+        with channel.take() as tx:
+            tx.take(2)
+    (config.home / "checkpoint").write_bytes(b"WCKP broken")
+    status, out = run("recover", str(config.home))
+    assert status == 0 and "no valid checkpoint: every event still in the logs" in out
+    assert "after recovery: 5 events untaken" in out  # the 2 taken come back
+    assert run("verify", str(config.home))[0] == 0
+
+
+def test_recover_moves_home_strays_aside_and_verify_names_them(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    (config.home / "00000000000000000000.log").write_bytes(b"")
+    (config.home / "notes.txt").write_text("an operator's")
+    (config.home / "losses.json").write_text("{}")  # the loss ledger's name: not a stray
+    status, out = run("verify", str(config.home))
+    assert status == 1 and "notes.txt: byte 0: a stray file" in out
+    assert "losses.json" not in out
+    report = repair(config.home)
+    assert sorted(Path(m["kept_as"]).name for m in report.moved_aside) == [
+        "00000000000000000000.log.stray", "notes.txt.stray"]
+    status, out = run("verify", str(config.home))
+    assert status == 0 and "note: " in out and "kept aside by an earlier recover" in out
+
+
+def test_recover_repairs_a_log_state_that_is_damaged_or_a_directory(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as channel, channel.put() as tx:
+        for i in range(6):
+            tx.put(f"e{i}".encode(), key=str(i).encode())
+    damage(config.partition_dir(0) / "log.state", 20)
+    (config.partition_dir(1) / "log.state").unlink()
+    (config.partition_dir(1) / "log.state").mkdir()
+    result = verify_channel(config.home)
+    assert not result["ok"] and len([d for d in result["damages"]
+                                     if d["path"].endswith("log.state")]) == 2
+    report = repair(config.home)
+    assert any(m["kept_as"].endswith("log.state.stray") for m in report.moved_aside)
+    assert report.events_lost == 0 and report.events_untaken == 6
+    assert verify_channel(config.home)["ok"]
+
+
+def test_verify_reports_a_damaged_channel_json_and_still_checks_the_rest(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    path = config.home / "channel.json"
+    path.write_bytes(path.read_bytes()[:30])
+    (config.home / "checkpoint").write_bytes(b"")
+    status, out = run("verify", str(config.home))
+    assert status == 1 and f"DAMAGE {path}: byte " in out and "not valid JSON" in out
+    assert f"DAMAGE {config.home / 'checkpoint'}: byte 0: size 0" in out
+    path.unlink()
+    status, out = run("verify", str(config.home))
+    assert status == 1 and f"DAMAGE {path}: byte 0: " in out and "no channel config" in out
+
+
+def test_recover_refuses_a_damaged_channel_json_without_a_config_saying_how(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    (config.home / "channel.json").write_bytes(b"{garbage")
+    with pytest.raises(ConfigError, match="channel.json: byte 1: .*--config FILE"):
+        repair(config.home)
+    assert (config.home / "channel.json").read_bytes() == b"{garbage"
+
+
+def test_recover_with_a_supplied_config_rewrites_channel_json(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as channel, channel.put() as tx:
+        for i in range(4):
+            tx.put(f"e{i}".encode(), key=str(i).encode())
+    (config.home / "channel.json").write_bytes(b"\x00" * 40)
+    supplied = tmp_path / "settings.json"
+    supplied.write_text(json.dumps(config.to_dict()))
+    status, out = run("recover", str(config.home), "--config", str(supplied))
+    assert status == 0, out
+    assert f"moved aside: {config.home / 'channel.json'} -> " in out
+    assert (config.home / "channel.json.damaged").read_bytes() == b"\x00" * 40
+    assert ChannelConfig.load(config.home) == config
+    assert run("verify", str(config.home))[0] == 0
+    assert len(all_events(config)) == 4
+
+
+def test_recover_refuses_a_supplied_config_of_another_home(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    other = config.replace(checkpoint_dir=str(tmp_path / "elsewhere"))
+    with pytest.raises(ConfigError, match="is not"):
+        repair(config.home, other)
