@@ -261,20 +261,35 @@ def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
                       f"{p.recovery_point} log end {p.log_end_offset} taken through "
                       f"{p.taken_through} committed {list(p.committed)} in flight "
                       f"{list(p.in_flight)} pending puts {list(p.pending_puts)}", file=out)
-    for path, commits, ignored in commit_journal.replay_from(home, 0):
-        _emit(out, as_json, {"journal": str(path), "records": len(commits),
-                             "ignored_bytes": ignored},
-              f"journal {path}: {len(commits)} records, {ignored} bytes ignored")
-        for commit in commits:
-            kind = "take" if commit.kind == commit_journal.TAKE else "put"
-            _emit(out, as_json, {"kind": kind, "id": commit.commit_id,
-                                 "entries": [list(e) for e in commit.entries]},
-                  f"| {kind} commit {commit.commit_id}: "
-                  + ", ".join(f"partition {p} [{a}, {b})" for p, a, b in commit.entries))
+    for generation in commit_journal.generations(home):
+        damaged |= _dump_journal(commit_journal.journal_path(home, generation), as_json, out)
     for i in range(config.partitions):
         _emit(out, as_json, {"partition": i, "directory": str(config.partition_dir(i))},
               f"partition {i}: {config.partition_dir(i)} (dump it for its segments)")
     return 1 if damaged else 0
+
+
+def _dump_journal(path: Path, as_json: bool, out: TextIO) -> bool:
+    """Print one journal's records, then what follows its valid ones; True if damaged."""
+    try:
+        found = commit_journal.scan(path)
+    except (OSError, ChannelEngineError) as exc:
+        _emit(out, as_json, {"journal": str(path), "error": str(exc)}, f"journal {path}: {exc}")
+        return True
+    _emit(out, as_json, {"journal": str(path), "records": len(found.commits),
+                         "ignored_bytes": found.ignored, "position": found.valid_bytes,
+                         "problem": found.problem, "torn_tail": found.torn_tail},
+          f"journal {path}: {len(found.commits)} records, {found.ignored} bytes ignored"
+          + (f" (byte {found.valid_bytes}: {found.problem}"
+             f"{'' if found.torn_tail else '; damage: intact records follow'})"
+             if found.ignored else ""))
+    for commit in found.commits:
+        kind = "take" if commit.kind == commit_journal.TAKE else "put"
+        _emit(out, as_json, {"kind": kind, "id": commit.commit_id,
+                             "entries": [list(e) for e in commit.entries]},
+              f"| {kind} commit {commit.commit_id}: "
+              + ", ".join(f"partition {p} [{a}, {b})" for p, a, b in commit.entries))
+    return found.damaged
 
 
 def _backup_dir(config: ChannelConfig) -> Path | None:

@@ -188,6 +188,9 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
     used = supplied or loaded
     verify_home(home, used, report)
     problems = [str(damage) for damage in report.damages]
+    if used is None:
+        report.notes.append("partitions not checked: no valid channel.json (supply the "
+                            "settings: --config FILE)")
     partitions: list[dict[str, Any] | None] = []
     for i in range(used.partitions if used else 0):
         directory = used.partition_dir(i) if used else home

@@ -138,3 +138,47 @@ def test_produce_into_a_channel_while_another_process_owns_it(tmp_path: Path) ->
         assert owner.status()["events_untaken"] == 7
         done = tool("recover", str(home))
         assert done.returncode == 1 and "another process owns" in done.stderr
+
+
+def test_recover_repairs_a_damaged_home_and_prints_what_it_cost(tmp_path: Path) -> None:
+    from test_channel_repair import crashed_channel, damage, journal, record_position
+
+    config = crashed_channel(tmp_path)
+    path = journal(config)
+    where = record_position(path, 2)
+    damage(path, where + 12)
+    (config.home / "stray.bin").write_bytes(b"?")
+    done = tool("dump", str(config.home))
+    assert done.returncode == 1 and f"byte {where}: record CRC-32C mismatch; damage" in done.stdout
+    done = tool("verify", str(config.home))
+    assert done.returncode == 1 and f"DAMAGE {path}: byte {where}" in done.stdout
+    assert f"DAMAGE {config.home / 'stray.bin'}: byte 0: a stray file" in done.stdout
+    done = tool("recover", str(config.home))
+    assert done.returncode == 0, done.stderr
+    assert f"journal cut: {path} at byte {where}: record CRC-32C mismatch" in done.stdout
+    assert "events lost: 0" in done.stdout
+    assert "take commits that may come back (at-least-once): 1 (id " in done.stdout
+    assert "files moved aside: 2" in done.stdout
+    assert f"{config.home / 'stray.bin'} -> {config.home / 'stray.bin.stray'}" in done.stdout
+    done = tool("verify", str(config.home), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["ok"]
+
+
+def test_recover_names_a_damaged_channel_json_and_how_to_supply_the_config(
+        tmp_path: Path) -> None:
+    home = channel_home(tmp_path)
+    settings = json.loads((home / "channel.json").read_text())
+    (home / "channel.json").write_text('{"format": ')
+    done = tool("recover", str(home))
+    assert done.returncode == 1 and f"{home / 'channel.json'}: byte " in done.stderr
+    assert "--config FILE" in done.stderr and "channel_tool recover NAME" in done.stderr
+    supplied = tmp_path / "settings.json"
+    supplied.write_text(json.dumps(settings))
+    done = tool("verify", str(home), "--config", str(supplied), "--json")
+    assert done.returncode == 1
+    assert [d["path"] for d in json.loads(done.stdout)["damages"]] == [str(home / "channel.json")]
+    done = tool("recover", str(home), "--config", str(supplied), "--json")
+    assert done.returncode == 0, done.stderr
+    repair = json.loads(done.stdout)["repair"]
+    assert repair["files_moved_aside"] == 1 and repair["events_untaken"] == 4
+    assert tool("verify", str(home)).returncode == 0
