@@ -33,7 +33,7 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      written (its rotation removes the cut journals; their `.damaged` copies stay).
 
 A crash during repair is safe: each step is a rename or an atomic write, and running
-recover again redoes what is left (a second `.damaged` copy gets a numbered name).
+recover again redoes what is left (a second copy is named `<name>.1.damaged`).
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def _aside_path(path: Path, suffix: str) -> Path:
     target = path.with_name(path.name + suffix)
     n = 1
     while target.exists() or target.is_symlink():
-        target, n = path.with_name(f"{path.name}{suffix}.{n}"), n + 1
+        target, n = path.with_name(f"{path.name}.{n}{suffix}"), n + 1
     return target
 
 

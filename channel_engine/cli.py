@@ -532,6 +532,10 @@ def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
               "committed before it come back, at least once)", file=out)
     print(f"files moved aside: {len(report.moved_aside)}", file=out)
     print(f"after recovery: {report.events_untaken} events untaken", file=out)
+    if report.losses:  # the channel's loss ledger, where it keeps one
+        print(f"loss ledger: {report.losses.get('events_lost', 0)} events lost, "
+              f"{report.losses.get('unacknowledged_events', 0)} not yet acknowledged",
+              file=out)
     for key, value in report.recovery.items():
         print(f"{key}: {value}", file=out)
 

@@ -42,6 +42,7 @@ from typing import Any
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, log_state, record_batch
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.encryption import KeyRing
 from channel_engine.errors import ChannelEngineError, CorruptStateError
 from channel_engine.filenames import (
     INDEX_SUFFIX,
@@ -248,7 +249,19 @@ def verify_home(home: Path, config: ChannelConfig | None, report: HomeReport) ->
     report.checkpoint_sequence = found.checkpoint.sequence if found.checkpoint else 0
     for generation in commit_journal.generations(home):
         _verify_journal(commit_journal.journal_path(home, generation), report)
+    if config is not None and config.encryption_key_file is not None:
+        _verify_key_file(config, report)
     _find_strays(home, config, report)
+
+
+def _verify_key_file(config: ChannelConfig, report: HomeReport) -> None:
+    """The key file cannot be rebuilt (restore it from a backup): report, never repair."""
+    try:
+        KeyRing.load(str(config.encryption_key_file), str(config.encryption_active_key))
+    except (ChannelEngineError, OSError, RecursionError) as exc:
+        report.damages.append(Damage(str(config.encryption_key_file), 0,
+                                     f"{getattr(exc, 'reason', exc)} (restore the key file "
+                                     "from a backup: without it, sealed batches are unreadable)"))
 
 
 def _verify_checkpoint(path: Path, report: HomeReport) -> None:
@@ -286,7 +299,7 @@ def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -
             continue
         if name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)):
             report.notes.append(f"{path}: kept aside by an earlier recover")
-        elif name.endswith(TMP_SUFFIX) and name[: -len(TMP_SUFFIX)] in HOME_FILES:
+        elif name.endswith(TMP_SUFFIX) and _ours(name[: -len(TMP_SUFFIX)]):
             report.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
         elif path.is_dir():
             report.notes.append(f"{path}: a directory the engine did not make (left alone)")
@@ -295,6 +308,12 @@ def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -
             report.damages.append(Damage(str(path), 0, "a stray file the engine did not write "
                                                        f"(recover moves it to {name}"
                                                        f"{STRAY_SUFFIX})"))
+
+
+def _ours(name: str) -> bool:
+    """Is `name` a file the engine writes in a home (or keeps aside)?"""
+    return name in HOME_FILES or commit_journal.is_journal_name(name) or name.endswith(
+        (DAMAGED_SUFFIX, STRAY_SUFFIX))
 
 
 def _our_directories(home: Path, config: ChannelConfig | None) -> set[Path]:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from channel_engine import ConfigError
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
@@ -149,3 +151,19 @@ def test_every_setting_has_a_doc() -> None:
     docs = ChannelConfig.docs()
     assert set(docs) == {f.name for f in dataclasses.fields(ChannelConfig)}
     assert all(len(text) > 20 for text in docs.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2000), st.binary(min_size=0, max_size=6))
+def test_load_of_a_mutated_channel_json_raises_only_config_errors(at: int,
+                                                                  patch: bytes) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = config(Path(directory), partitions=3).save()
+        data = path.read_bytes()
+        path.write_bytes(data[:at] + patch + data[at + len(patch):])
+        try:
+            ChannelConfig.load(path)
+        except ConfigError as exc:
+            assert str(path) in str(exc)

@@ -250,3 +250,46 @@ def test_recover_refuses_a_supplied_config_of_another_home(tmp_path: Path) -> No
     other = config.replace(checkpoint_dir=str(tmp_path / "elsewhere"))
     with pytest.raises(ConfigError, match="is not"):
         repair(config.home, other)
+
+
+def test_a_second_recover_keeps_both_damaged_originals(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    for attempt in range(2):
+        Channel.open(config).close()
+        (config.home / "checkpoint").write_bytes(b"WCKP broken " + bytes([attempt]))
+        repair(config.home)
+    assert (config.home / "checkpoint.damaged").read_bytes() == b"WCKP broken \x00"
+    assert (config.home / "checkpoint.1.damaged").read_bytes() == b"WCKP broken \x01"
+    (config.home / "checkpoint.tmp").write_bytes(b"a write cut short")
+    result = verify_channel(config.home)
+    assert result["ok"] and len(result["notes"]) == 3
+
+
+def test_verify_reports_a_damaged_key_file_it_cannot_repair(tmp_path: Path) -> None:
+    from channel_engine.encryption import KeyRing
+
+    keys = tmp_path / "keys.json"
+    KeyRing.write_new(keys, ["k1"])
+    config = make_config(tmp_path, encryption_key_file=str(keys), encryption_active_key="k1")
+    Channel.open(config).close()
+    assert verify_channel(config.home)["ok"]
+    keys.write_text("{")
+    result = verify_channel(config.home)
+    assert not result["ok"] and result["damages"][0]["path"] == str(keys)
+    assert "restore the key file from a backup" in result["damages"][0]["reason"]
+
+
+def test_salvage_after_damage_at_the_head_of_a_large_journal_stays_fast(
+        tmp_path: Path) -> None:
+    import time
+
+    journal = cj.CommitJournal(tmp_path, 0)
+    for take in range(50_000):  # ~2 MB of take commits
+        journal.append(cj.TAKE, take, [(0, take, take + 1)])
+    journal.close()
+    path = cj.journal_path(tmp_path, 0)
+    damage(path, cj.HEADER.size + 10)
+    started = time.monotonic()
+    found = cj.scan(path)
+    assert len(found.after) == 49_999 and found.damaged
+    assert time.monotonic() - started < 10

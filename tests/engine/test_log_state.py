@@ -6,6 +6,8 @@ import time
 
 import crc32c
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from channel_engine import log_state
 from channel_engine.errors import CorruptStateError
@@ -108,3 +110,12 @@ def test_it_names_the_byte_of_a_crc_mismatch(tmp_path):
     with pytest.raises(CorruptStateError, match="byte 40: CRC-32C mismatch") as caught:
         log_state.decode(bytes(data), tmp_path / "log.state")
     assert caught.value.position == 40
+
+
+@given(st.binary(max_size=60), st.integers(0, 43), st.binary(min_size=1, max_size=4))
+def test_decode_of_mutated_bytes_raises_only_engine_errors(extra, at, patch):
+    for data in (extra, log_state.encode(STATE)[:at] + patch + log_state.encode(STATE)[at + 1:]):
+        try:
+            log_state.decode(data, "state")
+        except CorruptStateError as exc:
+            assert str(exc).startswith("state: byte ")
