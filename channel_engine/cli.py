@@ -136,7 +136,7 @@ def _is_channel(path: Path) -> bool:
 
 def _is_home(path: Path, args: argparse.Namespace) -> bool:
     """A channel's home, even with channel.json damaged or gone (see the module doc)."""
-    if args.supplied is not None or args.config is not None:
+    if args.supplied is not None or getattr(args, "config", None) is not None:
         return True
     names = (CONFIG_FILE, CONFIG_FILE + DAMAGED_SUFFIX, checkpoint_file.FILE_NAME)
     return any(os.path.lexists(path / name) for name in names) or (
@@ -216,7 +216,7 @@ def _append(log: PartitionLog, batch: list[PendingEvent], first: int | None) -> 
 # -- dump -----------------------------------------------------------------------------------
 def _dump(args: argparse.Namespace, out: TextIO) -> int:
     path: Path = args.path
-    if _is_channel(path):
+    if _is_home(path, args):
         return _dump_channel(path, args.json, out)
     if path.is_dir():
         files = sorted(path / name for name in map(str, [p.name for p in path.iterdir()])
@@ -435,7 +435,7 @@ def _verify_channel(home: Path, config: ChannelConfig | None, as_json: bool,
 
 def _stat(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
-    if _is_channel(args.path):
+    if _is_home(args.path, args):
         return _stat_channel(args.path, args.json, out)
     with PartitionLog.open(args.path, read_only=True) as log:
         stats = log.stats()

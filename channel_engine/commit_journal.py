@@ -25,7 +25,8 @@ writing the checkpoint). Replaying a commit twice is harmless.
 A record is valid when its length fits the file, its CRC matches, its kind is
 1 or 2 and its count agrees with its length. The header has no CRC: a magic,
 version or generation (against the file name) that is wrong makes the file
-unreadable. Reading (scan) stops at the first invalid record, then searches
+unreadable, except a file of zeros or a prefix of its header: a crash while
+creating it, before the header was synced, so no commit is in it. Reading (scan) stops at the first invalid record, then searches
 the rest byte by byte for intact records, to tell two cases apart:
   * a torn tail: nothing intact follows, or only after a run of zero bytes (an
     append whose data never reached the disk; power loss can keep a later page
@@ -38,7 +39,8 @@ the rest byte by byte for intact records, to tell two cases apart:
     recover HOME` repairs it: the journal is cut at its first bad record (the
     original kept as `commits-<G>.journal.damaged`), and the take commits cut
     off come back at least once (their events are delivered again), the put
-    commits cut off are aborted; both are counted, with their offsets when the
+    commits cut off are aborted (unless their batches were already stamped
+    committed); both are counted, with their offsets when the
     records after the damage are intact.
 Every problem is raised as an engine error naming the file and byte.
 
@@ -206,7 +208,7 @@ def scan(path: Path) -> JournalScan:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})") from exc
+        raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})", 0) from exc
     found = JournalScan(path, len(data))
     header = HEADER.pack(MAGIC, VERSION, _named_generation(path) or 0)
     if not data.strip(b"\0") or (len(data) < HEADER.size and header.startswith(data)):
@@ -319,7 +321,7 @@ def replay(path: Path) -> tuple[list[Commit], int]:
     found = scan(path)
     if found.header_damaged:
         raise CorruptStateError(path, f"{found.problem}; `python -m channel_engine recover` "
-                                      "on the channel's home repairs it")
+                                      "on the channel's home repairs it", 0)
     if found.damaged:
         raise CorruptRecordError(
             path, found.valid_bytes,
