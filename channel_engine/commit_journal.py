@@ -26,8 +26,9 @@ A record is valid when its length fits the file, its CRC matches, its kind is
 1 or 2 and its count agrees with its length. The header has no CRC: a magic,
 version or generation (against the file name) that is wrong makes the file
 unreadable, except a file of zeros or a prefix of its header: a crash while
-creating it, before the header was synced, so no commit is in it. Reading (scan) stops at the first invalid record, then searches
-the rest byte by byte for intact records, to tell two cases apart:
+creating it, before the header was synced, so no commit is in it. Reading
+(scan) stops at the first invalid record, then searches the rest byte by byte
+for intact records, to tell two cases apart:
   * a torn tail: nothing intact follows, or only after a run of zero bytes (an
     append whose data never reached the disk; power loss can keep a later page
     and drop an earlier one). Every commit there was appended after the last
