@@ -29,12 +29,14 @@ unreadable, except a file of zeros or a prefix of its header: a crash while
 creating it, before the header was synced, so no commit is in it. Reading
 (scan) stops at the first invalid record, then searches the rest byte by byte
 for intact records, to tell two cases apart:
-  * a torn tail: nothing intact follows, or only after a run of zero bytes (an
-    append whose data never reached the disk; power loss can keep a later page
-    and drop an earlier one). Every commit there was appended after the last
-    fsync that returned, so none of them returned: replay ignores these bytes,
-    reports how many, and open goes on;
-  * damage in the middle: intact records follow non-zero bad bytes, so commits
+  * a torn tail: nothing intact follows, or only after bytes that look like
+    appends that never wholly reached the disk (power loss can keep a later
+    page and drop an earlier one, or keep a prefix of a write): zeros, or
+    records whose tails are zeros up to where their length says they end.
+    Every commit there was appended after the last fsync that returned, so
+    none of them returned: replay ignores these bytes, reports how many, and
+    open goes on;
+  * damage in the middle: intact records follow other bad bytes, so commits
     that returned are unreadable. replay raises CorruptRecordError naming the
     file and byte, and open refuses the channel. `python -m channel_engine
     recover HOME` repairs it: the journal is cut at its first bad record (the
@@ -231,8 +233,8 @@ def scan(path: Path) -> JournalScan:
     found.commits, found.valid_bytes, found.problem = _records(data, HEADER.size, generation)
     if found.problem:
         first = _next_intact(data, found.valid_bytes, generation)
-        if first >= 0 and not data[found.valid_bytes:first].strip(b"\0"):
-            found.unreadable_bytes = found.ignored  # an unsynced hole: nothing after returned
+        if first >= 0 and _unsynced(data, found.valid_bytes, first):
+            found.unreadable_bytes = found.ignored  # unsynced appends: nothing after returned
         else:
             found.after, found.unreadable_bytes = _salvage(data, found.valid_bytes, generation)
     return found
@@ -314,6 +316,22 @@ def _salvage(data: bytes, position: int, generation: int) -> tuple[list[Commit],
         commits, position, _ = _records(data, intact, generation)
         found += commits
     return found, unreadable
+
+
+def _unsynced(data: bytes, position: int, intact: int) -> bool:
+    """Are the bytes [position, intact) appends that never wholly reached the disk: records
+    each cut short (its tail zeros, where its length says it ends), then zeros?"""
+    while position < intact:
+        if not data[position:intact].strip(b"\0"):
+            return True
+        if intact - position < RECORD_HEAD.size:
+            return False
+        length, _ = RECORD_HEAD.unpack_from(data, position)
+        end = position + RECORD_HEAD.size + length
+        if length < RECORD_BODY.size or end > intact or data[end - 1] != 0:
+            return False
+        position = end
+    return True
 
 
 def replay(path: Path) -> tuple[list[Commit], int]:

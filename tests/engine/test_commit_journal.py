@@ -76,6 +76,17 @@ def test_it_ignores_a_zero_hole_and_what_follows_as_a_torn_tail(tmp_path: Path) 
     assert tj.scan(path).torn_tail
 
 
+@pytest.mark.parametrize("kept", [0, 3, 8, 30])
+def test_it_ignores_a_write_cut_short_and_what_follows_as_a_torn_tail(
+        tmp_path: Path, kept: int) -> None:
+    path = three_takes(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[57 + kept:98] = bytes(41 - kept)  # the second append kept only its first bytes
+    path.write_bytes(bytes(data))
+    takes, ignored = tj.replay(path)
+    assert [t.commit_id for t in takes] == [0] and ignored == 82
+
+
 def test_it_ignores_a_file_whose_header_never_reached_the_disk(tmp_path: Path) -> None:
     path = tj.journal_path(tmp_path, 4)
     for data in (b"", bytes(16), bytes(30), tj.HEADER.pack(tj.MAGIC, tj.VERSION, 4)[:9]):
