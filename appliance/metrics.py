@@ -60,6 +60,16 @@ def render(statuses: list[dict[str, Any]]) -> str:
     lines += [f"# HELP {metric} Time since the last queue checkpoint.", f"# TYPE {metric} gauge"]
     lines += [f'{metric}{{channel="{s["name"]}"}} {s["checkpoint"]["age_ms"] / 1000}'
               for s in statuses]
+    metric = "weir_channel_lost_events_total"
+    lines += [f"# HELP {metric} Committed events the channel found it can no longer deliver "
+              "(damage), acknowledged or not.", f"# TYPE {metric} counter"]
+    lines += [f'{metric}{{channel="{s["name"]}"}} {s["losses"]["events_lost"]}'
+              for s in statuses]
+    metric = "weir_channel_unacknowledged_lost_events"
+    lines += [f"# HELP {metric} Lost events no operator has acknowledged yet.",
+              f"# TYPE {metric} gauge"]
+    lines += [f'{metric}{{channel="{s["name"]}"}} {s["losses"]["unacknowledged_events"]}'
+              for s in statuses]
     metric = "weir_channel_healthy"
     lines += [f"# HELP {metric} 1 when the channel is healthy.", f"# TYPE {metric} gauge"]
     lines += [f'{metric}{{channel="{s["name"]}"}} {int(s["health"] == "healthy")}'

@@ -84,6 +84,17 @@ def verify(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @operator_required
+def acknowledge_losses(request: HttpRequest, name: str) -> HttpResponse:
+    """Acknowledge the losses the channel recorded (asked first in the browser)."""
+    row = get_object_or_404(Channel, name=name)
+    count = channels.open_channel(row).acknowledge_losses()
+    messages.success(request, f"{count} loss record(s) acknowledged." if count
+                     else "No unacknowledged losses.")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
 def create_token(request: HttpRequest, name: str) -> HttpResponse:
     """Issue a token on this channel; its key is shown once."""
     row = get_object_or_404(Channel, name=name)

@@ -26,6 +26,8 @@ urlpatterns = [
     path("channels/<str:name>/pause", actions.pause, {"paused": True}, name="pause"),
     path("channels/<str:name>/resume", actions.pause, {"paused": False}, name="resume"),
     path("channels/<str:name>/verify", actions.verify, name="verify"),
+    path("channels/<str:name>/losses/acknowledge", actions.acknowledge_losses,
+         name="losses-acknowledge"),
     path("channels/<str:name>/tokens", actions.create_token, name="token-create"),
     path("channels/<str:name>/tokens/<int:pk>/revoke", actions.revoke_token,
          name="token-revoke"),

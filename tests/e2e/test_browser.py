@@ -285,3 +285,31 @@ def test_tokens_verify_and_delete_ask_before_they_act(
     expect(page).to_have_url(f"{live_server.url}/")
     expect(page.locator(".messages")).to_contain_text("deleted")
     assert not Channel.objects.exists() and not (root / "orders").exists()
+
+
+def test_a_loss_on_disk_shows_on_the_channel_page_until_acknowledged(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root, partitions=1, segment_bytes=4096)
+    for batch in range(8):
+        produce(live_server.url, "orders", [f"event {batch}-{i} " * 8 for i in range(10)])
+    channels.close_all()
+    logs = sorted(Path(channels.to_config(row).partition_dir(0)).glob("*.log"))
+    assert len(logs) >= 3, logs
+    lost = int(logs[2].stem) - int(logs[1].stem)
+    logs[1].unlink()  # a segment file gone while the channel was closed
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    expect(page.locator("#health")).to_have_text("degraded")
+    expect(page.locator("#losses")).to_contain_text(f"{lost} lost event(s) not acknowledged")
+    expect(page.locator("#loss-records tbody tr")).to_have_count(1)
+    shot("losses")
+    button = page.locator("#acknowledge-losses")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    button.click()
+    expect(page.locator("#health")).to_have_text("degraded")
+    page.once("dialog", lambda dialog: dialog.accept())
+    button.click()
+    expect(page.locator(".messages")).to_contain_text("1 loss record(s) acknowledged")
+    expect(page.locator("#health")).to_have_text("healthy")
+    expect(page.locator("#losses")).to_contain_text("all acknowledged")
+    shot("losses-acknowledged")
