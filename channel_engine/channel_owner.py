@@ -31,6 +31,16 @@ its journal record is; concurrent committers share fsyncs (group commit). In
 policy mode, flush_messages / flush_ms bound what a crash may lose; flush()
 and the scheduler's flush_if_due() make the rest durable.
 
+Losses. Offsets a log can no longer deliver (PartitionLog.take_new_losses: at open,
+and whenever a read meets damage) and offsets the queue knew beyond a log's end
+leave the queue as if taken (PartitionQueue.mark_lost); the events among them not
+yet taken are counted lost and recorded in the loss ledger, `losses.json` in the
+home (loss_ledger.py), durably before any checkpoint persists the queue's marking.
+A take returns only offsets still reserved after its read's losses are counted, and
+offsets it reserved but could not read are counted lost too, so a take commit never
+marks taken an event it did not return. Health stays "degraded" until an operator
+acknowledges every record (acknowledge_losses).
+
 Checkpoints copy the queue state (a few ranges per partition) under the
 channel lock, rotate the journal, and write primary then backup outside the
 lock. Then segments every event of which is taken (by both checkpoint copies)
@@ -73,9 +83,11 @@ from channel_engine.errors import (
 )
 from channel_engine.event import Event
 from channel_engine.log import PartitionLog
+from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, covers, undelivered
 from channel_engine.partition_queue import PartitionQueue
 from channel_engine.put_batch import Batches
 from channel_engine.record_batch import ENCRYPTED_MASK, BatchHeader, unseal
+from channel_engine.recovery import LostRange
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
@@ -157,10 +169,11 @@ class ChannelOwner:
         self._closing = False
         self._closed = False
         self.recovery = ChannelRecovery()
+        self._ledger = LossLedger(config.home / LEDGER_FILE, writable=False)
         self.counters = dict.fromkeys(
             ("put_attempts", "put_successes", "put_errors", "take_attempts", "take_successes",
              "take_errors", "rollbacks", "takes_expired", "aborted_events", "dropped_events",
-             "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
+             "lost_events", "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -222,6 +235,10 @@ class ChannelOwner:
         self.counters["aborted_events"] += restored.report.aborted_events
         self.counters["dropped_events"] += restored.report.dropped_events
         self._last_checkpoint_ms = self._now_ms()
+        self._ledger = LossLedger.load(home, not self.read_only,
+                                       restored.report.checkpoint_source is not None,
+                                       self._now_ms())
+        self._count_losses(restored.lost, at_open=True)  # before the checkpoint below
         if not self.read_only:
             self._sequence = restored.next_generation - 1
             # take ids never repeat across owners: a stale id from a previous owner (an HTTP
@@ -498,9 +515,11 @@ class ChannelOwner:
             if take.taken + max_events > self.config.transaction_capacity:
                 raise TransactionCapacityError(self.name, take.taken + max_events,
                                                self.config.transaction_capacity)
+        self._count_losses()  # what other reads found lost is not reserved now
         reserved = self.reserve_ranges(take_id, max_events)
         try:
-            return [event for p, start, end in reserved for event in self._read(p, start, end)]
+            events = [event for p, start, end in reserved for event in self._read(p, start, end)]
+            return self._delivered(take_id, reserved, events)
         except BaseException:
             with self._lock:
                 self.counters["take_errors"] += 1
@@ -551,19 +570,42 @@ class ChannelOwner:
                 self._last_batch[partition] = (base, header.next_offset, decoded)
         return events
 
+    def _delivered(self, take_id: int, reserved: list[tuple[int, int, int]],
+                   events: list[Event]) -> list[Event]:
+        """What a take may return: the events read whose offsets it still holds once this
+        read's losses left the queue. Held offsets the read did not return are lost too (the
+        take must not commit them)."""
+        self._count_losses()
+        with self._lock:
+            held = {p: list(self._queues[p].in_flight.get(take_id, ()))
+                    for p in {p for p, _, _ in reserved}}
+        kept = [e for e in events if covers(held[e.partition], e.offset)]
+        missed = []
+        for p, start, end in reserved:
+            offsets = sorted(e.offset for e in kept if e.partition == p and start <= e.offset
+                             < end)
+            ranges = [(max(a, start), min(b, end)) for a, b in held[p] if a < end and b > start]
+            missed += [(p, LostRange(a, b, str(self._logs[p].directory), cause=f"unreadable: "
+                                     f"a read of offsets {start}..{end - 1} did not return them"),
+                        None) for a, b in undelivered(ranges, offsets)]
+        self._count_losses(missed)
+        return kept
+
     def commit_take(self, take_id: int) -> None:
         """Remove a take's events for good; durable on return in fsync durability."""
         with self._room:
             self._live_take(take_id)
             take = self._takes.pop(take_id)
             entries = []
+            taken = 0
             for p in sorted(take.partitions):
                 ranges = list(self._queues[p].in_flight.get(take_id, ()))
                 entries += [(p, start, end) for start, end in ranges]
-                self._untaken -= self._queues[p].commit(take_id)
+                taken += self._queues[p].commit(take_id)  # lost offsets left its ranges
+            self._untaken -= taken
             journal = self._live_journal()
             ticket = journal.append(commit_journal.TAKE, take_id, entries) if entries else 0
-            self.counters["take_successes"] += take.taken
+            self.counters["take_successes"] += taken
             self._room.notify_all()
         if entries and self.config.durability == "fsync":
             journal.sync(ticket)
@@ -650,6 +692,7 @@ class ChannelOwner:
         self._check_home()
         with self._checkpoint_lock:
             started = time.perf_counter()
+            self._save_ledger()  # a loss record is durable before the marking it counts
             sequence = self._sequence + 1
             next_journal = commit_journal.CommitJournal(home, sequence)  # before the lock
             locked = time.perf_counter()
@@ -762,13 +805,63 @@ class ChannelOwner:
         return {"segments_deleted": deleted, "events_dropped": dropped,
                 "files_unlinked": unlinked}
 
+    # -- losses (loss_ledger.py) -------------------------------------------------------------
+    def _count_losses(self, found: Sequence[tuple[int, LostRange, int | None]] = (),
+                      at_open: bool = False) -> int:
+        """Take what the logs report lost, and `found` (events None: still to take out of
+        the queue), out of the queues; record each range in the ledger, durably before any
+        checkpoint persists the marking; count the untaken events of ranges recorded for the
+        first time (a range recorded before a crash is not counted twice). Return them."""
+        if self._closing:
+            return 0
+        items = list(found) + [(log.partition, lost, None) for log in self._logs
+                               for lost in log.take_new_losses()]
+        if not items and not at_open:
+            return 0
+        counted = 0
+        with self._checkpoint_lock:
+            with self._room:
+                for p, lost, events in items:
+                    if events is None:
+                        events = self._queues[p].mark_lost(
+                            lost.start, min(lost.end, self._visible_end(p)))
+                        self._untaken -= events
+                    record = self._ledger.record(p, lost, events, self._now_ms())
+                    if record is not None:
+                        counted += events
+                        if at_open:
+                            self.recovery.lost_ranges.append(record.to_dict())
+                self.counters["lost_events"] += counted
+                if at_open:
+                    self.recovery.lost_events += counted
+                self._room.notify_all()
+            self._save_ledger()
+        return counted
+
+    def _save_ledger(self) -> None:
+        try:
+            self._ledger.save()
+        except OSError as exc:
+            raise StorageError(self.config.home, exc, "writing the loss ledger") from exc
+
+    def acknowledge_losses(self) -> int:
+        """An operator has seen every loss recorded: acknowledge them all, durably (health
+        is no longer degraded for them); return how many records that was."""
+        self._check_writable()
+        try:
+            return self._ledger.acknowledge(self._now_ms())
+        except OSError as exc:
+            raise StorageError(self.config.home, exc, "writing the loss ledger") from exc
+
     # -- reading (inspection; takes do not move) --------------------------------------------
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Events of one partition from `offset` on, committed ones only (no take)."""
         self._check_partition(partition)
         log = self._logs[partition]
         end = self._visible_end(partition) if not self.read_only else log.high_watermark
-        return log.read(offset, max_events, end_offset=end)
+        events = log.read(offset, max_events, end_offset=end)
+        self._count_losses()
+        return events
 
     def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
         """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""
@@ -789,10 +882,14 @@ class ChannelOwner:
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at, as plain JSON-serialisable data (with each
         partition's segment table when `segments`)."""
+        self._count_losses()
+        lost = self._ledger.events_by_partition()
         with self._lock:
             if not self.read_only:
                 self._expire_takes()
             partitions = [self._partition_status(p) for p in range(self.config.partitions)]
+            for part in partitions:
+                part["lost_events"] = lost.get(part["partition"], 0)
             counters = dict(self.counters)
             untaken = self._untaken
             in_flight = sum(q.in_flight_events() for q in self._queues)
@@ -818,6 +915,7 @@ class ChannelOwner:
             "counters": counters,
             "checkpoint": self._checkpoint_status(),
             "recovery": self.recovery.to_dict(),
+            "losses": self._ledger.summary(),
             "health": health,
             "health_reason": reason,
             "partitions": partitions,
@@ -867,6 +965,9 @@ class ChannelOwner:
                              self._free_space)
         except ChannelEngineError as exc:
             return "unhealthy", str(exc)
+        unacknowledged = self._ledger.health_reason()
+        if unacknowledged is not None:
+            return "degraded", unacknowledged
         last = self._last_checkpoint
         if last is not None and last.backup.startswith("failed"):
             return "degraded", f"backup checkpoint {last.backup}"
@@ -883,6 +984,7 @@ class ChannelOwner:
         self._check_partition(partition)
         yield from self._logs[partition].iter_events(start, min(end,
                                                               self._visible_end(partition)))
+        self._count_losses()  # not in a finally: a generator may be closed under our lock
 
 
 def _check_last_batch_opens(log: PartitionLog) -> None:

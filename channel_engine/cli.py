@@ -5,7 +5,7 @@ kafka-dump-log.sh and Flume's file channel integrity tool.
     python -m channel_engine dump PATH [--print-data] [--json]
     python -m channel_engine verify PATH [--json]
     python -m channel_engine stat PATH [--json]
-    python -m channel_engine recover PATH [--json]
+    python -m channel_engine recover PATH [--json] [--ack]
 
 PATH is a channel's home (its checkpoint_dir, holding channel.json), a partition
 directory, or (dump) one .log, .index or .timeindex file. On a channel:
@@ -13,7 +13,8 @@ produce puts through the channel (as a client when another process owns it);
 dump prints the checkpoints and the commit journals; verify checks every
 partition, both checkpoint copies and the journals; stat prints the channel's
 status and each partition's segments; recover opens the channel as its owner,
-replays it and prints what recovery found. Exit status: 0 success (verify:
+replays it and prints what recovery found (with --ack, it then acknowledges every
+loss in the channel's loss ledger and prints what it acknowledged). Exit status: 0 success (verify:
 sound), 1 damage found or the operation failed, 2 bad usage.
 """
 from __future__ import annotations
@@ -98,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     recover = tools.add_parser("recover", help="CRC-check every batch and repair what is bad")
     recover.add_argument("path", type=Path)
     recover.add_argument("--json", action="store_true")
+    recover.add_argument("--ack", action="store_true",
+                         help="then acknowledge every recorded loss (a channel home only)")
     recover.set_defaults(run=_recover)
     return parser
 
@@ -414,6 +417,15 @@ def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
     return 0
 
 
+def _acknowledge(channel: Channel) -> list[dict[str, Any]]:
+    """Acknowledge every loss record; return the records acknowledged now."""
+    before = channel.status()["losses"]["records"]
+    channel.acknowledge_losses()
+    after = {r["id"]: r for r in channel.status()["losses"]["records"]}
+    return [after[r["id"]] for r in before
+            if r["acknowledged_at_ms"] is None and r["id"] in after]
+
+
 def _recover(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
     if _is_channel(args.path):
@@ -422,9 +434,13 @@ def _recover(args: argparse.Namespace, out: TextIO) -> int:
                 raise ChannelEngineError(f"{args.path}: another process owns this channel "
                                          "and has already recovered it")
             recovery = channel.status()["recovery"]
+            if args.ack:
+                recovery = {**recovery, "acknowledged": _acknowledge(channel)}
         print(json.dumps(recovery, indent=2) if args.json else
               "\n".join(f"{k}: {v}" for k, v in recovery.items()), file=out)
         return 0
+    if args.ack:
+        raise UsageError(f"{args.path}: --ack needs a channel home (losses are the channel's)")
     with PartitionLog.open(args.path, force_recovery=True) as log:
         report = log.last_recovery
     if args.json:
