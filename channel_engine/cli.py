@@ -426,6 +426,15 @@ def _acknowledge(channel: Channel) -> list[dict[str, Any]]:
             if r["acknowledged_at_ms"] is None and r["id"] in after]
 
 
+def _print_acknowledged(records: list[dict[str, Any]], out: TextIO) -> None:
+    events = sum(r["events"] for r in records)
+    print(f"acknowledged {len(records)} loss records ({events} events)", file=out)
+    for r in records:
+        print(f"  #{r['id']} partition {r['partition']} offsets {r['start']}..{r['end'] - 1}: "
+              f"{r['events']} events; {r['cause']}; {r['path']} byte {r['position']} "
+              f"({r['length']} bytes)", file=out)
+
+
 def _recover(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
     if _is_channel(args.path):
@@ -434,10 +443,15 @@ def _recover(args: argparse.Namespace, out: TextIO) -> int:
                 raise ChannelEngineError(f"{args.path}: another process owns this channel "
                                          "and has already recovered it")
             recovery = channel.status()["recovery"]
-            if args.ack:
-                recovery = {**recovery, "acknowledged": _acknowledge(channel)}
-        print(json.dumps(recovery, indent=2) if args.json else
-              "\n".join(f"{k}: {v}" for k, v in recovery.items()), file=out)
+            acknowledged = _acknowledge(channel) if args.ack else None
+        if args.json:
+            if acknowledged is not None:
+                recovery = {**recovery, "acknowledged": acknowledged}
+            print(json.dumps(recovery, indent=2), file=out)
+        else:
+            print("\n".join(f"{k}: {v}" for k, v in recovery.items()), file=out)
+            if acknowledged is not None:
+                _print_acknowledged(acknowledged, out)
         return 0
     if args.ack:
         raise UsageError(f"{args.path}: --ack needs a channel home (losses are the channel's)")
