@@ -83,7 +83,7 @@ from channel_engine.errors import (
 )
 from channel_engine.event import Event
 from channel_engine.log import PartitionLog
-from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, covers, undelivered
+from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, deliverable
 from channel_engine.partition_queue import PartitionQueue
 from channel_engine.put_batch import Batches
 from channel_engine.record_batch import ENCRYPTED_MASK, BatchHeader, unseal
@@ -515,7 +515,6 @@ class ChannelOwner:
             if take.taken + max_events > self.config.transaction_capacity:
                 raise TransactionCapacityError(self.name, take.taken + max_events,
                                                self.config.transaction_capacity)
-        self._count_losses()  # what other reads found lost is not reserved now
         reserved = self.reserve_ranges(take_id, max_events)
         try:
             events = [event for p, start, end in reserved for event in self._read(p, start, end)]
@@ -531,6 +530,7 @@ class ChannelOwner:
         files (the exporter). A take holds ranges, not events, so transaction_capacity
         bounds only take_events."""
         reserved: list[tuple[int, int, int]] = []
+        self._count_losses()  # what other reads found lost is not reserved now
         with self._lock:
             take = self._live_take(take_id)
             self.counters["take_attempts"] += max_events
@@ -579,16 +579,8 @@ class ChannelOwner:
         with self._lock:
             held = {p: list(self._queues[p].in_flight.get(take_id, ()))
                     for p in {p for p, _, _ in reserved}}
-        kept = [e for e in events if covers(held[e.partition], e.offset)]
-        missed = []
-        for p, start, end in reserved:
-            offsets = sorted(e.offset for e in kept if e.partition == p and start <= e.offset
-                             < end)
-            ranges = [(max(a, start), min(b, end)) for a, b in held[p] if a < end and b > start]
-            missed += [(p, LostRange(a, b, str(self._logs[p].directory), cause=f"unreadable: "
-                                     f"a read of offsets {start}..{end - 1} did not return them"),
-                        None) for a, b in undelivered(ranges, offsets)]
-        self._count_losses(missed)
+        kept, missed = deliverable(reserved, held, events, [log.directory for log in self._logs])
+        self._count_losses([(p, lost, None) for p, lost in missed])
         return kept
 
     def commit_take(self, take_id: int) -> None:
@@ -809,34 +801,47 @@ class ChannelOwner:
     def _count_losses(self, found: Sequence[tuple[int, LostRange, int | None]] = (),
                       at_open: bool = False) -> int:
         """Take what the logs report lost, and `found` (events None: still to take out of
-        the queue), out of the queues; record each range in the ledger, durably before any
-        checkpoint persists the marking; count the untaken events of ranges recorded for the
-        first time (a range recorded before a crash is not counted twice). Return them."""
+        the queue), out of the queues; record each range in the ledger, durably before the
+        marking is (by a journal record here, or at open by the checkpoint that follows).
+        Return the untaken events of ranges recorded for the first time."""
         if self._closing:
             return 0
         items = list(found) + [(log.partition, lost, None) for log in self._logs
                                for lost in log.take_new_losses()]
         if not items and not at_open:
             return 0
-        counted = 0
-        with self._checkpoint_lock:
+        with self._checkpoint_lock:  # no checkpoint between the marking and the ledger
             with self._room:
-                for p, lost, events in items:
-                    if events is None:
-                        events = self._queues[p].mark_lost(
-                            lost.start, min(lost.end, self._visible_end(p)))
-                        self._untaken -= events
-                    record = self._ledger.record(p, lost, events, self._now_ms())
-                    if record is not None:
-                        counted += events
-                        if at_open:
-                            self.recovery.lost_ranges.append(record.to_dict())
-                self.counters["lost_events"] += counted
-                if at_open:
-                    self.recovery.lost_events += counted
+                counted, marked = self._mark_lost(items, at_open)
                 self._room.notify_all()
             self._save_ledger()
+            if marked and not at_open and not self.read_only:
+                with self._lock:  # take id 0: offsets taken out of the queue as lost
+                    journal = self._live_journal()
+                    ticket = journal.append(commit_journal.TAKE, 0, marked)
+                journal.sync(ticket)
         return counted
+
+    def _mark_lost(self, items: Sequence[tuple[int, LostRange, int | None]],
+                   at_open: bool) -> tuple[int, list[tuple[int, int, int]]]:
+        """_count_losses under the lock: the events counted, and the ranges marked."""
+        counted, marked = 0, []
+        for p, lost, events in items:
+            if events is None:
+                end = min(lost.end, self._visible_end(p))
+                events = self._queues[p].mark_lost(lost.start, end)
+                self._untaken -= events
+                if end > lost.start:
+                    marked.append((p, lost.start, end))
+            record = self._ledger.record(p, lost, events, self._now_ms())
+            if record is not None:  # else counted before (a crash came before the marking)
+                counted += events
+                if at_open:
+                    self.recovery.lost_ranges.append(record.to_dict())
+        self.counters["lost_events"] += counted
+        if at_open:
+            self.recovery.lost_events += counted
+        return counted, marked
 
     def _save_ledger(self) -> None:
         try:

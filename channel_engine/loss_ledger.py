@@ -41,7 +41,8 @@ checkpoint exists (the ledger is written before the first checkpoint) gets the s
 record. A failed write raises OSError and leaves the records in memory, still to write:
 the next write (at the latest, before the next checkpoint) retries.
 
-Thread-safe: one lock guards the records and the file.
+Thread-safe: one lock guards the records and the file. The functions at the end
+(deliverable, undelivered, covers) are pure helpers for the owner's takes.
 """
 from __future__ import annotations
 
@@ -49,12 +50,14 @@ import json
 import os
 import threading
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from channel_engine.atomic_file import write_atomically
 from channel_engine.checkpoint import Range
+from channel_engine.event import Event
 from channel_engine.recovery import LostRange
 
 LEDGER_FILE = "losses.json"
@@ -250,6 +253,24 @@ class LossLedger:
         return (f"{events} events lost in {len(open_records)} unacknowledged loss records "
                 f"({where}{more}); acknowledge with `python -m channel_engine recover HOME "
                 "--ack` or Channel.acknowledge_losses()")
+
+
+def deliverable(reserved: Sequence[tuple[int, int, int]], held: dict[int, list[Range]],
+                events: list[Event], directories: Sequence[Path]
+                ) -> tuple[list[Event], list[tuple[int, LostRange]]]:
+    """What a take that reserved `reserved` (partition, start, end) and read `events` may
+    return: the events whose offsets it still `held` (per partition, once this read's
+    losses left the queue). And, as lost ranges, what it held but the read did not return
+    (a take must never commit offsets it did not return)."""
+    kept = [e for e in events if covers(held.get(e.partition, []), e.offset)]
+    missed = []
+    for p, start, end in reserved:
+        offsets = sorted(e.offset for e in kept if e.partition == p and start <= e.offset < end)
+        ranges = [(max(a, start), min(b, end)) for a, b in held.get(p, []) if a < end and b > start]
+        missed += [(p, LostRange(a, b, str(directories[p]), cause=f"unreadable: a read of "
+                                 f"offsets {start}..{end - 1} did not return them"))
+                   for a, b in undelivered(ranges, offsets)]
+    return kept, missed
 
 
 def undelivered(held: list[Range], offsets: list[int]) -> list[Range]:

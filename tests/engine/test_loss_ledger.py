@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from channel_engine import loss_ledger
+from channel_engine.event import Event
 from channel_engine.loss_ledger import (
     LEDGER_FILE,
     LEDGER_PARTITION,
     LossLedger,
     covers,
+    deliverable,
     undelivered,
 )
 from channel_engine.recovery import LostRange
@@ -120,3 +122,15 @@ def test_undelivered_finds_the_offsets_a_read_did_not_return() -> None:
     assert undelivered([(0, 3)], [0, 1, 2]) == []
     assert covers([(0, 3), (5, 6)], 5) and not covers([(0, 3), (5, 6)], 3)
     assert not covers([], 0)
+
+
+def test_deliverable_keeps_held_events_and_names_what_a_read_missed() -> None:
+    events = [Event(0, o, 0, None, {}, b"") for o in (0, 1, 2, 4)]
+    kept, missed = deliverable([(0, 0, 5)], {0: [(0, 2), (4, 5)]}, events, [Path("/d/ch-0")])
+    assert [e.offset for e in kept] == [0, 1, 4]  # 2 left the take (lost): not returned
+    assert missed == []
+    kept, missed = deliverable([(0, 0, 5)], {0: [(0, 5)]}, events, [Path("/d/ch-0")])
+    assert [e.offset for e in kept] == [0, 1, 2, 4]
+    [(partition, lost)] = missed
+    assert (partition, lost.start, lost.end, lost.path) == (0, 3, 4, "/d/ch-0")
+    assert lost.cause.startswith("unreadable")
