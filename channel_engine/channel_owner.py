@@ -35,11 +35,13 @@ Losses. Offsets a log can no longer deliver (PartitionLog.take_new_losses: at op
 and whenever a read meets damage) and offsets the queue knew beyond a log's end
 leave the queue as if taken (PartitionQueue.mark_lost); the events among them not
 yet taken are counted lost and recorded in the loss ledger, `losses.json` in the
-home (loss_ledger.py), durably before any checkpoint persists the queue's marking.
-A take returns only offsets still reserved after its read's losses are counted, and
-offsets it reserved but could not read are counted lost too, so a take commit never
-marks taken an event it did not return. Health stays "degraded" until an operator
-acknowledges every record (acknowledge_losses).
+home (loss_ledger.py), durably before the marking is: at open by the checkpoint
+that follows, later by a take-commit journal record with take id 0 (so a crash
+neither delivers nor counts them again). A take returns only offsets it still
+holds after its read's losses are counted, and offsets it held but could not read
+are counted lost too, so a take commit never marks taken an event it did not
+return. Health stays "degraded" until an operator acknowledges every record
+(acknowledge_losses).
 
 Checkpoints copy the queue state (a few ranges per partition) under the
 channel lock, rotate the journal, and write primary then backup outside the
@@ -51,6 +53,7 @@ serialised by that partition's lock; fsyncs happen outside both.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import heapq
 import os
@@ -887,7 +890,8 @@ class ChannelOwner:
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at, as plain JSON-serialisable data (with each
         partition's segment table when `segments`)."""
-        self._count_losses()
+        with contextlib.suppress(StorageError):  # unwritten records still show, unacknowledged
+            self._count_losses()
         lost = self._ledger.events_by_partition()
         with self._lock:
             if not self.read_only:

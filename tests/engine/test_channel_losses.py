@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, ChannelConfig, cli
+from channel_engine import Channel, ChannelConfig, StorageError, cli, loss_ledger
 from channel_engine.filenames import LOG_STATE_FILE
 from channel_engine.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
 from channel_engine.recovery import LostRange
@@ -385,3 +385,41 @@ def test_a_kill_between_ledger_and_checkpoint_loses_no_count(tmp_path: Path,
         assert _single_record(status)["events"] == lost
         assert status["losses"]["events_lost"] == lost
         assert status["events_untaken"] == len(_drain(channel))
+
+
+def test_a_loss_met_by_an_inspection_read_is_counted(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as channel:
+        owner = channel.owner
+        assert owner is not None
+        log = owner.logs[0]
+        read_batches = log.read_batches
+
+        def damaged(start: int, end: int, max_bytes: int) -> Iterator[Any]:
+            log._new_losses.append(LostRange(20, 25, str(log.directory), cause="test"))
+            yield from read_batches(start, end, max_bytes)
+        log.read_batches = damaged  # type: ignore[method-assign]
+        channel.read(0, 18, 5)
+        del log.read_batches
+        _check_counted(channel, set(range(20, 25)), set(), set(range(30)))
+
+
+def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+
+    def fail(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as patch:
+        patch.setattr(loss_ledger, "write_atomically", fail)
+        owner.logs[0]._new_losses.append(LostRange(4, 9, "x", cause="test"))
+        status = channel.status()  # status still answers, and shows the loss
+        assert status["losses"]["events_lost"] == 5 and status["health"] == "degraded"
+        with pytest.raises(StorageError, match="loss ledger"):
+            channel.checkpoint()
+        crash(channel)
+    with Channel.open(channel.config) as again:
+        # nothing of the loss reached the disk: the events are still there to take
+        assert again.status()["losses"]["events_lost"] == 0
+        assert len(_drain(again)) == 30
