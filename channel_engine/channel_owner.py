@@ -582,6 +582,9 @@ class ChannelOwner:
         with self._lock:
             held = {p: list(self._queues[p].in_flight.get(take_id, ()))
                     for p in {p for p, _, _ in reserved}}
+        if len(events) == sum(end - start for _, start, end in reserved) and all(
+                (start, end) in held[p] for p, start, end in reserved):
+            return events  # no loss touched it, the read missed nothing (the usual case)
         kept, missed = deliverable(reserved, held, events, [log.directory for log in self._logs])
         self._count_losses([(p, lost, None) for p, lost in missed])
         return kept
@@ -802,20 +805,19 @@ class ChannelOwner:
 
     # -- losses (loss_ledger.py) -------------------------------------------------------------
     def _count_losses(self, found: Sequence[tuple[int, LostRange, int | None]] = (),
-                      at_open: bool = False) -> int:
+                      at_open: bool = False) -> None:
         """Take what the logs report lost, and `found` (events None: still to take out of
         the queue), out of the queues; record each range in the ledger, durably before the
-        marking is (by a journal record here, or at open by the checkpoint that follows).
-        Return the untaken events of ranges recorded for the first time."""
+        marking is (by a journal record here, or at open by the checkpoint that follows)."""
         if self._closing:
-            return 0
+            return
         items = list(found) + [(log.partition, lost, None) for log in self._logs
                                for lost in log.take_new_losses()]
         if not items and not at_open:
-            return 0
+            return
         with self._checkpoint_lock:  # no checkpoint between the marking and the ledger
             with self._room:
-                counted, marked = self._mark_lost(items, at_open)
+                marked = self._mark_lost(items, at_open)
                 self._room.notify_all()
             self._save_ledger()
             if marked and not at_open and not self.read_only:
@@ -823,11 +825,10 @@ class ChannelOwner:
                     journal = self._live_journal()
                     ticket = journal.append(commit_journal.TAKE, 0, marked)
                 journal.sync(ticket)
-        return counted
 
     def _mark_lost(self, items: Sequence[tuple[int, LostRange, int | None]],
-                   at_open: bool) -> tuple[int, list[tuple[int, int, int]]]:
-        """_count_losses under the lock: the events counted, and the ranges marked."""
+                   at_open: bool) -> list[tuple[int, int, int]]:
+        """_count_losses under the lock; return the ranges marked."""
         counted, marked = 0, []
         for p, lost, events in items:
             if events is None:
@@ -844,7 +845,7 @@ class ChannelOwner:
         self.counters["lost_events"] += counted
         if at_open:
             self.recovery.lost_events += counted
-        return counted, marked
+        return marked
 
     def _save_ledger(self) -> None:
         try:
