@@ -30,8 +30,9 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
 
 A range is recorded once: records are keyed by (partition, start, end), so a hole the
 log reports at every open is one record, and its events are counted once. Crash order:
-the owner writes a record durably before any checkpoint persists the queue's marking
-of its offsets, so a crash in between re-counts the same range at the next open, and
+the owner writes a record durably before the queue's marking of its offsets is (by the
+checkpoint that ends an open, or by a take-commit journal record with take id 0 for a
+loss found later), so a crash in between re-counts the same range at the next open, and
 the key folds it into the record already written (no count lost, none doubled).
 
 Failure behaviour: a damaged losses.json (unreadable, not JSON, wrong format or fields)

@@ -401,6 +401,9 @@ def test_a_loss_met_by_an_inspection_read_is_counted(tmp_path: Path) -> None:
         channel.read(0, 18, 5)
         del log.read_batches
         _check_counted(channel, set(range(20, 25)), set(), set(range(30)))
+        log._new_losses.append(LostRange(0, 2, str(log.directory), cause="test"))
+        assert len(list(owner.events(0, 0, 30))) == 30  # an owner's full scan counts too
+        assert len(owner._ledger.unacknowledged()) == 2  # counted before any status call
 
 
 def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
