@@ -848,6 +848,7 @@ class ChannelOwner:
         return marked
 
     def _save_ledger(self) -> None:
+        self._check_home()  # never into the ledger of a channel that replaced ours
         try:
             self._ledger.save()
         except OSError as exc:
@@ -857,6 +858,7 @@ class ChannelOwner:
         """An operator has seen every loss recorded: acknowledge them all, durably (health
         is no longer degraded for them); return how many records that was."""
         self._check_writable()
+        self._check_home()
         try:
             return self._ledger.acknowledge(self._now_ms())
         except OSError as exc:
@@ -891,7 +893,7 @@ class ChannelOwner:
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at, as plain JSON-serialisable data (with each
         partition's segment table when `segments`)."""
-        with contextlib.suppress(StorageError):  # unwritten records still show, unacknowledged
+        with contextlib.suppress(ChannelEngineError):  # unwritten records show, unacknowledged
             self._count_losses()
         lost = self._ledger.events_by_partition()
         with self._lock:
