@@ -829,40 +829,31 @@ class ChannelOwner:
     def _mark_lost(self, items: Sequence[tuple[int, LostRange, int | None]],
                    at_open: bool) -> list[tuple[int, int, int]]:
         """_count_losses under the lock; return the ranges marked."""
-        counted, marked = 0, []
+        counted, marked = [], []
         for p, lost, events in items:
             if events is None:
                 end = min(lost.end, self._visible_end(p))
                 events = self._queues[p].mark_lost(lost.start, end)
                 self._untaken -= events
-                if end > lost.start:
-                    marked.append((p, lost.start, end))
-            record = self._ledger.record(p, lost, events, self._now_ms())
-            if record is not None:  # else counted before (a crash came before the marking)
-                counted += events
-                if at_open:
-                    self.recovery.lost_ranges.append(record.to_dict())
-        self.counters["lost_events"] += counted
+                marked += [(p, lost.start, end)] if end > lost.start else []
+            counted.append((p, lost, events))
+        fresh = self._ledger.record_all(counted, self._now_ms())
+        self.counters["lost_events"] += sum(r.events for r in fresh)
         if at_open:
-            self.recovery.lost_events += counted
+            self.recovery.lost_events += sum(r.events for r in fresh)
+            self.recovery.lost_ranges += [r.to_dict() for r in fresh]
         return marked
 
     def _save_ledger(self) -> None:
         self._check_home()  # never into the ledger of a channel that replaced ours
-        try:
-            self._ledger.save()
-        except OSError as exc:
-            raise StorageError(self.config.home, exc, "writing the loss ledger") from exc
+        self._ledger.save()
 
     def acknowledge_losses(self) -> int:
         """An operator has seen every loss recorded: acknowledge them all, durably (health
         is no longer degraded for them); return how many records that was."""
         self._check_writable()
         self._check_home()
-        try:
-            return self._ledger.acknowledge(self._now_ms())
-        except OSError as exc:
-            raise StorageError(self.config.home, exc, "writing the loss ledger") from exc
+        return self._ledger.acknowledge(self._now_ms())
 
     # -- reading (inspection; takes do not move) --------------------------------------------
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:

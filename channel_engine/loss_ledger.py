@@ -39,7 +39,7 @@ Failure behaviour: a damaged losses.json (unreadable, not JSON, wrong format or 
 never fails an open and never hides a loss: it is moved aside (`losses.json.damaged-
 <ms>`, never deleted) and a partition -1 record says so; a missing losses.json where a
 checkpoint exists (the ledger is written before the first checkpoint) gets the same
-record. A failed write raises OSError and leaves the records in memory, still to write:
+record. A failed write raises StorageError and leaves the records in memory, to write:
 the next write (at the latest, before the next checkpoint) retries.
 
 Thread-safe: one lock guards the records and the file. The functions at the end
@@ -58,6 +58,7 @@ from typing import Any
 
 from channel_engine.atomic_file import write_atomically
 from channel_engine.checkpoint import Range
+from channel_engine.errors import StorageError
 from channel_engine.event import Event
 from channel_engine.recovery import LostRange
 
@@ -187,9 +188,17 @@ class LossLedger:
             self._append(record)
             return record
 
+    def record_all(self, lost: Sequence[tuple[int, LostRange, int]],
+                   now_ms: int) -> list[LossRecord]:
+        """Record (partition, range, events) each; return the records new here (a range
+        recorded before — by an open a crash ended before its marking was durable — had its
+        events counted then)."""
+        fresh = [self.record(p, r, events, now_ms) for p, r, events in lost]
+        return [record for record in fresh if record is not None]
+
     def save(self) -> None:
-        """Write losses.json durably if anything changed since the last write (OSError if
-        that fails; the changes stay, to write next time)."""
+        """Write losses.json durably if anything changed since the last write (StorageError
+        if that fails; the changes stay, to write next time)."""
         with self._lock:
             self._save()
 
@@ -198,12 +207,15 @@ class LossLedger:
             return
         doc = {"format": FORMAT, "version": VERSION, "next_id": self._next_id,
                "records": [r.to_dict() for r in self.records]}
-        write_atomically(self.path, json.dumps(doc, indent=1).encode() + b"\n")
+        try:
+            write_atomically(self.path, json.dumps(doc, indent=1).encode() + b"\n")
+        except OSError as exc:
+            raise StorageError(self.path.parent, exc, f"writing {self.path.name}") from exc
         self._dirty = False
 
     def acknowledge(self, now_ms: int) -> int:
         """Acknowledge every record not yet acknowledged, durably; return how many. If the
-        write fails, none is acknowledged (OSError)."""
+        write fails, none is acknowledged (StorageError)."""
         with self._lock:
             fresh = [r for r in self.records if r.acknowledged_at_ms is None]
             for record in fresh:
@@ -212,7 +224,7 @@ class LossLedger:
                 self._dirty = True
                 try:
                     self._save()
-                except OSError:
+                except StorageError:
                     for record in fresh:
                         record.acknowledged_at_ms = None
                     raise

@@ -419,7 +419,7 @@ def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
         owner.logs[0]._new_losses.append(LostRange(4, 9, "x", cause="test"))
         status = channel.status()  # status still answers, and shows the loss
         assert status["losses"]["events_lost"] == 5 and status["health"] == "degraded"
-        with pytest.raises(StorageError, match="loss ledger"):
+        with pytest.raises(StorageError, match="losses.json"):
             channel.checkpoint()
         crash(channel)
     with Channel.open(channel.config) as again:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import loss_ledger
+from channel_engine import StorageError, loss_ledger
 from channel_engine.event import Event
 from channel_engine.loss_ledger import (
     LEDGER_FILE,
@@ -107,9 +107,9 @@ def test_a_failed_write_keeps_records_to_write_and_acknowledges_nothing(
         raise OSError(30, "Read-only file system")
     with monkeypatch.context() as patch:
         patch.setattr(loss_ledger, "write_atomically", fail)
-        with pytest.raises(OSError):
+        with pytest.raises(StorageError, match="losses.json"):
             ledger.save()
-        with pytest.raises(OSError):
+        with pytest.raises(StorageError):
             ledger.acknowledge(now_ms=3)
     assert ledger.unacknowledged() != []
     ledger.save()  # retried later: the record was kept
