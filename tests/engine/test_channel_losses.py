@@ -426,3 +426,24 @@ def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
         # nothing of the loss reached the disk: the events are still there to take
         assert again.status()["losses"]["events_lost"] == 0
         assert len(_drain(again)) == 30
+
+
+def test_an_open_takes_lost_offsets_leave_it_and_its_commit_never_marks_them(
+        tmp_path: Path) -> None:
+    """The channel's rule for a loss met while a take holds the offsets: they leave the
+    take and are counted lost (the take's commit journals only what it still holds)."""
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+    tx = channel.take()
+    assert [e.offset for e in tx.take(10)] == list(range(10))
+    owner.logs[0]._new_losses.append(LostRange(5, 15, "x", cause="test"))
+    status = channel.status()
+    assert status["losses"]["events_lost"] == 10
+    assert status["events_in_flight"] == 5 and status["events_queued"] == 15
+    tx.commit()
+    assert channel.status()["counters"]["take_successes"] == 5
+    crash(channel)  # the take's journal record and the loss's replay alike
+    with Channel.open(channel.config) as again:
+        assert again.status()["losses"]["events_lost"] == 10
+        assert _drain(again) == list(range(15, 30))
