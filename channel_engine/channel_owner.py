@@ -525,6 +525,8 @@ class ChannelOwner:
         except BaseException:
             with self._lock:
                 self.counters["take_errors"] += 1
+            with contextlib.suppress(ChannelEngineError):  # a read that reported, then raised:
+                self._count_losses()  # the next take must not reserve those offsets again
             raise
 
     def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]:

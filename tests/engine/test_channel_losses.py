@@ -19,6 +19,7 @@ import pytest
 from channel_helpers import crash, make_config
 
 from channel_engine import Channel, ChannelConfig, StorageError, cli, loss_ledger
+from channel_engine.errors import CorruptRecordError
 from channel_engine.filenames import LOG_STATE_FILE
 from channel_engine.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
 from channel_engine.recovery import LostRange
@@ -447,3 +448,23 @@ def test_an_open_takes_lost_offsets_leave_it_and_its_commit_never_marks_them(
     with Channel.open(channel.config) as again:
         assert again.status()["losses"]["events_lost"] == 10
         assert _drain(again) == list(range(15, 30))
+
+
+def test_a_read_that_reports_a_loss_and_raises_does_not_wedge_the_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+    log = owner.logs[0]
+
+    def failing(start: int, end: int, max_bytes: int) -> Iterator[Any]:
+        log._new_losses.append(LostRange(0, 3, str(log.directory), cause="test"))
+        raise CorruptRecordError(str(log.directory), 0, "test: damage met by a read")
+        yield
+    monkeypatch.setattr(log, "read_batches", failing)
+    with pytest.raises(CorruptRecordError), channel.take() as tx:
+        tx.take(3)
+    monkeypatch.undo()
+    assert channel.status()["counters"]["take_errors"] == 1
+    _check_counted(channel, {0, 1, 2}, set(), set(range(30)))
+    channel.close()
