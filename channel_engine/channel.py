@@ -70,6 +70,7 @@ class Backend(Protocol):
     def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]: ...
     def commit_take(self, take_id: int) -> None: ...
     def rollback_take(self, take_id: int) -> None: ...
+    def acknowledge_losses(self) -> int: ...
 
 
 class Channel:
@@ -289,6 +290,12 @@ class Channel:
         status["role"] = self.role
         status["owner_pid"] = os.getpid() if self._client is None else self._client.owner_pid
         return status
+
+    def acknowledge_losses(self) -> int:
+        """An operator has seen every loss in status()["losses"]: acknowledge them all,
+        durably, in whichever process owns the channel; return how many records that was."""
+        self._check_writable()
+        return self._retrying(lambda b: b.acknowledge_losses())
 
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Committed events of one partition from `offset` (inspection: takes do not move)."""

@@ -31,6 +31,18 @@ its journal record is; concurrent committers share fsyncs (group commit). In
 policy mode, flush_messages / flush_ms bound what a crash may lose; flush()
 and the scheduler's flush_if_due() make the rest durable.
 
+Losses. Offsets a log can no longer deliver (PartitionLog.take_new_losses: at open,
+and whenever a read meets damage) and offsets the queue knew beyond a log's end
+leave the queue as if taken (PartitionQueue.mark_lost); the events among them not
+yet taken are counted lost and recorded in the loss ledger, `losses.json` in the
+home (loss_ledger.py), durably before the marking is: at open by the checkpoint
+that follows, later by a take-commit journal record with take id 0 (so a crash
+neither delivers nor counts them again). A take returns only offsets it still
+holds after its read's losses are counted, and offsets it held but could not read
+are counted lost too, so a take commit never marks taken an event it did not
+return. Health stays "degraded" until an operator acknowledges every record
+(acknowledge_losses).
+
 Checkpoints copy the queue state (a few ranges per partition) under the
 channel lock, rotate the journal, and write primary then backup outside the
 lock. Then segments every event of which is taken (by both checkpoint copies)
@@ -41,6 +53,7 @@ serialised by that partition's lock; fsyncs happen outside both.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import heapq
 import os
@@ -73,9 +86,11 @@ from channel_engine.errors import (
 )
 from channel_engine.event import Event
 from channel_engine.log import PartitionLog
+from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, deliverable
 from channel_engine.partition_queue import PartitionQueue
 from channel_engine.put_batch import Batches
 from channel_engine.record_batch import ENCRYPTED_MASK, BatchHeader, unseal
+from channel_engine.recovery import LostRange
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
@@ -157,10 +172,11 @@ class ChannelOwner:
         self._closing = False
         self._closed = False
         self.recovery = ChannelRecovery()
+        self._ledger = LossLedger(config.home / LEDGER_FILE, writable=False)
         self.counters = dict.fromkeys(
             ("put_attempts", "put_successes", "put_errors", "take_attempts", "take_successes",
              "take_errors", "rollbacks", "takes_expired", "aborted_events", "dropped_events",
-             "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
+             "lost_events", "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -225,6 +241,10 @@ class ChannelOwner:
         self.counters["aborted_events"] += restored.report.aborted_events
         self.counters["dropped_events"] += restored.report.dropped_events
         self._last_checkpoint_ms = self._now_ms()
+        self._ledger = LossLedger.load(home, not self.read_only,
+                                       restored.report.checkpoint_source is not None,
+                                       self._now_ms())
+        self._count_losses(restored.lost, at_open=True)  # before the checkpoint below
         if not self.read_only:
             self._sequence = restored.next_generation - 1
             # take ids never repeat across owners: a stale id from a previous owner (an HTTP
@@ -503,10 +523,13 @@ class ChannelOwner:
                                                self.config.transaction_capacity)
         reserved = self.reserve_ranges(take_id, max_events)
         try:
-            return [event for p, start, end in reserved for event in self._read(p, start, end)]
+            events = [event for p, start, end in reserved for event in self._read(p, start, end)]
+            return self._delivered(take_id, reserved, events)
         except BaseException:
             with self._lock:
                 self.counters["take_errors"] += 1
+            with contextlib.suppress(ChannelEngineError):  # a read that reported, then raised:
+                self._count_losses()  # the next take must not reserve those offsets again
             raise
 
     def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]:
@@ -515,6 +538,7 @@ class ChannelOwner:
         files (the exporter). A take holds ranges, not events, so transaction_capacity
         bounds only take_events."""
         reserved: list[tuple[int, int, int]] = []
+        self._count_losses()  # what other reads found lost is not reserved now
         with self._lock:
             take = self._live_take(take_id)
             self.counters["take_attempts"] += max_events
@@ -554,19 +578,37 @@ class ChannelOwner:
                 self._last_batch[partition] = (base, header.next_offset, decoded)
         return events
 
+    def _delivered(self, take_id: int, reserved: list[tuple[int, int, int]],
+                   events: list[Event]) -> list[Event]:
+        """What a take may return: the events read whose offsets it still holds once this
+        read's losses left the queue. Held offsets the read did not return are lost too (the
+        take must not commit them)."""
+        self._count_losses()
+        with self._lock:
+            held = {p: list(self._queues[p].in_flight.get(take_id, ()))
+                    for p in {p for p, _, _ in reserved}}
+        if len(events) == sum(end - start for _, start, end in reserved) and all(
+                (start, end) in held[p] for p, start, end in reserved):
+            return events  # no loss touched it, the read missed nothing (the usual case)
+        kept, missed = deliverable(reserved, held, events, [log.directory for log in self._logs])
+        self._count_losses([(p, lost, None) for p, lost in missed])
+        return kept
+
     def commit_take(self, take_id: int) -> None:
         """Remove a take's events for good; durable on return in fsync durability."""
         with self._room:
             self._live_take(take_id)
             take = self._takes.pop(take_id)
             entries = []
+            taken = 0
             for p in sorted(take.partitions):
                 ranges = list(self._queues[p].in_flight.get(take_id, ()))
                 entries += [(p, start, end) for start, end in ranges]
-                self._untaken -= self._queues[p].commit(take_id)
+                taken += self._queues[p].commit(take_id)  # lost offsets left its ranges
+            self._untaken -= taken
             journal = self._live_journal()
             ticket = journal.append(commit_journal.TAKE, take_id, entries) if entries else 0
-            self.counters["take_successes"] += take.taken
+            self.counters["take_successes"] += taken
             self._room.notify_all()
         if entries and self.config.durability == "fsync":
             journal.sync(ticket)
@@ -653,6 +695,7 @@ class ChannelOwner:
         self._check_home()
         with self._checkpoint_lock:
             started = time.perf_counter()
+            self._save_ledger()  # a loss record is durable before the marking it counts
             sequence = self._sequence + 1
             next_journal = commit_journal.CommitJournal(home, sequence)  # before the lock
             locked = time.perf_counter()
@@ -765,13 +808,67 @@ class ChannelOwner:
         return {"segments_deleted": deleted, "events_dropped": dropped,
                 "files_unlinked": unlinked}
 
+    # -- losses (loss_ledger.py) -------------------------------------------------------------
+    def _count_losses(self, found: Sequence[tuple[int, LostRange, int | None]] = (),
+                      at_open: bool = False) -> None:
+        """Take what the logs report lost, and `found` (events None: still to take out of
+        the queue), out of the queues; record each range in the ledger, durably before the
+        marking is (by a journal record here, or at open by the checkpoint that follows)."""
+        if self._closing:
+            return
+        items = list(found) + [(log.partition, lost, None) for log in self._logs
+                               for lost in log.take_new_losses()]
+        if not items and not at_open:
+            return
+        with self._checkpoint_lock:  # no checkpoint between the marking and the ledger
+            with self._room:
+                marked = self._mark_lost(items, at_open)
+                self._room.notify_all()
+            self._save_ledger()
+            if marked and not at_open and not self.read_only:
+                with self._lock:  # take id 0: offsets taken out of the queue as lost
+                    journal = self._live_journal()
+                    ticket = journal.append(commit_journal.TAKE, 0, marked)
+                journal.sync(ticket)
+
+    def _mark_lost(self, items: Sequence[tuple[int, LostRange, int | None]],
+                   at_open: bool) -> list[tuple[int, int, int]]:
+        """_count_losses under the lock; return the ranges marked."""
+        counted, marked = [], []
+        for p, lost, events in items:
+            if events is None:
+                end = min(lost.end, self._visible_end(p))
+                events = self._queues[p].mark_lost(lost.start, end)
+                self._untaken -= events
+                marked += [(p, lost.start, end)] if end > lost.start else []
+            counted.append((p, lost, events))
+        fresh = self._ledger.record_all(counted, self._now_ms())
+        self.counters["lost_events"] += sum(r.events for r in fresh)
+        if at_open:
+            self.recovery.lost_events += sum(r.events for r in fresh)
+            self.recovery.lost_ranges += [r.to_dict() for r in fresh]
+        return marked
+
+    def _save_ledger(self) -> None:
+        self._check_home()  # never into the ledger of a channel that replaced ours
+        self._ledger.save()
+
+    def acknowledge_losses(self) -> int:
+        """An operator has seen every loss recorded: acknowledge them all, durably (health
+        is no longer degraded for them); return how many records that was."""
+        self._check_writable()
+        self._check_home()
+        return self._ledger.acknowledge(self._now_ms())
+
     # -- reading (inspection; takes do not move) --------------------------------------------
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Events of one partition from `offset` on, committed ones only (no take)."""
         self._check_partition(partition)
         log = self._logs[partition]
         end = self._visible_end(partition) if not self.read_only else log.high_watermark
-        return log.read(offset, max_events, end_offset=end)
+        events = log.read(offset, max_events, end_offset=end)
+        self._count_losses()
+        return events
 
     def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
         """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""
@@ -792,10 +889,15 @@ class ChannelOwner:
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at, as plain JSON-serialisable data (with each
         partition's segment table when `segments`)."""
+        with contextlib.suppress(ChannelEngineError):  # unwritten records show, unacknowledged
+            self._count_losses()
+        lost = self._ledger.events_by_partition()
         with self._lock:
             if not self.read_only:
                 self._expire_takes()
             partitions = [self._partition_status(p) for p in range(self.config.partitions)]
+            for part in partitions:
+                part["lost_events"] = lost.get(part["partition"], 0)
             counters = dict(self.counters)
             untaken = self._untaken
             in_flight = sum(q.in_flight_events() for q in self._queues)
@@ -821,6 +923,7 @@ class ChannelOwner:
             "counters": counters,
             "checkpoint": self._checkpoint_status(),
             "recovery": self.recovery.to_dict(),
+            "losses": self._ledger.summary(),
             "health": health,
             "health_reason": reason,
             "partitions": partitions,
@@ -870,6 +973,9 @@ class ChannelOwner:
                              self._free_space)
         except ChannelEngineError as exc:
             return "unhealthy", str(exc)
+        unacknowledged = self._ledger.health_reason()
+        if unacknowledged is not None:
+            return "degraded", unacknowledged
         last = self._last_checkpoint
         if last is not None and last.backup.startswith("failed"):
             return "degraded", f"backup checkpoint {last.backup}"
@@ -886,6 +992,7 @@ class ChannelOwner:
         self._check_partition(partition)
         yield from self._logs[partition].iter_events(start, min(end,
                                                               self._visible_end(partition)))
+        self._count_losses()  # not in a finally: a generator may be closed under our lock
 
 
 def _check_last_batch_opens(log: PartitionLog) -> None:

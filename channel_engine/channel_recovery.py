@@ -19,8 +19,11 @@ bytes written since (for multi-partition puts that never committed):
      without ever being delivered, and counted; those with a record are
      stamped committed (the owner does it before its first checkpoint, which
      syncs the stamps before it removes the journals);
-  5. offsets the queue knew beyond a log's end (lost in flush-policy
-     durability, or cut off as damage) are forgotten, and counted.
+  5. offsets the queue knew beyond a log's end, or the checkpoint saw below
+     its log end (lost in flush-policy durability, or cut off as damage), are
+     forgotten; those not yet taken are counted lost, and the range is handed
+     to the owner (Restored.lost) for its loss ledger, with the ranges the logs
+     report lost (loss_ledger.py).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal
 from channel_engine.log import PartitionLog
 from channel_engine.partition_queue import PartitionQueue
+from channel_engine.recovery import LostRange
 
 
 @dataclass
@@ -49,8 +53,10 @@ class ChannelRecovery:
     journal_bytes_ignored: int = 0
     in_flight_returned: int = 0
     aborted_events: int = 0
-    lost_events: int = 0
+    lost_events: int = 0  # untaken events of lost ranges counted at this open
     dropped_events: int = 0
+    lost_ranges: list[dict[str, Any]] = field(default_factory=list)  # partition, start,
+    # end, events, path, position, length, cause of each range counted at this open
     duration_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +73,7 @@ class Restored:
     next_generation: int
     report: ChannelRecovery
     to_mark: list[tuple[int, int, int]]  # (partition, segment base, position) to stamp
+    lost: list[tuple[int, LostRange, int]]  # (partition, range beyond the log end, events)
 
 
 def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Restored:
@@ -93,13 +100,34 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
         before = queue.untaken(end)
         queue.mark_committed([(batch.start, batch.end)])
         report.aborted_events += before - queue.untaken(end)
-    for queue, log in zip(queues, logs, strict=True):
-        report.lost_events += queue.clip_to(log.log_end_offset)
+    lost = _lost_beyond_log_ends(saved, queues, logs)
 
     generations = commit_journal.generations(home) if home.is_dir() else []
     next_generation = max([report.checkpoint_sequence] + generations) + 1
     report.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-    return Restored(queues, report.checkpoint_sequence, next_generation, report, to_mark)
+    return Restored(queues, report.checkpoint_sequence, next_generation, report, to_mark,
+                    lost)
+
+
+def _lost_beyond_log_ends(saved: checkpoint_file.Checkpoint | None,
+                          queues: list[PartitionQueue],
+                          logs: Sequence[PartitionLog]) -> list[tuple[int, LostRange, int]]:
+    """Step 5: a log ending below the offsets its queue knew, or below the log end its
+    checkpoint saw (without a log.state, the log itself cannot tell): the queue forgets
+    them; the untaken ones (in flight or returned, and never reserved) are lost events."""
+    lost = []
+    for partition, (queue, log) in enumerate(zip(queues, logs, strict=True)):
+        saved_end = saved.partitions[partition].log_end_offset \
+            if saved is not None and partition < len(saved.partitions) else 0
+        reserved_end, end = queue.known_end, log.log_end_offset
+        known = max(reserved_end, saved_end)
+        if known <= end:
+            continue
+        events = queue.clip_to(end) + max(0, saved_end - max(reserved_end, end))
+        lost.append((partition, LostRange(
+            end, known, str(log.directory), cause=f"queue_beyond_log_end: the queue knew "
+            f"offsets up to {known - 1}, the log ends at {end}"), events))
+    return lost
 
 
 @dataclass(frozen=True)

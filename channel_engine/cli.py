@@ -5,7 +5,7 @@ kafka-dump-log.sh and Flume's file channel integrity tool.
     python -m channel_engine dump PATH [--print-data] [--json]
     python -m channel_engine verify PATH [--config FILE] [--json]
     python -m channel_engine stat PATH [--json]
-    python -m channel_engine recover PATH [--config FILE] [--json]
+    python -m channel_engine recover PATH [--config FILE] [--json] [--ack]
 
 PATH is a channel's home (its checkpoint_dir, holding channel.json), a partition
 directory, or (dump) one .log, .index or .timeindex file. On a channel:
@@ -17,7 +17,9 @@ channel's status and each partition's segments; recover repairs every damage
 verify reports (channel_repair.py: journals cut at their first bad record,
 damaged files kept aside, strays moved aside, every batch CRC-checked), opens
 the channel as its owner, replays it and prints what it cost: events lost (by
-offsets), take commits that may come back (at least once), files moved aside.
+offsets), take commits that may come back (at least once), files moved aside;
+with --ack it then acknowledges every loss in the channel's loss ledger and
+prints what it acknowledged.
 --config FILE supplies the channel's settings (a JSON object, as channel.json
 holds them) when channel.json is damaged or missing. A directory is a channel's
 home when it holds channel.json, a checkpoint or a commit journal (or --config
@@ -39,6 +41,7 @@ from channel_engine import channel_repair, commit_journal, record_batch
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine.channel import Channel
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.channel_owner import ChannelOwner
 from channel_engine.config import LogConfig
 from channel_engine.errors import ChannelEngineError, ConfigError
 from channel_engine.event import PendingEvent
@@ -121,6 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("path", type=Path)
     recover.add_argument("--config", type=Path, metavar="FILE", help=CONFIG_HELP)
     recover.add_argument("--json", action="store_true")
+    recover.add_argument("--ack", action="store_true",
+                         help="then acknowledge every recorded loss (a channel home only)")
     recover.set_defaults(run=_recover)
     return parser
 
@@ -476,16 +481,42 @@ def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
     return 0
 
 
+def _acknowledge(channel: ChannelOwner) -> list[dict[str, Any]]:
+    """Acknowledge every loss record; return the records acknowledged now."""
+    before = channel.status()["losses"]["records"]
+    channel.acknowledge_losses()
+    after = {r["id"]: r for r in channel.status()["losses"]["records"]}
+    return [after[r["id"]] for r in before
+            if r["acknowledged_at_ms"] is None and r["id"] in after]
+
+
+def _print_acknowledged(records: list[dict[str, Any]], out: TextIO) -> None:
+    events = sum(r["events"] for r in records)
+    print(f"acknowledged {len(records)} loss records ({events} events)", file=out)
+    for r in records:
+        print(f"  #{r['id']} partition {r['partition']} offsets {r['start']}..{r['end'] - 1}: "
+              f"{r['events']} events; {r['cause']}; {r['path']} byte {r['position']} "
+              f"({r['length']} bytes)", file=out)
+
+
 def _recover(args: argparse.Namespace, out: TextIO) -> int:
     _require_dir(args.path)
     if _is_home(args.path, args):
-        repaired = channel_repair.repair(args.path, _supplied_config(args))
+        acknowledged: list[dict[str, Any]] = []
+        on_open = (lambda owner: acknowledged.extend(_acknowledge(owner))) if args.ack \
+            else None
+        repaired = channel_repair.repair(args.path, _supplied_config(args), on_open)
         if args.json:
-            print(json.dumps({**repaired.recovery, "repair": repaired.to_dict()}, indent=2),
-                  file=out)
+            extra = {"acknowledged": acknowledged} if args.ack else {}
+            print(json.dumps({**repaired.recovery, "repair": repaired.to_dict(), **extra},
+                             indent=2), file=out)
         else:
             _print_repair(repaired, out)
+            if args.ack:
+                _print_acknowledged(acknowledged, out)
         return 0
+    if args.ack:
+        raise UsageError(f"{args.path}: --ack needs a channel home (losses are the channel's)")
     with PartitionLog.open(args.path, force_recovery=True) as log:
         report = log.last_recovery
     if args.json:

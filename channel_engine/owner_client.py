@@ -147,6 +147,10 @@ class OwnerClient:
         """Roll a take back in the owner."""
         self.call("rollback_take", take_id)
 
+    def acknowledge_losses(self) -> int:
+        """Acknowledge every loss record in the owner; return how many."""
+        return int(self.call("acknowledge_losses"))
+
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Committed events of a partition from an offset."""
         return protocol.events_from_wire(self.call("read", partition, offset, max_events))

@@ -36,6 +36,8 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
                       []                                 what the ChannelOwner method returns
     read              [partition, offset, max events]    events as for take_events
     offsets_for_time  [partition, timestamp]             offset or None
+    acknowledge_losses
+                      []                                 loss records acknowledged (int)
 
 Errors are re-raised in the client as the same class from channel_engine.errors
 (or ValueError / TypeError), with the same message and attributes. A client

@@ -182,6 +182,6 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
         result = getattr(owner, op)()
         return None if result is None else result.to_dict()
     if op in ("count_rollback", "count_failed_put", "flush", "flush_if_due",
-              "apply_retention", "status", "offsets_for_time"):
+              "apply_retention", "status", "offsets_for_time", "acknowledge_losses"):
         return getattr(owner, op)(*args)
     raise ValueError(f"unknown owner op {op!r}")

@@ -11,7 +11,8 @@ exactly one of three states:
 and everything from `frontier` (the first offset never reserved) to the log end
 is queued in order. So [taken_through, frontier) = committed + in flight +
 returned, disjoint, and all state is O(ranges), never O(events): a take of
-1000 events is one range.
+1000 events is one range. Offsets the log can no longer deliver (mark_lost)
+leave the queue as if taken and committed: nothing counts or reserves them again.
 
 Pure data, not thread-safe: the channel holds its lock (or, across processes,
 the shared state file's lock) around every call.
@@ -87,6 +88,20 @@ class PartitionQueue:
         self.returned = _merge(self.returned)
         self._advance_head()
 
+    def mark_lost(self, start: int, end: int) -> int:
+        """The log can no longer deliver offsets [start, end) (end at most the log end the
+        caller reserves up to): they leave the queue as if taken — queued, returned and in
+        flight alike (an in-flight take's lost offsets leave its ranges, so its commit never
+        marks them taken). Return how many of them were not yet taken: the lost events."""
+        start = max(start, self.taken_through)
+        if end <= start:
+            return 0
+        lost = end - start - _overlap(self.committed, start, end)
+        for take_id, ranges in list(self.in_flight.items()):
+            self.in_flight[take_id] = _subtract(ranges, start, end)
+        self.mark_committed([(start, end)])
+        return lost
+
     def _advance_head(self) -> None:
         if self.committed and self.committed[0][0] == self.taken_through:
             self.taken_through = self.committed.pop(0)[1]
@@ -117,14 +132,22 @@ class PartitionQueue:
             self.in_flight[take_id] = _clip(ranges, log_start)
         self._advance_head()
 
+    @property
+    def known_end(self) -> int:
+        """The end of the offsets this queue holds state for (reserved at least once)."""
+        return max(self.frontier, self.taken_through)
+
     def clip_to(self, log_end: int) -> int:
         """The log ends before offsets this queue knew (a flush-policy crash lost them, or
-        damage was cut off): forget every state at or above log_end; return how many
-        offsets that was. The caller checkpoints at once, so no later replay of an older
-        journal applies the old offsets to the new events that will take their place."""
-        known = max(self.frontier, self.taken_through)
+        damage was cut off): forget every state at or above log_end; return how many of
+        those offsets were not taken (in flight or returned: the lost events). The caller
+        checkpoints at once, so no later replay of an older journal applies the old
+        offsets to the new events that will take their place."""
+        known = self.known_end
         if known <= log_end:
             return 0
+        low = max(log_end, self.taken_through)
+        lost = max(0, known - low) - _overlap(self.committed, low, known)
         self.taken_through = min(self.taken_through, log_end)
         self.frontier = min(self.frontier, log_end)
         self.committed = _below(self.committed, log_end)
@@ -132,7 +155,7 @@ class PartitionQueue:
         for take_id, ranges in list(self.in_flight.items()):
             self.in_flight[take_id] = _below(ranges, log_end)
         self._advance_head()
-        return known - log_end
+        return lost
 
     def to_checkpoint(self, log_start: int, recovery_point: int,
                       log_end: int) -> PartitionCheckpoint:
@@ -155,6 +178,11 @@ class PartitionQueue:
 
 def _count(ranges: Iterable[Range]) -> int:
     return sum(end - start for start, end in ranges)
+
+
+def _overlap(ranges: Iterable[Range], low: int, high: int) -> int:
+    """How many offsets of [low, high) the ranges cover (they do not overlap each other)."""
+    return sum(max(0, min(end, high) - max(start, low)) for start, end in ranges)
 
 
 def _insert(ranges: list[Range], new: Range) -> None:

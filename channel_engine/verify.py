@@ -297,8 +297,8 @@ def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -
         path = home / name
         if name in HOME_FILES or commit_journal.is_journal_name(name) or path.resolve() in ours:
             continue
-        if name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)):
-            report.notes.append(f"{path}: kept aside by an earlier recover")
+        if _kept_aside(name):
+            report.notes.append(f"{path}: kept aside by an earlier recover or open")
         elif name.endswith(TMP_SUFFIX) and _ours(name[: -len(TMP_SUFFIX)]):
             report.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
         elif path.is_dir():
@@ -312,8 +312,12 @@ def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -
 
 def _ours(name: str) -> bool:
     """Is `name` a file the engine writes in a home (or keeps aside)?"""
-    return name in HOME_FILES or commit_journal.is_journal_name(name) or name.endswith(
-        (DAMAGED_SUFFIX, STRAY_SUFFIX))
+    return name in HOME_FILES or commit_journal.is_journal_name(name) or _kept_aside(name)
+
+
+def _kept_aside(name: str) -> bool:
+    """A damaged original or a stray kept aside (`.damaged`, `.damaged-<tag>`, `.stray`)."""
+    return name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)) or f"{DAMAGED_SUFFIX}-" in name
 
 
 def _our_directories(home: Path, config: ChannelConfig | None) -> set[Path]:

@@ -30,6 +30,7 @@ from channel_engine import (
     commit_journal,
 )
 from channel_engine import checkpoint as checkpoint_file
+from channel_engine.recovery import LostRange
 
 
 def put(channel: Channel, *bodies: bytes, key: bytes | None = None) -> list[tuple[int, int, int]]:
@@ -620,6 +621,11 @@ def test_an_owner_whose_channel_was_deleted_and_recreated_writes_nothing_there(
         before = files()
         with pytest.raises(ChannelGoneError):
             old.checkpoint()
+        assert old.owner is not None
+        old.owner.logs[0]._new_losses.append(LostRange(0, 1, "x", cause="test"))
+        assert old.status()["losses"]["unacknowledged"] == 1  # shown, written nowhere
+        with pytest.raises(ChannelGoneError):
+            old.acknowledge_losses()
         old.close()  # no checkpoint, no clean-shutdown state over the new channel's files
         assert files() == before
         assert take_all(new) == [b"new"]

@@ -10,12 +10,16 @@ Each step does one thing to the real channel: put (commit, rollback, or a `with`
 exits cleanly or with an error), begin a take (with or without a lease), take more, commit
 or roll back a take, take in a `with` block, put and take through a second Channel that
 is a client of the owner (its open take rolls back when it disconnects), let time pass
-(leases lapse), checkpoint, flush, apply retention, look at a read-only snapshot, crash the
+(leases lapse), checkpoint, flush, apply retention, look at a read-only snapshot, lose a
+range of offsets (as a read meeting damage reports it: the channel takes its untaken
+events out of the queue and out of open takes, counts and records them) and acknowledge
+the losses, crash the
 owner (kill -9 between two steps) or close it and reopen (sometimes with one more partition
 or another codec), use a take left over from before a reopen (it must be dead). After every
 step the channel's status is compared with the model: counts per partition, the head of
-each queue, log end offsets, open takes and the counters; a reopen also checks what
-recovery reports (nothing lost, aborted or dropped; the journal commits it replayed).
+each queue, log end offsets, open takes, the counters, the losses and health; a reopen
+also checks what recovery reports (nothing lost, aborted or dropped at open; the journal
+commits it replayed).
 
 Every event body is unique (a counter), so an event taken twice, lost, or coming back after
 its take committed shows up as a mismatch. Keyed events must land where Kafka's default
@@ -68,6 +72,7 @@ from channel_engine import (
     TransactionCapacityError,
     TransactionStateError,
 )
+from channel_engine.recovery import LostRange
 
 with warnings.catch_warnings():  # kafka-python's protocol schemas use deprecated importlib APIs
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -79,7 +84,7 @@ MAX_OPEN_TAKES = 4
 STEPS_BEFORE_REOPEN = 3
 MODEL_COUNTERS = ("put_attempts", "put_successes", "put_errors", "take_attempts",
                   "take_successes", "rollbacks", "takes_expired", "aborted_events",
-                  "dropped_events")
+                  "dropped_events", "lost_events")
 
 keys = st.none() | st.sampled_from([b"k%d" % i for i in range(8)]) | st.binary(max_size=6)
 headers = st.none() | st.dictionaries(st.sampled_from(["a", "b", "trace"]),
@@ -170,6 +175,8 @@ class ChannelMachine(RuleBasedStateMachine):
         self.queued: list[list[int]] = []  # per partition: offsets a take may get, sorted
         self.log_end: list[int] = []
         self.consumed: set[tuple[int, int]] = set()  # taken and committed
+        self.lost: set[tuple[int, int]] = set()  # untaken when their range was lost
+        self.loss_records: dict[tuple[int, int, int], bool] = {}  # key -> acknowledged
         self.takes: dict[int, ModelTake] = {}
         self.take_ids = 0
         self.counters: Counter[str] = Counter()
@@ -451,7 +458,7 @@ class ChannelMachine(RuleBasedStateMachine):
         else:
             take.tx.commit()
             self.consumed.update(take.reserved)
-            self.counters["take_successes"] += take.taken
+            self.counters["take_successes"] += len(take.reserved)  # lost ones left it
             self.journal_takes += 1 if take.reserved else 0
         with pytest.raises(TransactionStateError):
             take.tx.take(1)
@@ -580,6 +587,39 @@ class ChannelMachine(RuleBasedStateMachine):
                 for e in got:
                     self.check_event(e)
 
+    # -- losses -------------------------------------------------------------------------------
+    @rule(data=st.data())
+    def lose_a_range(self, data: st.DataObject) -> None:
+        """A read met damage: the log reports [start, end) of a partition lost. Its untaken
+        events leave the queue and open takes (a take never commits them), counted once."""
+        self.steps_since_open += 1
+        p = data.draw(st.integers(0, self.cfg.partitions - 1), label="partition")
+        if self.log_end[p] == 0:
+            return
+        start = data.draw(st.integers(0, self.log_end[p] - 1), label="start")
+        end = data.draw(st.integers(start + 1, self.log_end[p]), label="end")
+        owner = self.ch.owner
+        assert owner is not None
+        owner.logs[p]._new_losses.append(LostRange(start, end, "test", cause="test: lost"))
+        self.ch.status()  # counts it now (so does the next take or read)
+        places = {(p, o) for o in range(start, end)} - self.consumed - self.lost
+        self.lost |= places
+        self.queued[p] = [o for o in self.queued[p] if (p, o) not in places]
+        for take in self.live_takes():
+            take.reserved = [place for place in take.reserved if place not in places]
+        if (p, start, end) not in self.loss_records:
+            self.loss_records[(p, start, end)] = False
+            self.counters["lost_events"] += len(places)
+        self.journal_takes += 1  # the marking is journalled (take id 0)
+        event("a range was lost")
+
+    @rule()
+    def acknowledge(self) -> None:
+        self.steps_since_open += 1
+        fresh = [key for key, acked in self.loss_records.items() if not acked]
+        assert self.ch.acknowledge_losses() == len(fresh)
+        self.loss_records = dict.fromkeys(self.loss_records, True)
+
     # -- invariants ---------------------------------------------------------------------------
     @invariant()
     def status_matches(self) -> None:
@@ -600,13 +640,21 @@ class ChannelMachine(RuleBasedStateMachine):
         assert (status["events_queued"], status["events_in_flight"], status["events_untaken"]) \
             == (queued, in_flight_total, queued + in_flight_total)
         assert status["open_takes"] == len(self.live_takes())
+        losses = status["losses"]
+        assert losses["events_lost"] == len(self.lost), losses
+        assert [part["lost_events"] for part in status["partitions"]] == \
+            [sum(1 for q, _ in self.lost if q == p) for p in range(self.cfg.partitions)]
+        unacknowledged = sum(1 for acked in self.loss_records.values() if not acked)
+        assert losses["unacknowledged"] == unacknowledged, losses
+        assert (status["health"] == "degraded") if unacknowledged else \
+            (status["health"] != "degraded" or "loss" not in status["health_reason"])
         counters = {name: status["counters"][name] for name in MODEL_COUNTERS}
         assert counters == {name: self.counters[name] for name in MODEL_COUNTERS}
 
     @invariant()
     def every_event_is_in_one_place(self) -> None:
         queued = [(p, o) for p, q in enumerate(self.queued) for o in q]
-        everywhere = queued + self.in_flight() + sorted(self.consumed)
+        everywhere = queued + self.in_flight() + sorted(self.consumed) + sorted(self.lost)
         assert len(everywhere) == len(set(everywhere)), "an event is in two places"
         assert len(everywhere) == sum(self.log_end), "an event is nowhere"
 

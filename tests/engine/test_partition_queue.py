@@ -51,6 +51,22 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.queue.rollback(take_id) == len(self.takes[take_id])
         self.returned |= set(self.takes.pop(take_id))
 
+    @rule(data=st.data())
+    def lose(self, data: st.DataObject) -> None:
+        """The log can no longer deliver a range: it leaves every state, counted if untaken."""
+        start = data.draw(st.integers(0, self.log_end))
+        end = data.draw(st.integers(start, self.log_end))
+        offsets = set(range(start, end))
+        expected = len(offsets - self.committed)
+        assert self.queue.mark_lost(start, end) == expected
+        self.committed |= offsets
+        self.returned -= offsets
+        if end > self.frontier:
+            self.returned |= set(range(self.frontier, start))
+            self.frontier = end
+        for take_id, taken in self.takes.items():
+            self.takes[take_id] = [o for o in taken if o not in offsets]
+
     @rule()
     def restart(self) -> None:
         """Checkpoint and restore: what was in flight comes back to the queue."""
@@ -106,3 +122,40 @@ def test_skip_to_drops_what_retention_deleted() -> None:
     queue.rollback(1)
     queue.skip_to(2)
     assert queue.taken_through == 2 and queue.reserve(2, 10, 10) == [(2, 4), (4, 10)]
+
+
+def test_it_takes_lost_offsets_out_of_every_state_and_counts_the_untaken() -> None:
+    queue = PartitionQueue()
+    queue.reserve(1, 4, 20)          # [0, 4) in flight
+    queue.commit(1)                  # taken through 4
+    queue.reserve(2, 4, 20)          # [4, 8) in flight
+    queue.reserve(3, 2, 20)          # [8, 10) in flight
+    queue.rollback(3)                # [8, 10) returned
+    queue.reserve(4, 2, 20)          # [8, 10) in flight again
+    queue.commit(4)                  # [8, 10) committed out of order
+    assert queue.mark_lost(2, 12) == 6  # 4..7 in flight, 10, 11 queued; the rest taken
+    assert queue.in_flight[2] == [] and queue.in_flight_events() == 0
+    assert queue.taken_through == 12 and queue.committed == []
+    assert queue.queued(20) == 8 and queue.untaken(20) == 8
+    assert queue.commit(2) == 0      # the take never marks taken what it did not return
+    assert queue.reserve(5, 100, 20) == [(12, 20)]
+
+
+def test_it_returns_what_lies_below_a_lost_range_beyond_the_frontier() -> None:
+    queue = PartitionQueue()
+    queue.reserve(1, 2, 20)
+    assert queue.mark_lost(5, 8) == 3
+    assert queue.reserve(2, 100, 20) == [(2, 5), (8, 20)]
+    assert queue.mark_lost(5, 8) == 0  # reported again: counted once
+
+
+def test_clip_to_counts_untaken_offsets_beyond_the_log_end_not_taken_ones() -> None:
+    queue = PartitionQueue()
+    queue.reserve(1, 10, 10)
+    queue.commit(1)                  # 0..9 taken
+    queue.reserve(2, 5, 20)          # 10..14 in flight
+    queue.reserve(3, 5, 20)          # 15..19 in flight
+    queue.commit(3)                  # 15..19 committed out of order
+    assert queue.known_end == 20
+    assert queue.clip_to(8) == 5     # only 10..14 were untaken
+    assert queue.known_end == 8 and queue.untaken(8) == 0

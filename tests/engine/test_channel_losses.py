@@ -1,0 +1,470 @@
+"""Losses are counted in events and told: real damage (a deleted middle or last segment, a
+segment cut below the recovery point, a lost log.state with a cut log) and losses met at
+use. Every test computes the lost events itself from what it put and took, and checks
+that status() counts exactly those, that takes deliver every other event exactly once and
+never a lost one, that events_untaken equals what takes then deliver, and that health is
+degraded until an operator acknowledges the loss."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channel_helpers import crash, make_config
+
+from channel_engine import Channel, ChannelConfig, StorageError, cli, loss_ledger
+from channel_engine.errors import CorruptRecordError
+from channel_engine.filenames import LOG_STATE_FILE
+from channel_engine.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
+from channel_engine.recovery import LostRange
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = 60
+TAKEN_FIRST = 5  # taken and committed before the damage
+
+
+def _config(tmp_path: Path) -> ChannelConfig:
+    return make_config(tmp_path, segment_bytes=1024, checkpoint_interval_ms=3_600_000)
+
+
+def _fill(config: ChannelConfig, events: int = EVENTS, taken: int = TAKEN_FIRST) -> set[int]:
+    """Put `events` events (one batch each: offset i holds body i), take and commit the
+    first `taken`, close; return the taken offsets."""
+    with Channel.open(config) as channel:
+        for i in range(events):
+            with channel.put() as tx:
+                tx.put(b"event-%04d" % i + b"." * 40)
+        with channel.take() as tx:
+            assert [e.offset for e in tx.take(taken)] == list(range(taken))
+    return set(range(taken))
+
+
+def _bases(config: ChannelConfig) -> list[int]:
+    return sorted(int(p.stem) for p in config.partition_dir(0).glob("*.log"))
+
+
+def _segment(config: ChannelConfig, base: int) -> Path:
+    return config.partition_dir(0) / f"{base:020d}.log"
+
+
+def _batch_positions(path: Path) -> list[int]:
+    """Byte positions of the batches of a segment file (Kafka v2: base offset i64, then
+    the batch length i32 counting from after itself)."""
+    data = path.read_bytes()
+    positions, position = [], 0
+    while position + 12 <= len(data):
+        positions.append(position)
+        position += 12 + int.from_bytes(data[position + 8:position + 12], "big")
+    return positions
+
+
+def _drain(channel: Channel, per_take: int = 7) -> list[int]:
+    """Take and commit until nothing is left; the offsets delivered, in order."""
+    got: list[int] = []
+    while True:
+        with channel.take() as tx:
+            events = tx.take(per_take)
+        for event in events:
+            assert event.body.startswith(b"event-%04d" % event.offset)
+        got += [event.offset for event in events]
+        if not events:
+            return got
+
+
+def _check_counted(channel: Channel, lost: set[int], delivered_before: set[int],
+                   all_offsets: set[int]) -> dict[str, Any]:
+    """status() counts exactly `lost`; takes deliver every other offset once; the counts
+    promised what the takes then delivered. Return the status seen before the takes."""
+    status = channel.status()
+    losses = status["losses"]
+    assert losses["events_lost"] == losses["unacknowledged_events"] == len(lost), losses
+    assert status["partitions"][0]["lost_events"] == len(lost)
+    assert status["health"] == "degraded", status["health_reason"]
+    assert f"{len(lost)} events lost" in status["health_reason"]
+    assert "--ack" in status["health_reason"]
+    untaken, queued = status["events_untaken"], status["events_queued"]
+    got = _drain(channel)
+    assert len(got) == len(set(got)), "an event was delivered twice"
+    assert set(got) == all_offsets - delivered_before - lost
+    assert untaken == queued == len(got)
+    assert channel.status()["events_untaken"] == 0
+    return status
+
+
+def _single_record(status: dict[str, Any]) -> dict[str, Any]:
+    records = [r for r in status["losses"]["records"] if r["partition"] != LEDGER_PARTITION]
+    assert len(records) == 1, records
+    return records[0]
+
+
+# -- damage the loader reports -----------------------------------------------------------
+def test_it_counts_the_events_of_a_deleted_middle_segment_once(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    taken = _fill(config)
+    bases = _bases(config)
+    assert len(bases) >= 4
+    lo, hi = bases[2], bases[3]
+    _segment(config, lo).unlink()
+    lost = set(range(lo, hi)) - taken
+    with Channel.open(config) as channel:
+        status = _check_counted(channel, lost, taken, set(range(EVENTS)))
+        record = _single_record(status)
+        assert (record["partition"], record["start"], record["end"]) == (0, lo, hi)
+        assert record["events"] == len(lost) and record["cause"].startswith("gap")
+        assert record["acknowledged_at_ms"] is None
+        assert status["recovery"]["lost_events"] == len(lost)
+        assert status["counters"]["lost_events"] == len(lost)
+        assert [r["start"] for r in status["recovery"]["lost_ranges"]] == [lo]
+    for _ in range(2):  # the hole is reported at every open: it stays one record
+        with Channel.open(config) as channel:
+            status = channel.status()
+            assert _single_record(status)["events"] == len(lost)
+            assert status["losses"]["events_lost"] == len(lost)
+            assert status["counters"]["lost_events"] == 0
+            assert status["events_untaken"] == 0 and _drain(channel) == []
+
+
+def test_it_counts_the_events_of_a_deleted_last_segment(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    taken = _fill(config)
+    last = _bases(config)[-1]
+    _segment(config, last).unlink()
+    lost = set(range(last, EVENTS)) - taken
+    with Channel.open(config) as channel:
+        record = _single_record(_check_counted(channel, lost, taken, set(range(EVENTS))))
+        assert (record["start"], record["end"], record["events"]) == (last, EVENTS, len(lost))
+        with channel.put() as tx:
+            tx.put(b"event-%04d" % EVENTS)
+        assert tx.committed == [(0, EVENTS, EVENTS)]  # no lost offset is handed out again
+        assert _drain(channel) == [EVENTS]
+
+
+@pytest.mark.parametrize("which", ["middle", "last"])
+def test_it_counts_the_events_of_a_segment_cut_below_the_recovery_point(
+        tmp_path: Path, which: str) -> None:
+    config = _config(tmp_path)
+    taken = _fill(config)
+    bases = _bases(config)
+    i = 2 if which == "middle" else len(bases) - 1
+    base = bases[i]
+    end = bases[i + 1] if which == "middle" else EVENTS
+    path = _segment(config, base)
+    positions = _batch_positions(path)
+    assert len(positions) == end - base >= 4
+    with open(path, "r+b") as f:
+        f.truncate(positions[3] + 10)  # batch 3 cut in the middle: offsets base+3.. lost
+    lost = set(range(base + 3, end)) - taken
+    with Channel.open(config) as channel:
+        status = _check_counted(channel, lost, taken, set(range(EVENTS)))
+        record = _single_record(status)
+        assert (record["start"], record["end"]) == (base + 3, end)
+
+
+def test_it_counts_what_the_checkpoint_saw_beyond_a_cut_log_without_log_state(
+        tmp_path: Path) -> None:
+    """Without log.state the log cannot tell where it ended; the checkpoint can."""
+    config = _config(tmp_path)
+    taken = _fill(config)
+    last = _bases(config)[-1]
+    path = _segment(config, last)
+    with open(path, "r+b") as f:
+        f.truncate(_batch_positions(path)[2])
+    (config.partition_dir(0) / LOG_STATE_FILE).unlink()
+    lost = set(range(last + 2, EVENTS)) - taken
+    with Channel.open(config) as channel:
+        status = _check_counted(channel, lost, taken, set(range(EVENTS)))
+        record = _single_record(status)
+        assert (record["start"], record["end"]) == (last + 2, EVENTS)
+        assert record["cause"].startswith("queue_beyond_log_end")
+
+
+def test_a_read_only_open_shows_the_losses_and_writes_no_ledger(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    taken = _fill(config)
+    bases = _bases(config)
+    _segment(config, bases[2]).unlink()
+    before = (config.home / LEDGER_FILE).read_bytes()
+    with Channel.open(config, read_only=True) as channel:
+        status = channel.status()
+        assert status["losses"]["events_lost"] == len(set(range(bases[2], bases[3])) - taken)
+        assert status["health"] == "degraded"
+    assert (config.home / LEDGER_FILE).read_bytes() == before
+
+
+# -- losses met at use -------------------------------------------------------------------
+def _fresh(tmp_path: Path, events: int = 30) -> Channel:
+    config = make_config(tmp_path)
+    channel = Channel.open(config)
+    for i in range(events):
+        with channel.put() as tx:
+            tx.put(b"event-%04d" % i)
+    return channel
+
+
+def test_a_loss_met_by_a_take_is_counted_and_never_delivered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+    log = owner.logs[0]
+    read_batches = log.read_batches
+
+    def damaged(start: int, end: int, max_bytes: int) -> Iterator[Any]:
+        log._new_losses.append(LostRange(start + 2, start + 4, str(log.directory),
+                                         cause="test: damage met by a read"))
+        monkeypatch.undo()
+        yield from read_batches(start, end, max_bytes)
+    monkeypatch.setattr(log, "read_batches", damaged)
+    with channel.take() as tx:
+        assert [e.offset for e in tx.take(10)] == [0, 1, *range(4, 10)]
+    assert channel.status()["counters"]["take_successes"] == 8
+    crash(channel)  # no checkpoint: the marking was journalled after the ledger record
+    with Channel.open(channel.config) as again:
+        assert again.status()["losses"]["events_lost"] == 2
+        _check_counted(again, {2, 3}, set(range(10)), set(range(30)))
+
+
+def test_a_loss_reported_between_takes_leaves_the_queue_first(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as channel:
+        owner = channel.owner
+        assert owner is not None
+        with channel.take() as tx:
+            tx.take(5)
+        owner.logs[0]._new_losses.append(LostRange(3, 12, "x", cause="test"))
+        # 3 and 4 were taken already: only 5..11 are lost events
+        _check_counted(channel, set(range(5, 12)), set(range(5)), set(range(30)))
+
+
+def test_offsets_a_read_did_not_return_are_counted_not_committed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+    log = owner.logs[0]
+    read_batches = log.read_batches
+
+    def skipping(start: int, end: int, max_bytes: int) -> Iterator[Any]:
+        for item in read_batches(start, end, max_bytes):
+            if item[1].base_offset != 3:  # one batch silently missing
+                yield item
+    monkeypatch.setattr(log, "read_batches", skipping)
+    with channel.take() as tx:
+        assert [e.offset for e in tx.take(10)] == [0, 1, 2, *range(4, 10)]
+    monkeypatch.undo()
+    status = channel.status()
+    record = _single_record(status)
+    assert (record["start"], record["end"], record["events"]) == (3, 4, 1)
+    assert record["cause"].startswith("unreadable")
+    _check_counted(channel, {3}, set(range(10)), set(range(30)))
+    channel.close()
+
+
+# -- acknowledging -----------------------------------------------------------------------
+def _damaged(tmp_path: Path) -> tuple[ChannelConfig, int]:
+    config = _config(tmp_path)
+    taken = _fill(config)
+    bases = _bases(config)
+    _segment(config, bases[2]).unlink()
+    return config, len(set(range(bases[2], bases[3])) - taken)
+
+
+def test_health_is_degraded_until_the_owner_acknowledges(tmp_path: Path) -> None:
+    config, lost = _damaged(tmp_path)
+    with Channel.open(config) as channel:
+        assert channel.status()["health"] == "degraded"
+        assert channel.acknowledge_losses() == 1
+        assert channel.acknowledge_losses() == 0
+        status = channel.status()
+        assert status["health"] == "healthy", status["health_reason"]
+        assert status["losses"]["events_lost"] == lost
+        assert status["losses"]["unacknowledged"] == 0
+        assert status["losses"]["unacknowledged_events"] == 0
+        assert status["losses"]["records"][0]["acknowledged_at_ms"] is not None
+    with Channel.open(config) as channel:  # the acknowledgement survives reopening
+        status = channel.status()
+        assert status["health"] == "healthy", status["health_reason"]
+        assert status["losses"]["events_lost"] == lost
+
+
+def test_a_client_process_acknowledges_through_the_owner(tmp_path: Path) -> None:
+    config, _ = _damaged(tmp_path)
+    with Channel.open(config) as channel:
+        assert channel.role == "owner" and channel.status()["health"] == "degraded"
+        code = textwrap.dedent(f"""
+            from channel_engine import Channel
+            with Channel.open({str(config.home)!r}) as channel:
+                print(channel.role, channel.acknowledge_losses())
+        """)
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert out.stdout.split() == ["client", "1"], out.stderr
+        assert channel.status()["health"] == "healthy"
+
+
+def test_recover_ack_acknowledges_and_prints_what_it_acknowledged(tmp_path: Path) -> None:
+    config, lost = _damaged(tmp_path)
+    out = _Output()
+    assert cli.main(["recover", str(config.home), "--ack", "--json"], out) == 0
+    printed = json.loads(out.text)
+    assert printed["lost_events"] == lost
+    [acknowledged] = printed["acknowledged"]
+    assert acknowledged["events"] == lost and acknowledged["acknowledged_at_ms"] is not None
+    with Channel.open(config) as channel:
+        assert channel.status()["health"] == "healthy"
+    text = _Output()
+    assert cli.main(["recover", str(config.home), "--ack"], text) == 0
+    assert "acknowledged 0 loss records" in text.text
+
+
+class _Output:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+# -- a damaged or missing ledger ---------------------------------------------------------
+@pytest.mark.parametrize("damage", ["garbage", "deleted"])
+def test_a_damaged_or_missing_ledger_is_reported_not_fatal(tmp_path: Path, damage: str) -> None:
+    config, _ = _damaged(tmp_path)
+    with Channel.open(config) as channel:
+        channel.acknowledge_losses()
+    ledger = config.home / LEDGER_FILE
+    if damage == "garbage":
+        ledger.write_bytes(b"\x00garbage")
+    else:
+        ledger.unlink()
+    with Channel.open(config) as channel:
+        status = channel.status()
+        causes = [r["cause"] for r in status["losses"]["records"]]
+        assert causes[0].startswith(f"ledger_{'damaged' if damage == 'garbage' else 'missing'}")
+        assert status["health"] == "degraded"
+        # the hole is still reported (its events were counted before the ledger went)
+        assert any(c.startswith("gap") for c in causes)
+    if damage == "garbage":
+        assert [p.name for p in config.home.glob(f"{LEDGER_FILE}.damaged-*")]
+
+
+# -- kill -9 between the ledger and the checkpoint ------------------------------------------
+@pytest.mark.parametrize("when", ["before_ledger", "after_ledger"])
+def test_a_kill_between_ledger_and_checkpoint_loses_no_count(tmp_path: Path,
+                                                            when: str) -> None:
+    config, lost = _damaged(tmp_path)
+    code = textwrap.dedent(f"""
+        import os, signal
+        from channel_engine import Channel, loss_ledger
+        save = loss_ledger.LossLedger.save
+        def dying_save(self):
+            if any(r.partition >= 0 for r in self.records):
+                if {when!r} == "before_ledger":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                save(self)
+                os.kill(os.getpid(), signal.SIGKILL)
+            save(self)
+        loss_ledger.LossLedger.save = dying_save
+        Channel.open({str(config.home)!r})
+        print("not killed")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == -9, (out.stdout, out.stderr)
+    records = json.loads((config.home / LEDGER_FILE).read_text())["records"]
+    assert len(records) == (1 if when == "after_ledger" else 0)
+    with Channel.open(config) as channel:
+        status = channel.status()
+        assert _single_record(status)["events"] == lost
+        assert status["losses"]["events_lost"] == lost
+        assert status["events_untaken"] == len(_drain(channel))
+
+
+def test_a_loss_met_by_an_inspection_read_is_counted(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as channel:
+        owner = channel.owner
+        assert owner is not None
+        log = owner.logs[0]
+        read_batches = log.read_batches
+
+        def damaged(start: int, end: int, max_bytes: int) -> Iterator[Any]:
+            log._new_losses.append(LostRange(20, 25, str(log.directory), cause="test"))
+            yield from read_batches(start, end, max_bytes)
+        log.read_batches = damaged  # type: ignore[method-assign]
+        channel.read(0, 18, 5)
+        del log.read_batches
+        _check_counted(channel, set(range(20, 25)), set(), set(range(30)))
+        log._new_losses.append(LostRange(0, 2, str(log.directory), cause="test"))
+        assert len(list(owner.events(0, 0, 30))) == 30  # an owner's full scan counts too
+        assert len(owner._ledger.unacknowledged()) == 2  # counted before any status call
+
+
+def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+
+    def fail(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as patch:
+        patch.setattr(loss_ledger, "write_atomically", fail)
+        owner.logs[0]._new_losses.append(LostRange(4, 9, "x", cause="test"))
+        status = channel.status()  # status still answers, and shows the loss
+        assert status["losses"]["events_lost"] == 5 and status["health"] == "degraded"
+        with pytest.raises(StorageError, match="losses.json"):
+            channel.checkpoint()
+        crash(channel)
+    with Channel.open(channel.config) as again:
+        # nothing of the loss reached the disk: the events are still there to take
+        assert again.status()["losses"]["events_lost"] == 0
+        assert len(_drain(again)) == 30
+
+
+def test_an_open_takes_lost_offsets_leave_it_and_its_commit_never_marks_them(
+        tmp_path: Path) -> None:
+    """The channel's rule for a loss met while a take holds the offsets: they leave the
+    take and are counted lost (the take's commit journals only what it still holds)."""
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+    tx = channel.take()
+    assert [e.offset for e in tx.take(10)] == list(range(10))
+    owner.logs[0]._new_losses.append(LostRange(5, 15, "x", cause="test"))
+    status = channel.status()
+    assert status["losses"]["events_lost"] == 10
+    assert status["events_in_flight"] == 5 and status["events_queued"] == 15
+    tx.commit()
+    assert channel.status()["counters"]["take_successes"] == 5
+    crash(channel)  # the take's journal record and the loss's replay alike
+    with Channel.open(channel.config) as again:
+        assert again.status()["losses"]["events_lost"] == 10
+        assert _drain(again) == list(range(15, 30))
+
+
+def test_a_read_that_reports_a_loss_and_raises_does_not_wedge_the_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = _fresh(tmp_path)
+    owner = channel.owner
+    assert owner is not None
+    log = owner.logs[0]
+
+    def failing(start: int, end: int, max_bytes: int) -> Iterator[Any]:
+        log._new_losses.append(LostRange(0, 3, str(log.directory), cause="test"))
+        raise CorruptRecordError(str(log.directory), 0, "test: damage met by a read")
+        yield
+    monkeypatch.setattr(log, "read_batches", failing)
+    with pytest.raises(CorruptRecordError), channel.take() as tx:
+        tx.take(3)
+    monkeypatch.undo()
+    assert channel.status()["counters"]["take_errors"] == 1
+    _check_counted(channel, {0, 1, 2}, set(), set(range(30)))
+    channel.close()
