@@ -24,7 +24,9 @@ writing the checkpoint). Replaying a commit twice is harmless.
 
 A record is valid when its length fits the file and its CRC matches; replay
 stops at the first invalid record (a torn append of a commit that never
-returned) and reports the bytes it ignored.
+returned) and reports the bytes it ignored. A file shorter than the header or
+all zeros is a journal whose creation a crash interrupted (the header is
+fsynced before any record is appended): it holds no commit.
 
 Group commit: append() writes the record (one write(2), serialised by the
 caller's lock) and returns a ticket; sync(ticket) returns once that record is
@@ -148,8 +150,10 @@ class CommitJournal:
 def replay(path: Path) -> tuple[list[Commit], int]:
     """Read one journal: its valid records, and how many bytes after them were ignored."""
     data = path.read_bytes()
-    if len(data) < HEADER.size:
-        return [], len(data)  # a crash right after creating it: nothing was committed in it
+    if len(data) < HEADER.size or not any(data):
+        # a crash before the header was fsynced (its length may reach the disk before its
+        # bytes do): nothing was committed in it, as records follow a synced header
+        return [], len(data)
     magic, version, generation = HEADER.unpack_from(data)
     if magic != MAGIC or version != VERSION:
         raise CorruptStateError(path, f"magic {magic!r} version {version}, expected "
