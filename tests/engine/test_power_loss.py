@@ -25,8 +25,8 @@ from channel_engine.record_batch import LEADER_EPOCH_AT
 
 DEFAULT_STATES = {"log-fsync": 60, "log-fsync-prealloc": 60, "log-policy": 60,
                   "channel-fsync": 160, "channel-policy": 80}
-SLOW_SEEDS = range(1, 5)
-SLOW_STATES = 600  # per workload and seed: 5 x 4 x 600 = 12,000 states
+SLOW_SEEDS = range(1, 11)
+SLOW_STATES = 250  # per workload and seed: 5 x 10 x 250 = 12,500 states
 
 
 @pytest.fixture(scope="module")
