@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -276,14 +277,21 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "channel-fsync": {"kind": "channel", "durability": "fsync", "partitions": 3},
     "channel-policy": {"kind": "channel", "durability": "policy", "flush_messages": 10,
                        "partitions": 2},
+    # concurrent appenders share fsyncs (group commit); thread interleaving makes these
+    # recordings differ from run to run, so they run under -m slow only
+    "log-fsync-threads": {"kind": "log", "durability": "fsync", "preallocate": True,
+                          "threads": 3},
+    "channel-fsync-threads": {"kind": "channel", "durability": "fsync", "partitions": 3,
+                              "threads": 3},
 }
+DETERMINISTIC = [name for name, spec in WORKLOADS.items() if spec.get("threads", 1) == 1]
 SEGMENT_BYTES = 4096
 
 
-def body(seed: int, n: int, rng: random.Random) -> bytes:
+def body(name: str, rng: random.Random) -> bytes:
     """A unique event body of a random size (so batches straddle sectors)."""
     size = rng.randrange(8, 300)
-    return f"pl{seed}-{n}|".encode() + bytes(rng.randrange(256) for _ in range(size))
+    return f"pl{name}|".encode() + bytes(rng.randrange(256) for _ in range(size))
 
 
 def log_config(spec: dict[str, Any]) -> Any:
@@ -306,47 +314,77 @@ def channel_config(spec: dict[str, Any], root: Path) -> Any:
 
 
 def run_log_workload(rec: Recorder, spec: dict[str, Any], root: Path, seed: int) -> None:
-    """Appends across rolls, an explicit flush now and then, one clean reopen halfway."""
-    from channel_engine import PartitionLog, PendingEvent
-    rng = random.Random(f"power-loss-log:{seed}")
-    n = 0
-    for _half in range(2):
+    """Appends across rolls (from `threads` threads: group commit), an explicit flush now
+    and then, one clean reopen halfway."""
+    from channel_engine import PartitionLog
+    for half in range(2):
         log = PartitionLog.open(root / "p-0", log_config(spec))
-        for _ in range(30):
-            payloads = []
-            for _ in range(rng.randrange(1, 5)):
-                payloads.append(body(seed, n, rng))
-                n += 1
-            rec.event("put_begin", payloads=payloads)
-            result = log.append([PendingEvent(body=p, timestamp=1_700_000_000_000 + n)
-                                 for p in payloads])
-            rec.event("put_done", payloads=payloads,
-                      placed=[(0, result.first_offset + i, p) for i, p in enumerate(payloads)])
-            if rng.random() < 0.1:
-                log.flush()
-                rec.event("flush_done")
-            if rng.random() < 0.05:
-                log.checkpoint_recovery_point()
+        _in_threads(spec, seed, half, functools.partial(_log_steps, rec, log))
         log.close()
         rec.event("flush_done")  # a clean close makes everything durable
 
 
+def _log_steps(rec: Recorder, log: Any, rng: random.Random, name: str) -> None:
+    from channel_engine import PendingEvent
+    n = 0
+    for _ in range(30):
+        payloads = []
+        for _ in range(rng.randrange(1, 5)):
+            n += 1
+            payloads.append(body(f"{name}.{n}", rng))
+        rec.event("put_begin", payloads=payloads)
+        result = log.append([PendingEvent(body=p, timestamp=1_700_000_000_000 + n)
+                             for p in payloads])
+        rec.event("put_done", payloads=payloads,
+                  placed=[(0, result.first_offset + i, p) for i, p in enumerate(payloads)])
+        if rng.random() < 0.1:
+            log.flush()
+            rec.event("flush_done")
+        if rng.random() < 0.05:
+            log.checkpoint_recovery_point()
+
+
+def _in_threads(spec: dict[str, Any], seed: int, half: int,
+                steps: Callable[[random.Random, str], None]) -> None:
+    """Run `steps` in spec["threads"] threads (1: in this one), each with its own rng."""
+    count = spec.get("threads", 1)
+    names = [f"{seed}.{half}.{t}" for t in range(count)]
+    if count == 1:
+        steps(random.Random(f"power-loss:{spec['kind']}:{names[0]}"), names[0])
+        return
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        try:
+            steps(random.Random(f"power-loss:{spec['kind']}:{name}"), name)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 def run_channel_workload(rec: Recorder, spec: dict[str, Any], root: Path, seed: int) -> None:
     """Single- and cross-partition puts, takes committed and rolled back, rolled-back
-    puts, checkpoints, flushes; one clean reopen halfway."""
+    puts, checkpoints, flushes (from `threads` threads); one clean reopen halfway."""
     from channel_engine import Channel
-    rng = random.Random(f"power-loss-channel:{seed}")
     config = channel_config(spec, root)
-    counter = [0]
-    for _half in range(2):
+    for half in range(2):
         with Channel.open(config, owner_wait_ms=0) as channel:
-            for _ in range(25):
-                _channel_step(rec, channel, rng, seed, counter)
+            def steps(rng: random.Random, name: str) -> None:
+                counter = [0]
+                for _ in range(25):
+                    _channel_step(rec, channel, rng, name, counter)
+            _in_threads(spec, seed, half, steps)
             rec.event("closing")
         rec.event("flush_done")
 
 
-def _channel_step(rec: Recorder, channel: Any, rng: random.Random, seed: int,
+def _channel_step(rec: Recorder, channel: Any, rng: random.Random, name: str,
                   counter: list[int]) -> None:
     choice = rng.random()
     if choice < 0.5:
@@ -355,7 +393,7 @@ def _channel_step(rec: Recorder, channel: Any, rng: random.Random, seed: int,
         with channel.put() as tx:
             for _ in range(rng.randrange(2, 7) if cross else rng.randrange(1, 5)):
                 counter[0] += 1
-                payloads.append(body(seed, counter[0], rng))
+                payloads.append(body(f"{name}.{counter[0]}", rng))
                 key = f"k{rng.randrange(1000)}".encode() if cross else None
                 tx.put(payloads[-1], key=key, timestamp=1_700_000_000_000 + counter[0])
             rec.event("put_begin", payloads=payloads)
@@ -365,7 +403,7 @@ def _channel_step(rec: Recorder, channel: Any, rng: random.Random, seed: int,
     elif choice < 0.58:
         with channel.put() as tx:
             counter[0] += 1
-            payload = body(seed, counter[0], rng)
+            payload = body(f"{name}.{counter[0]}", rng)
             tx.put(payload)
             tx.rollback()
         rec.event("put_rolled_back", payloads=[payload])
