@@ -342,6 +342,11 @@ def _log_steps(rec: Recorder, log: Any, rng: random.Random, name: str) -> None:
             rec.event("flush_done")
         if rng.random() < 0.05:
             log.checkpoint_recovery_point()
+        if rng.random() < 0.06:  # Kafka DeleteRecords: segments below go (.deleted, unlink)
+            start = rng.randrange(log.log_start_offset, log.high_watermark + 1)
+            rec.event("log_start_begin", offset=start)
+            log.delete_records_before(start)
+            rec.event("log_start", offset=start)
 
 
 def _in_threads(spec: dict[str, Any], seed: int, half: int,
@@ -624,6 +629,8 @@ class Expected:
     take_in_doubt: set[bytes] = field(default_factory=set)
     flushed_seq: int = 0  # puts with seq below this were flushed (explicitly) before P
     strict_window: bool = False  # a log: at most flush_messages - 1 committed events lost
+    log_start: int = 0  # a log: offsets below were deleted (delete_records_before returned)
+    log_start_maybe: int = 0  # offsets below may be deleted (a delete began)
 
 
 def expected_at(recording: Recording, point: int) -> Expected:
@@ -653,6 +660,10 @@ def expected_at(recording: Recording, point: int) -> Expected:
             exp.taken.update(data["payloads"])
         elif kind == "flush_done":
             exp.flushed_seq = seq + 1
+        elif kind == "log_start_begin":
+            exp.log_start_maybe = max(exp.log_start_maybe, data["offset"])
+        elif kind == "log_start":
+            exp.log_start = max(exp.log_start, data["offset"])
     return exp
 
 
@@ -683,10 +694,14 @@ def check(exp: Expected, obs: Observed,
             failures.append((kind, f"{payload[:12]!r} at {(partition, offset)}"))
         if payload in exp.taken and not policy:
             failures.append(("take_resurrected", f"{payload[:12]!r} at {(partition, offset)}"))
+        if offset < exp.log_start:
+            failures.append(("deleted_record_reappeared", f"offset {offset} below the log "
+                                                          f"start {exp.log_start}"))
     failures += [("duplicate", f"{p[:12]!r} x{n}") for p, n in seen.items() if n > 1]
     failures += _order_failures(exp, obs)
     lost = [p for p in exp.committed
-            if p not in seen and p not in exp.taken and p not in exp.take_in_doubt]
+            if p not in seen and p not in exp.taken and p not in exp.take_in_doubt
+            and exp.committed[p][1] >= exp.log_start_maybe]
     if lost and not policy:
         failures.append(("lost_committed", f"{len(lost)} events, first {lost[0][:12]!r} at "
                                            f"{exp.committed[lost[0]][:2]}"))
@@ -695,7 +710,9 @@ def check(exp: Expected, obs: Observed,
     for number, payloads in exp.puts.items():
         present = [p for p in payloads if p in seen]
         if present and len(present) != len(payloads) and not any(
-                p in exp.taken or p in exp.take_in_doubt for p in payloads):
+                p in exp.taken or p in exp.take_in_doubt
+                or exp.committed.get(p, (0, 1 << 62))[1] < exp.log_start_maybe
+                for p in payloads):
             failures.append(("partial_put", f"put {number}: {len(present)}/{len(payloads)} "
                                             f"events delivered"))
     return failures, len(lost)
