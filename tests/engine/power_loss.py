@@ -51,7 +51,9 @@ nothing; a take whose commit returned never comes back. Policy durability: the
 same, except that committed takes may come back (at-least-once) and committed
 events may be lost: only events committed after the last completed explicit
 flush (a clean close counts as one) and, in a partition log, fewer than
-flush_messages of them. The events lost, and in how many states the engine
+flush_messages of them; the log end never falls below the end log.state
+recorded (offsets once handed out are not handed out again). The events
+lost, and in how many states the engine
 counted a loss (status()["losses"], else recovery.lost_events plus the logs'
 lost ranges), are reported. Findings that break no rule but are worth a report
 (kind "note:...") are counted apart from failures.
@@ -673,6 +675,8 @@ class Observed:
 
     delivered: list[tuple[int, int, bytes]]  # partition, offset, body
     counted_lost: int
+    log_end: int = 0  # a log: its end offset after the open
+    durable_log_end: int | None = None  # a log: the end its log.state held before the open
 
 
 def check(exp: Expected, obs: Observed,
@@ -772,8 +776,13 @@ def observe(recording: Recording) -> Observed:
 
 
 def _observe_log(recording: Recording) -> Observed:
-    from channel_engine import PartitionLog
+    from channel_engine import PartitionLog, log_state
+    from channel_engine.errors import ChannelEngineError
     root = Path(recording.root)
+    try:
+        saved = log_state.read(root / "p-0" / "log.state")
+    except ChannelEngineError:
+        saved = None
     with PartitionLog.open(root / "p-0", log_config(recording.spec)) as log:
         delivered = []
         offset = log.log_start_offset
@@ -788,7 +797,8 @@ def _observe_log(recording: Recording) -> Observed:
             delivered += [(0, e.offset, e.body) for e in events]
             offset = events[-1].offset + 1
         counted = sum(r.offsets for r in log.last_recovery.lost_ranges)
-    return Observed(delivered, counted)
+        end = log.log_end_offset
+    return Observed(delivered, counted, end, saved.log_end_offset if saved else None)
 
 
 def _observe_channel(recording: Recording) -> Observed:
@@ -918,6 +928,11 @@ def _check_one(recording: Recording, state: CrashState,
         return [("open_raised", f"{type(exc).__name__}: {exc}")], 0, 0
     window = recording.spec.get("flush_messages") if policy else None
     failures, lost = check(expected_at(recording, state.point), observed, window)
+    durable_end = observed.durable_log_end
+    if durable_end is not None and observed.log_end < durable_end:
+        failures.append(("offsets_handed_out_again",
+                         f"log end {observed.log_end} < {durable_end} in log.state: the next "
+                         f"appends reuse offsets; {observed.counted_lost} counted lost"))
     return failures, lost, observed.counted_lost
 
 

@@ -19,7 +19,7 @@ import power_loss as pl
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, commit_journal
+from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent, commit_journal
 from channel_engine.atomic_file import write_atomically
 from channel_engine.record_batch import LEADER_EPOCH_AT
 
@@ -244,6 +244,28 @@ def test_it_opens_a_channel_whose_newest_journal_lost_its_unsynced_header(
     with Channel.open(config) as channel, channel.take() as tx:
         assert len(tx.take(100)) == 4
         tx.rollback()
+
+
+def test_it_never_hands_out_again_the_offsets_a_policy_log_lost_to_power_loss(
+        tmp_path: Path) -> None:
+    """Policy mode: appends return before their fsync, and log.state may record an end
+    past what reached the disk. After power loss the log continues at that end, and
+    the offsets in between are reported lost (not given to new events)."""
+    config = LogConfig(durability="policy", flush_messages=1000)
+    log = PartitionLog.open(tmp_path, config)
+    log.append([PendingEvent(b"a"), PendingEvent(b"b")])
+    log.flush()
+    durable_bytes = log.segments[-1].size
+    log.append([PendingEvent(b"c"), PendingEvent(b"d"), PendingEvent(b"e")])
+    log.checkpoint_recovery_point()  # log.state: recovery point 2, log end 5
+    log._release_dir_lock()  # power loss: no clean close, and the unflushed batch is gone
+    for segment in log.segments:
+        segment.close()
+    os.truncate(log.segments[-1].log_path, durable_bytes)
+    with PartitionLog.open(tmp_path, config) as log:
+        assert log.log_end_offset == 5
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(2, 5)]
+        assert log.append([PendingEvent(b"f")]).first_offset == 5
 
 
 @pytest.mark.slow
