@@ -10,12 +10,12 @@ at any instant, opens each state with the engine and checks the contract.
 
 Recording (the child). `Recorder.install()` replaces os.open, os.write,
 os.pwrite, os.ftruncate, os.posix_fallocate, os.fsync, os.fdatasync,
-os.rename, os.replace, os.unlink, os.mkdir, os.rmdir and os.close with
-wrappers that log, in the order the calls return (one lock), every call on a
-path under the recording root. pathlib's mkdir/unlink/rename call these too.
-The engine writes no file objects (the key file of encryption does, via
-os.fdopen; the workloads here do not encrypt) and uses mmap only to read
-segments; indexes are plain appended files, so they are recorded like data.
+os.rename, os.replace, os.unlink, os.mkdir, os.rmdir, os.close and os.fdopen
+with wrappers that log, in the order the calls return (one lock), every call
+on a path under the recording root. pathlib's mkdir/unlink/rename call these
+too. The only file object the engine writes is the key file (KeyRing.write_new,
+via os.fdopen): its buffered writes are logged when flushed. mmap is used only
+to read segments; indexes are plain appended files, recorded like data.
 Files are identified by a file id the recorder hands out at create (not the
 inode number, which the kernel reuses after an unlink). Log entries:
 
@@ -141,7 +141,8 @@ class Recorder:
     def install(self) -> None:
         """Replace the `os` functions (for the rest of this process)."""
         for name in ("open", "write", "pwrite", "ftruncate", "posix_fallocate", "fsync",
-                     "fdatasync", "rename", "replace", "unlink", "mkdir", "rmdir", "close"):
+                     "fdatasync", "rename", "replace", "unlink", "mkdir", "rmdir", "close",
+                     "fdopen"):
             self.orig[name] = getattr(os, name)
             setattr(os, name, getattr(self, "_" + name))
 
@@ -263,10 +264,54 @@ class Recorder:
                 self.dirs.discard(rel)
                 self.ops.append(("rmdir", rel))
 
+    def _fdopen(self, fd: int, *args: Any, **kw: Any) -> Any:
+        f = self.orig["fdopen"](fd, *args, **kw)
+        fid = self._file(fd)
+        return f if fid is None else _RecordedFile(self, f, fd, fid)
+
     def _close(self, fd: int) -> None:
         with self.lock:
             self.fds.pop(fd, None)
             self.orig["close"](fd)
+
+
+class _RecordedFile:
+    """A file object from os.fdopen on a recorded descriptor (the engine's key file): what
+    it buffered is logged as one write when it is flushed or closed (a new file: the
+    writes follow each other from offset 0; text is taken as UTF-8)."""
+
+    def __init__(self, rec: Recorder, f: Any, fd: int, fid: int) -> None:
+        self._rec, self._f, self._fd, self._fid = rec, f, fd, fid
+        self._parts: list[bytes] = []
+        self._offset = 0
+
+    def write(self, data: Any) -> int:
+        self._parts.append(data.encode() if isinstance(data, str) else bytes(data))
+        return int(self._f.write(data))
+
+    def flush(self) -> None:
+        with self._rec.lock:
+            self._f.flush()
+            if self._parts:
+                data = b"".join(self._parts)
+                self._rec.ops.append(("write", self._fid, self._offset, data))
+                self._offset += len(data)
+                self._parts = []
+
+    def close(self) -> None:
+        with self._rec.lock:
+            self.flush()
+            self._f.close()
+            self._rec.fds.pop(self._fd, None)
+
+    def __enter__(self) -> _RecordedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 # -- workloads (run in the child) ---------------------------------------------------------
@@ -279,6 +324,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "channel-fsync": {"kind": "channel", "durability": "fsync", "partitions": 3},
     "channel-policy": {"kind": "channel", "durability": "policy", "flush_messages": 10,
                        "partitions": 2},
+    # the workload creates the key file (KeyRing.write_new) and a backup checkpoint dir
+    "channel-fsync-encrypted": {"kind": "channel", "durability": "fsync", "partitions": 2,
+                                "encrypted": True},
     # concurrent appenders share fsyncs (group commit); thread interleaving makes these
     # recordings differ from run to run, so they run under -m slow only
     "log-fsync-threads": {"kind": "log", "durability": "fsync", "preallocate": True,
@@ -307,7 +355,12 @@ def log_config(spec: dict[str, Any]) -> Any:
 def channel_config(spec: dict[str, Any], root: Path) -> Any:
     """The ChannelConfig of a channel workload."""
     from channel_engine import ChannelConfig
+    extra: dict[str, Any] = {}
+    if spec.get("encrypted"):
+        extra = {"encryption_key_file": str(root / "keys.json"), "encryption_active_key": "k1",
+                 "use_dual_checkpoints": True, "backup_checkpoint_dir": str(root / "backup")}
     return ChannelConfig("pl", [str(root / "data-a"), str(root / "data-b")], str(root / "home"),
+                         **extra,
                          partitions=spec["partitions"], durability=spec["durability"],
                          flush_messages=spec.get("flush_messages"),
                          segment_bytes=SEGMENT_BYTES, index_interval_bytes=256,
@@ -379,7 +432,11 @@ def run_channel_workload(rec: Recorder, spec: dict[str, Any], root: Path, seed: 
     """Single- and cross-partition puts, takes committed and rolled back, rolled-back
     puts, checkpoints, flushes (from `threads` threads); one clean reopen halfway."""
     from channel_engine import Channel
+    from channel_engine.encryption import KeyRing
     config = channel_config(spec, root)
+    if spec.get("encrypted"):
+        KeyRing.write_new(root / "keys.json", ["k1"])
+        rec.event("keys_written")
     for half in range(2):
         with Channel.open(config, owner_wait_ms=0) as channel:
             def steps(rng: random.Random, name: str) -> None:
@@ -612,6 +669,7 @@ def materialise(recording: Recording, state: CrashState) -> Path:
             present.add(rel)
         else:
             (root / rel).write_bytes(contents.get(entry, b""))
+            (root / rel).chmod(0o600)  # modes are not modelled; the key file must be 600
     return root
 
 
