@@ -381,6 +381,7 @@ def run_log_workload(rec: Recorder, spec: dict[str, Any], root: Path, seed: int)
 
 def _log_steps(rec: Recorder, log: Any, rng: random.Random, name: str) -> None:
     from channel_engine import PendingEvent
+    from channel_engine.errors import OffsetOutOfRangeError
     n = 0
     for _ in range(30):
         payloads = []
@@ -400,7 +401,10 @@ def _log_steps(rec: Recorder, log: Any, rng: random.Random, name: str) -> None:
         if rng.random() < 0.06:  # Kafka DeleteRecords: segments below go (.deleted, unlink)
             start = rng.randrange(log.log_start_offset, log.high_watermark + 1)
             rec.event("log_start_begin", offset=start)
-            log.delete_records_before(start)
+            try:
+                log.delete_records_before(start)
+            except OffsetOutOfRangeError:  # another thread raised the log start meanwhile
+                continue
             rec.event("log_start", offset=start)
 
 
@@ -531,8 +535,11 @@ def record(workload: str, seed: int, root: Path) -> Recording:
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
-    subprocess.run([sys.executable, __file__, "record", workload, str(seed), str(root),
-                    str(out)], check=True, env=env, timeout=300)
+    child = subprocess.run([sys.executable, __file__, "record", workload, str(seed),
+                            str(root), str(out)], env=env, timeout=300, capture_output=True,
+                           text=True)
+    if child.returncode != 0:
+        raise RuntimeError(f"recording {workload} seed {seed} failed:\n{child.stderr[-3000:]}")
     recording = Recording(**pickle.loads(out.read_bytes()))
     out.unlink()
     shutil.rmtree(root)  # states are materialised at the same path (configs name it)
@@ -979,6 +986,9 @@ def check_states(recording: Recording, states: list[CrashState]) -> Summary:
 
 def _check_one(recording: Recording, state: CrashState,
                policy: bool) -> tuple[list[tuple[str, str]], int, int]:
+    if recording.spec.get("encrypted") and not any(
+            op[:2] == ("event", "keys_written") for op in recording.ops[:state.point]):
+        return [], 0, 0  # the key file was not made yet: no channel to open, nothing put
     materialise(recording, state)
     try:
         observed = observe(recording)
@@ -987,7 +997,9 @@ def _check_one(recording: Recording, state: CrashState,
     window = recording.spec.get("flush_messages") if policy else None
     failures, lost = check(expected_at(recording, state.point), observed, window)
     durable_end = observed.durable_log_end
-    if durable_end is not None and observed.log_end < durable_end:
+    # policy mode only: in fsync mode log.state may count appends whose fsync (and so
+    # their commit) had not returned; the loader rightly trusts its recovery point there
+    if policy and durable_end is not None and observed.log_end < durable_end:
         failures.append(("offsets_handed_out_again",
                          f"log end {observed.log_end} < {durable_end} in log.state: the next "
                          f"appends reuse offsets; {observed.counted_lost} counted lost"))
