@@ -29,7 +29,11 @@ Durability. In fsync mode a put commit returns after its batches (and, for a
 multi-partition put, its journal record) are fsynced, and a take commit after
 its journal record is; concurrent committers share fsyncs (group commit). In
 policy mode, flush_messages / flush_ms bound what a crash may lose; flush()
-and the scheduler's flush_if_due() make the rest durable.
+and the scheduler's flush_if_due() make the rest durable. In both modes a
+multi-partition put's batches are fsynced before its commit record and stamps
+are written (those may reach the disk at any time after), so a power loss
+never keeps part of a committed put: it keeps all, or (record lost, policy
+mode) aborts all.
 
 Losses. Offsets a log can no longer deliver (PartitionLog.take_new_losses: at open,
 and whenever a read meets damage) and offsets the queue knew beyond a log's end
@@ -385,6 +389,7 @@ class ChannelOwner:
                 if flush_to is not None:
                     self._logs[partition].flush_to(flush_to)
             if transaction_id is not None:
+                self._flush_parts(written)
                 self._journal_put(transaction_id, written)
         except BaseException:
             self._abort_put(written, count)
@@ -443,6 +448,18 @@ class ChannelOwner:
                     result.segment_base_offset, result.position)
                 self._ends[partition] = result.next_offset
         return put_id, result.next_offset if result.flush_due else None
+
+    def _flush_parts(self, written: list[tuple[int, int]]) -> None:
+        """Make a multi-partition put's batches durable before its commit decision. The
+        record and the stamps may reach the disk at any time once written (page writeback),
+        so in policy durability too: else a power loss may keep the decision and one
+        partition's batch and lose another's, and deliver part of a committed put."""
+        if self.config.durability == "fsync":
+            return  # _append's flush_due flushed every batch already
+        with self._lock:
+            ends = [(p, self._unresolved[p][put_id].end) for p, put_id in written]
+        for partition, end in ends:
+            self._logs[partition].flush_to(end)
 
     def _journal_put(self, transaction_id: int, written: list[tuple[int, int]]) -> None:
         """The commit point of a multi-partition put: its journal record (synced in fsync

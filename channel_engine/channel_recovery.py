@@ -15,7 +15,8 @@ bytes written since (for multi-partition puts that never committed):
      mark their transactions committed;
   4. transactional batches not stamped committed (pending in the checkpoint,
      or written after it; every batch without a checkpoint) whose put has no
-     commit record in those journals are aborted: taken out of the queue
+     commit record in those journals, and no batch stamped committed in another
+     partition, are aborted: taken out of the queue
      without ever being delivered, and counted; those with a record are
      stamped committed (the owner does it before its first checkpoint, which
      syncs the stamps before it removes the journals);
@@ -89,8 +90,9 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")
 
-    queues, undecided = _queues_from(saved, logs, report)
+    queues, undecided, stamped = _queues_from(saved, logs, report)
     committed_txns = _replay_journals(home, report.checkpoint_sequence, queues, report)
+    committed_txns |= stamped
     to_mark = []
     for batch in undecided:
         if batch.transaction_id in committed_txns:
@@ -143,12 +145,17 @@ class _Undecided:
 
 
 def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[PartitionLog],
-                 report: ChannelRecovery) -> tuple[list[PartitionQueue], list[_Undecided]]:
-    """Steps 1 and 2, and the scan for step 4: the queues, and every transactional batch
+                 report: ChannelRecovery
+                 ) -> tuple[list[PartitionQueue], list[_Undecided], set[int]]:
+    """Steps 1 and 2, and the scan for step 4: the queues, every transactional batch
     that may be undecided — from the checkpoint's log end (or its oldest pending put) on,
-    or from the log start without a checkpoint. A batch stamped committed is decided."""
+    or from the log start without a checkpoint — and the transactions of the batches
+    stamped committed there. A stamped batch is decided, and so are its put's other
+    batches: a stamp is written only after the commit record, and may reach the disk
+    without it in policy durability (the record is not synced there)."""
     queues = []
     undecided: list[_Undecided] = []
+    stamped: set[int] = set()
     for partition, log in enumerate(logs):
         if saved is not None and partition < len(saved.partitions):
             part = saved.partitions[partition]
@@ -167,11 +174,13 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
         if scan_from < log.high_watermark:
             for segment, position, header in log.batch_headers(scan_from):
                 txn_id = header.transaction_id
-                if txn_id is not None and not header.marked_committed:
+                if txn_id is not None and header.marked_committed:
+                    stamped.add(txn_id)
+                elif txn_id is not None:
                     undecided.append(_Undecided(partition, txn_id, header.base_offset,
                                                 header.next_offset, segment.base_offset,
                                                 position))
-    return queues, undecided
+    return queues, undecided, stamped
 
 
 def _replay_journals(home: Path, sequence: int, queues: list[PartitionQueue],

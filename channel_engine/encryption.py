@@ -34,6 +34,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import ChannelEngineError, ConfigError
 
 FORMAT = "weir-keys"
@@ -94,12 +95,16 @@ class KeyRing:
 
     @staticmethod
     def write_new(path: str | Path, key_ids: list[str]) -> None:
-        """Create a key file with fresh random keys (mode 600); refuses to overwrite one."""
+        """Create a key file with fresh random keys (mode 600), durably (file and directory
+        fsynced: losing it loses every batch sealed with it); refuses to overwrite one."""
         keys = {key_id: base64.b64encode(os.urandom(KEY_SIZE)).decode() for key_id in key_ids}
         document = {"format": FORMAT, "version": VERSION, "keys": keys}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_directory(Path(path).parent)
 
     def seal(self, plaintext: bytes, associated_data: bytes) -> bytes:
         """Encrypt and authenticate with the active key (layout in the module doc)."""

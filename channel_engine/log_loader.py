@@ -20,8 +20,9 @@ Load sequence:
      batches were committed, and the missing offsets are reported as a gap.
   6. At least one segment exists; after recovery everything is fsynced and the
      recovery point is the log end. If the log now ends below what log.state knew
-     was on disk, the loss is reported and the log continues after the hole: an
-     offset once committed is never handed out again.
+     was on disk (in policy durability: below the log end it recorded, since appends
+     there return before their fsync), the loss is reported and the log continues
+     after the hole: an offset once committed is never handed out again.
 A reader (writable=False) never writes and takes no lock: it gets a snapshot of the
 valid prefix of each segment as the files hold it at open time, including batches whose
 writer has not returned from fsync yet (what kafka-dump-log shows). Live readers in other
@@ -127,7 +128,8 @@ def load(
             index_interval_bytes=config.index_interval_bytes,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0))
     log_end = segments[-1].next_offset if segments else log_start
-    known_end = _report_lost_end(directory, state, clean, log_end, report)
+    known_end = _report_lost_end(directory, state, clean or config.durability == "policy",
+                                 log_end, report)
     if writable and known_end > log_end:
         # never hand out again an offset that was committed once: start after the hole
         if segments[-1].size == 0:
@@ -244,13 +246,15 @@ def _report_gaps(segments: list[LogSegment], report: RecoveryReport, log_start: 
                 first_offset_lost=seg.next_offset, next_offset_kept=nxt.base_offset))
 
 
-def _report_lost_end(directory: Path, state: LogState | None, clean: bool, log_end: int,
+def _report_lost_end(directory: Path, state: LogState | None, trust_end: bool, log_end: int,
                      report: RecoveryReport) -> int:
     """Report a log that ends below what log.state knew was on disk (a damaged or lost
-    segment file); return the end offset log.state knew of."""
+    segment file), or, with trust_end (a clean shutdown, or policy durability, where an
+    append returns before its fsync), below the end it knew was handed out; return that
+    end offset."""
     if state is None:
         return log_end
-    known = state.log_end_offset if clean else state.recovery_point
+    known = state.log_end_offset if trust_end else state.recovery_point
     if log_end < known:
         report.add(RecoveryAction(
             GAP, str(directory),

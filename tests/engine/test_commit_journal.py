@@ -162,6 +162,16 @@ def test_it_refuses_a_file_that_is_not_a_journal(tmp_path: Path) -> None:
         tj.replay(path)
 
 
+@pytest.mark.parametrize("length", [tj.HEADER.size, tj.HEADER.size + 61, 4096])
+def test_it_replays_a_journal_whose_unsynced_header_was_lost_as_empty(tmp_path: Path,
+                                                                     length: int) -> None:
+    """Power loss after the file's length reached the disk but before its header did
+    (found by the power-loss simulation): zeros, no commit, and the channel still opens."""
+    path = tj.journal_path(tmp_path, 4)
+    path.write_bytes(bytes(length))
+    assert tj.replay(path) == ([], length)
+
+
 def test_it_replays_newer_generations_in_order_and_removes_older(tmp_path: Path) -> None:
     for generation in (1, 2, 3):
         journal = tj.CommitJournal(tmp_path, generation)
