@@ -46,6 +46,7 @@ passes when there is none.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import io
@@ -76,7 +77,9 @@ from child_lines import ChildLines  # noqa: E402
 
 from channel_engine import Channel, ChannelConfig, ChannelEngineError, Event  # noqa: E402
 from channel_engine import cli as engine_cli  # noqa: E402
-from channel_engine.encryption import KeyRing  # noqa: E402
+from channel_engine.encryption import FORMAT as KEY_FORMAT  # noqa: E402
+from channel_engine.encryption import KEY_SIZE, KeyRing  # noqa: E402
+from channel_engine.encryption import VERSION as KEY_VERSION  # noqa: E402
 
 FILE_KINDS = ("seg_first", "seg_middle", "seg_active", "index", "timeindex", "log_state",
               "checkpoint", "checkpoint_backup", "journal", "channel_json", "key_file")
@@ -90,6 +93,7 @@ STRAYS = ("stray_empty", "stray_odd")
 KEY_ID = "k1"
 KEYS = (b"k0", b"k1", b"k2", b"k3")
 WAIT_S = 60.0
+BASE_TIMESTAMP = 1_700_000_000_000
 
 
 # -- cells ----------------------------------------------------------------------------------
@@ -221,7 +225,7 @@ class _Builder:
                 for _ in range(self.rng.randint(3, 6)):
                     i = self.ledger.puts
                     tx.put(event_body(seed, i), key=event_key(seed, i),
-                           headers={"id": str(i).encode()})
+                           headers={"id": str(i).encode()}, timestamp=BASE_TIMESTAMP + i)
                     self.ledger.puts += 1
 
     def takes(self, count: int, commit: bool) -> None:
@@ -249,13 +253,25 @@ class _Builder:
         assert not missing, f"setup: events put but not found in the log: {sorted(missing)}"
 
 
+def write_key_file(path: Path, seed: int) -> None:
+    """A key file as KeyRing.write_new writes it (mode 600), its key derived from the seed
+    so that a damaged key file is the same file on every run."""
+    key = random.Random(f"damage-key-file:{seed}").randbytes(KEY_SIZE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"format": KEY_FORMAT, "version": KEY_VERSION,
+                "keys": {KEY_ID: base64.b64encode(key).decode()}}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(document, f, indent=2)
+    KeyRing.load(path, KEY_ID)  # the engine reads it
+
+
 def build(root: Path, seed: int, durability: str, encrypted: bool) -> tuple[Channel, Ledger]:
     """The setup of a cell (see the module doc); returns the channel still open, with one
     take in flight, and the ledger."""
     config = cell_config(root, durability, encrypted)
     if encrypted:
-        (root / "keys").mkdir(parents=True, exist_ok=True)
-        KeyRing.write_new(root / "keys" / "weir.keys", [KEY_ID])
+        write_key_file(root / "keys" / "weir.keys", seed)
     channel = Channel.open(config)
     b = _Builder(channel, seed)
     b.puts(12)

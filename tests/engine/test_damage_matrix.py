@@ -104,17 +104,23 @@ def test_it_applies_each_damage_for_real(tmp_path: Path, damage: str) -> None:
 
 
 def test_it_rebuilds_the_same_cell_from_its_name(tmp_path: Path) -> None:
+    """Same ledger, same files of the same sizes (the bytes differ only where the engine
+    draws its own randomness: nonces, transaction ids, wall-clock stamps), same damage."""
     cell = Cell("seg_middle", "overwrite_middle", "fsync", "clean")
-    ledgers, damages = [], []
+    assert cell.encrypted
+    ledgers, damages, layouts = [], [], []
     for run in ("a", "b"):
         root = tmp_path / run
         root.mkdir()
         ledgers.append(build_clean(root, cell))
+        layouts.append({str(p.relative_to(root)): p.stat().st_size
+                        for p in root.rglob("*") if p.is_file()})
         rng = random.Random(f"damage:{cell.seed}")
         done = apply_damage(target_file(root, cell, rng), cell.damage, rng)
         damages.append((done.path.relative_to(root), done.what))
     assert ledgers[0].to_json() == ledgers[1].to_json()
     assert damages[0] == damages[1]
+    assert layouts[0] == layouts[1]
     assert ledgers[0].taken and ledgers[0].untaken  # the setup took some and left some
 
 
