@@ -22,12 +22,17 @@ Per cell:
      from the take that returned it or from reading the log before the damage, and every
      id must be placed exactly once.
   2. the damage (apply_damage()), checked to have really changed the file system;
-  3. the oracle (run_cell()): `verify` before the open; the open (by the appliance's
-     config, not channel.json); if it refuses, the error must be a ChannelEngineError naming
-     the damaged file, and `python -m channel_engine recover HOME` must repair the channel
-     so that it opens (a destroyed key file cannot be repaired: there the open and recover
-     must refuse naming it, and the untouched data must pass the whole oracle once the key
-     file is restored); then every event is taken and committed, and:
+  3. the oracle (run_cell()): `verify` before the open; the open by the home (as workers
+     and the CLI open, reading channel.json); if it refuses, the error must be a
+     ChannelEngineError naming the damaged file, and `python -m channel_engine recover
+     HOME` must repair the channel so that it opens by the home again. Two files have
+     another repair path (issue 12, point 6): a channel.json that recover cannot read is
+     supplied by the appliance (manage.py channel_tool) from its database, so there recover
+     must refuse naming channel.json and an open with the appliance's config must work;
+     a destroyed key file cannot be repaired at all, so there the open and recover must
+     refuse naming it, and the untouched data must pass the whole oracle once the
+     operator's copy of the key file is put back. Then every event is taken and
+     committed, and:
        * every committed, untaken event is delivered exactly once (same place, same
          contents) or counted lost (inside a record of status()["losses"]), never both,
          never neither; events_lost is at least the number of such events missing;
@@ -471,6 +476,7 @@ class Result:
     problems: list[Problem] = field(default_factory=list)
     needed_recover: bool = False
     key_restored: bool = False
+    config_supplied: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -533,7 +539,9 @@ def come_back_count(*reports: Any) -> int:
     return total
 
 
-def _open(config: ChannelConfig) -> Channel:
+def _open(config: ChannelConfig | Path) -> Channel:
+    """Open as a worker or the CLI does (by the home, reading channel.json), or with the
+    appliance's copy of the config."""
     return Channel.open(config, owner_wait_ms=5_000)
 
 
@@ -581,7 +589,7 @@ class CellRun:
     def open_or_recover(self, damage: Damage) -> Channel | None:
         r = self.result
         try:
-            return _open(self.config)
+            return _open(self.config.home)
         except ChannelEngineError as exc:
             refused: BaseException = exc
         except Exception as exc:  # noqa: BLE001 - any other error is a finding
@@ -600,16 +608,35 @@ class CellRun:
                                                    f"naming the key file: {out[-500:]}")
                 r.notes.append(f"the key file cannot be repaired: recover exit {rc}")
                 return None
+            if self.cell.kind == "channel_json":
+                return self.open_with_config(rc, out, damage)
             r.fail("recover-failed", f"open refused ({refused}); recover exited {rc}: "
                                      f"{out[-800:]}")
             return None
         with contextlib.suppress(ValueError):
             self.recover_report = json.loads(out[out.index("{"):])
         try:
-            return _open(self.config)
+            return _open(self.config.home)
         except Exception as exc:  # noqa: BLE001
             r.fail("open-after-recover", f"recover exited 0 but open still raised "
                                          f"{type(exc).__name__}: {exc}")
+            return None
+
+    def open_with_config(self, rc: int, out: str, damage: Damage) -> Channel | None:
+        """A channel.json recover cannot read: the appliance (manage.py channel_tool) supplies
+        the config from its database; the open must then work (and rewrite channel.json)."""
+        r = self.result
+        if damage.path.name not in out:
+            r.fail("recover-error-unnamed", f"recover refused (exit {rc}) without naming "
+                                            f"channel.json: {out[-500:]}")
+        r.notes.append(f"recover HOME cannot read channel.json (exit {rc}): opened with the "
+                       "appliance's copy of the config")
+        r.config_supplied = True
+        try:
+            return _open(self.config)
+        except Exception as exc:  # noqa: BLE001
+            r.fail("open-with-config", f"open with the appliance's config raised "
+                                       f"{type(exc).__name__}: {exc}")
             return None
 
     def after_key_restore(self, key_copy: Path, damage: Damage) -> Channel | None:
@@ -620,7 +647,7 @@ class CellRun:
         shutil.copy2(key_copy, path)
         self.result.key_restored = True
         try:
-            return _open(self.config)
+            return _open(self.config.home)
         except Exception as exc:  # noqa: BLE001
             self.result.fail("open-after-key-restore", f"the key file restored, open still "
                                                        f"raised {type(exc).__name__}: {exc}")
@@ -779,7 +806,7 @@ class CellRun:
         if not unacknowledged:
             return
         try:
-            with _open(self.config) as channel:
+            with _open(self.config.home) as channel:
                 acknowledged = channel.acknowledge_losses()
                 status = channel.status()
         except Exception as exc:  # noqa: BLE001
@@ -830,14 +857,17 @@ def markdown_table(results: list[Result]) -> str:
     recovered = sum(r.needed_recover for r in results)
     lines += ["", f"{passed} of {len(results)} cells pass; {recovered} needed recover (R; K: "
                   "the key file cannot be repaired, the data opened once the key file was "
-                  "restored). Variants: f/p = fsync/policy, c/k = clean close/killed. "
+                  "restored; C: recover cannot read channel.json, the channel opened with "
+                  "the appliance's config). Variants: f/p = fsync/policy, c/k = clean "
+                  "close/killed. "
                   "Problems: " + ", ".join(f"{code} x{n}" for code, n in codes.most_common())]
     return "\n".join(lines)
 
 
 def _cell_text(result: Result) -> str:
     variant = f"{result.cell.durability[0]}{result.cell.ending[0]}"
-    recover = " K" if result.key_restored else " R" if result.needed_recover else ""
+    recover = (" K" if result.key_restored else " C" if result.config_supplied
+               else " R" if result.needed_recover else "")
     if result.passed:
         return f"{variant}: pass{recover}"
     codes = sorted({p.code for p in result.problems if p.code != "no-losses-interface"})
