@@ -7,8 +7,8 @@ damage on four file kinds, durability and ending spread evenly); `-m slow` runs 
 440. Each cell is its own test id, e.g. `-k "seg_middle-bitflip-fsync-killed"`; a cell's
 randomness comes from its name only, so a rerun is the same run.
 
-The results as a markdown table (file kind x damage; pass, or FAIL and the problem codes;
-R: open refused and `recover` was needed):
+The results as a markdown table (file kind x damage; `ok` or the problems of each variant,
+and whether recover was needed; the legend is printed below it, damage.LEGEND):
 
     PYTHONPATH=$PWD python tests/engine/test_damage_matrix.py --table [--full] [--match TEXT]
 
