@@ -510,9 +510,12 @@ def run_recover(home: Path) -> tuple[int, str]:
     """`python -m channel_engine recover HOME --json` in a child process."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    proc = subprocess.run([sys.executable, "-m", "channel_engine", "recover", str(home),
-                           "--json"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "channel_engine", "recover", str(home),
+                               "--json"], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        return 124, "recover did not finish within 120 s (killed)"
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
