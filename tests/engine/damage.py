@@ -828,10 +828,21 @@ class CellRun:
                                        f"{out[:600]}")
 
     def check_stray_kept(self, stray: Path) -> None:
+        """A stranger is kept (in place, or moved aside under a name starting with its
+        own). An empty index file without its .log and an empty commit journal are the
+        engine's own leftovers of a crash (Kafka deletes the first; the journal's header is
+        written after its creation), holding nothing: those may go."""
         kept = [p for p in stray.parent.iterdir() if p.name.startswith(stray.name)]
-        if not kept:
-            self.result.fail("stray-deleted", f"the stray file {stray.name} is gone from "
-                                              f"{stray.parent} (never delete; move aside)")
+        if kept:
+            return
+        engine_name = re.fullmatch(r"\d{20}\.(index|timeindex)|commits-\d{20}\.journal",
+                                   stray.name)
+        if engine_name and self.cell.damage == "stray_empty":
+            self.result.notes.append(f"the empty {stray.name} was deleted as the engine's own "
+                                     "leftover (allowed: it holds nothing)")
+            return
+        self.result.fail("stray-deleted", f"the stray file {stray.name} is gone from "
+                                          f"{stray.parent} (never delete; move aside)")
 
 
 def run_cell(cell: Cell, root: Path) -> Result:
