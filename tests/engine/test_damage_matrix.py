@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from damage import (
+    BASE_TIMESTAMP,
     DAMAGES,
     DURABILITIES,
     ENDINGS,
@@ -32,12 +33,16 @@ from damage import (
     Ledger,
     apply_damage,
     build_clean,
+    event_body,
+    event_key,
     full_matrix,
     main,
     run_cell,
     sample_matrix,
     target_file,
 )
+
+from channel_engine import Event
 
 SAMPLE = sample_matrix()
 REST = [cell for cell in full_matrix() if cell not in SAMPLE]
@@ -152,6 +157,39 @@ def test_it_fails_a_cell_that_loses_or_repeats_events(tmp_path: Path) -> None:
     codes = {p.code for p in result.problems}
     assert {"came-back", "lost-uncounted"} <= codes, result.message()
     assert "came-back" in result.message() and "ids [" in result.message()
+
+
+def _accounting(tmp_path: Path, delivered_ids: list[int], records: list[tuple[int, int, int]],
+                events_lost: int, recovery: dict[str, int] | None = None) -> set[str]:
+    """The oracle's accounting alone, on a made-up ledger: ids 0..9 at offsets 0..9 of
+    partition 0, 0..2 taken before the damage; what a channel delivered and counted."""
+    run = CellRun(Cell("seg_middle", "none", "fsync", "clean"), tmp_path)
+    seed = run.ledger.seed
+    run.ledger = Ledger(seed, 10, {i: (0, i) for i in range(10)}, {0, 1, 2})
+    delivered = [Event(0, i, BASE_TIMESTAMP + i, event_key(seed, i), {}, event_body(seed, i))
+                 for i in delivered_ids]
+    losses = {"events_lost": events_lost, "unacknowledged_events": events_lost,
+              "unacknowledged": len(records),
+              "records": [{"partition": p, "start": a, "end": b} for p, a, b in records]}
+    run.check_delivered(delivered, [(p, a, b) for p, a, b in records], losses,
+                        {"losses": losses, "recovery": recovery or {}})
+    return {p.code for p in run.result.problems}
+
+
+def test_it_accounts_delivered_lost_and_returned_events(tmp_path: Path) -> None:
+    assert _accounting(tmp_path, list(range(3, 10)), [], 0) == set()
+    # 5 and 6 neither delivered nor counted, counted wrong, or counted and delivered
+    assert _accounting(tmp_path, [3, 4, 7, 8, 9], [(0, 5, 7)], 2) == set()
+    assert _accounting(tmp_path, [3, 4, 7, 8, 9], [], 0) == {"lost-uncounted",
+                                                            "lost-miscounted"}
+    assert _accounting(tmp_path, [3, 4, 7, 8, 9], [(0, 5, 7)], 3) == {"lost-miscounted"}
+    assert _accounting(tmp_path, [3, 4, 7, 8, 9], [(0, 4, 7)], 2) == {"delivered-and-lost"}
+    assert _accounting(tmp_path, [3, 4, 4, 5, 6, 7, 8, 9], [], 0) == {"delivered-twice"}
+    # taken events delivered again: only as many as the tools report may come back
+    assert _accounting(tmp_path, list(range(1, 10)), [], 0) == {"came-back"}
+    assert _accounting(tmp_path, list(range(1, 10)), [], 0,
+                       {"take_commits_may_come_back_events": 2}) == set()
+    assert _accounting(tmp_path, [3, 4, 5, 6, 7, 8, 9, 42], [], 0) == {"wrong-event"}
 
 
 # -- the matrix ---------------------------------------------------------------------------------
