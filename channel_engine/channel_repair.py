@@ -82,10 +82,17 @@ class RepairReport:
         """Take commits cut from a replayed journal (counted when their record is intact)."""
         return len(self.take_commits_back)
 
+    @property
+    def events_may_come_back(self) -> int:
+        """Events of those take commits: delivered again (at least once), not lost."""
+        return sum(end - start for commit in self.take_commits_back
+                   for _partition, start, end in commit["ranges"])
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable form."""
         out = asdict(self)
         out["take_commits_may_come_back"] = self.take_commits_may_come_back
+        out["events_may_come_back"] = self.events_may_come_back
         out["files_moved_aside"] = len(self.moved_aside)
         return out
 

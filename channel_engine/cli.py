@@ -553,8 +553,8 @@ def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
     print(f"events aborted: {report.events_aborted} (put commits cut from the journals: "
           f"{len(puts)}{_commit_list(puts)})", file=out)
     takes = report.take_commits_back
-    print(f"take commits that may come back (at-least-once): {len(takes)}"
-          f"{_commit_list(takes)}", file=out)
+    print(f"take commits that may come back (at-least-once): {len(takes)}, "
+          f"{report.events_may_come_back} events{_commit_list(takes)}", file=out)
     if report.unreadable_journal_bytes:
         print(f"  and {report.unreadable_journal_bytes} unreadable journal bytes after the cut "
               "(they may have held more commits)", file=out)
