@@ -157,7 +157,7 @@ def test_recover_repairs_a_damaged_home_and_prints_what_it_cost(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert f"journal cut: {path} at byte {where}: record CRC-32C mismatch" in done.stdout
     assert "events lost: 0" in done.stdout
-    assert "take commits that may come back (at-least-once): 1 (id " in done.stdout
+    assert "take commits that may come back (at-least-once): 1, " in done.stdout
     assert "files moved aside: 2" in done.stdout
     assert f"{config.home / 'stray.bin'} -> {config.home / 'stray.bin.stray'}" in done.stdout
     done = tool("verify", str(config.home), "--json")
