@@ -626,14 +626,55 @@ def test_it_keeps_a_segment_exactly_retention_ms_old(tmp_path):
     log.close()
 
 
-def test_it_never_deletes_the_active_segment(tmp_path):
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+def test_it_rolls_and_deletes_an_expired_active_segment_keeping_the_log_end(
+        tmp_path, durability):
+    # Kafka rolls an active segment whose every event is past retention.ms, so an idle
+    # log does not keep expired events readable forever
     clock = Clock(T0 + 10**9)
-    log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
+    policy = {"flush_messages": 1} if durability == "policy" else {}
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1, durability=durability,
+                                     **policy)
     result = log.apply_retention()
-    assert result.deleted_base_offsets == [0, 3, 6, 9, 12]
+    assert result.deleted_base_offsets == [0, 3, 6, 9, 12, 15]
+    assert "active segment" in result.reasons[-1]
+    assert (result.events_deleted, result.log_start_offset) == (18, 18)
+    assert [s.base_offset for s in log.segments] == [18]
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (18, 18, 18)
+    assert log.read(18) == [] and log.offsets_for_time(0) is None
+    log.close()
+    with PartitionLog.open(tmp_path, config, clock=clock) as log:
+        assert (log.log_start_offset, log.log_end_offset) == (18, 18)
+        assert list(log.iter_events(18)) == []
+        assert log.append([event(99)]).first_offset == 18  # no offset is handed out twice
+
+
+def test_it_keeps_the_active_segment_while_one_of_its_events_is_within_retention(tmp_path):
+    clock = Clock(T0 + 5_000 + 1_000)  # the active segment's events: exactly 1000 ms old
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1_000)
+    assert log.apply_retention().deleted_base_offsets == [0, 3, 6, 9, 12]
     assert [s.base_offset for s in log.segments] == [15]
     assert list(log.iter_events(log.log_start_offset)) == expected[15:]
-    assert log.append([event(99)]).first_offset == 18
+    clock.advance(1)
+    assert log.apply_retention().deleted_base_offsets == [15]
+    assert (log.log_start_offset, log.log_end_offset) == (18, 18)
+    log.close()
+
+
+def test_it_never_deletes_an_active_segment_that_is_not_all_flushed(tmp_path):
+    clock = Clock(T0 + 10**9)
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
+    assert log.apply_retention(limit_offset=17).deleted_base_offsets == [0, 3, 6, 9, 12]
+    assert [s.base_offset for s in log.segments] == [15]
+    log.close()
+
+
+def test_it_never_deletes_an_empty_active_segment(tmp_path):
+    clock = Clock(T0 + 10**9)
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
+    log.apply_retention()
+    assert log.apply_retention().deleted_base_offsets == []
+    assert [s.base_offset for s in log.segments] == [18]
     log.close()
 
 
@@ -695,12 +736,12 @@ def test_it_lets_a_reader_finish_after_retention_deleted_its_segments(tmp_path):
     log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
     reader = log.iter_events(0)
     assert next(reader) == expected[0]
-    assert log.apply_retention().deleted_base_offsets == [0, 3, 6, 9, 12]
+    assert log.apply_retention().deleted_base_offsets == [0, 3, 6, 9, 12, 15]
     assert [p for p in tmp_path.iterdir() if p.name.endswith(".log")] == [
-        tmp_path / "00000000000000000015.log"]
+        tmp_path / "00000000000000000018.log"]
     assert list(reader) == expected[1:]
     clock.advance(config.file_delete_delay_ms)
-    assert log.delete_expired_files() == 5
+    assert log.delete_expired_files() == 6
     log.close()
 
 
