@@ -894,6 +894,9 @@ class PartitionLog:
         if position is not None:
             segment.truncate_file(position)
         elif segment.next_offset < offset:  # a gap: its offsets were handed out once
+            for dropped in doomed:  # one of them may start at `offset`
+                dropped.delete_files()
+            doomed = ()
             segment = self._start_segment_at(offset, keep)
         self._log_end_offset = segment.next_offset
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
