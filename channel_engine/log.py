@@ -221,7 +221,7 @@ class PartitionLog:
         active = self._segments[-1]
         if not active.time_index.is_full:
             active.add_final_time_entry()
-            active.time_index.flush()
+            active.flush_indexes()
 
     def take_new_losses(self) -> list[LostRange]:
         """Offset ranges found lost (at open, or by a read that met damage) since the last
@@ -529,8 +529,7 @@ class PartitionLog:
         also keeps a roll from closing them meanwhile."""
         new, self._unsynced_segments = self._unsynced_segments, []
         for seg in new:
-            seg.offset_index.flush()
-            seg.time_index.flush()
+            seg.flush_indexes()
 
     def _cut_unflushed(self) -> None:
         """After a failed fsync, best effort: cut each segment back to its durable bytes, so a
@@ -609,8 +608,7 @@ class PartitionLog:
             self._check_writable()
             try:
                 for seg in self._segments:
-                    seg.offset_index.flush()
-                    seg.time_index.flush()
+                    seg.flush_indexes()
                 self._write_state(clean=False)
             except OSError as exc:
                 raise self._go_offline(exc) from exc

@@ -393,8 +393,14 @@ class LogSegment:
         reopen trusts (segments below the persisted recovery point) are fsynced
         before that recovery point is written (PartitionLog.checkpoint_recovery_point)."""
         self.flush_data()
-        self.offset_index.flush()
-        self.time_index.flush()
+        self.flush_indexes()
+
+    def flush_indexes(self) -> None:
+        """fsync both index files if they changed (under the index lock: a repair at use may
+        be reopening or closing them)."""
+        with self._index_lock:
+            self.offset_index.flush()
+            self.time_index.flush()
 
     # -- reading ----------------------------------------------------------------------------
     def _header_at(self, position: int, expected_base: int | None) -> BatchHeader:
