@@ -19,8 +19,8 @@ flush right after a roll also fsyncs the new segment's three files and the
 directory entry.
 
 Never acknowledged unless on disk in our directory: every append first checks
-(fstat + stat, about 2 us) that the active segment file is still linked and
-that the directory at our path is the one open found (st_dev, st_ino); every
+with one stat (about 1 us) that the active segment's path still names the file
+the log holds open (st_dev, st_ino, noted when the segment was opened); every
 group fsync checks the same after it returns. A directory deleted, replaced or
 unmounted under the log, or one that refuses writes (EROFS, EACCES, EPERM),
 fails the call with LogDirectoryError naming it and takes the log offline.
@@ -360,20 +360,19 @@ class PartitionLog:
         return LogOfflineError(self.directory, cause or OSError("offline"))
 
     def _check_directory(self, segment: LogSegment) -> None:
-        """Go offline with LogDirectoryError unless `segment`'s file is still linked and the
-        directory at our path is the one open found (fstat + stat: deleted, replaced or
-        unmounted directories acknowledge nothing)."""
+        """Go offline with LogDirectoryError unless `segment`'s path still names the file we
+        write (one stat): a deleted, replaced or unmounted directory acknowledges nothing."""
         try:
-            if segment.unlinked():
-                reason = f"{segment.log_path.name} was unlinked (the directory was deleted?)"
-            else:
-                found = os.stat(self.directory)
-                if (found.st_dev, found.st_ino) == self._dir_identity:
-                    return
+            if not segment.gone():
+                return
+            found = os.stat(self.directory)
+            if (found.st_dev, found.st_ino) != self._dir_identity:
                 reason = ("another directory is at this path now (the partition directory "
                           "was replaced or unmounted)")
+            else:
+                reason = f"{segment.log_path.name} was deleted or replaced in the directory"
         except FileNotFoundError:
-            reason = "the partition directory no longer exists"
+            reason = "the partition directory no longer exists (deleted or unmounted)"
         except OSError as exc:
             reason = f"the partition directory cannot be checked ({exc})"
         raise self._go_offline(LogDirectoryError(self.directory, reason))

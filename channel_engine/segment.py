@@ -107,6 +107,7 @@ class LogSegment:
             index_max_bytes, writable,
         )
         self._fd = -1
+        self.identity = (0, 0)  # (st_dev, st_ino) of the .log we hold open
         self.size = 0
         self.file_size = 0
         self.next_offset = base_offset
@@ -137,6 +138,7 @@ class LogSegment:
         seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
                   index_interval_bytes=index_interval_bytes, writable=True)
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        seg._note_identity(os.fstat(seg._fd))
         try:
             if preallocate_bytes > 0:
                 os.posix_fallocate(seg._fd, 0, preallocate_bytes)
@@ -163,8 +165,13 @@ class LogSegment:
         seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
                   index_interval_bytes=index_interval_bytes, writable=writable)
         seg._fd = os.open(seg.log_path, os.O_RDWR if writable else os.O_RDONLY)
-        seg.file_size = os.fstat(seg._fd).st_size
+        found = os.fstat(seg._fd)
+        seg.file_size = found.st_size
+        seg._note_identity(found)
         return seg
+
+    def _note_identity(self, found: os.stat_result) -> None:
+        self.identity = (found.st_dev, found.st_ino)
 
     def load_clean(self) -> tuple[str, str] | None:
         """Open as left by a clean close; return (what, why) is wrong (index or log), or None."""
@@ -330,9 +337,14 @@ class LogSegment:
         """True when an index has only the slot left that roll and close need."""
         return self.offset_index.is_full or self.time_index.is_full
 
-    def unlinked(self) -> bool:
-        """True when the .log file has no name left (its directory was deleted under us)."""
-        return os.fstat(self._fd).st_nlink == 0
+    def gone(self) -> bool:
+        """True unless the .log's path still names the file we hold open (one stat): the file
+        or its directory was deleted, replaced or unmounted under us."""
+        try:
+            found = os.stat(str(self.log_path))
+        except FileNotFoundError:
+            return True
+        return (found.st_dev, found.st_ino) != self.identity
 
     def mark_committed(self, position: int) -> None:
         """Stamp the transactional batch at `position` committed: 4 bytes outside its CRC

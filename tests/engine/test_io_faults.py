@@ -216,7 +216,7 @@ def test_a_deleted_partition_directory_acknowledges_nothing(tmp_path: Path,
     log = PartitionLog.open(directory, policy_or_fsync(durability))
     log.append(events(3, "a"))
     shutil.rmtree(directory)
-    assert_refused_and_offline(log, directory, "was unlinked")
+    assert_refused_and_offline(log, directory, "no longer exists")
     log.close()
 
 
@@ -235,6 +235,19 @@ def test_a_replaced_partition_directory_acknowledges_nothing(tmp_path: Path,
     assert not list(directory.iterdir())  # nothing written into the new one
 
 
+@pytest.mark.parametrize("replace", [False, True])
+def test_an_active_segment_file_deleted_or_replaced_acknowledges_nothing(
+        tmp_path: Path, replace: bool) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(events(3, "a"))
+    active = log.segments[-1].log_path
+    active.unlink()
+    if replace:
+        active.write_bytes(b"")
+    assert_refused_and_offline(log, tmp_path, f"{active.name} was deleted or replaced")
+    log.close()
+
+
 def test_a_directory_deleted_during_the_commit_fsync_fails_that_commit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the append's own check passed; the directory went while its fsync ran
@@ -248,11 +261,11 @@ def test_a_directory_deleted_during_the_commit_fsync_fails_that_commit(
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", deleting)
-    with pytest.raises(LogDirectoryError, match="was unlinked"):
+    with pytest.raises(LogDirectoryError, match="no longer exists"):
         log.append(events(1, "b"))
     assert log.recovery_point == 2 and log.high_watermark == 2  # never acknowledged
     monkeypatch.undo()
-    assert_refused_and_offline(log, directory, "was unlinked")
+    assert_refused_and_offline(log, directory, "no longer exists")
     log.close()
 
 
