@@ -521,10 +521,14 @@ class LogSegment:
             offsets, times = self._entries_from_headers()
             for index, entries in ((self.offset_index, offsets), (self.time_index, times)):
                 was_open = index._fd is not None
-                index.replace_entries(entries)
-                index.flush()
-                if not was_open:
-                    index.close()  # a sealed segment keeps one descriptor, its .log
+                try:
+                    index.replace_entries(entries)  # memory first: lookups are right from here
+                    index.flush()
+                except OSError as exc:  # the file stays wrong: checked again at use and open
+                    logger.warning("%s: cannot rewrite the rebuilt index: %s", index.path, exc)
+                finally:
+                    if not was_open:
+                        index.close()  # a sealed segment keeps one descriptor, its .log
             self.index_rebuilds += 1
 
     def _entries_from_headers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
