@@ -448,6 +448,8 @@ class LogSegment:
             return self._walk_to(offset, 0, size_bound, None)
         entry_offset, position = entry
         try:
+            if position < 0:
+                raise InvalidBatch("corrupt", "a negative position")
             header = self._header_at(position, None)
         except InvalidBatch as exc:
             return self._repair(index.path, f"entry ({entry_offset}, {position}) points at no "
@@ -539,7 +541,8 @@ class LogSegment:
         offset_room = self.offset_index.max_entries - 1
         time_room = self.time_index.max_entries - 1
         since, max_ts, offset_of_max = 0, NO_TIMESTAMP, self.base_offset - 1
-        position, size, expected = 0, self.size, self.base_offset
+        size = min(self.size, os.fstat(self._fd).st_size)  # mmap refuses to map past the end
+        position, expected = 0, self.base_offset
         with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else _NoMap() as buf:
             while position < size:
                 try:

@@ -135,6 +135,7 @@ def test_it_refuses_to_load_a_size_not_a_multiple_of_the_entry(filled, path, ext
         [(3, 100), (4, 50)],           # position goes back
         [(1, 10), (5, 50), (4, 60)],   # a later entry out of order
         [(-1, 10)],                    # below the base offset
+        [(1, -10), (2, 10)],           # a negative position (a flipped sign bit)
     ],
 )
 def test_it_refuses_to_load_entries_that_do_not_increase(path, pairs):
