@@ -121,6 +121,7 @@ class LogSegment:
         self.delete_after_ms = 0
         self.sealed = False  # rolled: its time index ends with the final entry
         self.index_rebuilds = 0  # repairs at use after an index entry failed its check
+        self._index_generation = 0  # bumped by each repair: a stale finding repairs nothing
         self._index_lock = threading.RLock()  # repair at use vs. append, roll, truncate
 
     # -- creating and opening ---------------------------------------------------------------
@@ -432,14 +433,14 @@ class LogSegment:
 
     def _find_from_index(self, offset: int, size_bound: int) -> int | None | object:
         """find_position from the index entry for `offset`; _REPAIRED if that entry was wrong."""
-        index = self.offset_index
+        index, generation = self.offset_index, self._index_generation
         slot = index.lookup_slot(offset)
         try:
             entry = index.entry(slot) if slot >= 0 else None
             if entry is not None and entry[1] >= size_bound:
                 if entry[1] > self.size:  # no batch starts past the valid end
-                    return self._repair(index.path, f"entry ({entry[0]}, {entry[1]}) points "
-                                                    f"past the log's valid end {self.size}")
+                    return self._repair(generation, index.path, f"entry ({entry[0]}, "
+                                        f"{entry[1]}) points past the valid end {self.size}")
                 slot = min(slot, index.slot_below_position(size_bound))  # appended meanwhile
                 entry = index.entry(slot) if slot >= 0 else None
         except IndexError:  # the arrays were swapped by a repair meanwhile: look again
@@ -452,12 +453,12 @@ class LogSegment:
                 raise InvalidBatch("corrupt", "a negative position")
             header = self._header_at(position, None)
         except InvalidBatch as exc:
-            return self._repair(index.path, f"entry ({entry_offset}, {position}) points at no "
-                                            f"batch: {exc.reason}")
+            return self._repair(generation, index.path, f"entry ({entry_offset}, {position}) "
+                                                        f"points at no batch: {exc.reason}")
         if header.last_offset != entry_offset or header.base_offset < self.base_offset:
-            return self._repair(index.path, f"entry ({entry_offset}, {position}) points at the "
-                                            f"batch of offsets {header.base_offset}.."
-                                            f"{header.last_offset}")
+            return self._repair(generation, index.path,
+                                f"entry ({entry_offset}, {position}) points at the batch of "
+                                f"offsets {header.base_offset}..{header.last_offset}")
         return self._walk_to(offset, position, size_bound, header)
 
     def _walk_to(self, offset: int, position: int, size_bound: int,
@@ -481,6 +482,7 @@ class LogSegment:
         batch (it must end at the entry's offset and hold the entry's timestamp)."""
         index = self.time_index
         for _ in range(3):
+            generation = self._index_generation
             slot = index.lookup_slot(timestamp)
             if slot < 0:
                 return self.base_offset
@@ -491,7 +493,7 @@ class LogSegment:
             problem = self._time_entry_problem(entry_timestamp, entry_offset)
             if problem is None:
                 return entry_offset + 1
-            self._repair(index.path, problem)
+            self._repair(generation, index.path, problem)
         return self.base_offset  # no trusted entry: scan the whole segment
 
     def _time_entry_problem(self, timestamp: int, offset: int) -> str | None:
@@ -510,16 +512,20 @@ class LogSegment:
             return f"{what} disagrees with the log: {found}"
         return None
 
-    def _repair(self, path: Path, reason: str) -> object:
-        self.repair_indexes(f"{path}: {reason}")
+    def _repair(self, generation: int, path: Path, reason: str) -> object:
+        self.repair_indexes(f"{path}: {reason}", generation)
         return _REPAIRED
 
-    def repair_indexes(self, reason: str) -> None:
+    def repair_indexes(self, reason: str, generation: int | None = None) -> None:
         """Rebuild both indexes from the batch headers because `reason` showed an entry wrong
         at use: swapped whole in memory, rewritten and fsynced on disk when writable. Batches
-        past a damaged one keep their old entries that still check out."""
-        logger.warning("%s: rebuilding the indexes of %s from the log", reason, self.log_path)
+        past a damaged one keep their old entries that still check out. With `generation`
+        (the one the finding was made in), nothing is done if another repair came first."""
         with self._index_lock:
+            if generation is not None and generation != self._index_generation:
+                return
+            logger.warning("%s: rebuilding the indexes of %s from the log", reason,
+                           self.log_path)
             offsets, times = self._entries_from_headers()
             for index, entries in ((self.offset_index, offsets), (self.time_index, times)):
                 was_open = index._fd is not None
@@ -532,6 +538,7 @@ class LogSegment:
                     if not was_open:
                         index.close()  # a sealed segment keeps one descriptor, its .log
             self.index_rebuilds += 1
+            self._index_generation += 1
 
     def _entries_from_headers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """Index entries by the rule of _track, for the batches from byte 0 to the valid end

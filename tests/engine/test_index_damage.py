@@ -214,3 +214,36 @@ def test_it_counts_rebuilds_of_segments_that_retention_deleted_since(template, t
         assert log.stats()["index_rebuilds"] == 1
         log.delete_records_before(log.segments[1].base_offset)
         assert log.stats()["index_rebuilds"] == 1
+
+
+def test_readers_racing_an_appender_over_a_damaged_index_each_get_every_event(
+        template, tmp_path):
+    import threading
+
+    source, expected = template
+    directory = tmp_path / "log"
+    shutil.copytree(source, directory)
+    damaged = sorted(directory.glob("*.index"))[:-1]  # every sealed segment's index
+    for path in damaged:
+        pairs = offset_entries(path)
+        middle = len(pairs) // 2
+        pairs[middle] = (pairs[middle][0], pairs[middle][1] + 5)  # inside its batch
+        path.write_bytes(b"".join(struct.pack(">ii", *p) for p in pairs))
+    problems: list[str] = []
+    with PartitionLog.open(directory, CONFIG) as log:
+        def reader() -> None:
+            for event in expected:
+                got = log.read(event.offset, max_events=1)
+                if got != [event]:
+                    problems.append(f"offset {event.offset}: {got}")
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for i in range(200):
+            log.append([PendingEvent(b"late-%d" % i, timestamp=T0 + 10_000 + i)])
+        for thread in threads:
+            thread.join()
+        assert problems == []
+        assert list(log.iter_events(0))[:EVENTS] == expected
+        assert log.stats()["index_rebuilds"] == len(damaged)  # one each, however many saw it
