@@ -8,11 +8,13 @@
 An entry (o, p) says: the batch that starts at byte p ends with offset o (Kafka
 maps the last offset of an appended batch to where the batch starts). Entries
 are added when more than index_interval_bytes were appended since the last
-entry, checked before counting the batch, so the first batch is never indexed.
-Both columns strictly increase. The file has no header: Kafka's layout has no
-room for one, and the index is derived data that is checked against the log on
-every open and at every use (LogSegment.find_position verifies the batch an
-entry points at) and rebuilt when wrong (see segment.py).
+entry, checked before counting the batch, so the first batch is never indexed,
+and only while neither index is full (a segment reopened with a smaller
+segment_index_bytes just stops adding entries). Both columns strictly increase.
+The file has no header: Kafka's layout has no room for one, and the index is
+derived data that is checked against the log on every open and at every use
+(LogSegment.find_position verifies the batch an entry points at) and rebuilt
+when wrong (see segment.py).
 
 Appends are refused (IndexAppendError) when the index is full (max_entries, as
 Kafka's OffsetIndex; the log rolls before that) or an entry does not increase.
