@@ -247,3 +247,52 @@ def test_readers_racing_an_appender_over_a_damaged_index_each_get_every_event(
         assert problems == []
         assert list(log.iter_events(0))[:EVENTS] == expected
         assert log.stats()["index_rebuilds"] == len(damaged)  # one each, however many saw it
+
+
+def batch_starts(log_path: Path) -> list[tuple[int, int, int]]:
+    """(position, base offset, last offset) of each batch in a .log file."""
+    data, out, position = log_path.read_bytes(), [], 0
+    while position + 61 <= len(data):
+        base, length = struct.unpack_from(">qi", data, position)
+        last_delta = struct.unpack_from(">i", data, position + 23)[0]
+        out.append((position, base, base + last_delta))
+        position += length + 12
+    return out
+
+
+def test_takes_deliver_every_event_once_over_a_damaged_middle_index_entry(tmp_path):
+    # the issue's report: a middle offset index entry pointing at a later batch made takes
+    # skip events and mark them taken without delivering them
+    from channel_helpers import make_config
+
+    from channel_engine import Channel
+
+    config = make_config(tmp_path, partitions=1, segment_bytes=4_000, index_interval_bytes=300)
+    sent = [b"event-%04d" % i for i in range(120)]
+    with Channel.open(config) as channel:
+        for start in range(0, len(sent), 3):
+            with channel.put() as tx:
+                for body in sent[start:start + 3]:
+                    tx.put(body)
+    path = sorted(Path(config.data_dirs[0]).rglob("*.index"))[0]
+    batches = batch_starts(path.with_suffix(".log"))
+    pairs = offset_entries(path)
+    for m in range(1, len(pairs) - 1):  # an entry a take start lands on, a batch to skip to
+        holding = [b for b in batches if b[1] <= (pairs[m][0] // 7 + 1) * 7 <= b[2]]
+        later = [b for b in batches if holding and holding[0][0] < b[0] < pairs[m + 1][1]]
+        if holding and later and (pairs[m][0] // 7 + 1) * 7 < pairs[m + 1][0]:
+            break
+    else:
+        pytest.fail("no entry to damage: change the layout")
+    pairs[m] = (pairs[m][0], later[0][0])
+    path.write_bytes(b"".join(struct.pack(">ii", *p) for p in pairs))
+    taken: list[bytes] = []
+    with Channel.open(config) as channel:
+        while True:
+            with channel.take() as tx:
+                got = [e.body for e in tx.take(7)]
+            if not got:
+                break
+            taken += got
+        assert channel.status()["events_untaken"] == 0
+    assert taken == sent
