@@ -57,8 +57,8 @@ class LogConfig:
         "Codec of each written batch: none, gzip, snappy, lz4 or zstd (Kafka's codec bits "
         "in the batch attributes). Reading handles every codec whatever this says."))
     retention_ms: int = field(default=7 * DAY_MS, metadata=_doc(
-        "Delete a segment whose largest timestamp is older than this; -1 keeps forever "
-        "(Kafka retention.ms)."))
+        "Delete a segment whose largest timestamp is older than this, the active one too "
+        "(rolled first, the log end kept); -1 keeps forever (Kafka retention.ms)."))
     retention_bytes: int = field(default=-1, metadata=_doc(
         "Delete the oldest segments while the log is larger than this; -1: no limit "
         "(Kafka retention.bytes)."))

@@ -60,6 +60,11 @@ class CorruptIndexError(ChannelEngineError):
         self.reason = reason
 
 
+class IndexAppendError(CorruptIndexError):
+    """An index refused an entry (full, or its offset going backwards): appending it would
+    corrupt the index. A caller's bug: the log rolls before an index fills up."""
+
+
 class CorruptStateError(ChannelEngineError):
     """A Weir metadata file (magic, version, CRC) cannot be read; `position` is the byte
     where the check failed (0 when the whole file is in doubt)."""
@@ -112,6 +117,19 @@ class StorageError(ChannelEngineError):
 
 class DiskFullError(StorageError):
     """A write or preallocation ran out of space; it was undone and nothing was appended."""
+
+
+class LogDirectoryError(LogOfflineError):
+    """The partition directory was deleted, replaced, unmounted or made read-only under a
+    running log: the batch was not acknowledged and the log is offline until reopened."""
+
+    def __init__(self, directory: Path | str, reason: str) -> None:
+        ChannelEngineError.__init__(
+            self, f"{directory}: {reason}; this batch was not acknowledged and the log is "
+                  "offline until the directory is opened again")
+        self.directory = str(directory)
+        self.reason = reason
+        self.cause = self
 
 
 class DiskSpaceError(ChannelEngineError):

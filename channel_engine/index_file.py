@@ -4,12 +4,17 @@ An index is derived data: a sparse table of fixed-size entries kept in memory
 (array) and appended to a file. It is never trusted blindly: on every open its
 shape is checked (whole entries, increasing) and its last entries against the
 log, and it is rebuilt from the log when a check fails, and after an unclean
-shutdown for every segment from the one holding the recovery point on. Unlike Kafka's, Weir's index
-files are not preallocated or memory-mapped: the file holds exactly the valid
-entries, which Kafka's tools read the same way.
+shutdown for every segment from the one holding the recovery point on; at use,
+every entry a lookup lands on is checked against the batch it names and the
+indexes are rebuilt when it is wrong (LogSegment.find_position, start_for_time).
+Unlike Kafka's, Weir's index files are not preallocated or memory-mapped: the
+file holds exactly the valid entries, which Kafka's tools read the same way.
+An index is full at max_entries (max_bytes // entry size); is_full keeps one
+slot for the time index's final entry, and the log rolls when either is full.
 
-Not thread-safe for writers; the caller holds the log lock. Readers may look up
-concurrently with one appender (array reads and appends are atomic under the GIL).
+Not thread-safe for writers; the caller holds the log lock (and the segment's index
+lock). Readers may look up concurrently with one appender (array reads and appends
+are atomic under the GIL; a repair swaps the arrays whole).
 """
 from __future__ import annotations
 

@@ -7,11 +7,28 @@ the recovery point in 'fsync' durability (never an event whose commit has not
 returned), the LEO in 'policy' durability (the flush policy bounds the loss).
 
 Append path, written once: build and check the batch (outside the lock) ->
-roll if due -> assign the base offset -> write -> make durable per the policy.
-In 'fsync' durability, appenders that arrive while an fsync runs share the
-next one (group commit): one leader flushes everything written so far while
-the others wait; commit fsyncs run outside the append lock (rare metadata
-fsyncs of roll, retention and truncation run under it).
+check the directory -> roll if due -> assign the base offset -> write -> make
+durable per the policy. In 'fsync' durability, appenders that arrive while an
+fsync runs share the next one (group commit): one leader flushes everything
+written so far while the others wait; commit fsyncs run outside the append lock
+(rare metadata fsyncs of roll, retention and truncation run under it). A roll
+in 'policy' durability fdatasyncs the sealed segment (and the directory if a
+segment was created since the last flush) before moving on, so the recovery
+point reaches the new base, as Kafka's roll flushes up to the new segment; a
+flush right after a roll also fsyncs the new segment's three files and the
+directory entry.
+
+Never acknowledged unless on disk in our directory: every append first checks
+with one stat (about 1 us) that the active segment's path still names the file
+the log holds open (st_dev, st_ino, noted when the segment was opened); every
+group fsync checks the same after it returns. A directory deleted, replaced or
+unmounted under the log, or one that refuses writes (EROFS, EACCES, EPERM),
+fails the call with LogDirectoryError naming it and takes the log offline.
+
+Retention (Kafka's): the oldest segments while the log exceeds retention_bytes or
+their largest timestamp is older than retention_ms; when every event of the active
+segment is older than retention_ms it is rolled and deleted too, and the new
+active segment starts empty at the same log end.
 
 Concurrency: thread-safe. Appends, roll, retention, truncation and close take
 one lock; fsync runs outside it. Readers take no lock: they work on a snapshot
@@ -20,8 +37,9 @@ directory: the writer holds an OS lock on `.lock`; readers (read_only=True)
 take none and never write.
 
 A failed write is undone (the segment is cut back) and reported; a failed roll
-changes nothing; a failed fsync, or any failure that leaves the files and the
-in-memory state in doubt, takes the log offline (Linux may already have dropped the dirty pages,
+changes nothing; a failed fsync, a vanished or read-only directory, or any
+failure that leaves the files and the in-memory state in doubt, takes the log
+offline (Linux may already have dropped the dirty pages,
 so no later fsync can be trusted): it tries to cut the unflushed bytes, and
 every later call raises LogOfflineError until the directory is opened again,
 which recovers it.
@@ -48,6 +66,7 @@ from channel_engine.errors import (
     ChannelEngineError,
     CorruptRecordError,
     DiskFullError,
+    LogDirectoryError,
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
@@ -62,6 +81,7 @@ from channel_engine.recovery import LostRange, RecoveryReport
 from channel_engine.segment import LogSegment, UndoFailedError
 
 DEFAULT_READ_BYTES = 1 << 20
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)  # the directory refuses writes
 
 
 @dataclass(frozen=True)
@@ -140,6 +160,9 @@ class PartitionLog:
         self._last_state_write_ms = 0
         self._dir_dirty = False
         self._offline: BaseException | None = None
+        self._dir_identity = (0, 0)  # (st_dev, st_ino) of the directory when opened
+        self._unsynced_segments: list[LogSegment] = []  # rolled to since the last flush
+        self._index_rebuilds_dropped = 0  # repairs counted by segments no longer in the log
         self._closed = False
         self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
         self.last_recovery = RecoveryReport(str(directory))
@@ -165,6 +188,8 @@ class PartitionLog:
         if not read_only:
             _make_directory_durably(path)
             log._take_dir_lock()
+            identity = os.stat(path)
+            log._dir_identity = (identity.st_dev, identity.st_ino)
         elif not path.is_dir():
             raise FileNotFoundError(f"{path}: no such partition directory")
         try:
@@ -173,6 +198,12 @@ class PartitionLog:
             log._release_dir_lock()
             raise
         log._set_segments(loaded.segments)
+        if not read_only:
+            try:
+                log._restore_final_time_entry()
+            except BaseException:
+                log.close(clean=False)
+                raise
         log._log_start_offset = loaded.log_start_offset
         log._log_end_offset = loaded.segments[-1].next_offset if loaded.segments \
             else loaded.log_start_offset
@@ -183,6 +214,14 @@ class PartitionLog:
         log.last_recovery = loaded.report
         log._new_losses = list(loaded.report.lost_ranges)
         return log
+
+    def _restore_final_time_entry(self) -> None:
+        """Recovery rebuilt the active segment's time index without its final entry (the
+        largest timestamp): put it back, as Kafka's LogSegment.recover does."""
+        active = self._segments[-1]
+        if not active.time_index.is_full:
+            active.add_final_time_entry()
+            active.flush_indexes()
 
     def take_new_losses(self) -> list[LostRange]:
         """Offset ranges found lost (at open, or by a read that met damage) since the last
@@ -253,6 +292,9 @@ class PartitionLog:
         return int(self._clock() * 1000)
 
     def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        kept = set(map(id, segments))
+        self._index_rebuilds_dropped += sum(s.index_rebuilds for s in self._segments
+                                            if id(s) not in kept)
         self._segments = tuple(segments)  # replaced whole: readers keep a consistent snapshot
 
     # -- appending --------------------------------------------------------------------------
@@ -285,6 +327,7 @@ class PartitionLog:
         self._check_writable()
         with self._lock:
             self._check_writable()
+            self._check_directory(self._segments[-1])
             segment = self._maybe_roll(len(batch), record_batch.read_header(batch))
             record_batch.set_base_offset(batch, self._log_end_offset)
             header = record_batch.read_header(batch)
@@ -304,23 +347,58 @@ class PartitionLog:
         if self.read_only:
             raise ReadOnlyLogError(f"{self.directory}: opened read-only")
         if self._offline is not None:
-            raise LogOfflineError(self.directory, self._offline)
+            raise self._offline_error()
         if self._closed:
             raise ReadOnlyLogError(f"{self.directory}: log is closed")
+
+    def _offline_error(self) -> LogOfflineError:
+        """The error every call raises once the log is offline (the directory's own when it
+        is gone or read-only)."""
+        cause = self._offline
+        if isinstance(cause, LogDirectoryError):
+            return LogDirectoryError(self.directory, cause.reason)
+        return LogOfflineError(self.directory, cause or OSError("offline"))
+
+    def _check_directory(self, segment: LogSegment) -> None:
+        """Go offline with LogDirectoryError unless `segment`'s path still names the file we
+        write (one stat): a deleted, replaced or unmounted directory acknowledges nothing."""
+        try:
+            if not segment.gone():
+                return
+            found = os.stat(self.directory)
+            if (found.st_dev, found.st_ino) != self._dir_identity:
+                reason = ("another directory is at this path now (the partition directory "
+                          "was replaced or unmounted)")
+            else:
+                reason = f"{segment.log_path.name} was deleted or replaced in the directory"
+        except FileNotFoundError:
+            reason = "the partition directory no longer exists (deleted or unmounted)"
+        except OSError as exc:
+            reason = f"the partition directory cannot be checked ({exc})"
+        raise self._go_offline(LogDirectoryError(self.directory, reason))
 
     def _write(self, segment: LogSegment, batch: bytearray, header: BatchHeader) -> int:
         try:
             return segment.append(batch, header)
         except UndoFailedError as exc:
-            raise self._go_offline(exc) from exc
+            cause = exc.__cause__
+            read_only = isinstance(cause, OSError) and cause.errno in READ_ONLY_ERRNOS
+            raise self._go_offline(cause if read_only and cause else exc,
+                                   "appending a batch") from exc
         except OSError as exc:  # undone: the segment is as it was
+            if exc.errno in READ_ONLY_ERRNOS:
+                raise self._go_offline(exc, "appending a batch") from exc
             error = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
             raise error(self.directory, exc, "appending a batch") from exc
 
-    def _go_offline(self, exc: BaseException) -> LogOfflineError:
-        """Refuse every later write: the files and the in-memory state may disagree."""
+    def _go_offline(self, exc: BaseException, doing: str = "writing") -> LogOfflineError:
+        """Refuse every later write: the files and the in-memory state may disagree. A
+        directory that refuses writes (EROFS, EACCES, EPERM) is a LogDirectoryError."""
+        if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRNOS:
+            exc = LogDirectoryError(self.directory, f"the partition directory refuses writes "
+                                                    f"({exc.strerror}) while {doing}")
         self._offline = exc
-        return LogOfflineError(self.directory, exc)
+        return self._offline_error()
 
     def _maybe_roll(self, batch_size: int, header: BatchHeader) -> LogSegment:
         segment = self._segments[-1]
@@ -344,7 +422,9 @@ class PartitionLog:
 
     def _roll(self) -> LogSegment:
         """Seal the active segment and start a new one at the LEO. Caller holds the lock.
-        If the new segment cannot be created, nothing changed and the old one stays active."""
+        If the new segment cannot be created, nothing changed and the old one stays active.
+        In policy durability the sealed segment is flushed first (Kafka flushes up to the
+        new segment's base on roll), so the recovery point moves to the new base."""
         config = self.config
         try:
             new = LogSegment.create(
@@ -352,15 +432,27 @@ class PartitionLog:
                 index_interval_bytes=config.index_interval_bytes,
                 preallocate_bytes=config.segment_bytes if config.preallocate else 0)
         except OSError as exc:
+            if exc.errno in READ_ONLY_ERRNOS:
+                raise self._go_offline(exc, "rolling to a new segment") from exc
+            if exc.errno == errno.ENOENT:
+                self._check_directory(self._segments[-1])  # raises if the directory is gone
             error = DiskFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
             raise error(self.directory, exc, "rolling to a new segment") from exc
+        sealed = self._segments[-1]
         try:
-            self._segments[-1].on_become_inactive()
+            sealed.on_become_inactive()
+            if config.durability == "policy":
+                sealed.flush_data()
+                if self._dir_dirty:  # the sealed segment's own entry, made at the last roll
+                    fsync_directory(self.directory)
         except OSError as exc:  # an fsync of the sealed segment failed
             new.delete_files()
-            raise self._go_offline(exc) from exc
+            raise self._go_offline(exc, "rolling to a new segment") from exc
+        if config.durability == "policy":
+            self._recovery_point = max(self._recovery_point, sealed.next_offset)
         self._set_segments(self._segments + (new,))
         self._dir_dirty = True
+        self._unsynced_segments.append(new)
         return new
 
     # -- durability -------------------------------------------------------------------------
@@ -378,17 +470,19 @@ class PartitionLog:
                 self._flushing = False
                 self._flush_cond.notify_all()
 
-    def _make_durable(self, end: int, epoch: int) -> None:
-        """Return once offsets below `end` (written in truncation epoch `epoch`) are on disk;
-        one fsync serves all waiting appenders."""
+    def _make_durable(self, end: int, epoch: int, files: bool = False) -> None:
+        """Return once offsets below `end` (written in truncation epoch `epoch`) are on disk,
+        and with `files` the files and directory entries of new segments too; one fsync
+        serves all waiting appenders."""
         while True:
             with self._flush_cond:
-                while self._recovery_point < end or self._truncations != epoch:
+                while (self._recovery_point < end or self._truncations != epoch
+                       or (files and self._dir_dirty)):
                     if self._truncations != epoch:
                         raise StorageError(self.directory, OSError("truncated meanwhile"),
                                            "committing a batch a concurrent truncate_to removed")
                     if self._offline is not None:
-                        raise LogOfflineError(self.directory, self._offline)
+                        raise self._offline_error()
                     if not self._flushing:
                         self._flushing = True
                         break
@@ -403,24 +497,38 @@ class PartitionLog:
                     self._flush_cond.notify_all()
 
     def _flush_written(self) -> None:
-        """fsync everything written so far. Caller holds the flush slot, not the lock."""
+        """fsync everything written so far, then check that it landed in our directory
+        (LogDirectoryError, nothing acknowledged, if not). Caller holds the flush slot."""
         with self._lock:
             self._check_writable()
             end = self._log_end_offset
             dirty = [seg for seg in self._segments if seg.dirty]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+            try:
+                self._sync_new_index_files()
+            except OSError as exc:
+                raise self._go_offline(exc, "flushing a new segment's indexes") from exc
         try:
             for seg in dirty:
                 seg.flush_data()
             if dir_dirty:
                 fsync_directory(self.directory)
         except OSError as exc:
-            error = self._go_offline(exc)
+            error = self._go_offline(exc, "flushing")
             self._cut_unflushed()
             raise error from exc
         with self._lock:
+            self._check_directory(dirty[-1] if dirty else self._segments[-1])
             self._recovery_point = max(self._recovery_point, end)
             self._last_flush_ms = self._now_ms()
+
+    def _sync_new_index_files(self) -> None:
+        """fsync the (small) index files of segments rolled to since the last flush, so a
+        flush after a roll leaves all three new files on disk. Caller holds the lock, which
+        also keeps a roll from closing them meanwhile."""
+        new, self._unsynced_segments = self._unsynced_segments, []
+        for seg in new:
+            seg.flush_indexes()
 
     def _cut_unflushed(self) -> None:
         """After a failed fsync, best effort: cut each segment back to its durable bytes, so a
@@ -468,11 +576,12 @@ class PartitionLog:
         self._make_durable(offset, epoch)
 
     def flush(self) -> None:
-        """Make everything appended so far durable (Kafka's explicit flush)."""
+        """Make everything appended so far durable (Kafka's explicit flush), and the files
+        and directory entries of segments rolled to since the last flush."""
         self._check_writable()
         with self._lock:
             end, epoch = self._log_end_offset, self._truncations
-        self._make_durable(end, epoch)
+        self._make_durable(end, epoch, files=True)
 
     def flush_if_due(self) -> bool:
         """The scheduler's hook: flush when flush_ms passed, persist the recovery point when
@@ -481,7 +590,7 @@ class PartitionLog:
         now = self._now_ms()
         config = self.config
         flushed = False
-        if (self.unflushed_events > 0 and config.flush_ms is not None
+        if ((self.unflushed_events > 0 or self._dir_dirty) and config.flush_ms is not None
                 and now - self._last_flush_ms >= config.flush_ms):
             self.flush()
             flushed = True
@@ -498,8 +607,7 @@ class PartitionLog:
             self._check_writable()
             try:
                 for seg in self._segments:
-                    seg.offset_index.flush()
-                    seg.time_index.flush()
+                    seg.flush_indexes()
                 self._write_state(clean=False)
             except OSError as exc:
                 raise self._go_offline(exc) from exc
@@ -642,9 +750,7 @@ class PartitionLog:
         for segment in self._segments:
             if segment.max_timestamp < timestamp or segment.base_offset >= bound:
                 continue
-            before = segment.time_index.lookup_before(timestamp)
-            start = max(self._log_start_offset, segment.base_offset,
-                        before + 1 if before is not None else 0)
+            start = max(self._log_start_offset, segment.start_for_time(timestamp))
             if start >= min(bound, segment.next_offset):
                 continue
             position = segment.find_position(start, segment.size)
@@ -661,7 +767,8 @@ class PartitionLog:
 
     # -- retention and truncation -----------------------------------------------------------
     def _retention_candidates(self, now: int, limit: int) -> list[tuple[LogSegment, str]]:
-        """Oldest-first prefix of segments retention may delete now, never the active one."""
+        """Oldest-first prefix of segments retention may delete now. The active segment only
+        when time retention applies to every event in it (then it is rolled first)."""
         config = self.config
         segments = self._segments[:-1]
         excess = self.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
@@ -679,18 +786,27 @@ class PartitionLog:
                 break
             excess -= segment.size
             out.append((segment, reason))
+        active = self._segments[-1]
+        if (len(out) == len(segments) and active.size and active.next_offset <= limit
+                and config.retention_ms >= 0 and now - active.max_timestamp > config.retention_ms):
+            out.append((active, f"older than retention_ms={config.retention_ms} (the active "
+                                f"segment: rolled first, the log end stays)"))
         return out
 
     def apply_retention(self, limit_offset: int | None = None) -> RetentionResult:
         """Delete the oldest segments that retention allows, ending at or below limit_offset
-        (default: the high watermark); never the active segment. Crash-safe: the log start
-        offset is persisted first, then the files are renamed to .deleted and unlinked after
-        file_delete_delay_ms, so reads in flight finish."""
+        (default: the high watermark). An active segment whose every event is older than
+        retention_ms is rolled, then deleted: the new active segment is empty at the same log
+        end (Kafka's rule, so an idle log does not keep expired events). Crash-safe: the log
+        start offset is persisted first, then the files are renamed to .deleted and unlinked
+        after file_delete_delay_ms, so reads in flight finish."""
         with self._lock:
             self._check_writable()
             limit = self.high_watermark if limit_offset is None else min(limit_offset,
                                                                          self.high_watermark)
             doomed = self._retention_candidates(self._now_ms(), limit)
+            if doomed and doomed[-1][0] is self._segments[-1]:
+                self._roll()  # as Kafka: a log always keeps a segment, empty at the log end
             result = self._delete_segments([seg for seg, _ in doomed])
         self.delete_expired_files()
         return RetentionResult(result.deleted_base_offsets, [why for _, why in doomed],
@@ -748,7 +864,9 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every event at or after `offset`. As in Kafka, the cut falls at the start of
-        the batch holding `offset`. Returns the new log end offset. Not for use while
+        the batch holding `offset`; an offset in a gap between segments (offsets lost
+        earlier) starts a new empty segment there, so the log end is never below it and no
+        offset is handed out twice. Returns the new log end offset. Not for use while
         readers are reading above `offset`."""
         with self._flush_slot(), self._lock:
             self._check_writable()
@@ -772,6 +890,11 @@ class PartitionLog:
         position = segment.find_position(offset, segment.size)
         if position is not None:
             segment.truncate_file(position)
+        elif segment.next_offset < offset:  # a gap: its offsets were handed out once
+            for dropped in doomed:  # one of them may start at `offset`
+                dropped.delete_files()
+            doomed = ()
+            segment = self._start_segment_at(offset, keep)
         self._log_end_offset = segment.next_offset
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
@@ -780,6 +903,21 @@ class PartitionLog:
         segment.flush()
         fsync_directory(self.directory)
         self._write_state(clean=False)
+
+    def _start_segment_at(self, offset: int, keep: list[LogSegment]) -> LogSegment:
+        """truncate_to into a gap: a new empty active segment at `offset`, so the log end
+        never goes below the target (an empty last segment is replaced)."""
+        if keep[-1].size == 0:
+            keep.pop().delete_files()
+        elif keep:
+            keep[-1].on_become_inactive()
+        config = self.config
+        segment = LogSegment.create(
+            self.directory, offset, index_max_bytes=config.segment_index_bytes,
+            index_interval_bytes=config.index_interval_bytes,
+            preallocate_bytes=config.segment_bytes if config.preallocate else 0)
+        self._set_segments(keep + [segment])
+        return segment
 
     # -- status -----------------------------------------------------------------------------
     def segment_infos(self) -> list[SegmentInfo]:
@@ -815,6 +953,8 @@ class PartitionLog:
             "segments": len(self._segments),
             "last_flush_ms": self._last_flush_ms,
             "offline": str(self._offline) if self._offline else None,
+            "index_rebuilds": self._index_rebuilds_dropped + sum(
+                s.index_rebuilds for s in self._segments),
             "last_recovery": self.last_recovery.to_dict(),
         }
 

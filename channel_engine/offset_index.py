@@ -8,10 +8,16 @@
 An entry (o, p) says: the batch that starts at byte p ends with offset o (Kafka
 maps the last offset of an appended batch to where the batch starts). Entries
 are added when more than index_interval_bytes were appended since the last
-entry, checked before counting the batch, so the first batch is never indexed.
-Both columns strictly increase. The file has no header: Kafka's layout has no
-room for one, and the index is derived data that is checked against the log on
-every open and rebuilt when wrong (see segment.py).
+entry, checked before counting the batch, so the first batch is never indexed,
+and only while neither index is full (a segment reopened with a smaller
+segment_index_bytes just stops adding entries). Both columns strictly increase.
+The file has no header: Kafka's layout has no room for one, and the index is
+derived data that is checked against the log on every open and at every use
+(LogSegment.find_position verifies the batch an entry points at) and rebuilt
+when wrong (see segment.py).
+
+Appends are refused (IndexAppendError) when the index is full (max_entries, as
+Kafka's OffsetIndex; the log rolls before that) or an entry does not increase.
 
 Lookup: the largest entry with offset <= target, or (base, 0) when none.
 """
@@ -21,10 +27,10 @@ import operator
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from channel_engine.errors import CorruptIndexError
+from channel_engine.errors import CorruptIndexError, IndexAppendError
 from channel_engine.index_file import IndexFile
 
 ENTRY = struct.Struct(">ii")
@@ -60,13 +66,18 @@ class OffsetIndex(IndexFile):
         _check_increasing(self.path, positions, "position")
         if relative and relative[0] < 0:
             raise CorruptIndexError(self.path, f"entry offset {relative[0]} below the base")
+        if positions and positions[0] < 0:
+            raise CorruptIndexError(self.path, f"entry position {positions[0]} is negative")
         self._relative, self._positions = relative, positions
 
     def append(self, offset: int, position: int) -> None:
-        """Add an entry; offsets and positions must increase."""
+        """Add an entry; offsets and positions must increase and the index must have room."""
         relative = offset - self.base_offset
+        if len(self._relative) >= self.max_entries:
+            raise IndexAppendError(self.path, f"entry ({offset}, {position}) refused: the index "
+                                              f"is full ({self.max_entries} entries)")
         if self._relative and (relative <= self._relative[-1] or position <= self._positions[-1]):
-            raise CorruptIndexError(
+            raise IndexAppendError(
                 self.path,
                 f"entry ({offset}, {position}) does not follow "
                 f"({self.base_offset + self._relative[-1]}, {self._positions[-1]})",
@@ -81,6 +92,22 @@ class OffsetIndex(IndexFile):
         if i < 0:
             return self.base_offset, 0
         return self.base_offset + self._relative[i], self._positions[i]
+
+    def lookup_slot(self, offset: int) -> int:
+        """Index of the largest entry with offset <= target, or -1 when none."""
+        return bisect_right(self._relative, offset - self.base_offset) - 1
+
+    def slot_below_position(self, position: int) -> int:
+        """Index of the last entry pointing below byte `position`, or -1 when none."""
+        return bisect_left(self._positions, position) - 1
+
+    def replace_entries(self, entries: list[tuple[int, int]]) -> None:
+        """Swap in entries (absolute offset, position) rebuilt from the log, memory and file."""
+        relative = array("i", (offset - self.base_offset for offset, _ in entries))
+        positions = array("i", (position for _, position in entries))
+        self._relative, self._positions = relative, positions
+        self._rewrite(b"".join(ENTRY.pack(r, p) for r, p in zip(relative, positions,
+                                                                   strict=True)))
 
     def entry(self, i: int) -> tuple[int, int]:
         """Return entry i as (absolute offset, position)."""

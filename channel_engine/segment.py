@@ -14,15 +14,28 @@ Three ways to open a segment (log_loader.py picks):
   * recover(verify_from): walk every batch, checking CRC-32C from the given
     offset on, rebuild the indexes and truncate at the first invalid batch.
 
+Indexes are never trusted at use either: find_position checks that the batch an
+offset index entry points at has a valid header whose last offset is the entry's
+(so its base offset is <= the target), and start_for_time checks a time index
+entry against the batch it names. A wrong entry rebuilds both indexes from the
+batch headers (repair_indexes, counted in index_rebuilds and logged) and the
+lookup starts again; a lookup never skips a batch and never fails because of a
+derived file.
+
 Concurrency: not thread-safe for writers; the partition log holds its lock around
 append, roll, truncate and recover. Readers may call find_position / read_batches
 concurrently with one appender: they only look at bytes below a size and an
-offset bound taken before they start, which cover complete batches only.
+offset bound taken before they start, which cover complete batches only. A
+repair at use runs in the reader's thread under the segment's index lock, which
+append, roll and truncate_file also take around their index work; readers see
+the old or the new entries whole (each is verified anyway).
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +60,8 @@ from channel_engine.record_batch import (
     check_header,
 )
 from channel_engine.time_index import TimeIndex
+
+logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
 COMMITTED_EPOCH_BYTES = COMMITTED_EPOCH.to_bytes(4, "big", signed=True)
@@ -92,6 +107,7 @@ class LogSegment:
             index_max_bytes, writable,
         )
         self._fd = -1
+        self.identity = (0, 0)  # (st_dev, st_ino) of the .log we hold open
         self.size = 0
         self.file_size = 0
         self.next_offset = base_offset
@@ -103,6 +119,10 @@ class LogSegment:
         self._length_dirty = False  # the file was created, trimmed or cut since the last sync
         self.deleted = False
         self.delete_after_ms = 0
+        self.sealed = False  # rolled: its time index ends with the final entry
+        self.index_rebuilds = 0  # repairs at use after an index entry failed its check
+        self._index_generation = 0  # bumped by each repair: a stale finding repairs nothing
+        self._index_lock = threading.RLock()  # repair at use vs. append, roll, truncate
 
     # -- creating and opening ---------------------------------------------------------------
     @classmethod
@@ -119,6 +139,7 @@ class LogSegment:
         seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
                   index_interval_bytes=index_interval_bytes, writable=True)
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        seg._note_identity(os.fstat(seg._fd))
         try:
             if preallocate_bytes > 0:
                 os.posix_fallocate(seg._fd, 0, preallocate_bytes)
@@ -145,8 +166,13 @@ class LogSegment:
         seg = cls(directory, base_offset, index_max_bytes=index_max_bytes,
                   index_interval_bytes=index_interval_bytes, writable=writable)
         seg._fd = os.open(seg.log_path, os.O_RDWR if writable else os.O_RDONLY)
-        seg.file_size = os.fstat(seg._fd).st_size
+        found = os.fstat(seg._fd)
+        seg.file_size = found.st_size
+        seg._note_identity(found)
         return seg
+
+    def _note_identity(self, found: os.stat_result) -> None:
+        self.identity = (found.st_dev, found.st_ino)
 
     def load_clean(self) -> tuple[str, str] | None:
         """Open as left by a clean close; return (what, why) is wrong (index or log), or None."""
@@ -281,7 +307,8 @@ class LogSegment:
                 raise UndoFailedError(f"{self.log_path}: cannot undo a failed write at byte "
                                       f"{position} ({undo}) after: {exc}") from exc
             raise
-        self._track(header, position)
+        with self._index_lock:
+            self._track(header, position)
         self.file_size = max(self.file_size, self.size)
         return position
 
@@ -292,7 +319,7 @@ class LogSegment:
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.offset_of_max_timestamp = header.last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not self.index_full:
             self.offset_index.append(header.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_last_index_entry = 0
@@ -311,6 +338,15 @@ class LogSegment:
         """True when an index has only the slot left that roll and close need."""
         return self.offset_index.is_full or self.time_index.is_full
 
+    def gone(self) -> bool:
+        """True unless the .log's path still names the file we hold open (one stat): the file
+        or its directory was deleted, replaced or unmounted under us."""
+        try:
+            found = os.stat(str(self.log_path))
+        except FileNotFoundError:
+            return True
+        return (found.st_dev, found.st_ino) != self.identity
+
     def mark_committed(self, position: int) -> None:
         """Stamp the transactional batch at `position` committed: 4 bytes outside its CRC
         (partitionLeaderEpoch), made durable by the next fdatasync of this file."""
@@ -323,16 +359,20 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """On roll: add the final time index entry, trim the preallocated tail, and make the
         indexes durable and close them (a sealed segment keeps one descriptor, its .log)."""
-        self.add_final_time_entry()
-        self.trim()
-        for index in (self.offset_index, self.time_index):
-            index.flush()
-            index.close()
+        with self._index_lock:
+            self.add_final_time_entry()
+            self.trim()
+            for index in (self.offset_index, self.time_index):
+                index.flush()
+                index.close()
+            self.sealed = True
 
     def add_final_time_entry(self) -> None:
-        """Make the last time index entry hold the segment's largest timestamp."""
+        """Make the last time index entry hold the segment's largest timestamp (the slot kept
+        for it: Kafka's skipFullCheck on roll, close and recovery)."""
         if self.size:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                         skip_full_check=True)
 
     def trim(self) -> None:
         """Cut the preallocated zero tail so the file length is the valid length."""
@@ -366,8 +406,14 @@ class LogSegment:
         reopen trusts (segments below the persisted recovery point) are fsynced
         before that recovery point is written (PartitionLog.checkpoint_recovery_point)."""
         self.flush_data()
-        self.offset_index.flush()
-        self.time_index.flush()
+        self.flush_indexes()
+
+    def flush_indexes(self) -> None:
+        """fsync both index files if they changed (under the index lock: a repair at use may
+        be reopening or closing them)."""
+        with self._index_lock:
+            self.offset_index.flush()
+            self.time_index.flush()
 
     # -- reading ----------------------------------------------------------------------------
     def _header_at(self, position: int, expected_base: int | None) -> BatchHeader:
@@ -377,17 +423,181 @@ class LogSegment:
         return header
 
     def find_position(self, offset: int, size_bound: int) -> int | None:
-        """Byte position of the batch holding `offset` (below size_bound), or None if none."""
-        _, position = self.offset_index.lookup(offset)
+        """Byte position of the batch holding `offset` (below size_bound), or None if none.
+        Starts from a verified offset index entry; a wrong one is repaired, never followed."""
+        for _ in range(3):
+            found = self._find_from_index(offset, size_bound)
+            if found is not _REPAIRED:
+                return found  # type: ignore[return-value]
+        return self._walk_to(offset, 0, size_bound, None)  # still racing a rewrite: no index
+
+    def _find_from_index(self, offset: int, size_bound: int) -> int | None | object:
+        """find_position from the index entry for `offset`; _REPAIRED if that entry was wrong."""
+        index, generation = self.offset_index, self._index_generation
+        slot = index.lookup_slot(offset)
+        try:
+            entry = index.entry(slot) if slot >= 0 else None
+            if entry is not None and entry[1] >= size_bound:
+                if entry[1] > self.size:  # no batch starts past the valid end
+                    return self._repair(generation, index.path, f"entry ({entry[0]}, "
+                                        f"{entry[1]}) points past the valid end {self.size}")
+                slot = min(slot, index.slot_below_position(size_bound))  # appended meanwhile
+                entry = index.entry(slot) if slot >= 0 else None
+        except IndexError:  # the arrays were swapped by a repair meanwhile: look again
+            return _REPAIRED
+        if entry is None:
+            return self._walk_to(offset, 0, size_bound, None)
+        entry_offset, position = entry
+        try:
+            if position < 0:
+                raise InvalidBatch("corrupt", "a negative position")
+            header = self._header_at(position, None)
+        except InvalidBatch as exc:
+            return self._repair(generation, index.path, f"entry ({entry_offset}, {position}) "
+                                                        f"points at no batch: {exc.reason}")
+        if header.last_offset != entry_offset or header.base_offset < self.base_offset:
+            return self._repair(generation, index.path,
+                                f"entry ({entry_offset}, {position}) points at the batch of "
+                                f"offsets {header.base_offset}..{header.last_offset}")
+        return self._walk_to(offset, position, size_bound, header)
+
+    def _walk_to(self, offset: int, position: int, size_bound: int,
+                 header: BatchHeader | None) -> int | None:
+        """Walk batch headers from `position` to the one holding `offset`."""
         while position < size_bound:
-            try:
-                header = self._header_at(position, None)
-            except InvalidBatch as exc:
-                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+            if header is None:
+                try:
+                    header = self._header_at(position, None)
+                except InvalidBatch as exc:
+                    raise CorruptRecordError(self.log_path, position, exc.reason) from exc
             if header.last_offset >= offset:
                 return position
             position += header.size
+            header = None
         return None
+
+    def start_for_time(self, timestamp: int) -> int:
+        """First offset that may hold a record with a timestamp >= `timestamp`: the one after
+        the last time index entry older than it, once that entry is verified against its
+        batch (it must end at the entry's offset and hold the entry's timestamp)."""
+        index = self.time_index
+        for _ in range(3):
+            generation = self._index_generation
+            slot = index.lookup_slot(timestamp)
+            if slot < 0:
+                return self.base_offset
+            try:
+                entry_timestamp, entry_offset = index.entry(slot)
+            except IndexError:
+                continue  # swapped by a repair meanwhile
+            problem = self._time_entry_problem(entry_timestamp, entry_offset)
+            if problem is None:
+                return entry_offset + 1
+            self._repair(generation, index.path, problem)
+        return self.base_offset  # no trusted entry: scan the whole segment
+
+    def _time_entry_problem(self, timestamp: int, offset: int) -> str | None:
+        what = f"time index entry ({timestamp}, {offset})"
+        if not self.base_offset <= offset < self.next_offset:
+            return f"{what} points outside offsets {self.base_offset}..{self.next_offset - 1}"
+        try:
+            position = self.find_position(offset, self.size)
+            header = self._header_at(position, None) if position is not None else None
+        except (InvalidBatch, CorruptRecordError) as exc:
+            return f"{what}: {exc}"
+        if header is None or header.last_offset != offset or header.max_timestamp != timestamp:
+            found = "no batch" if header is None else (
+                f"the batch ending at {header.last_offset} with max timestamp "
+                f"{header.max_timestamp}")
+            return f"{what} disagrees with the log: {found}"
+        return None
+
+    def _repair(self, generation: int, path: Path, reason: str) -> object:
+        self.repair_indexes(f"{path}: {reason}", generation)
+        return _REPAIRED
+
+    def repair_indexes(self, reason: str, generation: int | None = None) -> None:
+        """Rebuild both indexes from the batch headers because `reason` showed an entry wrong
+        at use: swapped whole in memory, rewritten and fsynced on disk when writable. Batches
+        past a damaged one keep their old entries that still check out. With `generation`
+        (the one the finding was made in), nothing is done if another repair came first."""
+        with self._index_lock:
+            if generation is not None and generation != self._index_generation:
+                return
+            logger.warning("%s: rebuilding the indexes of %s from the log", reason,
+                           self.log_path)
+            offsets, times = self._entries_from_headers()
+            for index, entries in ((self.offset_index, offsets), (self.time_index, times)):
+                was_open = index._fd is not None
+                try:
+                    index.replace_entries(entries)  # memory first: lookups are right from here
+                    index.flush()
+                except OSError as exc:  # the file stays wrong: checked again at use and open
+                    logger.warning("%s: cannot rewrite the rebuilt index: %s", index.path, exc)
+                finally:
+                    if not was_open:
+                        index.close()  # a sealed segment keeps one descriptor, its .log
+            self.index_rebuilds += 1
+            self._index_generation += 1
+
+    def _entries_from_headers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Index entries by the rule of _track, for the batches from byte 0 to the valid end
+        (old entries kept past a batch that fails its header check)."""
+        offsets: list[tuple[int, int]] = []
+        times: list[tuple[int, int]] = []
+        offset_room = self.offset_index.max_entries - 1
+        time_room = self.time_index.max_entries - 1
+        since, max_ts, offset_of_max = 0, NO_TIMESTAMP, self.base_offset - 1
+        size = min(self.size, os.fstat(self._fd).st_size)  # mmap refuses to map past the end
+        position, expected = 0, self.base_offset
+        with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else _NoMap() as buf:
+            while position < size:
+                try:
+                    header = check_header(buf, position, expected)
+                except InvalidBatch:
+                    break
+                if position + header.size > size:
+                    break
+                if header.max_timestamp > max_ts:
+                    max_ts, offset_of_max = header.max_timestamp, header.last_offset
+                if since > self.index_interval_bytes and len(offsets) < offset_room \
+                        and len(times) < time_room:
+                    offsets.append((header.last_offset, position))
+                    if max_ts > (times[-1][0] if times else NO_TIMESTAMP):
+                        times.append((max_ts, offset_of_max))
+                    since = 0
+                since += header.size
+                position += header.size
+                expected = header.next_offset
+        if position < size:
+            offsets += self._old_offset_entries_past(position, offsets)
+            times += [e for e in self._old_time_entries() if e[1] >= expected
+                      and e[0] > (times[-1][0] if times else NO_TIMESTAMP)]
+        elif max_ts > (times[-1][0] if times else NO_TIMESTAMP) and (
+                self.sealed or len(times) < time_room):
+            times.append((max_ts, offset_of_max))  # the final entry, as roll and recovery add
+        return offsets, times
+
+    def _old_offset_entries_past(self, position: int,
+                                 kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Old offset index entries past `position` whose batch still checks out."""
+        out: list[tuple[int, int]] = []
+        index = self.offset_index
+        for i in range(len(index)):
+            offset, at = index.entry(i)
+            last = out[-1] if out else (kept[-1] if kept else (-1, -1))
+            if at <= position or offset <= last[0] or at <= last[1]:
+                continue
+            try:
+                if self._header_at(at, None).last_offset == offset:
+                    out.append((offset, at))
+            except InvalidBatch:
+                continue
+        return out
+
+    def _old_time_entries(self) -> list[tuple[int, int]]:
+        index = self.time_index
+        return [index.entry(i) for i in range(len(index))]
 
     def headers(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of the batches from the one holding `offset` to the valid end,
@@ -463,13 +673,27 @@ class LogSegment:
 
     def truncate_file(self, position: int) -> None:
         """Cut the data file at `position` (a batch boundary); rescan to rebuild the rest."""
-        os.ftruncate(self._fd, position)
-        self.file_size = position
-        self._length_dirty = True
-        self.scan(position, verify_from=None)
+        with self._index_lock:
+            os.ftruncate(self._fd, position)
+            self.file_size = position
+            self._length_dirty = True
+            self.scan(position, verify_from=None)
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, next_offset={self.next_offset}, size={self.size})"
+
+
+_REPAIRED = object()  # find_position's marker: the entry was wrong, indexes rebuilt
+
+
+class _NoMap:
+    """Stands in for the mmap of an empty file (mmap refuses length 0)."""
+
+    def __enter__(self) -> bytes:
+        return b""
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray, position: int) -> None:

@@ -1,9 +1,12 @@
 """Faults from the disk: a full disk refuses the batch and changes nothing; a failed fsync
-takes the log offline; a reopen recovers without losing what was committed."""
+takes the log offline; a reopen recovers without losing what was committed; a partition
+directory deleted, replaced or read-only under a running log acknowledges nothing
+(LogDirectoryError) and takes the log offline."""
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from channel_engine import (
     PendingEvent,
     StorageError,
 )
+from channel_engine.errors import LogDirectoryError
 
 
 def events(n: int, tag: str = "e") -> list[PendingEvent]:
@@ -183,3 +187,150 @@ def test_close_racing_appenders_leaves_a_clean_log_with_every_acknowledged_event
         assert log.last_recovery.clean_shutdown and not log.last_recovery.actions
         present = {e.offset for e in log.iter_events(0)}
     assert set(acknowledged) <= present
+
+
+# -- the directory itself goes away or refuses writes -----------------------------------------
+
+
+def policy_or_fsync(durability: str) -> LogConfig:
+    return LogConfig(durability=durability,
+                     flush_messages=1000 if durability == "policy" else None)
+
+
+def assert_refused_and_offline(log: PartitionLog, directory: Path, match: str) -> None:
+    with pytest.raises(LogDirectoryError, match=match) as info:
+        log.append(events(1, "lost"))
+    assert info.value.directory == str(directory) and str(directory) in str(info.value)
+    assert isinstance(info.value, LogOfflineError)  # callers handling offline logs see it
+    assert log.stats()["offline"]
+    with pytest.raises(LogDirectoryError, match=match):  # every later call, same error
+        log.append(events(1, "later"))
+    with pytest.raises(LogDirectoryError):
+        log.flush()
+
+
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+def test_a_deleted_partition_directory_acknowledges_nothing(tmp_path: Path,
+                                                            durability: str) -> None:
+    directory = tmp_path / "p0"
+    log = PartitionLog.open(directory, policy_or_fsync(durability))
+    log.append(events(3, "a"))
+    shutil.rmtree(directory)
+    assert_refused_and_offline(log, directory, "no longer exists")
+    log.close()
+
+
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+def test_a_replaced_partition_directory_acknowledges_nothing(tmp_path: Path,
+                                                             durability: str) -> None:
+    # moved away (or unmounted) and another directory at its path: the open files still
+    # have names, only the directory's identity tells
+    directory = tmp_path / "p0"
+    log = PartitionLog.open(directory, policy_or_fsync(durability))
+    log.append(events(3, "a"))
+    directory.rename(tmp_path / "moved")
+    directory.mkdir()
+    assert_refused_and_offline(log, directory, "another directory is at this path")
+    log.close()
+    assert not list(directory.iterdir())  # nothing written into the new one
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_an_active_segment_file_deleted_or_replaced_acknowledges_nothing(
+        tmp_path: Path, replace: bool) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(events(3, "a"))
+    active = log.segments[-1].log_path
+    active.unlink()
+    if replace:
+        active.write_bytes(b"")
+    assert_refused_and_offline(log, tmp_path, f"{active.name} was deleted or replaced")
+    log.close()
+
+
+def test_a_directory_deleted_during_the_commit_fsync_fails_that_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the append's own check passed; the directory went while its fsync ran
+    directory = tmp_path / "p0"
+    log = PartitionLog.open(directory)
+    log.append(events(2, "a"))
+    real = os.fdatasync
+
+    def deleting(fd: int) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", deleting)
+    with pytest.raises(LogDirectoryError, match="no longer exists"):
+        log.append(events(1, "b"))
+    assert log.recovery_point == 2 and log.high_watermark == 2  # never acknowledged
+    monkeypatch.undo()
+    assert_refused_and_offline(log, directory, "no longer exists")
+    log.close()
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.EPERM])
+def test_a_directory_refusing_writes_takes_the_log_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(events(2, "a"))
+    fail_once(monkeypatch, "pwrite", code)
+    with pytest.raises(LogDirectoryError, match="refuses writes") as info:
+        log.append(events(1, "b"))
+    assert os.strerror(code) in str(info.value) and str(tmp_path) in str(info.value)
+    assert log.stats()["offline"]
+    with pytest.raises(LogDirectoryError, match="refuses writes"):
+        log.append(events(1, "c"))
+    log.close()
+    with PartitionLog.open(tmp_path) as log:  # reopening recovers, as after any offline
+        assert [e.body for e in log.iter_events(0)] == [e.body for e in events(2, "a")]
+
+
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+def test_a_read_only_directory_failing_the_fsync_is_a_directory_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
+    log = PartitionLog.open(tmp_path, policy_or_fsync(durability))
+    log.append(events(2, "a"))
+    fail_once(monkeypatch, "fdatasync", errno.EROFS)
+    with pytest.raises(LogDirectoryError, match="refuses writes .* while flushing"):
+        log.append(events(1, "b"))
+        log.flush()
+    assert log.stats()["offline"]
+    log.close()
+
+
+def test_a_roll_into_a_read_only_directory_is_a_directory_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig(segment_bytes=400))
+    log.append(events(5))
+    real_open = os.open
+
+    def read_only(path: object, *args: object) -> int:
+        if str(path).endswith(".log"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_open(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(LogDirectoryError, match="while rolling"):
+        log.append(events(5))
+    monkeypatch.undo()
+    assert log.stats()["offline"]
+    log.close()
+
+
+def test_a_deleted_data_dir_makes_channel_puts_fail_and_health_unhealthy(
+        tmp_path: Path) -> None:
+    from channel_helpers import make_config
+
+    from channel_engine import Channel
+
+    config = make_config(tmp_path, partitions=1)
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            tx.put(b"kept")
+        shutil.rmtree(config.data_dirs[0])
+        with pytest.raises(LogDirectoryError, match="data-a"), channel.put() as tx:
+            tx.put(b"lost")
+        status = channel.status()
+        assert status["health"] == "unhealthy" and "offline" in status["health_reason"]
+        assert status["counters"]["put_errors"] >= 1

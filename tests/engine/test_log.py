@@ -201,6 +201,35 @@ def test_it_rolls_before_an_index_runs_out_of_room(tmp_path):
         assert list(log.iter_events(0)) == expected
 
 
+def test_it_rebuilds_an_index_made_for_a_larger_segment_index_bytes_without_failing(tmp_path):
+    # the sparse rule stops adding entries to a full index instead of refusing the batch
+    expected: list = []
+    with PartitionLog.open(tmp_path, LogConfig(index_interval_bytes=0)) as log:
+        append(log, [[event(i)] for i in range(40)], expected)
+        log.close(clean=False)
+    small = LogConfig(index_interval_bytes=0, segment_index_bytes=48)
+    with PartitionLog.open(tmp_path, small) as log:
+        segment = log.segments[-1]
+        assert len(segment.offset_index) <= segment.offset_index.max_entries - 1
+        assert list(log.iter_events(0)) == expected
+        assert log.append([event(99)]).segment_base_offset == 40  # full: rolls first
+
+
+def test_it_restores_the_active_segments_final_time_entry_after_recovery(tmp_path):
+    # Kafka's LogSegment.recover appends the largest timestamp to the time index: without
+    # it a crash cost the active segment its final entry until the next roll
+    with PartitionLog.open(tmp_path, LogConfig(index_interval_bytes=10**6)) as log:
+        append(log, [[event(i, timestamp=T0 + 5 - i)] for i in range(4)], [])
+        log.close(clean=False)
+    with PartitionLog.open(tmp_path, LogConfig(index_interval_bytes=10**6)) as log:
+        assert not log.last_recovery.clean_shutdown
+        active = log.segments[-1]
+        assert active.time_index.last_entry() == (T0 + 5, 0)
+        assert (active.max_timestamp, active.offset_of_max_timestamp) == (T0 + 5, 0)
+    with PartitionLog.open(tmp_path, LogConfig(index_interval_bytes=10**6)) as log:
+        assert log.last_recovery.actions == []
+
+
 def test_it_reads_the_right_event_from_every_offset(tmp_path):
     expected: list = []
     config = SMALL.replace(index_interval_bytes=64)
@@ -455,6 +484,76 @@ def test_it_flushes_inside_append_once_flush_messages_are_unflushed(tmp_path, fs
         assert log.unflushed_events == 0 and len(fsyncs) > calls
 
 
+@pytest.fixture
+def synced(monkeypatch):
+    """Names of the files (and directories) fsynced or fdatasynced, in order."""
+    names: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def recording(fd, real=real):
+            names.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) or "/")
+            return real(fd)
+
+        monkeypatch.setattr(os, name, recording)
+    return names
+
+
+def test_it_flushes_the_sealed_segment_on_a_roll_in_policy_mode(tmp_path, synced):
+    # Kafka flushes up to the new segment's base on roll; before, a sealed segment stayed
+    # unflushed until the next flush_ms or flush_messages, the loss window growing with it
+    config = LogConfig(durability="policy", flush_ms=10**9, segment_bytes=400)
+    with PartitionLog.open(tmp_path, config, clock=Clock()) as log:
+        append(log, [[event(i)] for i in range(3)], [])
+        assert log.unflushed_events == 3 and len(log.segments) == 1
+        del synced[:]
+        while len(log.segments) == 1:
+            log.append([event(9)])
+        sealed, active = log.segments
+        assert f"{sealed.base_offset:020d}.log" in synced
+        assert sealed.durable_size == sealed.size and not sealed.dirty
+        assert log.recovery_point == active.base_offset  # everything sealed is on disk
+        assert log.unflushed_events == 1
+
+
+def test_it_syncs_the_new_segments_files_on_a_flush_right_after_a_roll(tmp_path, synced):
+    config = LogConfig(durability="policy", flush_ms=10**9)
+    with PartitionLog.open(tmp_path, config, clock=Clock()) as log:
+        append(log, batches(3), [])
+        log.flush()
+        log.roll()
+        del synced[:]
+        assert log.unflushed_events == 0  # nothing to flush but the new files
+        log.flush()
+        new = f"{log.log_end_offset:020d}"
+        assert {f"{new}.log", f"{new}.index", f"{new}.timeindex", tmp_path.name} <= set(synced)
+        del synced[:]
+        log.flush()
+        assert synced == []  # done once
+
+
+def test_it_syncs_the_new_segments_files_on_a_flush_if_due_after_a_roll(tmp_path, synced):
+    clock = Clock()
+    config = LogConfig(durability="policy", flush_ms=1_000)
+    with PartitionLog.open(tmp_path, config, clock=clock) as log:
+        append(log, batches(3), [])
+        log.flush()
+        log.roll()
+        clock.advance(1_000)
+        del synced[:]
+        assert log.flush_if_due() is True
+        assert tmp_path.name in synced
+
+
+def test_it_syncs_the_new_segments_index_files_with_the_first_commit_in_fsync_mode(
+        tmp_path, synced):
+    with PartitionLog.open(tmp_path, LogConfig(segment_bytes=300)) as log:
+        while len(log.segments) == 1:
+            log.append([event(1)])
+        new = f"{log.segments[-1].base_offset:020d}"
+        assert {f"{new}.log", f"{new}.index", f"{new}.timeindex", tmp_path.name} <= set(synced)
+
+
 def test_it_persists_the_recovery_point_on_checkpoint_and_on_close(tmp_path):
     config = LogConfig(durability="policy", flush_ms=1_000)
     path = tmp_path / "log.state"
@@ -626,14 +725,55 @@ def test_it_keeps_a_segment_exactly_retention_ms_old(tmp_path):
     log.close()
 
 
-def test_it_never_deletes_the_active_segment(tmp_path):
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+def test_it_rolls_and_deletes_an_expired_active_segment_keeping_the_log_end(
+        tmp_path, durability):
+    # Kafka rolls an active segment whose every event is past retention.ms, so an idle
+    # log does not keep expired events readable forever
     clock = Clock(T0 + 10**9)
-    log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
+    policy = {"flush_messages": 1} if durability == "policy" else {}
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1, durability=durability,
+                                     **policy)
     result = log.apply_retention()
-    assert result.deleted_base_offsets == [0, 3, 6, 9, 12]
+    assert result.deleted_base_offsets == [0, 3, 6, 9, 12, 15]
+    assert "active segment" in result.reasons[-1]
+    assert (result.events_deleted, result.log_start_offset) == (18, 18)
+    assert [s.base_offset for s in log.segments] == [18]
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (18, 18, 18)
+    assert log.read(18) == [] and log.offsets_for_time(0) is None
+    log.close()
+    with PartitionLog.open(tmp_path, config, clock=clock) as log:
+        assert (log.log_start_offset, log.log_end_offset) == (18, 18)
+        assert list(log.iter_events(18)) == []
+        assert log.append([event(99)]).first_offset == 18  # no offset is handed out twice
+
+
+def test_it_keeps_the_active_segment_while_one_of_its_events_is_within_retention(tmp_path):
+    clock = Clock(T0 + 5_000 + 1_000)  # the active segment's events: exactly 1000 ms old
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1_000)
+    assert log.apply_retention().deleted_base_offsets == [0, 3, 6, 9, 12]
     assert [s.base_offset for s in log.segments] == [15]
     assert list(log.iter_events(log.log_start_offset)) == expected[15:]
-    assert log.append([event(99)]).first_offset == 18
+    clock.advance(1)
+    assert log.apply_retention().deleted_base_offsets == [15]
+    assert (log.log_start_offset, log.log_end_offset) == (18, 18)
+    log.close()
+
+
+def test_it_never_deletes_an_active_segment_that_is_not_all_flushed(tmp_path):
+    clock = Clock(T0 + 10**9)
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
+    assert log.apply_retention(limit_offset=17).deleted_base_offsets == [0, 3, 6, 9, 12]
+    assert [s.base_offset for s in log.segments] == [15]
+    log.close()
+
+
+def test_it_never_deletes_an_empty_active_segment(tmp_path):
+    clock = Clock(T0 + 10**9)
+    log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
+    log.apply_retention()
+    assert log.apply_retention().deleted_base_offsets == []
+    assert [s.base_offset for s in log.segments] == [18]
     log.close()
 
 
@@ -695,12 +835,12 @@ def test_it_lets_a_reader_finish_after_retention_deleted_its_segments(tmp_path):
     log, config, expected = aged_log(tmp_path, clock, retention_ms=1)
     reader = log.iter_events(0)
     assert next(reader) == expected[0]
-    assert log.apply_retention().deleted_base_offsets == [0, 3, 6, 9, 12]
+    assert log.apply_retention().deleted_base_offsets == [0, 3, 6, 9, 12, 15]
     assert [p for p in tmp_path.iterdir() if p.name.endswith(".log")] == [
-        tmp_path / "00000000000000000015.log"]
+        tmp_path / "00000000000000000018.log"]
     assert list(reader) == expected[1:]
     clock.advance(config.file_delete_delay_ms)
-    assert log.delete_expired_files() == 5
+    assert log.delete_expired_files() == 6
     log.close()
 
 
@@ -801,6 +941,40 @@ def test_it_truncates_to_a_segment_base_offset(tmp_path):
     before = state(log)
     log.close()
     assert reopened_state(tmp_path, config, clock) == before
+
+
+def gapped_log(directory, clock):
+    """aged_log with segment 6..8 lost while closed: a gap of offsets 6, 7, 8."""
+    log, config, expected = aged_log(directory, clock)
+    log.close()
+    for suffix in (".log", ".index", ".timeindex"):
+        (directory / f"{6:020d}{suffix}").unlink()
+    log = PartitionLog.open(directory, config, clock=clock)
+    assert [s.base_offset for s in log.segments] == [0, 3, 9, 12, 15]
+    return log, config, expected
+
+
+@pytest.mark.parametrize("target, bases", [(6, [0, 3]), (7, [0, 3, 7]), (8, [0, 3, 8])])
+def test_it_never_lowers_the_log_end_below_a_target_inside_a_gap(tmp_path, target, bases):
+    # offsets 6..8 were handed out once: truncating into them must not hand them out again
+    clock = Clock()
+    log, config, expected = gapped_log(tmp_path, clock)
+    assert log.truncate_to(target) == target
+    assert (log.log_end_offset, [s.base_offset for s in log.segments]) == (target, bases)
+    assert list(log.iter_events(0)) == expected[:6]
+    assert log.append([event(70)]).first_offset == target
+    before = state(log)
+    log.close()
+    assert reopened_state(tmp_path, config, clock) == before
+
+
+def test_it_truncates_to_the_base_of_the_segment_after_a_gap(tmp_path):
+    clock = Clock()
+    log, config, expected = gapped_log(tmp_path, clock)
+    assert log.truncate_to(9) == 9
+    assert [s.base_offset for s in log.segments] == [0, 3, 9]
+    assert log.append([event(70)]).first_offset == 9
+    log.close()
 
 
 def test_it_ignores_a_truncation_at_or_past_the_log_end(tmp_path):

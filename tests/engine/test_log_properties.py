@@ -298,6 +298,12 @@ class PartitionLogMachine(RuleBasedStateMachine):
                 break
             excess -= seg.size
             doomed.append(seg)
+        active = segments[-1]
+        if (len(doomed) == len(segments) - 1 and active.size and active.next_offset <= bound
+                and config.retention_ms >= 0 and self.clock_ms - max(
+                    e.timestamp for e in self.events[active.base_offset:active.next_offset])
+                > config.retention_ms):
+            doomed.append(active)  # Kafka rolls an expired active segment so it can go too
         result = self.plog.apply_retention(limit)
         assert result.deleted_base_offsets == [s.base_offset for s in doomed]
         assert result.events_deleted == sum(s.next_offset - s.base_offset for s in doomed)

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from channel_engine.errors import CorruptIndexError
+from channel_engine.errors import CorruptIndexError, IndexAppendError
 from channel_engine.offset_index import OffsetIndex
 
 BASE = 1000
@@ -135,6 +135,7 @@ def test_it_refuses_to_load_a_size_not_a_multiple_of_the_entry(filled, path, ext
         [(3, 100), (4, 50)],           # position goes back
         [(1, 10), (5, 50), (4, 60)],   # a later entry out of order
         [(-1, 10)],                    # below the base offset
+        [(1, -10), (2, 10)],           # a negative position (a flipped sign bit)
     ],
 )
 def test_it_refuses_to_load_entries_that_do_not_increase(path, pairs):
@@ -151,6 +152,21 @@ def test_it_is_full_when_one_slot_is_left(path):
         assert not index.is_full
     index.append(BASE + 10, 100)
     assert index.is_full
+
+
+def test_it_refuses_an_append_when_full(path):
+    index = index_at(path, max_bytes=3 * 8)
+    index.append(BASE + 1, 10)
+    index.append(BASE + 2, 20)
+    index.append(BASE + 3, 30)
+    with pytest.raises(IndexAppendError, match=r"full \(3 entries\)"):
+        index.append(BASE + 4, 40)
+    assert len(index) == 3 and len(file_entries(path)) == 3
+
+
+def test_it_refuses_non_increasing_appends_with_an_index_append_error(filled):
+    with pytest.raises(IndexAppendError, match="does not follow"):
+        filled.append(1020, 1000)
 
 
 def test_it_keeps_at_least_two_slots(path):

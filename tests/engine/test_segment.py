@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import struct
 
 import pytest
 
@@ -367,3 +368,148 @@ def test_it_truncates_the_file_at_a_batch_boundary_and_rebuilds_its_indexes(tmp_
     assert offsets_read(seg) == list(range(BASE, headers[6].next_offset))
     _, header = append(seg)
     assert header.base_offset == headers[6].next_offset
+
+
+# -- indexes checked at use -------------------------------------------------------------------
+
+
+def sealed_segment(directory, batches=15):
+    """A closed, cleanly sealed segment and the byte position of each of its batches."""
+    seg = create(directory)
+    headers = fill(seg, batches=batches)
+    seg.on_become_inactive()
+    seg.close()
+    positions, at = [], 0
+    for header in headers:
+        positions.append(at)
+        at += header.size
+    return seg, headers, positions
+
+
+def write_offset_entries(path, pairs):
+    path.write_bytes(b"".join(struct.pack(">ii", *p) for p in pairs))
+
+
+def check_positions(seg, headers, positions):
+    for header, position in zip(headers, positions, strict=True):
+        for offset in range(header.base_offset, header.next_offset):
+            assert seg.find_position(offset, seg.size) == position, offset
+
+
+def test_it_repairs_an_index_entry_pointing_at_the_wrong_batch_when_a_lookup_lands_on_it(
+        tmp_path):
+    seg, headers, positions = sealed_segment(tmp_path)
+    original = seg.offset_index.path.read_bytes()
+    pairs = list(struct.iter_unpack(">ii", original))
+    for middle in range(1, len(pairs) - 1):  # an entry with another batch between neighbours
+        others = [p for p in positions if pairs[middle - 1][1] < p < pairs[middle + 1][1]
+                  and p != pairs[middle][1]]
+        if others:
+            break
+    pairs[middle] = (pairs[middle][0], others[0])  # a real batch, not its own
+    write_offset_entries(seg.offset_index.path, pairs)
+    loaded = reopen(tmp_path)
+    assert loaded.load_clean() is None  # the open-time checks cannot see it
+    check_positions(loaded, headers, positions)
+    assert loaded.index_rebuilds == 1
+    assert loaded.offset_index.path.read_bytes() == original
+
+
+def test_it_repairs_in_memory_only_when_read_only(tmp_path):
+    seg, headers, positions = sealed_segment(tmp_path)
+    pairs = list(struct.iter_unpack(">ii", seg.offset_index.path.read_bytes()))
+    pairs[1] = (pairs[1][0], pairs[1][1] + 1)  # inside a batch
+    write_offset_entries(seg.offset_index.path, pairs)
+    damaged = seg.offset_index.path.read_bytes()
+    loaded = reopen(tmp_path, writable=False)
+    assert loaded.load_clean() is None
+    check_positions(loaded, headers, positions)
+    assert loaded.index_rebuilds == 1
+    assert loaded.offset_index.path.read_bytes() == damaged  # a reader never writes
+
+
+def test_it_never_fails_a_lookup_when_the_rebuilt_index_cannot_be_written(
+        tmp_path, monkeypatch):
+    seg, headers, positions = sealed_segment(tmp_path)
+    pairs = list(struct.iter_unpack(">ii", seg.offset_index.path.read_bytes()))
+    pairs[2] = (pairs[2][0], pairs[2][1] + 1)  # inside its batch
+    write_offset_entries(seg.offset_index.path, pairs)
+    loaded = reopen(tmp_path)
+    assert loaded.load_clean() is None
+
+    def read_only(*args):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "ftruncate", read_only)
+    check_positions(loaded, headers, positions)
+    assert loaded.index_rebuilds == 1
+
+
+def test_it_verifies_a_time_index_entry_against_its_batch(tmp_path):
+    seg, headers, positions = sealed_segment(tmp_path)
+    path = seg.time_index.path
+    original = path.read_bytes()
+    entries = list(struct.iter_unpack(">qi", original))
+    assert len(entries) >= 3
+    loaded = reopen(tmp_path)
+    assert loaded.load_clean() is None
+    timestamp, relative = entries[1]
+    assert loaded.start_for_time(timestamp + 1) == BASE + relative + 1  # a true entry
+    entries[1] = (timestamp, relative + 1)  # not the last offset of a batch any more
+    path.write_bytes(b"".join(struct.pack(">qi", *e) for e in entries))
+    loaded = reopen(tmp_path)
+    assert loaded.load_clean() is None
+    assert loaded.start_for_time(timestamp + 1) == BASE + relative + 1  # after the repair
+    assert loaded.index_rebuilds == 1 and path.read_bytes() == original
+
+
+def test_it_keeps_the_entries_past_a_damaged_batch_when_repairing(tmp_path):
+    # log damage is the loader's and the reader's business: an index repair must not drop
+    # the entries that still lead to intact batches after it
+    seg, headers, positions = sealed_segment(tmp_path, batches=20)
+    pairs = list(struct.iter_unpack(">ii", seg.offset_index.path.read_bytes()))
+    damaged = positions[3]
+    with open(seg.log_path, "r+b") as f:
+        f.seek(damaged + 16)  # the magic byte of batch 3
+        f.write(b"\x07")
+    pairs[0] = (pairs[0][0], pairs[0][1] + 1)
+    write_offset_entries(seg.offset_index.path, pairs)
+    loaded = reopen(tmp_path)
+    loaded.load_clean()
+    loaded.size = loaded.file_size  # as a load that kept the damaged region would
+    loaded.repair_indexes("test")
+    kept = [loaded.offset_index.entry(i) for i in range(len(loaded.offset_index))]
+    assert [e for e in pairs if e[1] > damaged] == [
+        (o - BASE, p) for o, p in kept if p > damaged]
+
+
+def test_it_repairs_while_a_writer_appends_without_losing_or_doubling_entries(tmp_path):
+    import threading
+
+    seg = create(tmp_path)
+    fill(seg, batches=5)
+    stop = threading.Event()
+    errors = []
+
+    def repairer():
+        while not stop.is_set():
+            try:
+                size = seg.size
+                seg.repair_indexes("test")
+                for offset in range(BASE, BASE + 5):
+                    assert seg.find_position(offset, size) is not None
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=repairer)
+    thread.start()
+    try:
+        fill(seg, batches=300)
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
+    offsets, _ = index_entries(seg)
+    seg.repair_indexes("final")
+    assert index_entries(seg)[0] == offsets  # what the appender built is what a rebuild gives

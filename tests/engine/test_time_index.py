@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from channel_engine.errors import CorruptIndexError
+from channel_engine.errors import CorruptIndexError, IndexAppendError
 from channel_engine.time_index import TimeIndex
 
 BASE = 500
@@ -48,10 +48,23 @@ def test_it_skips_an_entry_whose_timestamp_does_not_increase(filled, path):
     assert len(file_entries(path)) == 4
 
 
-def test_it_skips_an_entry_whose_offset_goes_back(filled, path):
-    filled.maybe_append(6_000, 520)
+def test_it_refuses_an_entry_whose_offset_goes_back(filled, path):
+    # Kafka's TimeIndex.maybeAppend: an offset going backwards is an error, never stored
+    with pytest.raises(IndexAppendError, match="offset goes back below 530"):
+        filled.maybe_append(6_000, 520)
     assert filled.last_entry() == (5_000, 530)
     assert len(file_entries(path)) == 4
+
+
+def test_it_ignores_a_smaller_timestamp_even_with_an_offset_going_back(filled, path):
+    filled.maybe_append(4_000, 520)
+    assert len(filled) == 4 and len(file_entries(path)) == 4
+
+
+def test_it_ignores_the_no_timestamp_entry_of_an_empty_index(path):
+    index = index_at(path)
+    index.maybe_append(-1, BASE - 1)  # a segment with no timestamp yet (Kafka NO_TIMESTAMP)
+    assert len(index) == 0 and not path.exists()
 
 
 def test_it_looks_up_the_last_entry_older_than_a_timestamp(filled):
@@ -148,6 +161,20 @@ def test_it_is_full_when_one_slot_is_left(path):
     assert not index.is_full
     index.maybe_append(3, BASE + 2)
     assert index.is_full
+
+
+def test_it_refuses_an_entry_when_full_but_keeps_the_slot_for_the_final_one(path):
+    index = index_at(path, max_bytes=4 * 12)
+    for i in range(3):
+        index.maybe_append(i + 1, BASE + i)
+    assert index.is_full
+    with pytest.raises(IndexAppendError, match="full"):
+        index.maybe_append(10, BASE + 10)
+    index.maybe_append(10, BASE + 10, skip_full_check=True)  # roll and close: the last slot
+    assert index.last_entry() == (10, BASE + 10)
+    with pytest.raises(IndexAppendError, match="full"):
+        index.maybe_append(11, BASE + 11, skip_full_check=True)
+    assert len(file_entries(path)) == 4
 
 
 def test_it_never_writes_when_read_only(path):
