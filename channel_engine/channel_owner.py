@@ -89,6 +89,7 @@ from channel_engine.errors import (
     TransactionStateError,
 )
 from channel_engine.event import Event
+from channel_engine.home_files import STRAY_SUFFIX, find_strays, move_aside
 from channel_engine.log import PartitionLog
 from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, deliverable
 from channel_engine.partition_queue import PartitionQueue
@@ -203,6 +204,7 @@ class ChannelOwner:
     def _open(self, force_recovery: bool = False) -> None:
         config = self.config
         home = config.home
+        strays: list[str] = []
         if self.read_only:
             if not home.is_dir():
                 raise FileNotFoundError(f"{home}: no channel home here")
@@ -211,6 +213,7 @@ class ChannelOwner:
             self._take_channel_lock()
             self._check_against_saved()
             config.save()
+            strays = _move_home_strays(config)
         log_config = config.log_config()
         keys = None
         if config.encryption_key_file is not None:
@@ -242,6 +245,8 @@ class ChannelOwner:
             for p, segment_base, position in restored.to_mark:
                 self._logs[p].mark_committed(segment_base, position)
         self.recovery = restored.report
+        if not self.read_only:
+            self.recovery.problems += strays
         self.counters["aborted_events"] += restored.report.aborted_events
         self.counters["dropped_events"] += restored.report.dropped_events
         self._last_checkpoint_ms = self._now_ms()
@@ -1024,3 +1029,13 @@ def _check_last_batch_opens(log: PartitionLog) -> None:
         if header.attributes & ENCRYPTED_MASK:
             unseal(data, log.sealer)
             return
+
+
+def _move_home_strays(config: ChannelConfig) -> list[str]:
+    """Move files the engine did not write out of the home's way (never deleting them);
+    return one line per file for the recovery report (home_files.py has the rule)."""
+    moved = []
+    for path in find_strays(config.home, config).strays:
+        target = move_aside(path, STRAY_SUFFIX)
+        moved.append(f"{path}: a stray file the engine did not write, moved aside to {target}")
+    return moved

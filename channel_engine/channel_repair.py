@@ -51,8 +51,9 @@ from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_owner import ChannelOwner
 from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
 from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
+from channel_engine.home_files import DAMAGED_SUFFIX, STRAY_SUFFIX, aside_path, move_aside
 from channel_engine.recovery import TRUNCATED
-from channel_engine.verify import DAMAGED_SUFFIX, STRAY_SUFFIX, HomeReport, check_config_file
+from channel_engine.verify import HomeReport, check_config_file
 from channel_engine.verify import verify_home as _verify_home
 
 
@@ -163,18 +164,8 @@ class _channel_lock:  # noqa: N801 - used as a context manager, like open()
         os.close(self.fd)  # the owner's open takes it again: flock is per open file
 
 
-def _aside_path(path: Path, suffix: str) -> Path:
-    target = path.with_name(path.name + suffix)
-    n = 1
-    while target.exists() or target.is_symlink():
-        target, n = path.with_name(f"{path.name}.{n}{suffix}"), n + 1
-    return target
-
-
 def _move_aside(path: Path, suffix: str, why: str, report: RepairReport) -> None:
-    target = _aside_path(path, suffix)
-    os.rename(path, target)
-    fsync_directory(path.parent)
+    target = move_aside(path, suffix)
     report.moved_aside.append({"path": str(path), "kept_as": str(target), "why": why})
 
 
@@ -218,7 +209,7 @@ def _repair_journal(path: Path, sequence: int, report: RepairReport) -> None:
     if not found.damaged:
         return
     data = path.read_bytes()
-    kept = _aside_path(path, DAMAGED_SUFFIX)
+    kept = aside_path(path, DAMAGED_SUFFIX)
     write_atomically(kept, data)
     generation = commit_journal.journal_generation(path)
     prefix = data[:found.valid_bytes] if not found.header_damaged else \

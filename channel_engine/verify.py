@@ -40,33 +40,22 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal, log_state, record_batch
+from channel_engine import commit_journal, home_files, log_state, record_batch
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.encryption import KeyRing
 from channel_engine.errors import ChannelEngineError, CorruptStateError
 from channel_engine.filenames import (
     INDEX_SUFFIX,
-    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
-    TMP_SUFFIX,
     parse_segment_file,
     segment_file,
 )
+from channel_engine.home_files import STRAY_SUFFIX
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.owner_protocol import SOCKET_NAME
 from channel_engine.record_batch import BatchHeader, InvalidBatch
 from channel_engine.time_index import ENTRY as TIME_ENTRY
-
-# What the engine and the appliance write in a channel's home, besides the commit
-# journals: the owner's lock and socket, the loss ledger, and the export's id and locks
-# (spark/export.py, spark/export_lock.py, appliance/exports.py; named here so that a
-# tool need not import Spark or Django).
-HOME_FILES = frozenset({CONFIG_FILE, checkpoint_file.FILE_NAME, LOCK_FILE, SOCKET_NAME,
-                        "losses.json", "export.id", "export.lock", "export-run.lock"})
-DAMAGED_SUFFIX = ".damaged"  # a damaged original that recover kept aside
-STRAY_SUFFIX = ".stray"  # a file the engine did not write, moved aside by recover
 
 
 @dataclass(frozen=True)
@@ -291,45 +280,14 @@ def _verify_journal(path: Path, report: HomeReport) -> None:
 
 
 def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -> None:
-    """Files in the home the engine did not write; see the module doc."""
-    ours = _our_directories(home, config)
-    for name in sorted(os.listdir(home)):
-        path = home / name
-        if name in HOME_FILES or commit_journal.is_journal_name(name) or path.resolve() in ours:
-            continue
-        if _kept_aside(name):
-            report.notes.append(f"{path}: kept aside by an earlier recover or open")
-        elif name.endswith(TMP_SUFFIX) and _ours(name[: -len(TMP_SUFFIX)]):
-            report.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
-        elif path.is_dir():
-            report.notes.append(f"{path}: a directory the engine did not make (left alone)")
-        else:
-            report.strays.append(str(path))
-            report.damages.append(Damage(str(path), 0, "a stray file the engine did not write "
-                                                       f"(recover moves it to {name}"
-                                                       f"{STRAY_SUFFIX})"))
-
-
-def _ours(name: str) -> bool:
-    """Is `name` a file the engine writes in a home (or keeps aside)?"""
-    return name in HOME_FILES or commit_journal.is_journal_name(name) or _kept_aside(name)
-
-
-def _kept_aside(name: str) -> bool:
-    """A damaged original or a stray kept aside (`.damaged`, `.damaged-<tag>`, `.stray`)."""
-    return name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)) or f"{DAMAGED_SUFFIX}-" in name
-
-
-def _our_directories(home: Path, config: ChannelConfig | None) -> set[Path]:
-    if config is None:
-        return set()
-    places = [config.partition_dir(i) for i in range(config.partitions)]
-    places += [Path(p) for p in (config.backup_checkpoint_dir, config.encryption_key_file) if p]
-    found = set()
-    for place in places:  # the place itself, or the directory of the home that holds it
-        resolved = place.resolve()
-        found |= {resolved, *resolved.parents}
-    return found
+    """Files in the home the engine did not write (home_files.py has the rule)."""
+    found = home_files.find_strays(home, config)
+    report.notes += found.notes
+    for path in found.strays:
+        report.strays.append(str(path))
+        report.damages.append(Damage(str(path), 0, "a stray file the engine did not write "
+                                                   f"(open and recover move it to "
+                                                   f"{path.name}{STRAY_SUFFIX})"))
 
 
 def _files(directory: Path) -> list[tuple[int, str]]:

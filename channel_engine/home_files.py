@@ -1,0 +1,98 @@
+"""The files of a channel's home, and what a home may hold that the engine did not write.
+
+A home (the channel's checkpoint_dir) holds `channel.json`, the checkpoint, the commit
+journals, `losses.json`, the owner's `.lock` and `owner.sock`, and the export's id and
+locks (written by spark/export.py, spark/export_lock.py and appliance/exports.py, named
+here so the engine need not import Spark or Django). It may also hold the channel's
+partition, backup or key directories when the settings put them there.
+
+Anything else is a stranger: a writable open and `recover` move it aside by renaming it
+`<name>.stray` (never deleting it) and report it; `verify` reports it. Originals kept aside
+(`.damaged`, `.damaged-<tag>`, `.stray`) and `.tmp` files of our own interrupted writes
+are noted, never moved again. A directory the engine did not make is noted and left
+alone (it may be an operator's mount point).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from channel_engine import checkpoint as checkpoint_file
+from channel_engine import commit_journal
+from channel_engine.atomic_file import fsync_directory
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.filenames import LOCK_FILE, TMP_SUFFIX
+from channel_engine.owner_protocol import SOCKET_NAME
+
+LOSSES_FILE = "losses.json"
+HOME_FILES = frozenset({CONFIG_FILE, checkpoint_file.FILE_NAME, LOCK_FILE, SOCKET_NAME,
+                        LOSSES_FILE, "export.id", "export.lock", "export-run.lock"})
+DAMAGED_SUFFIX = ".damaged"  # a damaged original kept aside
+STRAY_SUFFIX = ".stray"  # a file the engine did not write, moved aside
+
+
+@dataclass
+class HomeStrays:
+    """What a look at a home found besides the engine's own files."""
+
+    strays: list[Path] = field(default_factory=list)  # files to move aside
+    notes: list[str] = field(default_factory=list)  # kept-aside files, our .tmp, foreign dirs
+
+
+def kept_aside(name: str) -> bool:
+    """A damaged original or a stray kept aside (`.damaged`, `.damaged-<tag>`, `.stray`)."""
+    return name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)) or f"{DAMAGED_SUFFIX}-" in name
+
+
+def is_ours(name: str) -> bool:
+    """Is `name` a file the engine writes in a home (or keeps aside)?"""
+    return name in HOME_FILES or commit_journal.is_journal_name(name) or kept_aside(name)
+
+
+def find_strays(home: Path, config: ChannelConfig | None) -> HomeStrays:
+    """The strangers in `home` (see the module doc); reads the directory, changes nothing."""
+    found = HomeStrays()
+    ours = _our_directories(config)
+    for name in sorted(os.listdir(home)):
+        path = home / name
+        if name in HOME_FILES or commit_journal.is_journal_name(name) or path.resolve() in ours:
+            continue
+        if kept_aside(name):
+            found.notes.append(f"{path}: kept aside by an earlier recover or open")
+        elif name.endswith(TMP_SUFFIX) and is_ours(name[: -len(TMP_SUFFIX)]):
+            found.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
+        elif path.is_dir():
+            found.notes.append(f"{path}: a directory the engine did not make (left alone)")
+        else:
+            found.strays.append(path)
+    return found
+
+
+def aside_path(path: Path, suffix: str) -> Path:
+    """A free name beside `path` ending in `suffix` (never overwriting an earlier one)."""
+    target = path.with_name(path.name + suffix)
+    n = 1
+    while target.exists() or target.is_symlink():
+        target, n = path.with_name(f"{path.name}.{n}{suffix}"), n + 1
+    return target
+
+
+def move_aside(path: Path, suffix: str) -> Path:
+    """Rename `path` to a free `<name><suffix>` beside it, durably; return the new path."""
+    target = aside_path(path, suffix)
+    os.rename(path, target)
+    fsync_directory(path.parent)
+    return target
+
+
+def _our_directories(config: ChannelConfig | None) -> set[Path]:
+    if config is None:
+        return set()
+    places = [config.partition_dir(i) for i in range(config.partitions)]
+    places += [Path(p) for p in (config.backup_checkpoint_dir, config.encryption_key_file) if p]
+    found = set()
+    for place in places:  # the place itself, or the directory of the home that holds it
+        resolved = place.resolve()
+        found |= {resolved, *resolved.parents}
+    return found
