@@ -39,7 +39,8 @@ Record (zig-zag varints): length, attributes i8, timestampDelta, offsetDelta,
 keyLength + key (-1 = null), valueLength + value, headerCount, then per header
 keyLength + key (UTF-8), valueLength + value.
 
-Event -> record: body -> value, key -> key, headers (str -> bytes) -> headers,
+Event -> record: body -> value, key -> key, headers (str -> bytes) -> headers (a str
+value is stored as its UTF-8 bytes, None as b"": event.header_value),
 timestamp -> the record timestamp (CreateTime; "now" when the producer gave none).
 
 A batch at a position is valid when: at least 12 bytes remain, batchLength >= 49,
@@ -61,7 +62,7 @@ from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from channel_engine.errors import ChannelEngineError, InvalidEventError
-from channel_engine.event import PendingEvent
+from channel_engine.event import PendingEvent, header_value
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -261,9 +262,9 @@ def build(events: Sequence[PendingEvent], compression: int = 0,
 
 def _header_list(index: int, headers: object) -> list[tuple[str, bytes]]:
     items = list(headers.items())  # type: ignore[attr-defined]
-    for name, value in items:
-        if value is None:
-            raise InvalidEventError(index, f"headers.{name}", "must be bytes, not None")
+    for position, (name, value) in enumerate(items):
+        if type(value) is not bytes:  # str -> UTF-8, None -> b"" (event.header_value)
+            items[position] = (name, header_value(index, name, value))
     return items
 
 
