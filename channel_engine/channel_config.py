@@ -164,7 +164,12 @@ class ChannelConfig:
         unknown = sorted(set(document) - known)
         if unknown:
             raise ConfigError(unknown[0], f"{path}: unknown setting")
-        return cls(**document)
+        try:
+            return cls(**document)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, AttributeError) as exc:  # a setting missing or mistyped
+            raise ConfigError("home", f"{path}: not a valid channel config ({exc})") from exc
 
     @classmethod
     def docs(cls) -> dict[str, str]:

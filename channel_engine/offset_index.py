@@ -60,6 +60,8 @@ class OffsetIndex(IndexFile):
         _check_increasing(self.path, positions, "position")
         if relative and relative[0] < 0:
             raise CorruptIndexError(self.path, f"entry offset {relative[0]} below the base")
+        if positions and positions[0] < 0:
+            raise CorruptIndexError(self.path, f"entry position {positions[0]} below byte 0")
         self._relative, self._positions = relative, positions
 
     def append(self, offset: int, position: int) -> None:

@@ -264,3 +264,46 @@ def test_it_raises_invalid_batch_when_records_do_not_decode():
     with pytest.raises(rb.InvalidBatch) as info:
         list(rb.records(bytes(buf)))
     assert info.value.kind == "corrupt"
+
+
+# -- records behind a valid CRC that do not decode ----------------------------------------
+
+
+def restamped(batch: bytearray) -> bytes:
+    """The batch with its length and CRC made to match its (damaged) bytes again."""
+    struct.pack_into(">i", batch, 8, len(batch) - rb.LOG_OVERHEAD)
+    struct.pack_into(">I", batch, 17, rb.compute_crc(batch))
+    return bytes(batch)
+
+
+def damaged_records(codec: str, how: str) -> bytes:
+    batch = rb.build(EVENTS, rb.COMPRESSION_CODECS[codec])
+    if how == "flip":
+        batch[len(batch) - 6] ^= 0x40  # in the compressed stream or its checksum
+    elif how == "cut":
+        del batch[rb.HEADER_SIZE + 7:]
+    elif how == "unknown-codec":
+        batch[rb.ATTRIBUTES_AT + 1] = (batch[rb.ATTRIBUTES_AT + 1] & ~rb.CODEC_MASK) | 5
+    elif how == "header-key-not-utf8":
+        at = bytes(batch).index(b"src")
+        batch[at:at + 3] = b"\xff\xfe\xfd"
+    return restamped(batch)
+
+
+@pytest.mark.parametrize(("codec", "how"), [
+    ("gzip", "flip"), ("gzip", "cut"), ("snappy", "cut"), ("lz4", "flip"), ("zstd", "flip"),
+    ("none", "unknown-codec"), ("none", "header-key-not-utf8"), ("none", "cut")])
+def test_records_that_do_not_decode_raise_invalid_batch_whatever_the_codec_says(
+        codec: str, how: str) -> None:
+    batch = damaged_records(codec, how)
+    for decode in (lambda b: list(rb.records(b)), rb.record_columns):
+        with pytest.raises(rb.InvalidBatch, match="records do not decode") as info:
+            decode(batch)
+        assert isinstance(info.value, rb.ChannelEngineError)
+
+
+def test_records_of_a_cut_header_raise_invalid_batch() -> None:
+    for decode in (lambda b: list(rb.records(b)), rb.record_columns,
+                   lambda b: rb.unseal(b, None)):
+        with pytest.raises(rb.InvalidBatch, match="too few for a batch header"):
+            decode(b"\x00" * 20)
