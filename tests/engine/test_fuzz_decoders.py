@@ -36,7 +36,7 @@ from typing import Any
 import crc32c
 import pytest
 from channel_helpers import crash, make_config
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from channel_engine import (
@@ -55,12 +55,14 @@ from channel_engine.offset_index import OffsetIndex
 from channel_engine.segment import LogSegment
 from channel_engine.time_index import TimeIndex
 
-DEFAULT = settings(max_examples=25, derandomize=True, database=None, deadline=None,
+DEFAULT = settings(max_examples=60, derandomize=True, database=None, deadline=None,
                    suppress_health_check=list(HealthCheck))
 SLOW = settings(max_examples=1000, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
-OPEN_DEFAULT = settings(DEFAULT, max_examples=12)
-OPEN_SLOW = settings(SLOW, max_examples=250)
+OPEN_DEFAULT = settings(DEFAULT, max_examples=40)
+CHANNEL_OPEN_DEFAULT = settings(DEFAULT, max_examples=20)
+OPEN_SLOW = settings(SLOW, max_examples=1000)
+CHANNEL_OPEN_SLOW = settings(SLOW, max_examples=300)
 KEY_ID = "k2"
 INDEX_MAX_BYTES = 10 * 1024 * 1024
 # a decode may hold a few copies of its input and the objects it decodes, never what an
@@ -193,11 +195,13 @@ def mutations(draw: st.DrawFn, original: bytes, donors: list[bytes]) -> bytes:
     return bytes(data)
 
 
+def _json_containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=3),
-    max_leaves=6)
+    _json_containers, max_leaves=6)
 
 
 @st.composite
@@ -298,8 +302,9 @@ def engine_errors_only(decode: Callable[[], object], input_size: int) -> None:
     tracemalloc.start()
     try:
         decode()
-    except ChannelEngineError:
-        pass
+        event("decoded")
+    except ChannelEngineError as exc:
+        event(f"refused: {type(exc).__name__}")
     finally:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
@@ -430,7 +435,7 @@ def check_channel_json(real: Real, data_: st.DataObject) -> None:
 
 def check_key_file(real: Real, data_: st.DataObject) -> None:
     if "keys.json" not in real.files:
-        return  # the plain variant has no key file
+        pytest.skip("the plain variant has no key file")
     data = data_.draw(damaged(real, "keys.json"))
     path = real.scratch_file("keys.json", data)
     path.chmod(0o600)
@@ -502,8 +507,9 @@ def check_partition_open(real: Real, data_: st.DataObject) -> None:
     read_only = data_.draw(st.booleans())
     try:
         open_partition(real, partition_of(name), read_only)
-    except ChannelEngineError:
-        pass
+        event("opened and read")
+    except ChannelEngineError as exc:
+        event(f"refused: {type(exc).__name__}")
 
 
 def take_everything(channel: Channel) -> None:
@@ -527,31 +533,37 @@ def check_channel_open(real: Real, data_: st.DataObject) -> None:
         config = real.config.home  # as the tools open it: channel.json decides
     try:
         channel = Channel.open(config, read_only=read_only, owner_wait_ms=0)
-    except ChannelEngineError:
+    except ChannelEngineError as exc:
+        event(f"open refused: {type(exc).__name__}")
         return
     try:
         take_everything(channel) if not read_only else _read_everything(channel)
-    except ChannelEngineError:
-        pass
+        event("opened and drained")
+    except ChannelEngineError as exc:
+        event(f"opened, then refused: {type(exc).__name__}")
 
 
 def _read_everything(channel: Channel) -> None:
     try:
-        channel.status()
-        for partition in range(channel.config.partitions):
-            channel.read(partition, 0, 1000)
+        for partition in channel.status()["partitions"]:
+            offset, end = partition["log_start_offset"], partition["log_end_offset"]
+            while offset < end:
+                events = channel.read(partition["partition"], offset, 1000)
+                if not events:
+                    break
+                offset = events[-1].offset + 1
     finally:
         channel.close()
 
 
-@DEFAULT
+@OPEN_DEFAULT
 @given(data_=st.data())
 def test_it_opens_a_partition_log_with_one_mutated_file_or_raises_an_engine_error(
         real: Real, data_: st.DataObject) -> None:
     check_partition_open(real, data_)
 
 
-@OPEN_DEFAULT
+@CHANNEL_OPEN_DEFAULT
 @given(data_=st.data())
 def test_it_opens_a_channel_with_one_mutated_file_or_raises_an_engine_error(
         real: Real, data_: st.DataObject) -> None:
@@ -559,7 +571,7 @@ def test_it_opens_a_channel_with_one_mutated_file_or_raises_an_engine_error(
 
 
 @pytest.mark.slow
-@SLOW
+@OPEN_SLOW
 @given(data_=st.data())
 def test_it_opens_a_partition_log_with_one_mutated_file_many(real: Real,
                                                              data_: st.DataObject) -> None:
@@ -567,7 +579,7 @@ def test_it_opens_a_partition_log_with_one_mutated_file_many(real: Real,
 
 
 @pytest.mark.slow
-@OPEN_SLOW
+@CHANNEL_OPEN_SLOW
 @given(data_=st.data())
 def test_it_opens_a_channel_with_one_mutated_file_many(real: Real,
                                                        data_: st.DataObject) -> None:
