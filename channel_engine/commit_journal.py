@@ -42,6 +42,7 @@ from pathlib import Path
 import crc32c
 
 from channel_engine.atomic_file import fsync_directory
+from channel_engine.checkpoint import MAX_SEQUENCE
 from channel_engine.errors import CorruptStateError
 
 MAGIC = b"WCJN"
@@ -80,6 +81,9 @@ def generations(directory: Path) -> list[int]:
         if name.startswith("commits-") and name.endswith(".journal"):
             digits = name[len("commits-"):-len(".journal")]
             if digits.isdigit() and len(digits) == 20:
+                if int(digits) > MAX_SEQUENCE:  # no checkpoint gets there: not ours
+                    raise CorruptStateError(directory / name, f"generation {int(digits)} is "
+                                                              f"beyond {MAX_SEQUENCE}")
                 found.append(int(digits))
     return sorted(found)
 

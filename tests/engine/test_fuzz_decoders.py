@@ -473,7 +473,7 @@ def test_it_raises_only_engine_errors_decoding_mutated_files_many(real: Real, de
 
 
 # -- whole opens ---------------------------------------------------------------------------
-def mutate_one_file(real: Real, data_: st.DataObject, under: str = "") -> str:
+def mutate_one_file(real: Real, data_: st.DataObject, under: str | tuple[str, ...] = "") -> str:
     """Restore the pristine channel and damage one of its files (under `under`)."""
     real.restore()
     name = data_.draw(st.sampled_from(sorted(p for p in real.files if p.startswith(under))))
@@ -525,8 +525,9 @@ def take_everything(channel: Channel) -> None:
         channel.close()
 
 
-def check_channel_open(real: Real, data_: st.DataObject) -> None:
-    mutate_one_file(real, data_)
+def check_channel_open(real: Real, data_: st.DataObject,
+                       under: str | tuple[str, ...] = "") -> None:
+    mutate_one_file(real, data_, under)
     read_only = data_.draw(st.booleans())
     config: ChannelConfig | Path = real.config
     if data_.draw(st.booleans()):
@@ -570,6 +571,13 @@ def test_it_opens_a_channel_with_one_mutated_file_or_raises_an_engine_error(
     check_channel_open(real, data_)
 
 
+@CHANNEL_OPEN_DEFAULT
+@given(data_=st.data())
+def test_it_opens_a_channel_with_a_mutated_checkpoint_journal_or_config_or_raises_an_engine_error(
+        real: Real, data_: st.DataObject) -> None:
+    check_channel_open(real, data_, under=("home/", "backup/", "keys.json"))
+
+
 @pytest.mark.slow
 @OPEN_SLOW
 @given(data_=st.data())
@@ -584,6 +592,14 @@ def test_it_opens_a_partition_log_with_one_mutated_file_many(real: Real,
 def test_it_opens_a_channel_with_one_mutated_file_many(real: Real,
                                                        data_: st.DataObject) -> None:
     check_channel_open(real, data_)
+
+
+@pytest.mark.slow
+@CHANNEL_OPEN_SLOW
+@given(data_=st.data())
+def test_it_opens_a_channel_with_a_mutated_checkpoint_journal_or_config_many(
+        real: Real, data_: st.DataObject) -> None:
+    check_channel_open(real, data_, under=("home/", "backup/", "keys.json"))
 
 
 def test_the_real_channel_has_every_file_kind(real: Real) -> None:

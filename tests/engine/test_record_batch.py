@@ -1,6 +1,7 @@
 """record_batch: building Kafka v2 batches from events, and the checks that classify bytes."""
 from __future__ import annotations
 
+import resource
 import struct
 import time
 
@@ -307,3 +308,32 @@ def test_records_of_a_cut_header_raise_invalid_batch() -> None:
                    lambda b: rb.unseal(b, None)):
         with pytest.raises(rb.InvalidBatch, match="too few for a batch header"):
             decode(b"\x00" * 20)
+
+
+def claiming_gigabytes(codec: str) -> bytes:
+    """A compressed batch whose codec header claims a decompressed size of gigabytes."""
+    batch = rb.build(EVENTS * 20, rb.COMPRESSION_CODECS[codec])
+    start = rb.HEADER_SIZE
+    if codec == "snappy":  # xerial framing: 16-byte header, chunk length, varint raw length
+        varint_at = start + 20
+        used = next(i for i in range(varint_at, len(batch)) if batch[i] < 0x80) + 1 - varint_at
+        batch[varint_at:varint_at + used] = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F])
+        chunk = struct.unpack_from(">i", batch, start + 16)[0]
+        struct.pack_into(">i", batch, start + 16, chunk + 5 - used)
+    else:  # zstd: frame header descriptor with an 8-byte frame content size
+        assert batch[start + 4] >> 6 != 3
+        size_bytes = {0: 0, 1: 2, 2: 4}[batch[start + 4] >> 6]
+        if size_bytes == 0 and batch[start + 4] & 0x20:
+            size_bytes = 1
+        batch[start + 4:start + 5 + size_bytes] = bytes([0xE0]) + struct.pack("<Q", 3 << 30)
+    return restamped(batch)
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd"])
+def test_a_codec_header_claiming_gigabytes_is_refused_without_allocating_them(
+        codec: str) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(rb.InvalidBatch, match="records do not decode"):
+        list(rb.records(claiming_gigabytes(codec)))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 256 * 1024
