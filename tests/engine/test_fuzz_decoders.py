@@ -16,7 +16,7 @@ What must hold: a decoder returns, or raises one of the engine's own errors
 UnicodeDecodeError, a codec's error, MemoryError... — and never allocates by an
 unchecked length field (the peak Python allocation of a decode is bounded by the
 input's size). Opening a whole partition log, or a whole channel, with one
-mutated file either succeeds (and every read and take then also raises only
+mutated file either succeeds (and every read, put and take then also raises only
 engine errors) or raises an engine error.
 
 The default run is derandomized (the same examples in every CI run); the
@@ -513,9 +513,13 @@ def check_partition_open(real: Real, data_: st.DataObject) -> None:
 
 
 def take_everything(channel: Channel) -> None:
-    """status(), then take and commit until nothing is left (or an engine error)."""
+    """status(), a put to every partition, then take and commit until nothing is left (or
+    an engine error)."""
     try:
         channel.status()
+        with channel.put() as tx:
+            for key in (b"a", b"b", b"c", b"d"):
+                tx.put(b"after the damage", key=key)
         for _ in range(50):
             with channel.take() as tx:
                 if not tx.take(100):
