@@ -17,7 +17,8 @@ UnicodeDecodeError, a codec's error, MemoryError... — and never allocates by a
 unchecked length field (the peak Python allocation of a decode is bounded by the
 input's size). Opening a whole partition log, or a whole channel, with one
 mutated file either succeeds (and every read, put and take then also raises only
-engine errors) or raises an engine error.
+engine errors) or raises an engine error; `verify` of a channel with one mutated
+file reports or raises an engine error, nothing else.
 
 The default run is derandomized (the same examples in every CI run); the
 `slow` variants run many more random examples.
@@ -46,6 +47,7 @@ from channel_engine import (
     PendingEvent,
     commit_journal,
     log_state,
+    verify,
 )
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import record_batch as rb
@@ -580,6 +582,31 @@ def test_it_opens_a_channel_with_one_mutated_file_or_raises_an_engine_error(
 def test_it_opens_a_channel_with_a_mutated_checkpoint_journal_or_config_or_raises_an_engine_error(
         real: Real, data_: st.DataObject) -> None:
     check_channel_open(real, data_, under=("home/", "backup/", "keys.json"))
+
+
+def check_verify(real: Real, data_: st.DataObject) -> None:
+    """verify reads every file of the channel: it reports damage, it does not crash on it."""
+    mutate_one_file(real, data_)
+    try:
+        verify.verify_channel(real.config)
+        event("verified")
+    except ChannelEngineError as exc:
+        event(f"refused: {type(exc).__name__}")
+
+
+@CHANNEL_OPEN_DEFAULT
+@given(data_=st.data())
+def test_verify_reads_a_channel_with_one_mutated_file_or_raises_an_engine_error(
+        real: Real, data_: st.DataObject) -> None:
+    check_verify(real, data_)
+
+
+@pytest.mark.slow
+@CHANNEL_OPEN_SLOW
+@given(data_=st.data())
+def test_verify_reads_a_channel_with_one_mutated_file_many(real: Real,
+                                                           data_: st.DataObject) -> None:
+    check_verify(real, data_)
 
 
 @pytest.mark.slow
