@@ -37,8 +37,10 @@ from typing import Any
 import crc32c
 import pytest
 from channel_helpers import crash, make_config
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from channel_engine import (
     Channel,
@@ -298,6 +300,12 @@ def fixer_for(name: str) -> Callable[[bytearray], None]:
 
 
 # -- the check -----------------------------------------------------------------------------
+def event(outcome: str) -> None:
+    """Count an outcome in the statistics (--hypothesis-show-statistics)."""
+    if currently_in_test_context():
+        hypothesis_event(outcome)
+
+
 def engine_errors_only(decode: Callable[[], object], input_size: int) -> None:
     """Run a decode: it returns or raises a ChannelEngineError (anything else propagates
     and fails the example), within the allocation bound."""
@@ -647,3 +655,13 @@ def test_the_real_channel_has_every_file_kind(real: Real) -> None:
     assert ("keys.json" in real.files) == (real.variant == "sealed")
     for name in real.paths(".log"):
         decode_batches(real.files[name], real.sealer(partition_of(name)))
+
+
+def test_the_check_fails_on_a_foreign_error_and_on_an_allocation_by_a_length_field() -> None:
+    """The fuzz check can fail: what a broken decoder would do is caught."""
+    with pytest.raises(struct.error):
+        engine_errors_only(lambda: struct.unpack_from(">i", b"\x00"), 1)
+    claimed = ALLOCATION_LIMIT + 1000 * ALLOCATION_PER_INPUT_BYTE + 1
+    with pytest.raises(AssertionError, match="allocated"):
+        engine_errors_only(lambda: bytearray(claimed), 1000)
+    engine_errors_only(lambda: rb.check_header(b"\x00" * 61, 0, 0), 61)  # InvalidBatch: fine
