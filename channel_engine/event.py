@@ -7,6 +7,7 @@ Header values (Flume's headers are strings, sometimes null): a put may give byte
 str (stored as its UTF-8 bytes) or None (stored as b"", as Flume stores a null
 header value as ""). Reads always return bytes: a str comes back as its UTF-8
 bytes, None as b"".
+
 Both are NamedTuples: they are created by the million on the hot paths, and a
 NamedTuple costs a fraction of a frozen dataclass to build.
 """
@@ -55,7 +56,8 @@ def make_event(index: int, body: object, key: object = None, headers: object = N
         raise InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
     if headers is not None:
         if not isinstance(headers, Mapping):
-            raise InvalidEventError(index, "headers", "must be a mapping of str to bytes")
+            raise InvalidEventError(index, "headers", "must be a mapping of str to bytes, str "
+                                                      "or None")
         stored = {}
         for name, value in headers.items():
             if not isinstance(name, str):
