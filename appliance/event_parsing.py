@@ -18,7 +18,8 @@ Accepted bodies:
     body          string                      the body, UTF-8 encoded
     body_base64   string (base64)             the body as bytes (instead of body)
     key           string or null              the partition key, UTF-8 encoded
-    headers       object of string -> string  event headers (Flume's are strings)
+    headers       object of string -> string  event headers (Flume's are strings); a
+                  or null                     null value is stored as "" (as Flume does)
     timestamp     integer                     milliseconds since the epoch (default: now)
 """
 from __future__ import annotations
@@ -148,9 +149,12 @@ def _headers(index: int, headers: Any) -> dict[str, bytes] | None:
         raise EventError(index, "headers", "must be an object of strings")
     out = {}
     for name, value in headers.items():
-        if not isinstance(value, str):
-            raise EventError(index, f"headers.{name}", "must be a string")
-        out[name] = value.encode()
+        if value is None:  # Flume stores a null header value as ""
+            out[name] = b""
+        elif isinstance(value, str):
+            out[name] = value.encode()
+        else:
+            raise EventError(index, f"headers.{name}", "must be a string or null")
     return out
 
 

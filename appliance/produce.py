@@ -85,7 +85,10 @@ _EVENT_IN = {
         "body": {"type": "string"},
         "body_base64": {"type": "string", "format": "byte"},
         "key": {"type": "string", "nullable": True},
-        "headers": {"type": "object", "nullable": True, "additionalProperties": {"type": "string"}},
+        "headers": {"type": "object", "nullable": True,
+                    "additionalProperties": {"type": "string", "nullable": True},
+                    "description": "header values are strings; a null value is stored as "
+                                   "\"\" (as Flume does), and read back as \"\""},
         "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**63 - 1},
     },
     "oneOf": [{"required": ["body"], "not": {"required": ["body_base64"]}},

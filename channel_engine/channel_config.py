@@ -176,7 +176,7 @@ class ChannelConfig:
             return cls(**document)
         except ConfigError as exc:
             raise ConfigError(exc.field, f"{path}: {exc.reason}") from exc
-        except (TypeError, ValueError) as exc:  # a value of the wrong JSON type
+        except (TypeError, ValueError, AttributeError) as exc:  # a value of the wrong JSON type
             raise ConfigError("home", f"{path}: {exc}") from exc
 
     @classmethod

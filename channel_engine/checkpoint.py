@@ -28,7 +28,7 @@ the backup dir when dual checkpoints are on:
          0     4  magic               b"WCKP"
          4     1  version             2 (1 is still read: no pending puts)
          5     3  reserved            0
-         8     8  sequence            increases by one per checkpoint
+         8     8  sequence            increases by one per checkpoint (<= 2**31 - 1)
         16     8  written_at_ms       wall clock
         24     4  partitions          P
         28     -  P partition records:
@@ -68,6 +68,9 @@ COUNT = struct.Struct(">i")
 RANGE = struct.Struct(">qq")
 PENDING = struct.Struct(">qqq")
 CRC = struct.Struct(">I")
+# The owner numbers its take ids generation << 32 in a signed 64-bit field, so no channel
+# reaches a larger sequence (one checkpoint a second for 68 years); a larger one is damage.
+MAX_SEQUENCE = 2**31 - 1
 assert HEADER.size == 28 and PARTITION.size == 32 and RANGE.size == 16
 
 Range = tuple[int, int]
@@ -135,6 +138,8 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
     if version not in READABLE_VERSIONS:
         raise CorruptStateError(path, f"version {version} is not supported "
                                       f"(expected one of {READABLE_VERSIONS})", 4)
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise CorruptStateError(path, f"sequence {sequence} outside [0, {MAX_SEQUENCE}]", 8)
     position = HEADER.size
     partitions = []
     try:

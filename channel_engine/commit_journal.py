@@ -63,6 +63,7 @@ from pathlib import Path
 import crc32c
 
 from channel_engine.atomic_file import fsync_directory
+from channel_engine.checkpoint import MAX_SEQUENCE
 from channel_engine.errors import CorruptRecordError, CorruptStateError
 
 MAGIC = b"WCJN"
@@ -97,8 +98,12 @@ def journal_path(directory: Path, generation: int) -> Path:
 
 def generations(directory: Path) -> list[int]:
     """Generations of the journals present, ascending."""
-    return sorted(g for g in map(_named_generation, map(Path, os.listdir(directory)))
-                  if g is not None)
+    found = sorted(g for g in map(_named_generation, map(Path, os.listdir(directory)))
+                   if g is not None)
+    if found and found[-1] > MAX_SEQUENCE:  # no checkpoint gets there: not ours
+        raise CorruptStateError(journal_path(directory, found[-1]),
+                                f"generation {found[-1]} is beyond {MAX_SEQUENCE}", 0)
+    return found
 
 
 def journal_generation(path: Path) -> int:

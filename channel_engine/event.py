@@ -2,6 +2,12 @@
 
 A Flume event maps onto a Kafka record: body -> value, headers -> headers,
 plus key and timestamp (milliseconds since the epoch, Kafka's CreateTime).
+
+Header values (Flume's headers are strings, sometimes null): a put may give bytes,
+str (stored as its UTF-8 bytes) or None (stored as b"", as Flume stores a null
+header value as ""). Reads always return bytes: a str comes back as its UTF-8
+bytes, None as b"".
+
 Both are NamedTuples: they are created by the million on the hot paths, and a
 NamedTuple costs a fraction of a frozen dataclass to build.
 """
@@ -13,13 +19,15 @@ from typing import NamedTuple
 
 from channel_engine.errors import InvalidEventError
 
+HeaderValue = bytes | bytearray | memoryview | str | None  # what a put may give
+
 
 class PendingEvent(NamedTuple):
     """An event not yet in the log: a body, and optionally key, headers and timestamp."""
 
     body: bytes
     key: bytes | None = None
-    headers: Mapping[str, bytes] | None = None
+    headers: Mapping[str, HeaderValue] | None = None
     timestamp: int | None = None
 
 
@@ -48,18 +56,38 @@ def make_event(index: int, body: object, key: object = None, headers: object = N
         raise InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
     if headers is not None:
         if not isinstance(headers, Mapping):
-            raise InvalidEventError(index, "headers", "must be a mapping of str to bytes")
+            raise InvalidEventError(index, "headers", "must be a mapping of str to bytes, str "
+                                                      "or None")
+        stored = {}
         for name, value in headers.items():
             if not isinstance(name, str):
                 raise InvalidEventError(index, "headers", f"names must be str, not {name!r}")
-            if not isinstance(value, _BYTES):
-                raise InvalidEventError(index, f"headers.{name}",
-                                        f"must be bytes, not {type(value).__name__}")
+            stored[name] = header_value(index, name, value)
+        headers = stored
     if timestamp is not None and (type(timestamp) is not int
                                   or not 0 <= timestamp <= _MAX_TIMESTAMP):
         raise InvalidEventError(index, "timestamp",
                                 f"must be milliseconds in [0, 2**63), not {timestamp!r}")
     return PendingEvent(body, key, headers, timestamp)  # type: ignore[arg-type]
+
+
+def header_value(index: int, name: str, value: object) -> bytes:
+    """A header value as stored: bytes as given, str as UTF-8, None as b"" (Flume's "");
+    InvalidEventError naming the event and header for anything else."""
+    if type(value) is bytes:
+        return value
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidEventError(index, f"headers.{name}",
+                                    f"str is not valid UTF-8 ({exc.reason})") from None
+    if isinstance(value, _BYTES):
+        return bytes(value)
+    raise InvalidEventError(index, f"headers.{name}",
+                            f"must be bytes, str or None, not {type(value).__name__}")
 
 
 _FIELD = [itemgetter(i) for i in range(4)]

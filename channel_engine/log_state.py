@@ -21,7 +21,8 @@ fsync, rename, fsync the directory).
 Rules: the clean flag is written only at close, after every segment is trimmed
 and fsynced and the directory fsynced; a writer that opens the log rewrites the
 file with the flag clear *before* loading segments, so a crash while loading
-counts as unclean (KAFKA-10471). A file that fails its checks is reported and
+counts as unclean (KAFKA-10471). Offsets lie in [0, 2**62]. A file that fails its
+checks (size, magic, version, CRC, offsets) is reported and
 treated as absent: recovery then scans the whole log, which is slow but safe.
 """
 from __future__ import annotations
@@ -42,6 +43,9 @@ FLAG_CLEAN = 0x01
 BODY = struct.Struct(">4sBBHqqqq")
 CRC = struct.Struct(">I")
 SIZE = BODY.size + CRC.size
+# No log gets near it (146 years at 10**9 events a second); a larger offset is damage, and
+# trusting one would overflow int64 offsets at the next append.
+MAX_OFFSET = 2**62
 assert SIZE == 44
 
 
@@ -83,6 +87,10 @@ def decode(data: bytes, path: Path | str = "log.state") -> LogState:
     (stored,) = CRC.unpack_from(data, BODY.size)
     if crc32c.crc32c(data[: BODY.size]) != stored:
         raise CorruptStateError(path, "CRC-32C mismatch", BODY.size)
+    for name, offset, at in (("log_start_offset", start, 8), ("recovery_point", recovery, 16),
+                             ("log_end_offset", end, 24)):
+        if not 0 <= offset <= MAX_OFFSET:
+            raise CorruptStateError(path, f"{name} {offset} outside [0, {MAX_OFFSET}]", at)
     return LogState(start, recovery, end, bool(flags & FLAG_CLEAN), written)
 
 

@@ -39,7 +39,8 @@ Record (zig-zag varints): length, attributes i8, timestampDelta, offsetDelta,
 keyLength + key (-1 = null), valueLength + value, headerCount, then per header
 keyLength + key (UTF-8), valueLength + value.
 
-Event -> record: body -> value, key -> key, headers (str -> bytes) -> headers,
+Event -> record: body -> value, key -> key, headers (str -> bytes) -> headers (a str
+value is stored as its UTF-8 bytes, None as b"": event.header_value),
 timestamp -> the record timestamp (CreateTime; "now" when the producer gave none).
 
 A batch at a position is valid when: at least 12 bytes remain, batchLength >= 49,
@@ -57,11 +58,10 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol, cast
 
 import crc32c as _crc32c
-from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from channel_engine.errors import ChannelEngineError, InvalidEventError
-from channel_engine.event import PendingEvent
+from channel_engine.event import PendingEvent, header_value
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -136,8 +136,9 @@ class BatchHeader(NamedTuple):
         return CODEC_NAMES.get(self.attributes & CODEC_MASK, "unknown")
 
 
-class InvalidBatch(Exception):
-    """The bytes at a position are not a valid batch. kind: partial, zero_tail or corrupt."""
+class InvalidBatch(ChannelEngineError):
+    """The bytes at a position are not a valid batch. kind: partial, zero_tail or corrupt.
+    Callers that know the file turn it into CorruptRecordError (file and position)."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
@@ -261,9 +262,9 @@ def build(events: Sequence[PendingEvent], compression: int = 0,
 
 def _header_list(index: int, headers: object) -> list[tuple[str, bytes]]:
     items = list(headers.items())  # type: ignore[attr-defined]
-    for name, value in items:
-        if value is None:
-            raise InvalidEventError(index, f"headers.{name}", "must be bytes, not None")
+    for position, (name, value) in enumerate(items):
+        if type(value) is not bytes:  # str -> UTF-8, None -> b"" (event.header_value)
+            items[position] = (name, header_value(index, name, value))
     return items
 
 
@@ -309,6 +310,8 @@ def seal(batch: bytearray, sealer: Sealer) -> bytearray:
 def unseal(batch: bytes, sealer: Sealer | None) -> bytes:
     """The batch with its records decrypted, if it is encrypted; raise DecryptionError on a
     wrong key or damage, EncryptedBatchError when there is no sealer."""
+    if len(batch) < HEADER_SIZE:
+        raise InvalidBatch("partial", f"{len(batch)} bytes, too few for a batch header")
     header = read_header(batch)
     if not header.attributes & ENCRYPTED_MASK:
         return batch
@@ -330,16 +333,31 @@ def set_base_offset(batch: bytearray, base_offset: int) -> None:
 Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
 
-def records(batch: bytes) -> Iterator[Record]:
-    """Yield (offset, timestamp, key, value, headers) of each record of a valid batch
-    (an encrypted one must go through unseal() first)."""
+def _plain_batch(batch: bytes) -> DefaultRecordBatch:
+    if len(batch) < HEADER_SIZE:
+        raise InvalidBatch("partial", f"{len(batch)} bytes, too few for a batch header")
     if read_header(batch).attributes & ENCRYPTED_MASK:
         raise EncryptedBatchError("batch is encrypted: unseal it with the channel's key ring")
+    return DefaultRecordBatch(batch)
+
+
+def _undecodable(exc: Exception) -> InvalidBatch:
+    # The codec is third-party: behind a valid CRC a damaged records section raises
+    # CorruptRecordException, a decompressor's own error (zlib.error, EOFError,
+    # cramjam.DecompressionError, ...), UnicodeDecodeError (a header key) or struct.error.
+    return InvalidBatch("corrupt", f"records do not decode: {type(exc).__name__}: {exc}")
+
+
+def records(batch: bytes) -> Iterator[Record]:
+    """Yield (offset, timestamp, key, value, headers) of each record of a valid batch
+    (an encrypted one must go through unseal() first); InvalidBatch if they do not decode."""
     try:
-        for record in DefaultRecordBatch(batch):
+        for record in _plain_batch(batch):
             yield record.offset, record.timestamp, record.key, record.value, record.headers
-    except CorruptRecordException as exc:
-        raise InvalidBatch("corrupt", f"records do not decode: {exc}") from exc
+    except (InvalidBatch, EncryptedBatchError):
+        raise
+    except Exception as exc:
+        raise _undecodable(exc) from exc
 
 
 Headers = list[tuple[str, bytes | None]]
@@ -351,8 +369,6 @@ def record_columns(batch: bytes) -> RecordColumns:
     """records() column by column: (offsets, timestamps, keys, values, headers) lists of a
     valid batch, for bulk readers (the Spark source) that would otherwise build a tuple per
     record. The same checks and errors as records()."""
-    if read_header(batch).attributes & ENCRYPTED_MASK:
-        raise EncryptedBatchError("batch is encrypted: unseal it with the channel's key ring")
     offsets: list[int] = []
     timestamps: list[int] = []
     keys: list[bytes | None] = []
@@ -361,12 +377,14 @@ def record_columns(batch: bytes) -> RecordColumns:
     add_offset, add_timestamp, add_key = offsets.append, timestamps.append, keys.append
     add_value, add_headers = values.append, headers.append
     try:
-        for record in DefaultRecordBatch(batch):
+        for record in _plain_batch(batch):
             add_offset(record.offset)
             add_timestamp(record.timestamp)
             add_key(record.key)
             add_value(record.value)
             add_headers(record.headers)
-    except CorruptRecordException as exc:
-        raise InvalidBatch("corrupt", f"records do not decode: {exc}") from exc
+    except (InvalidBatch, EncryptedBatchError):
+        raise
+    except Exception as exc:
+        raise _undecodable(exc) from exc
     return offsets, timestamps, keys, values, headers

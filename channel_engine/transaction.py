@@ -21,7 +21,7 @@ from channel_engine.errors import (
     TransactionCapacityError,
     TransactionStateError,
 )
-from channel_engine.event import Event, PendingEvent, check_events, make_event
+from channel_engine.event import Event, HeaderValue, PendingEvent, check_events, make_event
 from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 
 if TYPE_CHECKING:
@@ -77,8 +77,10 @@ class PutTransaction(_Transaction):
         return len(self._events)
 
     def put(self, body: bytes, key: bytes | None = None,
-            headers: Mapping[str, bytes] | None = None, timestamp: int | None = None) -> None:
-        """Add one event; checked now (InvalidEventError names the field), written at commit."""
+            headers: Mapping[str, HeaderValue] | None = None,
+            timestamp: int | None = None) -> None:
+        """Add one event; checked now (InvalidEventError names the field), written at commit.
+        Header values may be bytes, str (stored UTF-8) or None (stored as b"")."""
         self._check_open()
         capacity = self._channel.config.transaction_capacity
         if len(self._events) >= capacity:

@@ -23,6 +23,16 @@ def test_flume_http_source_json() -> None:
         PendingEvent(b"line one", None, {"timestamp": b"1", "host": b"web1"}, None)]
 
 
+@pytest.mark.parametrize("content_type, body", [
+    ("application/json", b'{"events": [{"body": "x", "headers": {"h": null, "g": "v"}}]}'),
+    ("application/json", b'[{"headers": {"h": null, "g": "v"}, "body": "x"}]'),
+    ("application/x-ndjson", b'{"body": "x", "headers": {"h": null, "g": "v"}}\n'),
+], ids=["weir-json", "flume-json", "ndjson"])
+def test_a_null_header_value_is_stored_as_empty_as_flume_does(content_type: str,
+                                                              body: bytes) -> None:
+    assert parse(body, content_type) == [PendingEvent(b"x", None, {"h": b"", "g": b"v"}, None)]
+
+
 def test_ndjson_skips_blank_lines() -> None:
     body = b'{"body": "a"}\n\n{"body": "b", "key": "k"}\n'
     assert [e.body for e in parse(body, "application/x-ndjson")] == [b"a", b"b"]

@@ -60,6 +60,20 @@ def test_flume_and_ndjson_clients_work_unchanged(orders: Channel) -> None:
     assert untaken(orders) == 3
 
 
+def test_null_header_values_are_stored_empty_and_read_back_as_bytes(orders: Channel) -> None:
+    client = client_for("produce", channel=orders)
+    flume = [{"headers": {"host": "web1", "gone": None}, "body": "from flume"}]
+    weir = {"events": [{"body": "from weir", "key": "k", "headers": {"h": None}}]}
+    assert post(client, flume).status_code == 200
+    assert post(client, weir).status_code == 200
+    assert post(client, b'{"body": "nd", "headers": {"n": null}}\n', "application/x-ndjson"
+                ).status_code == 200
+    with channels.open_channel(orders).take() as take:
+        headers = {event.body: event.headers for event in take.take(10)}
+    assert headers == {b"from flume": {"host": b"web1", "gone": b""},
+                       b"from weir": {"h": b""}, b"nd": {"n": b""}}
+
+
 @pytest.mark.parametrize(("body", "status", "field"), [
     ({"events": [{"body": "ok"}, {"body": 1}]}, 400, "body"),
     ({"events": [{"body": "ok", "timestamp": "yesterday"}]}, 400, "timestamp"),

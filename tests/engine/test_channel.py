@@ -86,7 +86,8 @@ def test_bad_events_are_refused_naming_index_and_field(tmp_path: Path) -> None:
         tx.put(b"fine")
         cases: list[tuple[dict[str, Any], str]] = [
             ({"body": "text"}, "body"), ({"body": b"x", "key": 5}, "key"),
-            ({"body": b"x", "headers": {"h": "str"}}, "headers.h"),
+            ({"body": b"x", "headers": {"h": 1.5}}, "headers.h"),
+            ({"body": b"x", "headers": {"h": "\udcff"}}, "headers.h"),
             ({"body": b"x", "headers": [("h", b"v")]}, "headers"),
             ({"body": b"x", "timestamp": -1}, "timestamp"),
             ({"body": b"x", "timestamp": 1.5}, "timestamp")]

@@ -147,6 +147,25 @@ def test_it_refuses_an_unknown_setting_in_channel_json(tmp_path: Path) -> None:
     assert caught.value.field == "capacityy"
 
 
+@pytest.mark.parametrize(("change", "words"), [
+    ({"checkpoint_dir": None}, "missing 1 required"),  # None: the setting is removed
+    ({"data_dirs": 5}, "not a valid channel config"),
+    ({"data_dirs": [5]}, "must be an absolute path"),
+])
+def test_it_refuses_a_channel_json_with_a_setting_missing_or_mistyped(
+        tmp_path: Path, change: dict[str, Any], words: str) -> None:
+    path = config(tmp_path).save()
+    document = json.loads(path.read_text())
+    for name, value in change.items():
+        if value is None:
+            del document[name]
+        else:
+            document[name] = value
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=words):
+        ChannelConfig.load(path)
+
+
 def test_every_setting_has_a_doc() -> None:
     docs = ChannelConfig.docs()
     assert set(docs) == {f.name for f in dataclasses.fields(ChannelConfig)}

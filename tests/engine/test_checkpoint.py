@@ -43,10 +43,17 @@ def sample(sequence: int = 7) -> cp.Checkpoint:
     ))
 
 
-@given(st.integers(0, 2**62), st.integers(0, 2**62), st.lists(partitions, max_size=6))
+@given(st.integers(0, cp.MAX_SEQUENCE), st.integers(0, 2**62), st.lists(partitions, max_size=6))
 def test_it_round_trips_any_checkpoint(sequence: int, written: int, parts: list) -> None:  # type: ignore[type-arg]
     checkpoint = cp.Checkpoint(sequence, written, tuple(parts))
     assert cp.decode(cp.encode(checkpoint)) == checkpoint
+
+
+@pytest.mark.parametrize("sequence", [-1, cp.MAX_SEQUENCE + 1, 2**56 + 2])
+def test_it_refuses_a_sequence_no_channel_reaches_even_with_a_valid_crc(sequence: int) -> None:
+    # a larger sequence made the owner's take ids overflow the journal's int64 at first take
+    with pytest.raises(CorruptStateError, match=f"sequence {sequence} outside"):
+        cp.decode(cp.encode(sample(sequence)))
 
 
 def test_it_reads_the_golden_file_of_version_1() -> None:

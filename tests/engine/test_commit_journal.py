@@ -182,6 +182,12 @@ def test_it_replays_newer_generations_in_order_and_removes_older(tmp_path: Path)
     assert tj.remove_before(tmp_path, 2) == 1 and tj.generations(tmp_path) == [2, 3]
 
 
+def test_it_refuses_a_journal_generation_no_checkpoint_reaches(tmp_path: Path) -> None:
+    tj.journal_path(tmp_path, 2**31).write_bytes(b"")
+    with pytest.raises(CorruptStateError, match="generation 2147483648 is beyond"):
+        tj.generations(tmp_path)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.randoms(use_true_random=False), st.integers(0, 60))
 def test_checkpoint_plus_journal_rebuilds_the_live_queue(rng: random.Random,

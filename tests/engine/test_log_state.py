@@ -19,7 +19,7 @@ STATE = LogState(log_start_offset=7, recovery_point=1_000, log_end_offset=1_234,
 
 def test_it_round_trips_every_field():
     for state in (STATE, STATE.with_(clean_shutdown=False),
-                  LogState(2**62, 2**62 + 1, 2**63 - 1, True, 1)):
+                  LogState(2**62 - 1, 2**62, 2**62, True, 1)):  # the largest offsets allowed
         assert log_state.decode(log_state.encode(state)) == state
 
 
@@ -119,3 +119,12 @@ def test_decode_of_mutated_bytes_raises_only_engine_errors(extra, at, patch):
             log_state.decode(data, "state")
         except CorruptStateError as exc:
             assert str(exc).startswith("state: byte ")
+
+
+@pytest.mark.parametrize("field", ["log_start_offset", "recovery_point", "log_end_offset"])
+@pytest.mark.parametrize("offset", [-1, log_state.MAX_OFFSET + 1, 2**63 - 5])
+def test_it_refuses_an_offset_no_log_reaches_even_with_a_valid_crc(field, offset):
+    # log_start_offset 2**63 - 5 deleted every segment at open and overflowed int64 offsets
+    data = log_state.encode(LogState(3, 5, 8).with_(**{field: offset}))
+    with pytest.raises(CorruptStateError, match=f"{field} {offset} outside"):
+        log_state.decode(data)

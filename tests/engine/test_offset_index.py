@@ -193,3 +193,9 @@ def test_it_renames_and_deletes_its_file(filled, path):
     assert not path.exists() and new.exists()
     filled.delete()
     assert not new.exists()
+
+
+def test_it_refuses_to_load_a_position_below_byte_zero(path):
+    path.write_bytes(struct.pack(">iiii", 3, -8, 10, 250))  # increasing, but -8 is no byte
+    with pytest.raises(CorruptIndexError, match="position -8 below byte 0"):
+        index_at(path, writable=False).load()

@@ -25,7 +25,7 @@ def test_put_all_checks_every_event_first_and_adds_none_if_one_is_bad(tmp_path: 
         good = [PendingEvent(b"plain"), PendingEvent(b"keyed", key=b"k"),
                 PendingEvent(b"full", b"k", {"h": b"v"}, 5)]
         bad_ones = [(PendingEvent("text"), "body"), (PendingEvent(b"x", key="k"), "key"),
-                    (PendingEvent(b"x", headers={"h": "v"}), "headers.h"),
+                    (PendingEvent(b"x", headers={"h": 5}), "headers.h"),
                     (PendingEvent(b"x", timestamp=-1), "timestamp"),
                     (PendingEvent(b"x", timestamp=True), "timestamp")]
         for bad, field in bad_ones:

@@ -1,6 +1,7 @@
 """record_batch: building Kafka v2 batches from events, and the checks that classify bytes."""
 from __future__ import annotations
 
+import resource
 import struct
 import time
 
@@ -124,8 +125,8 @@ def test_it_keeps_the_crc_valid_when_the_base_offset_is_set():
         ([PendingEvent("text")], 0, "body"),
         ([PendingEvent(5)], 0, "body"),
         ([PendingEvent(b"a"), PendingEvent(b"b"), PendingEvent(b"c", key="k")], 2, "key"),
-        ([PendingEvent(b"a", headers={"h": "v"})], 0, "headers"),
-        ([PendingEvent(b"a", headers={"h": None})], 0, "headers.h"),
+        ([PendingEvent(b"a", headers={"h": 5})], 0, "headers.h"),
+        ([PendingEvent(b"a", headers={"h": "\udcff"})], 0, "headers.h"),
         ([PendingEvent(b"a", headers={b"h": b"v"})], 0, "headers"),
         ([PendingEvent(b"a", headers=[("h", b"v")])], 0, "headers"),
         ([PendingEvent(b"a", timestamp=-1)], 0, "timestamp"),
@@ -135,7 +136,8 @@ def test_it_keeps_the_crc_valid_when_the_base_offset_is_set():
         ([(b"not a PendingEvent",)], 0, "event"),
         ([], 0, "events"),
     ],
-    ids=["body-None", "body-str", "body-int", "key-str", "header-value-str", "header-value-None",
+    ids=["body-None", "body-str", "body-int", "key-str", "header-value-int",
+         "header-value-not-utf8",
          "header-name-bytes", "headers-not-mapping", "timestamp-negative", "timestamp-float",
          "timestamp-bool", "timestamp-str", "not-an-event", "empty-list"],
 )
@@ -263,3 +265,75 @@ def test_it_raises_invalid_batch_when_records_do_not_decode():
     with pytest.raises(rb.InvalidBatch) as info:
         list(rb.records(bytes(buf)))
     assert info.value.kind == "corrupt"
+
+
+# -- records behind a valid CRC that do not decode ----------------------------------------
+
+
+def restamped(batch: bytearray) -> bytes:
+    """The batch with its length and CRC made to match its (damaged) bytes again."""
+    struct.pack_into(">i", batch, 8, len(batch) - rb.LOG_OVERHEAD)
+    struct.pack_into(">I", batch, 17, rb.compute_crc(batch))
+    return bytes(batch)
+
+
+def damaged_records(codec: str, how: str) -> bytes:
+    batch = rb.build(EVENTS, rb.COMPRESSION_CODECS[codec])
+    if how == "flip":
+        batch[len(batch) - 6] ^= 0x40  # in the compressed stream or its checksum
+    elif how == "cut":
+        del batch[rb.HEADER_SIZE + 7:]
+    elif how == "unknown-codec":
+        batch[rb.ATTRIBUTES_AT + 1] = (batch[rb.ATTRIBUTES_AT + 1] & ~rb.CODEC_MASK) | 5
+    elif how == "header-key-not-utf8":
+        at = bytes(batch).index(b"src")
+        batch[at:at + 3] = b"\xff\xfe\xfd"
+    return restamped(batch)
+
+
+@pytest.mark.parametrize(("codec", "how"), [
+    ("gzip", "flip"), ("gzip", "cut"), ("snappy", "cut"), ("lz4", "flip"), ("zstd", "flip"),
+    ("none", "unknown-codec"), ("none", "header-key-not-utf8"), ("none", "cut")])
+def test_records_that_do_not_decode_raise_invalid_batch_whatever_the_codec_says(
+        codec: str, how: str) -> None:
+    batch = damaged_records(codec, how)
+    for decode in (lambda b: list(rb.records(b)), rb.record_columns):
+        with pytest.raises(rb.InvalidBatch, match="records do not decode") as info:
+            decode(batch)
+        assert isinstance(info.value, rb.ChannelEngineError)
+
+
+def test_records_of_a_cut_header_raise_invalid_batch() -> None:
+    for decode in (lambda b: list(rb.records(b)), rb.record_columns,
+                   lambda b: rb.unseal(b, None)):
+        with pytest.raises(rb.InvalidBatch, match="too few for a batch header"):
+            decode(b"\x00" * 20)
+
+
+def claiming_gigabytes(codec: str) -> bytes:
+    """A compressed batch whose codec header claims a decompressed size of gigabytes."""
+    batch = rb.build(EVENTS * 20, rb.COMPRESSION_CODECS[codec])
+    start = rb.HEADER_SIZE
+    if codec == "snappy":  # xerial framing: 16-byte header, chunk length, varint raw length
+        varint_at = start + 20
+        used = next(i for i in range(varint_at, len(batch)) if batch[i] < 0x80) + 1 - varint_at
+        batch[varint_at:varint_at + used] = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F])
+        chunk = struct.unpack_from(">i", batch, start + 16)[0]
+        struct.pack_into(">i", batch, start + 16, chunk + 5 - used)
+    else:  # zstd: frame header descriptor with an 8-byte frame content size
+        assert batch[start + 4] >> 6 != 3
+        size_bytes = {0: 0, 1: 2, 2: 4}[batch[start + 4] >> 6]
+        if size_bytes == 0 and batch[start + 4] & 0x20:
+            size_bytes = 1
+        batch[start + 4:start + 5 + size_bytes] = bytes([0xE0]) + struct.pack("<Q", 3 << 30)
+    return restamped(batch)
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd"])
+def test_a_codec_header_claiming_gigabytes_is_refused_without_allocating_them(
+        codec: str) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(rb.InvalidBatch, match="records do not decode"):
+        list(rb.records(claiming_gigabytes(codec)))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 256 * 1024
