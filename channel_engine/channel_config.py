@@ -177,7 +177,7 @@ class ChannelConfig:
         except ConfigError as exc:
             raise ConfigError(exc.field, f"{path}: {exc.reason}") from exc
         except (TypeError, ValueError, AttributeError) as exc:  # a value of the wrong JSON type
-            raise ConfigError("home", f"{path}: {exc}") from exc
+            raise ConfigError("home", f"{path}: not a valid channel config ({exc})") from exc
 
     @classmethod
     def docs(cls) -> dict[str, str]:

@@ -148,7 +148,7 @@ def test_it_refuses_an_unknown_setting_in_channel_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "words"), [
-    ({"checkpoint_dir": None}, "missing 1 required"),  # None: the setting is removed
+    ({"checkpoint_dir": None}, "required setting missing"),  # None: the setting is removed
     ({"data_dirs": 5}, "not a valid channel config"),
     ({"data_dirs": [5]}, "must be an absolute path"),
 ])

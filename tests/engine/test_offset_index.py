@@ -197,5 +197,5 @@ def test_it_renames_and_deletes_its_file(filled, path):
 
 def test_it_refuses_to_load_a_position_below_byte_zero(path):
     path.write_bytes(struct.pack(">iiii", 3, -8, 10, 250))  # increasing, but -8 is no byte
-    with pytest.raises(CorruptIndexError, match="position -8 below byte 0"):
+    with pytest.raises(CorruptIndexError, match="position -8 is negative"):
         index_at(path, writable=False).load()
