@@ -31,6 +31,7 @@ them (the channel's shared state), not by this snapshot.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import time
 from dataclasses import dataclass
@@ -42,25 +43,36 @@ from channel_engine.config import LogConfig
 from channel_engine.errors import CorruptStateError
 from channel_engine.filenames import (
     DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
+    REPAIR_SUFFIX,
+    STRAY_SUFFIX,
+    TIME_INDEX_SUFFIX,
     TMP_SUFFIX,
+    is_kept_aside,
+    offset_prefix,
+    parse_repair_marker,
     parse_segment_file,
     segment_file,
 )
 from channel_engine.log_state import LogState
+from channel_engine.record_batch import HEADER_SIZE, InvalidBatch, check_batch, is_zero
 from channel_engine.recovery import (
+    DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
     LOG_END_MISMATCH,
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
+    STRAY_MOVED,
     TRUNCATED,
     ZERO_TAIL_CUT,
     RecoveryAction,
     RecoveryReport,
 )
-from channel_engine.segment import LogSegment
+from channel_engine.segment import LogSegment, ScanResult
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +87,16 @@ class LoadedLog:
     report: RecoveryReport
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """What bounds one segment: `bound`, the offset its batches stay below (the next
+    segment's base, or a clean log's end; None when unknown); `durable_end`, the offset
+    below which its offsets were known to be on disk (damage there is counted as lost)."""
+
+    bound: int | None
+    durable_end: int | None
+
+
 def load(
     directory: Path, config: LogConfig, writable: bool, force_recovery: bool = False
 ) -> LoadedLog:
@@ -85,37 +107,59 @@ def load(
     started = time.monotonic()
     report = RecoveryReport(str(directory))
     state_path = directory / LOG_STATE_FILE
+    if writable:
+        _move_strays(directory, report)
     try:
         state = log_state.read(state_path)
         if state is None:
             report.state_problem = "log.state is missing"
     except CorruptStateError as exc:
         state, report.state_problem = None, str(exc)
+    # what log.state knew was on disk: never forgotten, not even by force_recovery
+    clean_end = state.log_end_offset if state and state.clean_shutdown else None
+    known_end = None if state is None else (clean_end if clean_end is not None
+                                            else state.recovery_point)
+    if writable and state is not None and (state.clean_shutdown or force_recovery):
+        log_state.write(state_path, state.with_(clean_shutdown=False))
     if state is not None and force_recovery:
         state = state.with_(clean_shutdown=False, recovery_point=state.log_start_offset)
     clean = bool(state and state.clean_shutdown)
     report.clean_shutdown = clean
-    if writable and state is not None and (clean or force_recovery):
-        log_state.write(state_path, state.with_(clean_shutdown=False))
     if writable:
-        _delete_strays(directory, report)
+        _delete_leftovers(directory, report)
 
-    bases = log_bases(directory)
-    log_start = state.log_start_offset if state else (bases[0] if bases else 0)
+    log_start = state.log_start_offset if state else 0
+    bases = _sort_out_stray_segments(directory, log_bases(directory), clean_end, writable,
+                                     report)
+    if state is None:
+        log_start = bases[0] if bases else 0
+    repairs = repair_markers(directory)
     recovery_point = state.recovery_point if state and not clean else None
-    segments = []
-    for i, base in enumerate(bases):
+    segments: list[LogSegment] = []
+    fresh: set[int] = set()  # split off by a repair in this open: CRC-walked whole
+    i = 0
+    while i < len(bases):
+        base = bases[i]
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        i += 1
+        if next_base is None and _stray_empty_last(directory, base, segments, log_start,
+                                                   known_end, writable, report):
+            continue
         seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
                               index_interval_bytes=config.index_interval_bytes, writable=writable)
-        next_base = bases[i + 1] if i + 1 < len(bases) else None
-        if state is None:
-            _recover(seg, 0, report)
+        limits = _Limits(next_base if next_base is not None else clean_end,
+                         next_base if next_base is not None else known_end)
+        if state is None or base in repairs or base in fresh:
+            split = _recover(seg, 0, limits, report)
         elif clean or (next_base is not None and next_base <= (recovery_point or 0)):
-            _load_trusted(seg, report, expected_end=state.log_end_offset if clean and
-                          next_base is None else None)
+            split = _load_trusted(seg, report, limits, expected_end=state.log_end_offset
+                                  if clean and next_base is None else None)
         else:
-            _recover(seg, recovery_point or 0, report)
+            split = _recover(seg, recovery_point or 0, limits, report)
         segments.append(seg)
+        if split is not None and writable:
+            bases.insert(i, split)
+            fresh.add(split)
     report.segments = len(segments)
 
     if writable:
@@ -127,7 +171,7 @@ def load(
             index_interval_bytes=config.index_interval_bytes,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0))
     log_end = segments[-1].next_offset if segments else log_start
-    known_end = _report_lost_end(directory, state, clean, log_end, report)
+    known_end = _report_lost_end(directory, known_end, log_end, report)
     if writable and known_end > log_end:
         # never hand out again an offset that was committed once: start after the hole
         if segments[-1].size == 0:
@@ -145,6 +189,7 @@ def load(
         fsync_directory(directory)
         recovery_point = log_end
         log_state.write(state_path, LogState(log_start, recovery_point, log_end))
+        _clear_repair_markers(directory, repairs)
     else:
         recovery_point = log_end  # a reader's snapshot: every complete batch on disk
     report.recovery_point = recovery_point
@@ -164,12 +209,66 @@ def _segment_files(directory: Path) -> list[tuple[int, str]]:
     found = []
     for name in os.listdir(directory):
         parsed = parse_segment_file(name)
-        if parsed is not None:
+        if parsed is not None and os.path.isfile(directory / name):
             found.append(parsed)
     return found
 
 
-def _delete_strays(directory: Path, report: RecoveryReport) -> None:
+def repair_markers(directory: Path) -> set[int]:
+    """Base offsets named by `.repair` markers: segments a read found damaged."""
+    return {base for base in map(parse_repair_marker, os.listdir(directory))
+            if base is not None}
+
+
+def mark_for_repair(directory: Path, base_offset: int) -> None:
+    """Durably ask the next writable open to CRC-walk (and so repair) this segment."""
+    marker = directory / f"{offset_prefix(base_offset)}{REPAIR_SUFFIX}"
+    if not marker.exists():
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
+        fsync_directory(directory)
+
+
+def _clear_repair_markers(directory: Path, repairs: set[int]) -> None:
+    for base in repairs:
+        (directory / f"{offset_prefix(base)}{REPAIR_SUFFIX}").unlink(missing_ok=True)
+    if repairs:
+        fsync_directory(directory)
+
+
+def stray_reason(directory: Path, name: str) -> str | None:
+    """Why a directory entry is a file the engine did not write, or None if it is one of
+    the engine's own (a segment file, log.state, .lock, a leftover, a file kept aside)."""
+    path = directory / name
+    if name in (LOCK_FILE, LOG_STATE_FILE):
+        return None if path.is_file() else "not a regular file"
+    if name.endswith((DELETED_SUFFIX, TMP_SUFFIX)) or is_kept_aside(name):
+        return None
+    if parse_segment_file(name) is None and parse_repair_marker(name) is None:
+        return "a name the engine does not write"
+    return None if path.is_file() and not path.is_symlink() else "not a regular file"
+
+
+def _move_strays(directory: Path, report: RecoveryReport) -> None:
+    for name in sorted(os.listdir(directory)):
+        why = stray_reason(directory, name)
+        if why is not None and name != LOCK_FILE:
+            _move_aside(directory / name, why, True, report)
+
+
+def _move_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
+    """Rename a stray to `<name>.stray` (never over another file), or just report it."""
+    if not writable:
+        report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; ignored (read-only open)"))
+        return
+    target, n = path.with_name(path.name + STRAY_SUFFIX), 1
+    while os.path.lexists(target):
+        target, n = path.with_name(f"{path.name}{STRAY_SUFFIX}.{n}"), n + 1
+    os.rename(path, target)
+    fsync_directory(path.parent)
+    report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; moved to {target.name}"))
+
+
+def _delete_leftovers(directory: Path, report: RecoveryReport) -> None:
     files = _segment_files(directory)
     logs = {base for base, suffix in files if suffix == LOG_SUFFIX}
     stray = [directory / name for name in os.listdir(directory)
@@ -180,7 +279,86 @@ def _delete_strays(directory: Path, report: RecoveryReport) -> None:
         report.add(RecoveryAction(STRAY_FILE_DELETED, str(path), "left over from an earlier run"))
 
 
-def _load_trusted(seg: LogSegment, report: RecoveryReport, expected_end: int | None) -> None:
+def segment_stray_reason(path: Path, base: int, clean_end: int | None) -> str | None:
+    """Why a non-empty .log is not one of this log's segments (its first batch is intact
+    and names another offset, or it lies at or past a clean log's end), else None."""
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
+        if is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size):
+            return None  # empty: decided by _stray_empty_last
+        try:
+            first = check_batch(buf, 0, size, None, verify_crc=True)
+        except InvalidBatch:
+            first = None
+    if first is not None and first.base_offset != base:
+        return f"its first batch has base offset {first.base_offset}, its name says {base}"
+    if clean_end is not None and base >= clean_end:
+        return f"base offset {base} is at or past the log end {clean_end} of a clean log"
+    return None
+
+
+def is_empty_segment(path: Path) -> bool:
+    """True if a .log holds no byte but zeros (a new or preallocated empty segment)."""
+    size = path.stat().st_size
+    if size == 0:
+        return True
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
+        return is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size)
+
+
+def _sort_out_stray_segments(directory: Path, bases: list[int], clean_end: int | None,
+                             writable: bool, report: RecoveryReport) -> list[int]:
+    """The bases of real segments; strays among the .log files are moved aside (writable)
+    and reported: foreign ones, and empty ones that are not the last."""
+    kept = []
+    for base in bases:
+        path = segment_file(directory, base, LOG_SUFFIX)
+        why = segment_stray_reason(path, base, clean_end)
+        if why is not None:
+            _move_segment_aside(path, why, writable, report)
+        else:
+            kept.append(base)
+    real = []
+    for i, base in enumerate(kept):
+        path = segment_file(directory, base, LOG_SUFFIX)
+        if i + 1 < len(kept) and is_empty_segment(path):
+            _move_segment_aside(path, "an empty segment that is not the last", writable,
+                                report)
+        else:
+            real.append(base)
+    return real
+
+
+def _stray_empty_last(directory: Path, base: int, before: list[LogSegment], log_start: int,
+                      known_end: int | None, writable: bool, report: RecoveryReport) -> bool:
+    """Move aside an empty last segment unless it is the active one a roll made (at the
+    previous segment's end), or the loader made (at the known end, or the log start)."""
+    path = segment_file(directory, base, LOG_SUFFIX)
+    if not is_empty_segment(path):
+        return False
+    floor = before[-1].next_offset if before else None
+    if floor is None and known_end is None:
+        return False  # no log.state and nothing before it: a new log
+    ceiling = max(floor or 0, known_end or 0, log_start)
+    if (floor is None or floor <= base) and base <= ceiling:
+        return False
+    _move_segment_aside(path, f"an empty segment at offset {base}, outside "
+                              f"{floor if floor is not None else log_start}..{ceiling}",
+                        writable, report)
+    return True
+
+
+def _move_segment_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
+    _move_aside(path, why, writable, report)
+    if writable:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            path.with_suffix(suffix).unlink(missing_ok=True)  # derived from a file not ours
+
+
+def _load_trusted(seg: LogSegment, report: RecoveryReport, limits: _Limits,
+                  expected_end: int | None) -> int | None:
     problem = seg.load_clean()
     if problem is not None and problem[0] == "index":
         report.add(RecoveryAction(INDEX_REBUILT, str(seg.offset_index.path), problem[1]))
@@ -188,13 +366,18 @@ def _load_trusted(seg: LogSegment, report: RecoveryReport, expected_end: int | N
         problem = None if scan.problem is None else ("log", scan.problem.reason)
     if problem is None and expected_end is not None and seg.next_offset != expected_end:
         problem = ("end", f"log ends at offset {seg.next_offset}, log.state says {expected_end}")
+    if problem is None and limits.bound is not None and seg.next_offset > limits.bound:
+        problem = ("end", f"log ends at offset {seg.next_offset}, past {limits.bound}")
     if problem is None:
-        return
+        return None
     report.add(RecoveryAction(LOG_END_MISMATCH, str(seg.log_path), problem[1]))
-    _recover(seg, seg.base_offset, report)
+    return _recover(seg, seg.base_offset, limits, report)
 
 
-def _recover(seg: LogSegment, verify_from: int, report: RecoveryReport) -> None:
+def _recover(seg: LogSegment, verify_from: int, limits: _Limits,
+             report: RecoveryReport) -> int | None:
+    """CRC-walk a segment and repair what it finds; return the base offset of a segment
+    split off after damage (intact batches kept), else None."""
     file_size = seg.file_size
     result = seg.recover(verify_from)
     report.segments_scanned += 1
@@ -202,14 +385,48 @@ def _recover(seg: LogSegment, verify_from: int, report: RecoveryReport) -> None:
     report.batches_scanned += result.batches
     problem = result.problem
     if problem is None:
-        return
-    dropped = file_size - result.valid_bytes
+        return None
     if problem.kind == "zero_tail":
         report.add(RecoveryAction(ZERO_TAIL_CUT, str(seg.log_path), problem.reason,
-                                  result.valid_bytes, dropped))
-        return
-    report.add(RecoveryAction(TRUNCATED, str(seg.log_path), f"{problem.kind}: {problem.reason}",
-                              result.valid_bytes, dropped, first_offset_lost=seg.next_offset))
+                                  result.valid_bytes, file_size - result.valid_bytes))
+        return None
+    found, expected = result.resume_header, seg.next_offset
+    if found is not None and result.resume_at is not None and (
+            limits.bound is None or found.base_offset < limits.bound):
+        return _split(seg, result, found.base_offset, report)
+    # nothing intact after the damage (or only copies a later segment holds: a repair that
+    # crashed after writing that segment)
+    damaged_end = result.resume_at if result.resume_at is not None else result.data_end
+    counted = limits.durable_end is not None and expected < limits.durable_end
+    kept = seg.repair_damage(damaged_end, result.data_end, counted, None) if seg.writable \
+        else []
+    why = f"{problem.kind}: {problem.reason}"
+    if result.resume_at is not None:
+        why += (f"; the batches from byte {result.resume_at} (offset "
+                f"{found.base_offset if found else '?'}) on are held by the next segment")
+    why += f"; damaged bytes kept in {kept[0].name}" if kept else ""
+    report.add(RecoveryAction(TRUNCATED, str(seg.log_path), why, result.valid_bytes,
+                              file_size - result.valid_bytes, first_offset_lost=expected,
+                              next_offset_kept=limits.durable_end if counted else None))
+    return None
+
+
+def _split(seg: LogSegment, result: ScanResult, resume_base: int,
+           report: RecoveryReport) -> int:
+    """Keep the intact batches after a damaged region: see LogSegment.repair_damage."""
+    assert result.problem is not None and result.resume_at is not None
+    expected = seg.next_offset
+    kept = seg.repair_damage(result.resume_at, result.data_end, True, resume_base) \
+        if seg.writable else []
+    where = (f"moved to {offset_prefix(resume_base)}{LOG_SUFFIX}, damaged bytes kept in "
+             f"{kept[0].name}" if kept else "read-only: not repaired")
+    report.add(RecoveryAction(
+        DAMAGE_SPLIT, str(seg.log_path),
+        f"{result.problem.kind}: {result.problem.reason}; intact batches resume at byte "
+        f"{result.resume_at} (offset {resume_base}): {where}",
+        result.valid_bytes, result.resume_at - result.valid_bytes,
+        first_offset_lost=expected, next_offset_kept=resume_base))
+    return resume_base
 
 
 def _drop_unneeded(
@@ -230,30 +447,30 @@ def _drop_unneeded(
 
 
 def _report_gaps(segments: list[LogSegment], report: RecoveryReport, log_start: int) -> None:
-    if segments and segments[0].base_offset > log_start:
+    if segments and segments[0].base_offset > log_start \
+            and not report.reports_loss_from(log_start):
         first = segments[0]
         report.add(RecoveryAction(
             GAP, str(first.log_path),
             f"offsets {log_start}..{first.base_offset - 1} after the log start are missing",
             first_offset_lost=log_start, next_offset_kept=first.base_offset))
     for seg, nxt in zip(segments, segments[1:], strict=False):
-        if seg.next_offset != nxt.base_offset:
+        if seg.next_offset != nxt.base_offset and not report.reports_loss_from(seg.next_offset):
             report.add(RecoveryAction(
                 GAP, str(nxt.log_path),
                 f"offsets {seg.next_offset}..{nxt.base_offset - 1} are missing",
                 first_offset_lost=seg.next_offset, next_offset_kept=nxt.base_offset))
 
 
-def _report_lost_end(directory: Path, state: LogState | None, clean: bool, log_end: int,
+def _report_lost_end(directory: Path, known: int | None, log_end: int,
                      report: RecoveryReport) -> int:
     """Report a log that ends below what log.state knew was on disk (a damaged or lost
     segment file); return the end offset log.state knew of."""
-    if state is None:
+    if known is None:
         return log_end
-    known = state.log_end_offset if clean else state.recovery_point
-    if log_end < known:
+    if log_end < known and not report.reports_loss_from(log_end):
         report.add(RecoveryAction(
             GAP, str(directory),
             f"the log ends at offset {log_end}, but offsets up to {known - 1} were on disk; "
             f"the next offset is {known}", first_offset_lost=log_end, next_offset_kept=known))
-    return known
+    return max(known, log_end)

@@ -12,7 +12,30 @@ Three ways to open a segment (log_loader.py picks):
     the tail ends on a batch boundary) and say what is wrong, if anything;
   * rebuild_indexes(): walk the batch headers (no CRC) and rewrite both indexes;
   * recover(verify_from): walk every batch, checking CRC-32C from the given
-    offset on, rebuild the indexes and truncate at the first invalid batch.
+    offset on, and rebuild the indexes up to the first invalid batch. A zero
+    tail after the last batch is cut (preallocation: no data). Other damage is
+    left in place and described: where it starts, and where intact batches
+    resume after it (find_next_batch), so the loader can keep them.
+
+Damage (repair_damage, called by the loader of a writable log): the valid
+prefix stays in this file; the intact batches after the damaged region move to a
+new segment named by the first one's base offset; the damaged bytes are copied
+aside into `<this .log>.damaged-<position>`, a file the engine never loads and
+never deletes. Steps, each durable before the next (file fsync, rename,
+directory fsync): (1) the damaged copy, (2) the new segment via a `.tmp` name,
+(3) the cut of this file. A crash after any step leaves a state the next open
+repairs the same way: after (1) the copy is made again (same name, same bytes);
+after (2) the walk of this file meets, after the damage, a batch whose base
+offset is at or above the next segment's base (its copy lives there), so only
+the damaged region is copied aside and the file is cut; nothing is lost twice
+and no batch is kept twice.
+
+find_next_batch is the one resync rule (recovery, reads that meet damage, and
+verify): the first byte position after the damage holding a header with magic
+2, a length that fits, a base offset at or above the offset expected next, a
+CRC-32C that holds, and not contradicted by the batch after it (a valid batch
+there must start at its next offset; this rejects a batch whose base offset
+field is itself damaged when an intact batch follows).
 
 Concurrency: not thread-safe for writers; the partition log holds its lock around
 append, roll, truncate and recover. Readers may call find_position / read_batches
@@ -24,15 +47,18 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import CorruptIndexError, CorruptRecordError
 from channel_engine.filenames import (
+    DAMAGED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TMP_SUFFIX,
     segment_file,
 )
 from channel_engine.offset_index import OffsetIndex
@@ -40,7 +66,9 @@ from channel_engine.record_batch import (
     COMMITTED_EPOCH,
     HEADER_SIZE,
     LEADER_EPOCH_AT,
+    MAGIC,
     BatchHeader,
+    BytesLike,
     InvalidBatch,
     check_batch,
     check_crc,
@@ -51,6 +79,8 @@ from channel_engine.time_index import TimeIndex
 READ_CHUNK = 1 << 20
 COMMITTED_EPOCH_BYTES = COMMITTED_EPOCH.to_bytes(4, "big", signed=True)
 NO_TIMESTAMP = -1
+MAGIC_AT = 16  # byte of the magic in a batch header
+MAGIC_BYTE = bytes([MAGIC])
 
 
 class UndoFailedError(Exception):
@@ -59,11 +89,16 @@ class UndoFailedError(Exception):
 
 @dataclass(frozen=True)
 class ScanResult:
-    """How a walk over a segment's batches ended."""
+    """How a walk over a segment's batches ended, and where intact batches resume after
+    damage (recover only): the next valid batch's position and header, and the end of the
+    file's non-zero bytes."""
 
     valid_bytes: int
     batches: int
     problem: InvalidBatch | None
+    resume_at: int | None = None
+    resume_header: BatchHeader | None = None
+    data_end: int = 0
 
 
 class LogSegment:
@@ -162,11 +197,13 @@ class LogSegment:
             return None
         try:
             self._find_end_from_index()
+            return self._check_time_index()
         except InvalidBatch as exc:
+            return "log", exc.reason
+        except CorruptRecordError as exc:  # a header walk from an index entry met damage
             return "log", exc.reason
         except CorruptIndexError as exc:
             return "index", exc.reason
-        return self._check_time_index()
 
     def _find_end_from_index(self) -> None:
         """Walk from the last offset index entry to the end of the file to find next_offset."""
@@ -210,14 +247,69 @@ class LogSegment:
         return self.scan(self.size or self.file_size, verify_from=None)
 
     def recover(self, verify_from: int) -> ScanResult:
-        """Check every batch (CRC-32C from offset `verify_from` on), rebuild the indexes and
-        truncate the file at the first invalid batch. Returns where the walk stopped."""
+        """Check every batch (CRC-32C from offset `verify_from` on) and rebuild the indexes up
+        to the first invalid one; cut a zero tail (writable). On damage, say where intact
+        batches resume (no cut: see repair_damage)."""
         result = self.scan(self.file_size, verify_from=verify_from)
-        if self.file_size != result.valid_bytes and self.writable:
-            os.ftruncate(self._fd, result.valid_bytes)
-            self.file_size = result.valid_bytes
+        problem = result.problem
+        if problem is None or problem.kind == "zero_tail":
+            self.cut(result.valid_bytes)
+            return replace(result, data_end=result.valid_bytes)
+        with mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ) as buf:
+            found = find_next_batch(buf, result.valid_bytes + 1, self.file_size, self.next_offset)
+            if found is None:
+                return replace(result, data_end=data_end_of(buf, result.valid_bytes,
+                                                            self.file_size))
+            data_end = _end_of_batches(buf, found[0], self.file_size)
+        return replace(result, resume_at=found[0], resume_header=found[1], data_end=data_end)
+
+    def cut(self, position: int) -> None:
+        """Writable: truncate the file at `position` (after its valid bytes) if longer."""
+        if self.file_size != position and self.writable:
+            os.ftruncate(self._fd, position)
+            self.file_size = position
             self._length_dirty = True
-        return result
+
+    def repair_damage(self, damaged_end: int, data_end: int, keep_damaged: bool,
+                      split_base: int | None) -> list[Path]:
+        """Repair the damage that starts at the valid end (self.size), crash-safely (see the
+        module doc): copy bytes [size, damaged_end) aside when keep_damaged, move
+        [damaged_end, data_end) into a new segment named split_base when given, then cut
+        this file at its valid end. Returns the files written."""
+        position = self.size
+        written = []
+        if keep_damaged and damaged_end > position:
+            written.append(self._copy_out(position, damaged_end, damaged_file(self.log_path,
+                                                                               position)))
+        if split_base is not None and data_end > damaged_end:
+            target = segment_file(self.directory, split_base, LOG_SUFFIX)
+            written.append(self._copy_out(damaged_end, data_end, target))
+        self.cut(position)
+        os.fsync(self._fd)
+        self._length_dirty = False
+        return written
+
+    def _copy_out(self, start: int, end: int, target: Path) -> Path:
+        """Write bytes [start, end) of this file to `target` durably (temp name, fsync,
+        rename, directory fsync); a damaged copy never replaces a different older one."""
+        if target.name.startswith(self.log_path.name + DAMAGED_SUFFIX):
+            first, n = target, 1
+            while target.exists():
+                if _same_bytes(target, self._fd, start, end):
+                    return target  # made by an earlier try of this repair that crashed
+                target, n = first.with_name(f"{first.name}.{n}"), n + 1  # never replace one
+        tmp = target.with_name(target.name + TMP_SUFFIX)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for chunk_start in range(start, end, READ_CHUNK):
+                data = os.pread(self._fd, min(READ_CHUNK, end - chunk_start), chunk_start)
+                _pwrite_all(fd, data, chunk_start - start)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        fsync_directory(self.directory)
+        return target
 
     def scan(self, limit: int, verify_from: int | None) -> ScanResult:
         """Walk batches from byte 0 to `limit`, rebuilding the indexes, up to the first invalid."""
@@ -256,6 +348,24 @@ class LogSegment:
                     position += header.size
                     batches += 1
         return ScanResult(self.size, batches, problem)
+
+    def resume_after(self, position: int, size_bound: int,
+                     expected: int) -> tuple[int, BatchHeader] | None:
+        """The next intact batch after damage at `position`, below size_bound, whose base
+        offset is at least `expected` (find_next_batch), or None."""
+        if size_bound <= position + 1:
+            return None
+        with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
+            return find_next_batch(buf, position + 1, size_bound, expected)
+
+    def header_if_plausible(self, position: int, size_bound: int) -> BatchHeader | None:
+        """The header at `position` if its fields are sound and the batch fits below
+        size_bound (its records may still be damaged), else None."""
+        try:
+            header = check_header(os.pread(self._fd, HEADER_SIZE, position), 0, None)
+        except InvalidBatch:
+            return None
+        return header if position + header.size <= size_bound else None
 
     def _reset(self) -> None:
         self.offset_index.reset()
@@ -470,6 +580,79 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, next_offset={self.next_offset}, size={self.size})"
+
+
+def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
+                    expected: int) -> tuple[int, BatchHeader] | None:
+    """(position, header) of the first intact batch at or after byte `start` and within
+    `limit` whose base offset is >= `expected` (see the module doc for the rule)."""
+    search = start + MAGIC_AT
+    while True:
+        at = buf.find(MAGIC_BYTE, search, limit)
+        position, search = at - MAGIC_AT, at + 1
+        if at < 0 or position + HEADER_SIZE > limit:
+            return None
+        try:
+            header = check_batch(buf, position, limit, None, verify_crc=True)
+        except InvalidBatch:
+            continue
+        if header.base_offset >= expected and not _contradicted(buf, position, header, limit):
+            return position, header
+
+
+def _contradicted(buf: BytesLike, position: int, header: BatchHeader, limit: int) -> bool:
+    """True when a valid batch follows this one but does not start at its next offset."""
+    after = position + header.size
+    if after >= limit:
+        return False
+    try:
+        following = check_batch(buf, after, limit, None, verify_crc=True)
+    except InvalidBatch:
+        return False
+    return following.base_offset != header.next_offset
+
+
+def _end_of_batches(buf: BytesLike, position: int, limit: int) -> int:
+    """Where a zero tail starts after the valid batches from `position`, else `limit`
+    (bytes after further damage are kept for the next repair)."""
+    expected = None
+    while position < limit:
+        try:
+            header = check_batch(buf, position, limit, expected, verify_crc=False)
+        except InvalidBatch as exc:
+            return position if exc.kind == "zero_tail" else limit
+        position, expected = position + header.size, header.next_offset
+    return limit
+
+
+def data_end_of(buf: BytesLike, start: int, limit: int) -> int:
+    """The end of the non-zero bytes in buf[start:limit] (a preallocated zero tail excluded)."""
+    end = limit
+    while end > start:
+        chunk_start = max(start, end - READ_CHUNK)
+        chunk = bytes(buf[chunk_start:end])
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            return chunk_start + len(stripped)
+        end = chunk_start
+    return start
+
+
+def damaged_file(log_path: Path, position: int) -> Path:
+    """Where the damaged bytes found at `position` of a .log are kept."""
+    return log_path.with_name(f"{log_path.name}{DAMAGED_SUFFIX}{position}")
+
+
+def _same_bytes(path: Path, fd: int, start: int, end: int) -> bool:
+    """True if `path` holds exactly bytes [start, end) of the file open as `fd`."""
+    if path.stat().st_size != end - start:
+        return False
+    with open(path, "rb") as f:
+        for chunk_start in range(start, end, READ_CHUNK):
+            length = min(READ_CHUNK, end - chunk_start)
+            if f.read(length) != os.pread(fd, length, chunk_start):
+                return False
+    return True
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray, position: int) -> None:
