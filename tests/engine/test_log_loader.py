@@ -8,11 +8,11 @@ from pathlib import Path
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
 from channel_engine.recovery import (
+    DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
-    TRUNCATED,
 )
 
 CONFIG = LogConfig(segment_bytes=2048)
@@ -94,7 +94,9 @@ def test_a_rebuilt_index_that_meets_a_bad_batch_recovers_and_reports_it(tmp_path
     (tmp_path / "00000000000000000000.index").unlink()
     with PartitionLog.open(tmp_path, LogConfig()) as log:
         kinds = [a.kind for a in log.last_recovery.actions]
-        assert INDEX_REBUILT in kinds and TRUNCATED in kinds and log.last_recovery.lost_data
+        assert INDEX_REBUILT in kinds and DAMAGE_SPLIT in kinds and log.last_recovery.lost_data
+        assert [(r.start, r.end) for r in log.last_recovery.lost_ranges] == [(1, 2)]
+        assert [e.offset for e in log.iter_events(0)] == [0, 2, 3, 4, 5]
         assert log.append([PendingEvent(b"new")]).first_offset == 6
 
 

@@ -244,7 +244,8 @@ def test_it_recovers_a_torn_last_batch_by_repairing_it(tmp_path):
     loaded = reopen(tmp_path)
     result = loaded.recover(verify_from=BASE)
     assert result.problem.kind == "partial" and result.resume_at is None
-    assert (result.valid_bytes, result.batches, result.data_end) == (good, 4, good + 30 - trailing_zeros(seg.log_path))
+    data_end = good + 30 - trailing_zeros(seg.log_path)
+    assert (result.valid_bytes, result.batches, result.data_end) == (good, 4, data_end)
     assert loaded.log_path.stat().st_size == good + 30  # recover reports; the repair cuts
     assert loaded.repair_damage(result.data_end, result.data_end, False, None) == []
     assert loaded.log_path.stat().st_size == good
@@ -292,8 +293,8 @@ def test_it_splits_the_intact_batches_off_and_keeps_the_damaged_bytes(tmp_path):
     result = loaded.recover(verify_from=BASE)
     new_base = result.resume_header.base_offset
     written = loaded.repair_damage(result.resume_at, result.data_end, True, new_base)
-    assert [p.name for p in written] == ["00000000000000000100.log.damaged-%d" % position,
-                                        "%020d.log" % new_base]
+    assert [p.name for p in written] == [f"00000000000000000100.log.damaged-{position}",
+                                        f"{new_base:020d}.log"]
     assert written[0].read_bytes()[70:71] != original[position + 70:position + 71]
     assert len(written[0].read_bytes()) == headers[2].size
     assert written[1].read_bytes() == original[resume:]
