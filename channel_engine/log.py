@@ -144,6 +144,8 @@ class PartitionLog:
         self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
         self.last_recovery = RecoveryReport(str(directory))
         self._new_losses: list[LostRange] = []  # found since the channel last asked
+        # damage reads met: (segment base, byte) -> (resume byte, resume offset, the loss)
+        self._read_damage: dict[tuple[int, int], tuple[int, int, LostRange | None]] = {}
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -601,7 +603,8 @@ class PartitionLog:
     ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
         """Yield (segment, header, raw bytes) of the CRC-checked batches holding offsets from
         start_offset up to the high watermark (and end_offset); the first batch may begin
-        before start_offset. Raises OffsetOutOfRangeError outside [log start, high watermark]."""
+        before start_offset. Raises OffsetOutOfRangeError outside [log start, high watermark].
+        A damaged batch is skipped, never silently: its offsets go to take_new_losses()."""
         bound = self.high_watermark
         if end_offset is not None:
             bound = min(bound, end_offset)
@@ -613,16 +616,61 @@ class PartitionLog:
         for segment in segments[i:]:
             if start_offset >= bound or segment.base_offset >= bound:
                 return
-            size = segment.size
-            position = segment.find_position(start_offset, size)
-            if position is None:
-                continue
-            for _, header, data in segment.read_batches(position, size, bound, 1 << 62):
-                if total and total + header.size > max_bytes:
-                    return  # one budget for the whole read, across segments
-                total += header.size
-                yield segment, header, data
-                start_offset = header.next_offset
+            next_offset, size = segment.next_offset, segment.size  # an appender sets size first
+            position, start_offset = self._position_of(segment, start_offset, size, next_offset)
+            while position is not None and start_offset < bound:
+                try:
+                    for _, header, data in segment.read_batches(position, size, bound, 1 << 62):
+                        if header.next_offset <= start_offset:
+                            continue  # resumed after damage before the offsets asked for
+                        if total and total + header.size > max_bytes:
+                            return  # one budget for the whole read, across segments
+                        total += header.size
+                        yield segment, header, data
+                        start_offset = header.next_offset
+                    position = None
+                except CorruptRecordError as exc:
+                    position, start_offset = self._skip_damage(
+                        segment, exc, start_offset, start_offset, size, next_offset)
+
+    def _position_of(self, segment: LogSegment, offset: int, size: int,
+                     next_offset: int) -> tuple[int | None, int]:
+        """(byte position of the batch holding `offset` or None, the offset to read from)."""
+        try:
+            return segment.find_position(offset, size), offset
+        except CorruptRecordError as exc:  # a header met on the way holds offsets <= offset
+            return self._skip_damage(segment, exc, segment.base_offset, offset, size, next_offset)
+
+    def _skip_damage(self, segment: LogSegment, exc: CorruptRecordError, expected: int,
+                     start_offset: int, size: int, next_offset: int) -> tuple[int | None, int]:
+        """Damage at use: record the lost offsets once (take_new_losses, stats), ask the next
+        writable open to repair the segment, and return where intact batches resume: (byte
+        position or None for the segment's end, offset to read from)."""
+        key = (segment.base_offset, exc.position)
+        known = self._read_damage.get(key)
+        if known is None:
+            found = segment.resume_after(exc.position, size, expected)
+            resume_at = found[0] if found is not None else size
+            end = found[1].base_offset if found is not None else next_offset
+            loss = None
+            if end > start_offset:
+                loss = LostRange(start_offset, end, str(segment.log_path), exc.position,
+                                 resume_at - exc.position, f"corrupt at read: {exc.reason}")
+            with self._lock:
+                known = self._read_damage.setdefault(key, (resume_at, end, loss))
+                if known[2] is loss and loss is not None:
+                    self._new_losses.append(loss)
+            self._mark_for_repair(segment)
+        resume_at, end, _ = known
+        return (resume_at if resume_at < size else None), max(start_offset, end)
+
+    def _mark_for_repair(self, segment: LogSegment) -> None:
+        if self.read_only or self._closed:
+            return
+        try:
+            log_loader.mark_for_repair(self.directory, segment.base_offset)
+        except OSError:  # best effort: `recover` (force_recovery) finds the damage too
+            pass
 
     def batch_headers(self, start_offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
         """(segment, position, header) of the batches from the one holding start_offset up
@@ -816,7 +864,13 @@ class PartitionLog:
             "last_flush_ms": self._last_flush_ms,
             "offline": str(self._offline) if self._offline else None,
             "last_recovery": self.last_recovery.to_dict(),
+            "read_damage": self.read_damage_stats(),
         }
+
+    def read_damage_stats(self) -> dict[str, int]:
+        """Damaged batches reads met since open: places and the offsets they lost."""
+        losses = [loss for _, _, loss in self._read_damage.values() if loss is not None]
+        return {"places": len(self._read_damage), "offsets_lost": sum(r.offsets for r in losses)}
 
     # -- closing ----------------------------------------------------------------------------
     def close(self, clean: bool = True) -> None:

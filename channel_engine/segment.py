@@ -358,15 +358,6 @@ class LogSegment:
         with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
             return find_next_batch(buf, position + 1, size_bound, expected)
 
-    def header_if_plausible(self, position: int, size_bound: int) -> BatchHeader | None:
-        """The header at `position` if its fields are sound and the batch fits below
-        size_bound (its records may still be damaged), else None."""
-        try:
-            header = check_header(os.pread(self._fd, HEADER_SIZE, position), 0, None)
-        except InvalidBatch:
-            return None
-        return header if position + header.size <= size_bound else None
-
     def _reset(self) -> None:
         self.offset_index.reset()
         self.time_index.reset()

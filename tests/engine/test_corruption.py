@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import CorruptRecordError, LogConfig, PartitionLog, PendingEvent, cli
+from channel_engine import LogConfig, PartitionLog, PendingEvent, cli
 from channel_engine import log_state as state_file
 from channel_engine.recovery import (
     DAMAGE_SPLIT,
@@ -95,17 +95,31 @@ def test_it_cuts_out_a_flipped_byte_after_an_unclean_shutdown_and_keeps_the_rest
     assert status == 1 and f"offsets {base + 10}..{base + 14} are missing" in text
 
 
-def test_it_reports_a_flipped_byte_below_the_recovery_point_on_read(tmp_path: Path) -> None:
-    fill(tmp_path)
+def test_a_read_skips_a_damaged_batch_below_the_recovery_point_and_reports_it(
+    tmp_path: Path,
+) -> None:
+    bodies = fill(tmp_path)
     middle = segment_logs(tmp_path)[1]
     position = batch_positions(middle)[1]
     flip_byte(middle, position + 65)
+    base = int(middle.name[:20])
     with PartitionLog.open(tmp_path, CONFIG) as log:  # clean: no scan, the damage is unseen
-        base = int(middle.name[:20])
-        with pytest.raises(CorruptRecordError) as caught:
-            log.read(base + 5)
-        assert caught.value.path == str(middle) and caught.value.position == position
+        assert log.take_new_losses() == []
+        events = log.read(base + 5, max_events=10)
+        assert [e.offset for e in events] == list(range(base + 10, base + 20))
+        [lost] = log.take_new_losses()
+        assert (lost.start, lost.end, lost.path, lost.position) == \
+            (base + 5, base + 10, str(middle), position)
+        assert "CRC" in lost.cause
+        assert [e.body for e in log.iter_events(0)] == bodies[:base + 5] + bodies[base + 10:]
+        assert log.take_new_losses() == []  # reported once
+        assert log.stats()["read_damage"] == {"places": 1, "offsets_lost": 5}
     assert verify(tmp_path)[0] == 1
+    with PartitionLog.open(tmp_path, CONFIG) as log:  # the next writable open repairs it
+        assert [a.kind for a in log.last_recovery.actions] == [DAMAGE_SPLIT]
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(base + 5, base + 10)]
+        assert [e.body for e in log.iter_events(0)] == bodies[:base + 5] + bodies[base + 10:]
+    assert not list(tmp_path.glob("*.repair"))
 
 
 def test_recover_cuts_out_the_damaged_batch_and_keeps_every_intact_one(tmp_path: Path) -> None:
