@@ -333,21 +333,29 @@ def _sort_out_stray_segments(directory: Path, bases: list[int], clean_end: int |
 
 def _stray_empty_last(directory: Path, base: int, before: list[LogSegment], log_start: int,
                       known_end: int | None, writable: bool, report: RecoveryReport) -> bool:
-    """Move aside an empty last segment unless it is the active one a roll made (at the
-    previous segment's end), or the loader made (at the known end, or the log start)."""
+    """Move aside an empty last segment that is not the log's active one."""
     path = segment_file(directory, base, LOG_SUFFIX)
     if not is_empty_segment(path):
         return False
     floor = before[-1].next_offset if before else None
+    why = empty_last_reason(base, floor, log_start, known_end)
+    if why is not None:
+        _move_segment_aside(path, why, writable, report)
+    return why is not None
+
+
+def empty_last_reason(base: int, floor: int | None, log_start: int,
+                      known_end: int | None) -> str | None:
+    """Why an empty last segment is a stray, or None when it is the active one a roll made
+    (at `floor`, the previous segment's end) or the loader made (at the known end after a
+    hole, or at the log start); its base may lie between those."""
     if floor is None and known_end is None:
-        return False  # no log.state and nothing before it: a new log
+        return None  # no log.state and nothing before it: a new log
     ceiling = max(floor or 0, known_end or 0, log_start)
     if (floor is None or floor <= base) and base <= ceiling:
-        return False
-    _move_segment_aside(path, f"an empty segment at offset {base}, outside "
-                              f"{floor if floor is not None else log_start}..{ceiling}",
-                        writable, report)
-    return True
+        return None
+    return (f"an empty segment at offset {base}, outside "
+            f"{floor if floor is not None else log_start}..{ceiling}")
 
 
 def _move_segment_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
