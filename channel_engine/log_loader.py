@@ -280,8 +280,8 @@ def _delete_leftovers(directory: Path, report: RecoveryReport) -> None:
 
 
 def segment_stray_reason(path: Path, base: int, clean_end: int | None) -> str | None:
-    """Why a non-empty .log is not one of this log's segments (its first batch is intact
-    and names another offset, or it lies at or past a clean log's end), else None."""
+    """Why a non-empty .log is not one of this log's segments (its first two batches are
+    intact and name other offsets, or it lies at or past a clean log's end), else None."""
     size = path.stat().st_size
     if size == 0:
         return None
@@ -290,10 +290,13 @@ def segment_stray_reason(path: Path, base: int, clean_end: int | None) -> str | 
             return None  # empty: decided by _stray_empty_last
         try:
             first = check_batch(buf, 0, size, None, verify_crc=True)
+            second = check_batch(buf, first.size, size, first.next_offset, verify_crc=True)
         except InvalidBatch:
-            first = None
-    if first is not None and first.base_offset != base:
-        return f"its first batch has base offset {first.base_offset}, its name says {base}"
+            second = None  # one batch, or damage after it: a damaged base field, or worse
+    if second is not None and first.base_offset != base:
+        # two intact batches that agree with each other and not with the name: not a
+        # segment whose base offset field was damaged (the second would follow the name)
+        return f"its batches start at offset {first.base_offset}, its name says {base}"
     if clean_end is not None and base >= clean_end:
         return f"base offset {base} is at or past the log end {clean_end} of a clean log"
     return None
