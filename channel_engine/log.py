@@ -25,6 +25,12 @@ in-memory state in doubt, takes the log offline (Linux may already have dropped 
 so no later fsync can be trusted): it tries to cut the unflushed bytes, and
 every later call raises LogOfflineError until the directory is opened again,
 which recovers it.
+
+A read that meets a damaged batch (CRC, header) never fails and never skips
+silently: it resumes at the next intact batch (segment.find_next_batch), records the
+lost offsets once in take_new_losses() and stats()["read_damage"], and (writer only)
+leaves a `<base>.repair` marker so the next writable open repairs the segment
+(log_loader.py).
 """
 from __future__ import annotations
 

@@ -1,32 +1,66 @@
 """Open a partition directory: clean up, load or recover each segment, report (Kafka's LogLoader).
 
 Load sequence:
-  1. Read log.state. A writer rewrites it with the clean flag clear before anything
-     else, so a crash while loading counts as unclean.
-  2. A writer deletes leftovers: *.deleted, *.tmp, and index files with no .log.
-  3. Open segments in base-offset order:
+  1. A writer moves strays aside first: entries the engine did not write (names it
+     never uses, directories, symlinks) are renamed `<name>.stray`, never deleted,
+     and reported (STRAY_MOVED).
+  2. Read log.state. A writer rewrites it with the clean flag clear before anything
+     else, so a crash while loading counts as unclean. What it knew was on disk (a
+     clean log's end, else its recovery point) is remembered as the known end, even
+     by force_recovery: no offset below it is handed out again.
+  3. A writer deletes the engine's own leftovers: *.deleted, *.tmp, and index files
+     with no .log.
+  4. Stray segments are moved aside (or, read-only, ignored): a .log whose first two
+     batches are intact and name other offsets than its file name; a non-empty .log
+     at or past a clean log's end; an empty (all-zero) .log that is not the last, or
+     that is the last but lies outside [previous segment's end .. max(that end, known
+     end, log start)] (a roll makes the active segment at the previous end, the
+     loader after a hole at the known end, retention at the log start).
+  5. Open segments in base-offset order:
      - after a clean shutdown: trust lengths, check the indexes against the log
-       (rebuild them when wrong) and the last segment's end against log.state
-       (recover that segment when they disagree);
+       (rebuild them when wrong) and the last segment's end against log.state, and
+       every segment's end against the next one's base (recover when they disagree);
      - after an unclean shutdown: segments wholly below the recovery point are
        checked like clean ones; the one holding the recovery point and every
        later one are recovered: every batch walked, CRC-checked from the
-       recovery point on, indexes rebuilt, the file cut at the first invalid
-       or partial batch (a preallocated zero tail is cut and reported as such);
-     - without a readable log.state: every segment is recovered with full CRC.
-  4. A writer deletes segments wholly below the log start offset (a retention that
-     crashed after raising it), and empty segments that are not the last.
-  5. Later segments are kept after a truncation (Kafka deletes them): their
-     batches were committed, and the missing offsets are reported as a gap.
-  6. At least one segment exists; after recovery everything is fsynced and the
-     recovery point is the log end. If the log now ends below what log.state knew
-     was on disk, the loss is reported and the log continues after the hole: an
-     offset once committed is never handed out again.
+       recovery point on, indexes rebuilt;
+     - without a readable log.state, for a segment split off in this open, or one a
+       read found damaged (a `<base>.repair` marker): every batch CRC-checked.
+     A zero tail after the last batch is cut and reported as no data (ZERO_TAIL_CUT).
+     Damage (an invalid batch that is not a zero tail) never cuts intact batches:
+     segment.find_next_batch looks for the next intact batch whose base offset is
+     at least the offset expected next and below the segment's bound (the next
+     segment's base, or a clean log's end). If there is one, the segment is split
+     (LogSegment.repair_damage: damaged bytes kept in `<.log>.damaged-<position>`,
+     the intact rest becomes a new segment, loaded next): DAMAGE_SPLIT, the lost
+     offsets [expected, next intact base). If there is none, the file is cut at
+     the damage (TRUNCATED): counted as lost offsets up to the bound that was known
+     durable (the next segment's base, or the known end) with the damaged bytes
+     kept aside; a torn tail at or past the known end (a write whose commit never
+     returned) is cut without counting. A batch at or past the next segment's base
+     after damage is a copy a crashed repair left: the damaged region is kept aside
+     and the copies cut.
+  6. A writer deletes segments wholly below the log start offset (a retention that
+     crashed after raising it), and segments that a repair emptied, if not the last.
+  7. Later segments are kept after a truncation (Kafka deletes them): their
+     batches were committed, and the missing offsets are reported as a gap (one
+     action per lost range: a gap a repair already reported is not reported twice
+     in one open; a later open reports the hole again, as a GAP).
+  8. At least one segment exists; after recovery everything is fsynced and the
+     recovery point is the log end. If the log now ends below the known end, the
+     loss is reported and the log continues after the hole: an offset once
+     committed is never handed out again. `.repair` markers are removed last.
 A reader (writable=False) never writes and takes no lock: it gets a snapshot of the
 valid prefix of each segment as the files hold it at open time, including batches whose
-writer has not returned from fsync yet (what kafka-dump-log shows). Live readers in other
-processes that must see committed events only are bounded by offsets the writer hands
-them (the channel's shared state), not by this snapshot.
+writer has not returned from fsync yet (what kafka-dump-log shows); it ignores strays
+and does not split damaged segments (the intact batches after damage inside one
+segment are visible to it only through reads, which skip the damage). Live readers in
+other processes that must see committed events only are bounded by offsets the writer
+hands them (the channel's shared state), not by this snapshot.
+Limits: in an unclean log a non-empty segment past the recovery point cannot be told
+from one rolled after the last log.state write, so it is loaded; a damaged base offset
+field of a segment's last batch, with no batch after it to contradict it, moves the log
+end forward (offsets skipped, none reused).
 """
 from __future__ import annotations
 
