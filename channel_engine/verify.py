@@ -183,6 +183,10 @@ def verify_partition(directory: Path) -> VerifyReport:
     log_start = state.log_start_offset if state else 0
     bases = _verify_names(directory, clean_end, report)
     expected: int | None = None
+    if state is not None and bases and bases[0] > log_start:
+        report.damages.append(Damage(str(segment_file(directory, bases[0], LOG_SUFFIX)), 0,
+                                     f"offsets {log_start}..{bases[0] - 1} after the log "
+                                     "start are missing (gap)"))
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
         path = segment_file(directory, base, LOG_SUFFIX)

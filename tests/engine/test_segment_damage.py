@@ -87,6 +87,7 @@ def check_open_after_damage(directory: Path, bodies: list[bytes], hit: set[int],
     damage did not touch is delivered, the next append gets an offset above every committed
     one; the next open repairs what the read met and agrees; so does verify."""
     total = len(bodies)
+    status_before, text_before = verify(directory)
     with PartitionLog.open(directory, CONFIG, force_recovery=force) as log:
         got = {e.offset: e.body for e in log.iter_events(log.log_start_offset)}
         lost = lost_offsets(log.take_new_losses())
@@ -95,6 +96,7 @@ def check_open_after_damage(directory: Path, bodies: list[bytes], hit: set[int],
     assert not lost & set(got), "an offset both delivered and counted lost"
     assert lost | set(got) == set(range(total)), "an offset neither delivered nor counted"
     assert lost <= hit, f"lost {sorted(lost - hit)} that the damage did not touch"
+    assert (status_before == 0) == (not lost), text_before
     with PartitionLog.open(directory, CONFIG) as log:
         again = {e.offset: e.body for e in log.iter_events(log.log_start_offset)}
         assert lost_offsets(log.take_new_losses()) == lost
