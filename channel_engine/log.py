@@ -150,8 +150,9 @@ class PartitionLog:
         self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
         self.last_recovery = RecoveryReport(str(directory))
         self._new_losses: list[LostRange] = []  # found since the channel last asked
-        # damage reads met: (segment base, byte) -> (resume byte, resume offset, the loss)
-        self._read_damage: dict[tuple[int, int], tuple[int, int, LostRange | None]] = {}
+        # damaged places reads met: (segment base, byte) -> the offsets reported lost there
+        self._read_damage: dict[tuple[int, int], LostRange] = {}
+        self._repair_marked: set[int] = set()  # segments with a .repair marker written
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -652,27 +653,26 @@ class PartitionLog:
         """Damage at use: record the lost offsets once (take_new_losses, stats), ask the next
         writable open to repair the segment, and return where intact batches resume: (byte
         position or None for the segment's end, offset to read from)."""
+        found = segment.resume_after(exc.position, size, expected)
+        resume_at = found[0] if found is not None else size
+        end = found[1].base_offset if found is not None else next_offset
         key = (segment.base_offset, exc.position)
-        known = self._read_damage.get(key)
-        if known is None:
-            found = segment.resume_after(exc.position, size, expected)
-            resume_at = found[0] if found is not None else size
-            end = found[1].base_offset if found is not None else next_offset
-            loss = None
-            if end > start_offset:
-                loss = LostRange(start_offset, end, str(segment.log_path), exc.position,
+        with self._lock:  # each lost offset of a damaged place is reported once
+            reported = self._read_damage.get(key)
+            top = end if reported is None else reported.start
+            if start_offset < top:
+                loss = LostRange(start_offset, top, str(segment.log_path), exc.position,
                                  resume_at - exc.position, f"corrupt at read: {exc.reason}")
-            with self._lock:
-                known = self._read_damage.setdefault(key, (resume_at, end, loss))
-                if known[2] is loss and loss is not None:
-                    self._new_losses.append(loss)
-            self._mark_for_repair(segment)
-        resume_at, end, _ = known
+                self._new_losses.append(loss)
+                self._read_damage[key] = LostRange(start_offset, max(end, top), loss.path,
+                                                   loss.position, loss.length, loss.cause)
+        self._mark_for_repair(segment)
         return (resume_at if resume_at < size else None), max(start_offset, end)
 
     def _mark_for_repair(self, segment: LogSegment) -> None:
-        if self.read_only or self._closed:
+        if self.read_only or self._closed or segment.base_offset in self._repair_marked:
             return
+        self._repair_marked.add(segment.base_offset)
         try:
             log_loader.mark_for_repair(self.directory, segment.base_offset)
         except OSError:  # best effort: `recover` (force_recovery) finds the damage too
@@ -875,8 +875,8 @@ class PartitionLog:
 
     def read_damage_stats(self) -> dict[str, int]:
         """Damaged batches reads met since open: places and the offsets they lost."""
-        losses = [loss for _, _, loss in self._read_damage.values() if loss is not None]
-        return {"places": len(self._read_damage), "offsets_lost": sum(r.offsets for r in losses)}
+        losses = list(self._read_damage.values())
+        return {"places": len(losses), "offsets_lost": sum(r.offsets for r in losses)}
 
     # -- closing ----------------------------------------------------------------------------
     def close(self, clean: bool = True) -> None:

@@ -407,3 +407,19 @@ def test_a_read_that_meets_a_damaged_header_from_the_index_resumes_after_it(
         [lost] = log.take_new_losses()
         assert (lost.start, lost.end) == (spans[2][2], spans[3][2])
     assert len(bodies) == BATCHES * PER_BATCH
+
+
+def test_reads_report_each_lost_offset_of_a_damaged_place_once(tmp_path: Path) -> None:
+    fill(tmp_path)
+    path = segment_logs(tmp_path)[1]
+    spans = batch_spans(path)
+    damage(path, spans[2][0] + 80, 1, "bit")
+    first, after = spans[2][2], spans[3][2]
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        assert log.read(first + 2, max_events=1)[0].offset == after
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(first + 2, after)]
+        assert log.read(first + 3, max_events=1)[0].offset == after
+        assert log.read(first, max_events=1)[0].offset == after
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(first, first + 2)]
+        assert log.stats()["read_damage"] == {"places": 1, "offsets_lost": PER_BATCH}
+        assert (tmp_path / f"{int(path.name[:20]):020d}.repair").exists()
