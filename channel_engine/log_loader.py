@@ -149,6 +149,8 @@ def load(
             report.state_problem = "log.state is missing"
     except CorruptStateError as exc:
         state, report.state_problem = None, str(exc)
+    except IsADirectoryError:  # a read-only open moves no stray aside
+        state, report.state_problem = None, f"{state_path} is a directory"
     # what log.state knew was on disk: never forgotten, not even by force_recovery
     clean_end = state.log_end_offset if state and state.clean_shutdown else None
     known_end = None if state is None else (clean_end if clean_end is not None

@@ -277,6 +277,8 @@ def _verify_state(directory: Path, report: VerifyReport) -> log_state.LogState |
     except CorruptStateError as exc:
         report.damages.append(Damage(str(path), 0, exc.reason))
         return None
+    except IsADirectoryError:
+        return None  # reported as a stray
     if state is None:
         report.damages.append(Damage(str(path), 0, "missing"))
     return state

@@ -423,3 +423,17 @@ def test_reads_report_each_lost_offset_of_a_damaged_place_once(tmp_path: Path) -
         assert [(r.start, r.end) for r in log.take_new_losses()] == [(first, first + 2)]
         assert log.stats()["read_damage"] == {"places": 1, "offsets_lost": PER_BATCH}
         assert (tmp_path / f"{int(path.name[:20]):020d}.repair").exists()
+
+
+def test_a_directory_in_place_of_log_state_is_moved_aside(tmp_path: Path) -> None:
+    bodies = fill(tmp_path)
+    (tmp_path / "log.state").unlink()
+    (tmp_path / "log.state").mkdir()
+    status, text = verify(tmp_path)
+    assert status == 1 and "log.state: byte 0: stray: not a regular file" in text
+    with PartitionLog.open(tmp_path, CONFIG, read_only=True) as reader:
+        assert reader.log_end_offset == len(bodies)
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        assert STRAY_MOVED in [a.kind for a in log.last_recovery.actions]
+        assert [e.body for e in log.iter_events(0)] == bodies
+    assert (tmp_path / "log.state.stray").is_dir() and (tmp_path / "log.state").is_file()
