@@ -624,10 +624,14 @@ class PartitionLog:
             if start_offset >= bound or segment.base_offset >= bound:
                 return
             next_offset, size = segment.next_offset, segment.size  # an appender sets size first
-            position, start_offset = self._position_of(segment, start_offset, size, next_offset)
+            position, start_offset, first = self._position_of(segment, start_offset, size,
+                                                              next_offset)
             while position is not None and start_offset < bound:
+                checked = first
                 try:
-                    for _, header, data in segment.read_batches(position, size, bound, 1 << 62):
+                    for _, header, data in segment.read_batches(position, size, bound, 1 << 62,
+                                                                first_base=first):
+                        checked = (header.next_offset, header.next_offset)
                         if header.next_offset <= start_offset:
                             continue  # resumed after damage before the offsets asked for
                         if total and total + header.size > max_bytes:
@@ -637,22 +641,25 @@ class PartitionLog:
                         start_offset = header.next_offset
                     position = None
                 except CorruptRecordError as exc:
-                    position, start_offset = self._skip_damage(
-                        segment, exc, start_offset, start_offset, size, next_offset)
+                    position, start_offset, first = self._skip_damage(
+                        segment, exc, checked[0], start_offset, size, next_offset)
 
-    def _position_of(self, segment: LogSegment, offset: int, size: int,
-                     next_offset: int) -> tuple[int | None, int]:
-        """(byte position of the batch holding `offset` or None, the offset to read from)."""
+    def _position_of(self, segment: LogSegment, offset: int, size: int, next_offset: int
+                     ) -> tuple[int | None, int, tuple[int, int]]:
+        """(byte position of the batch holding `offset` or None, the offset to read from, the
+        range its base offset must lie in)."""
         try:
-            return segment.find_position(offset, size), offset
+            position = segment.find_position(offset, size)
         except CorruptRecordError as exc:  # a header met on the way holds offsets <= offset
             return self._skip_damage(segment, exc, segment.base_offset, offset, size, next_offset)
+        return position, offset, (segment.base_offset, max(offset, segment.base_offset))
 
     def _skip_damage(self, segment: LogSegment, exc: CorruptRecordError, expected: int,
-                     start_offset: int, size: int, next_offset: int) -> tuple[int | None, int]:
+                     start_offset: int, size: int, next_offset: int
+                     ) -> tuple[int | None, int, tuple[int, int]]:
         """Damage at use: record the lost offsets once (take_new_losses, stats), ask the next
         writable open to repair the segment, and return where intact batches resume: (byte
-        position or None for the segment's end, offset to read from)."""
+        position or None for the segment's end, offset to read from, its base offset)."""
         found = segment.resume_after(exc.position, size, expected)
         resume_at = found[0] if found is not None else size
         end = found[1].base_offset if found is not None else next_offset
@@ -667,7 +674,7 @@ class PartitionLog:
                 self._read_damage[key] = LostRange(start_offset, max(end, top), loss.path,
                                                    loss.position, loss.length, loss.cause)
         self._mark_for_repair(segment)
-        return (resume_at if resume_at < size else None), max(start_offset, end)
+        return (resume_at if resume_at < size else None), max(start_offset, end), (end, end)
 
     def _mark_for_repair(self, segment: LogSegment) -> None:
         if self.read_only or self._closed or segment.base_offset in self._repair_marked:

@@ -500,19 +500,28 @@ class LogSegment:
             position += header.size
 
     def read_batches(
-        self, position: int, size_bound: int, offset_bound: int, max_bytes: int
+        self, position: int, size_bound: int, offset_bound: int, max_bytes: int,
+        first_base: tuple[int, int] | None = None,
     ) -> Iterator[tuple[int, BatchHeader, bytes]]:
         """Yield (position, header, bytes) of CRC-checked batches from `position` while their
         base offset is below offset_bound and they end within size_bound. The first batch is
-        yielded whole; later ones only while the total stays within max_bytes."""
+        yielded whole; later ones only while the total stays within max_bytes. With
+        first_base=(lo, hi) the offsets are checked too (their field lies outside the CRC):
+        the first base offset within [lo, hi], each next one following the previous batch."""
         total = 0
         buf, buf_start = b"", position
+        expected = first_base
         while position < size_bound:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
                 buf, buf_start, rel = self._read_at(position, HEADER_SIZE, size_bound), position, 0
             try:
                 header = check_header(buf, rel, None)
+                if expected is not None:
+                    if not expected[0] <= header.base_offset <= expected[1]:
+                        raise InvalidBatch("corrupt", f"base offset {header.base_offset}, "
+                                                      f"expected {expected[0]}..{expected[1]}")
+                    expected = (header.next_offset, header.next_offset)
                 if header.base_offset >= offset_bound:
                     return
                 if position + header.size > size_bound:

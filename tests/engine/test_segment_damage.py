@@ -162,6 +162,20 @@ def test_it_keeps_every_intact_batch_under_random_damage(tmp_path: Path, seed: i
                     rng.choice(["clean", "unclean", "recover"]))
 
 
+@pytest.mark.parametrize("mode", ["clean", "unclean", "recover"])
+@pytest.mark.parametrize(("batch", "byte"), [(0, 0), (0, 7), (3, 1), (3, 6), (-1, 2), (-1, 7)])
+def test_a_damaged_base_offset_field_is_never_read_as_other_offsets(
+    tmp_path: Path, mode: str, batch: int, byte: int,
+) -> None:
+    bodies = fill(tmp_path)  # the base offset lies outside the CRC: only offsets show it
+    path = segment_logs(tmp_path)[1]
+    start, _, first, nxt = batch_spans(path)[batch]
+    damage(path, start + byte, 1, "bit")
+    if mode == "unclean":
+        make_unclean(tmp_path)
+    check_open_after_damage(tmp_path, bodies, set(range(first, nxt)), force=mode == "recover")
+
+
 def test_damage_in_the_first_bytes_keeps_the_rest_of_the_segment(tmp_path: Path) -> None:
     bodies = fill(tmp_path)
     second = segment_logs(tmp_path)[1]
