@@ -687,15 +687,29 @@ class PartitionLog:
 
     def batch_headers(self, start_offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
         """(segment, position, header) of the batches from the one holding start_offset up
-        to the high watermark, records unread (open checked them already)."""
+        to the high watermark, records unread (CRCs unchecked); a damaged header is skipped
+        and counted as by read_batches."""
         bound = self.high_watermark
         for segment in self._segments:
             if segment.next_offset <= start_offset or segment.base_offset >= bound:
                 continue
-            for position, header in segment.headers(max(start_offset, segment.base_offset)):
-                if header.base_offset >= bound:
-                    return
-                yield segment, position, header
+            next_offset, size = segment.next_offset, segment.size
+            offset = max(start_offset, segment.base_offset)
+            position, offset, first = self._position_of(segment, offset, size, next_offset)
+            while position is not None:
+                checked = first
+                try:
+                    for at, header in segment.headers_at(position, size, first):
+                        checked = (header.next_offset, header.next_offset)
+                        if header.base_offset >= bound:
+                            return
+                        if header.next_offset > offset:
+                            yield segment, at, header
+                            offset = header.next_offset
+                    position = None
+                except CorruptRecordError as exc:  # skipped and counted, as by a read
+                    position, offset, first = self._skip_damage(
+                        segment, exc, checked[0], offset, size, next_offset)
 
     def offsets_for_time(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""

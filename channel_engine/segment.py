@@ -494,8 +494,23 @@ class LogSegment:
         """(position, header) of the batches from the one holding `offset` to the valid end,
         without reading the records (for scans that open already checked)."""
         position = self.find_position(offset, self.size)
-        while position is not None and position < self.size:
-            header = self._header_at(position, None)
+        if position is not None:
+            yield from self.headers_at(position, self.size, None)
+
+    def headers_at(self, position: int, size_bound: int, first_base: tuple[int, int] | None
+                   ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of the batches from `position` to size_bound, records unread;
+        first_base checks offsets as in read_batches. Raises CorruptRecordError on damage."""
+        expected = first_base
+        while position < size_bound:
+            try:
+                header = self._header_at(position, None)
+                if expected is not None and not expected[0] <= header.base_offset <= expected[1]:
+                    raise InvalidBatch("corrupt", f"base offset {header.base_offset}, "
+                                                  f"expected {expected[0]}..{expected[1]}")
+            except InvalidBatch as exc:
+                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+            expected = (header.next_offset, header.next_offset)
             yield position, header
             position += header.size
 

@@ -451,3 +451,16 @@ def test_a_directory_in_place_of_log_state_is_moved_aside(tmp_path: Path) -> Non
         assert STRAY_MOVED in [a.kind for a in log.last_recovery.actions]
         assert [e.body for e in log.iter_events(0)] == bodies
     assert (tmp_path / "log.state.stray").is_dir() and (tmp_path / "log.state").is_file()
+
+
+def test_a_header_scan_skips_a_damaged_header_and_counts_it(tmp_path: Path) -> None:
+    fill(tmp_path)
+    path = segment_logs(tmp_path)[1]
+    spans = batch_spans(path)
+    damage(path, spans[2][0] + 16, 1, "garbage")  # the magic: the header itself is bad
+    with PartitionLog.open(tmp_path, CONFIG) as log:  # clean: unseen at open
+        bases = [h.base_offset for _, _, h in log.batch_headers(0)]
+        assert spans[2][2] not in bases and spans[3][2] in bases
+        assert bases == sorted(bases) and len(bases) == BATCHES - 1
+        [lost] = log.take_new_losses()
+        assert (lost.start, lost.end) == (spans[2][2], spans[3][2])
