@@ -131,6 +131,18 @@ class _Limits:
     durable_end: int | None
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What log.state told the loader (see load)."""
+
+    has_state: bool
+    clean: bool
+    recovery_point: int | None  # None after a clean shutdown
+    clean_end: int | None
+    known_end: int | None
+    log_start: int
+
+
 def load(
     directory: Path, config: LogConfig, writable: bool, force_recovery: bool = False
 ) -> LoadedLog:
@@ -169,33 +181,9 @@ def load(
                                      report)
     if state is None:
         log_start = bases[0] if bases else 0
-    repairs = repair_markers(directory)
     recovery_point = state.recovery_point if state and not clean else None
-    segments: list[LogSegment] = []
-    fresh: set[int] = set()  # split off by a repair in this open: CRC-walked whole
-    i = 0
-    while i < len(bases):
-        base = bases[i]
-        next_base = bases[i + 1] if i + 1 < len(bases) else None
-        i += 1
-        if next_base is None and _stray_empty_last(directory, base, segments, log_start,
-                                                   known_end, writable, report):
-            continue
-        seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
-                              index_interval_bytes=config.index_interval_bytes, writable=writable)
-        limits = _Limits(next_base if next_base is not None else clean_end,
-                         next_base if next_base is not None else known_end)
-        if state is None or base in repairs or base in fresh:
-            split = _recover(seg, 0, limits, report)
-        elif clean or (next_base is not None and next_base <= (recovery_point or 0)):
-            split = _load_trusted(seg, report, limits, expected_end=state.log_end_offset
-                                  if clean and next_base is None else None)
-        else:
-            split = _recover(seg, recovery_point or 0, limits, report)
-        segments.append(seg)
-        if split is not None and writable:
-            bases.insert(i, split)
-            fresh.add(split)
+    known = _Known(state is not None, clean, recovery_point, clean_end, known_end, log_start)
+    segments = _open_segments(directory, config, bases, known, writable, report)
     report.segments = len(segments)
 
     if writable:
@@ -218,22 +206,57 @@ def load(
         log_end = known_end
 
     if writable:
-        for seg in segments[:-1]:
-            seg.on_become_inactive()
-        for seg in segments:
-            seg.flush()
-        fsync_directory(directory)
-        recovery_point = log_end
-        log_state.write(state_path, LogState(log_start, recovery_point, log_end))
-        _clear_repair_markers(directory, repairs)
-    else:
-        recovery_point = log_end  # a reader's snapshot: every complete batch on disk
-    report.recovery_point = recovery_point
+        _make_durable(directory, segments, LogState(log_start, log_end, log_end))
+    report.recovery_point = recovery_point = log_end  # a reader's: every complete batch
     report.duration_ms = (time.monotonic() - started) * 1000
     if report.actions or not clean:
         level = logging.WARNING if report.lost_data else logging.INFO
         logger.log(level, "%s", report.summary())
     return LoadedLog(segments, log_start, recovery_point, report)
+
+
+def _make_durable(directory: Path, segments: list[LogSegment], state: LogState) -> None:
+    """Seal all but the last segment, fsync every file and the directory, then write
+    log.state (recovery point = log end) and remove the .repair markers now served."""
+    for seg in segments[:-1]:
+        seg.on_become_inactive()
+    for seg in segments:
+        seg.flush()
+    fsync_directory(directory)
+    log_state.write(directory / LOG_STATE_FILE, state)
+    _clear_repair_markers(directory, repair_markers(directory))
+
+
+def _open_segments(directory: Path, config: LogConfig, bases: list[int], known: _Known,
+                   writable: bool, report: RecoveryReport) -> list[LogSegment]:
+    """Load or recover each segment in base-offset order (step 5 of the module doc)."""
+    repairs = repair_markers(directory)
+    segments: list[LogSegment] = []
+    fresh: set[int] = set()  # split off by a repair in this open: CRC-walked whole
+    i = 0
+    while i < len(bases):
+        base = bases[i]
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        i += 1
+        if next_base is None and _stray_empty_last(directory, base, segments, known.log_start,
+                                                   known.known_end, writable, report):
+            continue
+        seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
+                              index_interval_bytes=config.index_interval_bytes, writable=writable)
+        limits = _Limits(next_base if next_base is not None else known.clean_end,
+                         next_base if next_base is not None else known.known_end)
+        if not known.has_state or base in repairs or base in fresh:
+            split = _recover(seg, 0, limits, report)
+        elif known.clean or (next_base is not None and next_base <= (known.recovery_point or 0)):
+            split = _load_trusted(seg, report, limits, expected_end=known.clean_end
+                                  if next_base is None else None)
+        else:
+            split = _recover(seg, known.recovery_point or 0, limits, report)
+        segments.append(seg)
+        if split is not None and writable:
+            bases.insert(i, split)
+            fresh.add(split)
+    return segments
 
 
 def log_bases(directory: Path) -> list[int]:
