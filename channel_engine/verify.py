@@ -227,18 +227,19 @@ def _verify_names(directory: Path, clean_end: int | None, report: VerifyReport) 
             report.notes.append(f"{directory / name}: a read met damage in this segment "
                                 "(repaired at the next writable open)")
     logs = sorted(base for base, suffix in _files(directory) if suffix == LOG_SUFFIX)
-    kept = []
+    foreign = {base: segment_stray_reason(segment_file(directory, base, LOG_SUFFIX), base,
+                                          clean_end) for base in logs}
+    ours = [base for base in logs if foreign[base] is None]
     for base in logs:
         path = segment_file(directory, base, LOG_SUFFIX)
-        why = segment_stray_reason(path, base, clean_end)
-        if why is None and base != logs[-1] and is_empty_segment(path):
+        why = foreign[base]
+        if why is None and base != ours[-1] and is_empty_segment(path):
             why = "an empty segment that is not the last"
+            ours.remove(base)
         if why is not None:
             report.damages.append(Damage(str(path), 0, f"stray: {why} (moved aside at the "
                                                        "next writable open)"))
-        else:
-            kept.append(base)
-    return kept
+    return ours
 
 
 def verify_channel(config: ChannelConfig) -> dict[str, Any]:
