@@ -298,6 +298,8 @@ class LogSegment:
                 if _same_bytes(target, self._fd, start, end):
                     return target  # made by an earlier try of this repair that crashed
                 target, n = first.with_name(f"{first.name}.{n}"), n + 1  # never replace one
+        elif target.exists():  # the loader's bound rule keeps a split off existing segments
+            raise FileExistsError(f"{target}: a split of {self.log_path} would replace it")
         tmp = target.with_name(target.name + TMP_SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
