@@ -61,7 +61,7 @@ from channel_engine.errors import (
     StorageError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
+from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE, LOG_SUFFIX, segment_file
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import BatchHeader
 from channel_engine.recovery import LostRange, RecoveryReport
@@ -545,6 +545,9 @@ class PartitionLog:
             for base in sorted(present - known):
                 if kept and base < kept[-1].base_offset:
                     continue  # a truncated-and-rewritten history is for a reopen to sort out
+                if kept and base != kept[-1].next_offset and log_loader.is_empty_segment(
+                        segment_file(self.directory, base, LOG_SUFFIX)):
+                    continue  # not where the writer rolls: a stray, until it holds batches
                 segment = LogSegment.open(
                     self.directory, base, index_max_bytes=self.config.segment_index_bytes,
                     index_interval_bytes=self.config.index_interval_bytes, writable=False)

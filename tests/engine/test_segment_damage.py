@@ -464,3 +464,17 @@ def test_a_header_scan_skips_a_damaged_header_and_counts_it(tmp_path: Path) -> N
         assert bases == sorted(bases) and len(bases) == BATCHES - 1
         [lost] = log.take_new_losses()
         assert (lost.start, lost.end) == (spans[2][2], spans[3][2])
+
+
+def test_a_refreshing_reader_ignores_a_stray_empty_segment(tmp_path: Path) -> None:
+    writer = PartitionLog.open(tmp_path, CONFIG)
+    writer.append([PendingEvent(b"a")] * 3)
+    reader = PartitionLog.open(tmp_path, CONFIG, read_only=True)
+    (tmp_path / f"{1000:020d}.log").write_bytes(b"")
+    writer.append([PendingEvent(b"b")] * 2)
+    writer.roll()  # a real roll at 5: the reader follows it
+    writer.append([PendingEvent(b"c")])
+    reader.refresh()
+    assert reader.log_end_offset == 6 and [s.base_offset for s in reader.segments] == [0, 5]
+    reader.close()
+    writer.close()
