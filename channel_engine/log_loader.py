@@ -29,7 +29,7 @@ Load sequence:
      A zero tail after the last batch is cut and reported as no data (ZERO_TAIL_CUT).
      Damage (an invalid batch that is not a zero tail) never cuts intact batches:
      segment.find_next_batch looks for the next intact batch whose base offset is
-     at least the offset expected next and below the segment's bound (the next
+     above the offset expected next and below the segment's bound (the next
      segment's base, or a clean log's end). If there is one, the segment is split
      (LogSegment.repair_damage: damaged bytes kept in `<.log>.damaged-<position>`,
      the intact rest becomes a new segment, loaded next): DAMAGE_SPLIT, the lost

@@ -32,10 +32,12 @@ and no batch is kept twice.
 
 find_next_batch is the one resync rule (recovery, reads that meet damage, and
 verify): the first byte position after the damage holding a header with magic
-2, a length that fits, a base offset at or above the offset expected next, a
-CRC-32C that holds, and not contradicted by the batch after it (a valid batch
-there must start at its next offset; this rejects a batch whose base offset
-field is itself damaged when an intact batch follows).
+2, a length that fits, a base offset above the offset expected at the damage (the
+damaged region held at least one batch; this also rejects a batch stored inside a
+record that names an offset already passed), a CRC-32C that holds, and not
+contradicted by the batch after it (a valid batch there must start at its next
+offset; this rejects a batch whose base offset field is itself damaged when an
+intact batch follows).
 
 Concurrency: not thread-safe for writers; the partition log holds its lock around
 append, roll, truncate and recover. Readers may call find_position / read_batches
@@ -354,7 +356,7 @@ class LogSegment:
     def resume_after(self, position: int, size_bound: int,
                      expected: int) -> tuple[int, BatchHeader] | None:
         """The next intact batch after damage at `position`, below size_bound, whose base
-        offset is at least `expected` (find_next_batch), or None."""
+        offset is above `expected` (find_next_batch), or None."""
         if size_bound <= position + 1:
             return None
         with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
@@ -602,7 +604,7 @@ class LogSegment:
 def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
                     expected: int) -> tuple[int, BatchHeader] | None:
     """(position, header) of the first intact batch at or after byte `start` and within
-    `limit` whose base offset is >= `expected` (see the module doc for the rule)."""
+    `limit` whose base offset is > `expected` (see the module doc for the rule)."""
     search = start + MAGIC_AT
     while True:
         at = buf.find(MAGIC_BYTE, search, limit)
@@ -613,7 +615,7 @@ def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
             header = check_batch(buf, position, limit, None, verify_crc=True)
         except InvalidBatch:
             continue
-        if header.base_offset >= expected and not _contradicted(buf, position, header, limit):
+        if header.base_offset > expected and not _contradicted(buf, position, header, limit):
             return position, header
 
 
