@@ -42,11 +42,15 @@ def batch_spans(path: Path) -> list[tuple[int, int, int, int]]:
             for p, h in scan_log_file(path, None).batches]
 
 
-def make_unclean(directory: Path) -> None:
-    """What a crash after a durable commit leaves: no clean flag, recovery point = log end."""
+def make_unclean(directory: Path, recovery_point: int | None = None) -> None:
+    """What a crash leaves: no clean flag, the recovery point last persisted (default: the
+    log end, as after every commit was made durable)."""
     state = state_file.read(directory / "log.state")
     assert state is not None
-    state_file.write(directory / "log.state", state.with_(clean_shutdown=False))
+    state = state.with_(clean_shutdown=False)
+    if recovery_point is not None:
+        state = state.with_(recovery_point=recovery_point)
+    state_file.write(directory / "log.state", state)
 
 
 def damage(path: Path, position: int, length: int, how: str) -> None:
@@ -138,16 +142,20 @@ def run_damage_case(tmp_path: Path, seed: int, which: int, where: str, how: str,
     damage(path, position, length, how)
     if mode == "unclean":
         make_unclean(tmp_path)
+    if mode == "crashed":  # recovery walks every CRC from the damaged segment on
+        make_unclean(tmp_path, int(path.name[:20]))
     check_open_after_damage(tmp_path, bodies, hit, force=mode == "recover")
 
 
-@pytest.mark.parametrize("mode", ["clean", "unclean", "recover"])
+@pytest.mark.parametrize("mode", ["clean", "unclean", "crashed", "recover"])
 @pytest.mark.parametrize("where", POSITIONS)
 @pytest.mark.parametrize(("how", "length"), [("bit", 1), ("garbage", 16), ("zeros", 40)])
 def test_it_keeps_every_intact_batch_wherever_the_damage_falls(
     tmp_path: Path, mode: str, where: str, how: str, length: int,
 ) -> None:
     seed = POSITIONS.index(where) * 100 + length
+    if mode == "crashed" and where == "tail_bytes":
+        pytest.skip("a torn tail past the recovery point is not counted: see the torn-tail test")
     run_damage_case(tmp_path, seed, 1 if where != "tail_bytes" else -1, where, how, length,
                     mode)
 
@@ -157,9 +165,11 @@ def test_it_keeps_every_intact_batch_wherever_the_damage_falls(
 def test_it_keeps_every_intact_batch_under_random_damage(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     which = rng.randrange(0, 4)
-    run_damage_case(tmp_path, seed, which, rng.choice(POSITIONS),
-                    rng.choice(["bit", "garbage", "zeros"]), rng.choice([1, 8, 61, 300]),
-                    rng.choice(["clean", "unclean", "recover"]))
+    where, how = rng.choice(POSITIONS), rng.choice(["bit", "garbage", "zeros"])
+    length, mode = rng.choice([1, 8, 61, 300]), rng.choice(["clean", "unclean", "recover"])
+    if which < 3 and where != "tail_bytes" and rng.random() < 0.3:
+        mode = "crashed"  # the damage lies below the last segment: counted as lost
+    run_damage_case(tmp_path, seed, which, where, how, length, mode)
 
 
 @pytest.mark.parametrize("mode", ["clean", "unclean", "recover"])
