@@ -61,7 +61,13 @@ from channel_engine.errors import (
     StorageError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE, LOG_SUFFIX, segment_file
+from channel_engine.filenames import (
+    LOCK_FILE,
+    LOG_STATE_FILE,
+    LOG_SUFFIX,
+    parse_segment_file,
+    segment_file,
+)
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import BatchHeader
 from channel_engine.recovery import LostRange, RecoveryReport
@@ -191,6 +197,9 @@ class PartitionLog:
         log._last_flush_ms = log._last_state_write_ms = log._now_ms()
         log.last_recovery = loaded.report
         log._new_losses = list(loaded.report.lost_ranges)
+        for loss in log._new_losses if read_only else ():  # a reader's view keeps the
+            log._read_damage[(parse_segment_file(Path(loss.path).name) or (-1, ""))[0],
+                             loss.position] = loss  # damage its reads will skip
         return log
 
     def take_new_losses(self) -> list[LostRange]:

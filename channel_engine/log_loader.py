@@ -451,21 +451,36 @@ def _recover(seg: LogSegment, verify_from: int, limits: _Limits,
     file_size = seg.file_size
     result = seg.recover(verify_from)
     report.segments_scanned += 1
-    report.bytes_scanned += result.valid_bytes
-    report.batches_scanned += result.batches
+    while True:
+        report.bytes_scanned += result.valid_bytes
+        report.batches_scanned += result.batches
+        found = result.resume_header
+        if result.problem is None or found is None or result.resume_at is None or (
+                limits.bound is not None and found.base_offset >= limits.bound):
+            _cut_tail(seg, result, file_size, limits, report)
+            return None
+        if seg.writable:
+            kept = seg.repair_damage(result.resume_at, result.data_end, True,
+                                     found.base_offset)
+            _report_split(seg, result, found.base_offset, kept[0].name, report)
+            return found.base_offset
+        _report_split(seg, result, found.base_offset, None, report)
+        result = seg.view_past_damage(result)  # a reader: skip the damage in its view
+
+
+def _cut_tail(seg: LogSegment, result: ScanResult, file_size: int, limits: _Limits,
+              report: RecoveryReport) -> None:
+    """The end of a walk with no intact batch after it (or only copies a later segment
+    holds, left by a repair that crashed after writing that segment): cut, and count the
+    offsets lost when they were known durable."""
     problem = result.problem
     if problem is None:
-        return None
+        return
     if problem.kind == "zero_tail":
         report.add(RecoveryAction(ZERO_TAIL_CUT, str(seg.log_path), problem.reason,
                                   result.valid_bytes, file_size - result.valid_bytes))
-        return None
+        return
     found, expected = result.resume_header, seg.next_offset
-    if found is not None and result.resume_at is not None and (
-            limits.bound is None or found.base_offset < limits.bound):
-        return _split(seg, result, found.base_offset, report)
-    # nothing intact after the damage (or only copies a later segment holds: a repair that
-    # crashed after writing that segment)
     damaged_end = result.resume_at if result.resume_at is not None else result.data_end
     counted = limits.durable_end is not None and expected < limits.durable_end
     kept = seg.repair_damage(damaged_end, result.data_end, counted, None) if seg.writable \
@@ -478,25 +493,20 @@ def _recover(seg: LogSegment, verify_from: int, limits: _Limits,
     report.add(RecoveryAction(TRUNCATED, str(seg.log_path), why, result.valid_bytes,
                               file_size - result.valid_bytes, first_offset_lost=expected,
                               next_offset_kept=limits.durable_end if counted else None))
-    return None
 
 
-def _split(seg: LogSegment, result: ScanResult, resume_base: int,
-           report: RecoveryReport) -> int:
-    """Keep the intact batches after a damaged region: see LogSegment.repair_damage."""
+def _report_split(seg: LogSegment, result: ScanResult, resume_base: int, kept: str | None,
+                  report: RecoveryReport) -> None:
     assert result.problem is not None and result.resume_at is not None
-    expected = seg.next_offset
-    kept = seg.repair_damage(result.resume_at, result.data_end, True, resume_base) \
-        if seg.writable else []
     where = (f"moved to {offset_prefix(resume_base)}{LOG_SUFFIX}, damaged bytes kept in "
-             f"{kept[0].name}" if kept else "read-only: not repaired")
+             f"{kept}" if kept is not None
+             else "read-only: skipped in this view, repaired by the next writable open")
     report.add(RecoveryAction(
         DAMAGE_SPLIT, str(seg.log_path),
         f"{result.problem.kind}: {result.problem.reason}; intact batches resume at byte "
         f"{result.resume_at} (offset {resume_base}): {where}",
         result.valid_bytes, result.resume_at - result.valid_bytes,
-        first_offset_lost=expected, next_offset_kept=resume_base))
-    return resume_base
+        first_offset_lost=seg.next_offset, next_offset_kept=resume_base))
 
 
 def _drop_unneeded(

@@ -252,7 +252,20 @@ class LogSegment:
         """Check every batch (CRC-32C from offset `verify_from` on) and rebuild the indexes up
         to the first invalid one; cut a zero tail (writable). On damage, say where intact
         batches resume (no cut: see repair_damage)."""
-        result = self.scan(self.file_size, verify_from=verify_from)
+        return self._describe_end(self.scan(self.file_size, verify_from=verify_from))
+
+    def view_past_damage(self, result: ScanResult) -> ScanResult:
+        """Read-only: take the intact batches after the damaged region `result` found into
+        this view (the file is left as it is: reads skip the damage, log.read_batches),
+        walking on from there; return how that walk ended, described as by recover."""
+        assert result.resume_at is not None and result.resume_header is not None
+        self.size, self.next_offset = result.resume_at, result.resume_header.base_offset
+        self.bytes_since_last_index_entry = self.index_interval_bytes + 1  # index it
+        more = self._walk(self.file_size, verify_from=self.next_offset)
+        return self._describe_end(replace(more, batches=result.batches + more.batches))
+
+    def _describe_end(self, result: ScanResult) -> ScanResult:
+        """Cut a zero tail; for damage, find where intact batches resume (recover)."""
         problem = result.problem
         if problem is None or problem.kind == "zero_tail":
             self.cut(result.valid_bytes)

@@ -488,3 +488,22 @@ def test_a_refreshing_reader_ignores_a_stray_empty_segment(tmp_path: Path) -> No
     assert reader.log_end_offset == 6 and [s.base_offset for s in reader.segments] == [0, 5]
     reader.close()
     writer.close()
+
+
+def test_a_reader_keeps_the_intact_batches_after_damage_inside_a_segment(
+    tmp_path: Path,
+) -> None:
+    bodies = fill(tmp_path)
+    path = segment_logs(tmp_path)[1]
+    spans = batch_spans(path)
+    damage(path, spans[2][0] + 80, 1, "bit")
+    make_unclean(tmp_path, spans[0][2])  # the open walks every CRC of that segment
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with PartitionLog.open(tmp_path, CONFIG, read_only=True) as reader:
+        assert [a.kind for a in reader.last_recovery.actions] == [DAMAGE_SPLIT]
+        got = [e.offset for e in reader.iter_events(0)]
+        assert got == [o for o in range(len(bodies)) if not spans[2][2] <= o < spans[3][2]]
+        assert [(r.start, r.end) for r in reader.take_new_losses()] == \
+            [(spans[2][2], spans[3][2])]
+        assert reader.take_new_losses() == []  # the reads did not report it again
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
