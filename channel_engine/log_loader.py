@@ -53,8 +53,8 @@ Load sequence:
 A reader (writable=False) never writes and takes no lock: it gets a snapshot of the
 valid prefix of each segment as the files hold it at open time, including batches whose
 writer has not returned from fsync yet (what kafka-dump-log shows); it ignores strays
-and does not split damaged segments (the intact batches after damage inside one
-segment are visible to it only through reads, which skip the damage). Live readers in
+and splits nothing: its view of a damaged segment goes on after the damage
+(LogSegment.view_past_damage), and its reads skip the damaged bytes. Live readers in
 other processes that must see committed events only are bounded by offsets the writer
 hands them (the channel's shared state), not by this snapshot.
 Limits: in an unclean log a non-empty segment past the recovery point cannot be told

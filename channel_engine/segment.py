@@ -17,6 +17,9 @@ Three ways to open a segment (log_loader.py picks):
     left in place and described: where it starts, and where intact batches
     resume after it (find_next_batch), so the loader can keep them.
 
+A read-only open repairs nothing: view_past_damage takes the intact batches
+after a damaged region into its view of the file (reads skip the damage).
+
 Damage (repair_damage, called by the loader of a writable log): the valid
 prefix stays in this file; the intact batches after the damaged region move to a
 new segment named by the first one's base offset; the damaged bytes are copied
