@@ -655,6 +655,8 @@ class PartitionLog:
                 except CorruptRecordError as exc:
                     position, start_offset, first = self._skip_damage(
                         segment, exc, checked[0], start_offset, size, next_offset)
+            if segment.misplaced_bases:  # delivered with the offsets their place holds
+                self._mark_for_repair(segment)
 
     def _position_of(self, segment: LogSegment, offset: int, size: int, next_offset: int
                      ) -> tuple[int | None, int, tuple[int, int]]:
@@ -722,6 +724,8 @@ class PartitionLog:
                 except CorruptRecordError as exc:  # skipped and counted, as by a read
                     position, offset, first = self._skip_damage(
                         segment, exc, checked[0], offset, size, next_offset)
+            if segment.misplaced_bases:
+                self._mark_for_repair(segment)
 
     def offsets_for_time(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""

@@ -27,6 +27,8 @@ Load sequence:
      - without a readable log.state, for a segment split off in this open, or one a
        read found damaged (a `<base>.repair` marker): every batch CRC-checked.
      A zero tail after the last batch is cut and reported as no data (ZERO_TAIL_CUT).
+     A batch whose base offset field alone is damaged is rewritten in place
+     (BASE_OFFSET_REPAIRED, nothing lost; a reader's view counts it lost).
      Damage (an invalid batch that is not a zero tail) never cuts intact batches:
      segment.find_next_batch looks for the next intact batch whose base offset is
      above the offset expected next and below the segment's bound (the next
@@ -94,6 +96,7 @@ from channel_engine.filenames import (
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import HEADER_SIZE, InvalidBatch, check_batch, is_zero
 from channel_engine.recovery import (
+    BASE_OFFSET_REPAIRED,
     DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
@@ -451,6 +454,11 @@ def _recover(seg: LogSegment, verify_from: int, limits: _Limits,
     file_size = seg.file_size
     result = seg.recover(verify_from)
     report.segments_scanned += 1
+    for position, was, now in result.base_offsets_fixed:
+        report.add(RecoveryAction(
+            BASE_OFFSET_REPAIRED, str(seg.log_path),
+            f"the batch at byte {position} said base offset {was} where offset {now} "
+            "belongs (its CRC-32C holds; the field lies outside it): rewritten", position))
     while True:
         report.bytes_scanned += result.valid_bytes
         report.batches_scanned += result.batches

@@ -10,6 +10,8 @@ TRUNCATED = "truncated"              # invalid or partial batch and everything a
                                      # when the bytes were known durable
 DAMAGE_SPLIT = "damage_split"        # a damaged region cut out: the intact batches after it
                                      # moved to a new segment, the damaged bytes kept aside
+BASE_OFFSET_REPAIRED = "base_offset_repaired"  # a batch's base offset field (outside its
+                                     # CRC) rewritten to the offset its place holds: no loss
 STRAY_MOVED = "stray_moved"          # a file the engine did not write renamed <name>.stray
 ZERO_TAIL_CUT = "zero_tail_cut"      # zeros after the last batch cut: preallocated space, or
                                      # pages never flushed (within the policy-mode window)

@@ -17,6 +17,12 @@ Three ways to open a segment (log_loader.py picks):
     left in place and described: where it starts, and where intact batches
     resume after it (find_next_batch), so the loader can keep them.
 
+A batch whose base offset field alone is damaged (the field lies outside the
+CRC) keeps its offsets: recover rewrites the field in place in a writable
+segment, and reads deliver it with the offsets its place holds
+(fixable_base_offset: an intact batch where the batch with the expected base
+offset belongs, not contradicted by an intact batch after it). Nothing is lost.
+
 A read-only open repairs nothing: view_past_damage takes the intact batches
 after a damaged region into its view of the file (reads skip the damage).
 
@@ -104,6 +110,7 @@ class ScanResult:
     resume_at: int | None = None
     resume_header: BatchHeader | None = None
     data_end: int = 0
+    base_offsets_fixed: tuple[tuple[int, int, int], ...] = ()  # (position, was, now)
 
 
 class LogSegment:
@@ -143,6 +150,7 @@ class LogSegment:
         self._length_dirty = False  # the file was created, trimmed or cut since the last sync
         self.deleted = False
         self.delete_after_ms = 0
+        self.misplaced_bases: set[int] = set()  # batches reads met with a damaged base field
 
     # -- creating and opening ---------------------------------------------------------------
     @classmethod
@@ -255,7 +263,50 @@ class LogSegment:
         """Check every batch (CRC-32C from offset `verify_from` on) and rebuild the indexes up
         to the first invalid one; cut a zero tail (writable). On damage, say where intact
         batches resume (no cut: see repair_damage)."""
-        return self._describe_end(self.scan(self.file_size, verify_from=verify_from))
+        result = self.scan(self.file_size, verify_from=verify_from)
+        fixed: list[tuple[int, int, int]] = []
+        while self.writable and result.problem is not None and self._fix_base_offset(fixed):
+            more = self._walk(self.file_size, verify_from)  # on from the repaired batch
+            result = replace(more, batches=result.batches + more.batches)
+        return replace(self._describe_end(result), base_offsets_fixed=tuple(fixed))
+
+    def _fix_base_offset(self, fixed: list[tuple[int, int, int]]) -> bool:
+        """Writable: rewrite the base offset field of the batch at the valid end when only
+        that field is wrong (fixable_base_offset); made durable by the next flush."""
+        with mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ) as buf:
+            was = fixable_base_offset(buf, self.size, self.file_size, self.next_offset)
+        if was is None:
+            return False
+        os.pwrite(self._fd, self.next_offset.to_bytes(8, "big", signed=True), self.size)
+        self._length_dirty = True  # bytes changed: the next flush_data must fdatasync
+        fixed.append((self.size, was, self.next_offset))
+        return True
+
+    def true_base_offset(self, position: int, header: BatchHeader, expected: tuple[int, int],
+                         size_bound: int) -> int | None:
+        """For a read: the base offset the batch at `position` has when only its base offset
+        field is damaged (fixable_base_offset, the exact offset taken from `expected` or
+        from what follows the batch), else None. Notes the place in misplaced_bases."""
+        after = position + header.size
+        if after > size_bound:
+            return None
+        with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
+            if expected[0] == expected[1]:
+                exact = expected[0]
+            elif after < size_bound:
+                try:
+                    exact = check_header(buf, after, None).base_offset - header.record_count
+                except InvalidBatch:
+                    return None
+            elif after == self.size:
+                exact = self.next_offset - header.record_count
+            else:
+                return None
+            if not expected[0] <= exact <= expected[1] or \
+                    fixable_base_offset(buf, position, size_bound, exact) is None:
+                return None
+        self.misplaced_bases.add(position)
+        return exact
 
     def view_past_damage(self, result: ScanResult) -> ScanResult:
         """Read-only: take the intact batches after the damaged region `result` found into
@@ -525,9 +576,8 @@ class LogSegment:
         while position < size_bound:
             try:
                 header = self._header_at(position, None)
-                if expected is not None and not expected[0] <= header.base_offset <= expected[1]:
-                    raise InvalidBatch("corrupt", f"base offset {header.base_offset}, "
-                                                  f"expected {expected[0]}..{expected[1]}")
+                if expected is not None:
+                    header = self._checked_base(position, header, expected, size_bound)
             except InvalidBatch as exc:
                 raise CorruptRecordError(self.log_path, position, exc.reason) from exc
             expected = (header.next_offset, header.next_offset)
@@ -551,11 +601,9 @@ class LogSegment:
             if rel + HEADER_SIZE > len(buf):
                 buf, buf_start, rel = self._read_at(position, HEADER_SIZE, size_bound), position, 0
             try:
-                header = check_header(buf, rel, None)
+                header = stored = check_header(buf, rel, None)
                 if expected is not None:
-                    if not expected[0] <= header.base_offset <= expected[1]:
-                        raise InvalidBatch("corrupt", f"base offset {header.base_offset}, "
-                                                      f"expected {expected[0]}..{expected[1]}")
+                    header = self._checked_base(position, header, expected, size_bound)
                     expected = (header.next_offset, header.next_offset)
                 if header.base_offset >= offset_bound:
                     return
@@ -570,8 +618,23 @@ class LogSegment:
             if total and total + header.size > max_bytes:
                 return
             total += header.size
-            yield position, header, buf[rel:rel + header.size]
+            data = buf[rel:rel + header.size]
+            if header is not stored:  # only its base offset field was damaged
+                data = header.base_offset.to_bytes(8, "big", signed=True) + data[8:]
+            yield position, header, data
             position += header.size
+
+    def _checked_base(self, position: int, header: BatchHeader, expected: tuple[int, int],
+                      size_bound: int) -> BatchHeader:
+        """The header with the base offset its place holds; InvalidBatch when that is not
+        its base offset and not only its base offset field is damaged."""
+        if expected[0] <= header.base_offset <= expected[1]:
+            return header
+        exact = self.true_base_offset(position, header, expected, size_bound)
+        if exact is None:
+            raise InvalidBatch("corrupt", f"base offset {header.base_offset}, "
+                                          f"expected {expected[0]}..{expected[1]}")
+        return header._replace(base_offset=exact)
 
     def _read_at(self, position: int, at_least: int, size_bound: int) -> bytes:
         return os.pread(self._fd, max(at_least, min(READ_CHUNK, size_bound - position)), position)
@@ -633,6 +696,23 @@ def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
             continue
         if header.base_offset > expected and not _contradicted(buf, position, header, limit):
             return position, header
+
+
+def fixable_base_offset(buf: BytesLike, position: int, limit: int,
+                        expected: int) -> int | None:
+    """The base offset stored in the batch at `position` when only that field is wrong: the
+    batch is intact (CRC-32C, which does not cover the field), it sits where the batch
+    with base offset `expected` belongs, and no intact batch after it contradicts that.
+    None otherwise."""
+    try:
+        header = check_batch(buf, position, limit, None, verify_crc=True)
+    except InvalidBatch:
+        return None
+    if header.base_offset == expected:
+        return None
+    if _contradicted(buf, position, header._replace(base_offset=expected), limit):
+        return None
+    return header.base_offset
 
 
 def _contradicted(buf: BytesLike, position: int, header: BatchHeader, limit: int) -> bool:

@@ -8,6 +8,8 @@ Checks, each reported with the file and the byte position:
   * every batch of every .log: length, magic, CRC-32C, record count, offsets
     contiguous from the file's base offset and across segments, every record
     decodes with the right offset and a timestamp <= the batch max timestamp;
+  * a batch whose base offset field alone is wrong (its CRC holds; the field
+    lies outside it): reported, the walk goes on (recovery rewrites the field);
   * damage inside a .log: each damaged region is reported with the offsets it
     loses, and the walk goes on at the next intact batch (segment.find_next_batch,
     the rule recovery uses: the intact batches after it are kept by the next
@@ -56,7 +58,7 @@ from channel_engine.log_loader import (
 )
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader, InvalidBatch
-from channel_engine.segment import find_next_batch
+from channel_engine.segment import find_next_batch, fixable_base_offset
 from channel_engine.time_index import ENTRY as TIME_ENTRY
 
 
@@ -120,6 +122,7 @@ class LogFileScan:
     problem: InvalidBatch | None
     damaged: list[DamagedRegion] = field(default_factory=list)
     superseded_at: int | None = None  # intact copies of a later segment's batches from here
+    base_offsets_fixable: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 def scan_log_file(path: Path, expected_base: int | None, verify_crc: bool = True,
@@ -138,6 +141,15 @@ def scan_log_file(path: Path, expected_base: int | None, verify_crc: bool = True
                 if not resync or problem is None or problem.kind == "zero_tail" \
                         or expected_base is None:
                     break
+                was = fixable_base_offset(buf, position, size, expected_base)
+                if was is not None:  # only the base offset field is wrong: go on past it
+                    header = record_batch.read_header(buf, position)._replace(
+                        base_offset=expected_base)
+                    scan.batches.append((position, header))
+                    scan.base_offsets_fixable.append((position, was, expected_base))
+                    position, expected_base = position + header.size, header.next_offset
+                    scan.problem = None
+                    continue
                 found = find_next_batch(buf, position + 1, size, expected_base)
                 if found is None:
                     break
@@ -289,8 +301,16 @@ def _verify_segment(directory: Path, base: int, last: bool, state: log_state.Log
                     bound: int | None, report: VerifyReport) -> int:
     path = segment_file(directory, base, LOG_SUFFIX)
     scan = scan_log_file(path, base, resync=True, bound=bound)
+    fixable = {position for position, _, _ in scan.base_offsets_fixable}
     for position, header in scan.batches:
-        _verify_records(path, position, header, report)
+        if position not in fixable:  # its records decode from the damaged field
+            _verify_records(path, position, header, report)
+    for position, was, now in scan.base_offsets_fixable:
+        report.records += next(h.record_count for p, h in scan.batches if p == position)
+        report.damages.append(Damage(
+            str(path), position, f"base offset field says {was} where offset {now} belongs "
+            "(the CRC-32C holds): rewritten in place by the next writable open; no offset "
+            "is lost"))
     report.batches += len(scan.batches)
     report.bytes += sum(header.size for _, header in scan.batches)
     for region in scan.damaged:

@@ -305,7 +305,7 @@ def test_it_splits_the_intact_batches_off_and_keeps_the_damaged_bytes(tmp_path):
     assert offsets_read(split) == list(range(new_base, headers[-1].next_offset))
 
 
-def test_it_does_not_resume_at_a_batch_whose_base_offset_the_next_batch_contradicts(tmp_path):
+def test_it_rewrites_a_damaged_base_offset_field_in_place(tmp_path):
     seg = create(tmp_path)
     headers = fill(seg, batches=5)
     seg.close()
@@ -313,9 +313,15 @@ def test_it_does_not_resume_at_a_batch_whose_base_offset_the_next_batch_contradi
     with open(seg.log_path, "r+b") as f:  # base offset of batch 2 (outside the CRC) damaged
         f.seek(position)
         f.write((10**9).to_bytes(8, "big"))
-    result = reopen(tmp_path).recover(verify_from=BASE)
-    assert result.valid_bytes == position
+    reader = reopen(tmp_path, writable=False)  # a reader cannot: the batch is skipped, and
+    result = reader.recover(verify_from=BASE)  # not resumed at (the next batch contradicts)
+    assert result.valid_bytes == position and not result.base_offsets_fixed
     assert result.resume_header.base_offset == headers[3].base_offset
+    loaded = reopen(tmp_path)
+    result = loaded.recover(verify_from=BASE)
+    assert result.problem is None and result.valid_bytes == sum(h.size for h in headers)
+    assert result.base_offsets_fixed == ((position, 10**9, headers[2].base_offset),)
+    assert offsets_read(loaded) == list(range(BASE, headers[-1].next_offset))
 
 
 def test_it_trusts_crcs_below_the_verify_offset(tmp_path):
