@@ -60,9 +60,9 @@ and splits nothing: its view of a damaged segment goes on after the damage
 other processes that must see committed events only are bounded by offsets the writer
 hands them (the channel's shared state), not by this snapshot.
 Limits: in an unclean log a non-empty segment past the recovery point cannot be told
-from one rolled after the last log.state write, so it is loaded; a damaged base offset
-field of a segment's last batch, with no batch after it to contradict it, moves the log
-end forward (offsets skipped, none reused).
+from one rolled after the last log.state write, so it is loaded; after a damaged region,
+an intact batch whose own base offset field is also damaged and that no batch follows is
+taken at its word (offsets skipped, none reused).
 """
 from __future__ import annotations
 
