@@ -2,6 +2,12 @@
 
 Segments are named by their base offset zero-padded to 20 digits, so that
 `ls` sorts them numerically (Kafka's LogFileUtils.filenamePrefixFromOffset).
+
+Names the engine writes besides segments: `log.state`, `.lock`, `*.tmp` and
+`*.deleted` (its own leftovers, deleted by the next writable open), `<base>.repair`
+(a read met damage there), and files it keeps and never deletes or loads:
+`<base>.log.damaged-<position>` (damaged bytes cut out of a segment) and
+`<name>.stray` (a file it did not write, moved aside). Any other name is a stray.
 """
 from __future__ import annotations
 
@@ -13,11 +19,15 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
+DAMAGED_SUFFIX = ".damaged-"   # <base>.log.damaged-<position>[.<n>]: damaged bytes, kept
+STRAY_SUFFIX = ".stray"        # a file the engine did not write, moved aside, kept
+REPAIR_SUFFIX = ".repair"      # <base>.repair: CRC-walk that segment at the next writable open
 
 LOCK_FILE = ".lock"
 LOG_STATE_FILE = "log.state"
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+_REPAIR_FILE = re.compile(r"^(\d{20})\.repair$")
 
 
 def offset_prefix(offset: int) -> str:
@@ -36,3 +46,14 @@ def parse_segment_file(name: str) -> tuple[int, str] | None:
     if match is None:
         return None
     return int(match.group(1)), match.group(2)
+
+
+def is_kept_aside(name: str) -> bool:
+    """True for the names of files the engine keeps but never loads (damaged bytes, strays)."""
+    return name.endswith(STRAY_SUFFIX) or DAMAGED_SUFFIX in name
+
+
+def parse_repair_marker(name: str) -> int | None:
+    """Base offset named by a `<20 digits>.repair` marker, or None for any other name."""
+    match = _REPAIR_FILE.match(name)
+    return int(match.group(1)) if match else None

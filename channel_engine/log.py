@@ -43,6 +43,12 @@ offline (Linux may already have dropped the dirty pages,
 so no later fsync can be trusted): it tries to cut the unflushed bytes, and
 every later call raises LogOfflineError until the directory is opened again,
 which recovers it.
+
+A read that meets a damaged batch (CRC, header) never fails and never skips
+silently: it resumes at the next intact batch (segment.find_next_batch), records the
+lost offsets once in take_new_losses() and stats()["read_damage"], and (writer only)
+leaves a `<base>.repair` marker so the next writable open repairs the segment
+(log_loader.py).
 """
 from __future__ import annotations
 
@@ -74,7 +80,13 @@ from channel_engine.errors import (
     StorageError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
+from channel_engine.filenames import (
+    LOCK_FILE,
+    LOG_STATE_FILE,
+    LOG_SUFFIX,
+    parse_segment_file,
+    segment_file,
+)
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import BatchHeader
 from channel_engine.recovery import LostRange, RecoveryReport
@@ -167,6 +179,9 @@ class PartitionLog:
         self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
         self.last_recovery = RecoveryReport(str(directory))
         self._new_losses: list[LostRange] = []  # found since the channel last asked
+        # damaged places reads met: (segment base, byte) -> the offsets reported lost there
+        self._read_damage: dict[tuple[int, int], LostRange] = {}
+        self._repair_marked: set[int] = set()  # segments with a .repair marker written
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -213,6 +228,9 @@ class PartitionLog:
         log._last_flush_ms = log._last_state_write_ms = log._now_ms()
         log.last_recovery = loaded.report
         log._new_losses = list(loaded.report.lost_ranges)
+        for loss in log._new_losses if read_only else ():  # a reader's view keeps the
+            log._read_damage[(parse_segment_file(Path(loss.path).name) or (-1, ""))[0],
+                             loss.position] = loss  # damage its reads will skip
         return log
 
     def _restore_final_time_entry(self) -> None:
@@ -644,6 +662,9 @@ class PartitionLog:
             for base in sorted(present - known):
                 if kept and base < kept[-1].base_offset:
                     continue  # a truncated-and-rewritten history is for a reopen to sort out
+                if kept and base != kept[-1].next_offset and log_loader.is_empty_segment(
+                        segment_file(self.directory, base, LOG_SUFFIX)):
+                    continue  # not where the writer rolls: a stray, until it holds batches
                 segment = LogSegment.open(
                     self.directory, base, index_max_bytes=self.config.segment_index_bytes,
                     index_interval_bytes=self.config.index_interval_bytes, writable=False)
@@ -709,7 +730,8 @@ class PartitionLog:
     ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
         """Yield (segment, header, raw bytes) of the CRC-checked batches holding offsets from
         start_offset up to the high watermark (and end_offset); the first batch may begin
-        before start_offset. Raises OffsetOutOfRangeError outside [log start, high watermark]."""
+        before start_offset. Raises OffsetOutOfRangeError outside [log start, high watermark].
+        A damaged batch is skipped, never silently: its offsets go to take_new_losses()."""
         bound = self.high_watermark
         if end_offset is not None:
             bound = min(bound, end_offset)
@@ -721,28 +743,97 @@ class PartitionLog:
         for segment in segments[i:]:
             if start_offset >= bound or segment.base_offset >= bound:
                 return
-            size = segment.size
-            position = segment.find_position(start_offset, size)
-            if position is None:
-                continue
-            for _, header, data in segment.read_batches(position, size, bound, 1 << 62):
-                if total and total + header.size > max_bytes:
-                    return  # one budget for the whole read, across segments
-                total += header.size
-                yield segment, header, data
-                start_offset = header.next_offset
+            next_offset, size = segment.next_offset, segment.size  # an appender sets size first
+            position, start_offset, first = self._position_of(segment, start_offset, size,
+                                                              next_offset)
+            while position is not None and start_offset < bound:
+                checked = first
+                try:
+                    for _, header, data in segment.read_batches(position, size, bound, 1 << 62,
+                                                                first_base=first):
+                        checked = (header.next_offset, header.next_offset)
+                        if header.next_offset <= start_offset:
+                            continue  # resumed after damage before the offsets asked for
+                        if total and total + header.size > max_bytes:
+                            return  # one budget for the whole read, across segments
+                        total += header.size
+                        yield segment, header, data
+                        start_offset = header.next_offset
+                    position = None
+                except CorruptRecordError as exc:
+                    position, start_offset, first = self._skip_damage(
+                        segment, exc, checked[0], start_offset, size, next_offset)
+            if segment.misplaced_bases:  # delivered with the offsets their place holds
+                self._mark_for_repair(segment)
+
+    def _position_of(self, segment: LogSegment, offset: int, size: int, next_offset: int
+                     ) -> tuple[int | None, int, tuple[int, int]]:
+        """(byte position of the batch holding `offset` or None, the offset to read from, the
+        range its base offset must lie in)."""
+        try:
+            position = segment.find_position(offset, size)
+        except CorruptRecordError as exc:  # a header met on the way holds offsets <= offset
+            return self._skip_damage(segment, exc, segment.base_offset, offset, size, next_offset)
+        return position, offset, (segment.base_offset, max(offset, segment.base_offset))
+
+    def _skip_damage(self, segment: LogSegment, exc: CorruptRecordError, expected: int,
+                     start_offset: int, size: int, next_offset: int
+                     ) -> tuple[int | None, int, tuple[int, int]]:
+        """Damage at use: record the lost offsets once (take_new_losses, stats), ask the next
+        writable open to repair the segment, and return where intact batches resume: (byte
+        position or None for the segment's end, offset to read from, its base offset)."""
+        found = segment.resume_after(exc.position, size, expected)
+        resume_at = found[0] if found is not None else size
+        end = found[1].base_offset if found is not None else next_offset
+        key = (segment.base_offset, exc.position)
+        with self._lock:  # each lost offset of a damaged place is reported once
+            reported = self._read_damage.get(key)
+            top = end if reported is None else reported.start
+            if start_offset < top:
+                loss = LostRange(start_offset, top, str(segment.log_path), exc.position,
+                                 resume_at - exc.position, f"corrupt at read: {exc.reason}")
+                self._new_losses.append(loss)
+                self._read_damage[key] = LostRange(start_offset, max(end, top), loss.path,
+                                                   loss.position, loss.length, loss.cause)
+        self._mark_for_repair(segment)
+        return (resume_at if resume_at < size else None), max(start_offset, end), (end, end)
+
+    def _mark_for_repair(self, segment: LogSegment) -> None:
+        if self.read_only or self._closed or segment.base_offset in self._repair_marked:
+            return
+        self._repair_marked.add(segment.base_offset)
+        try:
+            log_loader.mark_for_repair(self.directory, segment.base_offset)
+        except OSError:  # best effort: `recover` (force_recovery) finds the damage too
+            pass
 
     def batch_headers(self, start_offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
         """(segment, position, header) of the batches from the one holding start_offset up
-        to the high watermark, records unread (open checked them already)."""
+        to the high watermark, records unread (CRCs unchecked); a damaged header is skipped
+        and counted as by read_batches."""
         bound = self.high_watermark
         for segment in self._segments:
             if segment.next_offset <= start_offset or segment.base_offset >= bound:
                 continue
-            for position, header in segment.headers(max(start_offset, segment.base_offset)):
-                if header.base_offset >= bound:
-                    return
-                yield segment, position, header
+            next_offset, size = segment.next_offset, segment.size
+            offset = max(start_offset, segment.base_offset)
+            position, offset, first = self._position_of(segment, offset, size, next_offset)
+            while position is not None:
+                checked = first
+                try:
+                    for at, header in segment.headers_at(position, size, first):
+                        checked = (header.next_offset, header.next_offset)
+                        if header.base_offset >= bound:
+                            return
+                        if header.next_offset > offset:
+                            yield segment, at, header
+                            offset = header.next_offset
+                    position = None
+                except CorruptRecordError as exc:  # skipped and counted, as by a read
+                    position, offset, first = self._skip_damage(
+                        segment, exc, checked[0], offset, size, next_offset)
+            if segment.misplaced_bases:
+                self._mark_for_repair(segment)
 
     def offsets_for_time(self, timestamp: int) -> int | None:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""
@@ -956,7 +1047,13 @@ class PartitionLog:
             "index_rebuilds": self._index_rebuilds_dropped + sum(
                 s.index_rebuilds for s in self._segments),
             "last_recovery": self.last_recovery.to_dict(),
+            "read_damage": self.read_damage_stats(),
         }
+
+    def read_damage_stats(self) -> dict[str, int]:
+        """Damaged batches reads met since open: places and the offsets they lost."""
+        losses = list(self._read_damage.values())
+        return {"places": len(losses), "offsets_lost": sum(r.offsets for r in losses)}
 
     # -- closing ----------------------------------------------------------------------------
     def close(self, clean: bool = True) -> None:

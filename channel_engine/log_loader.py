@@ -1,37 +1,74 @@
 """Open a partition directory: clean up, load or recover each segment, report (Kafka's LogLoader).
 
 Load sequence:
-  1. Read log.state. A writer rewrites it with the clean flag clear before anything
-     else, so a crash while loading counts as unclean.
-  2. A writer deletes leftovers: *.deleted, *.tmp, and index files with no .log.
-  3. Open segments in base-offset order:
+  1. A writer moves strays aside first: entries the engine did not write (names it
+     never uses, directories, symlinks) are renamed `<name>.stray`, never deleted,
+     and reported (STRAY_MOVED).
+  2. Read log.state. A writer rewrites it with the clean flag clear before anything
+     else, so a crash while loading counts as unclean. What it knew was on disk (a
+     clean log's end; in policy durability, where an append returns before its fsync,
+     the end it recorded; else its recovery point) is remembered as the known end,
+     even by force_recovery: no offset below it is handed out again.
+  3. A writer deletes the engine's own leftovers: *.deleted, *.tmp, and index files
+     with no .log.
+  4. Stray segments are moved aside (or, read-only, ignored): a .log whose first two
+     batches are intact and name other offsets than its file name; a non-empty .log
+     at or past a clean log's end; an empty (all-zero) .log that is not the last, or
+     that is the last but lies outside [previous segment's end .. max(that end, known
+     end, log start)] (a roll makes the active segment at the previous end, the
+     loader after a hole at the known end, retention at the log start).
+  5. Open segments in base-offset order:
      - after a clean shutdown: trust lengths, check the indexes against the log
-       (rebuild them when wrong) and the last segment's end against log.state
-       (recover that segment when they disagree);
+       (rebuild them when wrong) and the last segment's end against log.state, and
+       every segment's end against the next one's base (recover when they disagree);
      - after an unclean shutdown: segments wholly below the recovery point are
        checked like clean ones; the one holding the recovery point and every
        later one are recovered: every batch walked, CRC-checked from the
-       recovery point on, indexes rebuilt, the file cut at the first invalid
-       or partial batch (a preallocated zero tail is cut and reported as such);
-     - without a readable log.state: every segment is recovered with full CRC.
-  4. A writer deletes segments wholly below the log start offset (a retention that
-     crashed after raising it), and empty segments that are not the last.
-  5. Later segments are kept after a truncation (Kafka deletes them): their
-     batches were committed, and the missing offsets are reported as a gap.
-  6. At least one segment exists; after recovery everything is fsynced and the
-     recovery point is the log end. If the log now ends below what log.state knew
-     was on disk (in policy durability: below the log end it recorded, since appends
-     there return before their fsync), the loss is reported and the log continues
-     after the hole: an offset once committed is never handed out again.
+       recovery point on, indexes rebuilt;
+     - without a readable log.state, for a segment split off in this open, or one a
+       read found damaged (a `<base>.repair` marker): every batch CRC-checked.
+     A zero tail after the last batch is cut and reported as no data (ZERO_TAIL_CUT).
+     A batch whose base offset field alone is damaged is rewritten in place
+     (BASE_OFFSET_REPAIRED, nothing lost; a reader's view counts it lost).
+     Damage (an invalid batch that is not a zero tail) never cuts intact batches:
+     segment.find_next_batch looks for the next intact batch whose base offset is
+     above the offset expected next and below the segment's bound (the next
+     segment's base, or a clean log's end). If there is one, the segment is split
+     (LogSegment.repair_damage: damaged bytes kept in `<.log>.damaged-<position>`,
+     the intact rest becomes a new segment, loaded next): DAMAGE_SPLIT, the lost
+     offsets [expected, next intact base). If there is none, the file is cut at
+     the damage (TRUNCATED): counted as lost offsets up to the bound that was known
+     durable (the next segment's base, or the known end) with the damaged bytes
+     kept aside; a torn tail at or past the known end (a write whose commit never
+     returned) is cut without counting. A batch at or past the next segment's base
+     after damage is a copy a crashed repair left: the damaged region is kept aside
+     and the copies cut.
+  6. A writer deletes segments wholly below the log start offset (a retention that
+     crashed after raising it), and segments that a repair emptied, if not the last.
+  7. Later segments are kept after a truncation (Kafka deletes them): their
+     batches were committed, and the missing offsets are reported as a gap (one
+     action per lost range: a gap a repair already reported is not reported twice
+     in one open; a later open reports the hole again, as a GAP).
+  8. At least one segment exists; after recovery everything is fsynced and the
+     recovery point is the log end. If the log now ends below the known end, the
+     loss is reported and the log continues after the hole: an offset once
+     committed is never handed out again. `.repair` markers are removed last.
 A reader (writable=False) never writes and takes no lock: it gets a snapshot of the
 valid prefix of each segment as the files hold it at open time, including batches whose
-writer has not returned from fsync yet (what kafka-dump-log shows). Live readers in other
-processes that must see committed events only are bounded by offsets the writer hands
-them (the channel's shared state), not by this snapshot.
+writer has not returned from fsync yet (what kafka-dump-log shows); it ignores strays
+and splits nothing: its view of a damaged segment goes on after the damage
+(LogSegment.view_past_damage), and its reads skip the damaged bytes. Live readers in
+other processes that must see committed events only are bounded by offsets the writer
+hands them (the channel's shared state), not by this snapshot.
+Limits: in an unclean log a non-empty segment past the recovery point cannot be told
+from one rolled after the last log.state write, so it is loaded; after a damaged region,
+an intact batch whose own base offset field is also damaged and that no batch follows is
+taken at its word (offsets skipped, none reused).
 """
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import time
 from dataclasses import dataclass
@@ -43,25 +80,37 @@ from channel_engine.config import LogConfig
 from channel_engine.errors import CorruptStateError
 from channel_engine.filenames import (
     DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
+    REPAIR_SUFFIX,
+    STRAY_SUFFIX,
+    TIME_INDEX_SUFFIX,
     TMP_SUFFIX,
+    is_kept_aside,
+    offset_prefix,
+    parse_repair_marker,
     parse_segment_file,
     segment_file,
 )
 from channel_engine.log_state import LogState
+from channel_engine.record_batch import HEADER_SIZE, InvalidBatch, check_batch, is_zero
 from channel_engine.recovery import (
+    BASE_OFFSET_REPAIRED,
+    DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
     LOG_END_MISMATCH,
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
+    STRAY_MOVED,
     TRUNCATED,
     ZERO_TAIL_CUT,
     RecoveryAction,
     RecoveryReport,
 )
-from channel_engine.segment import LogSegment
+from channel_engine.segment import LogSegment, ScanResult
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +125,28 @@ class LoadedLog:
     report: RecoveryReport
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """What bounds one segment: `bound`, the offset its batches stay below (the next
+    segment's base, or a clean log's end; None when unknown); `durable_end`, the offset
+    below which its offsets were known to be on disk (damage there is counted as lost)."""
+
+    bound: int | None
+    durable_end: int | None
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What log.state told the loader (see load)."""
+
+    has_state: bool
+    clean: bool
+    recovery_point: int | None  # None after a clean shutdown
+    clean_end: int | None
+    known_end: int | None
+    log_start: int
+
+
 def load(
     directory: Path, config: LogConfig, writable: bool, force_recovery: bool = False
 ) -> LoadedLog:
@@ -86,37 +157,41 @@ def load(
     started = time.monotonic()
     report = RecoveryReport(str(directory))
     state_path = directory / LOG_STATE_FILE
+    if writable:
+        _move_strays(directory, report)
     try:
         state = log_state.read(state_path)
         if state is None:
             report.state_problem = "log.state is missing"
     except CorruptStateError as exc:
         state, report.state_problem = None, str(exc)
+    except IsADirectoryError:  # a read-only open moves no stray aside
+        state, report.state_problem = None, f"{state_path} is a directory"
+    # what log.state knew was on disk: never forgotten, not even by force_recovery
+    clean_end = state.log_end_offset if state and state.clean_shutdown else None
+    # in policy durability an append returns before its fsync: log.state's end was handed
+    # out even after an unclean stop (it is written after a flush made it durable)
+    trusted_end = clean_end if clean_end is not None or state is None or \
+        config.durability != "policy" else state.log_end_offset
+    known_end = None if state is None else (trusted_end if trusted_end is not None
+                                            else state.recovery_point)
+    if writable and state is not None and (state.clean_shutdown or force_recovery):
+        log_state.write(state_path, state.with_(clean_shutdown=False))
     if state is not None and force_recovery:
         state = state.with_(clean_shutdown=False, recovery_point=state.log_start_offset)
     clean = bool(state and state.clean_shutdown)
     report.clean_shutdown = clean
-    if writable and state is not None and (clean or force_recovery):
-        log_state.write(state_path, state.with_(clean_shutdown=False))
     if writable:
-        _delete_strays(directory, report)
+        _delete_leftovers(directory, report)
 
-    bases = log_bases(directory)
-    log_start = state.log_start_offset if state else (bases[0] if bases else 0)
+    log_start = state.log_start_offset if state else 0
+    bases = _sort_out_stray_segments(directory, log_bases(directory), clean_end, writable,
+                                     report)
+    if state is None:
+        log_start = bases[0] if bases else 0
     recovery_point = state.recovery_point if state and not clean else None
-    segments = []
-    for i, base in enumerate(bases):
-        seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
-                              index_interval_bytes=config.index_interval_bytes, writable=writable)
-        next_base = bases[i + 1] if i + 1 < len(bases) else None
-        if state is None:
-            _recover(seg, 0, report)
-        elif clean or (next_base is not None and next_base <= (recovery_point or 0)):
-            _load_trusted(seg, report, expected_end=state.log_end_offset if clean and
-                          next_base is None else None)
-        else:
-            _recover(seg, recovery_point or 0, report)
-        segments.append(seg)
+    known = _Known(state is not None, clean, recovery_point, clean_end, known_end, log_start)
+    segments = _open_segments(directory, config, bases, known, writable, report)
     report.segments = len(segments)
 
     if writable:
@@ -128,8 +203,7 @@ def load(
             index_interval_bytes=config.index_interval_bytes,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0))
     log_end = segments[-1].next_offset if segments else log_start
-    known_end = _report_lost_end(directory, state, clean or config.durability == "policy",
-                                 log_end, report)
+    known_end = _report_lost_end(directory, known_end, log_end, report)
     if writable and known_end > log_end:
         # never hand out again an offset that was committed once: start after the hole
         if segments[-1].size == 0:
@@ -140,21 +214,57 @@ def load(
         log_end = known_end
 
     if writable:
-        for seg in segments[:-1]:
-            seg.on_become_inactive()
-        for seg in segments:
-            seg.flush()
-        fsync_directory(directory)
-        recovery_point = log_end
-        log_state.write(state_path, LogState(log_start, recovery_point, log_end))
-    else:
-        recovery_point = log_end  # a reader's snapshot: every complete batch on disk
-    report.recovery_point = recovery_point
+        _make_durable(directory, segments, LogState(log_start, log_end, log_end))
+    report.recovery_point = recovery_point = log_end  # a reader's: every complete batch
     report.duration_ms = (time.monotonic() - started) * 1000
     if report.actions or not clean:
         level = logging.WARNING if report.lost_data else logging.INFO
         logger.log(level, "%s", report.summary())
     return LoadedLog(segments, log_start, recovery_point, report)
+
+
+def _make_durable(directory: Path, segments: list[LogSegment], state: LogState) -> None:
+    """Seal all but the last segment, fsync every file and the directory, then write
+    log.state (recovery point = log end) and remove the .repair markers now served."""
+    for seg in segments[:-1]:
+        seg.on_become_inactive()
+    for seg in segments:
+        seg.flush()
+    fsync_directory(directory)
+    log_state.write(directory / LOG_STATE_FILE, state)
+    _clear_repair_markers(directory, repair_markers(directory))
+
+
+def _open_segments(directory: Path, config: LogConfig, bases: list[int], known: _Known,
+                   writable: bool, report: RecoveryReport) -> list[LogSegment]:
+    """Load or recover each segment in base-offset order (step 5 of the module doc)."""
+    repairs = repair_markers(directory)
+    segments: list[LogSegment] = []
+    fresh: set[int] = set()  # split off by a repair in this open: CRC-walked whole
+    i = 0
+    while i < len(bases):
+        base = bases[i]
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        i += 1
+        if next_base is None and _stray_empty_last(directory, base, segments, known.log_start,
+                                                   known.known_end, writable, report):
+            continue
+        seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
+                              index_interval_bytes=config.index_interval_bytes, writable=writable)
+        limits = _Limits(next_base if next_base is not None else known.clean_end,
+                         next_base if next_base is not None else known.known_end)
+        if not known.has_state or base in repairs or base in fresh:
+            split = _recover(seg, 0, limits, report)
+        elif known.clean or (next_base is not None and next_base <= (known.recovery_point or 0)):
+            split = _load_trusted(seg, report, limits, expected_end=known.clean_end
+                                  if next_base is None else None)
+        else:
+            split = _recover(seg, known.recovery_point or 0, limits, report)
+        segments.append(seg)
+        if split is not None and writable:
+            bases.insert(i, split)
+            fresh.add(split)
+    return segments
 
 
 def log_bases(directory: Path) -> list[int]:
@@ -166,12 +276,66 @@ def _segment_files(directory: Path) -> list[tuple[int, str]]:
     found = []
     for name in os.listdir(directory):
         parsed = parse_segment_file(name)
-        if parsed is not None:
+        if parsed is not None and os.path.isfile(directory / name):
             found.append(parsed)
     return found
 
 
-def _delete_strays(directory: Path, report: RecoveryReport) -> None:
+def repair_markers(directory: Path) -> set[int]:
+    """Base offsets named by `.repair` markers: segments a read found damaged."""
+    return {base for base in map(parse_repair_marker, os.listdir(directory))
+            if base is not None}
+
+
+def mark_for_repair(directory: Path, base_offset: int) -> None:
+    """Durably ask the next writable open to CRC-walk (and so repair) this segment."""
+    marker = directory / f"{offset_prefix(base_offset)}{REPAIR_SUFFIX}"
+    if not marker.exists():
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
+        fsync_directory(directory)
+
+
+def _clear_repair_markers(directory: Path, repairs: set[int]) -> None:
+    for base in repairs:
+        (directory / f"{offset_prefix(base)}{REPAIR_SUFFIX}").unlink(missing_ok=True)
+    if repairs:
+        fsync_directory(directory)
+
+
+def stray_reason(directory: Path, name: str) -> str | None:
+    """Why a directory entry is a file the engine did not write, or None if it is one of
+    the engine's own (a segment file, log.state, .lock, a leftover, a file kept aside)."""
+    path = directory / name
+    if name in (LOCK_FILE, LOG_STATE_FILE):
+        return None if path.is_file() else "not a regular file"
+    if name.endswith((DELETED_SUFFIX, TMP_SUFFIX)) or is_kept_aside(name):
+        return None
+    if parse_segment_file(name) is None and parse_repair_marker(name) is None:
+        return "a name the engine does not write"
+    return None if path.is_file() and not path.is_symlink() else "not a regular file"
+
+
+def _move_strays(directory: Path, report: RecoveryReport) -> None:
+    for name in sorted(os.listdir(directory)):
+        why = stray_reason(directory, name)
+        if why is not None and name != LOCK_FILE:
+            _move_aside(directory / name, why, True, report)
+
+
+def _move_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
+    """Rename a stray to `<name>.stray` (never over another file), or just report it."""
+    if not writable:
+        report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; ignored (read-only open)"))
+        return
+    target, n = path.with_name(path.name + STRAY_SUFFIX), 1
+    while os.path.lexists(target):
+        target, n = path.with_name(f"{path.name}{STRAY_SUFFIX}.{n}"), n + 1
+    os.rename(path, target)
+    fsync_directory(path.parent)
+    report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; moved to {target.name}"))
+
+
+def _delete_leftovers(directory: Path, report: RecoveryReport) -> None:
     files = _segment_files(directory)
     logs = {base for base, suffix in files if suffix == LOG_SUFFIX}
     stray = [directory / name for name in os.listdir(directory)
@@ -182,7 +346,97 @@ def _delete_strays(directory: Path, report: RecoveryReport) -> None:
         report.add(RecoveryAction(STRAY_FILE_DELETED, str(path), "left over from an earlier run"))
 
 
-def _load_trusted(seg: LogSegment, report: RecoveryReport, expected_end: int | None) -> None:
+def segment_stray_reason(path: Path, base: int, clean_end: int | None) -> str | None:
+    """Why a non-empty .log is not one of this log's segments (its first two batches are
+    intact and name other offsets, or it lies at or past a clean log's end), else None."""
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
+        if is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size):
+            return None  # empty: decided by _stray_empty_last
+        try:
+            first = check_batch(buf, 0, size, None, verify_crc=True)
+            second = check_batch(buf, first.size, size, first.next_offset, verify_crc=True)
+        except InvalidBatch:
+            second = None  # one batch, or damage after it: a damaged base field, or worse
+    if second is not None and first.base_offset != base:
+        # two intact batches that agree with each other and not with the name: not a
+        # segment whose base offset field was damaged (the second would follow the name)
+        return f"its batches start at offset {first.base_offset}, its name says {base}"
+    if clean_end is not None and base >= clean_end:
+        return f"base offset {base} is at or past the log end {clean_end} of a clean log"
+    return None
+
+
+def is_empty_segment(path: Path) -> bool:
+    """True if a .log holds no byte but zeros (a new or preallocated empty segment)."""
+    size = path.stat().st_size
+    if size == 0:
+        return True
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
+        return is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size)
+
+
+def _sort_out_stray_segments(directory: Path, bases: list[int], clean_end: int | None,
+                             writable: bool, report: RecoveryReport) -> list[int]:
+    """The bases of real segments; strays among the .log files are moved aside (writable)
+    and reported: foreign ones, and empty ones that are not the last."""
+    kept = []
+    for base in bases:
+        path = segment_file(directory, base, LOG_SUFFIX)
+        why = segment_stray_reason(path, base, clean_end)
+        if why is not None:
+            _move_segment_aside(path, why, writable, report)
+        else:
+            kept.append(base)
+    real = []
+    for i, base in enumerate(kept):
+        path = segment_file(directory, base, LOG_SUFFIX)
+        if i + 1 < len(kept) and is_empty_segment(path):
+            _move_segment_aside(path, "an empty segment that is not the last", writable,
+                                report)
+        else:
+            real.append(base)
+    return real
+
+
+def _stray_empty_last(directory: Path, base: int, before: list[LogSegment], log_start: int,
+                      known_end: int | None, writable: bool, report: RecoveryReport) -> bool:
+    """Move aside an empty last segment that is not the log's active one."""
+    path = segment_file(directory, base, LOG_SUFFIX)
+    if not is_empty_segment(path):
+        return False
+    floor = before[-1].next_offset if before else None
+    why = empty_last_reason(base, floor, log_start, known_end)
+    if why is not None:
+        _move_segment_aside(path, why, writable, report)
+    return why is not None
+
+
+def empty_last_reason(base: int, floor: int | None, log_start: int,
+                      known_end: int | None) -> str | None:
+    """Why an empty last segment is a stray, or None when it is the active one a roll made
+    (at `floor`, the previous segment's end) or the loader made (at the known end after a
+    hole, or at the log start); its base may lie between those."""
+    if floor is None and known_end is None:
+        return None  # no log.state and nothing before it: a new log
+    ceiling = max(floor or 0, known_end or 0, log_start)
+    if (floor is None or floor <= base) and base <= ceiling:
+        return None
+    return (f"an empty segment at offset {base}, outside "
+            f"{floor if floor is not None else log_start}..{ceiling}")
+
+
+def _move_segment_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
+    _move_aside(path, why, writable, report)
+    if writable:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            path.with_suffix(suffix).unlink(missing_ok=True)  # derived from a file not ours
+
+
+def _load_trusted(seg: LogSegment, report: RecoveryReport, limits: _Limits,
+                  expected_end: int | None) -> int | None:
     problem = seg.load_clean()
     if problem is not None and problem[0] == "index":
         report.add(RecoveryAction(INDEX_REBUILT, str(seg.offset_index.path), problem[1]))
@@ -190,28 +444,82 @@ def _load_trusted(seg: LogSegment, report: RecoveryReport, expected_end: int | N
         problem = None if scan.problem is None else ("log", scan.problem.reason)
     if problem is None and expected_end is not None and seg.next_offset != expected_end:
         problem = ("end", f"log ends at offset {seg.next_offset}, log.state says {expected_end}")
+    if problem is None and limits.bound is not None and seg.next_offset > limits.bound:
+        problem = ("end", f"log ends at offset {seg.next_offset}, past {limits.bound}")
     if problem is None:
-        return
+        return None
     report.add(RecoveryAction(LOG_END_MISMATCH, str(seg.log_path), problem[1]))
-    _recover(seg, seg.base_offset, report)
+    return _recover(seg, seg.base_offset, limits, report)
 
 
-def _recover(seg: LogSegment, verify_from: int, report: RecoveryReport) -> None:
+def _recover(seg: LogSegment, verify_from: int, limits: _Limits,
+             report: RecoveryReport) -> int | None:
+    """CRC-walk a segment and repair what it finds; return the base offset of a segment
+    split off after damage (intact batches kept), else None."""
     file_size = seg.file_size
     result = seg.recover(verify_from)
     report.segments_scanned += 1
-    report.bytes_scanned += result.valid_bytes
-    report.batches_scanned += result.batches
+    for position, was, now in result.base_offsets_fixed:
+        report.add(RecoveryAction(
+            BASE_OFFSET_REPAIRED, str(seg.log_path),
+            f"the batch at byte {position} said base offset {was} where offset {now} "
+            "belongs (its CRC-32C holds; the field lies outside it): rewritten", position))
+    while True:
+        report.bytes_scanned += result.valid_bytes
+        report.batches_scanned += result.batches
+        found = result.resume_header
+        if result.problem is None or found is None or result.resume_at is None or (
+                limits.bound is not None and found.base_offset >= limits.bound):
+            _cut_tail(seg, result, file_size, limits, report)
+            return None
+        if seg.writable:
+            kept = seg.repair_damage(result.resume_at, result.data_end, True,
+                                     found.base_offset)
+            _report_split(seg, result, found.base_offset, kept[0].name, report)
+            return found.base_offset
+        _report_split(seg, result, found.base_offset, None, report)
+        result = seg.view_past_damage(result)  # a reader: skip the damage in its view
+
+
+def _cut_tail(seg: LogSegment, result: ScanResult, file_size: int, limits: _Limits,
+              report: RecoveryReport) -> None:
+    """The end of a walk with no intact batch after it (or only copies a later segment
+    holds, left by a repair that crashed after writing that segment): cut, and count the
+    offsets lost when they were known durable."""
     problem = result.problem
     if problem is None:
         return
-    dropped = file_size - result.valid_bytes
     if problem.kind == "zero_tail":
         report.add(RecoveryAction(ZERO_TAIL_CUT, str(seg.log_path), problem.reason,
-                                  result.valid_bytes, dropped))
+                                  result.valid_bytes, file_size - result.valid_bytes))
         return
-    report.add(RecoveryAction(TRUNCATED, str(seg.log_path), f"{problem.kind}: {problem.reason}",
-                              result.valid_bytes, dropped, first_offset_lost=seg.next_offset))
+    found, expected = result.resume_header, seg.next_offset
+    damaged_end = result.resume_at if result.resume_at is not None else result.data_end
+    counted = limits.durable_end is not None and expected < limits.durable_end
+    kept = seg.repair_damage(damaged_end, result.data_end, counted, None) if seg.writable \
+        else []
+    why = f"{problem.kind}: {problem.reason}"
+    if result.resume_at is not None:
+        why += (f"; the batches from byte {result.resume_at} (offset "
+                f"{found.base_offset if found else '?'}) on are held by the next segment")
+    why += f"; damaged bytes kept in {kept[0].name}" if kept else ""
+    report.add(RecoveryAction(TRUNCATED, str(seg.log_path), why, result.valid_bytes,
+                              file_size - result.valid_bytes, first_offset_lost=expected,
+                              next_offset_kept=limits.durable_end if counted else None))
+
+
+def _report_split(seg: LogSegment, result: ScanResult, resume_base: int, kept: str | None,
+                  report: RecoveryReport) -> None:
+    assert result.problem is not None and result.resume_at is not None
+    where = (f"moved to {offset_prefix(resume_base)}{LOG_SUFFIX}, damaged bytes kept in "
+             f"{kept}" if kept is not None
+             else "read-only: skipped in this view, repaired by the next writable open")
+    report.add(RecoveryAction(
+        DAMAGE_SPLIT, str(seg.log_path),
+        f"{result.problem.kind}: {result.problem.reason}; intact batches resume at byte "
+        f"{result.resume_at} (offset {resume_base}): {where}",
+        result.valid_bytes, result.resume_at - result.valid_bytes,
+        first_offset_lost=seg.next_offset, next_offset_kept=resume_base))
 
 
 def _drop_unneeded(
@@ -232,32 +540,30 @@ def _drop_unneeded(
 
 
 def _report_gaps(segments: list[LogSegment], report: RecoveryReport, log_start: int) -> None:
-    if segments and segments[0].base_offset > log_start:
+    if segments and segments[0].base_offset > log_start \
+            and not report.reports_loss_from(log_start):
         first = segments[0]
         report.add(RecoveryAction(
             GAP, str(first.log_path),
             f"offsets {log_start}..{first.base_offset - 1} after the log start are missing",
             first_offset_lost=log_start, next_offset_kept=first.base_offset))
     for seg, nxt in zip(segments, segments[1:], strict=False):
-        if seg.next_offset != nxt.base_offset:
+        if seg.next_offset != nxt.base_offset and not report.reports_loss_from(seg.next_offset):
             report.add(RecoveryAction(
                 GAP, str(nxt.log_path),
                 f"offsets {seg.next_offset}..{nxt.base_offset - 1} are missing",
                 first_offset_lost=seg.next_offset, next_offset_kept=nxt.base_offset))
 
 
-def _report_lost_end(directory: Path, state: LogState | None, trust_end: bool, log_end: int,
+def _report_lost_end(directory: Path, known: int | None, log_end: int,
                      report: RecoveryReport) -> int:
     """Report a log that ends below what log.state knew was on disk (a damaged or lost
-    segment file), or, with trust_end (a clean shutdown, or policy durability, where an
-    append returns before its fsync), below the end it knew was handed out; return that
-    end offset."""
-    if state is None:
+    segment file); return the end offset log.state knew of."""
+    if known is None:
         return log_end
-    known = state.log_end_offset if trust_end else state.recovery_point
-    if log_end < known:
+    if log_end < known and not report.reports_loss_from(log_end):
         report.add(RecoveryAction(
             GAP, str(directory),
             f"the log ends at offset {log_end}, but offsets up to {known - 1} were on disk; "
             f"the next offset is {known}", first_offset_lost=log_end, next_offset_kept=known))
-    return known
+    return max(known, log_end)

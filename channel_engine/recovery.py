@@ -6,6 +6,13 @@ from typing import Any
 
 # Kinds of action, and whether they lose bytes that once were written
 TRUNCATED = "truncated"              # invalid or partial batch and everything after it cut
+                                     # (no intact batch after it); counted as lost offsets
+                                     # when the bytes were known durable
+DAMAGE_SPLIT = "damage_split"        # a damaged region cut out: the intact batches after it
+                                     # moved to a new segment, the damaged bytes kept aside
+BASE_OFFSET_REPAIRED = "base_offset_repaired"  # a batch's base offset field (outside its
+                                     # CRC) rewritten to the offset its place holds: no loss
+STRAY_MOVED = "stray_moved"          # a file the engine did not write renamed <name>.stray
 ZERO_TAIL_CUT = "zero_tail_cut"      # zeros after the last batch cut: preallocated space, or
                                      # pages never flushed (within the policy-mode window)
 INDEX_REBUILT = "index_rebuilt"      # derived data rewritten from the log: no data lost
@@ -71,7 +78,7 @@ class RecoveryReport:
     @property
     def bytes_dropped(self) -> int:
         """Bytes of data cut because they were invalid (zero tails not counted)."""
-        return sum(a.bytes_dropped for a in self.actions if a.kind == TRUNCATED)
+        return sum(a.bytes_dropped for a in self.actions if a.kind in (TRUNCATED, DAMAGE_SPLIT))
 
     @property
     def lost_ranges(self) -> list[LostRange]:
@@ -86,7 +93,12 @@ class RecoveryReport:
     @property
     def lost_data(self) -> bool:
         """True if any batch bytes were cut or any offsets went missing."""
-        return any(a.kind in (TRUNCATED, GAP) for a in self.actions)
+        return any(a.kind in (TRUNCATED, DAMAGE_SPLIT, GAP) for a in self.actions)
+
+    def reports_loss_from(self, offset: int) -> bool:
+        """True if an action already reports lost offsets starting at `offset`."""
+        return any(a.first_offset_lost == offset and a.next_offset_kept is not None
+                   for a in self.actions)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable form."""

@@ -12,7 +12,41 @@ Three ways to open a segment (log_loader.py picks):
     the tail ends on a batch boundary) and say what is wrong, if anything;
   * rebuild_indexes(): walk the batch headers (no CRC) and rewrite both indexes;
   * recover(verify_from): walk every batch, checking CRC-32C from the given
-    offset on, rebuild the indexes and truncate at the first invalid batch.
+    offset on, and rebuild the indexes up to the first invalid batch. A zero
+    tail after the last batch is cut (preallocation: no data). Other damage is
+    left in place and described: where it starts, and where intact batches
+    resume after it (find_next_batch), so the loader can keep them.
+
+A batch whose base offset field alone is damaged (the field lies outside the
+CRC) keeps its offsets: recover rewrites the field in place in a writable
+segment, and reads deliver it with the offsets its place holds
+(fixable_base_offset: an intact batch where the batch with the expected base
+offset belongs, not contradicted by an intact batch after it). Nothing is lost.
+
+A read-only open repairs nothing: view_past_damage takes the intact batches
+after a damaged region into its view of the file (reads skip the damage).
+
+Damage (repair_damage, called by the loader of a writable log): the valid
+prefix stays in this file; the intact batches after the damaged region move to a
+new segment named by the first one's base offset; the damaged bytes are copied
+aside into `<this .log>.damaged-<position>`, a file the engine never loads and
+never deletes. Steps, each durable before the next (file fsync, rename,
+directory fsync): (1) the damaged copy, (2) the new segment via a `.tmp` name,
+(3) the cut of this file. A crash after any step leaves a state the next open
+repairs the same way: after (1) the copy is made again (same name, same bytes);
+after (2) the walk of this file meets, after the damage, a batch whose base
+offset is at or above the next segment's base (its copy lives there), so only
+the damaged region is copied aside and the file is cut; nothing is lost twice
+and no batch is kept twice.
+
+find_next_batch is the one resync rule (recovery, reads that meet damage, and
+verify): the first byte position after the damage holding a header with magic
+2, a length that fits, a base offset above the offset expected at the damage (the
+damaged region held at least one batch; this also rejects a batch stored inside a
+record that names an offset already passed), a CRC-32C that holds, and not
+contradicted by the batch after it (a valid batch there must start at its next
+offset; this rejects a batch whose base offset field is itself damaged when an
+intact batch follows).
 
 Indexes are never trusted at use either: find_position checks that the batch an
 offset index entry points at has a valid header whose last offset is the entry's
@@ -37,15 +71,18 @@ import mmap
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import CorruptIndexError, CorruptRecordError
 from channel_engine.filenames import (
+    DAMAGED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TMP_SUFFIX,
     segment_file,
 )
 from channel_engine.offset_index import OffsetIndex
@@ -53,7 +90,9 @@ from channel_engine.record_batch import (
     COMMITTED_EPOCH,
     HEADER_SIZE,
     LEADER_EPOCH_AT,
+    MAGIC,
     BatchHeader,
+    BytesLike,
     InvalidBatch,
     check_batch,
     check_crc,
@@ -66,6 +105,8 @@ logger = logging.getLogger(__name__)
 READ_CHUNK = 1 << 20
 COMMITTED_EPOCH_BYTES = COMMITTED_EPOCH.to_bytes(4, "big", signed=True)
 NO_TIMESTAMP = -1
+MAGIC_AT = 16  # byte of the magic in a batch header
+MAGIC_BYTE = bytes([MAGIC])
 
 
 class UndoFailedError(Exception):
@@ -74,11 +115,17 @@ class UndoFailedError(Exception):
 
 @dataclass(frozen=True)
 class ScanResult:
-    """How a walk over a segment's batches ended."""
+    """How a walk over a segment's batches ended, and where intact batches resume after
+    damage (recover only): the next valid batch's position and header, and the end of the
+    file's non-zero bytes."""
 
     valid_bytes: int
     batches: int
     problem: InvalidBatch | None
+    resume_at: int | None = None
+    resume_header: BatchHeader | None = None
+    data_end: int = 0
+    base_offsets_fixed: tuple[tuple[int, int, int], ...] = ()  # (position, was, now)
 
 
 class LogSegment:
@@ -123,6 +170,7 @@ class LogSegment:
         self.index_rebuilds = 0  # repairs at use after an index entry failed its check
         self._index_generation = 0  # bumped by each repair: a stale finding repairs nothing
         self._index_lock = threading.RLock()  # repair at use vs. append, roll, truncate
+        self.misplaced_bases: set[int] = set()  # batches reads met with a damaged base field
 
     # -- creating and opening ---------------------------------------------------------------
     @classmethod
@@ -188,11 +236,13 @@ class LogSegment:
             return None
         try:
             self._find_end_from_index()
+            return self._check_time_index()
         except InvalidBatch as exc:
+            return "log", exc.reason
+        except CorruptRecordError as exc:  # a header walk from an index entry met damage
             return "log", exc.reason
         except CorruptIndexError as exc:
             return "index", exc.reason
-        return self._check_time_index()
 
     def _find_end_from_index(self) -> None:
         """Walk from the last offset index entry to the end of the file to find next_offset."""
@@ -236,14 +286,127 @@ class LogSegment:
         return self.scan(self.size or self.file_size, verify_from=None)
 
     def recover(self, verify_from: int) -> ScanResult:
-        """Check every batch (CRC-32C from offset `verify_from` on), rebuild the indexes and
-        truncate the file at the first invalid batch. Returns where the walk stopped."""
+        """Check every batch (CRC-32C from offset `verify_from` on) and rebuild the indexes up
+        to the first invalid one; cut a zero tail (writable). On damage, say where intact
+        batches resume (no cut: see repair_damage)."""
         result = self.scan(self.file_size, verify_from=verify_from)
-        if self.file_size != result.valid_bytes and self.writable:
-            os.ftruncate(self._fd, result.valid_bytes)
-            self.file_size = result.valid_bytes
+        fixed: list[tuple[int, int, int]] = []
+        while self.writable and result.problem is not None and self._fix_base_offset(fixed):
+            more = self._walk(self.file_size, verify_from)  # on from the repaired batch
+            result = replace(more, batches=result.batches + more.batches)
+        return replace(self._describe_end(result), base_offsets_fixed=tuple(fixed))
+
+    def _fix_base_offset(self, fixed: list[tuple[int, int, int]]) -> bool:
+        """Writable: rewrite the base offset field of the batch at the valid end when only
+        that field is wrong (fixable_base_offset); made durable by the next flush."""
+        with mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ) as buf:
+            was = fixable_base_offset(buf, self.size, self.file_size, self.next_offset)
+        if was is None:
+            return False
+        os.pwrite(self._fd, self.next_offset.to_bytes(8, "big", signed=True), self.size)
+        self._length_dirty = True  # bytes changed: the next flush_data must fdatasync
+        fixed.append((self.size, was, self.next_offset))
+        return True
+
+    def true_base_offset(self, position: int, header: BatchHeader, expected: tuple[int, int],
+                         size_bound: int) -> int | None:
+        """For a read: the base offset the batch at `position` has when only its base offset
+        field is damaged (fixable_base_offset, the exact offset taken from `expected` or
+        from what follows the batch), else None. Notes the place in misplaced_bases."""
+        after = position + header.size
+        if after > size_bound:
+            return None
+        with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
+            if expected[0] == expected[1]:
+                exact = expected[0]
+            elif after < size_bound:
+                try:
+                    exact = check_header(buf, after, None).base_offset - header.record_count
+                except InvalidBatch:
+                    return None
+            elif after == self.size:
+                exact = self.next_offset - header.record_count
+            else:
+                return None
+            if not expected[0] <= exact <= expected[1] or \
+                    fixable_base_offset(buf, position, size_bound, exact) is None:
+                return None
+        self.misplaced_bases.add(position)
+        return exact
+
+    def view_past_damage(self, result: ScanResult) -> ScanResult:
+        """Read-only: take the intact batches after the damaged region `result` found into
+        this view (the file is left as it is: reads skip the damage, log.read_batches),
+        walking on from there; return how that walk ended, described as by recover."""
+        assert result.resume_at is not None and result.resume_header is not None
+        self.size, self.next_offset = result.resume_at, result.resume_header.base_offset
+        self.bytes_since_last_index_entry = self.index_interval_bytes + 1  # index it
+        more = self._walk(self.file_size, verify_from=self.next_offset)
+        return self._describe_end(replace(more, batches=result.batches + more.batches))
+
+    def _describe_end(self, result: ScanResult) -> ScanResult:
+        """Cut a zero tail; for damage, find where intact batches resume (recover)."""
+        problem = result.problem
+        if problem is None or problem.kind == "zero_tail":
+            self.cut(result.valid_bytes)
+            return replace(result, data_end=result.valid_bytes)
+        with mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ) as buf:
+            found = find_next_batch(buf, result.valid_bytes + 1, self.file_size, self.next_offset)
+            if found is None:
+                return replace(result, data_end=data_end_of(buf, result.valid_bytes,
+                                                            self.file_size))
+            data_end = _end_of_batches(buf, found[0], self.file_size)
+        return replace(result, resume_at=found[0], resume_header=found[1], data_end=data_end)
+
+    def cut(self, position: int) -> None:
+        """Writable: truncate the file at `position` (after its valid bytes) if longer."""
+        if self.file_size != position and self.writable:
+            os.ftruncate(self._fd, position)
+            self.file_size = position
             self._length_dirty = True
-        return result
+
+    def repair_damage(self, damaged_end: int, data_end: int, keep_damaged: bool,
+                      split_base: int | None) -> list[Path]:
+        """Repair the damage that starts at the valid end (self.size), crash-safely (see the
+        module doc): copy bytes [size, damaged_end) aside when keep_damaged, move
+        [damaged_end, data_end) into a new segment named split_base when given, then cut
+        this file at its valid end. Returns the files written."""
+        position = self.size
+        written = []
+        if keep_damaged and damaged_end > position:
+            written.append(self._copy_out(position, damaged_end, damaged_file(self.log_path,
+                                                                               position)))
+        if split_base is not None and data_end > damaged_end:
+            target = segment_file(self.directory, split_base, LOG_SUFFIX)
+            written.append(self._copy_out(damaged_end, data_end, target))
+        self.cut(position)
+        os.fsync(self._fd)
+        self._length_dirty = False
+        return written
+
+    def _copy_out(self, start: int, end: int, target: Path) -> Path:
+        """Write bytes [start, end) of this file to `target` durably (temp name, fsync,
+        rename, directory fsync); a damaged copy never replaces a different older one."""
+        if target.name.startswith(self.log_path.name + DAMAGED_SUFFIX):
+            first, n = target, 1
+            while target.exists():
+                if _same_bytes(target, self._fd, start, end):
+                    return target  # made by an earlier try of this repair that crashed
+                target, n = first.with_name(f"{first.name}.{n}"), n + 1  # never replace one
+        elif target.exists():  # the loader's bound rule keeps a split off existing segments
+            raise FileExistsError(f"{target}: a split of {self.log_path} would replace it")
+        tmp = target.with_name(target.name + TMP_SUFFIX)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for chunk_start in range(start, end, READ_CHUNK):
+                data = os.pread(self._fd, min(READ_CHUNK, end - chunk_start), chunk_start)
+                _pwrite_all(fd, data, chunk_start - start)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        fsync_directory(self.directory)
+        return target
 
     def scan(self, limit: int, verify_from: int | None) -> ScanResult:
         """Walk batches from byte 0 to `limit`, rebuilding the indexes, up to the first invalid."""
@@ -282,6 +445,15 @@ class LogSegment:
                     position += header.size
                     batches += 1
         return ScanResult(self.size, batches, problem)
+
+    def resume_after(self, position: int, size_bound: int,
+                     expected: int) -> tuple[int, BatchHeader] | None:
+        """The next intact batch after damage at `position`, below size_bound, whose base
+        offset is above `expected` (find_next_batch), or None."""
+        if size_bound <= position + 1:
+            return None
+        with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
+            return find_next_batch(buf, position + 1, size_bound, expected)
 
     def _reset(self) -> None:
         self.offset_index.reset()
@@ -603,25 +775,46 @@ class LogSegment:
         """(position, header) of the batches from the one holding `offset` to the valid end,
         without reading the records (for scans that open already checked)."""
         position = self.find_position(offset, self.size)
-        while position is not None and position < self.size:
-            header = self._header_at(position, None)
+        if position is not None:
+            yield from self.headers_at(position, self.size, None)
+
+    def headers_at(self, position: int, size_bound: int, first_base: tuple[int, int] | None
+                   ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of the batches from `position` to size_bound, records unread;
+        first_base checks offsets as in read_batches. Raises CorruptRecordError on damage."""
+        expected = first_base
+        while position < size_bound:
+            try:
+                header = self._header_at(position, None)
+                if expected is not None:
+                    header = self._checked_base(position, header, expected, size_bound)
+            except InvalidBatch as exc:
+                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+            expected = (header.next_offset, header.next_offset)
             yield position, header
             position += header.size
 
     def read_batches(
-        self, position: int, size_bound: int, offset_bound: int, max_bytes: int
+        self, position: int, size_bound: int, offset_bound: int, max_bytes: int,
+        first_base: tuple[int, int] | None = None,
     ) -> Iterator[tuple[int, BatchHeader, bytes]]:
         """Yield (position, header, bytes) of CRC-checked batches from `position` while their
         base offset is below offset_bound and they end within size_bound. The first batch is
-        yielded whole; later ones only while the total stays within max_bytes."""
+        yielded whole; later ones only while the total stays within max_bytes. With
+        first_base=(lo, hi) the offsets are checked too (their field lies outside the CRC):
+        the first base offset within [lo, hi], each next one following the previous batch."""
         total = 0
         buf, buf_start = b"", position
+        expected = first_base
         while position < size_bound:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
                 buf, buf_start, rel = self._read_at(position, HEADER_SIZE, size_bound), position, 0
             try:
-                header = check_header(buf, rel, None)
+                header = stored = check_header(buf, rel, None)
+                if expected is not None:
+                    header = self._checked_base(position, header, expected, size_bound)
+                    expected = (header.next_offset, header.next_offset)
                 if header.base_offset >= offset_bound:
                     return
                 if position + header.size > size_bound:
@@ -635,8 +828,23 @@ class LogSegment:
             if total and total + header.size > max_bytes:
                 return
             total += header.size
-            yield position, header, buf[rel:rel + header.size]
+            data = buf[rel:rel + header.size]
+            if header is not stored:  # only its base offset field was damaged
+                data = header.base_offset.to_bytes(8, "big", signed=True) + data[8:]
+            yield position, header, data
             position += header.size
+
+    def _checked_base(self, position: int, header: BatchHeader, expected: tuple[int, int],
+                      size_bound: int) -> BatchHeader:
+        """The header with the base offset its place holds; InvalidBatch when that is not
+        its base offset and not only its base offset field is damaged."""
+        if expected[0] <= header.base_offset <= expected[1]:
+            return header
+        exact = self.true_base_offset(position, header, expected, size_bound)
+        if exact is None:
+            raise InvalidBatch("corrupt", f"base offset {header.base_offset}, "
+                                          f"expected {expected[0]}..{expected[1]}")
+        return header._replace(base_offset=exact)
 
     def _read_at(self, position: int, at_least: int, size_bound: int) -> bytes:
         return os.pread(self._fd, max(at_least, min(READ_CHUNK, size_bound - position)), position)
@@ -694,6 +902,95 @@ class _NoMap:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
+                    expected: int) -> tuple[int, BatchHeader] | None:
+    """(position, header) of the first intact batch at or after byte `start` and within
+    `limit` whose base offset is > `expected` (see the module doc for the rule)."""
+    search = start + MAGIC_AT
+    while True:
+        at = buf.find(MAGIC_BYTE, search, limit)
+        position, search = at - MAGIC_AT, at + 1
+        if at < 0 or position + HEADER_SIZE > limit:
+            return None
+        try:
+            header = check_batch(buf, position, limit, None, verify_crc=True)
+        except InvalidBatch:
+            continue
+        if header.base_offset > expected and not _contradicted(buf, position, header, limit):
+            return position, header
+
+
+def fixable_base_offset(buf: BytesLike, position: int, limit: int,
+                        expected: int) -> int | None:
+    """The base offset stored in the batch at `position` when only that field is wrong: the
+    batch is intact (CRC-32C, which does not cover the field), it sits where the batch
+    with base offset `expected` belongs, and no intact batch after it contradicts that.
+    None otherwise."""
+    try:
+        header = check_batch(buf, position, limit, None, verify_crc=True)
+    except InvalidBatch:
+        return None
+    if header.base_offset == expected:
+        return None
+    if _contradicted(buf, position, header._replace(base_offset=expected), limit):
+        return None
+    return header.base_offset
+
+
+def _contradicted(buf: BytesLike, position: int, header: BatchHeader, limit: int) -> bool:
+    """True when a valid batch follows this one but does not start at its next offset."""
+    after = position + header.size
+    if after >= limit:
+        return False
+    try:
+        following = check_batch(buf, after, limit, None, verify_crc=True)
+    except InvalidBatch:
+        return False
+    return following.base_offset != header.next_offset
+
+
+def _end_of_batches(buf: BytesLike, position: int, limit: int) -> int:
+    """Where a zero tail starts after the valid batches from `position`, else `limit`
+    (bytes after further damage are kept for the next repair)."""
+    expected = None
+    while position < limit:
+        try:
+            header = check_batch(buf, position, limit, expected, verify_crc=False)
+        except InvalidBatch as exc:
+            return position if exc.kind == "zero_tail" else limit
+        position, expected = position + header.size, header.next_offset
+    return limit
+
+
+def data_end_of(buf: BytesLike, start: int, limit: int) -> int:
+    """The end of the non-zero bytes in buf[start:limit] (a preallocated zero tail excluded)."""
+    end = limit
+    while end > start:
+        chunk_start = max(start, end - READ_CHUNK)
+        chunk = bytes(buf[chunk_start:end])
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            return chunk_start + len(stripped)
+        end = chunk_start
+    return start
+
+
+def damaged_file(log_path: Path, position: int) -> Path:
+    """Where the damaged bytes found at `position` of a .log are kept."""
+    return log_path.with_name(f"{log_path.name}{DAMAGED_SUFFIX}{position}")
+
+
+def _same_bytes(path: Path, fd: int, start: int, end: int) -> bool:
+    """True if `path` holds exactly bytes [start, end) of the file open as `fd`."""
+    if path.stat().st_size != end - start:
+        return False
+    with open(path, "rb") as f:
+        for chunk_start in range(start, end, READ_CHUNK):
+            length = min(READ_CHUNK, end - chunk_start)
+            if f.read(length) != os.pread(fd, length, chunk_start):
+                return False
+    return True
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray, position: int) -> None:

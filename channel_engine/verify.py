@@ -8,9 +8,21 @@ Checks, each reported with the file and the byte position:
   * every batch of every .log: length, magic, CRC-32C, record count, offsets
     contiguous from the file's base offset and across segments, every record
     decodes with the right offset and a timestamp <= the batch max timestamp;
+  * a batch whose base offset field alone is wrong (its CRC holds; the field
+    lies outside it): reported, the walk goes on (recovery rewrites the field);
+  * damage inside a .log: each damaged region is reported with the offsets it
+    loses, and the walk goes on at the next intact batch (segment.find_next_batch,
+    the rule recovery uses: the intact batches after it are kept by the next
+    writable open or `recover`); batches at or past the next segment's base after
+    a damaged region are copies a crashed repair left (cut, nothing lost);
   * the tail: bytes after the last valid batch are damage, except the zero tail
     of the active segment of a preallocated log that is still open or crashed
     (recovery cuts it);
+  * strays (log_loader's rules): names the engine does not write, directories,
+    a .log whose first batch names another offset, lies past a clean log's end,
+    or is empty and not the active segment: damage (moved aside to `.stray` by
+    the next writable open). Files kept aside (`.stray`, `.damaged-*`) and
+    `.repair` markers are notes;
   * .index: present, whole entries, increasing, each entry pointing at the start
     of a batch that ends at the entry's offset;
   * .timeindex: present, whole entries, increasing, each (T, o) naming the last
@@ -49,12 +61,21 @@ from channel_engine.filenames import (
     LOG_STATE_FILE,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    is_kept_aside,
+    parse_repair_marker,
     parse_segment_file,
     segment_file,
 )
 from channel_engine.home_files import STRAY_SUFFIX
+from channel_engine.log_loader import (
+    empty_last_reason,
+    is_empty_segment,
+    segment_stray_reason,
+    stray_reason,
+)
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader, InvalidBatch
+from channel_engine.segment import find_next_batch, fixable_base_offset
 from channel_engine.time_index import ENTRY as TIME_ENTRY
 
 
@@ -94,35 +115,84 @@ class VerifyReport:
         return out
 
 
+@dataclass(frozen=True)
+class DamagedRegion:
+    """Bytes [position, end) of a .log that hold no intact batch, followed by intact ones."""
+
+    position: int
+    end: int
+    problem: InvalidBatch
+    first_offset: int   # the offset expected at `position`
+    resume_offset: int  # base offset of the intact batch at `end`
+
+
 @dataclass
 class LogFileScan:
-    """The valid batches of one .log file and what follows them."""
+    """The valid batches of one .log file and what follows them. With resync, damaged
+    regions followed by intact batches are listed and the walk goes on after them;
+    `problem` and `valid_bytes` then describe the end of the last walk."""
 
     path: Path
     batches: list[tuple[int, BatchHeader]]
     valid_bytes: int
     file_size: int
     problem: InvalidBatch | None
+    damaged: list[DamagedRegion] = field(default_factory=list)
+    superseded_at: int | None = None  # intact copies of a later segment's batches from here
+    base_offsets_fixable: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def scan_log_file(path: Path, expected_base: int | None, verify_crc: bool = True) -> LogFileScan:
-    """Walk a .log file batch by batch until the end or the first invalid batch."""
-    batches: list[tuple[int, BatchHeader]] = []
+def scan_log_file(path: Path, expected_base: int | None, verify_crc: bool = True,
+                  resync: bool = False, bound: int | None = None) -> LogFileScan:
+    """Walk a .log file batch by batch until the end or the first invalid batch (with
+    resync: to the end, over damaged regions followed by intact batches below `bound`)."""
     size = os.path.getsize(path)
-    position, problem = 0, None
+    scan = LogFileScan(path, [], 0, size, None)
     if size:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
-            while position < size:
-                try:
-                    header = record_batch.check_batch(buf, position, size, expected_base,
-                                                      verify_crc)
-                except InvalidBatch as exc:
-                    problem = InvalidBatch(exc.kind, exc.reason)
+            position = 0
+            while True:
+                position, expected_base = _walk(buf, scan, position, expected_base,
+                                                verify_crc)
+                problem = scan.problem
+                if not resync or problem is None or problem.kind == "zero_tail" \
+                        or expected_base is None:
                     break
-                batches.append((position, header))
-                position += header.size
-                expected_base = header.next_offset
-    return LogFileScan(path, batches, position, size, problem)
+                was = fixable_base_offset(buf, position, size, expected_base)
+                if was is not None:  # only the base offset field is wrong: go on past it
+                    header = record_batch.read_header(buf, position)._replace(
+                        base_offset=expected_base)
+                    scan.batches.append((position, header))
+                    scan.base_offsets_fixable.append((position, was, expected_base))
+                    position, expected_base = position + header.size, header.next_offset
+                    scan.problem = None
+                    continue
+                found = find_next_batch(buf, position + 1, size, expected_base)
+                if found is None:
+                    break
+                if bound is not None and found[1].base_offset >= bound:
+                    scan.superseded_at = found[0]
+                    break
+                scan.damaged.append(DamagedRegion(position, found[0], problem, expected_base,
+                                                  found[1].base_offset))
+                position, expected_base, scan.problem = found[0], found[1].base_offset, None
+    return scan
+
+
+def _walk(buf: mmap.mmap, scan: LogFileScan, position: int, expected_base: int | None,
+          verify_crc: bool) -> tuple[int, int | None]:
+    size = scan.file_size
+    while position < size:
+        try:
+            header = record_batch.check_batch(buf, position, size, expected_base, verify_crc)
+        except InvalidBatch as exc:
+            scan.problem = InvalidBatch(exc.kind, exc.reason)
+            break
+        scan.batches.append((position, header))
+        position += header.size
+        expected_base = header.next_offset
+    scan.valid_bytes = position
+    return position, expected_base
 
 
 def read_batch(path: Path, position: int, header: BatchHeader) -> bytes:
@@ -136,17 +206,33 @@ def verify_partition(directory: Path) -> VerifyReport:
     """Check every file of a partition directory; see the module doc."""
     report = VerifyReport(str(directory))
     state = _verify_state(directory, report)
-    bases = sorted(base for base, suffix in _files(directory) if suffix == LOG_SUFFIX)
+    clean_end = state.log_end_offset if state and state.clean_shutdown else None
+    known_end = None if state is None else (clean_end if clean_end is not None
+                                            else state.recovery_point)
+    log_start = state.log_start_offset if state else 0
+    bases = _verify_names(directory, clean_end, report)
     expected: int | None = None
+    if state is not None and bases and bases[0] > log_start:
+        report.damages.append(Damage(str(segment_file(directory, bases[0], LOG_SUFFIX)), 0,
+                                     f"offsets {log_start}..{bases[0] - 1} after the log "
+                                     "start are missing (gap)"))
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
+        path = segment_file(directory, base, LOG_SUFFIX)
+        if last and is_empty_segment(path):
+            why = empty_last_reason(base, expected, log_start, known_end)
+            if why is not None:
+                report.damages.append(Damage(str(path), 0, f"stray: {why} (moved aside at the "
+                                                            "next writable open)"))
+                continue
         if expected is not None and base != expected:
-            report.damages.append(Damage(str(segment_file(directory, base, LOG_SUFFIX)), 0,
+            report.damages.append(Damage(str(path), 0,
                                          f"offsets {expected}..{base - 1} are missing (gap)"))
-        expected = _verify_segment(directory, base, last, state, report)
+        bound = bases[i + 1] if not last else clean_end
+        expected = _verify_segment(directory, base, last, state, bound, report)
         report.segments += 1
     for base, suffix in _files(directory):
-        if base not in bases:
+        if base not in bases and suffix != LOG_SUFFIX:
             report.notes.append(f"{segment_file(directory, base, suffix)}: index without a .log")
     if state is not None and state.clean_shutdown and expected is not None \
             and expected != state.log_end_offset:
@@ -154,6 +240,35 @@ def verify_partition(directory: Path) -> VerifyReport:
                                      f"log end offset {state.log_end_offset} but the log "
                                      f"ends at {expected}"))
     return report
+
+
+def _verify_names(directory: Path, clean_end: int | None, report: VerifyReport) -> list[int]:
+    """Report strays and kept-aside files; return the bases of the real segments."""
+    for name in sorted(os.listdir(directory)):
+        why = stray_reason(directory, name)
+        if why is not None:
+            report.damages.append(Damage(str(directory / name), 0,
+                                         f"stray: {why} (moved aside at the next writable "
+                                         "open)"))
+        elif is_kept_aside(name):
+            report.notes.append(f"{directory / name}: kept aside (never loaded)")
+        elif parse_repair_marker(name) is not None:
+            report.notes.append(f"{directory / name}: a read met damage in this segment "
+                                "(repaired at the next writable open)")
+    logs = sorted(base for base, suffix in _files(directory) if suffix == LOG_SUFFIX)
+    foreign = {base: segment_stray_reason(segment_file(directory, base, LOG_SUFFIX), base,
+                                          clean_end) for base in logs}
+    ours = [base for base in logs if foreign[base] is None]
+    for base in logs:
+        path = segment_file(directory, base, LOG_SUFFIX)
+        why = foreign[base]
+        if why is None and base != ours[-1] and is_empty_segment(path):
+            why = "an empty segment that is not the last"
+            ours.remove(base)
+        if why is not None:
+            report.damages.append(Damage(str(path), 0, f"stray: {why} (moved aside at the "
+                                                       "next writable open)"))
+    return ours
 
 
 @dataclass
@@ -291,7 +406,8 @@ def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -
 
 
 def _files(directory: Path) -> list[tuple[int, str]]:
-    return [p for p in map(parse_segment_file, os.listdir(directory)) if p is not None]
+    return [p for p in map(parse_segment_file, os.listdir(directory))
+            if p is not None and os.path.isfile(segment_file(directory, p[0], p[1]))]
 
 
 def _verify_state(directory: Path, report: VerifyReport) -> log_state.LogState | None:
@@ -301,19 +417,35 @@ def _verify_state(directory: Path, report: VerifyReport) -> log_state.LogState |
     except CorruptStateError as exc:
         report.damages.append(Damage(str(path), 0, exc.reason))
         return None
+    except IsADirectoryError:
+        return None  # reported as a stray
     if state is None:
         report.damages.append(Damage(str(path), 0, "missing"))
     return state
 
 
-def _verify_segment(directory: Path, base: int, last: bool,
-                    state: log_state.LogState | None, report: VerifyReport) -> int:
+def _verify_segment(directory: Path, base: int, last: bool, state: log_state.LogState | None,
+                    bound: int | None, report: VerifyReport) -> int:
     path = segment_file(directory, base, LOG_SUFFIX)
-    scan = scan_log_file(path, base)
+    scan = scan_log_file(path, base, resync=True, bound=bound)
+    fixable = {position for position, _, _ in scan.base_offsets_fixable}
     for position, header in scan.batches:
-        _verify_records(path, position, header, report)
+        if position not in fixable:  # its records decode from the damaged field
+            _verify_records(path, position, header, report)
+    for position, was, now in scan.base_offsets_fixable:
+        report.records += next(h.record_count for p, h in scan.batches if p == position)
+        report.damages.append(Damage(
+            str(path), position, f"base offset field says {was} where offset {now} belongs "
+            "(the CRC-32C holds): rewritten in place by the next writable open; no offset "
+            "is lost"))
     report.batches += len(scan.batches)
-    report.bytes += scan.valid_bytes
+    report.bytes += sum(header.size for _, header in scan.batches)
+    for region in scan.damaged:
+        report.damages.append(Damage(
+            str(path), region.position,
+            f"{region.problem.kind}: {region.problem.reason}; offsets {region.first_offset}.."
+            f"{region.resume_offset - 1} lost; intact batches resume at byte {region.end} "
+            "(kept by the next writable open or recover)"))
     problem = scan.problem
     if problem is not None:
         live = last and not (state and state.clean_shutdown)
@@ -321,10 +453,12 @@ def _verify_segment(directory: Path, base: int, last: bool,
             report.notes.append(f"{path}: {problem.reason} after byte {scan.valid_bytes} "
                                 "(preallocated active segment; cut at the next recovery)")
         else:
+            copies = (f"; the batches from byte {scan.superseded_at} on are copies the next "
+                      "segment holds" if scan.superseded_at is not None else "")
             report.damages.append(Damage(str(path), scan.valid_bytes,
                                          f"{problem.kind}: {problem.reason}; "
                                          f"{scan.file_size - scan.valid_bytes} bytes after the "
-                                         "last valid batch"))
+                                         f"last valid batch{copies}"))
     _verify_offset_index(directory, base, scan, report)
     _verify_time_index(directory, base, scan, report)
     return scan.batches[-1][1].next_offset if scan.batches else base

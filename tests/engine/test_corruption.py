@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import CorruptRecordError, LogConfig, PartitionLog, PendingEvent, cli
+from channel_engine import LogConfig, PartitionLog, PendingEvent, cli
 from channel_engine import log_state as state_file
 from channel_engine.recovery import (
+    DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
     LOG_END_MISMATCH,
@@ -68,7 +69,9 @@ def bodies_in(directory: Path) -> list[bytes]:
         return [event.body for event in log.iter_events(log.log_start_offset)]
 
 
-def test_it_truncates_at_a_flipped_byte_after_an_unclean_shutdown(tmp_path: Path) -> None:
+def test_it_cuts_out_a_flipped_byte_after_an_unclean_shutdown_and_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
     bodies = fill(tmp_path)
     last = segment_logs(tmp_path)[-1]
     positions = batch_positions(last)
@@ -78,56 +81,79 @@ def test_it_truncates_at_a_flipped_byte_after_an_unclean_shutdown(tmp_path: Path
     mark_unclean(tmp_path)
 
     log = PartitionLog.open(tmp_path, CONFIG)
-    [action] = [a for a in log.last_recovery.actions if a.kind == TRUNCATED]
+    [action] = [a for a in log.last_recovery.actions if a.kind == DAMAGE_SPLIT]
     assert action.path == str(last) and action.position == positions[2]
-    assert action.bytes_dropped == last.stat().st_size - positions[2] or action.bytes_dropped > 0
-    assert log.last_recovery.lost_data
-    kept = log.log_end_offset
+    assert action.bytes_dropped == positions[3] - positions[2]
+    base = int(last.name[:20])
+    [lost] = log.last_recovery.lost_ranges
+    assert (lost.start, lost.end) == (base + 10, base + 15)
+    assert log.log_end_offset == len(bodies)
     log.close()
-    assert bodies_in(tmp_path) == bodies[:kept]
-    assert kept == int(last.name[:20]) + 2 * 5
-    assert verify(tmp_path)[0] == 0
+    assert bodies_in(tmp_path) == bodies[:base + 10] + bodies[base + 15:]
+    assert (tmp_path / f"{last.name}.damaged-{positions[2]}").exists()
+    status, text = verify(tmp_path)  # the hole stays visible
+    assert status == 1 and f"offsets {base + 10}..{base + 14} are missing" in text
 
 
-def test_it_reports_a_flipped_byte_below_the_recovery_point_on_read(tmp_path: Path) -> None:
-    fill(tmp_path)
+def test_a_read_skips_a_damaged_batch_below_the_recovery_point_and_reports_it(
+    tmp_path: Path,
+) -> None:
+    bodies = fill(tmp_path)
     middle = segment_logs(tmp_path)[1]
     position = batch_positions(middle)[1]
     flip_byte(middle, position + 65)
+    base = int(middle.name[:20])
     with PartitionLog.open(tmp_path, CONFIG) as log:  # clean: no scan, the damage is unseen
-        base = int(middle.name[:20])
-        with pytest.raises(CorruptRecordError) as caught:
-            log.read(base + 5)
-        assert caught.value.path == str(middle) and caught.value.position == position
+        assert log.take_new_losses() == []
+        events = log.read(base + 5, max_events=10)
+        assert [e.offset for e in events] == list(range(base + 10, base + 20))
+        [lost] = log.take_new_losses()
+        assert (lost.start, lost.end, lost.path, lost.position) == \
+            (base + 5, base + 10, str(middle), position)
+        assert "CRC" in lost.cause
+        assert [e.body for e in log.iter_events(0)] == bodies[:base + 5] + bodies[base + 10:]
+        assert log.take_new_losses() == []  # reported once
+        assert log.stats()["read_damage"] == {"places": 1, "offsets_lost": 5}
     assert verify(tmp_path)[0] == 1
+    with PartitionLog.open(tmp_path, CONFIG) as log:  # the next writable open repairs it
+        assert [a.kind for a in log.last_recovery.actions] == [DAMAGE_SPLIT]
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(base + 5, base + 10)]
+        assert [e.body for e in log.iter_events(0)] == bodies[:base + 5] + bodies[base + 10:]
+    assert not list(tmp_path.glob("*.repair"))
 
 
-def test_recover_cuts_the_damaged_batch_and_keeps_later_segments(tmp_path: Path) -> None:
+def test_recover_cuts_out_the_damaged_batch_and_keeps_every_intact_one(tmp_path: Path) -> None:
     bodies = fill(tmp_path)
     logs = segment_logs(tmp_path)
     middle = logs[1]
+    middle_base = int(middle.name[:20])
     position = batch_positions(middle)[1]
     flip_byte(middle, position + 65)
     out = io.StringIO()
     assert cli.main(["recover", str(tmp_path)], out) == 0
-    assert "truncated" in out.getvalue() and "gap" in out.getvalue()
+    assert "damage_split" in out.getvalue()
     with PartitionLog.open(tmp_path, CONFIG) as log:
         kinds = {a.kind for a in log.last_recovery.actions}
         assert kinds == {GAP}  # the hole stays reported; nothing is cut again
-        later = int(logs[2].name[:20])
-        assert [e.body for e in log.iter_events(later)] == bodies[later:]
-        middle_base = int(middle.name[:20])
-        assert [e.body for e in log.read(0, max_events=middle_base + 5)] == \
-            bodies[: middle_base + 5]
+        [lost] = log.last_recovery.lost_ranges
+        assert (lost.start, lost.end) == (middle_base + 5, middle_base + 10)
+        assert [e.body for e in log.iter_events(0)] == \
+            bodies[:middle_base + 5] + bodies[middle_base + 10:]
+        # committed offsets are never handed out again
+        assert log.append([PendingEvent(b"new")]).first_offset == len(bodies)
 
 
-def test_recover_reports_the_gap_it_leaves(tmp_path: Path) -> None:
+def test_recover_reports_the_offsets_it_lost(tmp_path: Path) -> None:
     fill(tmp_path)
     middle = segment_logs(tmp_path)[1]
     flip_byte(middle, batch_positions(middle)[1] + 65)
     with PartitionLog.open(tmp_path, CONFIG, force_recovery=True) as log:
         kinds = [a.kind for a in log.last_recovery.actions]
-    assert TRUNCATED in kinds and GAP in kinds
+        [lost] = log.last_recovery.lost_ranges
+    assert kinds == [DAMAGE_SPLIT]
+    base = int(middle.name[:20])
+    assert (lost.start, lost.end, lost.path) == (base + 5, base + 10, str(middle))
+    assert lost.length > 0 and "CRC" in lost.cause
 
 
 def test_it_truncates_a_file_cut_mid_batch(tmp_path: Path) -> None:
@@ -140,7 +166,9 @@ def test_it_truncates_a_file_cut_mid_batch(tmp_path: Path) -> None:
 
     with PartitionLog.open(tmp_path, CONFIG) as log:  # log.state says clean: the end disagrees
         kinds = [a.kind for a in log.last_recovery.actions]
-        assert LOG_END_MISMATCH in kinds and TRUNCATED in kinds and GAP in kinds
+        assert kinds == [LOG_END_MISMATCH, TRUNCATED]
+        [lost] = log.last_recovery.lost_ranges
+        assert (lost.start, lost.end) == (len(bodies) - 5, len(bodies))
         assert log.last_recovery.lost_data
         # the lost batch's offsets were committed once: they are never handed out again
         assert log.log_end_offset == len(bodies)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
 from channel_engine.recovery import (
+    DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
-    TRUNCATED,
 )
 
 CONFIG = LogConfig(segment_bytes=2048)
@@ -94,7 +94,9 @@ def test_a_rebuilt_index_that_meets_a_bad_batch_recovers_and_reports_it(tmp_path
     (tmp_path / "00000000000000000000.index").unlink()
     with PartitionLog.open(tmp_path, LogConfig()) as log:
         kinds = [a.kind for a in log.last_recovery.actions]
-        assert INDEX_REBUILT in kinds and TRUNCATED in kinds and log.last_recovery.lost_data
+        assert INDEX_REBUILT in kinds and DAMAGE_SPLIT in kinds and log.last_recovery.lost_data
+        assert [(r.start, r.end) for r in log.last_recovery.lost_ranges] == [(1, 2)]
+        assert [e.offset for e in log.iter_events(0)] == [0, 2, 3, 4, 5]
         assert log.append([PendingEvent(b"new")]).first_offset == 6
 
 
@@ -107,3 +109,46 @@ def test_a_read_only_open_changes_nothing(tmp_path: Path) -> None:
     after = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
     assert before == after
     assert os.path.exists(tmp_path / "log.state")
+
+
+def test_force_recovery_keeps_the_known_log_end(tmp_path: Path) -> None:
+    log = write(tmp_path, 40)
+    log.close()
+    last = sorted(tmp_path.glob("*.log"))[-1]
+    os.truncate(last, 0)  # every batch of the last segment gone
+    with PartitionLog.open(tmp_path, CONFIG, force_recovery=True) as log:
+        assert log.log_end_offset == 40
+        assert [(r.start, r.end) for r in log.take_new_losses()] == \
+            [(int(last.name[:20]), 40)]
+        assert log.append([PendingEvent(b"new")]).first_offset == 40
+
+
+def test_a_repair_marker_makes_the_next_writable_open_check_every_crc(tmp_path: Path) -> None:
+    write(tmp_path, 40).close()
+    first = sorted(tmp_path.glob("*.log"))[0]
+    data = bytearray(first.read_bytes())
+    second = struct.unpack_from(">i", data, 8)[0] + 12
+    data[second + 70] ^= 0x01  # inside the records of the second batch: only a CRC sees it
+    first.write_bytes(bytes(data))
+    with PartitionLog.open(tmp_path, CONFIG) as log:  # clean: trusted, the damage unseen
+        assert not log.last_recovery.actions
+    marker = tmp_path / "00000000000000000000.repair"
+    marker.write_bytes(b"")
+    with PartitionLog.open(tmp_path, CONFIG, read_only=True) as reader:
+        assert [a.kind for a in reader.last_recovery.actions] == [DAMAGE_SPLIT]
+    assert marker.exists()  # a reader writes nothing
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        assert [a.kind for a in log.last_recovery.actions] == [DAMAGE_SPLIT]
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(1, 2)]
+    assert not marker.exists()
+
+
+def test_files_kept_aside_survive_every_open(tmp_path: Path) -> None:
+    write(tmp_path, 10).close()
+    kept = [tmp_path / "00000000000000000000.log.damaged-77", tmp_path / "x.stray"]
+    for path in kept:
+        path.write_bytes(b"keep me")
+    for _ in range(2):
+        with PartitionLog.open(tmp_path, CONFIG) as log:
+            assert not log.last_recovery.actions and log.log_end_offset == 10
+    assert all(path.read_bytes() == b"keep me" for path in kept)

@@ -236,7 +236,7 @@ def test_it_rebuilds_indexes_identical_to_the_ones_it_wrote(tmp_path):
             loaded.time_index.path.read_bytes()] == files
 
 
-def test_it_recovers_a_torn_last_batch_by_truncating_it(tmp_path):
+def test_it_recovers_a_torn_last_batch_by_repairing_it(tmp_path):
     seg = create(tmp_path)
     headers = fill(seg, batches=5)
     seg.close()
@@ -244,40 +244,92 @@ def test_it_recovers_a_torn_last_batch_by_truncating_it(tmp_path):
     os.truncate(seg.log_path, good + 30)
     loaded = reopen(tmp_path)
     result = loaded.recover(verify_from=BASE)
-    assert result.problem.kind == "partial"
-    assert (result.valid_bytes, result.batches) == (good, 4)
+    assert result.problem.kind == "partial" and result.resume_at is None
+    data_end = good + 30 - trailing_zeros(seg.log_path)
+    assert (result.valid_bytes, result.batches, result.data_end) == (good, 4, data_end)
+    assert loaded.log_path.stat().st_size == good + 30  # recover reports; the repair cuts
+    assert loaded.repair_damage(result.data_end, result.data_end, False, None) == []
     assert loaded.log_path.stat().st_size == good
     assert loaded.next_offset == headers[3].next_offset
     assert offsets_read(loaded) == list(range(BASE, headers[3].next_offset))
 
 
-def test_it_recovers_a_flipped_byte_by_truncating_at_that_batch(tmp_path):
+def trailing_zeros(path):
+    data = path.read_bytes()
+    return len(data) - len(data.rstrip(b"\0"))
+
+
+def flip(path, position):
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_it_finds_where_intact_batches_resume_after_a_flipped_byte(tmp_path):
     seg = create(tmp_path)
     headers = fill(seg, batches=5)
     seg.close()
     position = sum(h.size for h in headers[:2])
-    with open(seg.log_path, "r+b") as f:
-        f.seek(position + 70)
-        byte = f.read(1)
-        f.seek(position + 70)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip(seg.log_path, position + 70)
     loaded = reopen(tmp_path)
     result = loaded.recover(verify_from=BASE)
     assert result.problem.kind == "corrupt" and "CRC" in result.problem.reason
     assert result.valid_bytes == position
+    assert result.resume_at == position + headers[2].size
+    assert result.resume_header.base_offset == headers[3].base_offset
     assert loaded.next_offset == headers[2].base_offset
-    assert loaded.log_path.stat().st_size == position
+
+
+def test_it_splits_the_intact_batches_off_and_keeps_the_damaged_bytes(tmp_path):
+    seg = create(tmp_path)
+    headers = fill(seg, batches=5)
+    seg.close()
+    original = seg.log_path.read_bytes()
+    position = sum(h.size for h in headers[:2])
+    resume = position + headers[2].size
+    flip(seg.log_path, position + 70)
+    loaded = reopen(tmp_path)
+    result = loaded.recover(verify_from=BASE)
+    new_base = result.resume_header.base_offset
+    written = loaded.repair_damage(result.resume_at, result.data_end, True, new_base)
+    assert [p.name for p in written] == [f"00000000000000000100.log.damaged-{position}",
+                                        f"{new_base:020d}.log"]
+    assert written[0].read_bytes()[70:71] != original[position + 70:position + 71]
+    assert len(written[0].read_bytes()) == headers[2].size
+    assert written[1].read_bytes() == original[resume:]
+    assert loaded.log_path.read_bytes() == original[:position]
+    assert not list(tmp_path.glob("*.tmp"))
+    split = reopen(tmp_path, base=new_base)
+    assert split.recover(verify_from=new_base).problem is None
+    assert offsets_read(split) == list(range(new_base, headers[-1].next_offset))
+
+
+def test_it_rewrites_a_damaged_base_offset_field_in_place(tmp_path):
+    seg = create(tmp_path)
+    headers = fill(seg, batches=5)
+    seg.close()
+    position = sum(h.size for h in headers[:2])
+    with open(seg.log_path, "r+b") as f:  # base offset of batch 2 (outside the CRC) damaged
+        f.seek(position)
+        f.write((10**9).to_bytes(8, "big"))
+    reader = reopen(tmp_path, writable=False)  # a reader cannot: the batch is skipped, and
+    result = reader.recover(verify_from=BASE)  # not resumed at (the next batch contradicts)
+    assert result.valid_bytes == position and not result.base_offsets_fixed
+    assert result.resume_header.base_offset == headers[3].base_offset
+    loaded = reopen(tmp_path)
+    result = loaded.recover(verify_from=BASE)
+    assert result.problem is None and result.valid_bytes == sum(h.size for h in headers)
+    assert result.base_offsets_fixed == ((position, 10**9, headers[2].base_offset),)
+    assert offsets_read(loaded) == list(range(BASE, headers[-1].next_offset))
 
 
 def test_it_trusts_crcs_below_the_verify_offset(tmp_path):
     seg = create(tmp_path)
     headers = fill(seg, batches=5)
     seg.close()
-    with open(seg.log_path, "r+b") as f:
-        f.seek(70)
-        byte = f.read(1)
-        f.seek(70)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip(seg.log_path, 70)
     loaded = reopen(tmp_path)
     result = loaded.recover(verify_from=headers[1].base_offset)
     assert result.problem is None
