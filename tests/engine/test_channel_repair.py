@@ -194,8 +194,8 @@ def test_recover_repairs_a_log_state_that_is_damaged_or_a_directory(tmp_path: Pa
     (config.partition_dir(1) / "log.state").unlink()
     (config.partition_dir(1) / "log.state").mkdir()
     result = verify_channel(config.home)
-    assert not result["ok"] and len([d for d in result["damages"]
-                                     if d["path"].endswith("log.state")]) == 2
+    assert not result["ok"] and len({d["path"] for d in result["damages"]
+                                     if d["path"].endswith("log.state")}) == 2
     report = repair(config.home)
     assert any(m["kept_as"].endswith("log.state.stray") for m in report.moved_aside)
     assert report.events_lost == 0 and report.events_untaken == 6
