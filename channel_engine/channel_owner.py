@@ -250,9 +250,9 @@ class ChannelOwner:
         self.counters["aborted_events"] += restored.report.aborted_events
         self.counters["dropped_events"] += restored.report.dropped_events
         self._last_checkpoint_ms = self._now_ms()
-        self._ledger = LossLedger.load(home, not self.read_only,
-                                       restored.report.checkpoint_source is not None,
-                                       self._now_ms())
+        # a checkpoint written before ledgers existed (v1, v2) has none beside it: an upgrade
+        keeps_ledger = restored.report.checkpoint_version >= checkpoint_file.LEDGER_VERSION
+        self._ledger = LossLedger.load(home, not self.read_only, keeps_ledger, self._now_ms())
         self._count_losses(restored.lost, at_open=True)  # before the checkpoint below
         if not self.read_only:
             self._sequence = restored.next_generation - 1
