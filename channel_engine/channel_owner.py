@@ -954,6 +954,7 @@ class ChannelOwner:
     def _partition_status(self, p: int) -> dict[str, Any]:
         log, queue = self._logs[p], self._queues[p]
         end = self._ends[p]
+        stats = log.stats()
         return {
             "partition": p,
             "directory": str(log.directory),
@@ -968,7 +969,9 @@ class ChannelOwner:
             "events_in_flight": queue.in_flight_events(),
             "size_bytes": log.size_bytes,
             "segments": len(log.segments),
-            "offline": log.stats()["offline"],
+            "offline": stats["offline"],
+            "index_rebuilds": stats["index_rebuilds"],  # derived files found wrong at use
+            "read_damage": stats["read_damage"],  # damage reads met since open
         }
 
     def _checkpoint_status(self) -> dict[str, Any]:
