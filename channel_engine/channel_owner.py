@@ -505,6 +505,7 @@ class ChannelOwner:
         self._check_writable()
         if lease_ms is not None and (type(lease_ms) is not int or lease_ms < 1):
             raise ValueError(f"lease_ms must be a positive int or None, not {lease_ms!r}")
+        self._check_home()  # its commit would be journalled into a file no open will read
         with self._lock:
             self._expire_takes()
             self._take_ids += 1
@@ -618,6 +619,7 @@ class ChannelOwner:
 
     def commit_take(self, take_id: int) -> None:
         """Remove a take's events for good; durable on return in fsync durability."""
+        self._check_home()  # never acknowledge a commit journalled into an unlinked file
         with self._room:
             self._live_take(take_id)
             take = self._takes.pop(take_id)
@@ -993,6 +995,9 @@ class ChannelOwner:
                 return "unhealthy", f"partition {log.partition} is offline: {offline}"
         if self._closed:
             return "unhealthy", "channel is closed"
+        if self._home_replaced():
+            return "unhealthy", (f"{self.config.home} was deleted or replaced: takes and "
+                                 "checkpoints fail until the channel is opened again")
         try:
             check_free_space(self._guarded_dirs(), self.config.minimum_required_space,
                              self._free_space)

@@ -634,6 +634,24 @@ def test_an_owner_whose_channel_was_deleted_and_recreated_writes_nothing_there(
         assert new.status()["partitions"][0]["log_end_offset"] == 2
 
 
+def test_takes_and_checkpoints_fail_naming_a_home_that_was_deleted(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as channel:
+        put(channel, b"a")
+        put(channel, b"b")
+        tx = channel.take()
+        assert [e.body for e in tx.take(1)] == [b"a"]
+        shutil.rmtree(config.checkpoint_dir)
+        with pytest.raises(ChannelGoneError, match=str(config.home)):
+            tx.commit()  # never journalled into a file no open will read
+        with pytest.raises(ChannelGoneError, match=str(config.home)):
+            channel.take()
+        with pytest.raises(ChannelGoneError, match=str(config.home)):
+            channel.checkpoint()
+        status = channel.status()
+        assert status["health"] == "unhealthy" and str(config.home) in status["health_reason"]
+
+
 def test_reserve_takes_ranges_without_reading_them(tmp_path: Path) -> None:
     config = make_config(tmp_path, partitions=2, transaction_capacity=10)
     with Channel.open(config) as owner, Channel.open(config) as client:
