@@ -82,7 +82,7 @@ def test_it_saves_and_loads_channel_json(tmp_path: Path) -> None:
     path = c.save()
     assert path == tmp_path / "home" / CONFIG_FILE
     document = json.loads(path.read_text())
-    assert document["format"] == "weir-channel-config" and document["version"] == 1
+    assert document["format"] == "weir-channel-config" and document["version"] == 2
     assert ChannelConfig.load(tmp_path / "home") == c
     assert ChannelConfig.load(path) == c
 
