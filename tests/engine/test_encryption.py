@@ -160,3 +160,25 @@ def test_a_damaged_key_file_is_named_by_verify_open_and_recover(tmp_path: Path) 
     keys.write_bytes(good)  # the operator's copy: the data was never touched
     with Channel.open(config.home) as channel:
         assert [e.body for e in channel.take().take(5)] == [b"sealed"]
+
+
+def test_verify_finds_a_wrong_key_in_a_key_file_without_check_values(tmp_path: Path) -> None:
+    keys = tmp_path / "keys" / "weir.keys"
+    keys.parent.mkdir()
+    KeyRing.write_new(keys, ["k1"])
+    config = make_config(tmp_path, partitions=2, encryption_key_file=str(keys),
+                         encryption_active_key="k1")
+    with Channel.open(config) as channel, channel.put() as tx:
+        tx.put(b"sealed", key=b"a")
+    document = json.loads(keys.read_text())
+    document["version"] = 1
+    del document["checks"]
+    keys.write_text(json.dumps(document))
+    assert verify_channel(config.home)["ok"]  # a version 1 file with the right key
+    key = bytearray(base64.b64decode(document["keys"]["k1"]))
+    key[31] ^= 0x80
+    document["keys"]["k1"] = base64.b64encode(bytes(key)).decode()
+    keys.write_text(json.dumps(document))
+    found = verify_channel(config.home)
+    assert not found["ok"] and {d["path"] for d in found["damages"]} == {str(keys)}
+    assert "newest sealed batch does not open: authentication failed" in found["problems"][0]
