@@ -11,6 +11,13 @@ Files: partition i is a PartitionLog in `partition_dir(i)`; the home
 journals `commits-<G>.journal` (commit_journal.py) and `.lock`, which the
 owner holds with flock (so a second would-be owner gets ChannelLockedError and
 becomes a client instead). read_only=True opens a snapshot without the lock.
+A writable open, under the lock: moves anything but a regular file in place of
+channel.json, the checkpoints or losses.json to `<name>.stray`
+(home_files.not_regular); keeps a channel.json that fails to load (its crc32c,
+say) aside as `channel.json.damaged` and saves the given config; moves strays
+aside; then loads the key file (a ConfigError naming it if it is missing or
+damaged: it cannot be rebuilt) and the partitions. Each move is a line in
+`recovery.problems`.
 
 Puts. The producing process groups a transaction's events by partition (by
 the murmur2 hash of the key, as Kafka does, or all keyless events to one
