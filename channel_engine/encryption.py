@@ -17,15 +17,17 @@ Key file (JSON, readable by the owner only):
     field    meaning
     -------  -------------------------------------------------------------------
     format   "weir-keys"
-    version  2 (write_new writes it); 1 is still read: a file without "checks"
+    version  2 (write_new writes it); 1 is still read: "checks" optional there
     keys     key id -> base64 of the 32-byte AES-256 key
     checks   key id -> key check value (KCV): hex of SHA-256(key)[:8]; version 2
              needs one per key. A key that does not match its check (a flipped
-             bit) is a ConfigError naming the file and the key id, at load.
+             bit) is a ConfigError naming the file and the key id, at load. A key
+             added by hand (rotation) needs its check: key_check_value(key).
 
 The key file cannot be rebuilt (keys are random): a damaged or missing one is a
 ConfigError naming it, and open and recover refuse until the operator restores
-their copy. Every error, DecryptionError included, names the key file.
+their copy. Every error of a loaded KeyRing, DecryptionError included, names
+the key file.
 
 Sealed unit layout:
 
