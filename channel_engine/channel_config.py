@@ -15,10 +15,19 @@ channel.json (the home's copy of the config):
     field      type     meaning
     ---------  -------  ------------------------------------------------------
     format     string   "weir-channel-config"
-    version    int      1
+    version    int      2 (save writes it); version 1 (no crc32c) is still read
     name       string   the channel name
     data_dirs  [string] absolute directories holding the partition logs
     ...        ...      every other setting of this class, by name
+    crc32c     int      CRC-32C of the canonical JSON of the settings (every field
+                        but format, version and crc32c; sorted keys, no spaces);
+                        version 2 needs it
+
+A channel.json whose settings do not match its crc32c (a flipped bit that would
+silently change a setting: a data dir, a partition count) is a ConfigError naming
+the file: open refuses it, and `recover HOME --config FILE` (or `manage.py
+channel_tool recover NAME`) rewrites it from the supplied settings. A version 1
+file opens unchanged and gets its crc32c at the next save (every writable open).
 
 Partition i lives in data_dirs[i % len(data_dirs)] / "<name>-<i>", Kafka's
 "<topic>-<partition>" directory name.
@@ -32,13 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import crc32c
+
 from channel_engine.atomic_file import write_atomically
 from channel_engine.config import DAY_MS, LogConfig, check_int, require
 from channel_engine.errors import ConfigError
 
 CONFIG_FILE = "channel.json"
 FORMAT = "weir-channel-config"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # 1: no crc32c
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,199}$")
 # The settings that ChannelConfig hands straight to each partition's LogConfig.
 LOG_SETTINGS = ("durability", "flush_messages", "flush_ms", "segment_bytes", "segment_ms",
@@ -139,7 +151,9 @@ class ChannelConfig:
         """Write channel.json into the home, atomically; return its path."""
         self.home.mkdir(parents=True, exist_ok=True)
         path = self.home / CONFIG_FILE
-        document = {"format": FORMAT, "version": VERSION, **self.to_dict()}
+        settings = self.to_dict()
+        document = {"format": FORMAT, "version": VERSION, **settings,
+                    "crc32c": settings_crc(settings)}
         write_atomically(path, (json.dumps(document, indent=2) + "\n").encode())
         return path
 
@@ -161,9 +175,10 @@ class ChannelConfig:
         document = dict(document)
         if "format" in document and document.pop("format") != FORMAT:
             raise ConfigError("home", f"{path}: not a Weir channel config")
-        version = document.pop("version", VERSION)
-        if version != VERSION:
+        version = document.pop("version", None)
+        if version is not None and version not in VERSIONS:
             raise ConfigError("version", f"{path}: version {version!r} is not supported")
+        stored_crc = document.pop("crc32c", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(document) - known)
         if unknown:
@@ -173,16 +188,43 @@ class ChannelConfig:
         if missing:
             raise ConfigError(missing[0], f"{path}: required setting missing")
         try:
-            return cls(**document)
+            config = cls(**document)
         except ConfigError as exc:
             raise ConfigError(exc.field, f"{path}: {exc.reason}") from exc
         except (TypeError, ValueError, AttributeError) as exc:  # a value of the wrong JSON type
             raise ConfigError("home", f"{path}: not a valid channel config ({exc})") from exc
+        _check_crc(document, stored_crc, version, path)  # last: a valid value may be wrong
+        return config
 
     @classmethod
     def docs(cls) -> dict[str, str]:
         """Return each setting's documentation, by name."""
         return {f.name: f.metadata["doc"] for f in dataclasses.fields(cls)}
+
+
+def settings_crc(settings: dict[str, Any]) -> int:
+    """CRC-32C of the canonical JSON (sorted keys, no spaces) of a channel's settings."""
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return crc32c.crc32c(canonical.encode())
+
+
+def _check_crc(settings: dict[str, Any], stored: Any, version: int | None,
+               path: str | Path) -> None:
+    """Check the crc32c of a channel.json's settings (version 2 needs one; a plain settings
+    object, without a version, may omit it)."""
+    if stored is None:
+        if version is not None and version >= 2:
+            raise ConfigError("crc32c", f"{path}: no crc32c in a version {version} channel "
+                                        "config (damaged)")
+        return
+    try:
+        actual = settings_crc(settings)
+    except (TypeError, ValueError) as exc:  # not JSON-serialisable cannot come from JSON
+        raise ConfigError("crc32c", f"{path}: settings cannot be checked ({exc})") from exc
+    if stored != actual:
+        raise ConfigError("crc32c", f"{path}: settings do not match the stored crc32c "
+                                    f"{stored!r} (computed {actual}): the file is damaged; "
+                                    "supply the channel's settings to rewrite it")
 
 
 def _read_document(path: Path) -> Any:

@@ -11,6 +11,13 @@ Files: partition i is a PartitionLog in `partition_dir(i)`; the home
 journals `commits-<G>.journal` (commit_journal.py) and `.lock`, which the
 owner holds with flock (so a second would-be owner gets ChannelLockedError and
 becomes a client instead). read_only=True opens a snapshot without the lock.
+A writable open, under the lock: moves anything but a regular file in place of
+channel.json, the checkpoints or losses.json to `<name>.stray`
+(home_files.not_regular); keeps a channel.json that fails to load (its crc32c,
+say) aside as `channel.json.damaged` and saves the given config; moves strays
+aside; then loads the key file (a ConfigError naming it if it is missing or
+damaged: it cannot be rebuilt) and the partitions. Each move is a line in
+`recovery.problems`.
 
 Puts. The producing process groups a transaction's events by partition (by
 the murmur2 hash of the key, as Kafka does, or all keyless events to one
@@ -71,7 +78,7 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, put_batch
-from channel_engine.channel_config import ChannelConfig
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
@@ -89,7 +96,13 @@ from channel_engine.errors import (
     TransactionStateError,
 )
 from channel_engine.event import Event
-from channel_engine.home_files import STRAY_SUFFIX, find_strays, move_aside
+from channel_engine.home_files import (
+    DAMAGED_SUFFIX,
+    STRAY_SUFFIX,
+    find_strays,
+    move_aside,
+    not_regular,
+)
 from channel_engine.log import PartitionLog
 from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, deliverable
 from channel_engine.partition_queue import PartitionQueue
@@ -211,9 +224,10 @@ class ChannelOwner:
         else:
             home.mkdir(parents=True, exist_ok=True)
             self._take_channel_lock()
-            self._check_against_saved()
+            strays = _move_not_regular(config)
+            strays += self._check_against_saved()
             config.save()
-            strays = _move_home_strays(config)
+            strays += _move_home_strays(config)
         log_config = config.log_config()
         keys = None
         if config.encryption_key_file is not None:
@@ -280,14 +294,21 @@ class ChannelOwner:
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         self._lock_fd = fd
 
-    def _check_against_saved(self) -> None:
+    def _check_against_saved(self) -> list[str]:
         """Refuse changes that would strand events: another name or other data dirs (the
         partitions live where they are), fewer partitions (keys would move). Everything
-        else may change between opens, capacity included."""
+        else may change between opens, capacity included. A damaged channel.json is kept
+        aside (`channel.json.damaged`) for the save of the given config; return a line
+        for the recovery report then."""
+        path = self.config.home / CONFIG_FILE
         try:
-            saved = ChannelConfig.load(self.config.home)
-        except ConfigError:
-            return
+            saved = ChannelConfig.load(path)
+        except ConfigError as exc:
+            if not path.is_file():
+                return []
+            target = move_aside(path, DAMAGED_SUFFIX)
+            return [f"{path}: damaged ({exc.reason}); kept aside as {target}, rewritten from "
+                    "the given config"]
         for name in ("name", "data_dirs"):
             if getattr(saved, name) != getattr(self.config, name):
                 raise ConfigError(name, f"channel in {self.config.home} has {name}="
@@ -297,6 +318,7 @@ class ChannelOwner:
             raise ConfigError("partitions", f"channel {self.name!r} has {saved.partitions} "
                                             f"partitions; it cannot shrink to "
                                             f"{self.config.partitions}")
+        return []
 
     def _abandon(self, clean: bool = True) -> None:
         """Release what a failed open acquired (clean=False: write nothing while at it)."""
@@ -1037,6 +1059,17 @@ def _check_last_batch_opens(log: PartitionLog) -> None:
         if header.attributes & ENCRYPTED_MASK:
             unseal(data, log.sealer)
             return
+
+
+def _move_not_regular(config: ChannelConfig) -> list[str]:
+    """Move a directory (or anything but a regular file) in place of an engine file the
+    open rewrites to `<name>.stray` (never deleting it); one line per file moved."""
+    moved = []
+    for path in not_regular(config):
+        target = move_aside(path, STRAY_SUFFIX)
+        moved.append(f"{path}: not a regular file, moved aside to {target}; the engine "
+                     "writes a new one")
+    return moved
 
 
 def _move_home_strays(config: ChannelConfig) -> list[str]:

@@ -8,7 +8,10 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      is kept as `channel.json.damaged` and the owner's open rewrites it. Without
      either, ConfigError naming the file and how to supply the settings.
   2. The channel lock (`.lock`, flock) is held while files are repaired: a channel
-     another process owns is refused (that owner has recovered it already).
+     another process owns is refused (that owner has recovered it already). Anything
+     but a regular file in place of channel.json, the checkpoints or losses.json (a
+     directory, say) is renamed `<name>.stray` (home_files.not_regular); the open
+     writes the proper file.
   3. Checkpoints: a damaged copy (primary or backup) is renamed `checkpoint.damaged`;
      the open in step 6 writes both copies fresh from the replayed state — from the
      valid copy, or, with none, from the logs (every event still in them is queued
@@ -51,7 +54,13 @@ from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_owner import ChannelOwner
 from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
 from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
-from channel_engine.home_files import DAMAGED_SUFFIX, STRAY_SUFFIX, aside_path, move_aside
+from channel_engine.home_files import (
+    DAMAGED_SUFFIX,
+    STRAY_SUFFIX,
+    aside_path,
+    move_aside,
+    not_regular,
+)
 from channel_engine.recovery import TRUNCATED
 from channel_engine.verify import HomeReport, check_config_file
 from channel_engine.verify import verify_home as _verify_home
@@ -128,6 +137,9 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
     found = HomeReport(str(home))
     check_config_file(home, found)
     with _channel_lock(home):
+        for path in not_regular(config):
+            _move_aside(path, STRAY_SUFFIX, "not a regular file (the engine writes a new one)",
+                        report)
         if found.damages and supplied is not None:
             _keep_config_aside(home, report)
         _verify_home(home, config, found)

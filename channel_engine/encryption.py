@@ -10,8 +10,24 @@ a wrong key or any flipped bit is a clear error, never garbage.
 
 Key file (JSON, readable by the owner only):
 
-    {"format": "weir-keys", "version": 1,
-     "keys": {"2026-11": "<base64 of 32 random bytes>", "2026-12": "..."}}
+    {"format": "weir-keys", "version": 2,
+     "keys": {"2026-11": "<base64 of 32 random bytes>", "2026-12": "..."},
+     "checks": {"2026-11": "<hex of the first 8 bytes of SHA-256 of the key>", ...}}
+
+    field    meaning
+    -------  -------------------------------------------------------------------
+    format   "weir-keys"
+    version  2 (write_new writes it); 1 is still read: "checks" optional there
+    keys     key id -> base64 of the 32-byte AES-256 key
+    checks   key id -> key check value (KCV): hex of SHA-256(key)[:8]; version 2
+             needs one per key. A key that does not match its check (a flipped
+             bit) is a ConfigError naming the file and the key id, at load. A key
+             added by hand (rotation) needs its check: key_check_value(key).
+
+The key file cannot be rebuilt (keys are random): a damaged or missing one is a
+ConfigError naming it, and open and recover refuse until the operator restores
+their copy. Every error of a loaded KeyRing, DecryptionError included, names
+the key file.
 
 Sealed unit layout:
 
@@ -26,10 +42,12 @@ Sealed unit layout:
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -38,7 +56,9 @@ from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import ChannelEngineError, ConfigError
 
 FORMAT = "weir-keys"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # 1: no "checks"
+CHECK_SIZE = 8  # bytes of SHA-256 in a key check value
 SEAL_VERSION = 1
 NONCE_SIZE = 12
 KEY_SIZE = 32
@@ -51,39 +71,31 @@ class DecryptionError(ChannelEngineError):
 class KeyRing:
     """The keys of a key file, by id, and the active one used for new data."""
 
-    def __init__(self, keys: dict[str, bytes], active: str) -> None:
+    def __init__(self, keys: dict[str, bytes], active: str,
+                 path: str | Path | None = None) -> None:
+        where = f"{path}: " if path is not None else ""
         if active not in keys:
-            raise ConfigError("encryption_active_key", f"key id {active!r} is not in the key "
-                                                       f"file (ids: {', '.join(sorted(keys))})")
+            raise ConfigError("encryption_active_key", f"{where}key id {active!r} is not in "
+                                                       f"the key file (ids: "
+                                                       f"{', '.join(sorted(keys))})")
         for key_id, key in keys.items():
             if not 1 <= len(key_id.encode()) <= 255:
-                raise ConfigError("encryption_key_file", f"key id {key_id!r} must be 1..255 "
-                                                         "bytes of UTF-8")
+                raise ConfigError("encryption_key_file", f"{where}key id {key_id!r} must be "
+                                                         "1..255 bytes of UTF-8")
             if len(key) != KEY_SIZE:
-                raise ConfigError("encryption_key_file", f"key {key_id!r} has {len(key)} bytes; "
-                                                         f"AES-256 needs {KEY_SIZE}")
+                raise ConfigError("encryption_key_file", f"{where}key {key_id!r} has "
+                                                         f"{len(key)} bytes; AES-256 needs "
+                                                         f"{KEY_SIZE}")
         self.active = active
+        self.path = None if path is None else Path(path)
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
 
     @classmethod
     def load(cls, path: str | Path, active: str) -> KeyRing:
-        """Read a key file; refuse one that others may read or that is malformed."""
+        """Read a key file; refuse one that others may read, that is malformed or whose key
+        does not match its check value (ConfigError naming the file)."""
         path = Path(path)
-        try:
-            mode = path.stat().st_mode
-            document = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError("encryption_key_file", f"{path}: no such key file") from None
-        except ValueError as exc:
-            raise ConfigError("encryption_key_file", f"{path}: not valid JSON ({exc})") from exc
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ConfigError("encryption_key_file",
-                              f"{path}: group or others may access it (chmod 600)")
-        if not isinstance(document, dict) or document.get("format") != FORMAT \
-                or document.get("version") != VERSION or not isinstance(document.get("keys"),
-                                                                        dict):
-            raise ConfigError("encryption_key_file",
-                              f"{path}: not a Weir key file (format {FORMAT} v{VERSION})")
+        document = _read_key_file(path)
         keys = {}
         for key_id, encoded in document["keys"].items():
             try:
@@ -91,14 +103,21 @@ class KeyRing:
             except (ValueError, TypeError) as exc:
                 raise ConfigError("encryption_key_file",
                                   f"{path}: key {key_id!r} is not base64") from exc
-        return cls(keys, active)
+        _check_keys(path, keys, document.get("checks"), document["version"])
+        return cls(keys, active, path)
+
+    @staticmethod
+    def document(keys: dict[str, bytes]) -> dict[str, object]:
+        """The key file document (current version, check values included) of `keys`."""
+        return {"format": FORMAT, "version": VERSION,
+                "keys": {key_id: base64.b64encode(key).decode() for key_id, key in keys.items()},
+                "checks": {key_id: key_check_value(key) for key_id, key in keys.items()}}
 
     @staticmethod
     def write_new(path: str | Path, key_ids: list[str]) -> None:
         """Create a key file with fresh random keys (mode 600), durably (file and directory
         fsynced: losing it loses every batch sealed with it); refuses to overwrite one."""
-        keys = {key_id: base64.b64encode(os.urandom(KEY_SIZE)).decode() for key_id in key_ids}
-        document = {"format": FORMAT, "version": VERSION, "keys": keys}
+        document = KeyRing.document({key_id: os.urandom(KEY_SIZE) for key_id in key_ids})
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=2)
@@ -121,13 +140,63 @@ class KeyRing:
         key_id = unit[2:end].decode("utf-8", "replace")
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            raise DecryptionError(f"key id {key_id!r} is not in the key file")
+            raise DecryptionError(f"key id {key_id!r} is not in the key file{self._named()}")
         nonce = unit[end:end + NONCE_SIZE]
         try:
             return cipher.decrypt(nonce, unit[end + NONCE_SIZE:], associated_data)
         except InvalidTag:
-            raise DecryptionError(f"authentication failed with key {key_id!r}: wrong key, "
-                                  "damaged bytes, or data moved from elsewhere") from None
+            raise DecryptionError(f"authentication failed with key {key_id!r} of the key "
+                                  f"file{self._named()}: wrong key, damaged bytes, or data "
+                                  "moved from elsewhere") from None
+
+    def _named(self) -> str:
+        return "" if self.path is None else f" {self.path}"
+
+
+def key_check_value(key: bytes) -> str:
+    """A key's check value (KCV): hex of the first 8 bytes of its SHA-256."""
+    return hashlib.sha256(key).digest()[:CHECK_SIZE].hex()
+
+
+def _read_key_file(path: Path) -> dict[str, Any]:
+    """The parsed key file: a Weir key file of a supported version, else ConfigError."""
+    try:
+        mode = path.stat().st_mode
+        document = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("encryption_key_file", f"{path}: no such key file") from None
+    except OSError as exc:  # a directory in its place, an I/O error
+        raise ConfigError("encryption_key_file",
+                          f"{path}: the key file cannot be read ({exc.strerror or exc})") from exc
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON
+        raise ConfigError("encryption_key_file", f"{path}: not valid JSON ({exc})") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError("encryption_key_file",
+                          f"{path}: group or others may access it (chmod 600)")
+    if not isinstance(document, dict) or document.get("format") != FORMAT \
+            or document.get("version") not in VERSIONS \
+            or not isinstance(document.get("keys"), dict) \
+            or not isinstance(document.get("checks", {}), dict):
+        raise ConfigError("encryption_key_file",
+                          f"{path}: not a Weir key file (format {FORMAT} v{VERSION})")
+    return document
+
+
+def _check_keys(path: Path, keys: dict[str, bytes], checks: dict[str, Any] | None,
+                version: int) -> None:
+    """Each key against its check value: all of them in version 2, those given in 1."""
+    checks = checks or {}
+    for key_id, key in keys.items():
+        if key_id not in checks and version < 2:
+            continue
+        if key_id not in checks:
+            raise ConfigError("encryption_key_file", f"{path}: key {key_id!r} has no check "
+                                                     "value (damaged key file)")
+        if checks[key_id] != key_check_value(key):
+            raise ConfigError("encryption_key_file",
+                              f"{path}: key {key_id!r} does not match its check value "
+                              f"{checks[key_id]!r} (a damaged key: restore the key file "
+                              "from your copy)")
 
 
 class BatchSealer:

@@ -7,7 +7,12 @@ here so the engine need not import Spark or Django). It may also hold the channe
 partition, backup or key directories when the settings put them there.
 
 Anything else is a stranger: a writable open and `recover` move it aside by renaming it
-`<name>.stray` (never deleting it) and report it; `verify` reports it. Originals kept aside
+`<name>.stray` (never deleting it) and report it; `verify` reports it. So is anything
+but a regular file (a directory, a socket, a dangling symlink) under the name of an
+engine file the engine rewrites — `channel.json`, `checkpoint` and `losses.json` in
+the home, `checkpoint` in backup_checkpoint_dir (`not_regular`): a writable open and
+`recover` move it to `<name>.stray` too, and the engine then writes the proper file;
+`verify` reports the file as unreadable. Originals kept aside
 (`.damaged`, `.damaged-<tag>`, `.stray`) and `.tmp` files of our own interrupted writes
 are noted, never moved again. A directory the engine did not make is noted and left
 alone (it may be an operator's mount point).
@@ -67,6 +72,18 @@ def find_strays(home: Path, config: ChannelConfig | None) -> HomeStrays:
         else:
             found.strays.append(path)
     return found
+
+
+REWRITTEN_FILES = (CONFIG_FILE, checkpoint_file.FILE_NAME, LOSSES_FILE)
+
+
+def not_regular(config: ChannelConfig) -> list[Path]:
+    """Engine files the engine rewrites that are there but no regular file (see the module
+    doc): a directory in place of channel.json, say. Reads, changes nothing."""
+    places = [config.home / name for name in REWRITTEN_FILES]
+    if config.use_dual_checkpoints and config.backup_checkpoint_dir:
+        places.append(Path(config.backup_checkpoint_dir) / checkpoint_file.FILE_NAME)
+    return [p for p in places if os.path.lexists(p) and not p.is_file()]
 
 
 def aside_path(path: Path, suffix: str) -> Path:

@@ -36,6 +36,8 @@ A channel's home (verify_channel) adds, never failing on what it finds:
   * every commit journal: header, then every record up to the file's end; a torn
     tail (commit_journal's rule) and damage in the middle are both reported at
     the byte where the valid records end;
+  * the key file, with encryption: it loads (JSON, mode 600, each key matching its
+    check value) and opens the newest sealed batch of each partition;
   * strays: files in the home the engine (or the appliance) did not write, which
     `recover` moves aside as `<name>.stray`. Files kept aside by an earlier
     recover (`.damaged`, `.stray`) and temp files of an interrupted atomic write
@@ -54,7 +56,7 @@ from typing import Any
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, home_files, log_state, record_batch
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.encryption import KeyRing
+from channel_engine.encryption import BatchSealer, DecryptionError, KeyRing
 from channel_engine.errors import ChannelEngineError, CorruptStateError
 from channel_engine.filenames import (
     INDEX_SUFFIX,
@@ -370,13 +372,44 @@ def _verify_losses(home: Path, report: HomeReport) -> None:
 
 
 def _verify_key_file(config: ChannelConfig, report: HomeReport) -> None:
-    """The key file cannot be rebuilt (restore it from a backup): report, never repair."""
+    """The key file cannot be rebuilt (restore it from a backup): report, never repair.
+    It must load (its check values hold) and open the newest sealed batch of each
+    partition (a key file without check values, or another channel's)."""
+    path = str(config.encryption_key_file)
+    why = "(restore the key file from a backup: without it, sealed batches are unreadable)"
     try:
-        KeyRing.load(str(config.encryption_key_file), str(config.encryption_active_key))
-    except (ChannelEngineError, OSError, RecursionError) as exc:
-        report.damages.append(Damage(str(config.encryption_key_file), 0,
-                                     f"{getattr(exc, 'reason', exc)} (restore the key file "
-                                     "from a backup: without it, sealed batches are unreadable)"))
+        keys = KeyRing.load(path, str(config.encryption_active_key))
+    except (ChannelEngineError, OSError, ValueError, RecursionError) as exc:
+        report.damages.append(Damage(path, 0, f"{getattr(exc, 'reason', exc)} {why}"))
+        return
+    for partition in range(config.partitions):
+        try:
+            _open_newest_sealed_batch(config.partition_dir(partition),
+                                      BatchSealer(keys, config.name, partition))
+        except DecryptionError as exc:
+            report.damages.append(Damage(path, 0, f"partition {partition}'s newest sealed "
+                                                  f"batch does not open: {exc} {why}"))
+
+
+def _open_newest_sealed_batch(directory: Path, sealer: BatchSealer) -> None:
+    """Unseal the newest encrypted batch of a partition's newest non-empty segment, if any;
+    DecryptionError if its key does not open it (damage is the partition check's)."""
+    if not directory.is_dir():
+        return
+    for base in sorted((b for b, suffix in _files(directory) if suffix == LOG_SUFFIX),
+                       reverse=True):
+        path = segment_file(directory, base, LOG_SUFFIX)
+        scan = scan_log_file(path, base)
+        sealed = [(position, header) for position, header in scan.batches
+                  if header.attributes & record_batch.ENCRYPTED_MASK]
+        if sealed:
+            position, header = sealed[-1]
+            with open(path, "rb") as f:
+                f.seek(position)
+                record_batch.unseal(f.read(header.size), sealer)
+            return
+        if scan.batches:
+            return
 
 
 def _verify_checkpoint(path: Path, report: HomeReport) -> None:

@@ -51,7 +51,6 @@ passes when there is none.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import io
@@ -263,8 +262,8 @@ def write_key_file(path: Path, seed: int) -> None:
     so that a damaged key file is the same file on every run."""
     key = random.Random(f"damage-key-file:{seed}").randbytes(KEY_SIZE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"format": KEY_FORMAT, "version": KEY_VERSION,
-                "keys": {KEY_ID: base64.b64encode(key).decode()}}
+    document = KeyRing.document({KEY_ID: key})
+    assert document["format"] == KEY_FORMAT and document["version"] == KEY_VERSION
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(document, f, indent=2)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channel_engine import ConfigError
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine import Channel, ConfigError
+from channel_engine.channel_config import CONFIG_FILE, ChannelConfig, settings_crc
 
 
 def config(tmp_path: Path, **settings: Any) -> ChannelConfig:
@@ -82,7 +82,7 @@ def test_it_saves_and_loads_channel_json(tmp_path: Path) -> None:
     path = c.save()
     assert path == tmp_path / "home" / CONFIG_FILE
     document = json.loads(path.read_text())
-    assert document["format"] == "weir-channel-config" and document["version"] == 1
+    assert document["format"] == "weir-channel-config" and document["version"] == 2
     assert ChannelConfig.load(tmp_path / "home") == c
     assert ChannelConfig.load(path) == c
 
@@ -186,3 +186,49 @@ def test_load_of_a_mutated_channel_json_raises_only_config_errors(at: int,
             ChannelConfig.load(path)
         except ConfigError as exc:
             assert str(path) in str(exc)
+
+
+def test_it_saves_a_crc32c_of_the_settings_and_refuses_a_changed_setting(
+        tmp_path: Path) -> None:
+    path = config(tmp_path, partitions=4).save()
+    document = json.loads(path.read_text())
+    assert document["crc32c"] == settings_crc(config(tmp_path, partitions=4).to_dict())
+    # one flipped bit in a data dir: still a valid config, silently another directory
+    data = path.read_bytes()
+    at = data.index(b'/d1"') + 2
+    path.write_bytes(data[:at] + bytes([data[at] ^ 0x02]) + data[at + 1:])
+    assert json.loads(path.read_text())["data_dirs"][0].endswith("/d3")
+    with pytest.raises(ConfigError, match="do not match the stored crc32c") as caught:
+        ChannelConfig.load(path.parent)
+    assert str(path) in str(caught.value) and caught.value.field == "crc32c"
+
+
+def test_a_version_2_channel_json_needs_its_crc32c(tmp_path: Path) -> None:
+    path = config(tmp_path).save()
+    document = json.loads(path.read_text())
+    del document["crc32c"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=f"{path}: no crc32c"):
+        ChannelConfig.load(path)
+
+
+def test_a_version_1_channel_json_without_crc32c_opens_and_gets_one_at_its_next_save(
+        tmp_path: Path) -> None:
+    c = config(tmp_path, capacity=500, transaction_capacity=50)
+    path = c.save()
+    document = json.loads(path.read_text())
+    document["version"] = 1
+    del document["crc32c"]
+    path.write_text(json.dumps(document))
+    assert ChannelConfig.load(path) == c
+    Channel.open(path.parent).close()  # a writable open saves it again
+    document = json.loads(path.read_text())
+    assert document["version"] == 2 and document["crc32c"] == settings_crc(c.to_dict())
+
+
+def test_a_plain_object_of_settings_needs_no_crc32c_but_a_wrong_one_is_refused(
+        tmp_path: Path) -> None:
+    settings = config(tmp_path).to_dict()
+    assert ChannelConfig.from_document(settings, "supplied.json") == config(tmp_path)
+    with pytest.raises(ConfigError, match="supplied.json: settings do not match"):
+        ChannelConfig.from_document({**settings, "crc32c": 7}, "supplied.json")

@@ -247,6 +247,26 @@ def test_recover_with_a_supplied_config_rewrites_channel_json(tmp_path: Path) ->
     assert len(all_events(config)) == 4
 
 
+def test_recover_refuses_a_channel_json_failing_its_crc32c_then_rewrites_it_when_supplied(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as channel, channel.put() as tx:
+        tx.put(b"kept")
+    path = config.home / "channel.json"
+    damaged = path.read_text().replace('"partitions": 2', '"partitions": 3')
+    path.write_text(damaged)  # a valid setting, silently another channel
+    assert [d["path"] for d in verify_channel(config.home)["damages"]] == [str(path)]
+    with pytest.raises(ConfigError, match=f"{path}: settings do not match the stored crc32c"):
+        Channel.open(config.home)
+    with pytest.raises(ConfigError, match="crc32c.*--config FILE.*channel_tool recover NAME"):
+        repair(config.home)
+    report = repair(config.home, config)
+    assert [m["kept_as"] for m in report.moved_aside] == [f"{path}.damaged"]
+    assert path.with_name("channel.json.damaged").read_text() == damaged
+    assert ChannelConfig.load(config.home) == config and all_events(config) == [b"kept"]
+    assert verify_channel(config.home)["ok"]
+
+
 def test_recover_refuses_a_supplied_config_of_another_home(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     Channel.open(config).close()

@@ -7,9 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from channel_helpers import make_config
 
-from channel_engine import ConfigError
-from channel_engine.encryption import DecryptionError, KeyRing
+from channel_engine import Channel, ConfigError
+from channel_engine.channel_repair import repair
+from channel_engine.encryption import DecryptionError, KeyRing, key_check_value
+from channel_engine.verify import verify_channel
 
 
 @pytest.fixture
@@ -82,3 +85,100 @@ def test_it_refuses_bad_key_files(tmp_path: Path, key_file: Path) -> None:
         KeyRing.load(short, "k")
     with pytest.raises(FileExistsError):
         KeyRing.write_new(key_file, ["again"])
+
+
+def test_it_writes_a_check_value_per_key_and_refuses_a_key_that_does_not_match(
+        key_file: Path) -> None:
+    document = json.loads(key_file.read_text())
+    assert document["version"] == 2 and set(document["checks"]) == {"2026-11", "2026-12"}
+    key = bytearray(base64.b64decode(document["keys"]["2026-12"]))
+    assert document["checks"]["2026-12"] == key_check_value(bytes(key))
+    key[5] ^= 0x10  # one flipped bit in a key: still 32 bytes of valid base64
+    document["keys"]["2026-12"] = base64.b64encode(bytes(key)).decode()
+    key_file.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match="'2026-12' does not match its check value") as caught:
+        KeyRing.load(key_file, "2026-11")
+    assert str(key_file) in str(caught.value)
+
+
+def test_a_version_2_key_file_needs_a_check_per_key(key_file: Path) -> None:
+    document = json.loads(key_file.read_text())
+    del document["checks"]["2026-11"]
+    key_file.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=f"{key_file}: key '2026-11' has no check value"):
+        KeyRing.load(key_file, "2026-12")
+
+
+def test_it_still_reads_a_version_1_key_file_without_checks(key_file: Path) -> None:
+    document = json.loads(key_file.read_text())
+    sealed = KeyRing.load(key_file, "2026-11").seal(b"old", b"ad")
+    document["version"] = 1
+    del document["checks"]
+    key_file.write_text(json.dumps(document))
+    assert KeyRing.load(key_file, "2026-11").open(sealed, b"ad") == b"old"
+
+
+def test_a_directory_in_place_of_the_key_file_is_a_config_error_naming_it(
+        tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    path.mkdir()
+    with pytest.raises(ConfigError, match=f"{path}: the key file cannot be read") as caught:
+        KeyRing.load(path, "k")
+    assert caught.value.field == "encryption_key_file"
+
+
+def test_a_decryption_error_names_the_key_file(key_file: Path, tmp_path: Path) -> None:
+    unit = KeyRing.load(key_file, "2026-11").seal(b"x", b"ad")
+    other = tmp_path / "other.json"
+    KeyRing.write_new(other, ["2026-11"])
+    with pytest.raises(DecryptionError, match=f"key '2026-11' of the key file {other}: "):
+        KeyRing.load(other, "2026-11").open(unit, b"ad")
+    with pytest.raises(DecryptionError, match=f"'2026-12' is not in the key file {other}"):
+        KeyRing.load(other, "2026-11").open(KeyRing.load(key_file, "2026-12").seal(b"x", b"ad"),
+                                            b"ad")
+
+
+def test_a_damaged_key_file_is_named_by_verify_open_and_recover(tmp_path: Path) -> None:
+    keys = tmp_path / "keys" / "weir.keys"
+    keys.parent.mkdir()
+    KeyRing.write_new(keys, ["k1"])
+    config = make_config(tmp_path, encryption_key_file=str(keys), encryption_active_key="k1")
+    with Channel.open(config) as channel, channel.put() as tx:
+        tx.put(b"sealed")
+    good = keys.read_bytes()
+    document = json.loads(good)
+    key = bytearray(base64.b64decode(document["keys"]["k1"]))
+    key[0] ^= 1
+    document["keys"]["k1"] = base64.b64encode(bytes(key)).decode()
+    keys.write_text(json.dumps(document))
+    found = verify_channel(config.home)
+    assert not found["ok"] and [d["path"] for d in found["damages"]] == [str(keys)]
+    with pytest.raises(ConfigError, match=f"{keys}: key 'k1' does not match its check value"):
+        Channel.open(config.home)
+    with pytest.raises(ConfigError, match=str(keys)):
+        repair(config.home)
+    keys.write_bytes(good)  # the operator's copy: the data was never touched
+    with Channel.open(config.home) as channel:
+        assert [e.body for e in channel.take().take(5)] == [b"sealed"]
+
+
+def test_verify_finds_a_wrong_key_in_a_key_file_without_check_values(tmp_path: Path) -> None:
+    keys = tmp_path / "keys" / "weir.keys"
+    keys.parent.mkdir()
+    KeyRing.write_new(keys, ["k1"])
+    config = make_config(tmp_path, partitions=2, encryption_key_file=str(keys),
+                         encryption_active_key="k1")
+    with Channel.open(config) as channel, channel.put() as tx:
+        tx.put(b"sealed", key=b"a")
+    document = json.loads(keys.read_text())
+    document["version"] = 1
+    del document["checks"]
+    keys.write_text(json.dumps(document))
+    assert verify_channel(config.home)["ok"]  # a version 1 file with the right key
+    key = bytearray(base64.b64decode(document["keys"]["k1"]))
+    key[31] ^= 0x80
+    document["keys"]["k1"] = base64.b64encode(bytes(key)).decode()
+    keys.write_text(json.dumps(document))
+    found = verify_channel(config.home)
+    assert not found["ok"] and {d["path"] for d in found["damages"]} == {str(keys)}
+    assert "newest sealed batch does not open: authentication failed" in found["problems"][0]
