@@ -105,7 +105,7 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
 
     queues, undecided, stamped = _queues_from(saved, logs, report)
     if saved is not None and home.is_dir():
-        _check_checkpoint_journal(home, saved.sequence, report)
+        _check_checkpoint_journal(home, backup, saved.sequence, report)
     committed_txns = _replay_journals(home, report.checkpoint_sequence, queues, report)
     committed_txns |= stamped
     to_mark = []
@@ -198,11 +198,15 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
     return queues, undecided, stamped
 
 
-def _check_checkpoint_journal(home: Path, sequence: int, report: ChannelRecovery) -> None:
+def _check_checkpoint_journal(home: Path, backup: Path | None, sequence: int,
+                              report: ChannelRecovery) -> None:
     """The checkpoint's own journal must have its header (commit_journal's rule)."""
     why = commit_journal.checkpoint_journal_problem(home, sequence)
     if why is None:
         return
+    newest = checkpoint_file.read_newest(home, backup).checkpoint
+    if newest is not None and newest.sequence != sequence:
+        return  # a read-only open raced the owner's checkpoint, which removed the journal
     path = commit_journal.journal_path(home, sequence)
     report.journals_unknown.append({"path": str(path), "generation": sequence, "why": why,
                                     "missing": True})
