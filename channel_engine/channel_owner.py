@@ -252,9 +252,9 @@ class ChannelOwner:
         self.counters["aborted_events"] += restored.report.aborted_events
         self.counters["dropped_events"] += restored.report.dropped_events
         self._last_checkpoint_ms = self._now_ms()
-        self._ledger = LossLedger.load(home, not self.read_only,
-                                       restored.report.checkpoint_source is not None,
-                                       self._now_ms())
+        # a checkpoint written before ledgers existed (v1, v2) has none beside it: an upgrade
+        keeps_ledger = restored.report.checkpoint_version >= checkpoint_file.LEDGER_VERSION
+        self._ledger = LossLedger.load(home, not self.read_only, keeps_ledger, self._now_ms())
         self._count_losses(restored.lost, at_open=True)  # before the checkpoint below
         self._count_unknown_journals()  # recorded before the checkpoint below hides it
         if not self.read_only:
@@ -974,6 +974,7 @@ class ChannelOwner:
     def _partition_status(self, p: int) -> dict[str, Any]:
         log, queue = self._logs[p], self._queues[p]
         end = self._ends[p]
+        stats = log.stats()
         return {
             "partition": p,
             "directory": str(log.directory),
@@ -988,7 +989,9 @@ class ChannelOwner:
             "events_in_flight": queue.in_flight_events(),
             "size_bytes": log.size_bytes,
             "segments": len(log.segments),
-            "offline": log.stats()["offline"],
+            "offline": stats["offline"],
+            "index_rebuilds": stats["index_rebuilds"],  # derived files found wrong at use
+            "read_damage": stats["read_damage"],  # damage reads met since open
         }
 
     def _checkpoint_status(self) -> dict[str, Any]:

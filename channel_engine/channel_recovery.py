@@ -57,6 +57,7 @@ class ChannelRecovery:
 
     checkpoint_source: str | None = None  # "primary", "backup" or None (rebuilt from logs)
     checkpoint_sequence: int = 0
+    checkpoint_version: int = 0  # format version of the checkpoint used (0: none)
     problems: list[str] = field(default_factory=list)
     journals_replayed: int = 0
     take_commits_replayed: int = 0
@@ -99,6 +100,7 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
     saved = found.checkpoint
     report.checkpoint_source = found.source
     report.checkpoint_sequence = saved.sequence if saved else 0
+    report.checkpoint_version = saved.version if saved else 0
     if saved is None:
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")

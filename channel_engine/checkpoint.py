@@ -18,6 +18,10 @@ Per partition:
     multi-partition put had written but not yet committed; on open each is
     kept if the commit journal holds its commit, else aborted (never delivered);
   * log_start_offset, recovery_point, log_end_offset of the partition log then.
+Version 3 has version 2's layout and says one more thing: the channel that wrote it
+keeps a loss ledger (losses.json, loss_ledger.py) beside it, so a v3 checkpoint without
+that file means the ledger was lost; a v1 or v2 one was written before ledgers existed
+(an upgrade: no ledger yet, nothing lost).
 Offsets in [taken_through, log end) that are in neither list are queued.
 
 File layout (big-endian), `checkpoint` in the checkpoint dir, `checkpoint` in
@@ -26,7 +30,7 @@ the backup dir when dual checkpoints are on:
     offset  size  field
     ------  ----  -------------------------------------------------------------
          0     4  magic               b"WCKP"
-         4     1  version             2 (1 is still read: no pending puts)
+         4     1  version             3 (1 and 2 are still read; 1: no pending puts)
          5     3  reserved            0
          8     8  sequence            increases by one per checkpoint (<= 2**31 - 1)
         16     8  written_at_ms       wall clock
@@ -38,7 +42,7 @@ the backup dir when dual checkpoints are on:
                     8  taken_through
                     4  committed range count C, then C x (8 start, 8 end)
                     4  in-flight range count F, then F x (8 start, 8 end)
-                    4  pending put count N, then N x (8 txn id, 8 start, 8 end)  [v2]
+                    4  pending put count N, then N x (8 txn id, 8 start, 8 end)  [v2+]
        end     4  crc                 CRC-32C of every byte before it
 
 Writing: primary first (temp file, fsync, rename, fsync dir), then the backup
@@ -59,8 +63,9 @@ from channel_engine.atomic_file import write_atomically
 from channel_engine.errors import CorruptStateError
 
 MAGIC = b"WCKP"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+LEDGER_VERSION = 3  # the first version written by channels that keep losses.json
 FILE_NAME = "checkpoint"
 HEADER = struct.Struct(">4sB3xqqi")
 PARTITION = struct.Struct(">qqqq")
@@ -97,6 +102,7 @@ class Checkpoint:
     sequence: int
     written_at_ms: int
     partitions: tuple[PartitionCheckpoint, ...] = field(default_factory=tuple)
+    version: int = field(default=VERSION, compare=False)  # as read; encode writes VERSION
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,7 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
                                 position) from exc
     if position != len(data) - CRC.size:
         raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes", position)
-    return Checkpoint(sequence, written_at, tuple(partitions))
+    return Checkpoint(sequence, written_at, tuple(partitions), version)
 
 
 def _ranges(data: bytes, position: int) -> tuple[tuple[Range, ...], int]:

@@ -65,6 +65,8 @@ class TimeIndex(IndexFile):
         for i, (ts, rel) in enumerate(ENTRY.iter_unpack(data)):
             if rel < 0:
                 raise CorruptIndexError(self.path, f"entry {i}: offset below the base")
+            if ts < NO_TIMESTAMP:  # Kafka's timestamps are -1 (none) or epoch milliseconds
+                raise CorruptIndexError(self.path, f"entry {i}: timestamp {ts} is negative")
             if timestamps and (ts <= timestamps[-1] or rel < relative[-1]):
                 raise CorruptIndexError(
                     self.path,

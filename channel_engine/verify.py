@@ -77,6 +77,7 @@ from channel_engine.log_loader import (
     segment_stray_reason,
     stray_reason,
 )
+from channel_engine.loss_ledger import LossLedger
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader, InvalidBatch
 from channel_engine.segment import find_next_batch, fixable_base_offset
@@ -369,7 +370,17 @@ def verify_home(home: Path, config: ChannelConfig | None, report: HomeReport) ->
             _verify_journal(commit_journal.journal_path(home, generation), report)
     if config is not None and config.encryption_key_file is not None:
         _verify_key_file(config, report)
+    _verify_losses(home, report)
     _find_strays(home, config, report)
+
+
+def _verify_losses(home: Path, report: HomeReport) -> None:
+    """Losses the channel recorded and no operator acknowledged are not sound: verify agrees
+    with the channel's health (`recover --ack` acknowledges them)."""
+    ledger = LossLedger.load(home, writable=False, expect_file=False, now_ms=0)
+    reason = ledger.health_reason()
+    if reason is not None:
+        report.damages.append(Damage(str(ledger.path), 0, reason))
 
 
 def _verify_key_file(config: ChannelConfig, report: HomeReport) -> None:

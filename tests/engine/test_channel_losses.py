@@ -468,3 +468,37 @@ def test_a_read_that_reports_a_loss_and_raises_does_not_wedge_the_queue(
     assert channel.status()["counters"]["take_errors"] == 1
     _check_counted(channel, {0, 1, 2}, set(), set(range(30)))
     channel.close()
+
+
+def _as_version_2(checkpoint: Path) -> None:
+    """Rewrite a checkpoint as a release before loss ledgers wrote it (v2, same layout)."""
+    import crc32c
+
+    data = bytearray(checkpoint.read_bytes())
+    data[4] = 2
+    data[-4:] = crc32c.crc32c(bytes(data[:-4])).to_bytes(4, "big")
+    checkpoint.write_bytes(bytes(data))
+
+
+def test_an_upgraded_channel_without_a_ledger_opens_healthy(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as channel, channel.put() as tx:
+        tx.put(b"before the upgrade")
+    (config.home / LEDGER_FILE).unlink()
+    _as_version_2(config.home / "checkpoint")
+    with Channel.open(config) as channel:
+        status = channel.status()
+        assert status["health"] == "healthy" and status["losses"]["records"] == []
+        assert status["events_untaken"] == 1
+    assert (config.home / LEDGER_FILE).exists()
+
+
+def test_a_ledger_lost_beside_a_version_3_checkpoint_is_reported(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    (config.home / LEDGER_FILE).unlink()
+    with Channel.open(config) as channel:
+        records = channel.status()["losses"]["records"]
+        assert [r["partition"] for r in records] == [LEDGER_PARTITION]
+        assert "ledger_missing" in records[0]["cause"]
+        assert channel.status()["health"] == "degraded"

@@ -177,10 +177,13 @@ def test_recover_moves_home_strays_aside_and_verify_names_them(tmp_path: Path) -
     (config.home / "losses.json").write_text("{}")  # the loss ledger's name: not a stray
     status, out = run("verify", str(config.home))
     assert status == 1 and "notes.txt: byte 0: a stray file" in out
-    assert "losses.json" not in out
+    assert "losses.json: byte 0: a stray" not in out and "the loss ledger" in out
     report = repair(config.home)
     assert sorted(Path(m["kept_as"]).name for m in report.moved_aside) == [
         "00000000000000000000.log.stray", "notes.txt.stray"]
+    status, out = run("verify", str(config.home))  # the damaged ledger is a loss to ack
+    assert status == 1 and "the loss ledger" in out and "acknowledge with" in out
+    assert run("recover", str(config.home), "--ack")[0] == 0
     status, out = run("verify", str(config.home))
     assert status == 0 and "note: " in out and "kept aside by an earlier recover" in out
 

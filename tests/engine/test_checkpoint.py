@@ -58,7 +58,8 @@ def test_it_refuses_a_sequence_no_channel_reaches_even_with_a_valid_crc(sequence
 
 def test_it_reads_the_golden_file_of_version_1() -> None:
     """A released format stays readable: this file was written by version 1."""
-    assert cp.decode((GOLDEN / cp.FILE_NAME).read_bytes()) == sample()
+    decoded = cp.decode((GOLDEN / cp.FILE_NAME).read_bytes())
+    assert decoded == sample() and decoded.version == 1
 
 
 def test_it_writes_primary_and_backup_and_reads_the_newest(tmp_path: Path) -> None:
@@ -178,5 +179,15 @@ def test_a_writer_killed_mid_checkpoint_leaves_a_valid_one(tmp_path: Path, trial
 
 
 def test_a_released_version_2_checkpoint_stays_readable() -> None:
-    assert cp.decode((GOLDEN_V2 / cp.FILE_NAME).read_bytes()) == sample_v2()
-    assert cp.encode(sample_v2()) == (GOLDEN_V2 / cp.FILE_NAME).read_bytes()
+    golden = (GOLDEN_V2 / cp.FILE_NAME).read_bytes()
+    decoded = cp.decode(golden)
+    assert decoded == sample_v2() and decoded.version == 2
+    written = cp.encode(sample_v2())  # version 3 has version 2's layout
+    assert written[4] == 3 and written[5:-4] == golden[5:-4] and written[:4] == golden[:4]
+
+
+def test_it_writes_version_3_the_mark_of_a_channel_that_keeps_a_loss_ledger(
+        tmp_path: Path) -> None:
+    cp.write(sample(), tmp_path, None)
+    assert (tmp_path / cp.FILE_NAME).read_bytes()[4] == 3
+    assert cp.read(tmp_path / cp.FILE_NAME).version == cp.LEDGER_VERSION == 3

@@ -444,9 +444,14 @@ def check_channel_json(real: Real, data_: st.DataObject) -> None:
 
 
 def check_key_file(real: Real, data_: st.DataObject) -> None:
-    if "keys.json" not in real.files:
-        pytest.skip("the plain variant has no key file")
-    data = data_.draw(damaged(real, "keys.json"))
+    if "keys.json" in real.files:
+        data = data_.draw(damaged(real, "keys.json"))
+    else:  # the plain channel has none: mutate a key file made here, with its files as donors
+        fresh = real.scratch_file("fresh-keys.json", b"")
+        fresh.unlink()
+        KeyRing.write_new(fresh, [KEY_ID])
+        original = fresh.read_bytes()
+        data = data_.draw(json_mutations(original, [original, *real.files.values()]))
     path = real.scratch_file("keys.json", data)
     path.chmod(0o600)
     engine_errors_only(lambda: KeyRing.load(path, KEY_ID), len(data))

@@ -145,6 +145,7 @@ def test_it_refuses_to_load_a_size_not_a_multiple_of_the_entry(filled, path, ext
         [(1_000, 5), (2_000, 4)],             # offset goes back
         [(1, 1), (5, 2), (4, 3)],             # a later entry out of order
         [(1_000, -1)],                        # below the base offset
+        [(-4_949_760_090_801_870_785, 3)],    # a negative timestamp (damaged bytes)
     ],
 )
 def test_it_refuses_to_load_entries_that_do_not_increase(path, pairs):
