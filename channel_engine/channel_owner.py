@@ -51,8 +51,10 @@ that follows, later by a take-commit journal record with take id 0 (so a crash
 neither delivers nor counts them again). A take returns only offsets it still
 holds after its read's losses are counted, and offsets it held but could not read
 are counted lost too, so a take commit never marks taken an event it did not
-return. Health stays "degraded" until an operator acknowledges every record
-(acknowledge_losses).
+return. A checkpoint's commit journal found missing or headless at open is recorded
+there too (no event lost, but committed takes may come back: at most the
+events_may_come_back_at_most of the recovery report). Health stays "degraded"
+until an operator acknowledges every record (acknowledge_losses).
 
 Checkpoints copy the queue state (a few ranges per partition) under the
 channel lock, rotate the journal, and write primary then backup outside the
@@ -268,6 +270,7 @@ class ChannelOwner:
         keeps_ledger = restored.report.checkpoint_version >= checkpoint_file.LEDGER_VERSION
         self._ledger = LossLedger.load(home, not self.read_only, keeps_ledger, self._now_ms())
         self._count_losses(restored.lost, at_open=True)  # before the checkpoint below
+        self._count_unknown_journals()  # recorded before the checkpoint below hides it
         if not self.read_only:
             self._sequence = restored.next_generation - 1
             # take ids never repeat across owners: a stale id from a previous owner (an HTTP
@@ -894,6 +897,23 @@ class ChannelOwner:
             self.recovery.lost_events += sum(r.events for r in fresh)
             self.recovery.lost_ranges += [r.to_dict() for r in fresh]
         return marked
+
+    def _count_unknown_journals(self) -> None:
+        """Journal content the open could not read (channel_recovery.py): every event the
+        restored queue holds untaken may have been taken since; a missing checkpoint journal
+        goes to the loss ledger (saved by the checkpoint that ends the open)."""
+        unknown = self.recovery.journals_unknown
+        if not unknown:
+            return
+        bound = self._untaken
+        self.recovery.events_may_come_back_at_most = bound
+        for item in unknown:
+            if item["missing"]:
+                self._ledger.record_journal(
+                    item["path"], item["generation"],
+                    f"journal_missing: {item['path']}: {item['why']}; the take commits since "
+                    f"checkpoint {item['generation']} are unknown: up to {bound} events may "
+                    "come back (delivered again, at least once)", self._now_ms())
 
     def _save_ledger(self) -> None:
         self._check_home()  # never into the ledger of a channel that replaced ours

@@ -25,6 +25,16 @@ bytes written since (for multi-partition puts that never committed):
      forgotten; those not yet taken are counted lost, and the range is handed
      to the owner (Restored.lost) for its loss ledger, with the ranges the logs
      report lost (loss_ledger.py).
+
+Journal content that is unknown (commit_journal's rule: the checkpoint's own
+journal missing, empty or without a whole header; or any replayed journal with
+a torn tail after its header) is listed in journals_unknown; the owner then sets
+events_may_come_back_at_most to every event its restored queue holds untaken
+(any of them may have been taken, committed and journalled since the
+checkpoint: at least once, they come back), and records a missing or headerless
+checkpoint journal in its loss ledger (events 0: nothing is lost, but health
+stays degraded until an operator acknowledges it). An intact journal sets no
+bound.
 """
 from __future__ import annotations
 
@@ -57,6 +67,9 @@ class ChannelRecovery:
     aborted_events: int = 0
     lost_events: int = 0  # untaken events of lost ranges counted at this open
     dropped_events: int = 0
+    journals_unknown: list[dict[str, Any]] = field(default_factory=list)  # path,
+    # generation, why, missing (the checkpoint's journal: damage, recorded as a loss)
+    events_may_come_back_at_most: int = 0  # set by the owner when journals_unknown
     lost_ranges: list[dict[str, Any]] = field(default_factory=list)  # partition, start,
     # end, events, path, position, length, cause of each range counted at this open
     duration_ms: float = 0.0
@@ -93,6 +106,8 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
                                "again, takes committed before the last checkpoint included")
 
     queues, undecided, stamped = _queues_from(saved, logs, report)
+    if saved is not None and home.is_dir():
+        _check_checkpoint_journal(home, backup, saved.sequence, report)
     committed_txns = _replay_journals(home, report.checkpoint_sequence, queues, report)
     committed_txns |= stamped
     to_mark = []
@@ -185,6 +200,23 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
     return queues, undecided, stamped
 
 
+def _check_checkpoint_journal(home: Path, backup: Path | None, sequence: int,
+                              report: ChannelRecovery) -> None:
+    """The checkpoint's own journal must have its header (commit_journal's rule)."""
+    why = commit_journal.checkpoint_journal_problem(home, sequence)
+    if why is None:
+        return
+    newest = checkpoint_file.read_newest(home, backup).checkpoint
+    if newest is not None and newest.sequence != sequence:
+        return  # a read-only open raced the owner's checkpoint, which removed the journal
+    path = commit_journal.journal_path(home, sequence)
+    report.journals_unknown.append({"path": str(path), "generation": sequence, "why": why,
+                                    "missing": True})
+    report.problems.append(f"{path}: {why}, though checkpoint {sequence} was written after its "
+                           "header was synced: the take commits since that checkpoint are "
+                           "unknown (see events_may_come_back_at_most)")
+
+
 def _replay_journals(home: Path, sequence: int, queues: list[PartitionQueue],
                      report: ChannelRecovery) -> set[int]:
     """Step 3: apply journalled take commits; return the committed put transaction ids."""
@@ -196,7 +228,11 @@ def _replay_journals(home: Path, sequence: int, queues: list[PartitionQueue],
         if ignored:
             report.journal_bytes_ignored += ignored
             report.problems.append(f"{path}: {ignored} bytes after the last valid record "
-                                   "ignored (a commit that never returned)")
+                                   "ignored (a commit that never returned, or a cut)")
+            if commits or ignored < path.stat().st_size:  # after a whole header: unknown
+                report.journals_unknown.append({
+                    "path": str(path), "generation": commit_journal.journal_generation(path),
+                    "why": f"{ignored} bytes after the last valid record", "missing": False})
         for commit in commits:
             if commit.kind == commit_journal.PUT:
                 committed.add(commit.commit_id)

@@ -25,7 +25,14 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      committed, leave the queue undelivered: counted in events_aborted); their
      offsets are listed when the records after the damage are intact, and the bytes
      that are no intact record are counted (they may have held more commits).
-     A torn tail is left to the open, which ignores it (no commit there returned).
+     A torn tail is left to the open, which ignores it (no commit there returned,
+     or the journal was cut: the open reports its content unknown).
+     When the content of a replayed journal is unknown — bytes after the cut that
+     are no intact record, a journal that is not a file, or (found by the open)
+     the checkpoint's own journal missing or headless — the exact take commits
+     cannot be listed: events_may_come_back_at_most bounds them, in all, by every
+     event the repaired queue holds untaken (any may have been taken since the
+     checkpoint). An intact journal sets no bound.
   5. Strays: files in the home the engine did not write are renamed `<name>.stray`;
      a log.state that is not a regular file is renamed `log.state.stray` (the log
      writes a new one).
@@ -78,6 +85,8 @@ class RepairReport:
     take_commits_back: list[dict[str, Any]] = field(default_factory=list)  # id, ranges
     put_commits_cut: list[dict[str, Any]] = field(default_factory=list)  # id, ranges
     unreadable_journal_bytes: int = 0  # after a cut, no intact record: may hold commits
+    journals_unknown: list[dict[str, Any]] = field(default_factory=list)  # path, why
+    events_may_come_back_at_most: int = 0  # in all (see the module doc); 0: exact
     lost_ranges: list[dict[str, Any]] = field(default_factory=list)  # partition + LostRange
     cut_at: list[dict[str, Any]] = field(default_factory=list)  # partition, offset, path
     events_lost: int = 0  # offsets the logs can no longer deliver + queued beyond the end
@@ -217,6 +226,8 @@ def _repair_journal(path: Path, sequence: int, report: RepairReport) -> None:
         found = commit_journal.scan(path)
     except CorruptStateError as exc:  # not a file at all: nothing in it can be read
         _move_aside(path, DAMAGED_SUFFIX, f"unreadable commit journal: {exc.reason}", report)
+        if commit_journal.journal_generation(path) >= sequence:
+            report.journals_unknown.append({"path": str(path), "why": exc.reason})
         return
     if not found.damaged:
         return
@@ -238,6 +249,9 @@ def _repair_journal(path: Path, sequence: int, report: RepairReport) -> None:
     if not replayed:  # the checkpoint covers every commit of it
         return
     report.unreadable_journal_bytes += found.unreadable_bytes
+    if found.unreadable_bytes:
+        report.journals_unknown.append({"path": str(path), "why": f"{found.unreadable_bytes} "
+                                        f"unreadable bytes after byte {found.valid_bytes}"})
     for commit in found.after:
         row = {"id": commit.commit_id, "journal": str(path),
                "ranges": [list(entry) for entry in commit.entries],
@@ -280,4 +294,6 @@ def _open_and_replay(config: ChannelConfig, report: RepairReport,
     report.events_lost += int(report.recovery.get("lost_events", 0))
     report.events_aborted = int(report.recovery.get("aborted_events", 0))
     report.events_untaken = int(status["events_untaken"])
+    if report.journals_unknown or report.recovery.get("events_may_come_back_at_most"):
+        report.events_may_come_back_at_most = report.events_untaken
     report.losses = status.get("losses")

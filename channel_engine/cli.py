@@ -17,7 +17,8 @@ channel's status and each partition's segments; recover repairs every damage
 verify reports (channel_repair.py: journals cut at their first bad record,
 damaged files kept aside, strays moved aside, every batch CRC-checked), opens
 the channel as its owner, replays it and prints what it cost: events lost (by
-offsets), take commits that may come back (at least once), files moved aside;
+offsets), take commits that may come back (at least once; "up to N events" when
+a journal's content is unknown), files moved aside;
 with --ack it then acknowledges every loss in the channel's loss ledger and
 prints what it acknowledged.
 --config FILE supplies the channel's settings (a JSON object, as channel.json
@@ -558,6 +559,11 @@ def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
     if report.unreadable_journal_bytes:
         print(f"  and {report.unreadable_journal_bytes} unreadable journal bytes after the cut "
               "(they may have held more commits)", file=out)
+    if report.events_may_come_back_at_most:
+        unknown = [j["path"] for j in report.journals_unknown] + [
+            j["path"] for j in report.recovery.get("journals_unknown", [])]
+        print(f"  journal content unknown ({', '.join(unknown)}): up to "
+              f"{report.events_may_come_back_at_most} events may come back in all", file=out)
     if report.no_checkpoint:
         print("no valid checkpoint: every event still in the logs was queued again (takes "
               "committed before it come back, at least once)", file=out)

@@ -47,6 +47,20 @@ for intact records, to tell two cases apart:
     records after the damage are intact.
 Every problem is raised as an engine error naming the file and byte.
 
+Every checkpoint S has its journal S: the owner creates it and fsyncs its header
+(and the directory) before it writes checkpoint S, and removes a journal only
+once a newer checkpoint (both copies) covers it. So a journal S that is missing,
+not a regular file, or holds no whole header while checkpoint S is the newest
+valid one is damage, not a crash (checkpoint_journal_problem): the take commits
+made since that checkpoint are unknown. Open and recover then report it (the
+recovery report's journals_unknown) and say how many events may come back at
+most (every event untaken in the restored queue: any of them may have been taken
+since); open also records it in the loss ledger. A torn tail after a whole
+header (above) is reported the same way but is no loss record: after a power
+loss it is a commit that never returned, and the bytes alone cannot tell it
+from a cut. A journal newer than the checkpoint with no whole header is a crash
+while creating it: no commit is in it.
+
 Group commit: append() writes the record (one write(2), serialised by the
 caller's lock) and returns a ticket; sync(ticket) returns once that record is
 on disk, and one fdatasync serves every record appended before it started.
@@ -54,6 +68,7 @@ on disk, and one fdatasync serves every record appended before it started.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import threading
 from collections.abc import Iterator, Sequence
@@ -104,6 +119,28 @@ def generations(directory: Path) -> list[int]:
         raise CorruptStateError(journal_path(directory, found[-1]),
                                 f"generation {found[-1]} is beyond {MAX_SEQUENCE}", 0)
     return found
+
+
+def checkpoint_journal_problem(directory: Path, sequence: int) -> str | None:
+    """Why journal `sequence` cannot hold the commits made since checkpoint `sequence`
+    (missing, not a regular file, no whole header), or None; see the module doc."""
+    path = journal_path(directory, sequence)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if len(head) < HEADER.size:
+        return f"{len(head)} bytes, shorter than its {HEADER.size}-byte header"
+    if not head.strip(b"\0"):
+        return "its header is zeros"
+    return None
 
 
 def journal_generation(path: Path) -> int:

@@ -17,8 +17,11 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
     records             [object]     one per lost range, in the order found:
       id                int          1, 2, ... never reused within one ledger
       partition         int          the partition; -1: the ledger itself was damaged or
-                                     missing (earlier records may be gone), see cause
+                                     missing (earlier records may be gone), see cause;
+                                     -2: a checkpoint's commit journal was missing or
+                                     headless (take commits may come back), see cause
       start, end        int          offsets [start, end) the log can no longer deliver
+                                     (partition -2: both the journal's generation)
       events            int          how many of them were not yet taken when the channel
                                      first counted them: the events lost
       path              string       file (or directory) holding the damage
@@ -66,6 +69,7 @@ LEDGER_FILE = "losses.json"
 FORMAT = "weir-loss-ledger"
 VERSION = 1
 LEDGER_PARTITION = -1  # a record about the ledger itself
+JOURNAL_PARTITION = -2  # a record about a commit journal whose content is unknown
 DAMAGED_SUFFIX = ".damaged-"
 
 
@@ -188,6 +192,18 @@ class LossLedger:
             self._append(record)
             return record
 
+    def record_journal(self, path: str, generation: int, cause: str,
+                       now_ms: int) -> LossRecord | None:
+        """Record a checkpoint's journal found missing or headless (no event lost: events
+        0); None if already recorded."""
+        with self._lock:
+            if (JOURNAL_PARTITION, generation, generation) in self._keys:
+                return None
+            record = LossRecord(0, JOURNAL_PARTITION, generation, generation, 0, path, 0, 0,
+                                cause, now_ms)
+            self._append(record)
+            return record
+
     def record_all(self, lost: Sequence[tuple[int, LostRange, int]],
                    now_ms: int) -> list[LossRecord]:
         """Record (partition, range, events) each; return the records new here (a range
@@ -259,13 +275,19 @@ class LossLedger:
         if not open_records:
             return None
         events = sum(r.events for r in open_records)
-        where = ", ".join(f"partition {r.partition} offsets {r.start}..{r.end - 1}"
-                          if r.partition != LEDGER_PARTITION else "the loss ledger"
-                          for r in open_records[:3])
+        where = ", ".join(_where(r) for r in open_records[:3])
         more = f" and {len(open_records) - 3} more" if len(open_records) > 3 else ""
         return (f"{events} events lost in {len(open_records)} unacknowledged loss records "
                 f"({where}{more}); acknowledge with `python -m channel_engine recover HOME "
                 "--ack` or Channel.acknowledge_losses()")
+
+
+def _where(record: LossRecord) -> str:
+    if record.partition == LEDGER_PARTITION:
+        return "the loss ledger"
+    if record.partition == JOURNAL_PARTITION:
+        return f"commit journal {Path(record.path).name} (taken events may come back)"
+    return f"partition {record.partition} offsets {record.start}..{record.end - 1}"
 
 
 def deliverable(reserved: Sequence[tuple[int, int, int]], held: dict[int, list[Range]],

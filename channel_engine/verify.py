@@ -38,6 +38,10 @@ A channel's home (verify_channel) adds, never failing on what it finds:
     the byte where the valid records end;
   * the key file, with encryption: it loads (JSON, mode 600, each key matching its
     check value) and opens the newest sealed batch of each partition;
+  * the newest valid checkpoint's own journal (`commits-<S>.journal`, S its
+    sequence): missing, not a regular file or without a whole header is damage
+    (its header is synced before the checkpoint is written: commit_journal's
+    rule); older checkpoints' journals (the backup's, say) may be gone;
   * strays: files in the home the engine (or the appliance) did not write, which
     `recover` moves aside as `<name>.stray`. Files kept aside by an earlier
     recover (`.damaged`, `.stray`) and temp files of an interrupted atomic write
@@ -354,8 +358,18 @@ def verify_home(home: Path, config: ChannelConfig | None, report: HomeReport) ->
     found = checkpoint_file.read_newest(home, backup)
     report.checkpoint_source = found.source
     report.checkpoint_sequence = found.checkpoint.sequence if found.checkpoint else 0
+    sequence, why = report.checkpoint_sequence, None
+    if sequence > 0:
+        why = commit_journal.checkpoint_journal_problem(home, sequence)
+        if why is not None:
+            report.damages.append(Damage(
+                str(commit_journal.journal_path(home, sequence)), 0,
+                f"{why}, though checkpoint {sequence} ({found.source}) was written after its "
+                "header was synced: the take commits since are unknown (open and recover "
+                "report how many events may come back at most)"))
     for generation in commit_journal.generations(home):
-        _verify_journal(commit_journal.journal_path(home, generation), report)
+        if generation != sequence or why is None:
+            _verify_journal(commit_journal.journal_path(home, generation), report)
     if config is not None and config.encryption_key_file is not None:
         _verify_key_file(config, report)
     _verify_losses(home, report)

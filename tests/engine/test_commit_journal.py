@@ -94,6 +94,22 @@ def test_it_ignores_a_file_whose_header_never_reached_the_disk(tmp_path: Path) -
         assert tj.replay(path) == ([], len(data))
 
 
+def test_it_names_what_a_checkpoints_own_journal_lacks(tmp_path: Path) -> None:
+    path = tj.journal_path(tmp_path, 3)
+    assert tj.checkpoint_journal_problem(tmp_path, 3) == "missing"
+    tj.CommitJournal(tmp_path, 3).close()
+    assert tj.checkpoint_journal_problem(tmp_path, 3) is None  # a whole header: no record yet
+    header = path.read_bytes()
+    for data, why in ((b"", "0 bytes, shorter than its 16-byte header"),
+                      (header[:9], "9 bytes, shorter than its 16-byte header"),
+                      (bytes(40), "its header is zeros")):
+        path.write_bytes(data)
+        assert tj.checkpoint_journal_problem(tmp_path, 3) == why
+    path.unlink()
+    path.mkdir()
+    assert tj.checkpoint_journal_problem(tmp_path, 3) == "not a regular file"
+
+
 def test_it_refuses_a_header_whose_generation_is_not_its_name(tmp_path: Path) -> None:
     path = three_takes(tmp_path)
     data = bytearray(path.read_bytes())

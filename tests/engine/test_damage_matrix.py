@@ -33,6 +33,7 @@ from damage import (
     Ledger,
     apply_damage,
     build_clean,
+    come_back_count,
     event_body,
     event_key,
     full_matrix,
@@ -190,6 +191,33 @@ def test_it_accounts_delivered_lost_and_returned_events(tmp_path: Path) -> None:
     assert _accounting(tmp_path, list(range(1, 10)), [], 0,
                        {"take_commits_may_come_back_events": 2}) == set()
     assert _accounting(tmp_path, [3, 4, 5, 6, 7, 8, 9, 42], [], 0) == {"wrong-event"}
+
+
+def test_it_accepts_events_coming_back_within_a_bound_only_where_one_is_reported(
+        tmp_path: Path) -> None:
+    """A journal whose content is unknown: the tools bound what may come back (in all)."""
+    every = list(range(0, 10))  # 0..2 taken before the damage: all three come back
+    assert _accounting(tmp_path, every, [], 0, {"events_may_come_back_at_most": 10}) == set()
+    assert _accounting(tmp_path, every, [], 0, {"events_may_come_back_at_most": 3}) == set()
+    assert _accounting(tmp_path, every, [], 0, {"events_may_come_back_at_most": 2}) == {
+        "came-back"}
+    assert _accounting(tmp_path, every, [], 0, {"events_may_come_back_at_most": 0}) == {
+        "came-back"}  # a bound of 0 is no bound: nothing may come back uncounted
+    # the exact ones (intact records after a cut) must come back, bound or not
+    assert _accounting(tmp_path, list(range(3, 10)), [], 0,
+                       {"events_may_come_back": 2, "events_may_come_back_at_most": 10}) == {
+        "came-back"}
+    assert _accounting(tmp_path, list(range(1, 10)), [], 0,
+                       {"events_may_come_back": 2, "events_may_come_back_at_most": 10}) == set()
+
+
+def test_it_reads_exact_and_bounded_come_backs_apart() -> None:
+    recover = {"events_may_come_back_at_most": 7, "repair": {
+        "events_may_come_back": 2, "take_commits_may_come_back": 1,
+        "events_may_come_back_at_most": 7, "recovery": {"events_may_come_back_at_most": 7}}}
+    assert come_back_count(recover, {"events_may_come_back_at_most": 0}, None) == (2, 7)
+    assert come_back_count(recover, {"events_may_come_back_at_most": 3}) == (2, 10)
+    assert come_back_count({"events_may_come_back": 4}, {}) == (4, None)
 
 
 # -- the matrix ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from channel_engine import StorageError, loss_ledger
 from channel_engine.event import Event
 from channel_engine.loss_ledger import (
+    JOURNAL_PARTITION,
     LEDGER_FILE,
     LEDGER_PARTITION,
     LossLedger,
@@ -40,6 +41,25 @@ def test_it_records_a_range_once_and_writes_the_documented_fields(tmp_path: Path
     assert (summary["events_lost"], summary["unacknowledged_events"],
             summary["unacknowledged"]) == (10, 10, 2)
     assert ledger.events_by_partition() == {0: 7, 1: 3}
+
+
+def test_it_records_a_journal_of_unknown_content_once_with_no_event_lost(
+        tmp_path: Path) -> None:
+    ledger = LossLedger.load(tmp_path, writable=True, expect_file=False, now_ms=1)
+    path = str(tmp_path / "commits-00000000000000000002.journal")
+    first = ledger.record_journal(path, 2, "journal_missing: up to 9 events", now_ms=2)
+    assert first is not None and (first.partition, first.start, first.end, first.events) == (
+        JOURNAL_PARTITION, 2, 2, 0)
+    assert ledger.record_journal(path, 2, "again", now_ms=3) is None  # the next open's
+    assert ledger.record_journal(path, 3, "another", now_ms=3) is not None
+    ledger.save()
+    again = LossLedger.load(tmp_path, writable=True, expect_file=True, now_ms=4)
+    assert [r.key for r in again.records] == [(JOURNAL_PARTITION, 2, 2),
+                                              (JOURNAL_PARTITION, 3, 3)]
+    summary = again.summary()
+    assert (summary["events_lost"], summary["unacknowledged"]) == (0, 2)
+    assert "commit journal commits-00000000000000000002.journal" in str(again.health_reason())
+    assert again.acknowledge(now_ms=5) == 2 and again.health_reason() is None
 
 
 def test_it_keeps_records_and_acknowledgements_across_reopening(tmp_path: Path) -> None:
