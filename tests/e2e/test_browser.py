@@ -290,7 +290,7 @@ def test_tokens_verify_and_delete_ask_before_they_act(
 def test_a_loss_on_disk_shows_on_the_channel_page_until_acknowledged(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
     row = make_channel(root, partitions=1, segment_bytes=4096)
-    for batch in range(8):
+    for batch in range(16):
         produce(live_server.url, "orders", [f"event {batch}-{i} " * 8 for i in range(10)])
     channels.close_all()
     logs = sorted(Path(channels.to_config(row).partition_dir(0)).glob("*.log"))
