@@ -10,12 +10,21 @@ Three ways to open a segment (log_loader.py picks):
   * load_clean(): after a clean shutdown, trust the file length, load the
     indexes, check them against the log (last entries point at real batches,
     the tail ends on a batch boundary) and say what is wrong, if anything;
+    check_crcs() then CRC-checks every batch below that length;
   * rebuild_indexes(): walk the batch headers (no CRC) and rewrite both indexes;
   * recover(verify_from): walk every batch, checking CRC-32C from the given
     offset on, and rebuild the indexes up to the first invalid batch. A zero
     tail after the last batch is cut (preallocation: no data). Other damage is
     left in place and described: where it starts, and where intact batches
     resume after it (find_next_batch), so the loader can keep them.
+
+Damage or a torn write (damaged_tail_end, for the loader's end of an unclean
+log): a complete batch (its length fits the file, or, the length field being
+outside the CRC, its CRC-32C holds over the bytes up to the end of the data)
+none of whose pieces between 512-byte sector boundaries is all zeros was
+written whole: damage, whose offsets its header (record count) gives. Power
+loss loses whole sectors, so an unwritten part of a write reads as zeros (in a
+preallocated file) or lies past the end of the file: a torn write.
 
 A batch whose base offset field alone is damaged (the field lies outside the
 CRC) keeps its offsets: recover rewrites the field in place in a writable
