@@ -10,12 +10,21 @@ Three ways to open a segment (log_loader.py picks):
   * load_clean(): after a clean shutdown, trust the file length, load the
     indexes, check them against the log (last entries point at real batches,
     the tail ends on a batch boundary) and say what is wrong, if anything;
+    check_crcs() then CRC-checks every batch below that length;
   * rebuild_indexes(): walk the batch headers (no CRC) and rewrite both indexes;
   * recover(verify_from): walk every batch, checking CRC-32C from the given
     offset on, and rebuild the indexes up to the first invalid batch. A zero
     tail after the last batch is cut (preallocation: no data). Other damage is
     left in place and described: where it starts, and where intact batches
     resume after it (find_next_batch), so the loader can keep them.
+
+Damage or a torn write (damaged_tail_end, for the loader's end of an unclean
+log): a complete batch (its length fits the file, or, the length field being
+outside the CRC, its CRC-32C holds over the bytes up to the end of the data)
+none of whose pieces between 512-byte sector boundaries is all zeros was
+written whole: damage, whose offsets its header (record count) gives. Power
+loss loses whole sectors, so an unwritten part of a write reads as zeros (in a
+preallocated file) or lies past the end of the file: a torn write.
 
 A batch whose base offset field alone is damaged (the field lies outside the
 CRC) keeps its offsets: recover rewrites the field in place in a writable
@@ -90,6 +99,7 @@ from channel_engine.record_batch import (
     COMMITTED_EPOCH,
     HEADER_SIZE,
     LEADER_EPOCH_AT,
+    LOG_OVERHEAD,
     MAGIC,
     BatchHeader,
     BytesLike,
@@ -97,6 +107,8 @@ from channel_engine.record_batch import (
     check_batch,
     check_crc,
     check_header,
+    is_zero,
+    read_header,
 )
 from channel_engine.time_index import TimeIndex
 
@@ -107,6 +119,8 @@ COMMITTED_EPOCH_BYTES = COMMITTED_EPOCH.to_bytes(4, "big", signed=True)
 NO_TIMESTAMP = -1
 MAGIC_AT = 16  # byte of the magic in a batch header
 MAGIC_BYTE = bytes([MAGIC])
+SECTOR = 512  # the unit power loss tears writes at
+TRAILING_ZEROS = 8  # zero bytes a batch may end with (empty headers, zero varints)
 
 
 class UndoFailedError(Exception):
@@ -244,6 +258,21 @@ class LogSegment:
         except CorruptIndexError as exc:
             return "index", exc.reason
 
+    def check_crcs(self) -> str | None:
+        """After load_clean: CRC-32C-check every batch below the valid size (headers are
+        walked from byte 0); say where the first failing one is, or None."""
+        if self.size == 0:
+            return None
+        position, expected = 0, self.base_offset
+        with mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ) as buf:
+            while position < self.size:
+                try:
+                    header = check_batch(buf, position, self.size, expected, True)
+                except InvalidBatch as exc:
+                    return f"byte {position}: {exc.kind}: {exc.reason}"
+                position, expected = position + header.size, header.next_offset
+        return None
+
     def _find_end_from_index(self) -> None:
         """Walk from the last offset index entry to the end of the file to find next_offset."""
         offset, position = self.offset_index.last_entry()
@@ -357,6 +386,15 @@ class LogSegment:
                                                             self.file_size))
             data_end = _end_of_batches(buf, found[0], self.file_size)
         return replace(result, resume_at=found[0], resume_header=found[1], data_end=data_end)
+
+    def damaged_tail_end(self, data_end: int) -> int | None:
+        """After damage at the valid end with no intact batch after it: one past the last
+        offset of the complete, damaged batches found there (damaged_batches_end), or None
+        when the bytes look like a torn write (see the module doc)."""
+        if data_end <= self.size:
+            return None
+        with mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ) as buf:
+            return damaged_batches_end(buf, self.size, data_end, self.next_offset)
 
     def cut(self, position: int) -> None:
         """Writable: truncate the file at `position` (after its valid bytes) if longer."""
@@ -919,6 +957,63 @@ def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
             continue
         if header.base_offset > expected and not _contradicted(buf, position, header, limit):
             return position, header
+
+
+def damaged_batches_end(buf: BytesLike, position: int, data_end: int,
+                        expected: int) -> int | None:
+    """One past the last offset of the batches from `position` (where offset `expected`
+    belongs) that are complete in `buf` and not torn (is_torn), read from their headers
+    without their CRC-32C; None when the first one is not such a batch. Its base offset
+    field may itself be damaged: the place says `expected`. `data_end`: where the file's
+    non-zero bytes end."""
+    end = None
+    limit = len(buf)
+    while position + HEADER_SIZE <= min(limit, data_end):
+        header = _header_or_whole_rest(buf, position, data_end)
+        if header is None:
+            break
+        if position + header.size > limit or is_torn(buf, position, header.size) or (
+                end is not None and header.base_offset != expected) or \
+                header.record_count > header.batch_length:
+            break
+        end = expected + header.record_count
+        position, expected = position + header.size, end
+    return end
+
+
+def _header_or_whole_rest(buf: BytesLike, position: int, data_end: int) -> BatchHeader | None:
+    """The header at `position` if its fields are sound and it fits; else, when the batch
+    length field alone is wrong (it lies outside the CRC-32C), the header of a batch that ends where
+    the non-zero bytes do (or a few zero bytes later) if its CRC-32C holds; else None."""
+    try:
+        header = check_header(buf, position, None)
+        if position + header.size <= len(buf):
+            return header
+    except InvalidBatch:
+        header = read_header(buf, position)
+    if header.magic != MAGIC or header.record_count < 1 or \
+            header.last_offset_delta != header.record_count - 1:
+        return None
+    for end in range(data_end, min(len(buf), data_end + TRAILING_ZEROS) + 1):
+        whole = header._replace(batch_length=end - position - LOG_OVERHEAD)
+        try:
+            check_crc(buf, position, whole)
+        except InvalidBatch:
+            continue
+        return whole
+    return None
+
+
+def is_torn(buf: BytesLike, position: int, size: int) -> bool:
+    """True if a piece of the batch at `position` between sector boundaries is all zeros:
+    a write the kernel never made durable (power loss loses whole sectors), not damage."""
+    start = position
+    while start < position + size:
+        end = min(position + size, (start // SECTOR + 1) * SECTOR)
+        if is_zero(buf, start, end):
+            return True
+        start = end
+    return False
 
 
 def fixable_base_offset(buf: BytesLike, position: int, limit: int,

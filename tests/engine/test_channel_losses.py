@@ -166,6 +166,42 @@ def test_it_counts_the_events_of_a_segment_cut_below_the_recovery_point(
         assert (record["start"], record["end"]) == (base + 3, end)
 
 
+def test_it_counts_damage_inside_a_sealed_segment_at_a_clean_open(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    taken = _fill(config)
+    base = _bases(config)[2]
+    path = _segment(config, base)
+    position = _batch_positions(path)[1]
+    data = bytearray(path.read_bytes())
+    data[position + 70] ^= 0x04  # inside the records: only a CRC sees it
+    path.write_bytes(bytes(data))
+    lost = {base + 1} - taken
+    with Channel.open(config) as channel:  # counted at open, not by the take that meets it
+        record = _single_record(_check_counted(channel, lost, taken, set(range(EVENTS))))
+        assert (record["start"], record["end"]) == (base + 1, base + 2)
+
+
+def test_it_counts_a_damaged_last_batch_after_a_kill_and_never_reuses_it(
+        tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    channel = Channel.open(config)
+    for i in range(EVENTS):
+        with channel.put() as tx:
+            tx.put(b"event-%04d" % i + b"." * 40)
+    crash(channel)  # every put returned after its fsync: all were committed
+    path = _segment(config, _bases(config)[-1])
+    data = bytearray(path.read_bytes())
+    data[len(data.rstrip(b"\0")) - 5] ^= 0x01  # the last batch, complete and damaged
+    path.write_bytes(bytes(data))
+    with Channel.open(config) as channel:
+        record = _single_record(_check_counted(channel, {EVENTS - 1}, set(),
+                                               set(range(EVENTS))))
+        assert (record["start"], record["end"]) == (EVENTS - 1, EVENTS)
+        with channel.put() as tx:
+            tx.put(b"event-%04d" % EVENTS)
+        assert tx.committed == [(0, EVENTS, EVENTS)]
+
+
 def test_it_counts_what_the_checkpoint_saw_beyond_a_cut_log_without_log_state(
         tmp_path: Path) -> None:
     """Without log.state the log cannot tell where it ended; the checkpoint can."""

@@ -7,12 +7,14 @@ import struct
 from pathlib import Path
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
+from channel_engine.log_loader import index_evidence_end as evidence_end
 from channel_engine.recovery import (
     DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
+    TRUNCATED,
 )
 
 CONFIG = LogConfig(segment_bytes=2048)
@@ -130,14 +132,15 @@ def test_a_repair_marker_makes_the_next_writable_open_check_every_crc(tmp_path: 
     second = struct.unpack_from(">i", data, 8)[0] + 12
     data[second + 70] ^= 0x01  # inside the records of the second batch: only a CRC sees it
     first.write_bytes(bytes(data))
-    with PartitionLog.open(tmp_path, CONFIG) as log:  # clean: trusted, the damage unseen
+    trusting = CONFIG.replace(verify_on_open=False)
+    with PartitionLog.open(tmp_path, trusting) as log:  # clean, unchecked: damage unseen
         assert not log.last_recovery.actions
     marker = tmp_path / "00000000000000000000.repair"
     marker.write_bytes(b"")
-    with PartitionLog.open(tmp_path, CONFIG, read_only=True) as reader:
+    with PartitionLog.open(tmp_path, trusting, read_only=True) as reader:
         assert [a.kind for a in reader.last_recovery.actions] == [DAMAGE_SPLIT]
     assert marker.exists()  # a reader writes nothing
-    with PartitionLog.open(tmp_path, CONFIG) as log:
+    with PartitionLog.open(tmp_path, trusting) as log:
         assert [a.kind for a in log.last_recovery.actions] == [DAMAGE_SPLIT]
         assert [(r.start, r.end) for r in log.take_new_losses()] == [(1, 2)]
     assert not marker.exists()
@@ -152,3 +155,92 @@ def test_files_kept_aside_survive_every_open(tmp_path: Path) -> None:
         with PartitionLog.open(tmp_path, CONFIG) as log:
             assert not log.last_recovery.actions and log.log_end_offset == 10
     assert all(path.read_bytes() == b"keep me" for path in kept)
+
+
+# -- damage an open must count: a clean log's bytes, and the active segment after a kill ---
+def last_batch(path: Path) -> tuple[int, int]:
+    """(position, size) of the last batch of a .log written by this module."""
+    data, position, last = path.read_bytes(), 0, (0, 0)
+    while position + 12 <= len(data) and any(data[position:position + 12]):
+        size = struct.unpack_from(">i", data, position + 8)[0] + 12
+        last, position = (position, size), position + size
+    return last
+
+
+def test_it_checks_every_crc_of_a_clean_log_at_open(tmp_path: Path) -> None:
+    write(tmp_path, 40).close()
+    first = sorted(tmp_path.glob("*.log"))[0]
+    data = bytearray(first.read_bytes())
+    second = struct.unpack_from(">i", data, 8)[0] + 12
+    data[second + 70] ^= 0x01  # inside the records of the second batch: only a CRC sees it
+    first.write_bytes(bytes(data))
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        assert [a.kind for a in log.last_recovery.actions] == [DAMAGE_SPLIT]
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(1, 2)]
+
+
+def test_it_counts_a_damaged_last_batch_after_a_kill_and_never_reuses_its_offsets(
+    tmp_path: Path,
+) -> None:
+    crash(write(tmp_path, 10))
+    active = sorted(tmp_path.glob("*.log"))[-1]
+    position, size = last_batch(active)
+    data = bytearray(active.read_bytes())
+    data[position + size - 3] ^= 0x10  # a complete batch, damaged: it was written whole
+    active.write_bytes(bytes(data))
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        [cut] = [a for a in log.last_recovery.actions if a.kind == TRUNCATED]
+        assert (cut.first_offset_lost, cut.next_offset_kept) == (9, 10)
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(9, 10)]
+        assert log.append([PendingEvent(b"new")]).first_offset == 10
+
+
+def test_it_counts_a_last_batch_whose_length_field_alone_is_damaged(tmp_path: Path) -> None:
+    crash(write(tmp_path, 10))
+    active = sorted(tmp_path.glob("*.log"))[-1]
+    position, _size = last_batch(active)
+    data = bytearray(active.read_bytes())
+    struct.pack_into(">i", data, position + 8, 0x7F00_0000)  # outside the CRC-32C
+    active.write_bytes(bytes(data))
+    with PartitionLog.open(tmp_path, CONFIG) as log:
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(9, 10)]
+        assert log.log_end_offset == 10
+
+
+def test_it_counts_offsets_the_active_index_names_past_a_cut_after_a_kill(
+    tmp_path: Path,
+) -> None:
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64)
+    crash(write(tmp_path, 30, config))
+    active = sorted(tmp_path.glob("*.log"))[-1]
+    index = active.with_suffix(".index").read_bytes()
+    relative, position = struct.unpack_from(">ii", index, len(index) - 8)
+    os.truncate(active, position - 7)  # the cut ends inside the batch before the entry's
+    assert evidence_end(tmp_path) == relative + 1
+    with PartitionLog.open(tmp_path, config) as log:
+        assert log.log_end_offset >= relative + 1
+        lost = log.take_new_losses()
+        assert lost and lost[-1].end >= relative + 1
+        assert log.append([PendingEvent(b"new")]).first_offset >= relative + 1
+
+
+def test_it_cuts_without_counting_a_torn_write_whose_lost_sectors_are_zeros(
+    tmp_path: Path,
+) -> None:
+    config = LogConfig(segment_bytes=1 << 20, preallocate=True)
+    log = PartitionLog.open(tmp_path, config)
+    for i in range(20):
+        log.append([PendingEvent(b"e%03d" % i * 12, timestamp=1_000 + i)])
+    log.append([PendingEvent(bytes(range(1, 256)) * 4)])  # spans a sector boundary
+    crash(log)
+    active = sorted(tmp_path.glob("*.log"))[-1]
+    position, size = last_batch(active)
+    boundary = (position // 512 + 1) * 512
+    assert position < boundary < position + size
+    with open(active, "r+b") as f:  # the sector after the boundary never reached the disk
+        f.seek(boundary)
+        f.write(bytes(min(512, position + size - boundary)))
+    with PartitionLog.open(tmp_path, config) as log:
+        [cut] = [a for a in log.last_recovery.actions if a.kind == TRUNCATED]
+        assert cut.first_offset_lost == 20 and cut.next_offset_kept is None
+        assert log.take_new_losses() == [] and log.log_end_offset == 20
