@@ -1,10 +1,11 @@
-"""Durable metadata writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Durable metadata writes: temp file in the same directory, fsync, rename, fsync the directory;
+and the durable rename that keeps a damaged or stray file aside (never deleting it)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from channel_engine.filenames import TMP_SUFFIX
+from channel_engine.filenames import TMP_SUFFIX, aside_path
 
 
 def fsync_directory(directory: Path) -> None:
@@ -33,3 +34,11 @@ def write_atomically(path: Path, data: bytes) -> None:
         if tmp.exists():
             tmp.unlink()
     fsync_directory(path.parent)
+
+
+def move_aside(path: Path, suffix: str) -> Path:
+    """Rename `path` to a free `<name><suffix>` beside it, durably; return the new path."""
+    target = aside_path(path, suffix)
+    os.rename(path, target)
+    fsync_directory(path.parent)
+    return target

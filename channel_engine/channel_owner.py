@@ -80,6 +80,7 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, put_batch
+from channel_engine.atomic_file import move_aside
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
@@ -98,13 +99,8 @@ from channel_engine.errors import (
     TransactionStateError,
 )
 from channel_engine.event import Event
-from channel_engine.home_files import (
-    DAMAGED_SUFFIX,
-    STRAY_SUFFIX,
-    find_strays,
-    move_aside,
-    not_regular,
-)
+from channel_engine.filenames import DAMAGED_SUFFIX, STRAY_SUFFIX
+from channel_engine.home_files import find_strays, not_regular
 from channel_engine.log import PartitionLog
 from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, deliverable
 from channel_engine.partition_queue import PartitionQueue

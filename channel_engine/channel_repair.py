@@ -56,18 +56,18 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal
-from channel_engine.atomic_file import fsync_directory, write_atomically
+from channel_engine.atomic_file import fsync_directory, move_aside, write_atomically
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_owner import ChannelOwner
 from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
-from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE
-from channel_engine.home_files import (
+from channel_engine.filenames import (
     DAMAGED_SUFFIX,
+    LOCK_FILE,
+    LOG_STATE_FILE,
     STRAY_SUFFIX,
     aside_path,
-    move_aside,
-    not_regular,
 )
+from channel_engine.home_files import not_regular
 from channel_engine.recovery import TRUNCATED
 from channel_engine.verify import HomeReport, check_config_file
 from channel_engine.verify import verify_home as _verify_home

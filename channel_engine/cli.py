@@ -46,8 +46,13 @@ from channel_engine.channel_owner import ChannelOwner
 from channel_engine.config import LogConfig
 from channel_engine.errors import ChannelEngineError, ConfigError
 from channel_engine.event import PendingEvent
-from channel_engine.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file
-from channel_engine.home_files import DAMAGED_SUFFIX
+from channel_engine.filenames import (
+    DAMAGED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_segment_file,
+)
 from channel_engine.log import PartitionLog
 from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader

@@ -80,6 +80,7 @@ import crc32c
 from channel_engine.atomic_file import fsync_directory
 from channel_engine.checkpoint import MAX_SEQUENCE
 from channel_engine.errors import CorruptRecordError, CorruptStateError
+from channel_engine.filenames import DAMAGED_SUFFIX
 
 MAGIC = b"WCJN"
 VERSION = 1
@@ -89,7 +90,6 @@ HEADER = struct.Struct(">4sB3xq")
 RECORD_HEAD = struct.Struct(">iI")
 RECORD_BODY = struct.Struct(">Bqi")
 ENTRY = struct.Struct(">iqq")
-DAMAGED_SUFFIX = ".damaged"
 assert HEADER.size == 16 and RECORD_HEAD.size == 8 and RECORD_BODY.size == 13
 assert ENTRY.size == 20
 

@@ -11,6 +11,7 @@ Names the engine writes besides segments: `log.state`, `.lock`, `*.tmp` and
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -19,7 +20,8 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
-DAMAGED_SUFFIX = ".damaged-"   # <base>.log.damaged-<position>[.<n>]: damaged bytes, kept
+DAMAGED_SUFFIX = ".damaged"    # a damaged original kept: <name>.damaged, or
+                               # <name>.damaged-<tag> (<base>.log.damaged-<position>)
 STRAY_SUFFIX = ".stray"        # a file the engine did not write, moved aside, kept
 REPAIR_SUFFIX = ".repair"      # <base>.repair: CRC-walk that segment at the next writable open
 
@@ -50,7 +52,16 @@ def parse_segment_file(name: str) -> tuple[int, str] | None:
 
 def is_kept_aside(name: str) -> bool:
     """True for the names of files the engine keeps but never loads (damaged bytes, strays)."""
-    return name.endswith(STRAY_SUFFIX) or DAMAGED_SUFFIX in name
+    return name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)) or f"{DAMAGED_SUFFIX}-" in name
+
+
+def aside_path(path: Path, suffix: str) -> Path:
+    """A free name beside `path` ending in `suffix` (never an earlier kept file's)."""
+    target = path.with_name(path.name + suffix)
+    n = 1
+    while os.path.lexists(target):
+        target, n = path.with_name(f"{path.name}.{n}{suffix}"), n + 1
+    return target
 
 
 def parse_repair_marker(name: str) -> int | None:

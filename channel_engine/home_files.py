@@ -25,16 +25,13 @@ from pathlib import Path
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal
-from channel_engine.atomic_file import fsync_directory
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.filenames import LOCK_FILE, TMP_SUFFIX
+from channel_engine.filenames import LOCK_FILE, TMP_SUFFIX, is_kept_aside
 from channel_engine.owner_protocol import SOCKET_NAME
 
 LOSSES_FILE = "losses.json"
 HOME_FILES = frozenset({CONFIG_FILE, checkpoint_file.FILE_NAME, LOCK_FILE, SOCKET_NAME,
                         LOSSES_FILE, "export.id", "export.lock", "export-run.lock"})
-DAMAGED_SUFFIX = ".damaged"  # a damaged original kept aside
-STRAY_SUFFIX = ".stray"  # a file the engine did not write, moved aside
 
 
 @dataclass
@@ -45,14 +42,9 @@ class HomeStrays:
     notes: list[str] = field(default_factory=list)  # kept-aside files, our .tmp, foreign dirs
 
 
-def kept_aside(name: str) -> bool:
-    """A damaged original or a stray kept aside (`.damaged`, `.damaged-<tag>`, `.stray`)."""
-    return name.endswith((DAMAGED_SUFFIX, STRAY_SUFFIX)) or f"{DAMAGED_SUFFIX}-" in name
-
-
 def is_ours(name: str) -> bool:
     """Is `name` a file the engine writes in a home (or keeps aside)?"""
-    return name in HOME_FILES or commit_journal.is_journal_name(name) or kept_aside(name)
+    return name in HOME_FILES or commit_journal.is_journal_name(name) or is_kept_aside(name)
 
 
 def find_strays(home: Path, config: ChannelConfig | None) -> HomeStrays:
@@ -63,7 +55,7 @@ def find_strays(home: Path, config: ChannelConfig | None) -> HomeStrays:
         path = home / name
         if name in HOME_FILES or commit_journal.is_journal_name(name) or path.resolve() in ours:
             continue
-        if kept_aside(name):
+        if is_kept_aside(name):
             found.notes.append(f"{path}: kept aside by an earlier recover or open")
         elif name.endswith(TMP_SUFFIX) and is_ours(name[: -len(TMP_SUFFIX)]):
             found.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
@@ -84,23 +76,6 @@ def not_regular(config: ChannelConfig) -> list[Path]:
     if config.use_dual_checkpoints and config.backup_checkpoint_dir:
         places.append(Path(config.backup_checkpoint_dir) / checkpoint_file.FILE_NAME)
     return [p for p in places if os.path.lexists(p) and not p.is_file()]
-
-
-def aside_path(path: Path, suffix: str) -> Path:
-    """A free name beside `path` ending in `suffix` (never overwriting an earlier one)."""
-    target = path.with_name(path.name + suffix)
-    n = 1
-    while target.exists() or target.is_symlink():
-        target, n = path.with_name(f"{path.name}.{n}{suffix}"), n + 1
-    return target
-
-
-def move_aside(path: Path, suffix: str) -> Path:
-    """Rename `path` to a free `<name><suffix>` beside it, durably; return the new path."""
-    target = aside_path(path, suffix)
-    os.rename(path, target)
-    fsync_directory(path.parent)
-    return target
 
 
 def _our_directories(config: ChannelConfig | None) -> set[Path]:

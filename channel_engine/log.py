@@ -244,6 +244,8 @@ class PartitionLog:
     def take_new_losses(self) -> list[LostRange]:
         """Offset ranges found lost (at open, or by a read that met damage) since the last
         call; the caller (the channel) owns them from here: queue, count, ledger."""
+        if not self._new_losses:  # the take path asks often; a loss is rare: no lock then
+            return []
         with self._lock:
             losses, self._new_losses = self._new_losses, []
         return losses

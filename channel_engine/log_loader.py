@@ -91,7 +91,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from channel_engine import log_state
-from channel_engine.atomic_file import fsync_directory
+from channel_engine.atomic_file import fsync_directory, move_aside
 from channel_engine.config import LogConfig
 from channel_engine.errors import CorruptStateError
 from channel_engine.filenames import (
@@ -352,11 +352,7 @@ def _move_aside(path: Path, why: str, writable: bool, report: RecoveryReport) ->
     if not writable:
         report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; ignored (read-only open)"))
         return
-    target, n = path.with_name(path.name + STRAY_SUFFIX), 1
-    while os.path.lexists(target):
-        target, n = path.with_name(f"{path.name}{STRAY_SUFFIX}.{n}"), n + 1
-    os.rename(path, target)
-    fsync_directory(path.parent)
+    target = move_aside(path, STRAY_SUFFIX)
     report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; moved to {target.name}"))
 
 

@@ -63,6 +63,7 @@ from channel_engine.atomic_file import write_atomically
 from channel_engine.checkpoint import Range
 from channel_engine.errors import StorageError
 from channel_engine.event import Event
+from channel_engine.filenames import DAMAGED_SUFFIX
 from channel_engine.recovery import LostRange
 
 LEDGER_FILE = "losses.json"
@@ -70,7 +71,6 @@ FORMAT = "weir-loss-ledger"
 VERSION = 1
 LEDGER_PARTITION = -1  # a record about the ledger itself
 JOURNAL_PARTITION = -2  # a record about a commit journal whose content is unknown
-DAMAGED_SUFFIX = ".damaged-"
 
 
 @dataclass
@@ -163,7 +163,7 @@ class LossLedger:
     def _move_aside(self, now_ms: int) -> str:
         if not self.writable or not os.path.lexists(self.path):
             return ""
-        aside = self.path.with_name(f"{self.path.name}{DAMAGED_SUFFIX}{now_ms}")
+        aside = self.path.with_name(f"{self.path.name}{DAMAGED_SUFFIX}-{now_ms}")
         try:
             os.rename(self.path, aside)
         except OSError as exc:

@@ -425,7 +425,7 @@ class LogSegment:
     def _copy_out(self, start: int, end: int, target: Path) -> Path:
         """Write bytes [start, end) of this file to `target` durably (temp name, fsync,
         rename, directory fsync); a damaged copy never replaces a different older one."""
-        if target.name.startswith(self.log_path.name + DAMAGED_SUFFIX):
+        if target.name.startswith(f"{self.log_path.name}{DAMAGED_SUFFIX}-"):
             first, n = target, 1
             while target.exists():
                 if _same_bytes(target, self._fd, start, end):
@@ -1073,7 +1073,7 @@ def data_end_of(buf: BytesLike, start: int, limit: int) -> int:
 
 def damaged_file(log_path: Path, position: int) -> Path:
     """Where the damaged bytes found at `position` of a .log are kept."""
-    return log_path.with_name(f"{log_path.name}{DAMAGED_SUFFIX}{position}")
+    return log_path.with_name(f"{log_path.name}{DAMAGED_SUFFIX}-{position}")
 
 
 def _same_bytes(path: Path, fd: int, start: int, end: int) -> bool:

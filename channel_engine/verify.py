@@ -66,13 +66,13 @@ from channel_engine.filenames import (
     INDEX_SUFFIX,
     LOG_STATE_FILE,
     LOG_SUFFIX,
+    STRAY_SUFFIX,
     TIME_INDEX_SUFFIX,
     is_kept_aside,
     parse_repair_marker,
     parse_segment_file,
     segment_file,
 )
-from channel_engine.home_files import STRAY_SUFFIX
 from channel_engine.log_loader import (
     empty_last_reason,
     is_empty_segment,

@@ -9,7 +9,8 @@ from channel_helpers import make_config
 
 from channel_engine import Channel, ChannelConfig, ConfigError
 from channel_engine.channel_repair import repair
-from channel_engine.home_files import find_strays, kept_aside, not_regular
+from channel_engine.filenames import is_kept_aside as kept_aside
+from channel_engine.home_files import find_strays, not_regular
 from channel_engine.verify import verify_channel
 
 
