@@ -41,3 +41,22 @@ def crash(channel: Channel) -> None:
         owner._lock_fd = -1
     owner._closing = owner._closed = True
     channel._closed = True
+
+
+def crashed_channel(tmp_path: Path, **settings: Any) -> ChannelConfig:
+    """A two-partition channel whose owner died before any checkpoint after its open: 12
+    events in one journalled two-partition put, three journalled take commits of 2 events
+    each, then a put of 4 more over both partitions (16 put in all)."""
+    config = make_config(tmp_path, partitions=2, **settings)
+    channel = Channel.open(config)
+    with channel.put() as tx:
+        for i in range(12):
+            tx.put(f"e{i}".encode(), key=str(i).encode())
+    for _ in range(3):
+        with channel.take() as tx:
+            assert len(tx.take(2)) == 2
+    with channel.put() as tx:
+        for i in range(4):
+            tx.put(f"late{i}".encode(), key=str(i).encode())
+    crash(channel)
+    return config

@@ -6,10 +6,9 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from channel_helpers import crash, make_config
+from channel_helpers import crashed_channel, make_config
 
 from channel_engine import Channel, ChannelConfig, CorruptRecordError
 from channel_engine import commit_journal as cj
@@ -22,25 +21,6 @@ from channel_engine.verify import verify_channel
 def run(*argv: str, config: ChannelConfig | None = None) -> tuple[int, str]:
     out = io.StringIO()
     return main(list(argv), out=out, config=config), out.getvalue()
-
-
-def crashed_channel(tmp_path: Path, **settings: Any) -> ChannelConfig:
-    """12 events put in one two-partition put (a journalled put commit), three journalled
-    take commits of 2 events each, a put of 4 more over both partitions; then the owner
-    dies before any checkpoint."""
-    config = make_config(tmp_path, partitions=2, **settings)
-    channel = Channel.open(config)
-    with channel.put() as tx:
-        for i in range(12):
-            tx.put(f"e{i}".encode(), key=str(i).encode())
-    for _ in range(3):
-        with channel.take() as tx:
-            tx.take(2)
-    with channel.put() as tx:
-        for i in range(4):
-            tx.put(f"late{i}".encode(), key=str(i).encode())
-    crash(channel)
-    return config
 
 
 def journal(config: ChannelConfig) -> Path:

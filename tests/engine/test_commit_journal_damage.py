@@ -9,10 +9,9 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from channel_helpers import crash, make_config
+from channel_helpers import crashed_channel, make_config
 
 from channel_engine import Channel, ChannelConfig
 from channel_engine import commit_journal as cj
@@ -27,24 +26,6 @@ TAKEN = 6  # of them taken and committed (journalled after the last checkpoint)
 def run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     return main(list(argv), out=out), out.getvalue()
-
-
-def crashed_channel(tmp_path: Path, **settings: Any) -> ChannelConfig:
-    """16 events put (one journalled two-partition put of 12, one of 4), three journalled
-    take commits of 2 events each after the open's checkpoint; then the owner dies."""
-    config = make_config(tmp_path, partitions=2, **settings)
-    channel = Channel.open(config)
-    with channel.put() as tx:
-        for i in range(12):
-            tx.put(f"e{i}".encode(), key=str(i).encode())
-    for _ in range(3):
-        with channel.take() as tx:
-            assert len(tx.take(2)) == 2
-    with channel.put() as tx:
-        for i in range(4):
-            tx.put(f"late{i}".encode(), key=str(i).encode())
-    crash(channel)
-    return config
 
 
 def checkpoint_journal(config: ChannelConfig) -> Path:
