@@ -35,7 +35,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "appliance.request_id.RequestIdMiddleware",  # first: every answer and log line has the id
     "django.middleware.security.SecurityMiddleware",
+    "appliance.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the UI's and Swagger's assets, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -46,6 +48,46 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "appliance.urls"
+
+# Content-Security-Policy of every answer (appliance/csp.py; Django 6's setting name and
+# shape). The UI's script is its own files only (appliance/static/weir/): no inline script,
+# no inline event handler, no eval; nothing may frame the UI, plug in or change its base.
+# No page of the UI has inline style either. data: images are Swagger UI's icons.
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "frame-ancestors": ["'none'"],
+    "form-action": ["'self'"],
+}
+# DRF's browsable API and the Swagger UI (third-party pages) use style attributes and
+# <style> blocks: inline style (never script) is allowed under these paths.
+WEIR_CSP_INLINE_STYLE_PATHS = ("/api/",)
+
+# One line a record on stderr, with the request's id (appliance/request_id.py): gunicorn
+# and Celery write it to $WEIR_VAR_DIR/log/<process>.log under scripts/run.sh. Every 5xx
+# is logged by django.request (with its traceback when an exception caused it); 4xx
+# answers are not logged (a client's bad requests must not fill the disk).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "appliance.request_id.RequestIdFilter"}},
+    "formatters": {"weir": {
+        "format": "%(asctime)s %(levelname)s %(name)s [request %(request_id)s] %(message)s",
+    }},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "filters": ["request_id"],
+                            "formatter": "weir"}},
+    "root": {"handlers": ["stderr"], "level": "INFO"},
+    "loggers": {
+        # Django's own handlers (console only when DEBUG, mail to no ADMINS) dropped: its
+        # records go to the root's handler like everyone's.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.request": {"level": "ERROR"},
+    },
+}
 WSGI_APPLICATION = "appliance.wsgi.application"
 
 TEMPLATES = [

@@ -1,7 +1,7 @@
 """URL routes of the appliance."""
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from appliance import views
 from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
@@ -11,6 +11,9 @@ from appliance.manage_channels import ChannelsView, ChannelView
 from appliance.metrics import MetricsView
 from appliance.produce import ProduceView
 from appliance.segment_stream import BatchesView
+
+# Any uncaught exception: logged with its traceback by Django, answered naming the request id.
+handler500 = "appliance.request_id.server_error"
 
 urlpatterns = [
     path("health", views.health, name="health"),
@@ -32,6 +35,8 @@ urlpatterns = [
          name="losses-acknowledge"),
     path("api/v1/runs", RunsView.as_view(), name="runs"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # the split view serves Swagger UI's start-up script as a file: no inline script (CSP)
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"),
+         name="swagger-ui"),
     path("", include("appliance.ui.urls")),
 ]

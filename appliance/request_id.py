@@ -1,0 +1,107 @@
+"""Request ids and server errors: every request has an id, every log line of it carries the
+id, every answer names it, and every 500 is logged with its traceback.
+
+RequestIdMiddleware (first in MIDDLEWARE, so it wraps every other one) keeps a well-formed
+incoming `X-Request-ID` (1-128 characters of A-Z a-z 0-9 . _ : -, such as nginx's
+$request_id or a load balancer's) or makes one (32 hex digits). The id is
+`request.request_id`, the context variable `current()` of the request's thread while it is
+handled, and the `X-Request-ID` header of every answer. A 5xx answer whose body is a JSON
+object gets `"request_id"` added (the API's `{"error": ...}` answers keep their shape).
+
+RequestIdFilter puts `request_id` on every log record ("-" outside a request) for LOGGING's
+formatter (appliance/settings.py: one line a record, to stderr, which gunicorn and Celery
+write to $WEIR_VAR_DIR/log/<process>.log under scripts/run.sh).
+
+server_error is Django's handler500. Any exception a view (DRF's too: its exception handler
+leaves non-API exceptions to Django), a middleware or a template raises reaches it after
+Django has logged it with its traceback on the `django.request` logger. It answers
+`{"error": "internal error", "request_id": ...}` as JSON under /api/ and a plain page naming
+the id elsewhere, built without templates so that a broken template cannot break it.
+"""
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
+from django.utils.html import escape
+
+HEADER = "X-Request-ID"
+_WELL_FORMED = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_current: contextvars.ContextVar[str] = contextvars.ContextVar("weir_request_id", default="-")
+
+
+def current() -> str:
+    """The id of the request this thread is handling, or "-"."""
+    return _current.get()
+
+
+def request_id_of(incoming: str | None) -> str:
+    """The incoming id when well-formed, else a new one."""
+    if incoming and _WELL_FORMED.fullmatch(incoming):
+        return incoming
+    return uuid.uuid4().hex
+
+
+class RequestIdMiddleware:
+    """Gives each request its id and returns it on every answer (see the module doc)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        """Handle the request with its id set; name the id on the answer."""
+        rid = request_id_of(request.headers.get(HEADER))
+        request.request_id = rid  # type: ignore[attr-defined]
+        token = _current.set(rid)
+        try:
+            response = self.get_response(request)
+        finally:
+            _current.reset(token)
+        response[HEADER] = rid
+        if response.status_code >= 500:
+            _name_in_json_body(response, rid)
+        return response
+
+
+def _name_in_json_body(response: HttpResponse, rid: str) -> None:
+    """Add "request_id" to a JSON object body (a 503 of the API, say)."""
+    if response.streaming or response.get("Content-Type", "").split(";")[0] != \
+            "application/json":
+        return
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return
+    if not isinstance(body, dict) or "request_id" in body:
+        return
+    body["request_id"] = rid
+    response.content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    if response.has_header("Content-Length"):
+        response["Content-Length"] = str(len(response.content))
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request id on every record as `request_id`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Add the id; never drops a record."""
+        record.request_id = _current.get()
+        return True
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: JSON naming the request id under /api/, a plain page elsewhere."""
+    rid = getattr(request, "request_id", None) or current()
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "internal error", "request_id": rid}, status=500)
+    return HttpResponseServerError(
+        '<!doctype html><html lang="en"><meta charset="utf-8"><title>Server error · Weir'
+        "</title><h1>Server error</h1><p>The server failed to answer this request. It is "
+        f"logged with its traceback under request id <code id=\"request-id\">{escape(rid)}"
+        "</code>: give that id to whoever runs this appliance.</p></html>",
+        content_type="text/html; charset=utf-8")
