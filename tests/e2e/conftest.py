@@ -81,6 +81,26 @@ def shot(page: Page, request: pytest.FixtureRequest) -> Shots:
     return Shots(page, request.node.name)
 
 
+# Every Content-Security-Policy violation of every document the page loads: the listener is
+# installed before any of the page's own script runs, and reports through a binding that
+# outlives navigations.
+REPORT_VIOLATIONS = """document.addEventListener("securitypolicyviolation", (e) =>
+    window.weirCspViolation({directive: e.effectiveDirective, blocked: e.blockedURI,
+                             sample: e.sample, url: document.URL}));"""
+
+
+@pytest.fixture()
+def csp_violations(page: Page) -> list[dict[str, Any]]:
+    """What the browser refused under the CSP while the test ran: securitypolicyviolation
+    events and console errors naming the Content Security Policy."""
+    seen: list[dict[str, Any]] = []
+    page.context.expose_binding("weirCspViolation", lambda source, v: seen.append(v))
+    page.context.add_init_script(REPORT_VIOLATIONS)
+    page.on("console", lambda message: seen.append({"console": message.text})
+            if "Content Security Policy" in message.text else None)
+    return seen
+
+
 def login(page: Page, base: str, user: str = "ops") -> None:
     """Log in through the login form."""
     page.goto(f"{base}/login/")

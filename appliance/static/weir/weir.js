@@ -2,7 +2,10 @@
  * - [data-refresh]: fetch the URL every data-refresh-ms and swap the element's contents
  *   (server-rendered HTML; paused while the tab is hidden; a failed fetch keeps the last
  *   contents and marks them stale).
- * - form[data-confirm]: ask before a destructive POST.
+ * - form[data-confirm]: ask before a destructive POST (one listener on the document, so
+ *   forms inside a part that refreshed itself ask too).
+ * No inline script or event handler anywhere: the Content-Security-Policy allows script
+ * from files only (appliance/csp.py).
  */
 (function () {
   "use strict";
@@ -35,10 +38,12 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-refresh]").forEach(refresh);
-    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-      form.addEventListener("submit", function (event) {
-        if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
-      });
-    });
+  });
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.matches("form[data-confirm]") && !window.confirm(form.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
   });
 })();
