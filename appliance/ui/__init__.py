@@ -1,6 +1,7 @@
 """The admin UI: server-rendered pages for operators (Django templates in templates/ui/,
 assets in appliance/static/weir/, no CDN). Every page needs a staff login; every action
-is a POST with CSRF.
+is a POST with CSRF. No template holds inline script, event handlers or style: the
+Content-Security-Policy (appliance/csp.py) allows script from those files only.
 
     page / action                       module      what
     ----------------------------------  ----------  --------------------------------------
