@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import logging.config
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
@@ -84,7 +86,11 @@ def urls(settings: Any) -> None:
 @pytest.fixture()
 def log_output() -> Iterator[io.StringIO]:
     """What LOGGING's stderr handler writes during the test (its format and filter)."""
-    handler = next(h for h in logging.getLogger().handlers if h.name == "stderr")
+    handlers = [h for h in logging.getLogger().handlers if h.name == "stderr"]
+    if not handlers:  # a Celery worker of an earlier test module took over the root logger
+        logging.config.dictConfig(django_settings.LOGGING)  # as django.setup() does
+        handlers = [h for h in logging.getLogger().handlers if h.name == "stderr"]
+    handler = handlers[0]
     out = io.StringIO()
     old = handler.setStream(out)
     yield out
