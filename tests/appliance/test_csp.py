@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from appliance_helpers import channel_row
 from django.contrib.auth.models import User
-from django.test import Client
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, RequestFactory
 
-from appliance.csp import policy_for
+from appliance.csp import ContentSecurityPolicyMiddleware, policy_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
@@ -89,3 +90,13 @@ def test_it_keeps_every_template_free_of_inline_script_and_style(template: Path)
     text = template.read_text()
     for pattern, what in INLINE:
         assert not re.search(pattern, text, re.IGNORECASE), f"{template.name} has {what}"
+
+
+def test_it_keeps_a_policy_an_answer_already_has() -> None:
+    def own_policy(request: HttpRequest) -> HttpResponse:
+        response = HttpResponse("x")
+        response["Content-Security-Policy"] = "default-src 'none'"
+        return response
+    middleware = ContentSecurityPolicyMiddleware(own_policy)
+    assert middleware(RequestFactory().get("/"))["Content-Security-Policy"] == \
+        "default-src 'none'"
