@@ -340,24 +340,7 @@ class Supervisor:
         config = self.config
         for sub in ("log", "run"):
             (config.var_dir / sub).mkdir(parents=True, exist_ok=True)
-        nginx = None
-        if config.front == "nginx":
-            nginx = front.nginx_binary()
-            if nginx is None:
-                raise Failed("nginx is not installed: it is the front that keeps slow clients "
-                             "from holding gunicorn's threads (scripts/run.sh installs Debian's "
-                             "package: apt-get install nginx). WEIR_FRONT=none serves gunicorn "
-                             "directly, without that defence.")
-            config.web_socket.parent.mkdir(mode=0o700, exist_ok=True)
-            config.web_socket.parent.chmod(0o700)
-            bind = f"unix:{config.web_socket}"
-        else:
-            say(f"WEIR_FRONT=none: gunicorn serves {config.bind} itself — no defence against "
-                "slow clients and no per-token limit unless a front of your own provides them")
-            bind = config.bind
-        if config.max_in_flight >= 2 * config.web_workers and nginx is not None:
-            say(f"note: WEIR_TOKEN_MAX_IN_FLIGHT={config.max_in_flight} lets one token hold "
-                f"all {2 * config.web_workers} web threads")
+        bind = self._web_bind()
         tcp_proxies = ",".join(p for p in config.trusted_proxies if p != UNIX_PEER)
         self._spawn("web", [sys.executable, "-m", "gunicorn", "appliance.wsgi", "--bind", bind,
                             "--workers", str(config.web_workers), "--threads", "2",
@@ -366,7 +349,7 @@ class Supervisor:
                             "--forwarded-allow-ips", tcp_proxies,
                             # its own, not the one shared default (~/.gunicorn/gunicorn.ctl)
                             "--control-socket", str(config.var_dir / "run" / "gunicorn.ctl")])
-        if nginx is not None:
+        if config.front == "nginx":
             self._wait_for("gunicorn listens on its socket", HEALTH_TIMEOUT_S,
                            lambda: unix_socket_answers(config.web_socket))
             self._spawn("nginx", [sys.executable, "-m", "appliance.front",
@@ -376,6 +359,27 @@ class Supervisor:
                                   "--max-in-flight", str(config.max_in_flight)])
         self._wait_for("Weir answers on /health", HEALTH_TIMEOUT_S,
                        lambda: http_ok(f"{config.url}/health"))
+
+    def _web_bind(self) -> str:
+        """Where gunicorn listens: its socket behind nginx, else WEIR_BIND (Failed when
+        nginx is asked for but not installed: no silent fallback to no front)."""
+        config = self.config
+        if config.front != "nginx":
+            say(f"WEIR_FRONT={config.front}: gunicorn serves {config.bind} itself — no defence "
+                "against slow clients and no per-token limit unless a front of your own "
+                "provides them")
+            return config.bind
+        if front.nginx_binary() is None:
+            raise Failed("nginx is not installed: it is the front that keeps slow clients "
+                         "from holding gunicorn's threads (scripts/run.sh installs Debian's "
+                         "package: apt-get install nginx). WEIR_FRONT=none serves gunicorn "
+                         "directly, without that defence.")
+        if config.max_in_flight >= 2 * config.web_workers:
+            say(f"note: WEIR_TOKEN_MAX_IN_FLIGHT={config.max_in_flight} lets one token hold "
+                f"all {2 * config.web_workers} web threads")
+        config.web_socket.parent.mkdir(mode=0o700, exist_ok=True)
+        config.web_socket.parent.chmod(0o700)  # only this user reaches gunicorn: no bypass
+        return f"unix:{config.web_socket}"
 
     @staticmethod
     def _worker(name: str, queue: str, concurrency: int) -> list[str]:
