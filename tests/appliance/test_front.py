@@ -169,3 +169,24 @@ def test_it_refuses_to_start_without_nginx_unless_told(
     with pytest.raises(Failed, match="nginx is not installed.*WEIR_FRONT=none"):
         supervisor.start_web()
     assert supervisor.children == []  # not even gunicorn
+
+
+@pytest.mark.slow
+def test_it_drops_a_client_whose_header_takes_longer_than_the_timeout(server: Server) -> None:
+    began = time.monotonic()
+    with connect(server) as sock:
+        sock.settimeout(1.0)
+        sock.sendall(f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode())
+        while True:  # a header line a second: each on time, the whole header never
+            assert time.monotonic() - began < front.CLIENT_HEADER_TIMEOUT_S + 5
+            try:
+                if sock.recv(1024) == b"":
+                    break
+            except TimeoutError:
+                try:
+                    sock.sendall(b"X-Slow: 1\r\n")
+                except (ConnectionResetError, BrokenPipeError):
+                    break
+            except ConnectionResetError:  # reset_timedout_connection: dropped with a RST
+                break
+    assert time.monotonic() - began >= front.CLIENT_HEADER_TIMEOUT_S - 0.5
