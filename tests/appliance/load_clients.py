@@ -7,15 +7,15 @@ up after a stall); a request failing or taking over REQUEST_TIMEOUT_S counts as 
 Their rate is the requests answered 200 per second, from their start until the last
 answer (a producer that stalled and caught up afterwards took longer); p99 their latency.
 
-The attack (`python tests/appliance/load_clients.py HOST PORT GREEDY_KEY SLOW_KEYS SECONDS`,
+The attack (`python tests/appliance/load_clients.py HOST PORT GREEDY_KEY SLOW_KEYS SECONDS [PAUSE]`,
 asyncio, bounded by SECONDS; prints "ready" once every connection is open, then one JSON
 line of counts when done):
   * slow headers: connections sending one header line a second, never ending the header
     (reconnecting when dropped);
   * slow bodies: produce requests with a whole header (a token of their own each) and a
     Content-Length of 100 kB, sending ten bytes a second;
-  * greedy: one token, 1,000 requests in parallel, each sent again GREEDY_PAUSE_S after
-    its answer (whatever it was) — a thousand in flight whenever the server lets them.
+  * greedy: one token, 1,000 requests in parallel, each sent again PAUSE (GREEDY_PAUSE_S)
+    after its answer (whatever it was) — a thousand in flight whenever the server lets them.
 Everything stays on 127.0.0.1.
 """
 from __future__ import annotations
@@ -121,8 +121,9 @@ class Attack:
     """The attack's connections and what they saw."""
 
     def __init__(self, host: str, port: int, greedy_key: str, slow_keys: list[str],
-                 seconds: float) -> None:
+                 seconds: float, greedy_pause_s: float = GREEDY_PAUSE_S) -> None:
         self.host, self.port = host, port
+        self.greedy_pause_s = greedy_pause_s
         self.greedy_key, self.slow_keys = greedy_key, slow_keys
         self.stop_at = time.monotonic() + seconds
         self.counts: Counter[str] = Counter()
@@ -198,7 +199,7 @@ class Attack:
                 if writer is not None:
                     writer.close()
                 writer = None
-            await asyncio.sleep(min(GREEDY_PAUSE_S, max(0.0, self.left())))
+            await asyncio.sleep(min(self.greedy_pause_s, max(0.0, self.left())))
         if writer is not None:
             writer.close()
 
@@ -228,11 +229,13 @@ class Attack:
 
 
 def main(argv: list[str]) -> int:
-    """The attack's process: HOST PORT GREEDY_KEY SLOW_KEYS(comma-separated) SECONDS."""
-    host, port, greedy_key, slow_keys, seconds = argv
+    """The attack's process: HOST PORT GREEDY_KEY SLOW_KEYS(comma-separated) SECONDS
+    [GREEDY_PAUSE_S]."""
+    host, port, greedy_key, slow_keys, seconds = argv[:5]
+    pause = float(argv[5]) if len(argv) > 5 else GREEDY_PAUSE_S
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
-    attack = Attack(host, int(port), greedy_key, slow_keys.split(","), float(seconds))
+    attack = Attack(host, int(port), greedy_key, slow_keys.split(","), float(seconds), pause)
     print(json.dumps(asyncio.run(attack.run())), flush=True)
     return 0
 

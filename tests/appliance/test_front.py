@@ -4,8 +4,9 @@ Against one real appliance (gunicorn, 3 workers x 2 threads, behind nginx with
 WEIR_TOKEN_MAX_IN_FLIGHT=2): a token's requests beyond the limit answer 429 with
 Retry-After in DRF's shape while other tokens are served; slow clients — more than gunicorn
 has threads — do not delay anyone; a chunked body reaches Django whole; a body over the
-produce limit is refused before it is read. Then the config itself, and the supervisor's
-refusal to start without nginx. The load test is test_slow_clients.py.
+produce limit is refused before it is read. Then the config itself, the supervisor's
+refusal to start without nginx, and (slow) WEIR_FRONT=none and the header timeout. The load
+test is test_slow_clients.py.
 """
 from __future__ import annotations
 
@@ -190,3 +191,13 @@ def test_it_drops_a_client_whose_header_takes_longer_than_the_timeout(server: Se
             except ConnectionResetError:  # reset_timedout_connection: dropped with a RST
                 break
     assert time.monotonic() - began >= front.CLIENT_HEADER_TIMEOUT_S - 0.5
+
+
+@pytest.mark.slow  # a second appliance: ~8 s on a busy machine
+def test_it_serves_gunicorn_directly_only_when_told(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with web_server(tmp_path, ["p"], kind="none") as direct:
+        assert [child.name for child in direct.supervisor.children] == ["web"]
+        status, _, body = produce(direct, f"Bearer {direct.tokens['p']}")
+        assert status == 200, body
+    assert "WEIR_FRONT=none: gunicorn serves" in capsys.readouterr().out
