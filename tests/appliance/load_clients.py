@@ -195,7 +195,8 @@ class Attack:
                     writer = None
             except (TimeoutError, OSError, asyncio.IncompleteReadError,
                     asyncio.LimitOverrunError, IndexError, ValueError) as exc:
-                self.counts[f"greedy_{type(exc).__name__}"] += 1
+                ended = self.left() <= 0  # cut off by the end of the run, not the server
+                self.counts[f"greedy_{'unanswered_at_end' if ended else type(exc).__name__}"] += 1
                 if writer is not None:
                     writer.close()
                 writer = None
