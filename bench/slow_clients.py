@@ -2,7 +2,7 @@
 (nginx, appliance/front.py) as scripts/run.sh starts it, and without it for contrast.
 
     .venv/bin/python bench/slow_clients.py [--seconds 6] [--modes nginx,nginx-nolimit,none]
-                                           [--greedy-pause 1.0]
+                                           [--greedy-pause 1.0] [--greedy 1000]
 
 Each mode starts its own appliance (gunicorn, 3 workers x 2 threads, through the
 supervisor's code; a channel with policy durability) on 127.0.0.1, measures 4 paced
@@ -27,14 +27,14 @@ HELPERS = ROOT / "tests" / "appliance"
 sys.path[:0] = [str(ROOT), str(HELPERS)]
 
 from front_helpers import web_server  # noqa: E402
-from load_clients import GREEDY_PAUSE_S, SLOW_BODIES, measure  # noqa: E402
+from load_clients import GREEDY, GREEDY_PAUSE_S, SLOW_BODIES, measure  # noqa: E402
 
 MODES = {"nginx": ("nginx", 4), "nginx-nolimit": ("nginx", 0), "none": ("none", 4)}
 NORMAL = [f"normal-{i}" for i in range(4)]
 SLOW = [f"slow-{i}" for i in range(SLOW_BODIES)]
 
 
-def run_mode(mode: str, seconds: float, pause: float) -> None:
+def run_mode(mode: str, seconds: float, pause: float, greedy: int) -> None:
     """Start an appliance in `mode`, measure unloaded then attacked, print both."""
     kind, limit = MODES[mode]
     with tempfile.TemporaryDirectory(prefix="weir-bench-") as tmp, \
@@ -45,14 +45,15 @@ def run_mode(mode: str, seconds: float, pause: float) -> None:
         attack = subprocess.Popen(
             [sys.executable, str(HELPERS / "load_clients.py"), "127.0.0.1", str(server.port),
              server.tokens["greedy"], ",".join(server.tokens[n] for n in SLOW),
-             str(seconds + 2), str(pause)], stdout=subprocess.PIPE, text=True)
+             str(seconds + 2), str(pause), str(greedy)], stdout=subprocess.PIPE, text=True)
         assert attack.stdout is not None
         ready = attack.stdout.readline().strip()
         loaded = measure("127.0.0.1", server.port, keys, seconds)
         out, _ = attack.communicate(timeout=60)
     seen = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
     kept = loaded.rate / base.rate * 100 if base.rate else 0.0
-    print(f"== {mode}: {kind} front, per-token limit {limit or 'off'}, greedy pause {pause} s")
+    print(f"== {mode}: {kind} front, per-token limit {limit or 'off'}; {greedy} greedy "
+          f"requests, pause {pause} s")
     print(f"   unloaded  {base.line()}")
     print(f"   attacked  {loaded.line()}  -> {kept:.0f} % of the unloaded rate")
     print(f"   attack ({ready or 'never ready'}): {seen}", flush=True)
@@ -66,9 +67,11 @@ def main() -> int:
                         help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--greedy-pause", type=float, default=GREEDY_PAUSE_S,
                         help="seconds each greedy request waits after its answer")
+    parser.add_argument("--greedy", type=int, default=GREEDY,
+                        help="the greedy token's parallel requests (0: slow clients only)")
     args = parser.parse_args()
     for mode in args.modes.split(","):
-        run_mode(mode.strip(), args.seconds, args.greedy_pause)
+        run_mode(mode.strip(), args.seconds, args.greedy_pause, args.greedy)
     return 0
 
 

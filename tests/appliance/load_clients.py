@@ -7,9 +7,11 @@ up after a stall); a request failing or taking over REQUEST_TIMEOUT_S counts as 
 Their rate is the requests answered 200 per second, from their start until the last
 answer (a producer that stalled and caught up afterwards took longer); p99 their latency.
 
-The attack (`python tests/appliance/load_clients.py HOST PORT GREEDY_KEY SLOW_KEYS SECONDS [PAUSE]`,
-asyncio, bounded by SECONDS; prints "ready" once every connection is open, then one JSON
-line of counts when done):
+The attack, asyncio, bounded by SECONDS (N: greedy requests, default 1,000):
+
+    python tests/appliance/load_clients.py HOST PORT GREEDY_KEY SLOW_KEYS SECONDS [PAUSE [N]]
+
+prints "ready" once every connection is open, then one JSON line of counts when done:
   * slow headers: connections sending one header line a second, never ending the header
     (reconnecting when dropped);
   * slow bodies: produce requests with a whole header (a token of their own each) and a
@@ -121,9 +123,10 @@ class Attack:
     """The attack's connections and what they saw."""
 
     def __init__(self, host: str, port: int, greedy_key: str, slow_keys: list[str],
-                 seconds: float, greedy_pause_s: float = GREEDY_PAUSE_S) -> None:
+                 seconds: float, greedy_pause_s: float = GREEDY_PAUSE_S,
+                 greedy: int = GREEDY) -> None:
         self.host, self.port = host, port
-        self.greedy_pause_s = greedy_pause_s
+        self.greedy_pause_s, self.greedy_count = greedy_pause_s, greedy
         self.greedy_key, self.slow_keys = greedy_key, slow_keys
         self.stop_at = time.monotonic() + seconds
         self.counts: Counter[str] = Counter()
@@ -220,7 +223,7 @@ class Attack:
             if self.left() <= 0:
                 break
             await asyncio.sleep(0.05)
-        tasks += [asyncio.create_task(self.greedy(body)) for _ in range(GREEDY)]
+        tasks += [asyncio.create_task(self.greedy(body)) for _ in range(self.greedy_count)]
         await asyncio.sleep(0.5)  # the first thousand are sent
         self.ready = True
         self.low.update({k: self.open[k] for k in ("slow_header", "slow_body")})
@@ -231,12 +234,14 @@ class Attack:
 
 def main(argv: list[str]) -> int:
     """The attack's process: HOST PORT GREEDY_KEY SLOW_KEYS(comma-separated) SECONDS
-    [GREEDY_PAUSE_S]."""
+    [GREEDY_PAUSE_S [GREEDY]]."""
     host, port, greedy_key, slow_keys, seconds = argv[:5]
     pause = float(argv[5]) if len(argv) > 5 else GREEDY_PAUSE_S
+    greedy = int(argv[6]) if len(argv) > 6 else GREEDY
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
-    attack = Attack(host, int(port), greedy_key, slow_keys.split(","), float(seconds), pause)
+    attack = Attack(host, int(port), greedy_key, slow_keys.split(","), float(seconds), pause,
+                    greedy)
     print(json.dumps(asyncio.run(attack.run())), flush=True)
     return 0
 
