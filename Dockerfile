@@ -9,10 +9,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONPATH=/app
 
 # Java for PySpark (the exporter, coming soon). Some JRE postinst scripts fail on slim
-# images without the man directory, hence the mkdir.
+# images without the man directory, hence the mkdir. Debian's nginx: the front
+# (appliance/front.py; docker-compose.yml's nginx service runs this image).
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless nginx \
     && rm -rf /var/lib/apt/lists/*
 
 # The code stays in /app (root-owned, read-only to the appliance): settings find
@@ -27,10 +28,12 @@ RUN pip install .
 RUN groupadd --system --gid 10001 weir \
     && useradd --system --uid 10001 --gid weir --home-dir /var/lib/weir --no-create-home \
        --shell /usr/sbin/nologin weir \
-    && mkdir -p /var/lib/weir /data/weir-a /data/weir-b \
-    && chown weir:weir /var/lib/weir /data/weir-a /data/weir-b
+    && mkdir -p /var/lib/weir /data/weir-a /data/weir-b /run/weir \
+    && chown weir:weir /var/lib/weir /data/weir-a /data/weir-b /run/weir
 USER weir
 
+# The image's default serves gunicorn directly (no front); docker-compose.yml instead runs
+# web on a unix socket behind its nginx service.
 EXPOSE 8000
 CMD ["gunicorn", "appliance.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "2", \
      "--access-logfile", "-", "--error-logfile", "-"]

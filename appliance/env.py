@@ -2,6 +2,7 @@
 
 A bad value fails loudly at start (ImproperlyConfigured) instead of later.
 """
+import ipaddress
 import os
 import re
 import secrets
@@ -13,6 +14,10 @@ from django.core.exceptions import ImproperlyConfigured
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _HTTP_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
+# The largest produce request body: Django's own limit and the front's client_max_body_size.
+MAX_PRODUCE_BYTES = 64 * 1024 * 1024
+FRONTS = ("nginx", "none")
+UNIX_PEER = "unix"  # in WEIR_TRUSTED_PROXIES: a peer on gunicorn's unix socket
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -48,6 +53,17 @@ def env_float(name: str, default: float, low: float, high: float) -> float:
     if not low <= value <= high:
         raise ImproperlyConfigured(f"{name} must be between {low} and {high}, not {raw!r}")
     return value
+
+
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    """Return the environment variable `name` as a whole number in [low, high]."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    if not raw.strip().isdigit() or not low <= int(raw) <= high:
+        raise ImproperlyConfigured(f"{name} must be a whole number between {low} and {high}, "
+                                   f"not {raw!r}")
+    return int(raw)
 
 
 def env_path(name: str, default: Path) -> Path:
@@ -130,3 +146,36 @@ def database(var_dir: Path) -> dict[str, object]:
         raise ImproperlyConfigured(f"DATABASE_URL must be postgresql:// or sqlite://, "
                                    f"not {raw.split(':', 1)[0]}://")
     return config
+
+
+def front() -> str:
+    """WEIR_FRONT: what stands in front of gunicorn in scripts/run.sh — "nginx" (the
+    default, appliance/front.py) or "none" (gunicorn serves WEIR_BIND itself: for a
+    deployment that brings its own buffering front)."""
+    value = (os.environ.get("WEIR_FRONT") or "nginx").strip().lower()
+    if value not in FRONTS:
+        raise ImproperlyConfigured(f"WEIR_FRONT must be one of {', '.join(FRONTS)}, "
+                                   f"not {value!r}")
+    return value
+
+
+def token_max_in_flight() -> int:
+    """WEIR_TOKEN_MAX_IN_FLIGHT: requests one API token may have in flight at once (the
+    front answers more with 429); 0 turns the limit off."""
+    return env_int("WEIR_TOKEN_MAX_IN_FLIGHT", 4, 0, 100_000)
+
+
+def trusted_proxies() -> list[str]:
+    """WEIR_TRUSTED_PROXIES: the peers whose X-Forwarded-For and X-Forwarded-Proto are
+    believed — "unix" (a peer on gunicorn's unix socket: the front), IP addresses and
+    networks. Default: "unix"."""
+    entries = env_list("WEIR_TRUSTED_PROXIES", [UNIX_PEER])
+    for entry in entries:
+        if entry != UNIX_PEER:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"WEIR_TRUSTED_PROXIES must list \"unix\", IP addresses or networks, "
+                    f"not {entry!r}") from None
+    return entries

@@ -3,6 +3,7 @@ import os
 from pathlib import Path
 
 from appliance.env import (
+    MAX_PRODUCE_BYTES,
     celery_queues,
     database,
     env_bool,
@@ -11,7 +12,10 @@ from appliance.env import (
     env_list,
     env_path,
     env_paths,
+    front,
     secret_key,
+    token_max_in_flight,
+    trusted_proxies,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -36,6 +40,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "appliance.request_id.RequestIdMiddleware",  # first: every answer and log line has the id
+    "appliance.proxy.TrustedProxyMiddleware",  # second: X-Forwarded-* only from the front
     "django.middleware.security.SecurityMiddleware",
     "appliance.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the UI's and Swagger's assets, no CDN
@@ -111,8 +116,19 @@ DATABASES = {"default": database(VAR_DIR)}
 WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Largest produce request body; Django's own request body limit follows it.
-WEIR_MAX_PRODUCE_BYTES = 64 * 1024 * 1024
+WEIR_MAX_PRODUCE_BYTES = MAX_PRODUCE_BYTES  # and the front's client_max_body_size
 DATA_UPLOAD_MAX_MEMORY_SIZE = WEIR_MAX_PRODUCE_BYTES
+
+# The front (appliance/front.py): what scripts/run.sh puts in front of gunicorn ("nginx",
+# or "none" for a deployment with a buffering front of its own), and the requests one API
+# token may have in flight there (more: 429; 0: no limit). Keep the limit below the web
+# threads (WEIR_WEB_WORKERS x 2): one token then never holds every thread.
+WEIR_FRONT = front()
+WEIR_TOKEN_MAX_IN_FLIGHT = token_max_in_flight()
+# Peers whose X-Forwarded-For/-Proto are believed (appliance/proxy.py): "unix" is the
+# front on gunicorn's unix socket; add the address of a front that reaches gunicorn by TCP.
+WEIR_TRUSTED_PROXIES = trusted_proxies()
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
@@ -141,6 +157,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["appliance.throttling.TokenRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("WEIR_API_RATE", "100000/minute")},
+    # A client's address is REMOTE_ADDR, which appliance/proxy.py took from the front;
+    # never a client's own X-Forwarded-For.
+    "NUM_PROXIES": 0,
 }
 
 # The shared cache: throttling history (and later, anything web workers must agree on).

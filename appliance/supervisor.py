@@ -10,9 +10,14 @@ What it runs, in this order (stopped in reverse: redis last):
     -        manage.py migrate --noinput                        once, output shown as [migrate]
     -        manage.py ensure_admin                             once, output shown as [admin]
                                                                 (never written to a log file)
-    web      gunicorn appliance.wsgi --bind $WEIR_BIND          always
-             --workers $WEIR_WEB_WORKERS --threads 2
+    web      gunicorn appliance.wsgi                            always
+             --bind unix:$WEIR_VAR_DIR/run/web/web.sock         (--bind $WEIR_BIND when
+             --workers $WEIR_WEB_WORKERS --threads 2            WEIR_FRONT=none)
              --control-socket $WEIR_VAR_DIR/run/gunicorn.ctl
+    nginx    python -m appliance.front --listen $WEIR_BIND      once gunicorn listens, unless
+             --upstream unix:…/web.sock                         WEIR_FRONT=none; it writes
+             --dir $WEIR_VAR_DIR/front                          front/nginx.conf and execs
+                                                                Debian's nginx
     worker   celery -A appliance worker -n worker@%h            once web answers on /health
              --queues $WEIR_CELERY_QUEUE                        (started with web, the five
              --concurrency $WEIR_TASK_WORKERS                   Django imports at once took
@@ -25,10 +30,17 @@ Why two workers: exports run for minutes and have a queue of their own (applianc
 so the flusher's, checkpointer's and retention's tasks never wait behind them. One export at
 a time: a local Spark job already uses every core.
 
+The front: clients reach gunicorn only through nginx (appliance/front.py says why: slow
+clients and per-token concurrency), which listens on WEIR_BIND; gunicorn listens on a unix
+socket in a 0700 directory, so nothing else reaches it. Without nginx installed, start-up
+fails saying so (scripts/run.sh installs Debian's package first); WEIR_FRONT=none serves
+gunicorn on WEIR_BIND directly, without either defence, for a deployment with a front of
+its own (WEIR_TRUSTED_PROXIES then names it).
+
 Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
-WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS (2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE
-(weir), WEIR_EXPORT_QUEUE (<default queue>-export); the processes read everything else
-themselves (appliance/settings.py).
+WEIR_FRONT (nginx), WEIR_TOKEN_MAX_IN_FLIGHT (4), WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS
+(2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE (weir), WEIR_EXPORT_QUEUE (<default
+queue>-export); the processes read everything else themselves (appliance/settings.py).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
 reaches only the supervisor) and appends its stdout and stderr to
@@ -55,6 +67,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,7 +81,9 @@ from urllib.parse import urlsplit
 import redis
 from django.core.exceptions import ImproperlyConfigured
 
-from appliance.env import celery_queues
+from appliance import front
+from appliance.env import UNIX_PEER, celery_queues, token_max_in_flight, trusted_proxies
+from appliance.env import front as front_kind
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -120,6 +135,9 @@ class Config:
     web_workers: int
     task_workers: int
     queues: tuple[str, str]  # (default, exports): appliance.env.celery_queues()
+    front: str = "nginx"  # or "none": WEIR_FRONT
+    max_in_flight: int = 4  # per token, at the front: WEIR_TOKEN_MAX_IN_FLIGHT
+    trusted_proxies: tuple[str, ...] = (UNIX_PEER,)  # WEIR_TRUSTED_PROXIES
 
     @classmethod
     def from_env(cls) -> Config:
@@ -133,10 +151,13 @@ class Config:
             raise Failed(f"WEIR_BIND must be HOST:PORT, not {bind!r}")
         try:
             queues = celery_queues()
+            kind, max_in_flight = front_kind(), token_max_in_flight()
+            proxies = tuple(trusted_proxies())
         except ImproperlyConfigured as exc:
             raise Failed(str(exc)) from exc
         return cls(var_dir, os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0", bind,
-                   _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2), queues)
+                   _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2), queues,
+                   kind, max_in_flight, proxies)
 
     @property
     def url(self) -> str:
@@ -154,6 +175,11 @@ class Config:
     def log(self, name: str) -> Path:
         """The log file of the process `name`."""
         return self.var_dir / "log" / f"{name}.log"
+
+    @property
+    def web_socket(self) -> Path:
+        """gunicorn's unix socket behind the front, in a directory only we may enter."""
+        return self.var_dir / "run" / "web" / "web.sock"
 
 
 def _count(name: str, default: int) -> int:
@@ -186,6 +212,16 @@ def http_ok(url: str) -> bool:
             return bool(response.status == 200)
     except (OSError, http.client.HTTPException):
         return False
+
+
+def unix_socket_answers(path: Path) -> bool:
+    """True when something accepts connections on the unix socket `path`."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def _label(name: str) -> str:
@@ -273,8 +309,10 @@ class LogTail:
 class Supervisor:
     """Starts, watches and stops the appliance's processes."""
 
-    def __init__(self, config: Config, follow: bool) -> None:
+    def __init__(self, config: Config, follow: bool,
+                 env: dict[str, str] | None = None) -> None:
         self.config = config
+        self.env = env  # the children's environment (None: this process's)
         self.children: list[Child] = []  # in start order; redis first when private
         self.tail = LogTail() if follow else None
         self.stopping = False
@@ -288,21 +326,60 @@ class Supervisor:
         self._ensure_redis()
         self._manage("migrate", "migrate", "--noinput")
         self._manage("admin", "ensure_admin")
+        self.start_web()
         python, var = sys.executable, self.config.var_dir
-        self._spawn("web", [python, "-m", "gunicorn", "appliance.wsgi",
-                            "--bind", self.config.bind,
-                            "--workers", str(self.config.web_workers), "--threads", "2",
-                            "--access-logfile", "-", "--error-logfile", "-",
-                            # its own, not the one shared default (~/.gunicorn/gunicorn.ctl)
-                            "--control-socket", str(var / "run" / "gunicorn.ctl")])
-        self._wait_for("Weir answers on /health", HEALTH_TIMEOUT_S,
-                       lambda: http_ok(f"{self.config.url}/health"))
         default_queue, export_queue = self.config.queues
         self._spawn("worker", self._worker("worker", default_queue, self.config.task_workers))
         self._spawn("exports", self._worker("exports", export_queue, 1))
         self._spawn("beat", [python, "-m", "celery", "-A", "appliance", "beat",
                              "--loglevel", "INFO",
                              "--schedule", str(var / "celerybeat-schedule")])
+
+    def start_web(self) -> None:
+        """Start gunicorn and the front before it; return once /health answers through it."""
+        config = self.config
+        for sub in ("log", "run"):
+            (config.var_dir / sub).mkdir(parents=True, exist_ok=True)
+        bind = self._web_bind()
+        tcp_proxies = ",".join(p for p in config.trusted_proxies if p != UNIX_PEER)
+        self._spawn("web", [sys.executable, "-m", "gunicorn", "appliance.wsgi", "--bind", bind,
+                            "--workers", str(config.web_workers), "--threads", "2",
+                            "--access-logfile", "-", "--error-logfile", "-",
+                            # X-Forwarded-Proto only from the front, as appliance/proxy.py
+                            "--forwarded-allow-ips", tcp_proxies,
+                            # its own, not the one shared default (~/.gunicorn/gunicorn.ctl)
+                            "--control-socket", str(config.var_dir / "run" / "gunicorn.ctl")])
+        if config.front == "nginx":
+            self._wait_for("gunicorn listens on its socket", HEALTH_TIMEOUT_S,
+                           lambda: unix_socket_answers(config.web_socket))
+            self._spawn("nginx", [sys.executable, "-m", "appliance.front",
+                                  "--listen", config.bind, "--upstream", bind,
+                                  "--dir", str(config.var_dir / "front"),
+                                  "--access-log", str(config.log("nginx-access")),
+                                  "--max-in-flight", str(config.max_in_flight)])
+        self._wait_for("Weir answers on /health", HEALTH_TIMEOUT_S,
+                       lambda: http_ok(f"{config.url}/health"))
+
+    def _web_bind(self) -> str:
+        """Where gunicorn listens: its socket behind nginx, else WEIR_BIND (Failed when
+        nginx is asked for but not installed: no silent fallback to no front)."""
+        config = self.config
+        if config.front != "nginx":
+            say(f"WEIR_FRONT={config.front}: gunicorn serves {config.bind} itself — no defence "
+                "against slow clients and no per-token limit unless a front of your own "
+                "provides them")
+            return config.bind
+        if front.nginx_binary() is None:
+            raise Failed("nginx is not installed: it is the front that keeps slow clients "
+                         "from holding gunicorn's threads (scripts/run.sh installs Debian's "
+                         "package: apt-get install nginx). WEIR_FRONT=none serves gunicorn "
+                         "directly, without that defence.")
+        if config.max_in_flight >= 2 * config.web_workers:
+            say(f"note: WEIR_TOKEN_MAX_IN_FLIGHT={config.max_in_flight} lets one token hold "
+                f"all {2 * config.web_workers} web threads")
+        config.web_socket.parent.mkdir(mode=0o700, exist_ok=True)
+        config.web_socket.parent.chmod(0o700)  # only this user reaches gunicorn: no bypass
+        return f"unix:{config.web_socket}"
 
     @staticmethod
     def _worker(name: str, queue: str, concurrency: int) -> list[str]:
@@ -339,7 +416,7 @@ class Supervisor:
     def _manage(self, label: str, *args: str) -> None:
         """Run a manage.py command to its end, showing its output (not logged to a file)."""
         done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace")
         for line in done.stdout.splitlines():
             emit(f"{_label(label)}{line}")
@@ -351,8 +428,8 @@ class Supervisor:
         log = self.config.log(name)
         with log.open("ab") as out:
             offset = out.tell()
-            popen = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
+            popen = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                      preexec_fn=_die_with_parent)
         self.children.append(Child(name, popen, log))
         if self.tail is not None:
@@ -514,8 +591,9 @@ def serve(config: Config, detached: bool) -> int:
         if detached:
             say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "
                 f"in the background, supervisor pid {os.getpid()}")
-            say(f"logs: {config.var_dir / 'log'}/{{web,worker,exports,beat,redis,supervisor}}"
-                ".log; `scripts/run.sh --stop` stops it")
+            say(f"logs: {config.var_dir / 'log'}/"
+                "{web,nginx,worker,exports,beat,redis,supervisor}.log; `scripts/run.sh --stop` "
+                "stops it")
             emit(READY)
             _detach_output(config.log("supervisor"))
             say(f"running (pid {os.getpid()})")

@@ -16,6 +16,22 @@ ensure_redis_server() {
   command -v redis-server >/dev/null || apt_install redis-server
 }
 
+# Install Debian's nginx when missing: the front scripts/run.sh starts before gunicorn
+# (appliance/front.py). Weir runs nginx itself, on a generated config: the package's own
+# service (port 80, Debian's default site), where the package started it, is disabled.
+ensure_nginx() {
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] && return 0
+  if ! apt_install nginx; then
+    echo "weir: could not install Debian's nginx, the front that keeps slow clients from" \
+         "holding gunicorn's threads; install it, or set WEIR_FRONT=none to serve gunicorn" \
+         "directly without that defence" >&2
+    return 1
+  fi
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    as_root systemctl disable --now nginx.service >/dev/null 2>&1 || true
+  fi
+}
+
 # Exit 0 when a Redis answers PING at the URL $1 (needs .venv: run after bootstrap.sh).
 redis_answers() {
   .venv/bin/python - "$1" <<'EOF' 2>/dev/null

@@ -11,12 +11,16 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
-. scripts/common.sh  # apt_install, use_test_redis
+. scripts/common.sh  # apt_install, # The front's tests (tests/appliance/test_front.py, test_slow_clients.py) run Debian's nginx.
+ensure_nginx
+use_test_redis
 # The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
 if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "test: installing Debian's chromium for the browser tests"
   apt_install chromium
 fi
+# The front's tests (tests/appliance/test_front.py, test_slow_clients.py) run Debian's nginx.
+ensure_nginx
 use_test_redis
 echo "== tests use the Redis at $WEIR_TEST_REDIS_URL"
 .venv/bin/ruff check .

@@ -7,8 +7,10 @@ every `${VAR}` the file interpolates is listed (with a comment) in .env.example;
 workers and beat get every variable the settings need in production, and set none the
 settings do not read (typos); DATABASE_URL and REDIS_URL point at the postgres and redis
 services; web and both workers mount the same named volumes at the WEIR_DATA_ROOT paths,
-which the image creates owned by its user. The settings' variables are found by parsing
-appliance/settings.py and appliance/env.py with `ast`.
+which the image creates owned by its user; nginx (the front) is the only service clients
+reach: web publishes no port and listens on a unix socket in a volume only nginx shares,
+which nginx proxies to. The settings' variables are found by parsing appliance/settings.py
+and appliance/env.py with `ast`.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ SETTINGS_SOURCES = [ROOT / "appliance" / "settings.py", ROOT / "appliance" / "en
 APPLIANCE = ("web", "worker", "export-worker", "beat")
 WORKERS = ("worker", "export-worker")
 COMMANDS = {
-    "web": "gunicorn appliance.wsgi --bind 0.0.0.0:8000 --workers 3 --threads 2"
+    "web": "gunicorn appliance.wsgi --bind unix:/run/weir/web.sock --workers 3 --threads 2"
            " --access-logfile - --error-logfile -",
     "worker": "celery -A appliance worker --loglevel INFO --queues weir --concurrency 2",
     "export-worker": "celery -A appliance worker --loglevel INFO --queues weir-export"
@@ -39,7 +41,7 @@ COMMANDS = {
     "beat": "celery -A appliance beat --loglevel INFO --schedule /var/lib/weir/celerybeat-schedule",
 }
 # Every long-running service; `migrate` is a one-shot that exits, so it has none.
-NEEDS_HEALTHCHECK = ("redis", "postgres", "namenode", "datanode", "web", "worker",
+NEEDS_HEALTHCHECK = ("redis", "postgres", "namenode", "datanode", "nginx", "web", "worker",
                      "export-worker", "beat")
 # Read by the settings, with defaults that do not suit production: compose must set them.
 REQUIRED_IN_PRODUCTION = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS",
@@ -52,10 +54,14 @@ HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_C
                           "WEIR_TASK_RUNS_KEEP_HOURS", "WEIR_TASK_LOCK_WAIT_S",
                           "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER", "WEIR_UI_REFRESH_S",
                           # empty: executors read the shared disks, as compose's local Spark does
-                          "WEIR_EXPORT_READ_URL"}
+                          "WEIR_EXPORT_READ_URL",
+                          # nginx before web (scripts/run.sh; compose runs its own nginx
+                          # service), 4 per token, and "unix": the socket nginx reaches web on
+                          "WEIR_FRONT", "WEIR_TOKEN_MAX_IN_FLIGHT", "WEIR_TRUSTED_PROXIES"}
 # Set in the compose file although the settings do not read them (none now).
 EXPORTER_VARS: set[str] = set()
-ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float", "env_http_url"}
+ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float", "env_http_url",
+               "env_int"}
 HELPER_READS = {"secret_key": "SECRET_KEY", "database": "DATABASE_URL"}
 INTERPOLATION = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -278,10 +284,38 @@ def test_web_and_the_workers_share_the_data_volumes(compose, services, worker):
     assert web == theirs, f"web mounts {web} but {worker} mounts {theirs}"
 
 
-@pytest.mark.parametrize("name", ("web", *WORKERS))
+@pytest.mark.parametrize("name", ("nginx", "web", *WORKERS))
 def test_image_owns_the_mount_points(services, name):
     # A fresh named volume takes the owner of the image's directory; were it missing, the
     # volume would be root's and the image's non-root user could not write to it.
     chowned = " ".join(line for line in DOCKERFILE.read_text().splitlines() if "chown" in line)
     missing = [target for target in mounts(services[name]) if target not in chowned.split()]
     assert not missing, f"the Dockerfile does not create and chown {name}'s mounts {missing}"
+
+
+def test_nginx_is_the_only_way_in_to_web(compose, services):
+    """Clients reach nginx alone: web publishes nothing and listens on a unix socket whose
+    volume only nginx shares; nginx runs appliance/front.py's config against that socket."""
+    web, nginx = services["web"], services["nginx"]
+    assert not web.get("ports") and not web.get("network_mode"), (
+        "web must not publish a port: clients would bypass the front")
+    bind = command(web)[command(web).index("--bind") + 1]
+    assert bind.startswith("unix:"), f"web binds {bind}, not a unix socket"
+    argv = command(nginx)
+    assert argv[:3] == ["python", "-m", "appliance.front"], argv
+    assert argv[argv.index("--upstream") + 1] == bind
+    listen = argv[argv.index("--listen") + 1]
+    published = [str(port).rsplit(":", 1)[-1] for port in nginx.get("ports") or []]
+    assert published == [listen.rsplit(":", 1)[-1]], (nginx.get("ports"), listen)
+    socket_dir = bind.removeprefix("unix:").rsplit("/", 1)[0]
+    volume = mounts(web).get(socket_dir)
+    assert volume and volume in (compose.get("volumes") or {}), (
+        f"web's socket directory {socket_dir} is not a named volume")
+    assert mounts(nginx).get(socket_dir) == volume
+    sharing = sorted(name for name, service in services.items()
+                     if volume in mounts(service).values())
+    assert sharing == ["nginx", "web"], f"{volume} is mounted by {sharing}"
+    assert nginx["depends_on"]["web"]["condition"] == "service_healthy"
+    assert set(environment(nginx)) <= settings_env_vars(), (
+        f"nginx sets {sorted(set(environment(nginx)) - settings_env_vars())}, which the "
+        "settings never read (a typo?)")

@@ -43,21 +43,28 @@ def free_ports(count: int) -> list[int]:
 
 
 def processes_of(var: Path, redis_port: int) -> set[int]:
-    """Every live process of a run: those whose environment has WEIR_VAR_DIR=var, and the
-    private redis-server (its process title overwrites its environment; its title names
-    its port). Zombies have neither."""
+    """Every live process of a run: those whose environment has WEIR_VAR_DIR=var, the
+    private redis-server, and nginx's master and workers (both overwrite their environment
+    with their process title: redis-server's names its port, nginx's master its config
+    under var/, its workers are the master's children). Zombies have neither."""
     wanted = f"WEIR_VAR_DIR={var}".encode()
     redis_title = f"redis-server 127.0.0.1:{redis_port}\0".encode()
-    found = set()
+    master_title = b"nginx: master process "
+    nginx_conf = f"-c {var}/front/nginx.conf".encode()
+    found, parents = set(), {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 environ = (entry / "environ").read_bytes()
                 cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
+                parents[int(entry.name)] = int((entry / "stat").read_text()
+                                               .rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
-            if wanted in environ.split(b"\0") or redis_title in cmdline:
+            if (wanted in environ.split(b"\0") or redis_title in cmdline
+                    or (cmdline.startswith(master_title) and nginx_conf in cmdline)):
                 found.add(int(entry.name))
+    found |= {pid for pid, parent in parents.items() if parent in found}
     return found - {os.getpid()}
 
 
@@ -124,6 +131,11 @@ class Run:
                 return int(response.status), json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return int(exc.code), exc.read().decode(errors="replace")
+
+
+def nginx_master(run: Run) -> int:
+    """The pid of the run's nginx master (its pid file)."""
+    return int((run.var / "front" / "nginx.pid").read_text())
 
 
 def kill_leftovers(run: Run) -> set[int]:
@@ -222,10 +234,14 @@ def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
         redis_pid = int(private.info()["process_id"])
     started_pids = run.processes()
     assert {supervisor, redis_pid} <= started_pids
-    # supervisor, redis, gunicorn + 3, worker (+ its pool), exports (+ its pool), beat
-    assert len(started_pids) >= 8
+    nginx = nginx_master(run)  # the front, on WEIR_BIND; gunicorn on a unix socket
+    assert nginx in started_pids and port_open(run.web_port)
+    assert (run.var / "run" / "web" / "web.sock").is_socket()
+    # supervisor, redis, gunicorn + 3, nginx + 2, worker (+ its pool), exports (+ its pool),
+    # beat
+    assert len(started_pids) >= 11
     groups = run.record_groups()
-    assert len(groups) == 6  # supervisor, redis, web, worker, exports, beat
+    assert len(groups) == 7  # supervisor, redis, web, nginx, worker, exports, beat
     assert_each_worker_consumes_its_queue(run)
 
     again = run.manage("ensure_admin")
@@ -262,6 +278,9 @@ def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
     stopped = run.sh("--stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert run.processes() == set()
+    assert not group_members(nginx)
+    assert re.search(r"weir: stopping web, nginx, worker",
+                     (run.var / "log" / "supervisor.log").read_text())
     assert not any(group_members(group) for group in groups)
     assert not port_open(run.web_port) and not port_open(run.redis_port)
     assert not (run.var / "run" / "supervisor.pid").exists()
@@ -295,9 +314,10 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
             assert time.monotonic() < deadline, output.read_text()
             time.sleep(0.2)
         started_pids = run.processes()
-        assert process.pid in started_pids and len(started_pids) >= 8
+        assert process.pid in started_pids and len(started_pids) >= 11
+        assert nginx_master(run) in started_pids
         groups = run.record_groups()
-        assert len(groups) == 6
+        assert len(groups) == 7
         os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         assert process.wait(timeout=30) == 0, output.read_text()
     finally:
@@ -309,8 +329,11 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
     assert not any(group_members(group) for group in groups)
     assert not port_open(run.web_port) and not port_open(run.redis_port)
     lines = text.splitlines()
-    for name in ("redis", "migrate", "admin", "web", "worker", "exports", "beat"):
+    for name in ("redis", "migrate", "admin", "web", "nginx", "worker", "exports", "beat"):
         assert any(line.startswith(f"[{name}]") for line in lines), name
+    assert any(line.startswith("[nginx]") and f"nginx on 127.0.0.1:{run.web_port} in front "
+               "of gunicorn at unix:" in line for line in lines), text
+    assert any(line.startswith("weir: stopping web, nginx,") for line in lines), text
     assert "weir: SIGINT: stopping" in lines and lines[-1] == "weir: stopped"
     assert not any("Sending due task" in line for line in lines)  # routine: only in the logs
     assert "Sending due task flusher" in (run.var / "log" / "beat.log").read_text()
