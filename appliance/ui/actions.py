@@ -136,7 +136,7 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
                             "counted: tick the box to delete it anyway")
     else:
         try:
-            delete_channel(row, force=force)
+            kept = delete_channel(row, force=force)
         except Refused as refused:
             context["error"] = refused.errors["error"][0]
         except (ChannelEngineError, OSError) as exc:
@@ -145,5 +145,8 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
             context["error"] = "not deleted: " + "; ".join(exc.messages)
         else:
             messages.success(request, f"Channel {name} and its files deleted.")
+            if kept:  # directories it did not create, or that another channel uses
+                messages.info(request, "Kept (not the channel's own): "
+                                       + ", ".join(str(path) for path in kept))
             return redirect("ui:dashboard")
     return render(request, "ui/delete.html", context, status=409)
