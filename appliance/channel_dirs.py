@@ -16,7 +16,8 @@ data dirs are containers that channels may share exactly, as topics share Kafka'
 log.dirs. check_others() wants, between two channels: no own directory of one equal to,
 holding or inside any directory of the other — except a partition directory directly in
 a data dir both channels name — and data dirs equal or apart. So two channels never share
-a home, and no channel's directory reaches into another's.
+a home, and no channel's directory reaches into another's. Within a channel, the home and
+backup dir are no partition directory and lie in none (a home may hold partition dirs).
 
 Ownership: a channel owns the directories it created, recorded in Channel.owned_dirs
 (resolved paths) at create and when a change makes more (new partitions, a new backup
@@ -197,8 +198,9 @@ class _Others:
 def check_others(row: Channel) -> None:
     """`row`'s directories apart from every other channel's (module doc); ValidationError
     naming the setting. Call under lock()."""
-    others = _Others(Channel.objects.exclude(pk=row.pk))
     mine = dirs_of(row)
+    _check_own(mine)
+    others = _Others(Channel.objects.exclude(pk=row.pk))
     partitions_in = {p.parent for p in mine.partitions}
     for setting, path in mine.own:
         in_data = partitions_in if path in mine.partitions else set()
@@ -208,6 +210,19 @@ def check_others(row: Channel) -> None:
     for path in mine.data:
         if others.data_dir_collides(path):
             raise ValidationError({"data_dirs": f"{path} {OVERLAP}"})
+
+
+def _check_own(mine: Dirs) -> None:
+    """A home or backup dir is neither a partition directory nor inside one (a partition
+    log moves files it did not write aside; a home may hold partition dirs, not the
+    reverse)."""
+    for setting, path in mine.own:
+        if setting not in ("checkpoint_dir", "backup_checkpoint_dir"):
+            continue
+        inside = next((p for p in mine.partitions if path.is_relative_to(p)), None)
+        if inside is not None:
+            raise ValidationError({setting: f"{path} is or lies in the channel's partition "
+                                            f"directory {inside}"})
 
 
 def fresh(row: Channel, before: Channel | None = None) -> None:

@@ -221,12 +221,19 @@ def delete_channel(row: Channel, force: bool) -> list[Path]:
     return its directories left in place (not its own, or used by another channel).
     Refused (409) while events are untaken, unless forced. Forced, a channel the engine
     cannot open (its untaken events cannot be counted) goes too."""
-    channels.to_config(row)
+    try:
+        channels.to_config(row)
+    except ValidationError as exc:  # directories no longer allowed: never removed
+        raise Refused({"error": ["not deleted: " + "; ".join(exc.messages)]},
+                      status=409) from exc
     try:
         untaken = channels.open_channel(row).status()["events_untaken"]
-    except (ChannelEngineError, OSError):
+    except (ChannelEngineError, OSError) as exc:
         if not force:
-            raise
+            raise Refused({"error": [f"channel {row.name!r} cannot be opened "
+                                     f"({type(exc).__name__}: {exc}), so its untaken "
+                                     "events cannot be counted; delete with force "
+                                     "(?force=true)"]}, status=409) from exc
         untaken = None
     if untaken and not force:
         raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "
