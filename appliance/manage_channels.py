@@ -47,6 +47,7 @@ FIXED = {"name": "the partition directories are named after the channel",
          "data_dirs": "the partition logs live there",
          "checkpoint_dir": "the channel's home (channel.json, checkpoints, journals) lives "
                            "there"}
+PATH_SETTINGS = ("data_dirs", "checkpoint_dir", "backup_checkpoint_dir")
 FORCE_VALUES = ("",) + tuple(value for word in ("1", "0", "true", "false", "yes", "no")
                      for value in dict.fromkeys((word, word.capitalize(), word.upper())))
 
@@ -223,17 +224,19 @@ def delete_channel(row: Channel, force: bool) -> list[Path]:
     cannot open (its untaken events cannot be counted) goes too."""
     try:
         channels.to_config(row)
-    except ValidationError as exc:  # directories no longer allowed: never removed
-        raise Refused({"error": ["not deleted: " + "; ".join(exc.messages)]},
-                      status=409) from exc
+    except ValidationError as exc:
+        if set(exc.message_dict) & set(PATH_SETTINGS):  # directories no longer allowed
+            raise Refused({"error": ["not deleted: " + "; ".join(exc.messages)]},
+                          status=409) from exc
     try:
         untaken = channels.open_channel(row).status()["events_untaken"]
-    except (ChannelEngineError, OSError) as exc:
+    except (ChannelEngineError, OSError, ValidationError) as exc:  # a key file gone, say
         if not force:
-            raise Refused({"error": [f"channel {row.name!r} cannot be opened "
-                                     f"({type(exc).__name__}: {exc}), so its untaken "
-                                     "events cannot be counted; delete with force "
-                                     "(?force=true)"]}, status=409) from exc
+            why = ("; ".join(exc.messages) if isinstance(exc, ValidationError)
+                   else f"{type(exc).__name__}: {exc}")
+            raise Refused({"error": [f"channel {row.name!r} cannot be opened ({why}), so "
+                                     "its untaken events cannot be counted; delete with "
+                                     "force (?force=true)"]}, status=409) from exc
         untaken = None
     if untaken and not force:
         raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "

@@ -153,3 +153,15 @@ def test_the_appliance_refuses_to_start_with_an_open_key_dir(tmp_path: Path) -> 
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert f"WEIR_KEY_DIR {keys}: group or others may access it" in done.stderr
+
+
+def test_a_channel_whose_key_file_is_gone_is_deleted_only_when_forced(
+        root: Path, key_dir: Path) -> None:
+    assert create(root, "orders.keys").status_code == 201
+    channels.close_all()
+    (key_dir / "orders.keys").unlink()
+    admin = token_client("admin")
+    refused = admin.delete("/api/v1/channels/orders")
+    assert refused.status_code == 409 and "no key file" in refused.json()["error"]
+    assert admin.delete("/api/v1/channels/orders?force=true").status_code == 204
+    assert not Channel.objects.exists() and not (root / "orders").exists()
