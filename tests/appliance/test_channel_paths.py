@@ -315,3 +315,32 @@ def test_concurrent_creates_never_share_a_home(root: Path) -> None:
         thread.join()
     assert results.count("created") == 1, results
     assert Channel.objects.count() == 1
+
+
+def test_channels_made_before_the_migration_own_their_places_and_key_paths_become_names(
+        root: Path, settings: object) -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("appliance.migrations.0005_channel_owned_dirs_and_key_names")
+    keys = root.parent / "keys"
+    keys.mkdir(mode=0o700, exist_ok=True)
+    settings.WEIR_KEY_DIR = keys  # type: ignore[attr-defined]
+    Channel.objects.create(name="orders", data_dirs=[str(root / "data")], partitions=2,
+                           checkpoint_dir=str(root / "orders"),
+                           encryption_key_file=str(keys / "orders.keys"),
+                           encryption_active_key="k1")
+    Channel.objects.create(name="audit", data_dirs=[str(root / "data")],
+                           checkpoint_dir=str(root / "audit"),
+                           encryption_key_file="/somewhere/else.keys",
+                           encryption_active_key="k1")
+    migration.forwards(apps, None)
+    orders, audit = Channel.objects.get(name="orders"), Channel.objects.get(name="audit")
+    assert sorted(orders.owned_dirs) == sorted(
+        str(p) for p in (root / "orders", root / "data" / "orders-0", root / "data" / "orders-1"))
+    assert orders.encryption_key_file == "orders.keys"
+    assert audit.encryption_key_file == "/somewhere/else.keys"  # refused at open, named
+    with pytest.raises(ValidationError) as info:
+        channels.to_config(audit)
+    assert "encryption_key_file" in info.value.message_dict
