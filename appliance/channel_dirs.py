@@ -104,15 +104,19 @@ def check_paths(config: ChannelConfig) -> None:
         if resolved in roots:
             raise ValidationError({setting: f"{directory} is a data root itself (WEIR_DATA_"
                                             "ROOT): name a directory inside it"})
-        root = next((r for r in roots if r in resolved.parents), None)
+        root = _root_of(resolved, roots)
         if root is None:
             allowed = ", ".join(str(r) for r in roots)
             raise ValidationError({setting: f"{directory} is outside WEIR_DATA_ROOT "
                                             f"({allowed})"})
         for what, place in appliance + [("a data root", r) for r in roots if r != root]:
             if _collides(resolved, place, root):
-                raise ValidationError({setting: f"{directory} overlaps {what} ({place}): "
-                                                "the appliance's own files are no channel's"})
+                raise ValidationError({setting: f"{directory} overlaps {what} ({place})"})
+
+
+def _root_of(path: Path, roots: list[Path]) -> Path | None:
+    """The data root `path` lies strictly inside (the nearest, should roots nest)."""
+    return max((r for r in roots if r in path.parents), default=None, key=lambda r: len(r.parts))
 
 
 def _collides(directory: Path, place: Path, root: Path) -> bool:
@@ -262,7 +266,7 @@ def removable(row: Channel) -> tuple[list[Path], list[Path]]:
         path = Path(text)
         if not os.path.lexists(path) or path.resolve() != path:  # a symlink on the way
             continue
-        root = next((r for r in roots if r in path.parents), None)
+        root = _root_of(path, roots)
         if root is None or any(_collides(path, place, root) for _, place in appliance):
             continue
         if path in mine.containers:

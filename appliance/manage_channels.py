@@ -148,10 +148,10 @@ def _cannot_open(name: str, exc: Exception) -> Refused:
 def _not_opened(name: str, exc: Exception, made: list[str]) -> Refused:
     """Why a create or change the engine could not open was refused; removes the
     directories it made (a refused create or change leaves nothing behind)."""
+    channels.close_channel(name)  # a handle opened on the way holds the files
     for directory in made:
         shutil.rmtree(directory, ignore_errors=True)
     if isinstance(exc, ConfigError):  # a setting only the open could judge
-        channels.close_channel(name)
         return Refused({exc.field: [exc.reason]})
     return _cannot_open(name, exc)
 

@@ -344,3 +344,14 @@ def test_channels_made_before_the_migration_own_their_places_and_key_paths_becom
     with pytest.raises(ValidationError) as info:
         channels.to_config(audit)
     assert "encryption_key_file" in info.value.message_dict
+
+
+def test_nested_data_roots_each_hold_directories_but_are_none(tmp_path: Path,
+                                                             settings: object) -> None:
+    settings.WEIR_DATA_ROOTS = [tmp_path, tmp_path / "b"]  # type: ignore[attr-defined]
+    row = Channel(name="orders", data_dirs=[str(tmp_path / "b" / "data")],
+                  checkpoint_dir=str(tmp_path / "b" / "orders"))
+    channels.to_config(row)
+    row.checkpoint_dir = str(tmp_path / "b")
+    with pytest.raises(ValidationError, match="data root itself"):
+        channels.to_config(row)
