@@ -355,3 +355,36 @@ def test_nested_data_roots_each_hold_directories_but_are_none(tmp_path: Path,
     row.checkpoint_dir = str(tmp_path / "b")
     with pytest.raises(ValidationError, match="data root itself"):
         channels.to_config(row)
+
+
+UI_FORM = {"partitions": 1, "capacity": 1000, "transaction_capacity": 100,
+           "keep_alive_ms": 3000, "minimum_required_space": 0, "checkpoint_interval_ms": 30000,
+           "checkpoint_on_close": "on", "durability": "fsync", "segment_bytes": 1 << 20,
+           "segment_ms": 604800000, "index_interval_bytes": 4096, "retention_ms": -1,
+           "retention_bytes": -1, "retention_check_interval_ms": 300000,
+           "compression": "none", "export_format": "parquet", "export_path": "%Y/%m/%d/%H",
+           "export_roll_rows": 1000000, "export_roll_bytes": 268435456}
+
+
+def test_the_ui_keeps_the_same_rules_for_create_change_and_delete(scene: Scene) -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    operator = Client()
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = operator.get("/channels/orders/")  # opens orders: its files as they now are
+    audit_home, before = str(scene.root / "homes" / "audit"), tree(scene.root)
+    made = operator.post("/channels/new", {**UI_FORM, "name": "evil",
+                                           "checkpoint_dir": audit_home})
+    assert made.status_code == 400 and "checkpoint_dir" in made.context["form"].errors
+    form = {k: ("on" if v is True else v) for k, v in page.context["form"].initial.items()
+            if v is not None and v is not False and k not in ("name", "data_dirs")}
+    changed = operator.post("/channels/orders/settings", {
+        **form, "use_dual_checkpoints": "on", "backup_checkpoint_dir": audit_home})
+    assert changed.status_code == 400
+    assert "backup_checkpoint_dir" in changed.context["form"].errors
+    assert tree(scene.root) == before and not Channel.objects.filter(name="evil").exists()
+    audit_files = files_of(scene.audit)
+    done = operator.post("/channels/orders/delete", {"confirm_name": "orders", "force": "on"})
+    assert done.status_code == 302 and not Channel.objects.filter(name="orders").exists()
+    assert_audit_intact(scene, audit_files)
