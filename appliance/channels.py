@@ -2,23 +2,24 @@
 this process keeps its open engine channels.
 
 to_config() checks a row the way the engine does (every setting, naming the
-field) plus what only the appliance knows: directories must lie inside
-WEIR_DATA_ROOT. open_channel() opens each channel once per process (as its
-owner or as a client of the owner, see channel_engine/channel.py) and reopens
-it when its row changed; after fork (gunicorn, Celery prefork) the child opens
-its own.
+field) plus what only the appliance knows: directories lie inside WEIR_DATA_ROOT
+and clear of the appliance's own files (appliance.channel_dirs; the checks against
+other channels need the database and run in appliance.manage_channels), and the key
+file is a name in WEIR_KEY_DIR, made a path here (appliance.keys). open_channel()
+opens each channel once per process (as its owner or as a client of the owner, see
+channel_engine/channel.py) and reopens it when its row changed; after fork
+(gunicorn, Celery prefork) the child opens its own.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from appliance import channel_dirs, keys
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
 from channel_engine import ChannelConfig, ConfigError
@@ -39,13 +40,16 @@ def to_config(row: Channel) -> ChannelConfig:
     """The engine's config for a row; ValidationError naming the field if it is wrong."""
     values = {name: getattr(row, name) for name in SETTINGS}
     values["data_dirs"] = tuple(values["data_dirs"] or ())
+    if values["encryption_key_file"] is not None:
+        values["encryption_key_file"] = str(keys.key_path(values["encryption_key_file"]))
     try:
         config = ChannelConfig(**values)
     except ConfigError as exc:
         raise ValidationError({exc.field: exc.reason}) from exc
     except TypeError as exc:
         raise ValidationError({"__all__": str(exc)}) from exc
-    _check_roots(config)
+    channel_dirs.check_paths(config)
+    keys.check_keys(config)
     for name, (low, high) in SCHEDULE_SETTINGS.items():
         value = getattr(row, name)
         if value is None and name == "export_interval_ms":
@@ -69,19 +73,6 @@ def _check_export(row: Channel) -> None:
         spark_pattern(row.export_path)
     except ValueError as exc:
         raise ValidationError({"export_path": str(exc).removeprefix("path: ")}) from exc
-
-
-def _check_roots(config: ChannelConfig) -> None:
-    roots = [Path(root).resolve() for root in settings.WEIR_DATA_ROOTS]
-    places = [("data_dirs", d) for d in config.data_dirs]
-    places.append(("checkpoint_dir", config.checkpoint_dir))
-    if config.backup_checkpoint_dir:
-        places.append(("backup_checkpoint_dir", config.backup_checkpoint_dir))
-    for field, directory in places:
-        resolved = Path(directory).resolve()
-        if not any(resolved == root or root in resolved.parents for root in roots):
-            allowed = ", ".join(str(root) for root in roots)
-            raise ValidationError({field: f"{directory} is outside WEIR_DATA_ROOT ({allowed})"})
 
 
 def open_channel(row: Channel) -> EngineChannel:

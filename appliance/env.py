@@ -6,6 +6,7 @@ import ipaddress
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 
 import dj_database_url
@@ -97,6 +98,37 @@ def secret_key(var_dir: Path) -> str:
         key_file.write_text(secrets.token_urlsafe(50))
         key_file.chmod(0o600)
     return key_file.read_text().strip()
+
+
+def private_dir(name: str, path: Path) -> Path:
+    """The directory `path` (setting `name`), created 0700 when missing; ImproperlyConfigured
+    when it is not a directory of this user closed to group and others."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(f"{name} {path}: cannot be created "
+                                   f"({exc.strerror or exc})") from exc
+    problem = private_dir_problem(path)
+    if problem:
+        raise ImproperlyConfigured(f"{name} {path}: {problem}")
+    return path
+
+
+def private_dir_problem(path: Path) -> str | None:
+    """Why `path` is not a private directory of this process's user (None: it is one)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid != os.geteuid():
+        return (f"is owned by uid {info.st_uid}, not by the appliance's user "
+                f"(uid {os.geteuid()})")
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return (f"group or others may access it (mode {stat.S_IMODE(info.st_mode):04o}; "
+                "chmod 700)")
+    return None
 
 
 def env_paths(name: str, default: list[Path]) -> list[Path]:

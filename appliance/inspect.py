@@ -40,6 +40,7 @@ def detail(row: Channel) -> dict[str, Any]:
     """Everything about one channel: its settings, status and segment tables."""
     status = channels.open_channel(row).status(segments=True)
     settings = channels.to_config(row).to_dict()
+    settings["encryption_key_file"] = row.encryption_key_file  # its name, as set
     settings.update({name: getattr(row, name)
                      for name in (*channels.SCHEDULE_SETTINGS, *channels.EXPORT_SETTINGS)})
     runs = TaskRun.objects.filter(channel=row.name)[:RECENT_RUNS]

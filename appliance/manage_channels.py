@@ -4,15 +4,25 @@
     PATCH  /api/v1/channels/{name}          change settings
     DELETE /api/v1/channels/{name}?force=1  delete: the record and the files
 
+Creating needs an admin token for all channels (or a staff user); a token scoped
+to channels may change and delete only those. Every create and change checks the
+directories against every other channel under one lock (appliance.channel_dirs):
+never the data root, the appliance's files, another channel's directory or one
+nested with it; a new channel's directories are new or empty, and those it creates
+are recorded as its own (Channel.owned_dirs).
+
 A change is applied live: every process reopens its handle on the channel
 when it sees the new settings, and ownership moves to a process that has
 them (channel_engine/channel.py). Changes that would strand events are refused
-with the reason: name and data_dirs (the partition logs live there), fewer
-partitions (keys would move). Deleting a channel that holds untaken events is
-refused unless forced.
+with the reason: name, data_dirs and checkpoint_dir (the partition logs and the
+home live there), fewer partitions (keys would move). A refused create or change
+writes nothing: no record, and no directory it made is left. Deleting a channel
+that holds untaken events is refused unless forced; a delete removes only the
+directories the channel owns and no other channel uses (channel_dirs.removable).
 """
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,15 +34,20 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from appliance import channels
+from appliance import channel_dirs, channels
 from appliance.inspect import DETAIL, ChannelDetailView, ChannelListView, detail
 from appliance.models import Channel
+from appliance.permissions import allowed_everywhere
 from appliance.produce import RequiredBodySchema, errors
-from channel_engine import ChannelConfig, ChannelEngineError, StorageError
+from channel_engine import ChannelEngineError, ConfigError
 
 SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
             | set(channels.EXPORT_SETTINGS) | {"puts_paused"})
-FIXED = ("name", "data_dirs")
+FIXED = {"name": "the partition directories are named after the channel",
+         "data_dirs": "the partition logs live there",
+         "checkpoint_dir": "the channel's home (channel.json, checkpoints, journals) lives "
+                           "there"}
+PATH_SETTINGS = ("data_dirs", "checkpoint_dir", "backup_checkpoint_dir")
 FORCE_VALUES = ("",) + tuple(value for word in ("1", "0", "true", "false", "yes", "no")
                      for value in dict.fromkeys((word, word.capitalize(), word.upper())))
 
@@ -122,15 +137,6 @@ def _invalid(exc: ValidationError) -> Refused:
     return Refused({k: list(v) for k, v in exc.message_dict.items()})
 
 
-def _channel_dirs(config: ChannelConfig) -> list[Path]:
-    """Every directory a channel's files live in."""
-    dirs = [config.partition_dir(p) for p in range(config.partitions)]
-    dirs.append(Path(config.checkpoint_dir))
-    if config.backup_checkpoint_dir:
-        dirs.append(Path(config.backup_checkpoint_dir))
-    return dirs
-
-
 def _cannot_open(name: str, exc: Exception) -> Refused:
     """The settings are valid but the disk cannot take them (say preallocate=true with more
     segment_bytes x partitions than there is free space): nothing is changed."""
@@ -139,53 +145,71 @@ def _cannot_open(name: str, exc: Exception) -> Refused:
                               f"{exc}"]}, status=503)
 
 
+def _not_opened(name: str, exc: Exception, made: list[str]) -> Refused:
+    """Why a create or change the engine could not open was refused; removes the
+    directories it made (a refused create or change leaves nothing behind)."""
+    channels.close_channel(name)  # a handle opened on the way holds the files
+    for directory in made:
+        shutil.rmtree(directory, ignore_errors=True)
+    if isinstance(exc, ConfigError):  # a setting only the open could judge
+        return Refused({exc.field: [exc.reason]})
+    return _cannot_open(name, exc)
+
+
 def create_channel(settings: dict[str, Any]) -> Channel:
     """Create a channel's record and files from typed settings, or raise Refused."""
     if Channel.objects.filter(name=settings.get("name")).exists():
         raise Refused({"name": ["a channel with this name exists"]}, status=409)
     row = Channel(**settings)
+    made: list[str] = []
     try:
-        config = channels.to_config(row)
-    except ValidationError as exc:
-        raise _invalid(exc) from exc
-    created = [d for d in _channel_dirs(config) if not d.exists()]
-    try:
+        channels.to_config(row)
         with transaction.atomic():
+            channel_dirs.lock()
+            if Channel.objects.filter(name=row.name).exists():
+                raise Refused({"name": ["a channel with this name exists"]}, status=409)
+            channel_dirs.check_others(row)
+            channel_dirs.fresh(row)
+            made = row.owned_dirs = channel_dirs.missing(row)
             row.save()
             channels.open_channel(row)  # the files; an error rolls the record back
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
-        channels.close_channel(row.name)
-        for directory in created:  # a refused create leaves nothing behind
-            shutil.rmtree(directory, ignore_errors=True)
-        if isinstance(exc, OSError | StorageError):
-            raise _cannot_open(row.name, exc) from exc
-        raise
+        raise _not_opened(row.name, exc, made) from exc
     return row
 
 
 def change_channel(row: Channel, changes: dict[str, Any]) -> None:
     """Apply typed setting changes live, or raise Refused saying why (nothing changed)."""
-    for field in FIXED:
+    for field, why in FIXED.items():
         if field in changes and changes[field] != getattr(row, field):
-            raise Refused({field: [f"cannot change: the partition logs of {row.name!r} "
-                                   "live where they are"]})
+            raise Refused({field: [f"cannot change: {why}; create a new channel to move "
+                                   "it"]})
     if changes.get("partitions", row.partitions) < row.partitions:
         raise Refused({"partitions": [f"cannot shrink from {row.partitions}: keys would "
                                       "move and events be stranded"]})
-    before = {field: getattr(row, field) for field in changes}
+    was = copy.copy(row)
+    before = {field: getattr(row, field) for field in [*changes, "owned_dirs"]}
     for field, value in changes.items():
         setattr(row, field, value)
+    made: list[str] = []
     try:
         channels.to_config(row)
         with transaction.atomic():  # the change stands only if the channel opens with it
+            channel_dirs.lock()
+            channel_dirs.check_others(row)
+            channel_dirs.fresh(row, was)
+            made = [d for d in channel_dirs.missing(row) if d not in row.owned_dirs]
+            row.owned_dirs = [*row.owned_dirs, *made]
             row.save()
             channels.open_channel(row)
     except ValidationError as exc:
         _restore(row, before)
         raise _invalid(exc) from exc
-    except OSError as exc:
+    except (OSError, ChannelEngineError) as exc:
         _restore(row, before)
-        raise _cannot_open(row.name, exc) from exc
+        raise _not_opened(row.name, exc, made) from exc
 
 
 def _restore(row: Channel, before: dict[str, Any]) -> None:
@@ -193,27 +217,38 @@ def _restore(row: Channel, before: dict[str, Any]) -> None:
         setattr(row, field, value)
 
 
-def delete_channel(row: Channel, force: bool) -> None:
-    """Delete a channel's record and files; Refused (409) while events are untaken, unless
-    forced. Forced, a channel the engine cannot open (its untaken events cannot be
-    counted) goes too: its record and whatever files are where its directories belong."""
-    config = channels.to_config(row)
+def delete_channel(row: Channel, force: bool) -> list[Path]:
+    """Delete a channel's record and the directories it owns (channel_dirs.removable);
+    return its directories left in place (not its own, or used by another channel).
+    Refused (409) while events are untaken, unless forced. Forced, a channel the engine
+    cannot open (its untaken events cannot be counted) goes too."""
+    try:
+        channels.to_config(row)
+    except ValidationError as exc:
+        if set(exc.message_dict) & set(PATH_SETTINGS):  # directories no longer allowed
+            raise Refused({"error": ["not deleted: " + "; ".join(exc.messages)]},
+                          status=409) from exc
     try:
         untaken = channels.open_channel(row).status()["events_untaken"]
-    except (ChannelEngineError, OSError):
+    except (ChannelEngineError, OSError, ValidationError) as exc:  # a key file gone, say
         if not force:
-            raise
+            why = ("; ".join(exc.messages) if isinstance(exc, ValidationError)
+                   else f"{type(exc).__name__}: {exc}")
+            raise Refused({"error": [f"channel {row.name!r} cannot be opened ({why}), so "
+                                     "its untaken events cannot be counted; delete with "
+                                     "force (?force=true)"]}, status=409) from exc
         untaken = None
     if untaken and not force:
         raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "
                                  "delete with force (?force=true) to drop them"]}, status=409)
     channels.close_channel(row.name)
-    row.delete()
-    for path in _channel_dirs(config):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:  # a file where a directory belongs (damage that can stop an open)
-            path.unlink(missing_ok=True)
+    with transaction.atomic():  # removal under the lock: no create claims a path meanwhile
+        channel_dirs.lock()
+        trees, empties = channel_dirs.removable(row)
+        places = [path for _, path in channel_dirs.dirs_of(row).own]
+        row.delete()
+        channel_dirs.remove(trees, empties)
+    return [path for path in places if path.exists() and path not in trees]
 
 
 _FIELD_CONFLICT = {"type": "object", "required": ["name"],
@@ -229,6 +264,9 @@ class ChannelsView(ChannelListView):
                    responses={201: DETAIL, **errors(400, 409, 415, 503, e409=_FIELD_CONFLICT)})
     def post(self, request: Request) -> Response:
         """Create a channel and its files."""
+        if not allowed_everywhere(request, "admin"):
+            self.permission_denied(request, "creating a channel needs an admin token for all "
+                                            "channels (or a staff user)")
         bad = _unknown(request.data)
         if bad is not None:
             return bad

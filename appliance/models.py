@@ -3,7 +3,10 @@
 A Channel row holds every setting of the engine's ChannelConfig (same names,
 defaults taken from the engine, so there is one source of truth for them);
 `appliance.channels` is the one module that turns a row into the engine's
-config and checks it, naming the field that is wrong.
+config and checks it, naming the field that is wrong. Two differences: the row's
+encryption_key_file is a name in WEIR_KEY_DIR (appliance.keys makes it the engine's
+path), and owned_dirs records the directories the channel created, the only ones its
+delete removes (appliance.channel_dirs, which DirectoryLock serialises).
 """
 from __future__ import annotations
 
@@ -71,8 +74,10 @@ class Channel(models.Model):
                                              help_text=_help("retention_bytes"))
     compression = models.CharField(max_length=10, default=_default("compression"),
                                    help_text=_help("compression"))
-    encryption_key_file = models.CharField(max_length=4096, null=True, blank=True,
-                                           help_text=_help("encryption_key_file"))
+    encryption_key_file = models.CharField(
+        max_length=4096, null=True, blank=True,
+        help_text="Name of the key file in WEIR_KEY_DIR (no slashes) for encryption at rest; "
+        "empty: no encryption.")
     encryption_active_key = models.CharField(max_length=255, null=True, blank=True,
                                              help_text=_help("encryption_active_key"))
     puts_paused = models.BooleanField(default=False,
@@ -95,6 +100,10 @@ class Channel(models.Model):
     retention_check_interval_ms = models.BigIntegerField(
         default=300_000, help_text="How often the retention task runs for this channel "
         "(Kafka's log.retention.check.interval.ms; 1 second to 1 day).")
+    owned_dirs = models.JSONField(
+        default=list, blank=True, editable=False,
+        help_text="Directories this channel created (resolved paths): the only ones its "
+        "delete may remove.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -103,6 +112,14 @@ class Channel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DirectoryLock(models.Model):
+    """One row, updated at the start of every channel create, change and delete: the row
+    lock (PostgreSQL) or write lock (SQLite) it takes serialises the checks that keep the
+    directories of different channels apart (appliance.channel_dirs.lock)."""
+
+    changes = models.BigIntegerField(default=0)
 
 
 def hash_key(key: str) -> str:

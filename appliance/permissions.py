@@ -1,8 +1,10 @@
 """Who may do what: a token's roles and channel scope, or a staff user's session.
 
 Roles: produce (put events), consume (take transactions), admin (everything,
-including inspection and channel management). Anonymous users get nothing but
-/health.
+including inspection and channel management). A token scoped to channels acts on
+those alone: it never creates a channel (allowed_everywhere: an admin token for
+all channels, or a staff user). Anonymous users get nothing but /health.
+docs/THREAT_MODEL.md says who may do what.
 """
 from __future__ import annotations
 
@@ -21,6 +23,15 @@ def allowed(request: Request, role: str, channel: Channel | None) -> bool:
         return token.allows(role, channel)
     user = request.user
     return bool(user and user.is_authenticated and user.is_staff)
+
+
+def allowed_everywhere(request: Request, role: str) -> bool:
+    """May the caller act in `role` on every channel, those to come included (a token for
+    all channels, or a staff user)?"""
+    token = request.auth
+    if isinstance(token, ApiToken):
+        return token.all_channels and token.allows(role, None)
+    return allowed(request, role, None)
 
 
 class HasRole(BasePermission):

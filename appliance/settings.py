@@ -13,6 +13,7 @@ from appliance.env import (
     env_path,
     env_paths,
     front,
+    private_dir,
     secret_key,
     token_max_in_flight,
     trusted_proxies,
@@ -114,6 +115,9 @@ DATABASES = {"default": database(VAR_DIR)}
 
 # Where channel data and checkpoint dirs may live (comma-separated absolute paths).
 WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
+# Key files of encrypted channels, chosen by name (appliance/keys.py): created 0700 when
+# missing; the appliance refuses to start when group or others may use it.
+WEIR_KEY_DIR = private_dir("WEIR_KEY_DIR", env_path("WEIR_KEY_DIR", VAR_DIR / "keys"))
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Largest produce request body; Django's own request body limit follows it.
 WEIR_MAX_PRODUCE_BYTES = MAX_PRODUCE_BYTES  # and the front's client_max_body_size

@@ -40,7 +40,9 @@ its own (WEIR_TRUSTED_PROXIES then names it).
 Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
 WEIR_FRONT (nginx), WEIR_TOKEN_MAX_IN_FLIGHT (4), WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS
 (2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE (weir), WEIR_EXPORT_QUEUE (<default
-queue>-export); the processes read everything else themselves (appliance/settings.py).
+queue>-export); the processes read everything else themselves (appliance/settings.py:
+WEIR_DATA_ROOT (<var>/channels), WEIR_KEY_DIR (<var>/keys, made 0700; they refuse to start
+when others may use it), ...).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
 reaches only the supervisor) and appends its stdout and stderr to

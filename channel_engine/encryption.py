@@ -8,7 +8,8 @@ fails), and names the key by id so keys can rotate: new units use the active
 key, older ones stay readable while their key is in the file. A missing key,
 a wrong key or any flipped bit is a clear error, never garbage.
 
-Key file (JSON, readable by the owner only):
+Key file (JSON, readable by the owner only; a regular file of at most 64 KiB,
+MAX_KEY_FILE_BYTES; a device or FIFO is refused before anything is read):
 
     {"format": "weir-keys", "version": 2,
      "keys": {"2026-11": "<base64 of 32 random bytes>", "2026-12": "..."},
@@ -62,6 +63,7 @@ CHECK_SIZE = 8  # bytes of SHA-256 in a key check value
 SEAL_VERSION = 1
 NONCE_SIZE = 12
 KEY_SIZE = 32
+MAX_KEY_FILE_BYTES = 64 << 10  # hundreds of keys; never read more (a device, a log)
 
 
 class DecryptionError(ChannelEngineError):
@@ -161,8 +163,10 @@ def key_check_value(key: bytes) -> str:
 def _read_key_file(path: Path) -> dict[str, Any]:
     """The parsed key file: a Weir key file of a supported version, else ConfigError."""
     try:
-        mode = path.stat().st_mode
-        document = json.loads(path.read_bytes().decode("utf-8"))
+        mode, data = _read_bounded(path)
+        document = json.loads(data.decode("utf-8"))
+    except ConfigError:  # not a regular file, too large (a ValueError: let it through)
+        raise
     except FileNotFoundError:
         raise ConfigError("encryption_key_file", f"{path}: no such key file") from None
     except OSError as exc:  # a directory in its place, an I/O error
@@ -180,6 +184,20 @@ def _read_key_file(path: Path) -> dict[str, Any]:
         raise ConfigError("encryption_key_file",
                           f"{path}: not a Weir key file (format {FORMAT} v{VERSION})")
     return document
+
+
+def _read_bounded(path: Path) -> tuple[int, bytes]:
+    """The mode and bytes of a regular file of at most MAX_KEY_FILE_BYTES; ConfigError for
+    anything else (a device such as /dev/zero, a FIFO, a directory), opened without blocking."""
+    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("encryption_key_file", f"{path}: not a regular file")
+        data = f.read(MAX_KEY_FILE_BYTES + 1)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ConfigError("encryption_key_file", f"{path}: more than {MAX_KEY_FILE_BYTES} "
+                                                 "bytes, too large for a key file")
+    return info.st_mode, data
 
 
 def _check_keys(path: Path, keys: dict[str, bytes], checks: dict[str, Any] | None,

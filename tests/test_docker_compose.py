@@ -53,6 +53,8 @@ HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_C
                           "WEIR_SCHEDULER_TICK_S", "WEIR_SAMPLE_INTERVAL_S",
                           "WEIR_TASK_RUNS_KEEP_HOURS", "WEIR_TASK_LOCK_WAIT_S",
                           "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER", "WEIR_UI_REFRESH_S",
+                          # <WEIR_VAR_DIR>/keys: on the weir-var volume, made 0700 at start
+                          "WEIR_KEY_DIR",
                           # empty: executors read the shared disks, as compose's local Spark does
                           "WEIR_EXPORT_READ_URL",
                           # nginx before web (scripts/run.sh; compose runs its own nginx

@@ -12,7 +12,6 @@ from typing import Any
 
 from celery import Task
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -136,14 +135,15 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
                             "counted: tick the box to delete it anyway")
     else:
         try:
-            delete_channel(row, force=force)
+            kept = delete_channel(row, force=force)
         except Refused as refused:
             context["error"] = refused.errors["error"][0]
         except (ChannelEngineError, OSError) as exc:
             context["error"] = f"not deleted: {type(exc).__name__}: {exc}"
-        except ValidationError as exc:  # directories no longer allowed: never removed
-            context["error"] = "not deleted: " + "; ".join(exc.messages)
         else:
             messages.success(request, f"Channel {name} and its files deleted.")
+            if kept:  # directories it did not create, or that another channel uses
+                messages.info(request, "Kept (not the channel's own): "
+                                       + ", ".join(str(path) for path in kept))
             return redirect("ui:dashboard")
     return render(request, "ui/delete.html", context, status=409)

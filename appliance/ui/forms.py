@@ -30,7 +30,9 @@ GROUPS = (
 FIELDS = tuple(name for _, names in GROUPS for name in names)
 # Settings fixed once a channel exists, and why (shown next to the field).
 FIXED = {"name": "the partition directories are named after the channel",
-         "data_dirs": "the partition logs live there; move them by creating a new channel"}
+         "data_dirs": "the partition logs live there; move them by creating a new channel",
+         "checkpoint_dir": "the channel's home (its checkpoints) lives there; move it by "
+                           "creating a new channel"}
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 

@@ -9,14 +9,19 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
+from appliance import channel_dirs
 from appliance.models import ApiToken, Channel
 
 
 def channel_row(root: Path, name: str = "orders", **settings: object) -> Channel:
-    """Create a channel record with its dirs under `root` (the disk guard off)."""
+    """Create a channel record with its dirs under `root` (the disk guard off); the
+    directories its first open makes are its own, as after a create."""
     settings.setdefault("minimum_required_space", 0)
-    return Channel.objects.create(name=name, data_dirs=[str(root / "data")],
-                                  checkpoint_dir=str(root / name), **settings)
+    row = Channel(name=name, data_dirs=[str(root / "data")], checkpoint_dir=str(root / name),
+                  **settings)
+    row.owned_dirs = channel_dirs.missing(row)
+    row.save()
+    return row
 
 
 def token_client(*roles: str, channels: list[Channel] | None = None) -> APIClient:

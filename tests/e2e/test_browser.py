@@ -15,7 +15,7 @@ from conftest import Shots, login
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from appliance import channels, tasks
+from appliance import channel_dirs, channels, tasks
 from appliance.models import ApiToken, Channel
 from channel_engine.channel_owner import CHECKPOINT_HISTORY
 
@@ -23,9 +23,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_channel(root: Path, name: str = "orders", **settings: Any) -> Channel:
+    """A channel record whose directories (made at its first open) are its own."""
     settings.setdefault("minimum_required_space", 0)
-    return Channel.objects.create(name=name, data_dirs=[str(root / "data")],
-                                  checkpoint_dir=str(root / name), **settings)
+    row = Channel(name=name, data_dirs=[str(root / "data")], checkpoint_dir=str(root / name),
+                  **settings)
+    row.owned_dirs = channel_dirs.missing(row)
+    row.save()
+    return row
 
 
 def produce(base: str, name: str, bodies: list[str]) -> dict[str, Any]:

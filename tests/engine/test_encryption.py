@@ -182,3 +182,22 @@ def test_verify_finds_a_wrong_key_in_a_key_file_without_check_values(tmp_path: P
     found = verify_channel(config.home)
     assert not found["ok"] and {d["path"] for d in found["damages"]} == {str(keys)}
     assert "newest sealed batch does not open: authentication failed" in found["problems"][0]
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "huge"])
+def test_it_reads_no_device_fifo_or_huge_file_as_a_key_file(tmp_path: Path, kind: str) -> None:
+    """/dev/zero once grew a web worker to 23 GB: only a regular file of at most
+    MAX_KEY_FILE_BYTES is read, and a FIFO without a writer does not block."""
+    from channel_engine.encryption import MAX_KEY_FILE_BYTES
+
+    path = tmp_path / "keys.json"
+    if kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        path.write_bytes(b" " * (MAX_KEY_FILE_BYTES + 1))
+        path.chmod(0o600)
+    with pytest.raises(ConfigError, match="not a regular file|too large") as caught:
+        KeyRing.load(path, "k")
+    assert caught.value.field == "encryption_key_file" and str(path) in str(caught.value)

@@ -1,5 +1,7 @@
 """manage.py create_channel NAME [--partitions N] [--set key=value]... — create a channel
-record and its files. Directories default to WEIR_DATA_ROOT/<name>."""
+record and its files. Directories default to WEIR_DATA_ROOT/<name>. The same rules as the
+API's create (appliance.manage_channels): directories apart from every other channel's,
+new or empty, and recorded as the channel's own."""
 from __future__ import annotations
 
 import json
@@ -7,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
 from appliance import channels
+from appliance.manage_channels import Refused, create_channel
 from appliance.models import Channel
 
 SETTABLE = sorted(set(channels.SETTINGS) - {"name"})
@@ -44,15 +45,11 @@ class Command(BaseCommand):
                 values[key] = json.loads(raw)
             except ValueError:
                 values[key] = raw
-        row = Channel(name=name, **values)
         try:
-            with transaction.atomic():
-                channels.to_config(row)
-                row.save()
-                channels.open_channel(row)  # creates the files, or fails before the commit
-        except ValidationError as exc:
+            row = create_channel({"name": name, **values})
+        except Refused as refused:
             raise CommandError("; ".join(f"{field}: {' '.join(msgs)}"
-                                         for field, msgs in exc.message_dict.items())) from exc
+                                         for field, msgs in refused.errors.items())) from refused
         finally:
             channels.close_all()
         self.stdout.write(f"created channel {name!r} with {row.partitions} partition(s) in "
