@@ -207,8 +207,8 @@ def delete_channel(row: Channel, force: bool) -> None:
     if untaken and not force:
         raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "
                                  "delete with force (?force=true) to drop them"]}, status=409)
+    row.delete()  # first: a put cut short by the closing below then answers 404, not 500
     channels.close_channel(row.name)
-    row.delete()
     for path in _channel_dirs(config):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)

@@ -63,6 +63,16 @@ def _generation() -> str | None:
     return generation
 
 
+def current_generation() -> str | None:
+    """The shared generation as Redis has it now (not the request's copy); None when Redis
+    cannot say."""
+    try:
+        value = shared_redis().get(cache.make_key(GENERATION_KEY))
+    except RedisError:
+        return None
+    return None if value is None else value.decode()
+
+
 def request_started(**_: Any) -> None:
     """A new request reads the generation afresh, once."""
     _request.generation = None

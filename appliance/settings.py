@@ -68,6 +68,9 @@ DATABASES = {"default": database(VAR_DIR)}
 # Where channel data and checkpoint dirs may live (comma-separated absolute paths).
 WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# How often each process checks that the channels it has open still exist as it opened
+# them (appliance/channels.py: a deleted or recreated channel is closed); 0: never.
+WEIR_CHANNEL_WATCH_S = env_float("WEIR_CHANNEL_WATCH_S", 0.5, 0, 60)
 # Largest produce request body; Django's own request body limit follows it.
 WEIR_MAX_PRODUCE_BYTES = 64 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = WEIR_MAX_PRODUCE_BYTES

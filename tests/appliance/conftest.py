@@ -41,6 +41,9 @@ def _test_redis_answers() -> None:
 
 @pytest.fixture(autouse=True)
 def _test_cache(settings: Any) -> None:
+    # No channel watcher in this process: its thread would not see the rows a test writes
+    # inside its transaction (tests of it run the appliance in processes of its own).
+    settings.WEIR_CHANNEL_WATCH_S = 0
     settings.CACHES = {"default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": f"{TEST_REDIS_URL}/15",
