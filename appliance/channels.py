@@ -21,6 +21,11 @@ is reopened by the next request that reads it, as before. A handle is only ever
 opened for a row that still exists (ChannelGoneError otherwise), and deleted() tells
 a view whether an engine error came from a channel deleted under its request, which
 the API answers with 404 like any channel that does not exist.
+
+status_of() is what views of many channels use (the channel list, /metrics, the
+dashboard): a channel that cannot be opened or asked (its home unreadable, its key
+file unusable, any error of the engine's open) gives its reason instead of a status,
+and the others answer as usual.
 """
 from __future__ import annotations
 
@@ -125,6 +130,18 @@ def open_channel(row: Channel) -> EngineChannel:
         _open[row.name] = (version, channel)
     _watch()
     return channel
+
+
+def status_of(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
+    """The engine's status of a channel, or None and why it cannot be had (whatever the
+    open or the status raised: one broken channel must not break a page of them all)."""
+    try:
+        return open_channel(row).status(segments=segments), ""
+    except ValidationError as exc:  # the row's settings are no longer allowed
+        return None, "; ".join(exc.messages)
+    except Exception as exc:
+        log.warning("channel %r: no status", row.name, exc_info=True)
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def deleted(row: Channel) -> bool:

@@ -104,13 +104,20 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("WEIR_API_RATE", "100000/minute")},
 }
 
-# The shared cache: throttling history (and later, anything web workers must agree on).
+# Redis on the request path fails fast (appliance/shared_redis.py): a call times out
+# after WEIR_REDIS_TIMEOUT_S, and after a failure Redis is not tried for WEIR_REDIS_RETRY_S;
+# every such call has a fallback (throttling fails open, rows come from the database).
+WEIR_REDIS_TIMEOUT_S = env_float("WEIR_REDIS_TIMEOUT_S", 0.05, 0.005, 5)
+WEIR_REDIS_RETRY_S = env_float("WEIR_REDIS_RETRY_S", 1.0, 0, 60)
+# The shared cache: throttling counters, the row cache's generation, task locks.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX", "weir"),
         "TIMEOUT": 300,
+        "OPTIONS": {"socket_timeout": WEIR_REDIS_TIMEOUT_S,
+                    "socket_connect_timeout": WEIR_REDIS_TIMEOUT_S},
     }
 }
 
@@ -130,7 +137,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a slow checkpoint must not hold back qu
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Unacked messages are redelivered after this: longer than the longest hard time limit
 # (an export's 3660 s), so a running task's message is never handed to a second worker.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200}
+# A hung Redis stops a publish after socket_timeout, not never (a worker's BRPOP waits 1 s,
+# well inside it); connecting gives up after CELERY_BROKER_CONNECTION_TIMEOUT, and a
+# publish is retried for at most ~0.3 s ("export now" answers 503 at once: exports.py).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200, "socket_timeout": 10,
+                                   "socket_connect_timeout": 1}
+CELERY_BROKER_CONNECTION_TIMEOUT = 1
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0,
+                                    "interval_step": 0.1, "interval_max": 0.2}
 CELERY_TIMEZONE = "UTC"
 # How often beat wakes the dispatchers; each channel's own intervals decide what runs.
 WEIR_SCHEDULER_TICK_S = env_float("WEIR_SCHEDULER_TICK_S", 1.0, 0.1, 60)
