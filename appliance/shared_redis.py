@@ -55,6 +55,12 @@ def shared_redis() -> redis.Redis:
     return _client(quick=False)
 
 
+def reset() -> None:
+    """Close the breaker: the next fast() call tries Redis (tests)."""
+    with _lock:
+        _down["until"], _down["reason"] = 0.0, ""
+
+
 def fast(op: Callable[[redis.Redis], T]) -> T:
     """op(client) on the request path's client; RedisError at once, without trying, for
     WEIR_REDIS_RETRY_S after the last failure."""
