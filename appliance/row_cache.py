@@ -40,7 +40,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from redis.exceptions import RedisError
 
 from appliance.models import ApiToken, Channel
-from appliance.shared_redis import fast
+from appliance.shared_redis import RedisSkipped, fast
 
 MAX_AGE_S = 10.0
 GENERATION_KEY = "row-generation"
@@ -63,7 +63,8 @@ def _generation() -> str | None:
         value = fast(_read_generation)
     except RedisError as exc:
         _forget()
-        log.warning("row cache off: the cache at REDIS_URL is unreachable (%s)", exc)
+        if not isinstance(exc, RedisSkipped):
+            log.warning("row cache off: the cache at REDIS_URL is unreachable (%s)", exc)
         return None
     if getattr(_request, "active", False):
         _request.generation = value

@@ -139,8 +139,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # (an export's 3660 s), so a running task's message is never handed to a second worker.
 # A hung Redis stops a publish after socket_timeout, not never (a worker's BRPOP waits 1 s,
 # well inside it); connecting gives up after CELERY_BROKER_CONNECTION_TIMEOUT, and a
-# publish is retried for at most ~0.3 s ("export now" answers 503 at once: exports.py).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200, "socket_timeout": 10,
+# publish is retried for at most ~0.3 s. "Export now" asks Redis first, with a 0.25 s
+# timeout, and answers 503 at once when it does not answer (appliance/exports.py).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200, "socket_timeout": 30,
                                    "socket_connect_timeout": 1}
 CELERY_BROKER_CONNECTION_TIMEOUT = 1
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0,

@@ -55,6 +55,10 @@ def shared_redis() -> redis.Redis:
     return _client(quick=False)
 
 
+class RedisSkipped(RedisConnectionError):
+    """fast() did not try: Redis failed less than WEIR_REDIS_RETRY_S ago (already logged)."""
+
+
 def reset() -> None:
     """Close the breaker: the next fast() call tries Redis (tests)."""
     with _lock:
@@ -62,12 +66,13 @@ def reset() -> None:
 
 
 def fast(op: Callable[[redis.Redis], T]) -> T:
-    """op(client) on the request path's client; RedisError at once, without trying, for
-    WEIR_REDIS_RETRY_S after the last failure."""
+    """op(client) on the request path's client; RedisError at once, without trying
+    (RedisSkipped: callers need not log it again), for WEIR_REDIS_RETRY_S after the last
+    failure."""
     with _lock:
         until, reason = float(_down["until"]), _down["reason"]
     if time.monotonic() < until:
-        raise RedisConnectionError(f"not tried: Redis failed less than "
+        raise RedisSkipped(f"not tried: Redis failed less than "
                                    f"{settings.WEIR_REDIS_RETRY_S:g} s ago ({reason})")
     try:
         return op(_client(quick=True))
