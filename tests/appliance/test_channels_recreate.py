@@ -5,6 +5,7 @@ the new channel of the same name at once; meanwhile producers see 200 or the doc
 404, never a 5xx."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -141,6 +142,19 @@ def warm(url: str, key: str, requests: int = 30) -> None:
         assert status == 200, body
 
 
+def take_all(url: str, key: str) -> set[str]:
+    """Take and commit every event of the channel; their bodies."""
+    bodies: set[str] = set()
+    while True:
+        status, body = call(url, key, "POST", "channels/orders/takes", {"max_events": 1000})
+        assert status == 200, body
+        if not body["events"]:
+            return bodies
+        bodies.update(str(event["body"]) for event in body["events"])  # type: ignore[union-attr]
+        status, _ = call(url, key, "POST", f"channels/orders/takes/{body['take_id']}/commit")
+        assert status == 200
+
+
 def flush_in_celery(env: dict[str, str]) -> None:
     """Run the flush task once in the Celery worker: one of its processes opens the channel."""
     manage(env, "shell", "-c", "from appliance import tasks; "
@@ -157,17 +171,24 @@ def delete_and_recreate_under_load(appliance: dict[str, object], pids: list[int]
                 "minimum_required_space": 0}  # as manage.py create_channel made it
     statuses: list[int] = []
     slow: list[float] = []
+    acked_after_create: set[str] = set()
+    created_at = [float("inf")]
     done = threading.Event()
 
-    def producer() -> None:
-        while not done.is_set():
+    def producer(number: int) -> None:
+        for request in itertools.count():
+            if done.is_set():
+                return
             started = time.monotonic()
+            bodies = [f"{number}-{request}-{i}" for i in range(20)]
             status, _ = call(url, key, "POST", "channels/orders/events",
-                             {"events": [{"body": f"e{i}"} for i in range(20)]})
+                             {"events": [{"body": body} for body in bodies]})
             statuses.append(status)
             slow.append(time.monotonic() - started)
+            if status == 200 and started > created_at[0]:
+                acked_after_create.update(bodies)
 
-    producers = [threading.Thread(target=producer) for _ in range(4)]
+    producers = [threading.Thread(target=producer, args=(n,)) for n in range(4)]
     for thread in producers:
         thread.start()
     try:
@@ -179,6 +200,7 @@ def delete_and_recreate_under_load(appliance: dict[str, object], pids: list[int]
         time.sleep(0.3)
         status, body = call(url, admin, "POST", "channels", settings)
         assert status == 201, body
+        created_at[0] = time.monotonic()
         time.sleep(1.0)
     finally:
         done.set()
@@ -186,7 +208,10 @@ def delete_and_recreate_under_load(appliance: dict[str, object], pids: list[int]
             thread.join()
     assert statuses and set(statuses) <= {200, 404}, sorted(set(statuses))
     assert max(slow) < 5, f"a request took {max(slow):.1f} s"
-    assert 200 in statuses[-5:], "the producers were not served after the channel came back"
+    assert acked_after_create, "the producers were not served after the channel came back"
+    # the new channel holds every event acknowledged since it was created
+    taken = take_all(url, key)
+    assert acked_after_create <= taken, len(acked_after_create - taken)
     warm(url, key)  # every web worker serves the new channel
     assert not deleted_files_open(pids, root)
 
