@@ -1,7 +1,10 @@
 """API token authentication: `Authorization: Bearer <key>` (or `Token <key>`, DRF's word).
 
 Keys are random secrets shown once at creation; only their SHA-256 is stored,
-so a lookup is one indexed query and a leaked database leaks no usable key.
+so a lookup is one indexed query and a leaked database leaks no usable key. Lookups go
+through row_cache: a per-process cache, exact via a Redis generation; with Redis away
+(no answer within WEIR_REDIS_TIMEOUT_S) straight from the database, so a revoked token is
+refused from the next request whatever Redis does.
 """
 from __future__ import annotations
 

@@ -257,7 +257,7 @@ def missing(row: Channel) -> list[str]:
 
 def removable(row: Channel) -> tuple[list[Path], list[Path]]:
     """What a delete of `row` removes (module doc): (trees, empty dirs), deepest first.
-    Call under lock(), with `row` still in the database."""
+    Call under lock(); `row` may be deleted already (its pk None: no row is excluded)."""
     others = _Others(Channel.objects.exclude(pk=row.pk))
     roots, appliance = data_roots(), appliance_paths()
     mine = dirs_of(row)

@@ -9,20 +9,42 @@ file is a name in WEIR_KEY_DIR, made a path here (appliance.keys). open_channel(
 opens each channel once per process (as its owner or as a client of the owner, see
 channel_engine/channel.py) and reopens it when its row changed; after fork
 (gunicorn, Celery prefork) the child opens its own.
+
+A deleted or recreated channel is let go of in every process at once, requests or
+not: each process that has channels open runs a watcher thread that, every
+WEIR_CHANNEL_WATCH_S (0.5 s; 0 turns it off), reads the row cache's shared generation
+(appliance/row_cache.py: every save or delete of a channel replaces it) and, when it
+changed (or every row_cache.MAX_AGE_S, or every tick while Redis cannot say), asks the
+database which of its open channels still exist as the rows it opened. A handle whose row is gone or
+was recreated (another pk) is closed: an owner releases the lock and its files (the
+deleted files' space is freed), a client its connection. A changed row of the same pk
+is reopened by the next request that reads it, as before. A handle is only ever
+opened for a row that still exists (ChannelGoneError otherwise), and deleted() tells
+a view whether an engine error came from a channel deleted under its request, which
+the API answers with 404 like any channel that does not exist.
+
+status_of() is what views of many channels use (the channel list, /metrics, the
+dashboard): a channel that cannot be opened or asked (its home unreadable, its key
+file unusable, any error of the engine's open) gives its reason instead of a status,
+and the others answer as usual.
 """
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
+import time
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import connection
 
-from appliance import channel_dirs, keys
+from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
-from channel_engine import ChannelConfig, ConfigError
+from channel_engine import ChannelConfig, ChannelGoneError, ConfigError
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 # Settings only the appliance uses (the scheduler's), with their allowed range.
@@ -34,6 +56,8 @@ EXPORT_SETTINGS = ("export_format", "export_path")
 _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()
 _lock = threading.Lock()
+_watching: list[int] = [0]  # the pid whose watcher thread runs
+log = logging.getLogger(__name__)
 
 
 def to_config(row: Channel) -> ChannelConfig:
@@ -76,7 +100,8 @@ def _check_export(row: Channel) -> None:
 
 
 def open_channel(row: Channel) -> EngineChannel:
-    """This process's engine channel for a row, opened on first use or after a change."""
+    """This process's engine channel for a row, opened on first use or after a change;
+    ChannelGoneError if the row was deleted (or its channel recreated) meanwhile."""
     global _open_pid
     with _lock:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
@@ -87,10 +112,38 @@ def open_channel(row: Channel) -> EngineChannel:
         if known is not None and known[0] == version:
             return known[1]
         if known is not None:
-            known[1].close()  # writes nothing if the channel was deleted (ChannelGoneError)
+            _close(known[1])
+            del _open[row.name]
+        if row.pk is not None and deleted(row):  # never resurrect a deleted channel's files
+            raise ChannelGoneError(f"channel {row.name!r} was deleted")
         channel = EngineChannel.open(to_config(row))
         _open[row.name] = (version, channel)
-        return channel
+    _watch()
+    return channel
+
+
+def status_of(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
+    """The engine's status of a channel, or None and why it cannot be had (whatever the
+    open or the status raised: one broken channel must not break a page of them all)."""
+    try:
+        return open_channel(row).status(segments=segments), ""
+    except ValidationError as exc:  # the row's settings are no longer allowed
+        return None, "; ".join(exc.messages)
+    except Exception as exc:
+        log.warning("channel %r: no status", row.name, exc_info=True)
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def deleted(row: Channel) -> bool:
+    """Whether the row is gone from the database (deleted, or its channel recreated)."""
+    return not Channel.objects.filter(pk=row.pk, name=row.name).exists()
+
+
+def _close(channel: EngineChannel) -> None:
+    try:
+        channel.close()  # writes nothing if the channel was deleted (ChannelGoneError)
+    except Exception:  # a handle on a deleted channel: nothing of it is worth keeping
+        log.warning("closing channel %r failed", channel.name, exc_info=True)
 
 
 def close_channel(name: str) -> None:
@@ -98,7 +151,56 @@ def close_channel(name: str) -> None:
     with _lock:
         known = _open.pop(name, None)
     if known is not None:
-        known[1].close()
+        _close(known[1])
+
+
+def _watch() -> None:
+    """Start this process's watcher thread (once per process: threads do not survive fork)."""
+    with _lock:
+        if _watching[0] == os.getpid() or not settings.WEIR_CHANNEL_WATCH_S:
+            return
+        _watching[0] = os.getpid()
+    threading.Thread(target=_watcher, name="weir-channel-watcher", daemon=True).start()
+
+
+def _watcher() -> None:
+    seen: str | None = None
+    checked = 0.0
+    while settings.WEIR_CHANNEL_WATCH_S:
+        time.sleep(settings.WEIR_CHANNEL_WATCH_S)
+        try:
+            generation = row_cache.current_generation()
+            if generation is not None and generation == seen and \
+                    time.monotonic() - checked < row_cache.MAX_AGE_S:
+                continue
+            seen, checked = generation, time.monotonic()
+            close_stale()
+        except Exception:  # the database away: try again at the next tick
+            log.warning("channel watcher: cannot check open channels", exc_info=True)
+        finally:
+            connection.close()  # this thread's own; reopened at its next check
+    _watching[0] = 0  # turned off (tests): the next open starts it again
+
+
+def close_stale() -> list[str]:
+    """Close this process's handles on channels whose row is gone or was recreated; return
+    their names."""
+    with _lock:
+        if os.getpid() != _open_pid:
+            return []
+        opened = {name: version[0] for name, (version, _) in _open.items()}
+    if not opened:
+        return []
+    live = dict(Channel.objects.filter(name__in=list(opened)).values_list("name", "pk"))
+    stale = [name for name, pk in opened.items() if live.get(name) != pk]
+    for name in stale:
+        with _lock:
+            known = _open.get(name)
+            if known is None or known[0][0] != opened[name]:
+                continue  # reopened meanwhile for the new row
+            del _open[name]
+        _close(known[1])
+    return stale
 
 
 def close_all() -> None:
@@ -107,7 +209,7 @@ def close_all() -> None:
         known = list(_open.values())
         _open.clear()
     for _, channel in known:
-        channel.close()
+        _close(channel)
 
 
 atexit.register(close_all)  # a worker that exits normally checkpoints and hands over cleanly

@@ -37,8 +37,8 @@ from rest_framework.views import APIView
 from appliance import channels, row_cache
 from appliance.models import ApiToken, Channel
 from appliance.permissions import HasRole
-from appliance.produce import errors
-from channel_engine import Event, TakeExpiredError
+from appliance.produce import errors, raise_if_deleted
+from channel_engine import ChannelEngineError, Event, TakeExpiredError
 
 MAX_LEASE_S = 3600
 RECEIPT = r"^[0-9]{1,20}\.[0-9a-f]{20}$"
@@ -132,9 +132,12 @@ class TakesView(_ChannelView):
             return HttpResponse(orjson.dumps({"max_events": [
                 f"at most transaction_capacity={row.transaction_capacity}"]}), status=400,
                 content_type="application/json")
-        channel = channels.open_channel(row)
-        tx = channel.take(lease_ms=lease_s * 1000)
-        events = tx.take(max_events)
+        try:
+            tx = channels.open_channel(row).take(lease_ms=lease_s * 1000)
+            events = tx.take(max_events)
+        except ChannelEngineError as exc:
+            raise_if_deleted(row, exc)
+            raise
         if not events:
             tx.rollback()
             body: dict[str, Any] = {"take_id": None, "lease_expires_at_ms": None, "events": []}
@@ -164,6 +167,9 @@ class TakeCommitView(_ChannelView):
             channels.open_channel(row).commit_take(engine_id)
         except TakeExpiredError as exc:
             return Response({"error": str(exc)}, status=409)
+        except ChannelEngineError as exc:
+            raise_if_deleted(row, exc)
+            raise
         return Response({"committed": True})
 
 
@@ -179,5 +185,9 @@ class TakeRollbackView(_ChannelView):
         """Roll back."""
         row = self.channel_row(request, name)
         engine_id = take_id_of(request, row, take_id)
-        channels.open_channel(row).rollback_take(engine_id)
+        try:
+            channels.open_channel(row).rollback_take(engine_id)
+        except ChannelEngineError as exc:
+            raise_if_deleted(row, exc)
+            raise
         return Response({"rolled_back": True})

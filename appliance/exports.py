@@ -31,6 +31,13 @@ line is visible to every user in `ps`) and lives nowhere else. It is revoked whe
 ends, whatever the outcome, and with its stale row when the run's process died. Why not
 one token per channel, reused: the appliance would have to store its key; a token per run
 keeps a leaked key useful only while its run lasts.
+
+Export now (POST /api/v1/channels/{name}/exports, the UI's button): queue_export() sends
+the task to the export worker, or raises BrokerUnavailable at once with the broker's reason
+(the API answers 503 {"error": ...} with Retry-After, the UI says so): it first asks the
+broker's Redis for a PING with a BROKER_CHECK_S timeout (a hung or stopped Redis would
+otherwise hold the request for Celery's publish retries and socket waits), then publishes
+with Celery's bounded publish retry policy (settings.py), keeping no result.
 """
 from __future__ import annotations
 
@@ -44,21 +51,80 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import redis
 from django.conf import settings
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from kombu.exceptions import OperationalError as BrokerError
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from appliance import channels
 from appliance.models import ApiToken, Channel, ExportRun
+from appliance.permissions import HasRole
+from appliance.produce import RETRY_AFTER_S, errors
 
 JOB = "channel_engine.spark.export"
 LOCK_FILE = "export-run.lock"
 TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
+BROKER_CHECK_S = 0.25
 DIED = ("the process running this export died (a killed or restarted worker) before the "
         "job's outcome was recorded; the next export skips whatever this one committed")
 
 
 class ExportBusy(Exception):
     """Another process is running an export of the channel: nothing was started."""
+
+
+class BrokerUnavailable(Exception):
+    """The broker did not take the export's message: nothing was queued."""
+
+
+def queue_export(row: Channel) -> str:
+    """Queue an export of the channel for the export worker; its task id. BrokerUnavailable,
+    at once and with the broker's reason, when the broker does not answer."""
+    from appliance.celery import app
+    from appliance.tasks import export_channel
+
+    url = str(app.conf.broker_write_url or app.conf.broker_url).split(";")[0]
+    try:
+        with redis.Redis.from_url(url, socket_timeout=BROKER_CHECK_S,
+                                  socket_connect_timeout=BROKER_CHECK_S,
+                                  retry=Retry(NoBackoff(), 0)) as client:
+            client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise BrokerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        return str(export_channel.apply_async((row.name,), ignore_result=True).id)
+    except BrokerError as exc:
+        raise BrokerUnavailable(str(exc)) from exc
+
+
+class ExportNowView(APIView):
+    """Queue an export of one channel now (admin role)."""
+
+    permission_classes = [HasRole]
+    role = "admin"
+
+    @extend_schema(operation_id="channel_export_now", request=None, responses={
+        202: {"type": "object", "required": ["queued", "task_id"],
+              "properties": {"queued": {"type": "boolean", "enum": [True]},
+                             "task_id": {"type": "string"}}},
+        **errors(404, 503)})
+    def post(self, request: Request, name: str) -> Response:
+        """Export now: queued for the export worker; its progress shows in recent_exports."""
+        row = get_object_or_404(Channel, name=name)
+        self.check_object_permissions(request, row)
+        try:
+            task_id = queue_export(row)
+        except BrokerUnavailable as exc:
+            return Response({"error": f"export not queued: the broker is unreachable ({exc})"},
+                            status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        return Response({"queued": True, "task_id": task_id}, status=202)
 
 
 def command(row: Channel) -> list[str]:

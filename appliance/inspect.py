@@ -27,13 +27,19 @@ from channel_engine import OffsetOutOfRangeError
 MAX_EVENTS_PER_PAGE = 1000
 
 
+SUMMARY_FIGURES = ("capacity", "events_queued", "events_untaken", "events_in_flight",
+                   "fill_percent", "unflushed_events", "bytes_on_disk")
+
+
 def summary(row: Channel) -> dict[str, Any]:
-    """What the channel list shows of one channel."""
-    status = channels.open_channel(row).status()
+    """What the channel list shows of one channel; one that cannot be opened is unhealthy,
+    with the reason and no figures (null)."""
+    status, reason = channels.status_of(row)
+    if status is None:
+        status = {**dict.fromkeys(SUMMARY_FIGURES), "health": "unhealthy",
+                  "health_reason": f"cannot be opened: {reason}"}
     return {"name": row.name, "partitions": row.partitions, "puts_paused": row.puts_paused,
-            **{k: status[k] for k in ("capacity", "events_queued", "events_untaken",
-                                      "events_in_flight", "fill_percent", "unflushed_events",
-                                      "bytes_on_disk", "health", "health_reason")}}
+            **{k: status[k] for k in (*SUMMARY_FIGURES, "health", "health_reason")}}
 
 
 def detail(row: Channel) -> dict[str, Any]:
@@ -115,7 +121,8 @@ class _EventsPage(serializers.Serializer):  # for the OpenAPI schema
 
 
 class ChannelListView(APIView):
-    """Every channel the caller may inspect, with its figures."""
+    """Every channel the caller may inspect, with its figures (a channel that cannot be
+    opened is listed as unhealthy, with its reason)."""
 
     permission_classes = [HasRole]
     role = "admin"

@@ -241,12 +241,14 @@ def delete_channel(row: Channel, force: bool) -> list[Path]:
     if untaken and not force:
         raise Refused({"error": [f"channel {row.name!r} holds {untaken} untaken events; "
                                  "delete with force (?force=true) to drop them"]}, status=409)
+    with transaction.atomic():
+        channel_dirs.lock()
+        places = [path for _, path in channel_dirs.dirs_of(row).own]
+        row.delete()  # committed first: a put cut short by the closing below answers 404
     channels.close_channel(row.name)
-    with transaction.atomic():  # removal under the lock: no create claims a path meanwhile
+    with transaction.atomic():  # removal under the lock, against the channels there are now
         channel_dirs.lock()
         trees, empties = channel_dirs.removable(row)
-        places = [path for _, path in channel_dirs.dirs_of(row).own]
-        row.delete()
         channel_dirs.remove(trees, empties)
     return [path for path in places if path.exists() and path not in trees]
 

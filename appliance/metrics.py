@@ -3,10 +3,13 @@
 Names follow Prometheus conventions (weir_ prefix, _total for counters, base
 units); Flume's channel counters keep their meaning: weir_channel_put_attempts_total
 is Flume's EventPutAttemptCount, weir_channel_events is ChannelSize, and so on.
-Admin role (a token or a staff session).
+Admin role (a token or a staff session). A channel that cannot be opened (see
+channels.status_of) has weir_channel_up 0 and weir_channel_healthy 0 and no other
+figure; every other channel is reported as usual.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.http import HttpResponse
@@ -43,9 +46,15 @@ GAUGES = {
 }
 
 
-def render(statuses: list[dict[str, Any]]) -> str:
-    """The exposition text for these channel statuses."""
-    lines: list[str] = []
+def render(statuses: list[dict[str, Any]], down: Sequence[str] = ()) -> str:
+    """The exposition text for these channel statuses, and the channels in `down` (that
+    could not be opened: weir_channel_up 0, weir_channel_healthy 0, no other figure)."""
+    metric = "weir_channel_up"
+    lines = [f"# HELP {metric} 1 when the channel could be opened and asked for its figures "
+             "(0: its reason is in the channel list's health_reason).",
+             f"# TYPE {metric} gauge"]
+    lines += [f'{metric}{{channel="{s["name"]}"}} 1' for s in statuses]
+    lines += [f'{metric}{{channel="{name}"}} 0' for name in down]
     for name, help_text in COUNTERS.items():
         metric = f"weir_channel_{name}_total"
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
@@ -74,6 +83,7 @@ def render(statuses: list[dict[str, Any]]) -> str:
     lines += [f"# HELP {metric} 1 when the channel is healthy.", f"# TYPE {metric} gauge"]
     lines += [f'{metric}{{channel="{s["name"]}"}} {int(s["health"] == "healthy")}'
               for s in statuses]
+    lines += [f'{metric}{{channel="{name}"}} 0' for name in down]
     metric = "weir_partition_lag_events"
     lines += [f"# HELP {metric} Untaken events per partition (consumer lag).",
               f"# TYPE {metric} gauge"]
@@ -92,6 +102,12 @@ class MetricsView(APIView):
     @extend_schema(responses={(200, "text/plain"): str})
     def get(self, request: Request) -> HttpResponse:
         """Metrics in Prometheus text format."""
-        rows = [row for row in Channel.objects.all() if allowed(request, self.role, row)]
-        statuses = [channels.open_channel(row).status() for row in rows]
-        return HttpResponse(render(statuses), content_type=CONTENT_TYPE)
+        statuses, down = [], []
+        for row in Channel.objects.all():
+            if allowed(request, self.role, row):
+                status, _ = channels.status_of(row)
+                if status is None:
+                    down.append(row.name)
+                else:
+                    statuses.append(status)
+        return HttpResponse(render(statuses, down), content_type=CONTENT_TYPE)

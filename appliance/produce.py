@@ -30,8 +30,15 @@ from rest_framework.views import APIView
 
 from appliance import channels, row_cache
 from appliance.event_parsing import EventError, parse
+from appliance.models import Channel
 from appliance.permissions import HasRole
-from channel_engine import BatchTooLargeError, ChannelFullError, DiskSpaceError, InvalidEventError
+from channel_engine import (
+    BatchTooLargeError,
+    ChannelEngineError,
+    ChannelFullError,
+    DiskSpaceError,
+    InvalidEventError,
+)
 
 RETRY_AFTER_S = 1
 
@@ -163,9 +170,8 @@ class ProduceView(APIView):
         if row.puts_paused:
             return _error(503, f"puts to channel {name!r} are paused by an operator",
                           retry=True)
-        channel = channels.open_channel(row)
         try:
-            with channel.put() as tx:
+            with channels.open_channel(row).put() as tx:
                 tx.put_all(events)
         except InvalidEventError as exc:
             return Response({"error": str(exc), "index": exc.index, "field": exc.field,
@@ -175,9 +181,19 @@ class ProduceView(APIView):
                                f"this channel's {exc.setting}={exc.limit}: send fewer")
         except (ChannelFullError, DiskSpaceError) as exc:
             return _error(503, str(exc), retry=True)
+        except ChannelEngineError as exc:
+            raise_if_deleted(row, exc)
+            raise
         committed = [{"partition": p, "first_offset": first, "last_offset": last}
                      for p, first, last in tx.committed]
         return Response({"events": len(events), "committed": committed})
+
+
+def raise_if_deleted(row: Channel, exc: Exception) -> None:
+    """NotFound (404) when an engine error came from the channel being deleted (or recreated)
+    under the request: it is answered like any channel that does not exist."""
+    if channels.deleted(row):
+        raise NotFound(f"no channel {row.name!r} (deleted)") from exc
 
 
 def _error(status: int, message: str, retry: bool = False) -> Response:

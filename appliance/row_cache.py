@@ -10,10 +10,20 @@ setting takes effect in every worker at its next request, as without the cache. 
 random value, not a counter: a Redis restart or flush that loses the key cannot bring
 an old generation back. The generation costs one Redis GET per request
 (request_started clears the thread's copy; outside requests it is read at every
-lookup). Without Redis nothing is cached; if a change cannot reach Redis, rows are
-read again after MAX_AGE_S anyway (as they are after changes made behind Django's
-back: QuerySet.update sends no signals). Only rows that exist are cached, and a new
-generation empties the cache, so unknown keys cannot grow it.
+lookup). Only rows that exist are cached, and a new generation empties the cache, so
+unknown keys cannot grow it.
+
+Redis away (stopped, or hung): the generation is read through shared_redis.fast() (a
+50 ms timeout, then not tried for a second), and when it cannot be read nothing is
+cached: every row comes from the database, so a token revoked meanwhile is refused
+from the next request, in every worker. The cache is emptied too, so that after Redis
+comes back no row read before a change made during the outage is used. A change this
+process could not announce is announced at its next read of the generation (the next
+request, or the channel watcher's next tick, appliance/channels.py, which also makes
+every process with a channel open notice an outage within a tick); failing that
+(a process that exits, like manage.py revoke_token), rows are read again after
+MAX_AGE_S anyway, as they are after changes made behind Django's back (QuerySet.update
+sends no signals).
 """
 from __future__ import annotations
 
@@ -30,7 +40,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from redis.exceptions import RedisError
 
 from appliance.models import ApiToken, Channel
-from appliance.shared_redis import shared_redis
+from appliance.shared_redis import RedisSkipped, fast
 
 MAX_AGE_S = 10.0
 GENERATION_KEY = "row-generation"
@@ -39,6 +49,7 @@ _rows: dict[tuple[str, str], tuple[float, Any]] = {}  # (kind, key) -> (read at,
 _rows_generation: list[str | None] = [None]  # the generation _rows were read under
 _lock = threading.Lock()
 _request = threading.local()  # the generation this thread's request runs under
+_bump_pending = [False]  # a change this process could not announce yet
 
 
 def _generation() -> str | None:
@@ -49,18 +60,46 @@ def _generation() -> str | None:
     if known is not None:
         return known  # type: ignore[no-any-return]
     try:
-        client, key = shared_redis(), cache.make_key(GENERATION_KEY)
-        value = client.get(key)
-        if value is None:  # first use, or Redis lost it: a new one (whoever sets it first)
-            client.set(key, secrets.token_hex(8), nx=True)
-            value = client.get(key)
+        value = fast(_read_generation)
     except RedisError as exc:
-        log.warning("row cache off: the cache at REDIS_URL is unreachable (%s)", exc)
+        _forget()
+        if not isinstance(exc, RedisSkipped):
+            log.warning("row cache off: the cache at REDIS_URL is unreachable (%s)", exc)
         return None
-    generation = value.decode() if isinstance(value, bytes) else str(value)
     if getattr(_request, "active", False):
-        _request.generation = generation
-    return generation
+        _request.generation = value
+    return value
+
+
+def _read_generation(client: Any) -> str:
+    key = cache.make_key(GENERATION_KEY)
+    if _bump_pending[0]:  # a change made here while Redis was away: announce it first
+        client.set(key, secrets.token_hex(8))
+        _bump_pending[0] = False
+    value = client.get(key)
+    if value is None:  # first use, or Redis lost it: a new one (whoever sets it first)
+        client.set(key, secrets.token_hex(8), nx=True)
+        value = client.get(key)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _forget() -> None:
+    """Redis cannot say: drop every cached row, so that none read before a change made
+    meanwhile (whose announcement may never reach Redis) is used once Redis is back."""
+    with _lock:
+        _rows.clear()
+        _rows_generation[0] = None
+
+
+def current_generation() -> str | None:
+    """The shared generation as Redis has it now (not the request's copy), announcing this
+    process's pending change first; None when Redis cannot say (and the cache is emptied:
+    the channel watcher asks every tick, so an idle process notices an outage too)."""
+    try:
+        return fast(_read_generation)
+    except RedisError:
+        _forget()
+        return None
 
 
 def request_started(**_: Any) -> None:
@@ -80,8 +119,9 @@ def _bump() -> None:
     with _lock:
         _rows.clear()
     try:
-        shared_redis().set(cache.make_key(GENERATION_KEY), secrets.token_hex(8))
-    except RedisError as exc:  # nothing is cached while Redis is away; MAX_AGE_S bounds it
+        fast(lambda client: client.set(cache.make_key(GENERATION_KEY), secrets.token_hex(8)))
+    except RedisError as exc:  # announced at this process's next read of the generation
+        _bump_pending[0] = True
         log.warning("row cache: could not announce a change (%s)", exc)
 
 

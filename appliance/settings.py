@@ -119,6 +119,9 @@ WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
 # missing; the appliance refuses to start when group or others may use it.
 WEIR_KEY_DIR = private_dir("WEIR_KEY_DIR", env_path("WEIR_KEY_DIR", VAR_DIR / "keys"))
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# How often each process checks that the channels it has open still exist as it opened
+# them (appliance/channels.py: a deleted or recreated channel is closed); 0: never.
+WEIR_CHANNEL_WATCH_S = env_float("WEIR_CHANNEL_WATCH_S", 0.5, 0, 60)
 # Largest produce request body; Django's own request body limit follows it.
 WEIR_MAX_PRODUCE_BYTES = MAX_PRODUCE_BYTES  # and the front's client_max_body_size
 DATA_UPLOAD_MAX_MEMORY_SIZE = WEIR_MAX_PRODUCE_BYTES
@@ -166,13 +169,20 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": 0,
 }
 
-# The shared cache: throttling history (and later, anything web workers must agree on).
+# Redis on the request path fails fast (appliance/shared_redis.py): a call times out
+# after WEIR_REDIS_TIMEOUT_S, and after a failure Redis is not tried for WEIR_REDIS_RETRY_S;
+# every such call has a fallback (throttling fails open, rows come from the database).
+WEIR_REDIS_TIMEOUT_S = env_float("WEIR_REDIS_TIMEOUT_S", 0.05, 0.005, 5)
+WEIR_REDIS_RETRY_S = env_float("WEIR_REDIS_RETRY_S", 1.0, 0, 60)
+# The shared cache: throttling counters, the row cache's generation, task locks.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX", "weir"),
         "TIMEOUT": 300,
+        "OPTIONS": {"socket_timeout": WEIR_REDIS_TIMEOUT_S,
+                    "socket_connect_timeout": WEIR_REDIS_TIMEOUT_S},
     }
 }
 
@@ -192,7 +202,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a slow checkpoint must not hold back qu
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Unacked messages are redelivered after this: longer than the longest hard time limit
 # (an export's 3660 s), so a running task's message is never handed to a second worker.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200}
+# A hung Redis stops a publish after socket_timeout, not never (a worker's BRPOP waits 1 s,
+# well inside it); connecting gives up after CELERY_BROKER_CONNECTION_TIMEOUT, and a
+# publish is retried for at most ~0.3 s. "Export now" asks Redis first, with a 0.25 s
+# timeout, and answers 503 at once when it does not answer (appliance/exports.py).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200, "socket_timeout": 30,
+                                   "socket_connect_timeout": 1}
+CELERY_BROKER_CONNECTION_TIMEOUT = 1
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0,
+                                    "interval_step": 0.1, "interval_max": 0.2}
 CELERY_TIMEZONE = "UTC"
 # How often beat wakes the dispatchers; each channel's own intervals decide what runs.
 WEIR_SCHEDULER_TICK_S = env_float("WEIR_SCHEDULER_TICK_S", 1.0, 0.1, 60)

@@ -51,7 +51,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from appliance.models import Channel, ChannelSample, TaskRun
-from appliance.shared_redis import shared_redis
+from appliance.shared_redis import fast, shared_redis
 from appliance.task_runs import run_for_channel
 from channel_engine import Channel as EngineChannel
 
@@ -95,8 +95,8 @@ def release(kind: str, name: str) -> None:
 
 def settings_changed(sender: Any, instance: Channel, **_: Any) -> None:
     """A channel's settings changed: its next runs follow the new intervals at once."""
-    try:
-        shared_redis().delete(*[_due_key(kind, instance.name) for kind in KINDS])
+    try:  # on the request path (a PATCH, a delete): fail fast
+        fast(lambda client: client.delete(*[_due_key(kind, instance.name) for kind in KINDS]))
     except RedisError:
         pass  # without Redis there is no broker either: nothing is scheduled meanwhile
 

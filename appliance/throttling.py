@@ -7,6 +7,10 @@ the counter costs one round trip whatever the rate, where DRF's stock throttle r
 and rewrites the whole request history each time (a list as long as the rate). As
 with any fixed window, a client may fit up to twice the rate into the two seconds
 around a window boundary.
+
+Fails open, fast: without an answer from Redis within WEIR_REDIS_TIMEOUT_S (stopped,
+hung), or for WEIR_REDIS_RETRY_S after such a failure (shared_redis.fast), the request is
+let through unthrottled and the outage logged once per failure.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
 from appliance.models import ApiToken
-from appliance.shared_redis import shared_redis
+from appliance.shared_redis import RedisSkipped, fast
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +35,24 @@ class TokenRateThrottle(SimpleRateThrottle):
     wait_s = 0.0
 
     def allow_request(self, request: Request, view: Any) -> bool:
-        """Count the request in its window; without Redis, let it through (losing the limit
-        for a while beats refusing every producer) and say so in the log."""
+        """Count the request in its window; without Redis (no answer within
+        WEIR_REDIS_TIMEOUT_S, shared_redis.fast), let it through (losing the limit for a while
+        beats refusing every producer, or holding them all) and say so in the log."""
         if self.rate is None:
             return True
         now = self.timer()
         window = int(now // self.duration)
         key = cache.make_key(f"{self.get_cache_key(request, view)}:{window}")
-        try:
-            pipe = shared_redis().pipeline(transaction=False)
+        def count_in(client: Any) -> int:
+            pipe = client.pipeline(transaction=False)
             pipe.incr(key)
             pipe.expire(key, self.duration + 1)
-            count = int(pipe.execute()[0])
+            return int(pipe.execute()[0])
+        try:
+            count = fast(count_in)
         except RedisError as exc:
-            log.warning("throttling off: the cache at REDIS_URL is unreachable (%s)", exc)
+            if not isinstance(exc, RedisSkipped):
+                log.warning("throttling off: the cache at REDIS_URL is unreachable (%s)", exc)
             return True
         self.wait_s = (window + 1) * self.duration - now
         return count <= self.num_requests

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from appliance import views
 from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
+from appliance.exports import ExportNowView
 from appliance.inspect import EventsView, RunsView
 from appliance.losses import LossesAcknowledgeView
 from appliance.manage_channels import ChannelsView, ChannelView
@@ -33,6 +34,7 @@ urlpatterns = [
          TakeRollbackView.as_view(), name="take-rollback"),
     path("api/v1/channels/<str:name>/losses/acknowledge", LossesAcknowledgeView.as_view(),
          name="losses-acknowledge"),
+    path("api/v1/channels/<str:name>/exports", ExportNowView.as_view(), name="export-now"),
     path("api/v1/runs", RunsView.as_view(), name="runs"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # the split view serves Swagger UI's start-up script as a file: no inline script (CSP)

@@ -15,9 +15,8 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from kombu.exceptions import OperationalError as BrokerError
 
-from appliance import channels, tasks
+from appliance import channels, exports, tasks
 from appliance.manage_channels import Refused, change_channel, delete_channel
 from appliance.models import ApiToken, Channel
 from appliance.ui import state
@@ -53,8 +52,8 @@ def export_now(request: HttpRequest, name: str) -> HttpResponse:
     """Queue an export of the channel for a worker."""
     row = get_object_or_404(Channel, name=name)
     try:
-        tasks.export_channel.delay(row.name)
-    except BrokerError as exc:
+        exports.queue_export(row)
+    except exports.BrokerUnavailable as exc:
         messages.error(request, f"Export not queued: the broker is unreachable ({exc}).")
     else:
         messages.success(request, "Export queued; its progress shows under Exports.")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.core.exceptions import ValidationError
-
 from appliance import channels
 from appliance.models import Channel, ExportRun, TaskRun
 from appliance.ui import charts
@@ -17,12 +15,7 @@ RECENT = 20
 
 def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
     """The engine's status of a channel, or None and why it could not be had."""
-    try:
-        return channels.open_channel(row).status(segments=segments), ""
-    except (ChannelEngineError, OSError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    except ValidationError as exc:  # the row's directories are no longer allowed
-        return None, "; ".join(exc.messages)
+    return channels.status_of(row, segments)
 
 
 def oldest_untaken_ms(row: Channel, status: dict[str, Any]) -> int | None:

@@ -15,7 +15,7 @@ from celery.contrib.testing.worker import start_worker
 from django.conf import settings as django_settings
 from django.test import override_settings
 
-from appliance import channels
+from appliance import channels, shared_redis
 from appliance.celery import app
 
 
@@ -41,6 +41,10 @@ def _test_redis_answers() -> None:
 
 @pytest.fixture(autouse=True)
 def _test_cache(settings: Any) -> None:
+    # No channel watcher in this process: its thread would not see the rows a test writes
+    # inside its transaction (tests of it run the appliance in processes of its own).
+    settings.WEIR_CHANNEL_WATCH_S = 0
+    shared_redis.reset()  # a test that made Redis fail leaves no open breaker behind
     settings.CACHES = {"default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": f"{TEST_REDIS_URL}/15",

@@ -355,3 +355,40 @@ def test_a_read_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch) ->
     assert env_http_url("WEIR_EXPORT_READ_URL") == "https://weir.example/base"
     monkeypatch.setenv("WEIR_EXPORT_READ_URL", "")
     assert env_http_url("WEIR_EXPORT_READ_URL") == ""
+
+
+# -- export now over the API ----------------------------------------------------------------
+def test_it_queues_an_export_now_over_the_api_for_admins_only(
+        worker: None, root: Path, fake_job: FakeJob) -> None:
+    home(channel_row(root))
+    _, produce_key = ApiToken.issue("p", ["produce"])
+    producer = APIClient()
+    producer.credentials(HTTP_AUTHORIZATION=f"Bearer {produce_key}")
+    assert producer.post("/api/v1/channels/orders/exports").status_code == 403
+    _, admin_key = ApiToken.issue("a", ["admin"])
+    admin = APIClient()
+    admin.credentials(HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+    assert admin.post("/api/v1/channels/nope/exports").status_code == 404
+    response = admin.post("/api/v1/channels/orders/exports")
+    assert response.status_code == 202 and response.json()["queued"] is True
+    run = wait_for(lambda: ExportRun.objects.filter(outcome=ExportRun.OK).first(), 30,
+                   "the export worker ran the queued export")
+    assert run.rows == 10 and len(fake_job.starts()) == 1
+
+
+def test_it_answers_export_now_with_503_and_the_brokers_reason_at_once(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.celery import app
+    home(channel_row(root))
+    monkeypatch.setattr(app.conf, "broker_write_url", "redis://127.0.0.1:1/0")
+    _, admin_key = ApiToken.issue("a", ["admin"])
+    admin = APIClient()
+    admin.credentials(HTTP_AUTHORIZATION=f"Bearer {admin_key}")
+    started = time.monotonic()
+    response = admin.post("/api/v1/channels/orders/exports")
+    assert time.monotonic() - started < 1
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    error = response.json()["error"]
+    assert error.startswith("export not queued: the broker is unreachable (") and \
+        "127.0.0.1:1" in error
+    assert not ExportRun.objects.exists()

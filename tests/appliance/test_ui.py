@@ -388,7 +388,7 @@ def test_delete_shows_why_a_channel_cannot_be_opened_and_deletes_it_only_when_fo
     assert done.status_code == 302 and done["Location"] == "/"
     assert not Channel.objects.exists()
     assert not partition.exists() and not (root / "orders").exists()
-    assert b"unavailable" not in operator.get("/").content
+    assert b"cannot be opened" not in operator.get("/").content
 
 
 def test_the_pages_of_a_channel_outside_the_data_roots_say_so(
