@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from appliance_helpers import channel_row, token_client
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,10 +27,13 @@ def home_unreadable(root: Path, row: Channel, monkeypatch: pytest.MonkeyPatch) -
 
 
 def key_file_unusable(root: Path, row: Channel, monkeypatch: pytest.MonkeyPatch) -> str:
-    key_file = root / "keys.json"
+    keys = root / "keys"  # key files are names in WEIR_KEY_DIR (appliance/keys.py)
+    keys.mkdir(mode=0o700)
+    monkeypatch.setattr(settings, "WEIR_KEY_DIR", keys)
+    key_file = keys / "bad.keys"
     key_file.write_text("not a key file")
     key_file.chmod(0o600)
-    Channel.objects.filter(pk=row.pk).update(encryption_key_file=str(key_file),
+    Channel.objects.filter(pk=row.pk).update(encryption_key_file=key_file.name,
                                              encryption_active_key="k1")
     return "not valid JSON"
 
