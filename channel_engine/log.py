@@ -838,24 +838,23 @@ class PartitionLog:
                 self._mark_for_repair(segment)
 
     def offsets_for_time(self, timestamp: int) -> int | None:
-        """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""
+        """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes).
+        A damaged batch is skipped and counted as by read_batches: the answer is the earliest
+        such offset that a read can deliver."""
         bound = self.high_watermark
         for segment in self._segments:
             if segment.max_timestamp < timestamp or segment.base_offset >= bound:
                 continue
             start = max(self._log_start_offset, segment.start_for_time(timestamp))
-            if start >= min(bound, segment.next_offset):
+            end = min(bound, segment.next_offset)
+            if start >= end:
                 continue
-            position = segment.find_position(start, segment.size)
-            if position is None:
-                continue
-            for _, header, data in segment.read_batches(position, segment.size, bound, 1 << 62):
+            for batch_segment, header, data in self.read_batches(start, end, 1 << 62):
                 if header.max_timestamp < timestamp:
                     continue
-                plain = record_batch.unseal(data, self.sealer)
-                for offset, ts, _k, _v, _h in record_batch.records(plain):
-                    if offset >= start and ts >= timestamp and offset < bound:
-                        return offset
+                for event in self.decode_batch(batch_segment, header, data):
+                    if start <= event.offset < end and event.timestamp >= timestamp:
+                        return event.offset
         return None
 
     # -- retention and truncation -----------------------------------------------------------
