@@ -10,7 +10,9 @@ kafka-dump-log.sh and Flume's file channel integrity tool.
 PATH is a channel's home (its checkpoint_dir, holding channel.json), a partition
 directory, or (dump) one .log, .index or .timeindex file. On a channel:
 produce puts through the channel (as a client when another process owns it);
-dump prints the checkpoints and the commit journals; verify reports every
+dump prints the checkpoints and the commit journals (on a partition: every intact
+batch, each damaged region with its byte, length, reason and offsets, then the
+batches after it, exit 1 when it met damage); verify reports every
 damage of the home's files (channel.json, both checkpoint copies, the journals,
 strays) and of every partition, without failing on any; stat prints the
 channel's status and each partition's segments; recover repairs every damage
@@ -58,6 +60,7 @@ from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader
 from channel_engine.time_index import ENTRY as TIME_ENTRY
 from channel_engine.verify import (
+    DamagedRegion,
     read_batch,
     scan_log_file,
     verify_channel,
@@ -314,22 +317,25 @@ def _emit(out: TextIO, as_json: bool, row: dict[str, Any], line: str) -> None:
 
 
 def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
-    scan = scan_log_file(path, None)
+    """Print every intact batch; a damaged region is reported (byte, length, reason, the
+    offsets it holds) and the dump goes on at the next intact batch, as the engine reads
+    (scan_log_file's resync). True if anything was damaged."""
+    base = (parse_segment_file(path.name) or (0, ""))[0]
+    scan = scan_log_file(path, base, resync=True)
+    damaged = bool(scan.damaged or scan.base_offsets_fixable)
+    regions = {region.position: region for region in scan.damaged}
+    fixable = {position: was for position, was, _ in scan.base_offsets_fixable}
     for position, header in scan.batches:
-        encrypted = bool(header.attributes & record_batch.ENCRYPTED_MASK)
-        data = read_batch(path, position, header) if print_data and not encrypted else b""
-        if as_json:
-            row = _batch_dict(path, position, header)
-            row["encrypted"] = encrypted
-            if print_data and not encrypted:
-                row["records"] = [_record_dict(r) for r in record_batch.records(data)]
-            print(json.dumps(row), file=out)
-            continue
-        print(_batch_line(position, header) + (" encrypted: true" if encrypted else ""),
-              file=out)
-        if print_data and not encrypted:
-            for record in record_batch.records(data):
-                print(_record_line(record), file=out)
+        for at in sorted(p for p in regions if p < position):
+            _dump_region(path, regions.pop(at), as_json, out)
+        damaged |= _dump_batch(path, position, header, print_data, as_json, out)
+        if position in fixable:
+            _emit(out, as_json, {"file": str(path), "position": position,
+                                 "base_offset_field": fixable[position]},
+                  f"| damaged: the base offset field says {fixable[position]} (its CRC "
+                  f"holds; the next writable open rewrites it)")
+    for at in sorted(regions):
+        _dump_region(path, regions[at], as_json, out)
     invalid = scan.file_size - scan.valid_bytes
     if invalid:
         why = scan.problem.reason if scan.problem else ""
@@ -339,7 +345,47 @@ def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
         else:
             print(f"Found {invalid} invalid bytes at the end of {path.name} "
                   f"(byte {scan.valid_bytes}: {why})", file=out)
-    return bool(invalid)
+    return damaged or bool(invalid)
+
+
+def _dump_region(path: Path, region: DamagedRegion, as_json: bool, out: TextIO) -> None:
+    length = region.end - region.position
+    reason = f"{region.problem.kind}: {region.problem.reason}"
+    _emit(out, as_json, {"file": str(path), "damaged_bytes": length,
+                         "position": region.position, "reason": reason,
+                         "first_offset": region.first_offset,
+                         "resume_offset": region.resume_offset},
+          f"Damaged region at byte {region.position} of {path.name}: {length} bytes "
+          f"({reason}); offsets {region.first_offset}..{region.resume_offset - 1} unreadable; "
+          f"intact batches resume at byte {region.end}")
+
+
+def _dump_batch(path: Path, position: int, header: BatchHeader, print_data: bool,
+                as_json: bool, out: TextIO) -> bool:
+    """Print one CRC-checked batch (and its records); True if its records do not decode."""
+    encrypted = bool(header.attributes & record_batch.ENCRYPTED_MASK)
+    records: list[record_batch.Record] = []
+    problem = None
+    if print_data and not encrypted:
+        try:
+            records = list(record_batch.records(read_batch(path, position, header)))
+        except record_batch.InvalidBatch as exc:
+            problem = exc.reason
+    if as_json:
+        row = _batch_dict(path, position, header)
+        row["encrypted"] = encrypted
+        if print_data and not encrypted:
+            row["records"] = [_record_dict(r) for r in records]
+        if problem is not None:
+            row["records_error"] = problem
+        print(json.dumps(row), file=out)
+        return problem is not None
+    print(_batch_line(position, header) + (" encrypted: true" if encrypted else ""), file=out)
+    for record in records:
+        print(_record_line(record), file=out)
+    if problem is not None:
+        print(f"| damaged: its records do not decode ({problem})", file=out)
+    return problem is not None
 
 
 def _batch_dict(path: Path, position: int, h: BatchHeader) -> dict[str, Any]:
