@@ -80,7 +80,7 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, put_batch
-from channel_engine.atomic_file import move_aside
+from channel_engine.atomic_file import move_aside, open_lock_file
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
@@ -97,6 +97,7 @@ from channel_engine.errors import (
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
+    UnusableFileError,
 )
 from channel_engine.event import Event
 from channel_engine.filenames import DAMAGED_SUFFIX, STRAY_SUFFIX
@@ -220,9 +221,12 @@ class ChannelOwner:
             if not home.is_dir():
                 raise FileNotFoundError(f"{home}: no channel home here")
         else:
-            home.mkdir(parents=True, exist_ok=True)
-            self._take_channel_lock()
-            strays = _move_not_regular(config)
+            try:
+                home.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file in its place, say
+                raise UnusableFileError(home, "the channel's home directory", exc) from exc
+            strays = self._take_channel_lock()
+            strays += _move_not_regular(config)
             strays += self._check_against_saved()
             config.save()
             strays += _move_home_strays(config)
@@ -280,9 +284,11 @@ class ChannelOwner:
             return Path(config.backup_checkpoint_dir)
         return None
 
-    def _take_channel_lock(self) -> None:
+    def _take_channel_lock(self) -> list[str]:
+        """Take `.lock`; return a line for the recovery report if a non-regular file in its
+        place was moved aside (atomic_file.open_lock_file)."""
         path = self.config.home / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd, moved = open_lock_file(path, "the channel's lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -292,6 +298,8 @@ class ChannelOwner:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         self._lock_fd = fd
+        return [] if moved is None else [f"{path}: not a regular file, moved aside to {moved}; "
+                                         "the engine writes a new one"]
 
     def _check_against_saved(self) -> list[str]:
         """Refuse changes that would strand events: another name or other data dirs (the
@@ -893,6 +901,13 @@ class ChannelOwner:
             self.recovery.lost_events += sum(r.events for r in fresh)
             self.recovery.lost_ranges += [r.to_dict() for r in fresh]
         return marked
+
+    def record_lost(self, lost: Sequence[tuple[int, LostRange, int]]) -> None:
+        """Record (partition, range, events) whose events are already out of the queue (the
+        put commits `recover` cut from a journal: the open aborted their batches) in the
+        loss ledger, durably; a range recorded before is not counted again."""
+        self._check_writable()
+        self._count_losses(lost)
 
     def _count_unknown_journals(self) -> None:
         """Journal content the open could not read (channel_recovery.py): every event the

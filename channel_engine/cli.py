@@ -46,7 +46,7 @@ from channel_engine.channel import Channel
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_owner import ChannelOwner
 from channel_engine.config import LogConfig
-from channel_engine.errors import ChannelEngineError, ConfigError
+from channel_engine.errors import ChannelEngineError, ConfigError, describe_os_error
 from channel_engine.event import PendingEvent
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
@@ -91,8 +91,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (ChannelEngineError, OSError) as exc:
+    except ChannelEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file or directory the tool met cannot be used
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{describe_os_error(exc) if where else exc}", file=sys.stderr)
         return 1
 
 
@@ -243,6 +247,11 @@ def _dump(args: argparse.Namespace, out: TextIO) -> int:
     for file in files:
         if not args.json:
             print(f"Dumping {file}", file=out)
+        if not file.is_file():  # a directory in a segment's place, say: the next file
+            _emit(out, args.json, {"file": str(file), "error": "not a regular file"},
+                  f"{file}: not a regular file (skipped)")
+            damaged = True
+            continue
         if file.suffix == LOG_SUFFIX:
             damaged |= _dump_log(file, args.print_data, args.json, out)
         else:
@@ -261,8 +270,8 @@ def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
             saved = checkpoint_file.decode(path.read_bytes(), path)
         except (OSError, ChannelEngineError) as exc:
             damaged = True
-            _emit(out, as_json, {"checkpoint": source, "error": str(exc)},
-                  f"{source} checkpoint {path}: {exc}")
+            _emit(out, as_json, {"checkpoint": source, "error": _reason(exc)},
+                  f"{source} checkpoint {path}: {_reason(exc)}")
             continue
         _emit(out, as_json, {"checkpoint": source, "path": str(path),
                              "sequence": saved.sequence, "written_at_ms": saved.written_at_ms,
@@ -288,7 +297,8 @@ def _dump_journal(path: Path, as_json: bool, out: TextIO) -> bool:
     try:
         found = commit_journal.scan(path)
     except (OSError, ChannelEngineError) as exc:
-        _emit(out, as_json, {"journal": str(path), "error": str(exc)}, f"journal {path}: {exc}")
+        _emit(out, as_json, {"journal": str(path), "error": _reason(exc)},
+              f"journal {path}: {_reason(exc)}")
         return True
     _emit(out, as_json, {"journal": str(path), "records": len(found.commits),
                          "ignored_bytes": found.ignored, "position": found.valid_bytes,
@@ -304,6 +314,11 @@ def _dump_journal(path: Path, as_json: bool, out: TextIO) -> bool:
               f"| {kind} commit {commit.commit_id}: "
               + ", ".join(f"partition {p} [{a}, {b})" for p, a, b in commit.entries))
     return found.damaged
+
+
+def _reason(exc: Exception) -> str:
+    """An error in words (an OSError's without its errno and path, which the line names)."""
+    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
 
 
 def _backup_dir(config: ChannelConfig) -> Path | None:
@@ -507,7 +522,7 @@ def _stat(args: argparse.Namespace, out: TextIO) -> int:
     columns = ("base_offset", "next_offset", "records", "size", "file_size", "index_entries",
                "time_index_entries", "max_timestamp", "flushed", "active", "deletable")
     rows = [[str(getattr(info, c)) for c in columns] for info in infos]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
     for row in [list(columns), *rows]:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)), file=out)
     return 0
@@ -622,8 +637,9 @@ def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
     print(f"after recovery: {report.events_untaken} events untaken", file=out)
     if report.losses:  # the channel's loss ledger, where it keeps one
         print(f"loss ledger: {report.losses.get('events_lost', 0)} events lost, "
-              f"{report.losses.get('unacknowledged_events', 0)} not yet acknowledged",
-              file=out)
+              f"{report.losses.get('unacknowledged_events', 0)} not yet acknowledged "
+              f"({report.losses.get('unacknowledged', 0)} unacknowledged records; "
+              "`recover --ack` acknowledges them)", file=out)
     for key, value in report.recovery.items():
         print(f"{key}: {value}", file=out)
 

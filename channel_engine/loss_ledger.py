@@ -19,7 +19,10 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
       partition         int          the partition; -1: the ledger itself was damaged or
                                      missing (earlier records may be gone), see cause;
                                      -2: a checkpoint's commit journal was missing or
-                                     headless (take commits may come back), see cause
+                                     headless, or `recover` cut a replayed journal at a
+                                     damaged record (take commits may come back; the
+                                     events of put commits cut are recorded by partition,
+                                     cause "journal_cut: ..."), see cause
       start, end        int          offsets [start, end) the log can no longer deliver
                                      (partition -2: both the journal's generation)
       events            int          how many of them were not yet taken when the channel
@@ -192,15 +195,16 @@ class LossLedger:
             self._append(record)
             return record
 
-    def record_journal(self, path: str, generation: int, cause: str,
-                       now_ms: int) -> LossRecord | None:
-        """Record a checkpoint's journal found missing or headless (no event lost: events
-        0); None if already recorded."""
+    def record_journal(self, path: str, generation: int, cause: str, now_ms: int,
+                       position: int = 0, length: int = 0) -> LossRecord | None:
+        """Record a checkpoint's journal found missing or headless, or a replayed journal
+        `recover` cut at `position` (`length` bytes after it unreadable): events 0, the
+        events its lost put commits held are recorded by partition; None if recorded."""
         with self._lock:
             if (JOURNAL_PARTITION, generation, generation) in self._keys:
                 return None
-            record = LossRecord(0, JOURNAL_PARTITION, generation, generation, 0, path, 0, 0,
-                                cause, now_ms)
+            record = LossRecord(0, JOURNAL_PARTITION, generation, generation, 0, path,
+                                position, length, cause, now_ms)
             self._append(record)
             return record
 

@@ -203,6 +203,11 @@ def test_recover_repairs_a_damaged_home_and_prints_what_it_cost(tmp_path: Path) 
     assert "take commits that may come back (at-least-once): 1, " in done.stdout
     assert "files moved aside: 2" in done.stdout
     assert f"{config.home / 'stray.bin'} -> {config.home / 'stray.bin.stray'}" in done.stdout
+    assert "loss ledger: 0 events lost, 0 not yet acknowledged (1 unacknowledged records" \
+        in done.stdout
+    done = tool("verify", str(config.home), "--json")  # the cut is a loss record, until seen
+    assert done.returncode == 1 and "unacknowledged loss records" in done.stdout
+    assert tool("recover", str(config.home), "--ack").returncode == 0
     done = tool("verify", str(config.home), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["ok"]
 
