@@ -51,7 +51,9 @@ that follows, later by a take-commit journal record with take id 0 (so a crash
 neither delivers nor counts them again). A take returns only offsets it still
 holds after its read's losses are counted, and offsets it held but could not read
 are counted lost too, so a take commit never marks taken an event it did not
-return. A checkpoint's commit journal found missing or headless at open is recorded
+return. Counts never under-count; when they can over-count (an offset a take returned
+and has not yet committed, met damaged by another read) is in loss_ledger.py. A
+checkpoint's commit journal found missing or headless at open is recorded
 there too (no event lost, but committed takes may come back: at most the
 events_may_come_back_at_most of the recovery report). Health stays "degraded"
 until an operator acknowledges every record (acknowledge_losses).
@@ -889,11 +891,15 @@ class ChannelOwner:
         """_count_losses under the lock; return the ranges marked."""
         counted, marked = [], []
         for p, lost, events in items:
+            here = self._ledger.counted_here(p, lost)  # the same offsets, counted before
             if events is None:
                 end = min(lost.end, self._visible_end(p))
+                again = sum(self._queues[p].mark_lost(a, min(b, end)) for a, b in here)
                 events = self._queues[p].mark_lost(lost.start, end)
-                self._untaken -= events
+                self._untaken -= again + events
                 marked += [(p, lost.start, end)] if end > lost.start else []
+            if not events and sum(b - a for a, b in here) == lost.end - lost.start:
+                continue  # every offset of it is in a record of its place already
             counted.append((p, lost, events))
         fresh = self._ledger.record_all(counted, self._now_ms())
         self.counters["lost_events"] += sum(r.events for r in fresh)

@@ -35,11 +35,24 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
       acknowledged_at_ms int or null  when an operator acknowledged it; null until then
 
 A range is recorded once: records are keyed by (partition, start, end), so a hole the
-log reports at every open is one record, and its events are counted once. Crash order:
+log reports at every open is one record, and its events are counted once. A damaged place
+(partition, file, byte position, length) reported again with other bounds — a read that
+began inside the damaged batch, then the open that repairs the whole of it — counts only
+the offsets no record of that place holds (counted_here): each lost offset once. Crash order:
 the owner writes a record durably before the queue's marking of its offsets is (by the
 checkpoint that ends an open, or by a take-commit journal record with take id 0 for a
 loss found later), so a crash in between re-counts the same range at the next open, and
-the key folds it into the record already written (no count lost, none doubled).
+the key (or the place) folds it into the record already written (no count lost, none
+doubled).
+
+Exactness. Counts never under-count: an offset leaves the queue as lost only after its
+record is durable. They over-count in one case: an offset a take holds in flight and has
+already returned to its consumer, when a later read (an inspection read, say) meets
+damage there before that take commits: the take can no longer commit the offset (it
+cannot be read again) and the ledger counts it lost, though the consumer has it (and an
+uncommitted take's events are not delivered in Flume's sense: they would come back).
+The same place recorded under another file name or byte position (after a repair moved
+the bytes, say) is counted again; recorded places keep their original name and byte.
 
 Failure behaviour: a damaged losses.json (unreadable, not JSON, wrong format or fields)
 never fails an open and never hides a loss: it is moved aside (`losses.json.damaged-
@@ -194,6 +207,18 @@ class LossLedger:
                                 lost.position, lost.length, lost.cause, now_ms)
             self._append(record)
             return record
+
+    def counted_here(self, partition: int, lost: LostRange) -> list[tuple[int, int]]:
+        """The offsets of `lost` already recorded for the same damaged place (partition,
+        file, byte position and length; never a place without a byte range): the same
+        offsets reported again, by an open after a read or a read after a crash."""
+        if not lost.length:
+            return []
+        with self._lock:
+            return [(max(r.start, lost.start), min(r.end, lost.end)) for r in self.records
+                    if (r.partition, r.path, r.position, r.length) == (
+                        partition, lost.path, lost.position, lost.length)
+                    and max(r.start, lost.start) < min(r.end, lost.end)]
 
     def record_journal(self, path: str, generation: int, cause: str, now_ms: int,
                        position: int = 0, length: int = 0) -> LossRecord | None:
