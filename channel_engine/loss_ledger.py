@@ -46,13 +46,16 @@ the key (or the place) folds it into the record already written (no count lost, 
 doubled).
 
 Exactness. Counts never under-count: an offset leaves the queue as lost only after its
-record is durable. They over-count in one case: an offset a take holds in flight and has
-already returned to its consumer, when a later read (an inspection read, say) meets
-damage there before that take commits: the take can no longer commit the offset (it
-cannot be read again) and the ledger counts it lost, though the consumer has it (and an
-uncommitted take's events are not delivered in Flume's sense: they would come back).
-The same place recorded under another file name or byte position (after a repair moved
-the bytes, say) is counted again; recorded places keep their original name and byte.
+record is durable. (One loss cannot be counted: put commits that the unreadable bytes of
+a journal `recover` cut may have held; its journal_cut record says so, and their events
+are among the open's aborted events.) They can over-count in two cases only:
+  * an offset a take holds in flight and has already returned to its consumer, when
+    another read (an inspection read, say) meets damage there before that take
+    commits: the take can no longer commit it and the ledger counts it lost, though the
+    consumer has it (an uncommitted take's events are not delivered in Flume's sense);
+  * the same damaged offsets reported under another place (file, byte position or
+    length) than the one recorded: counted_here matches places exactly, and the log
+    reports a place under its original name and byte, before and after its repair.
 
 Failure behaviour: a damaged losses.json (unreadable, not JSON, wrong format or fields)
 never fails an open and never hides a loss: it is moved aside (`losses.json.damaged-
