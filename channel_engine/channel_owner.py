@@ -51,7 +51,9 @@ that follows, later by a take-commit journal record with take id 0 (so a crash
 neither delivers nor counts them again). A take returns only offsets it still
 holds after its read's losses are counted, and offsets it held but could not read
 are counted lost too, so a take commit never marks taken an event it did not
-return. A checkpoint's commit journal found missing or headless at open is recorded
+return. Counts never under-count; when they can over-count (an offset a take returned
+and has not yet committed, met damaged by another read) is in loss_ledger.py. A
+checkpoint's commit journal found missing or headless at open is recorded
 there too (no event lost, but committed takes may come back: at most the
 events_may_come_back_at_most of the recovery report). Health stays "degraded"
 until an operator acknowledges every record (acknowledge_losses).
@@ -80,7 +82,7 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, put_batch
-from channel_engine.atomic_file import move_aside
+from channel_engine.atomic_file import move_aside, open_lock_file
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
@@ -97,6 +99,7 @@ from channel_engine.errors import (
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
+    UnusableFileError,
 )
 from channel_engine.event import Event
 from channel_engine.filenames import DAMAGED_SUFFIX, STRAY_SUFFIX
@@ -220,9 +223,12 @@ class ChannelOwner:
             if not home.is_dir():
                 raise FileNotFoundError(f"{home}: no channel home here")
         else:
-            home.mkdir(parents=True, exist_ok=True)
-            self._take_channel_lock()
-            strays = _move_not_regular(config)
+            try:
+                home.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file in its place, say
+                raise UnusableFileError(home, "the channel's home directory", exc) from exc
+            strays = self._take_channel_lock()
+            strays += _move_not_regular(config)
             strays += self._check_against_saved()
             config.save()
             strays += _move_home_strays(config)
@@ -280,9 +286,11 @@ class ChannelOwner:
             return Path(config.backup_checkpoint_dir)
         return None
 
-    def _take_channel_lock(self) -> None:
+    def _take_channel_lock(self) -> list[str]:
+        """Take `.lock`; return a line for the recovery report if a non-regular file in its
+        place was moved aside (atomic_file.open_lock_file)."""
         path = self.config.home / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd, moved = open_lock_file(path, "the channel's lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -292,6 +300,8 @@ class ChannelOwner:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         self._lock_fd = fd
+        return [] if moved is None else [f"{path}: not a regular file, moved aside to {moved}; "
+                                         "the engine writes a new one"]
 
     def _check_against_saved(self) -> list[str]:
         """Refuse changes that would strand events: another name or other data dirs (the
@@ -881,11 +891,15 @@ class ChannelOwner:
         """_count_losses under the lock; return the ranges marked."""
         counted, marked = [], []
         for p, lost, events in items:
+            here = self._ledger.counted_here(p, lost)  # the same offsets, counted before
             if events is None:
                 end = min(lost.end, self._visible_end(p))
+                again = sum(self._queues[p].mark_lost(a, min(b, end)) for a, b in here)
                 events = self._queues[p].mark_lost(lost.start, end)
-                self._untaken -= events
+                self._untaken -= again + events
                 marked += [(p, lost.start, end)] if end > lost.start else []
+            if not events and sum(b - a for a, b in here) == lost.end - lost.start:
+                continue  # every offset of it is in a record of its place already
             counted.append((p, lost, events))
         fresh = self._ledger.record_all(counted, self._now_ms())
         self.counters["lost_events"] += sum(r.events for r in fresh)
@@ -893,6 +907,13 @@ class ChannelOwner:
             self.recovery.lost_events += sum(r.events for r in fresh)
             self.recovery.lost_ranges += [r.to_dict() for r in fresh]
         return marked
+
+    def record_lost(self, lost: Sequence[tuple[int, LostRange, int]]) -> None:
+        """Record (partition, range, events) whose events are already out of the queue (the
+        put commits `recover` cut from a journal: the open aborted their batches) in the
+        loss ledger, durably; a range recorded before is not counted again."""
+        self._check_writable()
+        self._count_losses(lost)
 
     def _count_unknown_journals(self) -> None:
         """Journal content the open could not read (channel_recovery.py): every event the

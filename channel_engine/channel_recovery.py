@@ -65,6 +65,8 @@ class ChannelRecovery:
     journal_bytes_ignored: int = 0
     in_flight_returned: int = 0
     aborted_events: int = 0
+    aborted_puts: list[list[int]] = field(default_factory=list)  # transaction id, partition,
+    # start, end, events aborted: each batch of step 4 that lost untaken events
     lost_events: int = 0  # untaken events of lost ranges counted at this open
     dropped_events: int = 0
     journals_unknown: list[dict[str, Any]] = field(default_factory=list)  # path,
@@ -118,7 +120,10 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
         queue, end = queues[batch.partition], logs[batch.partition].log_end_offset
         before = queue.untaken(end)
         queue.mark_committed([(batch.start, batch.end)])
-        report.aborted_events += before - queue.untaken(end)
+        if before > queue.untaken(end):
+            report.aborted_events += before - queue.untaken(end)
+            report.aborted_puts.append([batch.transaction_id, batch.partition, batch.start,
+                                        batch.end, before - queue.untaken(end)])
     lost = _lost_beyond_log_ends(saved, queues, logs)
 
     generations = commit_journal.generations(home) if home.is_dir() else []

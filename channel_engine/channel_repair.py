@@ -8,7 +8,8 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      is kept as `channel.json.damaged` and the owner's open rewrites it. Without
      either, ConfigError naming the file and how to supply the settings.
   2. The channel lock (`.lock`, flock) is held while files are repaired: a channel
-     another process owns is refused (that owner has recovered it already). Anything
+     another process owns is refused (that owner has recovered it already); anything
+     but a regular file in place of `.lock` is moved aside first. Anything
      but a regular file in place of channel.json, the checkpoints or losses.json (a
      directory, say) is renamed `<name>.stray` (home_files.not_regular); the open
      writes the proper file.
@@ -25,6 +26,12 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      committed, leave the queue undelivered: counted in events_aborted); their
      offsets are listed when the records after the damage are intact, and the bytes
      that are no intact record are counted (they may have held more commits).
+     Before a replayed journal is cut (or an unreadable one moved aside), the cut is
+     recorded durably in the loss ledger (partition -2, cause "journal_cut: ..." with
+     the byte, the take commits that may come back and the unreadable bytes): health
+     stays degraded until an operator acknowledges it. The batches of put commits cut
+     that the open then aborts (their commits had returned) are lost: recorded by
+     partition (their offsets, the journal and byte) and counted in events_lost.
      A torn tail is left to the open, which ignores it (no commit there returned,
      or the journal was cut: the open reports its content unknown).
      When the content of a replayed journal is unknown — bytes after the cut that
@@ -49,6 +56,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,7 +64,12 @@ from typing import Any
 
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal
-from channel_engine.atomic_file import fsync_directory, move_aside, write_atomically
+from channel_engine.atomic_file import (
+    fsync_directory,
+    move_aside,
+    open_lock_file,
+    write_atomically,
+)
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_owner import ChannelOwner
 from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
@@ -68,7 +81,8 @@ from channel_engine.filenames import (
     aside_path,
 )
 from channel_engine.home_files import not_regular
-from channel_engine.recovery import TRUNCATED
+from channel_engine.loss_ledger import LossLedger
+from channel_engine.recovery import TRUNCATED, LostRange
 from channel_engine.verify import HomeReport, check_config_file
 from channel_engine.verify import verify_home as _verify_home
 
@@ -90,6 +104,7 @@ class RepairReport:
     lost_ranges: list[dict[str, Any]] = field(default_factory=list)  # partition + LostRange
     cut_at: list[dict[str, Any]] = field(default_factory=list)  # partition, offset, path
     events_lost: int = 0  # offsets the logs can no longer deliver + queued beyond the end
+    # + the events of put commits cut from a journal that the open aborted
     events_aborted: int = 0
     no_checkpoint: bool = False  # every event still in the logs was queued again
     events_untaken: int = 0
@@ -145,7 +160,7 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
     report = RepairReport(str(home), config.name)
     found = HomeReport(str(home))
     check_config_file(home, found)
-    with _channel_lock(home):
+    with _channel_lock(home, report):
         for path in not_regular(config):
             _move_aside(path, STRAY_SUFFIX, "not a regular file (the engine writes a new one)",
                         report)
@@ -153,8 +168,10 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
             _keep_config_aside(home, report)
         _verify_home(home, config, found)
         sequence = _repair_checkpoints(home, config, report)
+        ledger = _CutLedger(home, config)
         for generation in commit_journal.generations(home):
-            _repair_journal(commit_journal.journal_path(home, generation), sequence, report)
+            _repair_journal(commit_journal.journal_path(home, generation), sequence, report,
+                            ledger)
         for stray in found.strays:
             _move_aside(Path(stray), STRAY_SUFFIX, "a stray file the engine did not write",
                         report)
@@ -167,12 +184,18 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
 class _channel_lock:  # noqa: N801 - used as a context manager, like open()
     """Hold the home's `.lock` while files are repaired; refuse an owned channel."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, report: RepairReport) -> None:
         self.home = home
+        self.report = report
         self.fd = -1
 
     def __enter__(self) -> None:
-        self.fd = os.open(self.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        path = self.home / LOCK_FILE
+        self.fd, moved = open_lock_file(path, "the channel's lock file")
+        if moved is not None:
+            self.report.moved_aside.append({"path": str(path), "kept_as": str(moved),
+                                            "why": "not a regular file (the engine writes a "
+                                                   "new one)"})
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -220,25 +243,64 @@ def _repair_checkpoints(home: Path, config: ChannelConfig, report: RepairReport)
     return newest.checkpoint.sequence if newest.checkpoint else 0
 
 
-def _repair_journal(path: Path, sequence: int, report: RepairReport) -> None:
+class _CutLedger:
+    """The channel's loss ledger, loaded when recover first cuts a replayed journal: the
+    cut is recorded durably before it is made (a crash between leaves the record)."""
+
+    def __init__(self, home: Path, config: ChannelConfig) -> None:
+        self.home, self.config = home, config
+        self.ledger: LossLedger | None = None
+
+    def record(self, path: Path, position: int, length: int, cause: str) -> None:
+        now_ms = int(time.time() * 1000)
+        if self.ledger is None:  # as the owner's open loads it (expect_file: its rule)
+            backup = self.config.backup_checkpoint_dir if self.config.use_dual_checkpoints \
+                else None
+            newest = checkpoint_file.read_newest(self.home, Path(backup) if backup and
+                                                 Path(backup).is_dir() else None).checkpoint
+            expect = newest is not None and newest.version >= checkpoint_file.LEDGER_VERSION
+            self.ledger = LossLedger.load(self.home, True, expect, now_ms)
+        self.ledger.record_journal(str(path), commit_journal.journal_generation(path), cause,
+                                   now_ms, position, length)
+        self.ledger.save()
+
+
+def _cut_cause(path: Path, found: commit_journal.JournalScan) -> str:
+    takes = [c for c in found.after if c.kind == commit_journal.TAKE]
+    puts = [c for c in found.after if c.kind != commit_journal.TAKE]
+    events = sum(end - start for c in takes for _p, start, end in c.entries)
+    return (f"journal_cut: {path} cut by recover at byte {found.valid_bytes} "
+            f"({found.problem}): {len(takes)} take commits ({events} events) after it may "
+            f"come back (delivered again, at least once); {len(puts)} put commits after it "
+            "were cut (events the open aborts are recorded by partition); "
+            f"{found.unreadable_bytes} unreadable bytes may have held more commits")
+
+
+def _repair_journal(path: Path, sequence: int, report: RepairReport,
+                    ledger: _CutLedger) -> None:
     """Step 4 for one journal."""
+    generation = commit_journal.journal_generation(path)
     try:
         found = commit_journal.scan(path)
     except CorruptStateError as exc:  # not a file at all: nothing in it can be read
+        if generation >= sequence:
+            ledger.record(path, 0, 0, f"journal_unreadable: {path}: {exc.reason}; its take "
+                                      "commits may come back and its put commits are aborted")
         _move_aside(path, DAMAGED_SUFFIX, f"unreadable commit journal: {exc.reason}", report)
-        if commit_journal.journal_generation(path) >= sequence:
+        if generation >= sequence:
             report.journals_unknown.append({"path": str(path), "why": exc.reason})
         return
     if not found.damaged:
         return
+    replayed = generation >= sequence
+    if replayed:  # before the cut: a crash after it leaves the record
+        ledger.record(path, found.valid_bytes, found.unreadable_bytes, _cut_cause(path, found))
     data = path.read_bytes()
     kept = aside_path(path, DAMAGED_SUFFIX)
     write_atomically(kept, data)
-    generation = commit_journal.journal_generation(path)
     prefix = data[:found.valid_bytes] if not found.header_damaged else \
         commit_journal.HEADER.pack(commit_journal.MAGIC, commit_journal.VERSION, generation)
     write_atomically(path, prefix)
-    replayed = generation >= sequence
     report.moved_aside.append({"path": str(path), "kept_as": str(kept),
                                "why": f"damaged commit journal (a copy; the journal was cut "
                                       f"at byte {found.valid_bytes})"})
@@ -259,7 +321,7 @@ def _repair_journal(path: Path, sequence: int, report: RepairReport) -> None:
         if commit.kind == commit_journal.TAKE:
             report.take_commits_back.append(row)
         else:
-            report.put_commits_cut.append(row)
+            report.put_commits_cut.append({**row, "position": found.valid_bytes})
 
 
 def _repair_log_states(config: ChannelConfig, report: RepairReport) -> None:
@@ -287,6 +349,7 @@ def _open_and_replay(config: ChannelConfig, report: RepairReport,
             if recovered.state_problem or recovered.actions:
                 report.rewritten.append({"path": str(log.directory / LOG_STATE_FILE),
                                          "why": recovered.summary()})
+        report.events_lost += _record_aborted_puts(owner, report)
         if on_open is not None:
             on_open(owner)
         status = owner.status()
@@ -297,3 +360,18 @@ def _open_and_replay(config: ChannelConfig, report: RepairReport,
     if report.journals_unknown or report.recovery.get("events_may_come_back_at_most"):
         report.events_may_come_back_at_most = report.events_untaken
     report.losses = status.get("losses")
+
+
+def _record_aborted_puts(owner: ChannelOwner, report: RepairReport) -> int:
+    """The batches of put commits cut from a journal that the open aborted: their commits
+    had returned, so their events are lost; record them by partition. Return the events."""
+    cut = {c["id"]: c for c in report.put_commits_cut}
+    lost = [(partition, LostRange(start, end, cut[txn]["journal"], cut[txn]["position"], 0,
+                                  f"journal_cut: put commit {txn} was cut from "
+                                  f"{cut[txn]['journal']} by recover; its batch was not "
+                                  "stamped committed, so the open aborted it"), events)
+            for txn, partition, start, end, events in owner.recovery.aborted_puts
+            if txn in cut]
+    if lost:
+        owner.record_lost(lost)
+    return sum(events for _p, _r, events in lost)

@@ -10,7 +10,9 @@ kafka-dump-log.sh and Flume's file channel integrity tool.
 PATH is a channel's home (its checkpoint_dir, holding channel.json), a partition
 directory, or (dump) one .log, .index or .timeindex file. On a channel:
 produce puts through the channel (as a client when another process owns it);
-dump prints the checkpoints and the commit journals; verify reports every
+dump prints the checkpoints and the commit journals (on a partition: every intact
+batch, each damaged region with its byte, length, reason and offsets, then the
+batches after it, exit 1 when it met damage); verify reports every
 damage of the home's files (channel.json, both checkpoint copies, the journals,
 strays) and of every partition, without failing on any; stat prints the
 channel's status and each partition's segments; recover repairs every damage
@@ -44,7 +46,7 @@ from channel_engine.channel import Channel
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.channel_owner import ChannelOwner
 from channel_engine.config import LogConfig
-from channel_engine.errors import ChannelEngineError, ConfigError
+from channel_engine.errors import ChannelEngineError, ConfigError, describe_os_error
 from channel_engine.event import PendingEvent
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
@@ -58,6 +60,7 @@ from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
 from channel_engine.record_batch import BatchHeader
 from channel_engine.time_index import ENTRY as TIME_ENTRY
 from channel_engine.verify import (
+    DamagedRegion,
     read_batch,
     scan_log_file,
     verify_channel,
@@ -88,8 +91,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (ChannelEngineError, OSError) as exc:
+    except ChannelEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file or directory the tool met cannot be used
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{describe_os_error(exc) if where else exc}", file=sys.stderr)
         return 1
 
 
@@ -240,6 +247,11 @@ def _dump(args: argparse.Namespace, out: TextIO) -> int:
     for file in files:
         if not args.json:
             print(f"Dumping {file}", file=out)
+        if not file.is_file():  # a directory in a segment's place, say: the next file
+            _emit(out, args.json, {"file": str(file), "error": "not a regular file"},
+                  f"{file}: not a regular file (skipped)")
+            damaged = True
+            continue
         if file.suffix == LOG_SUFFIX:
             damaged |= _dump_log(file, args.print_data, args.json, out)
         else:
@@ -258,8 +270,8 @@ def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
             saved = checkpoint_file.decode(path.read_bytes(), path)
         except (OSError, ChannelEngineError) as exc:
             damaged = True
-            _emit(out, as_json, {"checkpoint": source, "error": str(exc)},
-                  f"{source} checkpoint {path}: {exc}")
+            _emit(out, as_json, {"checkpoint": source, "error": _reason(exc)},
+                  f"{source} checkpoint {path}: {_reason(exc)}")
             continue
         _emit(out, as_json, {"checkpoint": source, "path": str(path),
                              "sequence": saved.sequence, "written_at_ms": saved.written_at_ms,
@@ -285,7 +297,8 @@ def _dump_journal(path: Path, as_json: bool, out: TextIO) -> bool:
     try:
         found = commit_journal.scan(path)
     except (OSError, ChannelEngineError) as exc:
-        _emit(out, as_json, {"journal": str(path), "error": str(exc)}, f"journal {path}: {exc}")
+        _emit(out, as_json, {"journal": str(path), "error": _reason(exc)},
+              f"journal {path}: {_reason(exc)}")
         return True
     _emit(out, as_json, {"journal": str(path), "records": len(found.commits),
                          "ignored_bytes": found.ignored, "position": found.valid_bytes,
@@ -303,6 +316,11 @@ def _dump_journal(path: Path, as_json: bool, out: TextIO) -> bool:
     return found.damaged
 
 
+def _reason(exc: Exception) -> str:
+    """An error in words (an OSError's without its errno and path, which the line names)."""
+    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+
+
 def _backup_dir(config: ChannelConfig) -> Path | None:
     if config.use_dual_checkpoints and config.backup_checkpoint_dir:
         return Path(config.backup_checkpoint_dir)
@@ -314,22 +332,25 @@ def _emit(out: TextIO, as_json: bool, row: dict[str, Any], line: str) -> None:
 
 
 def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
-    scan = scan_log_file(path, None)
+    """Print every intact batch; a damaged region is reported (byte, length, reason, the
+    offsets it holds) and the dump goes on at the next intact batch, as the engine reads
+    (scan_log_file's resync). True if anything was damaged."""
+    base = (parse_segment_file(path.name) or (0, ""))[0]
+    scan = scan_log_file(path, base, resync=True)
+    damaged = bool(scan.damaged or scan.base_offsets_fixable)
+    regions = {region.position: region for region in scan.damaged}
+    fixable = {position: was for position, was, _ in scan.base_offsets_fixable}
     for position, header in scan.batches:
-        encrypted = bool(header.attributes & record_batch.ENCRYPTED_MASK)
-        data = read_batch(path, position, header) if print_data and not encrypted else b""
-        if as_json:
-            row = _batch_dict(path, position, header)
-            row["encrypted"] = encrypted
-            if print_data and not encrypted:
-                row["records"] = [_record_dict(r) for r in record_batch.records(data)]
-            print(json.dumps(row), file=out)
-            continue
-        print(_batch_line(position, header) + (" encrypted: true" if encrypted else ""),
-              file=out)
-        if print_data and not encrypted:
-            for record in record_batch.records(data):
-                print(_record_line(record), file=out)
+        for at in sorted(p for p in regions if p < position):
+            _dump_region(path, regions.pop(at), as_json, out)
+        damaged |= _dump_batch(path, position, header, print_data, as_json, out)
+        if position in fixable:
+            _emit(out, as_json, {"file": str(path), "position": position,
+                                 "base_offset_field": fixable[position]},
+                  f"| damaged: the base offset field says {fixable[position]} (its CRC "
+                  f"holds; the next writable open rewrites it)")
+    for at in sorted(regions):
+        _dump_region(path, regions[at], as_json, out)
     invalid = scan.file_size - scan.valid_bytes
     if invalid:
         why = scan.problem.reason if scan.problem else ""
@@ -339,7 +360,47 @@ def _dump_log(path: Path, print_data: bool, as_json: bool, out: TextIO) -> bool:
         else:
             print(f"Found {invalid} invalid bytes at the end of {path.name} "
                   f"(byte {scan.valid_bytes}: {why})", file=out)
-    return bool(invalid)
+    return damaged or bool(invalid)
+
+
+def _dump_region(path: Path, region: DamagedRegion, as_json: bool, out: TextIO) -> None:
+    length = region.end - region.position
+    reason = f"{region.problem.kind}: {region.problem.reason}"
+    _emit(out, as_json, {"file": str(path), "damaged_bytes": length,
+                         "position": region.position, "reason": reason,
+                         "first_offset": region.first_offset,
+                         "resume_offset": region.resume_offset},
+          f"Damaged region at byte {region.position} of {path.name}: {length} bytes "
+          f"({reason}); offsets {region.first_offset}..{region.resume_offset - 1} unreadable; "
+          f"intact batches resume at byte {region.end}")
+
+
+def _dump_batch(path: Path, position: int, header: BatchHeader, print_data: bool,
+                as_json: bool, out: TextIO) -> bool:
+    """Print one CRC-checked batch (and its records); True if its records do not decode."""
+    encrypted = bool(header.attributes & record_batch.ENCRYPTED_MASK)
+    records: list[record_batch.Record] = []
+    problem = None
+    if print_data and not encrypted:
+        try:
+            records = list(record_batch.records(read_batch(path, position, header)))
+        except record_batch.InvalidBatch as exc:
+            problem = exc.reason
+    if as_json:
+        row = _batch_dict(path, position, header)
+        row["encrypted"] = encrypted
+        if print_data and not encrypted:
+            row["records"] = [_record_dict(r) for r in records]
+        if problem is not None:
+            row["records_error"] = problem
+        print(json.dumps(row), file=out)
+        return problem is not None
+    print(_batch_line(position, header) + (" encrypted: true" if encrypted else ""), file=out)
+    for record in records:
+        print(_record_line(record), file=out)
+    if problem is not None:
+        print(f"| damaged: its records do not decode ({problem})", file=out)
+    return problem is not None
 
 
 def _batch_dict(path: Path, position: int, h: BatchHeader) -> dict[str, Any]:
@@ -461,7 +522,7 @@ def _stat(args: argparse.Namespace, out: TextIO) -> int:
     columns = ("base_offset", "next_offset", "records", "size", "file_size", "index_entries",
                "time_index_entries", "max_timestamp", "flushed", "active", "deletable")
     rows = [[str(getattr(info, c)) for c in columns] for info in infos]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
     for row in [list(columns), *rows]:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)), file=out)
     return 0
@@ -576,8 +637,9 @@ def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
     print(f"after recovery: {report.events_untaken} events untaken", file=out)
     if report.losses:  # the channel's loss ledger, where it keeps one
         print(f"loss ledger: {report.losses.get('events_lost', 0)} events lost, "
-              f"{report.losses.get('unacknowledged_events', 0)} not yet acknowledged",
-              file=out)
+              f"{report.losses.get('unacknowledged_events', 0)} not yet acknowledged "
+              f"({report.losses.get('unacknowledged', 0)} unacknowledged records; "
+              "`recover --ack` acknowledges them)", file=out)
     for key, value in report.recovery.items():
         print(f"{key}: {value}", file=out)
 

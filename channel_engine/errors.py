@@ -5,6 +5,7 @@ operator reading a log line knows where to look without a debugger.
 """
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -205,3 +206,32 @@ class PartitionCountError(ChannelEngineError):
         super().__init__(f"channel {name!r}: the owner has {partitions} partitions, the put "
                          f"was encoded for {encoded_for}")
         self.partitions = partitions
+
+
+class UnusableFileError(ChannelEngineError):
+    """A file or directory the engine needs is there but cannot be used: a file in place of
+    a directory, unreadable, on a read-only file system, a symlink loop. Nothing was
+    written; the operator moves it aside or fixes it and retries."""
+
+    def __init__(self, path: Path | str, what: str, cause: OSError) -> None:
+        super().__init__(f"{path}: cannot be used as {what}: {describe_os_error(cause)}; "
+                         "move it aside (or fix it) and retry")
+        self.path = str(path)
+        self.cause = cause
+
+
+def describe_os_error(exc: OSError) -> str:
+    """What an OSError says about its file, in words (no errno digits)."""
+    return _OS_ERROR_WORDS.get(exc.errno or 0, (exc.strerror or str(exc)).lower())
+
+
+_OS_ERROR_WORDS = {
+    errno.EISDIR: "it is a directory, not a regular file",
+    errno.ENOTDIR: "it (or a directory above it) is not a directory",
+    errno.EEXIST: "it exists and is not a directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ELOOP: "a symbolic link loop",
+    errno.EROFS: "the file system is read-only",
+    errno.ENXIO: "it is a socket or device, not a regular file",
+}

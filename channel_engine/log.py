@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine import log_loader, log_state, record_batch
-from channel_engine.atomic_file import fsync_directory
+from channel_engine.atomic_file import fsync_directory, open_lock_file
 from channel_engine.config import INT32_MAX, LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
@@ -78,6 +78,7 @@ from channel_engine.errors import (
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     StorageError,
+    UnusableFileError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import (
@@ -89,7 +90,7 @@ from channel_engine.filenames import (
 )
 from channel_engine.log_state import LogState
 from channel_engine.record_batch import BatchHeader
-from channel_engine.recovery import LostRange, RecoveryReport
+from channel_engine.recovery import STRAY_MOVED, LostRange, RecoveryAction, RecoveryReport
 from channel_engine.segment import LogSegment, UndoFailedError
 
 DEFAULT_READ_BYTES = 1 << 20
@@ -200,13 +201,15 @@ class PartitionLog:
         sealer, new batches are encrypted and encrypted ones can be read."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
+        lock_moved = None
         if not read_only:
             _make_directory_durably(path)
-            log._take_dir_lock()
+            lock_moved = log._take_dir_lock()
             identity = os.stat(path)
             log._dir_identity = (identity.st_dev, identity.st_ino)
         elif not path.is_dir():
-            raise FileNotFoundError(f"{path}: no such partition directory")
+            raise FileNotFoundError(f"{path}: no such partition directory" if not
+                                    os.path.lexists(path) else f"{path}: not a directory")
         try:
             loaded = log_loader.load(path, log.config, not read_only, force_recovery)
         except BaseException:
@@ -227,6 +230,9 @@ class PartitionLog:
                                         log._log_end_offset)
         log._last_flush_ms = log._last_state_write_ms = log._now_ms()
         log.last_recovery = loaded.report
+        if lock_moved is not None:
+            loaded.report.add(RecoveryAction(STRAY_MOVED, str(path / LOCK_FILE),
+                                             f"not a regular file; moved to {lock_moved.name}"))
         log._new_losses = list(loaded.report.lost_ranges)
         for loss in log._new_losses if read_only else ():  # a reader's view keeps the
             log._read_damage[(parse_segment_file(Path(loss.path).name) or (-1, ""))[0],
@@ -250,14 +256,16 @@ class PartitionLog:
             losses, self._new_losses = self._new_losses, []
         return losses
 
-    def _take_dir_lock(self) -> None:
-        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    def _take_dir_lock(self) -> Path | None:
+        """Take `.lock`; return where a non-regular file in its place went (or None)."""
+        fd, moved = open_lock_file(self.directory / LOCK_FILE, "the partition's writer lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise LogLockedError(self.directory) from None
         self._lock_fd = fd
+        return moved
 
     def _release_dir_lock(self) -> None:
         if self._lock_fd >= 0:
@@ -838,24 +846,23 @@ class PartitionLog:
                 self._mark_for_repair(segment)
 
     def offsets_for_time(self, timestamp: int) -> int | None:
-        """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""
+        """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes).
+        A damaged batch is skipped and counted as by read_batches: the answer is the earliest
+        such offset that a read can deliver."""
         bound = self.high_watermark
         for segment in self._segments:
             if segment.max_timestamp < timestamp or segment.base_offset >= bound:
                 continue
             start = max(self._log_start_offset, segment.start_for_time(timestamp))
-            if start >= min(bound, segment.next_offset):
+            end = min(bound, segment.next_offset)
+            if start >= end:
                 continue
-            position = segment.find_position(start, segment.size)
-            if position is None:
-                continue
-            for _, header, data in segment.read_batches(position, segment.size, bound, 1 << 62):
+            for batch_segment, header, data in self.read_batches(start, end, 1 << 62):
                 if header.max_timestamp < timestamp:
                     continue
-                plain = record_batch.unseal(data, self.sealer)
-                for offset, ts, _k, _v, _h in record_batch.records(plain):
-                    if offset >= start and ts >= timestamp and offset < bound:
-                        return offset
+                for event in self.decode_batch(batch_segment, header, data):
+                    if start <= event.offset < end and event.timestamp >= timestamp:
+                        return event.offset
         return None
 
     # -- retention and truncation -----------------------------------------------------------
@@ -1016,6 +1023,8 @@ class PartitionLog:
     def segment_infos(self) -> list[SegmentInfo]:
         """One SegmentInfo per live segment, oldest first."""
         segments = self._segments
+        if not segments:  # a reader of a directory whose segments are all unusable
+            return []
         deletable = dict((id(seg), why) for seg, why in
                          self._retention_candidates(self._now_ms(), self.high_watermark))
         return [
@@ -1102,6 +1111,9 @@ def _make_directory_durably(path: Path) -> None:
     while not current.exists():
         missing.append(current)
         current = current.parent
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in its place, say
+        raise UnusableFileError(path, "a partition directory", exc) from exc
     for created in reversed(missing):
         fsync_directory(created.parent)

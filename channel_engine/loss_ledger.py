@@ -19,7 +19,10 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
       partition         int          the partition; -1: the ledger itself was damaged or
                                      missing (earlier records may be gone), see cause;
                                      -2: a checkpoint's commit journal was missing or
-                                     headless (take commits may come back), see cause
+                                     headless, or `recover` cut a replayed journal at a
+                                     damaged record (take commits may come back; the
+                                     events of put commits cut are recorded by partition,
+                                     cause "journal_cut: ..."), see cause
       start, end        int          offsets [start, end) the log can no longer deliver
                                      (partition -2: both the journal's generation)
       events            int          how many of them were not yet taken when the channel
@@ -32,11 +35,27 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
       acknowledged_at_ms int or null  when an operator acknowledged it; null until then
 
 A range is recorded once: records are keyed by (partition, start, end), so a hole the
-log reports at every open is one record, and its events are counted once. Crash order:
+log reports at every open is one record, and its events are counted once. A damaged place
+(partition, file, byte position, length) reported again with other bounds — a read that
+began inside the damaged batch, then the open that repairs the whole of it — counts only
+the offsets no record of that place holds (counted_here): each lost offset once. Crash order:
 the owner writes a record durably before the queue's marking of its offsets is (by the
 checkpoint that ends an open, or by a take-commit journal record with take id 0 for a
 loss found later), so a crash in between re-counts the same range at the next open, and
-the key folds it into the record already written (no count lost, none doubled).
+the key (or the place) folds it into the record already written (no count lost, none
+doubled).
+
+Exactness. Counts never under-count: an offset leaves the queue as lost only after its
+record is durable. (One loss cannot be counted: put commits that the unreadable bytes of
+a journal `recover` cut may have held; its journal_cut record says so, and their events
+are among the open's aborted events.) They can over-count in two cases only:
+  * an offset a take holds in flight and has already returned to its consumer, when
+    another read (an inspection read, say) meets damage there before that take
+    commits: the take can no longer commit it and the ledger counts it lost, though the
+    consumer has it (an uncommitted take's events are not delivered in Flume's sense);
+  * the same damaged offsets reported under another place (file, byte position or
+    length) than the one recorded: counted_here matches places exactly, and the log
+    reports a place under its original name and byte, before and after its repair.
 
 Failure behaviour: a damaged losses.json (unreadable, not JSON, wrong format or fields)
 never fails an open and never hides a loss: it is moved aside (`losses.json.damaged-
@@ -192,15 +211,28 @@ class LossLedger:
             self._append(record)
             return record
 
-    def record_journal(self, path: str, generation: int, cause: str,
-                       now_ms: int) -> LossRecord | None:
-        """Record a checkpoint's journal found missing or headless (no event lost: events
-        0); None if already recorded."""
+    def counted_here(self, partition: int, lost: LostRange) -> list[tuple[int, int]]:
+        """The offsets of `lost` already recorded for the same damaged place (partition,
+        file, byte position and length; never a place without a byte range): the same
+        offsets reported again, by an open after a read or a read after a crash."""
+        if not lost.length:
+            return []
+        with self._lock:
+            return [(max(r.start, lost.start), min(r.end, lost.end)) for r in self.records
+                    if (r.partition, r.path, r.position, r.length) == (
+                        partition, lost.path, lost.position, lost.length)
+                    and max(r.start, lost.start) < min(r.end, lost.end)]
+
+    def record_journal(self, path: str, generation: int, cause: str, now_ms: int,
+                       position: int = 0, length: int = 0) -> LossRecord | None:
+        """Record a checkpoint's journal found missing or headless, or a replayed journal
+        `recover` cut at `position` (`length` bytes after it unreadable): events 0, the
+        events its lost put commits held are recorded by partition; None if recorded."""
         with self._lock:
             if (JOURNAL_PARTITION, generation, generation) in self._keys:
                 return None
-            record = LossRecord(0, JOURNAL_PARTITION, generation, generation, 0, path, 0, 0,
-                                cause, now_ms)
+            record = LossRecord(0, JOURNAL_PARTITION, generation, generation, 0, path,
+                                position, length, cause, now_ms)
             self._append(record)
             return record
 

@@ -9,7 +9,9 @@ begun with a lease is the exception: whoever knows its id may commit it (a web
 worker other than the one that began it), and its lease returns it otherwise.
 
 Only processes of the owner's user may connect: the socket file is 0600 and
-every peer's uid is checked with SO_PEERCRED.
+every peer's uid is checked with SO_PEERCRED. A directory in place of the socket file
+is moved aside (`owner.sock.stray`); a socket that cannot be made fails the owner's open
+with UnusableFileError naming the path.
 """
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine import owner_protocol as protocol
+from channel_engine.atomic_file import move_aside
 from channel_engine.channel_owner import ChannelOwner
+from channel_engine.errors import UnusableFileError
+from channel_engine.filenames import STRAY_SUFFIX
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -87,7 +92,12 @@ class _Server(socketserver.ThreadingUnixStreamServer):
             os.unlink(address)  # a dead owner's socket file; we hold the lock now
         except FileNotFoundError:
             pass
-        super().__init__(address, handler)
+        except IsADirectoryError:  # no owner's: kept aside, never deleted
+            move_aside(owner_server.path, STRAY_SUFFIX)
+        try:
+            super().__init__(address, handler)
+        except OSError as exc:
+            raise UnusableFileError(owner_server.path, "the owner's socket", exc) from exc
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
         creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)

@@ -42,6 +42,8 @@ A channel's home (verify_channel) adds, never failing on what it finds:
     sequence): missing, not a regular file or without a whole header is damage
     (its header is synced before the checkpoint is written: commit_journal's
     rule); older checkpoints' journals (the backup's, say) may be gone;
+  * `.lock`: anything but a regular file there is damage (open and recover move it
+    aside);
   * strays: files in the home the engine (or the appliance) did not write, which
     `recover` moves aside as `<name>.stray`. Files kept aside by an earlier
     recover (`.damaged`, `.stray`) and temp files of an interrupted atomic write
@@ -61,9 +63,10 @@ from channel_engine import checkpoint as checkpoint_file
 from channel_engine import commit_journal, home_files, log_state, record_batch
 from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.encryption import BatchSealer, DecryptionError, KeyRing
-from channel_engine.errors import ChannelEngineError, CorruptStateError
+from channel_engine.errors import ChannelEngineError, CorruptStateError, describe_os_error
 from channel_engine.filenames import (
     INDEX_SUFFIX,
+    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
     STRAY_SUFFIX,
@@ -373,6 +376,11 @@ def verify_home(home: Path, config: ChannelConfig | None, report: HomeReport) ->
     if config is not None and config.encryption_key_file is not None:
         _verify_key_file(config, report)
     _verify_losses(home, report)
+    lock = home / LOCK_FILE
+    if os.path.lexists(lock) and not lock.is_file():
+        report.damages.append(Damage(str(lock), 0, "not a regular file: the channel cannot be "
+                                                   "locked (open and recover move it to "
+                                                   f"{LOCK_FILE}{STRAY_SUFFIX})"))
     _find_strays(home, config, report)
 
 
@@ -547,6 +555,11 @@ def _read_index(path: Path, entry_size: int, report: VerifyReport) -> bytes | No
         data = path.read_bytes()
     except FileNotFoundError:
         report.damages.append(Damage(str(path), 0, "missing (rebuilt at the next open)"))
+        return None
+    except OSError as exc:  # not a regular file: the stray check reports it
+        if path.is_file():
+            report.damages.append(Damage(str(path), 0, f"cannot be read: "
+                                                       f"{describe_os_error(exc)}"))
         return None
     if len(data) % entry_size:
         report.damages.append(Damage(str(path), len(data) - len(data) % entry_size,

@@ -42,6 +42,13 @@ Every split is a fixed [start, end), so a retried task reads exactly the same ro
 takes no lock: the channel's owner may be appending in another process meanwhile. It
 raises RangeUnavailableError, never returns fewer rows, when the log does not hold the
 whole range: events below the log start offset were deleted, or end is past the log end.
+Damage (a batch whose CRC or header fails, in a segment file) inside a split fails the
+split with DamagedRangeError naming the segment, the byte position and the offsets, before
+a row past the damage is handed over — never a garbled or partial batch, never a silent
+skip. As a Kafka Connect task with errors.tolerance=none, the export stops and its run
+commits nothing (the export stays exactly-once); the offsets are not counted lost here (a
+read-only reader cannot write the loss ledger): `recover` on the channel, or the owner's
+own reads, count them, and the next take no longer hands them out.
 Encrypted channels are decrypted with the key file channel.json names, as the owner does.
 Events are read as stored: take the ranges from the channel (a take's reserve(), as the
 exporter does), which never hands out the events of an aborted multi-partition put.
@@ -78,6 +85,7 @@ from pyspark.sql.types import (
 from channel_engine.channel_config import ChannelConfig
 from channel_engine.config import LogConfig
 from channel_engine.errors import ChannelEngineError, ConfigError
+from channel_engine.recovery import LostRange
 
 if TYPE_CHECKING:
     from channel_engine.record_batch import RecordColumns
@@ -107,6 +115,22 @@ class RangeUnavailableError(ChannelEngineError, LookupError):
         self.partition = partition
         self.start = start
         self.end = end
+
+
+class DamagedRangeError(RangeUnavailableError):
+    """A damaged batch holds offsets of the requested range (see the module doc)."""
+
+    def __init__(self, channel: str, partition: int, start: int, end: int,
+                 lost: LostRange) -> None:
+        super().__init__(channel, partition, start, end,
+                         f"offsets {lost.start}..{lost.end - 1} are in a damaged region of "
+                         f"{lost.path} at byte {lost.position} ({lost.length} bytes; "
+                         f"{lost.cause}); nothing past it was read. `python -m channel_engine "
+                         "verify HOME` names it; `recover` (or a read by the channel's owner) "
+                         "counts them lost so that the next take skips them")
+        self.path = lost.path
+        self.position = lost.position
+        self.lost = lost
 
 
 @dataclass(frozen=True)
@@ -302,15 +326,26 @@ def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
         sealer = BatchSealer(keys, split.channel, split.partition)
     with PartitionLog.open(split.directory, split.log_config, partition=split.partition,
                            read_only=True, sealer=sealer) as log:
+        _check_damage(split, log.take_new_losses())  # damage the open found
         first, last = log.log_start_offset, log.high_watermark
         if split.start < first or split.end > last:
             raise _unavailable(split, f"the log holds [{first}, {last})")
         for segment, header, data in log.read_batches(split.start, split.end, 1 << 62):
+            _check_damage(split, log.take_new_losses())  # damage the read skipped
             try:
                 yield record_batch.record_columns(record_batch.unseal(data, sealer))
             except record_batch.InvalidBatch as exc:
                 position = segment.find_position(header.base_offset, segment.size) or 0
                 raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
+        _check_damage(split, log.take_new_losses())  # after the last intact batch
+
+
+def _check_damage(split: WeirSplit, losses: list[LostRange]) -> None:
+    """DamagedRangeError for the first lost range that overlaps the split."""
+    for lost in sorted(losses, key=lambda r: r.start):
+        if lost.start < split.end and split.start < lost.end:
+            raise DamagedRangeError(split.channel, split.partition, split.start, split.end,
+                                    lost)
 
 
 def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:

@@ -538,3 +538,42 @@ def test_a_ledger_lost_beside_a_version_3_checkpoint_is_reported(tmp_path: Path)
         assert [r["partition"] for r in records] == [LEDGER_PARTITION]
         assert "ledger_missing" in records[0]["cause"]
         assert channel.status()["health"] == "degraded"
+
+
+def test_a_kill_between_the_ledger_and_the_takes_journal_record_counts_the_place_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take's read meets a damaged batch part of which was taken before (so it reports
+    the rest: offsets 7..9); the ledger record is durable, then the owner dies before the
+    journal record that marks them. The next open repairs the segment and reports the whole
+    damaged batch (5..9): the same place, the same offsets 7..9, counted once."""
+    config = _config(tmp_path)
+    with Channel.open(config) as channel:
+        for b in range(6):  # batch b holds offsets 5b..5b+4
+            with channel.put() as tx:
+                for i in range(5):
+                    tx.put(b"event-%04d" % (5 * b + i) + b"." * 40)
+        with channel.take() as tx:
+            assert len(tx.take(7)) == 7  # 0..6: batch 1 partly taken
+    channel = Channel.open(config)
+    owner = channel.owner
+    assert owner is not None
+    path = _segment(config, 0)
+    position = _batch_positions(path)[1]
+    with open(path, "r+b") as f:  # damage met at use: the open has checked the bytes
+        f.seek(position + 80)
+        byte = f.read(1)
+        f.seek(position + 80)
+        f.write(bytes([byte[0] ^ 0x20]))
+
+    def killed() -> None:
+        raise RuntimeError("killed before the take-0 journal record")
+    monkeypatch.setattr(owner, "_live_journal", killed)
+    with pytest.raises(RuntimeError, match="killed"), channel.take() as tx:
+        tx.take(5)
+    [record] = json.loads((config.home / LEDGER_FILE).read_text())["records"]
+    assert (record["start"], record["end"], record["events"]) == (7, 10, 3)
+    crash(channel)
+    with Channel.open(config) as again:
+        records = [r for r in again.status()["losses"]["records"] if r["partition"] == 0]
+        assert sum(r["events"] for r in records) == 3, records
+        _check_counted(again, {7, 8, 9}, set(range(7)), set(range(30)))

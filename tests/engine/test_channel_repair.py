@@ -15,7 +15,7 @@ from channel_engine import commit_journal as cj
 from channel_engine.channel_repair import repair
 from channel_engine.cli import main
 from channel_engine.errors import ConfigError
-from channel_engine.verify import verify_channel
+from channel_engine.verify import scan_log_file, verify_channel
 
 
 def run(*argv: str, config: ChannelConfig | None = None) -> tuple[int, str]:
@@ -37,6 +37,14 @@ def damage(path: Path, position: int) -> None:
     data = bytearray(path.read_bytes())
     data[position] ^= 0x5A
     path.write_bytes(bytes(data))
+
+
+def verified_after_ack(config: ChannelConfig, cut: Path) -> None:
+    """A cut journal is an unacknowledged loss record until an operator acknowledges it."""
+    status, out = run("verify", str(config.home))
+    assert status == 1 and "unacknowledged loss records" in out and cut.name in out, out
+    assert run("recover", str(config.home), "--ack")[0] == 0
+    assert run("verify", str(config.home))[0] == 0
 
 
 def all_events(config: ChannelConfig) -> list[bytes]:
@@ -79,7 +87,11 @@ def test_recover_cuts_a_journal_at_its_first_bad_record_and_counts_takes_that_co
     assert report.unreadable_journal_bytes == cj.RECORD_HEAD.size + cj.RECORD_BODY.size + \
         len(first_take_cut.entries) * cj.ENTRY.size
     assert report.events_lost == 0 and report.events_untaken == 14  # 2 takes come back
-    assert run("verify", str(config.home))[0] == 0
+    [record] = report.losses["records"]  # type: ignore[index]
+    assert (record["partition"], record["position"], record["events"]) == (-2, where, 0)
+    assert record["cause"].startswith(f"journal_cut: {path} cut by recover at byte {where}")
+    assert "1 take commits (2 events) after it may come back" in record["cause"]
+    verified_after_ack(config, path)
     assert len(all_events(config)) == 14
 
 
@@ -96,8 +108,47 @@ def test_recover_counts_a_cut_put_commit_with_its_offsets(tmp_path: Path) -> Non
     assert report.take_commits_may_come_back == 2
     # the put's batches were stamped committed after its record: kept; every take back
     assert report.events_aborted == 0 and report.events_untaken == 16
-    assert run("verify", str(config.home))[0] == 0
+    verified_after_ack(config, path)
 
+
+
+def unstamp(config: ChannelConfig, transaction_id: int) -> int:
+    """Clear the committed stamp of the put's batches (as if the owner died before it
+    stamped them); return their events."""
+    events = 0
+    for i in range(config.partitions):
+        for log_file in config.partition_dir(i).glob("*.log"):
+            for position, header in scan_log_file(log_file, None).batches:
+                if header.transaction_id == transaction_id:
+                    with open(log_file, "r+b") as f:
+                        f.seek(position + 12)
+                        f.write(b"\xff\xff\xff\xff")
+                    events += header.record_count
+    return events
+
+
+def test_recover_records_the_events_of_a_cut_put_commit_the_open_aborts_as_lost(
+        tmp_path: Path) -> None:
+    config = crashed_channel(tmp_path)
+    path = journal(config)
+    put = cj.scan(path).commits[4]
+    assert put.kind == cj.PUT and unstamp(config, put.commit_id) == 4
+    where = record_position(path, 1)
+    damage(path, where + 12)
+    report = repair(config.home)
+    assert report.events_aborted == 4 and report.events_lost == 4
+    records = report.losses["records"]  # type: ignore[index]
+    lost = sorted((r["partition"], r["start"], r["end"], r["events"]) for r in records
+                  if r["partition"] >= 0)
+    assert lost == sorted((p, a, b, b - a) for p, a, b in put.entries) and \
+        sum(r[3] for r in lost) == 4
+    assert all(r["path"] == str(path) and r["position"] == where and "journal_cut" in
+               r["cause"] for r in records)
+    assert report.losses["unacknowledged_events"] == 4  # type: ignore[index]
+    status, out = run("stat", str(config.home))
+    assert "health degraded (4 events lost" in out
+    verified_after_ack(config, path)
+    assert b"late0" not in all_events(config)
 
 def test_recover_rewrites_a_journal_with_a_damaged_header_keeping_the_original(
         tmp_path: Path) -> None:
@@ -108,7 +159,7 @@ def test_recover_rewrites_a_journal_with_a_damaged_header_keeping_the_original(
     report = repair(config.home)
     assert report.take_commits_may_come_back == 3 and len(report.put_commits_cut) == 2
     assert Path(str(path) + ".damaged").exists()
-    assert run("verify", str(config.home))[0] == 0
+    verified_after_ack(config, path)
 
 
 @pytest.mark.parametrize("copy", ["primary", "backup"])

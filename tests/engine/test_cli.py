@@ -59,6 +59,49 @@ def test_dump_reports_invalid_bytes_at_the_end(tmp_path: Path) -> None:
     assert f"Found 7 invalid bytes at the end of {log_file.name}" in done.stdout
 
 
+def _damage_batch(tmp_path: Path, index: int, at: int) -> tuple[Path, list[tuple[int, int]]]:
+    """Ten batches of ten events; flip the byte `at` of batch `index`; (file, batch spans)."""
+    from channel_engine.verify import scan_log_file
+    tool("produce", str(tmp_path), "--batch", "10", stdin="".join(f"{i}\n" for i in range(100)))
+    log_file = next(tmp_path.glob("*.log"))
+    spans = [(p, p + h.size) for p, h in scan_log_file(log_file, None).batches]
+    data = bytearray(log_file.read_bytes())
+    data[spans[index][0] + at] ^= 0x55
+    log_file.write_bytes(bytes(data))
+    return log_file, spans
+
+
+def test_dump_reports_a_damaged_batch_and_goes_on_with_the_next_intact_one(
+    tmp_path: Path,
+) -> None:
+    log_file, spans = _damage_batch(tmp_path, 3, 80)  # inside the records: the CRC fails
+    done = tool("dump", str(tmp_path), "--print-data")
+    assert done.returncode == 1, done.stderr
+    assert f"Damaged region at byte {spans[3][0]} of {log_file.name}: " \
+           f"{spans[3][1] - spans[3][0]} bytes (" in done.stdout and "CRC-32C" in done.stdout
+    assert "offsets 30..39 unreadable" in done.stdout
+    assert "baseOffset: 40 lastOffset: 49" in done.stdout and "payload: 99" in done.stdout
+    assert "baseOffset: 30 " not in done.stdout and "payload: 30" not in done.stdout
+    lines = tool("dump", str(log_file), "--json").stdout.splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [r["baseOffset"] for r in rows if "baseOffset" in r] == \
+        [0, 10, 20, 40, 50, 60, 70, 80, 90]
+    [region] = [r for r in rows if "damaged_bytes" in r]
+    assert (region["position"], region["damaged_bytes"]) == (spans[3][0],
+                                                              spans[3][1] - spans[3][0])
+    assert (region["first_offset"], region["resume_offset"]) == (30, 40)
+    assert "CRC-32C" in region["reason"]
+
+
+def test_dump_goes_on_past_a_damaged_first_header(tmp_path: Path) -> None:
+    log_file, spans = _damage_batch(tmp_path, 0, 16)  # the magic byte of the first batch
+    done = tool("dump", str(log_file))
+    assert done.returncode == 1, done.stderr
+    assert f"Damaged region at byte 0 of {log_file.name}: {spans[0][1]} bytes (" \
+        in done.stdout and "offsets 0..9 unreadable" in done.stdout
+    assert done.stdout.count("baseOffset: ") == 9
+
+
 def test_verify_exits_zero_when_sound_and_one_with_file_and_position(tmp_path: Path) -> None:
     tool("produce", str(tmp_path), "--batch", "10", stdin="".join(f"{i}\n" for i in range(100)))
     done = tool("verify", str(tmp_path))
@@ -160,6 +203,11 @@ def test_recover_repairs_a_damaged_home_and_prints_what_it_cost(tmp_path: Path) 
     assert "take commits that may come back (at-least-once): 1, " in done.stdout
     assert "files moved aside: 2" in done.stdout
     assert f"{config.home / 'stray.bin'} -> {config.home / 'stray.bin.stray'}" in done.stdout
+    assert "loss ledger: 0 events lost, 0 not yet acknowledged (1 unacknowledged records" \
+        in done.stdout
+    done = tool("verify", str(config.home), "--json")  # the cut is a loss record, until seen
+    assert done.returncode == 1 and "unacknowledged loss records" in done.stdout
+    assert tool("recover", str(config.home), "--ack").returncode == 0
     done = tool("verify", str(config.home), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["ok"]
 

@@ -532,3 +532,21 @@ def test_a_reader_keeps_the_intact_batches_after_damage_inside_a_segment(
             [(spans[2][2], spans[3][2])]
         assert reader.take_new_losses() == []  # the reads did not report it again
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("where", ["header", "records"])
+def test_it_finds_offsets_for_time_past_damage_as_reads_do(tmp_path: Path, where: str) -> None:
+    fill(tmp_path)  # batch b holds offsets 5b..5b+4, every event stamped 1000 + b
+    path = segment_logs(tmp_path)[1]
+    spans = batch_spans(path)
+    damage(path, spans[2][0] + (16 if where == "header" else 80), 1, "garbage")
+    hit, after = spans[2][2] // PER_BATCH, spans[3][2]
+    with PartitionLog.open(tmp_path, TRUSTING) as log:  # the damage is met at use
+        assert log.offsets_for_time(1_000 + hit - 1) == spans[1][2]  # before it: untouched
+        assert log.offsets_for_time(1_000 + hit) == after  # its events: the next intact one
+        assert log.offsets_for_time(1_000 + hit + 1) == after
+        assert log.offsets_for_time(1_000 + BATCHES) is None
+        lost = log.take_new_losses()
+        assert lost_offsets(lost) <= set(range(spans[2][2], after))  # counted once, as reads
+        assert [e.offset for e in log.read(spans[2][2], max_events=1)] == [after]
+        assert lost_offsets(lost + log.take_new_losses()) == set(range(spans[2][2], after))
