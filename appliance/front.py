@@ -133,8 +133,14 @@ events {{
 http {{
     server_tokens off;
     default_type application/octet-stream;
+    # The request id (appliance/request_id.py): a well-formed incoming one kept, else
+    # nginx's own; passed on and logged, so one id follows a request through both logs.
+    map $http_x_request_id $weir_request_id {{
+        default $request_id;
+        "~^[A-Za-z0-9._:-]{{1,128}}$" $http_x_request_id;
+    }}
     log_format weir '$remote_addr [$time_iso8601] "$request" $status $body_bytes_sent '
-                    '$request_time $upstream_response_time';
+                    '$request_time $upstream_response_time $weir_request_id';
     access_log {access};
 {temp}
 
@@ -164,6 +170,7 @@ http {{
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Request-ID $weir_request_id;
             proxy_connect_timeout 5s;
             proxy_send_timeout 60s;
             proxy_read_timeout {PROXY_READ_TIMEOUT_S}s;
@@ -171,17 +178,20 @@ http {{
 
         location @weir_busy {{
             default_type application/json;
+            add_header X-Request-ID $weir_request_id always;
             add_header Retry-After {RETRY_AFTER_S} always;
             return 429 '{busy}\\n';
         }}
 
         location @weir_too_large {{
             default_type application/json;
+            add_header X-Request-ID $weir_request_id always;
             return 413 '{too_large}\\n';
         }}
 
         location @weir_unavailable {{
             default_type application/json;
+            add_header X-Request-ID $weir_request_id always;
             add_header Retry-After {RETRY_AFTER_S} always;
             return 502 '{{"error": "the appliance behind the front is not answering"}}\\n';
         }}

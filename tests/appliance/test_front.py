@@ -136,6 +136,19 @@ def test_it_passes_a_chunked_body_whole(server: Server) -> None:
     assert status == 200 and json.loads(body)["events"] == 1, body
 
 
+def test_it_carries_one_request_id_through_the_front_and_the_appliance(server: Server) -> None:
+    auth = f"Bearer {server.tokens['calm']}"
+    _, kept, _ = exchange(server, head(server, auth, len(BODY), "X-Request-ID: probe-1\r\n")
+                          + BODY)
+    assert kept["x-request-id"] == "probe-1"
+    _, made, _ = exchange(server, head(server, auth, len(BODY), "X-Request-ID: bad id\r\n")
+                          + BODY)
+    assert len(made["x-request-id"]) == 32 and made["x-request-id"] != "bad id"
+    _, refused, _ = exchange(server, head(server, auth, settings.WEIR_MAX_PRODUCE_BYTES + 1,
+                                          "X-Request-ID: probe-413\r\n"))
+    assert refused["x-request-id"] == "probe-413"  # nginx's own answers name it too
+
+
 def test_it_refuses_a_body_over_the_produce_limit_before_reading_it(server: Server) -> None:
     limit = settings.WEIR_MAX_PRODUCE_BYTES
     status, _, body = exchange(server, head(server, f"Bearer {server.tokens['calm']}",
