@@ -209,6 +209,10 @@ class CommitJournal:
         if self._synced < target:
             self.sync(ticket)
 
+    def synced(self, ticket: int) -> bool:
+        """True once the record with `ticket` is known to be on disk (also after close)."""
+        return self._synced >= ticket
+
     def close(self) -> None:
         """Sync and close the file."""
         with self._sync_cond:
