@@ -250,8 +250,8 @@ def verify_partition(directory: Path, durability: str | None = None) -> VerifyRe
         report.damages.append(Damage(str(directory / LOG_STATE_FILE), 24,
                                      f"log end offset {state.log_end_offset} but the log "
                                      f"ends at {expected}"))
-    elif clean_end is None and known_end is not None and (expected or log_start) < known_end:
-        end = expected if expected is not None else log_start
+    elif clean_end is None and known_end is not None and \
+            (end := expected if expected is not None else log_start) < known_end:
         report.damages.append(Damage(
             str(directory / LOG_STATE_FILE), log_state.COMMITTED_END_AT,
             f"the log ends at offset {end}, but offsets up to {known_end - 1} were committed "

@@ -292,6 +292,7 @@ def test_it_counts_a_destroyed_active_segment_after_a_kill_and_never_reuses_its_
 ) -> None:
     config = CONFIG.replace(durability=durability, flush_messages=10**6)
     base, end = killed_with_unindexed_tail(tmp_path, config, one_batch)
+    assert verify_partition(tmp_path).ok, "a kill alone is no damage"
     destroy(segment_file(tmp_path, base, ".log"), how)
     assert not verify_partition(tmp_path).ok  # verify sees the loss before any open
     with PartitionLog.open(tmp_path, config) as log:
