@@ -35,10 +35,13 @@ for intact records, to tell two cases apart:
     records whose tails are zeros up to where their length says they end, or
     bytes holding a piece that ends at a 512-byte sector boundary, is at least
     4 bytes long (a record's length field) and is all zeros (that sector reached
-    the disk before the append did; the later ones after it).
+    the disk before the append did; the later ones after it). Damage that
+    zeroes such a piece is taken for a tear too, as segment.py takes a batch
+    with a zero sector for a torn write: the bytes alone cannot tell them apart.
     Every commit there was appended after the last fsync that returned, so
-    none of them returned: replay ignores these bytes, reports how many, and
-    open goes on;
+    none of them returned (in fsync durability; in policy durability they may
+    have: the takes come back, the puts are aborted, within the flush window):
+    replay ignores these bytes, reports how many, and open goes on;
   * damage in the middle: intact records follow other bad bytes, so commits
     that returned are unreadable. replay raises CorruptRecordError naming the
     file and byte, and open refuses the channel. `python -m channel_engine
