@@ -40,7 +40,12 @@ and the scheduler's flush_if_due() make the rest durable. In both modes a
 multi-partition put's batches are fsynced before its commit record and stamps
 are written (those may reach the disk at any time after), so a power loss
 never keeps part of a committed put: it keeps all, or (record lost, policy
-mode) aborts all.
+mode) aborts all. So in policy mode the events of multi-partition puts whose
+record is not yet synced count toward flush_messages in each partition they
+touch, with the log's unflushed appends: a put that brings a partition to
+flush_messages syncs the journal before it returns (_bound_loss_window), and a
+power loss loses fewer than flush_messages committed events of a partition, as
+in a partition log.
 
 Losses. Offsets a log can no longer deliver (PartitionLog.take_new_losses: at open,
 and whenever a read meets damage) and offsets the queue knew beyond a log's end
@@ -181,6 +186,10 @@ class ChannelOwner:
         self._next_take_partition = 0
         self._untaken = 0  # committed or in-doubt puts not yet taken and committed
         self._journal: commit_journal.CommitJournal | None = None
+        # policy durability: multi-partition put records not known synced, (journal, ticket,
+        # events per partition), which count toward flush_messages (_bound_loss_window)
+        self._unsynced_puts: deque[tuple[commit_journal.CommitJournal, int, dict[int, int]]] \
+            = deque()
         self._sequence = 0
         self._backup_sequence = 0
         self._backup_taken: list[int] | None = None
@@ -427,6 +436,8 @@ class ChannelOwner:
             if transaction_id is not None:
                 self._flush_parts(written)
                 self._journal_put(transaction_id, written)
+            if self._unsynced_puts:
+                self._bound_loss_window([p for p, _ in written])
         except BaseException:
             self._abort_put(written, count)
             raise
@@ -507,10 +518,38 @@ class ChannelOwner:
             journal = self._live_journal()
             ticket = journal.append(commit_journal.PUT, transaction_id,
                                     [(p, put.start, put.end) for p, put in puts])
+            if self.config.durability != "fsync":
+                self._unsynced_puts.append(
+                    (journal, ticket, {p: put.end - put.start for p, put in puts}))
         if self.config.durability == "fsync":
             journal.sync(ticket)
         for p, put in puts:
             self._logs[p].mark_committed(put.segment_base_offset, put.position)
+
+    def _bound_loss_window(self, partitions: Sequence[int]) -> None:
+        """Policy durability: a multi-partition put is lost with its commit record, which
+        only a flush syncs; so the events of puts whose record is not known synced count
+        toward a partition's flush_messages with the log's unflushed events. Sync the journal
+        before a put returns that brought a partition it touched to flush_messages: a power
+        loss then loses fewer than flush_messages committed events of a partition, puts of
+        one partition or of several alike."""
+        limit = self.config.flush_messages
+        if limit is None:
+            return
+        with self._lock:
+            unsynced = self._unsynced_puts
+            while unsynced and unsynced[0][0].synced(unsynced[0][1]):
+                unsynced.popleft()
+            pending = dict.fromkeys(partitions, 0)
+            for _, _, events in unsynced:
+                for p in pending:
+                    pending[p] += events.get(p, 0)
+            if not any(n and n + self._logs[p].unflushed_events >= limit
+                       for p, n in pending.items()):
+                return
+            upto = {journal: ticket for journal, ticket, _ in unsynced}  # the last, each
+        for journal, ticket in upto.items():
+            journal.sync(ticket)
 
     def _abort_put(self, written: list[tuple[int, int]], count: int) -> None:
         """A put failed part way: its written batches leave the queue, undelivered (recovery

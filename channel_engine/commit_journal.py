@@ -31,11 +31,17 @@ creating it, before the header was synced, so no commit is in it. Reading
 for intact records, to tell two cases apart:
   * a torn tail: nothing intact follows, or only after bytes that look like
     appends that never wholly reached the disk (power loss can keep a later
-    page and drop an earlier one, or keep a prefix of a write): zeros, or
-    records whose tails are zeros up to where their length says they end.
+    sector and drop an earlier one, or keep a prefix of a write): zeros,
+    records whose tails are zeros up to where their length says they end, or
+    bytes holding a piece that ends at a 512-byte sector boundary, is at least
+    4 bytes long (a record's length field) and is all zeros (that sector reached
+    the disk before the append did; the later ones after it). Damage that
+    zeroes such a piece is taken for a tear too, as segment.py takes a batch
+    with a zero sector for a torn write: the bytes alone cannot tell them apart.
     Every commit there was appended after the last fsync that returned, so
-    none of them returned: replay ignores these bytes, reports how many, and
-    open goes on;
+    none of them returned (in fsync durability; in policy durability they may
+    have: the takes come back, the puts are aborted, within the flush window):
+    replay ignores these bytes, reports how many, and open goes on;
   * damage in the middle: intact records follow other bad bytes, so commits
     that returned are unreadable. replay raises CorruptRecordError naming the
     file and byte, and open refuses the channel. `python -m channel_engine
@@ -90,6 +96,7 @@ HEADER = struct.Struct(">4sB3xq")
 RECORD_HEAD = struct.Struct(">iI")
 RECORD_BODY = struct.Struct(">Bqi")
 ENTRY = struct.Struct(">iqq")
+SECTOR = 512  # the unit power loss tears writes at (as segment.py)
 assert HEADER.size == 16 and RECORD_HEAD.size == 8 and RECORD_BODY.size == 13
 assert ENTRY.size == 20
 
@@ -204,6 +211,10 @@ class CommitJournal:
                 self._sync_cond.notify_all()
         if self._synced < target:
             self.sync(ticket)
+
+    def synced(self, ticket: int) -> bool:
+        """True once the record with `ticket` is known to be on disk (also after close)."""
+        return self._synced >= ticket
 
     def close(self) -> None:
         """Sync and close the file."""
@@ -362,7 +373,10 @@ def _salvage(data: bytes, position: int, generation: int) -> tuple[list[Commit],
 
 def _unsynced(data: bytes, position: int, intact: int) -> bool:
     """Are the bytes [position, intact) appends that never wholly reached the disk: records
-    each cut short (its tail zeros, where its length says it ends), then zeros?"""
+    each cut short (its tail zeros, where its length says it ends), then zeros; or bytes
+    with a dropped sector in them?"""
+    if _dropped_sector(data, position, intact):
+        return True
     while position < intact:
         if not data[position:intact].strip(b"\0"):
             return True
@@ -374,6 +388,19 @@ def _unsynced(data: bytes, position: int, intact: int) -> bool:
             return False
         position = end
     return True
+
+
+def _dropped_sector(data: bytes, start: int, end: int) -> bool:
+    """Does [start, end) hold a piece that ends at a sector boundary, is at least 4 bytes
+    long and is all zeros: a sector written back before the append reached it, kept by a
+    power loss that dropped its newer version and kept a later sector?"""
+    boundary = (start // SECTOR + 1) * SECTOR
+    while boundary <= end:
+        piece = data[max(start, boundary - SECTOR):boundary]
+        if len(piece) >= 4 and not piece.strip(b"\0"):
+            return True
+        boundary += SECTOR
+    return False
 
 
 def replay(path: Path) -> tuple[list[Commit], int]:

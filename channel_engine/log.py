@@ -8,10 +8,13 @@ returned), the LEO in 'policy' durability (the flush policy bounds the loss).
 
 Append path, written once: build and check the batch (outside the lock) ->
 check the directory -> roll if due -> assign the base offset -> write -> make
-durable per the policy. In 'fsync' durability, appenders that arrive while an
-fsync runs share the next one (group commit): one leader flushes everything
-written so far while the others wait; commit fsyncs run outside the append lock
-(rare metadata fsyncs of roll, retention and truncation run under it). A roll
+durable per the policy -> record the committed end in log.state (one 12-byte
+pwrite in place, never an fsync: after the write in 'policy' durability, after
+the group fsync in 'fsync' durability; the evidence of the log's end that
+outlives its active segment, log_state.py). In 'fsync' durability, appenders that
+arrive while an fsync runs share the next one (group commit): one leader flushes
+everything written so far while the others wait; commit fsyncs run outside the
+append lock (rare metadata fsyncs of roll, retention and truncation run under it). A roll
 in 'policy' durability fdatasyncs the sealed segment (and the directory if a
 segment was created since the last flush) before moving on, so the recovery
 point reaches the new base, as Kafka's roll flushes up to the new segment; a
@@ -169,6 +172,8 @@ class PartitionLog:
         self._log_end_offset = 0
         self._recovery_point = 0
         self._persisted_state = LogState()
+        self._committed_end = 0  # log.state's committed-end record (log_state.py)
+        self._state_fd = -1  # log.state, held open for that record's in-place writes
         self._last_flush_ms = 0
         self._last_state_write_ms = 0
         self._dir_dirty = False
@@ -216,15 +221,17 @@ class PartitionLog:
             log._release_dir_lock()
             raise
         log._set_segments(loaded.segments)
-        if not read_only:
-            try:
-                log._restore_final_time_entry()
-            except BaseException:
-                log.close(clean=False)
-                raise
         log._log_start_offset = loaded.log_start_offset
         log._log_end_offset = loaded.segments[-1].next_offset if loaded.segments \
             else loaded.log_start_offset
+        log._committed_end = log._log_end_offset  # the loader wrote log.state with it
+        if not read_only:
+            try:
+                log._restore_final_time_entry()
+                log._open_state_file()
+            except BaseException:
+                log.close(clean=False)
+                raise
         log._recovery_point = loaded.recovery_point
         log._persisted_state = LogState(loaded.log_start_offset, loaded.recovery_point,
                                         log._log_end_offset)
@@ -362,6 +369,8 @@ class PartitionLog:
             position = self._write(segment, batch, header)
             self._log_end_offset = end = header.next_offset
             epoch = self._truncations
+            if self.config.durability == "policy":  # handed out on return: say so first
+                self._note_committed(end)
             flush_due = self.config.durability == "fsync" or (
                 self.config.flush_messages is not None
                 and end - self._recovery_point >= self.config.flush_messages
@@ -549,6 +558,29 @@ class PartitionLog:
             self._check_directory(dirty[-1] if dirty else self._segments[-1])
             self._recovery_point = max(self._recovery_point, end)
             self._last_flush_ms = self._now_ms()
+            self._note_committed(end)  # before any waiter returns: fsync durability's ack
+
+    def _note_committed(self, end: int) -> None:
+        """Rewrite log.state's committed-end record in place, without an fsync (one pwrite
+        of 12 bytes): the only record of the log's end outside its active segment, so a kill
+        followed by the loss of that segment's file loses nothing uncounted (log_state.py).
+        Caller holds the lock."""
+        if end <= self._committed_end:
+            return
+        self._committed_end = end
+        try:
+            os.pwrite(self._state_fd, log_state.encode_committed_end(end),
+                      log_state.COMMITTED_END_AT)
+        except OSError as exc:
+            raise self._go_offline(exc, "recording the committed end in log.state") from exc
+
+    def _open_state_file(self) -> None:
+        """Hold the current log.state open (again after each atomic replace) for
+        _note_committed. Caller holds the lock, or is opening the log."""
+        fd = os.open(self.directory / LOG_STATE_FILE, os.O_WRONLY)
+        old, self._state_fd = self._state_fd, fd
+        if old >= 0:
+            os.close(old)
 
     def _sync_new_index_files(self) -> None:
         """fsync the (small) index files of segments rolled to since the last flush, so a
@@ -646,8 +678,9 @@ class PartitionLog:
 
     def _write_state_locked(self, clean: bool) -> None:
         state = LogState(self._log_start_offset, self._recovery_point, self._log_end_offset,
-                         clean)
+                         clean, committed_end=self._committed_end)
         log_state.write(self.directory / LOG_STATE_FILE, state)
+        self._open_state_file()  # the in-place record goes to the new file from now on
         self._persisted_state = state
         self._last_state_write_ms = self._now_ms()
 
@@ -997,6 +1030,7 @@ class PartitionLog:
             segment = self._start_segment_at(offset, keep)
         self._log_end_offset = segment.next_offset
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._committed_end = min(self._committed_end, self._log_end_offset)  # handed out again
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         for dropped in doomed:
             dropped.delete_files()
@@ -1085,6 +1119,9 @@ class PartitionLog:
                 self._closed = True
                 for segment in self._segments + tuple(self._pending_deletes):
                     segment.close()
+                if self._state_fd >= 0:
+                    os.close(self._state_fd)
+                    self._state_fd = -1
                 self._release_dir_lock()
 
     def _close_cleanly(self) -> None:
@@ -1099,7 +1136,7 @@ class PartitionLog:
             segment.delete_files()
         self._pending_deletes.clear()
         fsync_directory(self.directory)
-        self._recovery_point = self._log_end_offset
+        self._recovery_point = self._committed_end = self._log_end_offset
         self._write_state(clean=True)
 
 

@@ -5,14 +5,20 @@ Load sequence:
      never uses, directories, symlinks) are renamed `<name>.stray`, never deleted,
      and reported (STRAY_MOVED).
   2. Read log.state. A writer rewrites it with the clean flag clear before anything
-     else, so a crash while loading counts as unclean. What it knew was on disk (a
-     clean log's end; in policy durability, where an append returns before its fsync,
-     the end it recorded; else its recovery point) is remembered as the known end,
+     else, so a crash while loading counts as unclean. What it knew was committed
+     (known_committed_end: a clean log's end; after an unclean shutdown the largest of
+     its committed-end record, which the writer rewrites in place at every commit
+     (log_state.py), its recovery point and, in policy durability, where an append
+     returns before its fsync, the end it recorded) is remembered as the known end,
      even by force_recovery: no offset below it is handed out again. After an unclean
      shutdown (or without log.state) the known end is raised to one past the largest
      offset the last segment's offset index names (index_evidence_end, read before
      any file changes, also when that .log is gone): an entry is written after its
-     batch, and a kill keeps both.
+     batch, and a kill keeps both. So an active segment destroyed after a kill
+     (deleted, cut to zero, replaced by a directory) is counted lost up to the known
+     end, though the first batch of a segment is never indexed; and its empty or
+     missing file is told from a roll's clean empty segment by that end: a roll's new
+     segment starts at the known end, a destroyed one below it.
   3. A writer deletes the engine's own leftovers: *.deleted, *.tmp, and index files
      with no .log.
   4. Stray segments are moved aside (or, read-only, ignored): a .log whose first two
@@ -73,13 +79,14 @@ hands them (the channel's shared state), not by this snapshot.
 Limits: in an unclean log a non-empty segment past the recovery point cannot be told
 from one rolled after the last log.state write, so it is loaded; after a damaged region,
 an intact batch whose own base offset field is also damaged and that no batch follows is
-taken at its word (offsets skipped, none reused). After a kill, a destroyed active
-segment (cut, deleted) whose batches past the known end no index entry names (the first
-batch of a segment is never indexed) cannot be told from one never written: those
-offsets are neither counted nor kept from reuse. A damaged batch holding a whole
-sector of zeros is taken for a torn write (uncounted). Power loss may keep an index
-entry without its batch: its offsets are then counted lost though never committed (a
-false alarm, never a reuse).
+taken at its word (offsets skipped, none reused). An active segment destroyed after a
+kill together with log.state (damaged or lost too) is counted only as far as its index
+entries name offsets: the batches after the last entry (the first batch of a segment
+is never indexed) are neither counted nor kept from reuse. A damaged batch holding a
+whole sector of zeros is taken for a torn write (uncounted). Power loss may keep an
+index entry without its batch: its offsets are then counted lost though never committed
+(a false alarm, never a reuse); in policy durability it may keep the committed-end
+record without the batches it names, appends that were acknowledged: counted lost.
 """
 from __future__ import annotations
 
@@ -186,18 +193,7 @@ def load(
         state, report.state_problem = None, f"{state_path} is a directory"
     # what log.state knew was on disk: never forgotten, not even by force_recovery
     clean_end = state.log_end_offset if state and state.clean_shutdown else None
-    # in policy durability an append returns before its fsync: log.state's end was handed
-    # out even after an unclean stop (it is written after a flush made it durable)
-    trusted_end = clean_end if clean_end is not None or state is None or \
-        config.durability != "policy" else state.log_end_offset
-    known_end = None if state is None else (trusted_end if trusted_end is not None
-                                            else state.recovery_point)
-    if state is None or not state.clean_shutdown:
-        # the active segment's index entries were written after its batches' writes: a
-        # kill keeps them, so they prove offsets a damaged or cut tail no longer shows
-        evidence = index_evidence_end(directory)
-        if evidence is not None and (known_end is None or evidence > known_end):
-            known_end = evidence
+    known_end = known_committed_end(directory, state, config.durability)
     if writable and state is not None and (state.clean_shutdown or force_recovery):
         log_state.write(state_path, state.with_(clean_shutdown=False))
     if state is not None and force_recovery:
@@ -238,7 +234,8 @@ def load(
         log_end = known_end
 
     if writable:
-        _make_durable(directory, segments, LogState(log_start, log_end, log_end))
+        _make_durable(directory, segments, LogState(log_start, log_end, log_end,
+                                                    committed_end=log_end))
     report.recovery_point = recovery_point = log_end  # a reader's: every complete batch
     report.duration_ms = (time.monotonic() - started) * 1000
     if report.actions or not clean:
@@ -592,6 +589,30 @@ def _end_of_losses(known: int | None, report: RecoveryReport) -> int | None:
     existed once, so none of them is handed out again."""
     ends = [a.next_offset_kept for a in report.actions if a.next_offset_kept is not None]
     return max([*ends, *([known] if known is not None else [])], default=None)
+
+
+def known_committed_end(directory: Path, state: LogState | None,
+                        durability: str | None) -> int | None:
+    """The end below which offsets were committed, as far as the files outside the
+    segments tell (step 2 of the module doc; verify uses it too): a clean log's end; else
+    the largest of log.state's committed-end record, its recovery point, in policy
+    durability its log end, and the last segment's index evidence. Read before any file
+    changes. durability None: unknown (verify of a lone partition directory)."""
+    if state is not None and state.clean_shutdown:
+        return state.log_end_offset
+    ends = [] if state is None else [state.recovery_point]
+    if state is not None and state.committed_end is not None:
+        ends.append(state.committed_end)
+    if state is not None and durability == "policy":
+        # an append returns before its fsync: the end a version 1 file recorded was
+        # handed out even after an unclean stop (a version 2 file's record says as much)
+        ends.append(state.log_end_offset)
+    # the active segment's index entries were written after their batches: a kill keeps
+    # them, so they prove offsets a damaged or cut tail no longer shows
+    evidence = index_evidence_end(directory)
+    if evidence is not None:
+        ends.append(evidence)
+    return max(ends, default=None)
 
 
 def index_evidence_end(directory: Path) -> int | None:

@@ -3,8 +3,11 @@
 repairs; `python -m channel_engine recover` does.
 
 Checks, each reported with the file and the byte position:
-  * log.state: present, magic, version, CRC; after a clean shutdown, its log end
-    offset equals the log's;
+  * log.state: present, magic, version, both CRCs; after a clean shutdown, its log end
+    offset equals the log's; after an unclean one, the log reaches the end the loader
+    knows was committed (log_loader.known_committed_end: the committed-end record, the
+    recovery point, in policy durability the recorded log end, the active segment's
+    index entries), else those offsets are lost (a destroyed or cut active segment);
   * every batch of every .log: length, magic, CRC-32C, record count, offsets
     contiguous from the file's base offset and across segments, every record
     decodes with the right offset and a timestamp <= the batch max timestamp;
@@ -79,6 +82,7 @@ from channel_engine.filenames import (
 from channel_engine.log_loader import (
     empty_last_reason,
     is_empty_segment,
+    known_committed_end,
     segment_stray_reason,
     stray_reason,
 )
@@ -212,13 +216,13 @@ def read_batch(path: Path, position: int, header: BatchHeader) -> bytes:
         return f.read(header.size)
 
 
-def verify_partition(directory: Path) -> VerifyReport:
-    """Check every file of a partition directory; see the module doc."""
+def verify_partition(directory: Path, durability: str | None = None) -> VerifyReport:
+    """Check every file of a partition directory; see the module doc. durability: the
+    channel's, when known (the committed end of a version 1 log.state depends on it)."""
     report = VerifyReport(str(directory))
     state = _verify_state(directory, report)
     clean_end = state.log_end_offset if state and state.clean_shutdown else None
-    known_end = None if state is None else (clean_end if clean_end is not None
-                                            else state.recovery_point)
+    known_end = known_committed_end(directory, state, durability)
     log_start = state.log_start_offset if state else 0
     bases = _verify_names(directory, clean_end, report)
     expected: int | None = None
@@ -249,6 +253,13 @@ def verify_partition(directory: Path) -> VerifyReport:
         report.damages.append(Damage(str(directory / LOG_STATE_FILE), 24,
                                      f"log end offset {state.log_end_offset} but the log "
                                      f"ends at {expected}"))
+    elif clean_end is None and known_end is not None and \
+            (end := expected if expected is not None else log_start) < known_end:
+        report.damages.append(Damage(
+            str(directory / LOG_STATE_FILE), log_state.COMMITTED_END_AT,
+            f"the log ends at offset {end}, but offsets up to {known_end - 1} were committed "
+            f"(log.state's committed end, recovery point or the active index): offsets "
+            f"{end}..{known_end - 1} lost (a destroyed or cut active segment)"))
     return report
 
 
@@ -314,7 +325,7 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
             report.damages.append(Damage(str(directory), 0, f"partition {i}: missing"))
             problems.append(f"partition {i}: {directory} is missing")
             continue
-        found = verify_partition(directory)
+        found = verify_partition(directory, used.durability if used else None)
         partitions.append(found.to_dict())
         report.damages += found.damages
         problems += [f"partition {i}: {damage}" for damage in found.damages]

@@ -50,9 +50,10 @@ rolled-back transaction) never appears; a cross-partition put is all or
 nothing; a take whose commit returned never comes back. Policy durability: the
 same, except that committed takes may come back (at-least-once) and committed
 events may be lost: only events committed after the last completed explicit
-flush (a clean close counts as one) and, in a partition log, fewer than
-flush_messages of them; the log end never falls below the end log.state
-recorded (offsets once handed out are not handed out again). The events
+flush (a clean close counts as one) and, in each partition (of a log or of a
+channel, multi-partition puts included), fewer than flush_messages of them; the
+log end never falls below the end log.state recorded (offsets once handed out are
+not handed out again). The events
 lost, and in how many states the engine
 counted a loss (status()["losses"], else recovery.lost_events plus the logs'
 lost ranges), are reported. Findings that break no rule but are worth a report
@@ -695,14 +696,13 @@ class Expected:
     taken: set[bytes] = field(default_factory=set)  # take commit returned
     take_in_doubt: set[bytes] = field(default_factory=set)
     flushed_seq: int = 0  # puts with seq below this were flushed (explicitly) before P
-    strict_window: bool = False  # a log: at most flush_messages - 1 committed events lost
     log_start: int = 0  # a log: offsets below were deleted (delete_records_before returned)
     log_start_maybe: int = 0  # offsets below may be deleted (a delete began)
 
 
 def expected_at(recording: Recording, point: int) -> Expected:
     """Replay the workload events before `point`."""
-    exp = Expected(strict_window=recording.spec["kind"] == "log")
+    exp = Expected()
     seq = 0
     for op in recording.ops[:point]:
         if op[0] != "event":
@@ -807,14 +807,12 @@ def _policy_failures(exp: Expected, obs: Observed, lost: list[bytes],
     failures = []
     per_partition = Counter(exp.committed[p][0] for p in lost)
     for partition, n in per_partition.items():
-        # after each append returns, fewer than flush_messages are unflushed in a log; a
-        # channel's multi-partition put also needs its commit record, which policy mode
-        # syncs only on flush: losing it aborts the put, batches on disk or not (a note)
+        # after each put returns, fewer than flush_messages are unflushed in a partition:
+        # in a channel, the events of multi-partition puts whose commit record is not yet
+        # synced count too (losing the record aborts the put, its batches on disk or not)
         if n >= window:
-            kind = "loss_exceeds_window" if exp.strict_window else \
-                "note:multi_partition_put_aborted_beyond_flush_messages"
-            failures.append((kind, f"partition {partition}: {n} committed events lost, "
-                                   f"flush_messages={window}"))
+            failures.append(("loss_exceeds_window", f"partition {partition}: {n} committed "
+                                                    f"events lost, flush_messages={window}"))
     early = [p for p in lost if exp.committed[p][2] < exp.flushed_seq]
     if early:
         failures.append(("lost_before_flush", f"{len(early)} events committed before a "

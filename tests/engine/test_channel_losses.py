@@ -202,6 +202,37 @@ def test_it_counts_a_damaged_last_batch_after_a_kill_and_never_reuses_it(
         assert tx.committed == [(0, EVENTS, EVENTS)]
 
 
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+@pytest.mark.parametrize("how", ["delete", "truncate_zero"])
+def test_it_counts_the_events_of_an_active_segment_destroyed_after_a_kill(
+        tmp_path: Path, durability: str, how: str) -> None:
+    """No index entry names them (every segment is below index_interval_bytes) and no
+    journal record (one partition): log.state's committed end alone remembers them."""
+    extra = {"flush_messages": 10**6} if durability == "policy" else {}
+    config = make_config(tmp_path, segment_bytes=1024, checkpoint_interval_ms=3_600_000,
+                         durability=durability, **extra)
+    channel = Channel.open(config)
+    for i in range(EVENTS):
+        with channel.put() as tx:
+            tx.put(b"event-%04d" % i + b"." * 40)
+    crash(channel)  # every put returned: all were committed
+    last = _bases(config)[-1]
+    assert last < EVENTS
+    assert all(p.stat().st_size == 0 for p in config.partition_dir(0).glob("*.index"))
+    path = _segment(config, last)
+    if how == "delete":
+        path.unlink()
+    else:
+        os.truncate(path, 0)
+    with Channel.open(config) as channel:
+        lost = set(range(last, EVENTS))
+        record = _single_record(_check_counted(channel, lost, set(), set(range(EVENTS))))
+        assert (record["start"], record["end"], record["events"]) == (last, EVENTS, len(lost))
+        with channel.put() as tx:
+            tx.put(b"event-%04d" % EVENTS)
+        assert tx.committed == [(0, EVENTS, EVENTS)]  # no lost offset is handed out again
+
+
 def test_it_counts_what_the_checkpoint_saw_beyond_a_cut_log_without_log_state(
         tmp_path: Path) -> None:
     """Without log.state the log cannot tell where it ended; the checkpoint can."""

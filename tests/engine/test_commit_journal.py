@@ -87,6 +87,42 @@ def test_it_ignores_a_write_cut_short_and_what_follows_as_a_torn_tail(
     assert [t.commit_id for t in takes] == [0] and ignored == 82
 
 
+def takes_across_a_sector(directory: Path) -> tuple[Path, int, int]:
+    """A journal of 41-byte take records, one straddling byte 512; returns its path and
+    that record's start and end."""
+    journal = tj.CommitJournal(directory, 0)
+    for take in range(15):
+        journal.append(tj.TAKE, take, [(0, take * 10, take * 10 + 10)])
+    journal.close()
+    start = 16 + 41 * ((512 - 16) // 41)
+    assert start < 512 < start + 41
+    return tj.journal_path(directory, 0), start, start + 41
+
+
+def test_it_ignores_an_append_whose_first_sector_was_dropped_as_a_torn_tail(
+        tmp_path: Path) -> None:
+    """Power loss kept the sector after byte 512 and an older version of the one before:
+    the straddling record's head is zeros, its tail and the records after are intact."""
+    path, start, _end = takes_across_a_sector(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[start:512] = bytes(512 - start)
+    path.write_bytes(bytes(data))
+    found = tj.scan(path)
+    assert found.torn_tail and found.valid_bytes == start
+    takes, ignored = tj.replay(path)
+    assert [t.commit_id for t in takes] == list(range(12)) and ignored == len(data) - start
+
+
+def test_it_refuses_damage_across_a_sector_boundary_that_zeroes_no_sector_piece(
+        tmp_path: Path) -> None:
+    path, start, end = takes_across_a_sector(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[end - 2] ^= 0x40  # inside the straddling record, after byte 512
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match=f"byte {start}: record CRC-32C mismatch"):
+        tj.replay(path)
+
+
 def test_it_ignores_a_file_whose_header_never_reached_the_disk(tmp_path: Path) -> None:
     path = tj.journal_path(tmp_path, 4)
     for data in (b"", bytes(16), bytes(30), tj.HEADER.pack(tj.MAGIC, tj.VERSION, 4)[:9]):

@@ -234,20 +234,15 @@ def test_it_delivers_or_counts_every_event_after_damage(tmp_path: Path, cell: Ce
     _check(cell, tmp_path)
 
 
-# Open gaps of issue 12, kept visible: strict, so a fix makes these fail until removed.
-# The active segment destroyed after a kill when it held one batch: its first batch is
-# never indexed (Kafka's sparse rule) and a keyed put writes no journal record, so no file
-# left shows those offsets existed; verify does not yet use log.state's end in policy mode.
-KNOWN_GAPS = {
-    "seg_active-truncate_zero-fsync-killed", "seg_active-delete-fsync-killed",
-    "seg_active-delete-policy-killed-enc", "seg_active-replace_dir-fsync-killed-enc",
-}
+# Open gaps, kept visible: strict xfails, so a fix makes them fail until removed. None now
+# (the last four, a destroyed one-batch active segment after a kill, are closed by
+# log.state's committed-end record: log_state.py).
+KNOWN_GAPS: set[str] = set()
 
 
 def _with_known_gaps(cells: list[Cell]) -> list[Any]:
     return [pytest.param(c, id=c.id, marks=pytest.mark.xfail(
-        strict=True, reason="issue 12 open gap: a destroyed one-batch active segment "
-                            "after a kill leaves no evidence of its offsets"))
+        strict=True, reason="issue 12 open gap (KNOWN_GAPS)"))
             if c.id in KNOWN_GAPS else pytest.param(c, id=c.id) for c in cells]
 
 

@@ -245,9 +245,13 @@ def fix_batch_crcs(data: bytearray) -> None:
 
 
 def fix_log_state_crc(data: bytearray) -> None:
-    """Recompute log.state's CRC when the size is right."""
-    if len(data) == log_state.SIZE:
+    """Recompute log.state's CRCs (the header's, and the committed-end record's) when the
+    size is right."""
+    if len(data) in log_state.SIZES.values():
         struct.pack_into(">I", data, log_state.BODY.size, crc32c.crc32c(data[:log_state.BODY.size]))
+    if len(data) == log_state.SIZE:
+        at = log_state.COMMITTED_END_AT
+        data[at:] = log_state.encode_committed_end(struct.unpack_from(">q", data, at)[0])
 
 
 def fix_checkpoint_crc(data: bytearray) -> None:

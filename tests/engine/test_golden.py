@@ -1,10 +1,12 @@
-"""Golden files: a partition directory written by released format v1 must stay readable.
+"""Golden files: a partition directory written by each released format (v1, v2) must stay
+readable.
 
-tests/engine/golden/partition-v1/ was made once by tests/engine/golden/make_golden.py
-and committed. If a change to the engine makes this test fail, the engine can no
-longer read files it released: fix the engine (or add a migration), never the
-golden files. Every test works on a copy; the committed directory is never opened
-in place.
+tests/engine/golden/partition-v1/ and partition-v2/ were each made once by
+tests/engine/golden/make_golden.py (v2: log.state version 2, with its committed-end record;
+every other file the same as v1's) and committed. If a change to the engine makes this
+test fail, the engine can no longer read files it released: fix the engine (or add a
+migration), never the golden files. Every test works on a copy; the committed
+directories are never opened in place.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from channel_engine.event import Event, PendingEvent
 from channel_engine.log import PartitionLog
 from channel_engine.log_state import LogState
 
-GOLDEN = Path(__file__).parent / "golden" / "partition-v1"
+GOLDENS = {version: Path(__file__).parent / "golden" / f"partition-v{version}"
+           for version in (1, 2)}
 T = 1_600_000_000_000
 
 EXPECTED = [
@@ -48,27 +51,35 @@ def digest(directory: Path) -> dict[str, str]:
             for p in sorted(directory.iterdir())}
 
 
-@pytest.fixture(scope="module")
-def golden_digest():
-    before = digest(GOLDEN)
-    yield before
-    assert digest(GOLDEN) == before, "a test changed the committed golden directory"
+@pytest.fixture(scope="module", params=sorted(GOLDENS), ids=lambda v: f"v{v}")
+def golden(request):
+    directory = GOLDENS[request.param]
+    before = digest(directory)
+    yield directory
+    assert digest(directory) == before, "a test changed the committed golden directory"
 
 
 @pytest.fixture
-def copy(tmp_path, golden_digest):
-    target = tmp_path / "partition-v1"
-    shutil.copytree(GOLDEN, target)
+def copy(tmp_path, golden):
+    target = tmp_path / golden.name
+    shutil.copytree(golden, target)
     return target
 
 
-def test_it_ships_a_small_golden_directory():
-    assert sorted(p.name for p in GOLDEN.iterdir()) == FILES
-    assert sum(p.stat().st_size for p in GOLDEN.iterdir()) < 20_000
+def test_it_ships_a_small_golden_directory(golden):
+    assert sorted(p.name for p in golden.iterdir()) == FILES
+    assert sum(p.stat().st_size for p in golden.iterdir()) < 20_000
 
 
-def test_it_reads_the_v1_state_file(copy):
-    assert log_state.read(copy / "log.state") == LogState(0, 11, 11, True, 1_700_000_000_000)
+def test_it_reads_the_state_file(copy):
+    committed_end = None if copy.name == "partition-v1" else 11  # v1 has no such record
+    assert log_state.read(copy / "log.state") == LogState(0, 11, 11, True, 1_700_000_000_000,
+                                                          committed_end)
+
+
+def test_the_formats_differ_in_log_state_alone():
+    v1, v2 = (digest(GOLDENS[version]) for version in (1, 2))
+    assert {name for name in v1 if v1[name] != v2[name]} == {"log.state"}
 
 
 def test_it_reads_every_event_of_the_golden_log_read_only(copy):
@@ -83,7 +94,7 @@ def test_it_reads_every_event_of_the_golden_log_read_only(copy):
         assert codecs == ["none", "none", "none", "gzip", "none"]
         assert log.last_recovery.clean_shutdown is True
         assert log.last_recovery.actions == []
-    assert digest(copy) == digest(GOLDEN)  # a reader never writes
+    assert digest(copy) == digest(GOLDENS[int(copy.name[-1])])  # a reader never writes
 
 
 def test_it_opens_the_golden_log_for_writing_without_repairs(copy):

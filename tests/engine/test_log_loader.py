@@ -6,7 +6,10 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
+
 from channel_engine import LogConfig, PartitionLog, PendingEvent
+from channel_engine.filenames import segment_file
 from channel_engine.log_loader import index_evidence_end as evidence_end
 from channel_engine.recovery import (
     DAMAGE_SPLIT,
@@ -16,6 +19,7 @@ from channel_engine.recovery import (
     STRAY_FILE_DELETED,
     TRUNCATED,
 )
+from channel_engine.verify import verify_partition
 
 CONFIG = LogConfig(segment_bytes=2048)
 
@@ -231,7 +235,9 @@ def test_it_cuts_without_counting_a_torn_write_whose_lost_sectors_are_zeros(
     log = PartitionLog.open(tmp_path, config)
     for i in range(20):
         log.append([PendingEvent(b"e%03d" % i * 12, timestamp=1_000 + i)])
-    log.append([PendingEvent(bytes(range(1, 256)) * 4)])  # spans a sector boundary
+    # spans a sector boundary; written, its fsync (the commit) never returned
+    log.append_batch(log.build_batch([PendingEvent(bytes(range(1, 256)) * 4)]),
+                     defer_flush=True)
     crash(log)
     active = sorted(tmp_path.glob("*.log"))[-1]
     position, size = last_batch(active)
@@ -244,3 +250,56 @@ def test_it_cuts_without_counting_a_torn_write_whose_lost_sectors_are_zeros(
         [cut] = [a for a in log.last_recovery.actions if a.kind == TRUNCATED]
         assert cut.first_offset_lost == 20 and cut.next_offset_kept is None
         assert log.take_new_losses() == [] and log.log_end_offset == 20
+
+
+# -- a destroyed active segment after a kill: its batches no index entry names -------------
+def destroy(path: Path, how: str) -> None:
+    """What an operator's mistake or a failing disk may do to a file."""
+    if how == "truncate_zero":
+        os.truncate(path, 0)
+        return
+    path.unlink()
+    if how == "replace_dir":
+        path.mkdir()
+
+
+def killed_with_unindexed_tail(directory: Path, config: LogConfig,
+                               one_batch: bool) -> tuple[int, int]:
+    """A log killed with an active segment whose every batch lies past log.state's ends
+    (written at open only) and past every index entry (the first batch of a segment is
+    never indexed; the others are not within index_interval_bytes either). Returns the
+    active segment's (base, end)."""
+    log = write(directory, 40, config)
+    if one_batch:
+        log.roll()
+        log.append([PendingEvent(b"only %d" % i, timestamp=2_000) for i in range(3)])
+    else:
+        while len(log.segments[-1].offset_index) or log.segments[-1].next_offset \
+                - log.segments[-1].base_offset < 3:
+            log.append([PendingEvent(b"more", timestamp=2_000)])
+    active = log.segments[-1]
+    assert len(active.offset_index) == 0
+    base, end = active.base_offset, log.log_end_offset
+    crash(log)
+    return base, end
+
+
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+@pytest.mark.parametrize("how", ["delete", "truncate_zero", "replace_dir"])
+@pytest.mark.parametrize("one_batch", [True, False], ids=["one_batch", "batches"])
+def test_it_counts_a_destroyed_active_segment_after_a_kill_and_never_reuses_its_offsets(
+    tmp_path: Path, durability: str, how: str, one_batch: bool,
+) -> None:
+    config = CONFIG.replace(durability=durability, flush_messages=10**6)
+    base, end = killed_with_unindexed_tail(tmp_path, config, one_batch)
+    assert verify_partition(tmp_path).ok, "a kill alone is no damage"
+    destroy(segment_file(tmp_path, base, ".log"), how)
+    assert not verify_partition(tmp_path).ok  # verify sees the loss before any open
+    with PartitionLog.open(tmp_path, config) as log:
+        assert [(r.start, r.end) for r in log.take_new_losses()] == [(base, end)]
+        assert log.last_recovery.lost_data
+        assert log.log_end_offset == end
+        assert log.append([PendingEvent(b"new")]).first_offset == end
+    with PartitionLog.open(tmp_path, config) as log:  # the hole stays a hole
+        assert log.log_end_offset == end + 1
+        assert [e.offset for e in log.iter_events(base - 1)] == [base - 1, end]

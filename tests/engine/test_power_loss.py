@@ -210,6 +210,33 @@ def test_it_flushes_a_cross_partition_put_before_its_commit_record_in_policy_mod
             assert owner.logs[partition].recovery_point > last
 
 
+def test_it_syncs_cross_partition_put_records_before_a_partition_could_lose_flush_messages(
+        tmp_path: Path) -> None:
+    """Policy mode syncs a put's commit record only on flush: losing it aborts the put. So
+    the events waiting on unsynced records count toward flush_messages, per partition, with
+    the log's unflushed ones (the simulation's multi-partition put aborted beyond
+    flush_messages)."""
+    config = make_config(tmp_path, partitions=2, durability="policy", flush_messages=10,
+                         flush_ms=3_600_000)
+    with Channel.open(config) as channel:
+        owner = channel.owner
+        assert owner is not None
+        journal = owner._journal
+        assert journal is not None
+
+        def all_synced() -> bool:
+            return journal.synced(journal._appended)
+
+        waiting = [0, 0]
+        while True:
+            for partition, first, last in cross_partition_put(channel, 4):
+                waiting[partition] += last - first + 1
+            if max(waiting) >= 10:
+                break
+            assert not all_synced()  # no fsync of its own while the window allows
+        assert all_synced()
+
+
 def test_it_commits_every_batch_of_a_put_one_batch_of_which_is_stamped(
         tmp_path: Path) -> None:
     """Policy mode does not sync the commit record, but a stamp may reach the disk by

@@ -254,7 +254,10 @@ def test_a_torn_tail_above_the_recovery_point_is_cut_and_not_counted(tmp_path: P
     log._release_dir_lock()
     for segment in log.segments:
         segment.close()
-    os.truncate(path, path.stat().st_size - 5)  # the write whose commit never returned
+    os.truncate(path, path.stat().st_size - 5)  # the write whose commit never returned:
+    with open(tmp_path / "log.state", "r+b") as f:  # killed before log.state's record of it
+        f.seek(state_file.COMMITTED_END_AT)
+        f.write(state_file.encode_committed_end(6))
     with PartitionLog.open(tmp_path, CONFIG) as log:
         [cut] = [a for a in log.last_recovery.actions if a.kind == TRUNCATED]
         assert cut.first_offset_lost == 6 and cut.next_offset_kept is None

@@ -2,9 +2,11 @@
 
     .venv/bin/python tests/engine/golden/make_golden.py
 
-writes tests/engine/golden/partition-v1/: a partition log as released format
-v1 leaves it after a clean close (record batches v2 with CRC-32C, `.index`,
-`.timeindex`, log.state version 1). It holds 11 events in 5 batches over 3
+writes tests/engine/golden/partition-v2/: a partition log as released format
+v2 leaves it after a clean close (record batches v2 with CRC-32C, `.index`,
+`.timeindex`, log.state version 2: with its committed-end record). partition-v1/
+was made the same way by format v1 (log.state version 1, 44 bytes); the other
+files of the two are byte for byte the same. It holds 11 events in 5 batches over 3
 segments: four uncompressed batches and one gzip batch, keys None and bytes,
 headers, an empty body, timestamps that go back, an offset index entry.
 
@@ -35,7 +37,7 @@ from channel_engine.event import PendingEvent  # noqa: E402
 from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE  # noqa: E402
 from channel_engine.log import PartitionLog  # noqa: E402
 
-TARGET = Path(__file__).resolve().parent / "partition-v1"
+TARGET = Path(__file__).resolve().parent / "partition-v2"
 WRITTEN_AT_MS = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=350, index_interval_bytes=100)
 
