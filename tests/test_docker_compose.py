@@ -59,7 +59,10 @@ HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_C
                           "WEIR_EXPORT_READ_URL",
                           # nginx before web (scripts/run.sh; compose runs its own nginx
                           # service), 4 per token, and "unix": the socket nginx reaches web on
-                          "WEIR_FRONT", "WEIR_TOKEN_MAX_IN_FLIGHT", "WEIR_TRUSTED_PROXIES"}
+                          "WEIR_FRONT", "WEIR_TOKEN_MAX_IN_FLIGHT", "WEIR_TRUSTED_PROXIES",
+                          # the channel watcher's tick, Redis's request-path timeout and its
+                          # breaker (appliance/shared_redis.py): tuned for any deployment
+                          "WEIR_CHANNEL_WATCH_S", "WEIR_REDIS_TIMEOUT_S", "WEIR_REDIS_RETRY_S"}
 # Set in the compose file although the settings do not read them (none now).
 EXPORTER_VARS: set[str] = set()
 ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float", "env_http_url",
