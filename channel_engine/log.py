@@ -208,7 +208,7 @@ class PartitionLog:
         if not read_only:
             if create:
                 _make_directory_durably(path)
-            elif not path.is_dir():
+            elif not os.path.lexists(path):  # a file in its place fails below, as ever
                 raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
                                        "(its channel was deleted); nothing written")
             lock_moved = log._take_dir_lock()
