@@ -19,7 +19,10 @@ database which of its open channels still exist as the rows it opened. A handle 
 was recreated (another pk) is closed: an owner releases the lock and its files (the
 deleted files' space is freed), a client its connection. A changed row of the same pk
 is reopened by the next request that reads it, as before. A handle is only ever
-opened for a row that still exists (ChannelGoneError otherwise), and deleted() tells
+opened for a row that still exists (ChannelGoneError otherwise), its directories made
+only by the API's create and change or, for a row without files, under
+channel_dirs.lock() after checking the row again (never by an open racing a delete, nor
+by the engine's re-election of an owner: see channel_engine/channel.py), and deleted() tells
 a view whether an engine error came from a channel deleted under its request, which
 the API answers with 404 like any channel that does not exist.
 
@@ -39,7 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 
 from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
@@ -99,9 +102,23 @@ def _check_export(row: Channel) -> None:
         raise ValidationError({"export_path": str(exc).removeprefix("path: ")}) from exc
 
 
-def open_channel(row: Channel) -> EngineChannel:
+def open_channel(row: Channel, create: bool = False) -> EngineChannel:
     """This process's engine channel for a row, opened on first use or after a change;
-    ChannelGoneError if the row was deleted (or its channel recreated) meanwhile."""
+    ChannelGoneError if the row was deleted (or its channel recreated) meanwhile. `create`
+    (the API's create and change, under channel_dirs.lock()) makes missing directories."""
+    try:
+        return _open_row(row, create or row.pk is None)
+    except ChannelGoneError:
+        if create or row.pk is None or deleted(row):
+            raise
+    # the row is there, its files are not (a row saved without the API, a home removed by
+    # hand): made under the directory lock, so never after a delete's removal began
+    with transaction.atomic():
+        channel_dirs.lock()
+        return _open_row(row, True)
+
+
+def _open_row(row: Channel, create: bool) -> EngineChannel:
     global _open_pid
     with _lock:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
@@ -116,7 +133,8 @@ def open_channel(row: Channel) -> EngineChannel:
             del _open[row.name]
         if row.pk is not None and deleted(row):  # never resurrect a deleted channel's files
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
-        channel = EngineChannel.open(to_config(row))
+        # not create: a delete may have removed the files since the check above
+        channel = EngineChannel.open(to_config(row), create=create)
         _open[row.name] = (version, channel)
     _watch()
     return channel

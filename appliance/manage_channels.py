@@ -172,7 +172,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
             channel_dirs.fresh(row)
             made = row.owned_dirs = channel_dirs.missing(row)
             row.save()
-            channels.open_channel(row)  # the files; an error rolls the record back
+            channels.open_channel(row, create=True)  # the files; an error rolls it back
     except ValidationError as exc:
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
@@ -203,7 +203,7 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
             made = [d for d in channel_dirs.missing(row) if d not in row.owned_dirs]
             row.owned_dirs = [*row.owned_dirs, *made]
             row.save()
-            channels.open_channel(row)
+            channels.open_channel(row, create=True)
     except ValidationError as exc:
         _restore(row, before)
         raise _invalid(exc) from exc

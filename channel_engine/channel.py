@@ -25,6 +25,11 @@ checkpoint and journal as after any crash: nothing committed is lost, no
 committed take comes back, in-flight takes return to the head of the queue. A
 request in flight when the owner died raises OwnerLostError (its outcome is
 unknown; a producer retries, as a Kafka producer does after a broker failure).
+Only Channel.open(create=True, the default) makes a missing home or partition
+directory: a re-election never does. When the channel was deleted (its home's
+channel.json or a partition directory gone) the next operation raises
+ChannelGoneError and nothing is written or recreated; the same handle tries the
+election again at its next operation.
 
 A Channel belongs to the process that opened it: after fork(), open it again
 in the child (using the parent's raises ChannelEngineError).
@@ -96,10 +101,12 @@ class Channel:
     @classmethod
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
              clock: Callable[[], float] = time.time, free_space: FreeSpace = free_bytes,
-             owner_wait_ms: int = 30_000) -> Channel:
+             owner_wait_ms: int = 30_000, create: bool = True) -> Channel:
         """Open the channel of `config` (or of the home holding its channel.json): as its
         owner if no process owns it, else as a client of the owner. read_only=True opens a
-        snapshot of the files instead (for inspection while another process owns them)."""
+        snapshot of the files instead (for inspection while another process owns them).
+        create=False: ChannelGoneError if the channel's home (its channel.json) or a
+        partition directory is missing, instead of making a new channel there."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space, owner_wait_ms)
@@ -107,7 +114,7 @@ class Channel:
             channel._owner = ChannelOwner.open(config, read_only=True, clock=clock,
                                                free_space=free_space)
         else:
-            channel._elect()
+            channel._elect(create)
         return channel
 
     @property
@@ -124,14 +131,15 @@ class Channel:
         """The ChannelOwner when this process owns the channel (for tools and tests)."""
         return self._owner
 
-    def _elect(self) -> None:
+    def _elect(self, create: bool) -> None:
         """Become the owner if nobody is, else connect to the owner; wait while a new
-        owner is still replaying (up to owner_wait_ms)."""
+        owner is still replaying (up to owner_wait_ms). Only `create` makes missing
+        directories: ChannelGoneError otherwise (the channel was deleted)."""
         deadline = time.monotonic() + self._owner_wait_ms / 1000
         while True:
             try:
                 owner = ChannelOwner.open(self.config, clock=self._clock,
-                                          free_space=self._free_space)
+                                          free_space=self._free_space, create=create)
             except ChannelLockedError as exc:
                 locked: ChannelLockedError = exc
             else:
@@ -168,7 +176,10 @@ class Channel:
             if self._client is not None and self._client.lost:
                 self._client.close()
                 self._client = None
-                self._elect()
+            if self._client is None and self._owner is None:
+                # the owner went away, maybe because its channel was deleted: a new owner
+                # replays an existing channel but never makes a deleted one again
+                self._elect(create=False)
             backend = self._owner if self._client is None else self._client
             assert backend is not None
             return backend

@@ -147,9 +147,11 @@ class ChannelConfig:
         out["data_dirs"] = list(self.data_dirs)
         return out
 
-    def save(self) -> Path:
-        """Write channel.json into the home, atomically; return its path."""
-        self.home.mkdir(parents=True, exist_ok=True)
+    def save(self, create: bool = True) -> Path:
+        """Write channel.json into the home, atomically (creating the home only if `create`:
+        else FileNotFoundError if it is gone); return its path."""
+        if create:
+            self.home.mkdir(parents=True, exist_ok=True)
         path = self.home / CONFIG_FILE
         settings = self.to_dict()
         document = {"format": FORMAT, "version": VERSION, **settings,

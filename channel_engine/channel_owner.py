@@ -11,6 +11,11 @@ Files: partition i is a PartitionLog in `partition_dir(i)`; the home
 journals `commits-<G>.journal` (commit_journal.py) and `.lock`, which the
 owner holds with flock (so a second would-be owner gets ChannelLockedError and
 becomes a client instead). read_only=True opens a snapshot without the lock.
+Only an open with create=True (a new channel; Channel.open's first election) makes
+a missing home or partition directory; create=False (every re-election) raises
+ChannelGoneError when the home holds no channel.json or a saved partition's
+directory is missing — the channel was deleted — and creates nothing (new
+partitions of a grown channel are still made).
 A writable open, under the lock: moves anything but a regular file in place of
 channel.json, the checkpoints or losses.json to `<name>.stray`
 (home_files.not_regular); keeps a channel.json that fails to load (its crc32c,
@@ -210,36 +215,53 @@ class ChannelOwner:
     @classmethod
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
              clock: Any = time.time, free_space: FreeSpace = free_bytes,
-             force_recovery: bool = False) -> ChannelOwner:
-        """Open (creating it, unless read_only) the channel of `config`, or of the home
-        directory holding its channel.json; replay whatever followed the last checkpoint.
+             force_recovery: bool = False, create: bool = True) -> ChannelOwner:
+        """Open the channel of `config`, or of the home directory holding its channel.json;
+        replay whatever followed the last checkpoint. A writable open with `create` makes
+        missing directories (a new channel); create=False raises ChannelGoneError instead
+        (the channel was deleted: an owner re-elected after it must not bring it back).
         force_recovery: CRC-check every batch of every partition (`recover`'s repair)."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space)
         try:
-            channel._open(force_recovery)
+            channel._open(force_recovery, create)
         except BaseException:
             channel._abandon()
             raise
         return channel
 
-    def _open(self, force_recovery: bool = False) -> None:
+    def _open(self, force_recovery: bool = False, create: bool = True) -> None:
         config = self.config
         home = config.home
         strays: list[str] = []
+        saved_partitions = config.partitions  # partitions whose directory must exist
         if self.read_only:
             if not home.is_dir():
                 raise FileNotFoundError(f"{home}: no channel home here")
-        else:
+        elif create:
             try:
                 home.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # a file in its place, say
                 raise UnusableFileError(home, "the channel's home directory", exc) from exc
             strays = self._take_channel_lock()
+        else:
+            self._check_not_deleted()
+            try:
+                strays = self._take_channel_lock()
+            except UnusableFileError:
+                self._check_not_deleted()  # the home went meanwhile
+                raise
+            self._check_not_deleted()  # deleted while the lock was taken: let go of it
+        if not self.read_only:
             strays += _move_not_regular(config)
-            strays += self._check_against_saved()
-            config.save()
+            saved_strays, saved_partitions = self._check_against_saved()
+            strays += saved_strays
+            try:
+                config.save(create=create)
+            except FileNotFoundError:
+                self._check_not_deleted()
+                raise
             strays += _move_home_strays(config)
         log_config = config.log_config()
         keys = None
@@ -250,7 +272,8 @@ class ChannelOwner:
             self._logs.append(PartitionLog.open(
                 config.partition_dir(partition), log_config, partition=partition,
                 read_only=self.read_only, clock=self._clock, sealer=sealer,
-                force_recovery=force_recovery))
+                force_recovery=force_recovery,
+                create=create or partition >= saved_partitions))  # a new partition: grown
             self._append_locks.append(threading.Lock())
             self._unresolved.append({})
             self._last_batch.append(None)
@@ -312,21 +335,32 @@ class ChannelOwner:
         return [] if moved is None else [f"{path}: not a regular file, moved aside to {moved}; "
                                          "the engine writes a new one"]
 
-    def _check_against_saved(self) -> list[str]:
+    def _check_not_deleted(self) -> None:
+        """ChannelGoneError unless the home still holds channel.json (an open that may not
+        create: the channel's directories are being or were removed)."""
+        if not os.path.lexists(self.config.home / CONFIG_FILE):
+            if self._lock_fd >= 0:
+                _unlink_if_same(self.config.home / LOCK_FILE, self._lock_fd)
+            raise ChannelGoneError(f"channel {self.name!r}: {self.config.home} holds no "
+                                   f"{CONFIG_FILE} (the channel was deleted); not recreated, "
+                                   "nothing written")
+
+    def _check_against_saved(self) -> tuple[list[str], int]:
         """Refuse changes that would strand events: another name or other data dirs (the
         partitions live where they are), fewer partitions (keys would move). Everything
         else may change between opens, capacity included. A damaged channel.json is kept
         aside (`channel.json.damaged`) for the save of the given config; return a line
-        for the recovery report then."""
+        for the recovery report then, and the saved partition count (the given one if
+        none was saved)."""
         path = self.config.home / CONFIG_FILE
         try:
             saved = ChannelConfig.load(path)
         except ConfigError as exc:
             if not path.is_file():
-                return []
+                return [], self.config.partitions
             target = move_aside(path, DAMAGED_SUFFIX)
             return [f"{path}: damaged ({exc.reason}); kept aside as {target}, rewritten from "
-                    "the given config"]
+                    "the given config"], self.config.partitions
         for name in ("name", "data_dirs"):
             if getattr(saved, name) != getattr(self.config, name):
                 raise ConfigError(name, f"channel in {self.config.home} has {name}="
@@ -336,7 +370,7 @@ class ChannelOwner:
             raise ConfigError("partitions", f"channel {self.name!r} has {saved.partitions} "
                                             f"partitions; it cannot shrink to "
                                             f"{self.config.partitions}")
-        return []
+        return [], saved.partitions
 
     def _abandon(self, clean: bool = True) -> None:
         """Release what a failed open acquired (clean=False: write nothing while at it)."""
@@ -802,7 +836,7 @@ class ChannelOwner:
                 old_journal.close()  # its commits are in the snapshot; sync before it goes
             self._sync_commit_marks(journalled)
             try:
-                checkpoint_file.write(saved, home, None)
+                checkpoint_file.write(saved, home, None, create=False)  # never a new home
             except OSError as exc:
                 with self._lock:
                     self.counters["checkpoint_write_errors"] += 1
@@ -1135,6 +1169,15 @@ def _check_last_batch_opens(log: PartitionLog) -> None:
         if header.attributes & ENCRYPTED_MASK:
             unseal(data, log.sealer)
             return
+
+
+def _unlink_if_same(path: Path, fd: int) -> None:
+    """Unlink `path` if it is still the file open as `fd` (a lock file this open made in a
+    home being removed: it must not keep the directory from going)."""
+    with contextlib.suppress(OSError):
+        current, held = os.stat(path), os.fstat(fd)
+        if (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            path.unlink()
 
 
 def _move_not_regular(config: ChannelConfig) -> list[str]:

@@ -186,12 +186,16 @@ def _pending(data: bytes, position: int) -> tuple[tuple[PendingPut, ...], int]:
     return pending, position + count * PENDING.size
 
 
-def write(checkpoint: Checkpoint, directory: Path, backup_directory: Path | None) -> None:
-    """Write the checkpoint durably to `directory`, then to `backup_directory` if given."""
+def write(checkpoint: Checkpoint, directory: Path, backup_directory: Path | None,
+          create: bool = True) -> None:
+    """Write the checkpoint durably to `directory` (created if missing only with `create`:
+    a channel's home deleted under its owner stays deleted), then to `backup_directory` if
+    given (created if missing)."""
     data = encode(checkpoint)
     for target in (directory, backup_directory):
         if target is not None:
-            target.mkdir(parents=True, exist_ok=True)
+            if create or target is not directory:
+                target.mkdir(parents=True, exist_ok=True)
             write_atomically(target / FILE_NAME, data)
 
 

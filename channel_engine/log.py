@@ -73,6 +73,7 @@ from channel_engine.config import INT32_MAX, LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
     ChannelEngineError,
+    ChannelGoneError,
     CorruptRecordError,
     DiskFullError,
     LogDirectoryError,
@@ -201,14 +202,20 @@ class PartitionLog:
         force_recovery: bool = False,
         clock: Callable[[], float] = time.time,
         sealer: record_batch.Sealer | None = None,
+        create: bool = True,
     ) -> PartitionLog:
-        """Open (and create, unless read_only) the partition log in `directory`; with a
-        sealer, new batches are encrypted and encrypted ones can be read."""
+        """Open (and create, unless read_only or not `create`) the partition log in
+        `directory`; with a sealer, new batches are encrypted and encrypted ones can be read.
+        create=False: a missing directory raises ChannelGoneError (its channel was deleted)."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
         lock_moved = None
         if not read_only:
-            _make_directory_durably(path)
+            if create:
+                _make_directory_durably(path)
+            elif not os.path.lexists(path):  # a file in its place fails below, as ever
+                raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
+                                       "(its channel was deleted); nothing written")
             lock_moved = log._take_dir_lock()
             identity = os.stat(path)
             log._dir_identity = (identity.st_dev, identity.st_ino)

@@ -3,6 +3,7 @@ changes apply, stranding changes are refused with the reason, untaken events pro
 channel from deletion unless forced."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,10 @@ from appliance_helpers import token_client
 from rest_framework.test import APIClient
 
 from appliance import channels
+from appliance.manage_channels import delete_channel
 from appliance.models import Channel
+from channel_engine import Channel as EngineChannel
+from channel_engine import ChannelGoneError
 
 pytestmark = pytest.mark.django_db
 
@@ -60,6 +64,63 @@ def test_delete_is_refused_while_events_are_untaken_unless_forced(root: Path) ->
     assert refused.status_code == 409 and "1 untaken" in refused.json()["error"]
     assert client.delete("/api/v1/channels/orders?force=true").status_code == 204
     assert not Channel.objects.exists()
+    assert not (root / "orders").exists() and not (root / "data" / "orders-0").exists()
+
+
+def test_it_answers_404_to_a_put_in_flight_across_a_delete_and_recreates_nothing(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another web worker's request has its handle, a client of this process's owner, when
+    the delete closes the owner: its put must not make a new channel in the deleted one's
+    place (and answer 200 for an event nobody can take)."""
+    client = admin()
+    assert create(client, root, partitions=2).status_code == 201
+    row = Channel.objects.get(name="orders")
+    assert channels.open_channel(row).role == "owner"
+    in_flight = EngineChannel.open(channels.to_config(row))
+    assert in_flight.role == "client"
+    real_open = channels.open_channel
+
+    def open_then_delete(opened: Channel) -> EngineChannel:
+        monkeypatch.setattr(channels, "open_channel", real_open)
+        delete_channel(Channel.objects.get(pk=opened.pk), force=True)
+        return in_flight
+
+    monkeypatch.setattr(channels, "open_channel", open_then_delete)
+    try:
+        response = token_client("produce").post(
+            "/api/v1/channels/orders/events", data='{"events": [{"body": "late"}]}',
+            content_type="application/json")
+    finally:
+        in_flight.close()
+    assert response.status_code == 404, response.content
+    assert "deleted" in str(response.json()), response.content
+    assert not Channel.objects.exists()
+    assert [p for p in ("orders", "data/orders-0", "data/orders-1") if (root / p).exists()] == []
+
+
+def test_it_makes_no_files_for_a_channel_deleted_while_a_worker_opens_it(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker read the row and checked it exists; the delete (row and files) completes
+    before its open: the open raises ChannelGoneError and makes nothing."""
+    client = admin()
+    assert create(client, root).status_code == 201
+    row = Channel.objects.get(name="orders")
+    channels.close_channel("orders")  # this worker has no handle yet
+    real_deleted = channels.deleted
+    checks: list[Channel] = []
+
+    def deleted_after_check(checked: Channel) -> bool:
+        if not checks:  # the check ran just before another process deleted the channel
+            checks.append(checked)
+            Channel.objects.filter(pk=checked.pk).delete()
+            for place in ("orders", "data/orders-0"):
+                shutil.rmtree(root / place)
+            return False
+        return real_deleted(checked)
+
+    monkeypatch.setattr(channels, "deleted", deleted_after_check)
+    with pytest.raises(ChannelGoneError, match="deleted"):
+        channels.open_channel(row)
     assert not (root / "orders").exists() and not (root / "data" / "orders-0").exists()
 
 

@@ -277,10 +277,11 @@ def install_stop_hook(out: Output, phase: str, at: int, home: Path) -> None:
     if phase == "before_write":
         write = checkpoint_module.write
 
-        def write_then_stop(saved: Any, directory: Path, backup: Path | None) -> None:
+        def write_then_stop(saved: Any, directory: Path, backup: Path | None,
+                            **options: Any) -> None:
             if Path(directory) == home and due():
                 freeze(out, phase)
-            write(saved, directory, backup)
+            write(saved, directory, backup, **options)
         checkpoint_module.write = write_then_stop  # type: ignore[assignment]
     elif phase == "before_rename":
         replace = os.replace

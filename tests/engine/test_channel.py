@@ -634,6 +634,31 @@ def test_an_owner_whose_channel_was_deleted_and_recreated_writes_nothing_there(
         assert new.status()["partitions"][0]["log_end_offset"] == 2
 
 
+def test_it_never_recreates_a_deleted_channel_unless_asked_to_create(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2)
+    with pytest.raises(ChannelGoneError, match="deleted"):
+        Channel.open(config, create=False)  # never opened: nothing to reopen
+    assert not config.home.exists() and not config.partition_dir(0).exists()
+    with Channel.open(config) as channel:  # create=True: a new channel
+        put(channel, b"a", key=b"k")
+    shutil.rmtree(config.partition_dir(1))  # removal of a deleted channel, half done
+    with pytest.raises(ChannelGoneError, match=str(config.partition_dir(1))):
+        Channel.open(config, create=False)
+    assert not config.partition_dir(1).exists()
+    shutil.rmtree(config.home)
+    with pytest.raises(ChannelGoneError, match=str(config.home)):
+        Channel.open(config, create=False)
+    assert not config.home.exists()
+
+
+def test_it_grows_partitions_of_an_existing_channel_without_create(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1)
+    Channel.open(config).close()
+    with Channel.open(config.replace(partitions=3), create=False) as channel:
+        assert channel.status()["partitions"][2]["log_end_offset"] == 0
+    assert config.partition_dir(2).is_dir()
+
+
 def test_takes_and_checkpoints_fail_naming_a_home_that_was_deleted(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     with Channel.open(config) as channel:

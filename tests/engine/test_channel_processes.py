@@ -18,6 +18,9 @@ take and checkpoint; the tests kill them with SIGKILL and check the channel's co
   * a client process with many threads on a live owner: no request fails, none is lost.
   * kill -9 of the owner while a client is connected: the client's next call makes it the
     owner; its open take fails on commit and its events are queued again, first.
+  * a channel deleted (its directories removed) under its owner, then the owner killed:
+    the client never becomes the owner of a new channel there; every later call raises
+    ChannelGoneError and no directory of the channel comes back.
   * damaged checkpoints after a kill (flipped byte, truncated, deleted; primary, backup or
     both): with one valid copy, nothing lost and no committed take back; with none, nothing
     lost (takes committed before the last checkpoint may come back, as in Flume) and the
@@ -31,9 +34,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -47,7 +52,15 @@ import pytest
 from channel_helpers import make_config
 from child_lines import ChildLines
 
-from channel_engine import Channel, ChannelConfig, Event, OwnerLostError, TakeExpiredError
+from channel_engine import (
+    Channel,
+    ChannelConfig,
+    ChannelEngineError,
+    ChannelGoneError,
+    Event,
+    OwnerLostError,
+    TakeExpiredError,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -845,6 +858,62 @@ def test_a_client_becomes_the_owner_when_the_owner_is_killed(tmp_path: Path,
     run.delivery_lines = [(len(lines), take_.events) for take_ in run.takes]
     result = check_history([run], Reopened(status, drained))
     assert result["returned"] == 1
+
+
+# -- 4b. the channel deleted under its owner ----------------------------------------------------
+def test_a_client_never_brings_back_a_channel_deleted_under_its_owner(tmp_path: Path) -> None:
+    """The appliance deletes a channel's directories and closes its owner while a web worker
+    is a client: the worker's next put must not elect itself the owner of a new, empty
+    channel in the deleted one's place (acknowledging events nobody can take, files a
+    channel later made under the same name would adopt)."""
+    config = make_config(tmp_path, partitions=2)
+    config.save()
+    places = [config.home, *(config.partition_dir(p) for p in range(2))]
+    outcomes: Counter[str] = Counter()
+    deleted = threading.Event()
+
+    def keep_putting(channel: Channel) -> None:  # puts in flight across the delete
+        while not outcomes["ChannelGoneError"]:
+            try:
+                with channel.put() as tx:
+                    tx.put(b"racing")
+            except (ChannelEngineError, OwnerLostError) as exc:  # LogDirectoryError, say
+                outcomes[type(exc).__name__] += 1
+            else:
+                outcomes["after delete" if deleted.is_set() else "ok"] += 1
+
+    with workers() as started:
+        owner = spawn(started, tmp_path, "owner", "hold", str(config.home), "--take", "1")
+        owner.first_line("holding")
+        assert owner.lines[0].startswith("open owner"), owner.describe()
+        channel = Channel.open(config.home)
+        putter = threading.Thread(target=keep_putting, args=(channel,))
+        try:
+            assert channel.role == "client"
+            putter.start()
+            wait_until(lambda: outcomes["ok"] > 0)
+            for place in places:
+                shutil.rmtree(place)
+            assert owner.kill() == -signal.SIGKILL
+            deleted.set()
+            putter.join(WAIT_S)
+            def put_one() -> None:
+                with channel.put() as tx:
+                    tx.put(b"x")
+
+            for call in (put_one, channel.take, channel.checkpoint, channel.status):
+                with pytest.raises(ChannelGoneError, match="deleted"):
+                    call()
+            assert channel.role == "electing"
+        finally:
+            deleted.set()
+            outcomes["ChannelGoneError"] += 1  # stops the putter whatever happened
+            putter.join(WAIT_S)
+            channel.close()
+    assert [place for place in places if place.exists()] == []
+    assert outcomes["ok"] > 0
+    # acknowledged once the owner was dead: only a reply read just before the kill, if any
+    assert outcomes["after delete"] <= 1, outcomes
 
 
 # -- 5. damaged checkpoints ---------------------------------------------------------------------
