@@ -68,7 +68,8 @@ def take_id_of(request: Request, channel: Channel, given: str) -> int:
 class TakeRequest(serializers.Serializer):
     """What a consumer asks for."""
 
-    max_events = serializers.IntegerField(min_value=1)
+    max_events = serializers.IntegerField(min_value=1, max_value=2**31 - 1,
+                                          help_text="at most the channel's transaction_capacity")
     lease_seconds = serializers.IntegerField(min_value=1, max_value=MAX_LEASE_S, default=60)
 
 

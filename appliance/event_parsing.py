@@ -20,7 +20,10 @@ Accepted bodies:
     key           string or null              the partition key, UTF-8 encoded
     headers       object of string -> string  event headers (Flume's are strings); a
                   or null                     null value is stored as "" (as Flume does)
-    timestamp     integer                     milliseconds since the epoch (default: now)
+    timestamp     integer                     milliseconds since the epoch (default: now),
+                                              0 .. MAX_TIMESTAMP = 253402300799999, i.e.
+                                              up to 9999-12-31T23:59:59.999Z: the range
+                                              every page and export can show as a date
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from channel_engine import PendingEvent
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 FIELDS = {"body", "body_base64", "key", "headers", "timestamp"}
-MAX_TIMESTAMP = 2**63 - 1
+MAX_TIMESTAMP = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, Python's datetime.max
 
 
 class EventError(ValueError):
@@ -162,5 +165,6 @@ def _timestamp(index: int, timestamp: Any) -> int | None:
     if timestamp is None:
         return None
     if type(timestamp) is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
-        raise EventError(index, "timestamp", "must be milliseconds since the epoch (int >= 0)")
+        raise EventError(index, "timestamp", "must be milliseconds since the epoch, an integer "
+                                             f"from 0 to {MAX_TIMESTAMP} (year 9999)")
     return timestamp

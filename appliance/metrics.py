@@ -3,6 +3,7 @@
 Names follow Prometheus conventions (weir_ prefix, _total for counters, base
 units); Flume's channel counters keep their meaning: weir_channel_put_attempts_total
 is Flume's EventPutAttemptCount, weir_channel_events is ChannelSize, and so on.
+Label values are escaped per the text format (backslash, double quote, newline).
 Admin role (a token or a staff session).
 """
 from __future__ import annotations
@@ -43,8 +44,15 @@ GAUGES = {
 }
 
 
+def label(value: object) -> str:
+    """A label value escaped as the text format requires (backslash, quote, newline), so no
+    name can break the exposition of every other channel."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def render(statuses: list[dict[str, Any]]) -> str:
     """The exposition text for these channel statuses."""
+    statuses = [{**s, "name": label(s["name"])} for s in statuses]
     lines: list[str] = []
     for name, help_text in COUNTERS.items():
         metric = f"weir_channel_{name}_total"

@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance import channels, row_cache
-from appliance.event_parsing import EventError, parse
+from appliance.event_parsing import MAX_TIMESTAMP, EventError, parse
 from appliance.permissions import HasRole
 from channel_engine import BatchTooLargeError, ChannelFullError, DiskSpaceError, InvalidEventError
 
@@ -89,7 +89,9 @@ _EVENT_IN = {
                     "additionalProperties": {"type": "string", "nullable": True},
                     "description": "header values are strings; a null value is stored as "
                                    "\"\" (as Flume does), and read back as \"\""},
-        "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**63 - 1},
+        "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": MAX_TIMESTAMP,
+                      "description": "ms since the epoch, up to 9999-12-31T23:59:59.999Z "
+                                     "(default: now)"},
     },
     "oneOf": [{"required": ["body"], "not": {"required": ["body_base64"]}},
               {"required": ["body_base64"], "not": {"required": ["body"]}}],

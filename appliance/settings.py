@@ -35,6 +35,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "appliance.chunked.ChunkedBodyMiddleware",  # chunked bodies: read whole, length set
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the UI's and Swagger's assets, no CDN
     "django.contrib.sessions.middleware.SessionMiddleware",
