@@ -72,7 +72,7 @@ import heapq
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,6 +94,7 @@ from channel_engine.errors import (
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
+    TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
@@ -110,6 +111,8 @@ from channel_engine.recovery import LostRange
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
+FINISHED_TAKES = 10_000  # takes whose ending is remembered (a few hundred KiB)
+COMMITTED, ROLLED_BACK, EXPIRED = "committed", "rolled back", "expired"
 
 
 @dataclass
@@ -172,6 +175,9 @@ class ChannelOwner:
         self._unresolved: list[dict[int, _Put]] = []
         self._put_ids = 0
         self._takes: dict[int, _Take] = {}
+        # how the last FINISHED_TAKES takes ended, so a repeated commit or a late rollback
+        # is answered truly (committed / rolled back / expired), not guessed
+        self._finished: OrderedDict[int, str] = OrderedDict()
         self._last_batch: list[tuple[int, int, list[Event]] | None] = []
         self._lease_heap: list[tuple[int, int]] = []  # (deadline_ms, take id)
         self._take_ids = 0
@@ -553,10 +559,21 @@ class ChannelOwner:
         self._expire_takes()
         take = self._takes.get(take_id)
         if take is None:
-            raise TakeExpiredError(f"channel {self.name!r}: take {take_id} is gone: its lease "
-                                   "expired or its channel owner restarted, and its events "
-                                   "were returned to the queue")
+            ended = self._finished.get(take_id)
+            if ended == COMMITTED:
+                raise TakeCommittedError(f"channel {self.name!r}: take {take_id} was already "
+                                         "committed: its events are gone for good")
+            why = {ROLLED_BACK: "it was rolled back", EXPIRED: "its lease expired"}.get(
+                ended or "", "its lease expired or its channel owner restarted")
+            raise TakeExpiredError(f"channel {self.name!r}: take {take_id} is gone: {why}, "
+                                   "and its events were returned to the queue")
         return take
+
+    def _finish(self, take_id: int, how: str) -> None:
+        """Remember how a take ended (bounded). Caller holds the lock."""
+        self._finished[take_id] = how
+        if len(self._finished) > FINISHED_TAKES:
+            self._finished.popitem(last=False)
 
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve up to max_events from the partitions' heads, round-robin; read them."""
@@ -644,6 +661,7 @@ class ChannelOwner:
         with self._room:
             self._live_take(take_id)
             take = self._takes.pop(take_id)
+            self._finish(take_id, COMMITTED)
             entries = []
             taken = 0
             for p in sorted(take.partitions):
@@ -659,7 +677,8 @@ class ChannelOwner:
             journal.sync(ticket)
 
     def rollback_take(self, take_id: int) -> None:
-        """Return a take's events to the head of their partitions, in order."""
+        """Return a take's events to the head of their partitions, in order; nothing for a
+        take already returned; TakeCommittedError for a committed one."""
         with self._lock:
             if self._closing:
                 return  # closing returned every take already
@@ -667,6 +686,10 @@ class ChannelOwner:
             if take is not None:
                 for p in take.partitions:
                     self._queues[p].rollback(take_id)
+                self._finish(take_id, ROLLED_BACK)
+            elif self._finished.get(take_id) == COMMITTED:
+                raise TakeCommittedError(f"channel {self.name!r}: take {take_id} was already "
+                                         "committed: its events cannot be returned")
             self.counters["rollbacks"] += 1
 
     def _expire_takes(self) -> None:
@@ -683,6 +706,7 @@ class ChannelOwner:
                 continue  # committed or rolled back before its lease ran out
             for p in take.partitions:
                 self._queues[p].rollback(take_id)
+            self._finish(take_id, EXPIRED)
             self.counters["takes_expired"] += 1
             self.counters["rollbacks"] += 1
 

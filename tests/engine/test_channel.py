@@ -24,6 +24,7 @@ from channel_engine import (
     InvalidEventError,
     OffsetOutOfRangeError,
     PartitionLog,
+    TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
@@ -586,9 +587,29 @@ def test_a_leased_take_can_be_committed_from_another_process_by_id(tmp_path: Pat
         assert owner.status()["events_in_flight"] == 2
         with Channel.open(config) as worker_b:
             worker_b.commit_take(take.take_id)
-            with pytest.raises(TakeExpiredError):
+            with pytest.raises(TakeCommittedError):  # a retry learns the truth
                 worker_b.commit_take(take.take_id)
+            with pytest.raises(TakeCommittedError, match="cannot be returned"):
+                worker_b.rollback_take(take.take_id)
         assert take_all(owner) == [b"e2", b"e3"]
+
+
+def test_it_says_how_a_take_by_id_ended_rolled_back_or_expired(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as owner, Channel.open(config) as worker:
+        put(owner, *bodies(4))
+        returned = worker.take(lease_ms=60_000)
+        returned.take(2)
+        worker.rollback_take(returned.take_id)
+        worker.rollback_take(returned.take_id)  # again: nothing to do, no error
+        with pytest.raises(TakeExpiredError, match="it was rolled back"):
+            worker.commit_take(returned.take_id)
+        lapsed = worker.take(lease_ms=300)
+        lapsed.take(2)
+        time.sleep(0.4)
+        with pytest.raises(TakeExpiredError, match="its lease expired, and"):
+            worker.commit_take(lapsed.take_id)
+        assert len(take_all(owner)) == 4
 
 
 def test_take_ids_never_repeat_across_owners(tmp_path: Path) -> None:
