@@ -33,6 +33,7 @@ COUNTERS = {
     "dropped_events": "Untaken events dropped by opt-in retention.",
     "checkpoint_write_errors": "Checkpoints that failed (Flume CheckpointWriteErrorCount).",
     "checkpoint_backup_write_errors": "Backup checkpoints that failed.",
+    "disk_full_errors": "Puts refused because a disk was full (ENOSPC or quota).",
 }
 GAUGES = {
     "events": ("events_untaken", "Events committed and not yet taken (Flume ChannelSize)."),

@@ -12,7 +12,12 @@ serializer per event); the response lists where the events went:
                                                 partition's batch over max_batch_bytes or
                                                 segment_bytes
     503 + Retry-After                           channel full (after keep_alive_ms), disk
-                                                guard tripped, or puts paused by an operator
+                                                guard tripped, puts paused by an operator,
+                                                or a partition's log failed (I/O error)
+    507 + Retry-After                           the disk is full (ENOSPC): nothing written;
+                                                counted (weir_channel_disk_full_errors_total)
+                                                and the channel's health is degraded until
+                                                a put succeeds or space returns
 """
 from __future__ import annotations
 
@@ -31,7 +36,15 @@ from rest_framework.views import APIView
 from appliance import channels, row_cache
 from appliance.event_parsing import MAX_TIMESTAMP, EventError, parse
 from appliance.permissions import HasRole
-from channel_engine import BatchTooLargeError, ChannelFullError, DiskSpaceError, InvalidEventError
+from channel_engine import (
+    BatchTooLargeError,
+    ChannelFullError,
+    DiskFullError,
+    DiskSpaceError,
+    InvalidEventError,
+    LogOfflineError,
+    StorageError,
+)
 
 RETRY_AFTER_S = 1
 
@@ -58,7 +71,8 @@ ERROR_DESCRIPTIONS = {
     404: "no such channel (or path)", 409: "conflict", 413: "too large",
     415: "unsupported request content type", 416: "offset out of range",
     429: "rate limited (Retry-After)",
-    503: "unavailable: the channel or its disk (Retry-After when retrying helps)"}
+    503: "unavailable: the channel or its disk (Retry-After when retrying helps)",
+    507: "the disk is full: nothing written (Retry-After)"}
 
 
 def errors(*codes: int, html404: bool = False,
@@ -142,7 +156,8 @@ class ProduceView(APIView):
 
     @extend_schema(
         request=PRODUCE_REQUEST,
-        responses={200: _ProduceResponse, **errors(400, 404, 413, 503, e400=_ERROR_400)},
+        responses={200: _ProduceResponse,
+                   **errors(400, 404, 413, 503, 507, e400=_ERROR_400)},
         description=__doc__)
     def post(self, request: Request, name: str) -> Response:
         """Produce events."""
@@ -177,6 +192,11 @@ class ProduceView(APIView):
                                f"this channel's {exc.setting}={exc.limit}: send fewer")
         except (ChannelFullError, DiskSpaceError) as exc:
             return _error(503, str(exc), retry=True)
+        except DiskFullError as exc:
+            return _error(507, f"the disk is full, nothing was written: {exc}", retry=True)
+        except (StorageError, LogOfflineError) as exc:
+            return _error(503, f"the channel could not write, nothing was acknowledged: {exc}",
+                          retry=True)
         committed = [{"partition": p, "first_offset": first, "last_offset": last}
                      for p, first, last in tx.committed]
         return Response({"events": len(events), "committed": committed})

@@ -91,6 +91,7 @@ from channel_engine.errors import (
     ChannelGoneError,
     ChannelLockedError,
     ConfigError,
+    DiskFullError,
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
@@ -198,7 +199,11 @@ class ChannelOwner:
         self.counters = dict.fromkeys(
             ("put_attempts", "put_successes", "put_errors", "take_attempts", "take_successes",
              "take_errors", "rollbacks", "takes_expired", "aborted_events", "dropped_events",
-             "lost_events", "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
+             "lost_events", "checkpoint_write_errors", "checkpoint_backup_write_errors",
+             "disk_full_errors"), 0)
+        # the last put refused for a full disk: (directory, bytes it needed, why), until a
+        # put succeeds or that much space is free again; health is degraded meanwhile
+        self._disk_full: tuple[Path, int, str] | None = None
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -385,12 +390,18 @@ class ChannelOwner:
         with self._lock:
             self.counters["put_attempts"] += count
         try:
-            return self._commit_batches(transaction_id, batches, count)
-        except BaseException:
+            committed = self._commit_batches(transaction_id, batches, count)
+        except BaseException as exc:
             with self._lock:
                 self.counters["put_errors"] += 1
                 self.counters["rollbacks"] += 1
+                if isinstance(exc, DiskFullError):
+                    self.counters["disk_full_errors"] += 1
+                    needed = sum(len(batch) for _, batch in batches)
+                    self._disk_full = (Path(exc.directory), needed, str(exc))
             raise
+        self._disk_full = None
+        return committed
 
     def _check_put(self, transaction_id: int | None,
                    batches: Batches) -> list[BatchHeader]:
@@ -1050,6 +1061,22 @@ class ChannelOwner:
             "history": [c.to_dict() for c in self._checkpoint_history],
         }
 
+    def _disk_full_reason(self) -> str | None:
+        """Why puts fail for a full disk, until a put succeeds or the space it needed (above
+        minimum_required_space) is free again."""
+        full = self._disk_full
+        if full is None:
+            return None
+        directory, needed, why = full
+        try:
+            free = self._free_space(directory)
+        except OSError:
+            free = 0
+        if free >= needed + self.config.minimum_required_space:
+            self._disk_full = None
+            return None
+        return f"the disk is full: a put failed ({why}); {free} bytes free, it needed {needed}"
+
     def _health(self) -> tuple[str, str]:
         for log in self._logs:
             offline = log.stats()["offline"]
@@ -1065,6 +1092,9 @@ class ChannelOwner:
                              self._free_space)
         except ChannelEngineError as exc:
             return "unhealthy", str(exc)
+        full = self._disk_full_reason()
+        if full is not None:
+            return "degraded", full
         unacknowledged = self._ledger.health_reason()
         if unacknowledged is not None:
             return "degraded", unacknowledged
