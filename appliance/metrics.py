@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from appliance import channels
 from appliance.models import Channel
 from appliance.permissions import HasRole, allowed
+from appliance.produce import errors
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 COUNTERS = {
@@ -98,7 +99,7 @@ class MetricsView(APIView):
     permission_classes = [HasRole]
     role = "admin"
 
-    @extend_schema(responses={(200, "text/plain"): str})
+    @extend_schema(responses={(200, "text/plain"): str, **errors()})
     def get(self, request: Request) -> HttpResponse:
         """Metrics in Prometheus text format."""
         rows = [row for row in Channel.objects.all() if allowed(request, self.role, row)]

@@ -77,7 +77,8 @@ ERROR_DESCRIPTIONS = {
 
 def errors(*codes: int, html404: bool = False,
            **bodies: Any) -> dict[int | tuple[int, str], OpenApiResponse]:
-    """Documented error responses: 401/403/429 for every authenticated view, plus `codes`;
+    """Documented error responses: 401/403/429 for every authenticated view, plus `codes`,
+    plus the WSGI server's own 414/431 pages;
     `bodies` ("e400": schema) override the default body schema of a status. `html404`: the
     path has an <int:...> part, and a value that is not one matches no route at all, which
     Django answers with its own text/html 404 page."""
@@ -90,6 +91,11 @@ def errors(*codes: int, html404: bool = False,
     if html404:
         out[(404, "text/html")] = OpenApiResponse(
             {"type": "string"}, description="no such path (Django's page)")
+    # answered by the WSGI server (gunicorn) before the request reaches the appliance
+    out[(414, "text/html")] = OpenApiResponse(
+        {"type": "string"}, description="request line over 4094 bytes (the server's page)")
+    out[(431, "text/html")] = OpenApiResponse(
+        {"type": "string"}, description="a header over 8190 bytes (the server's page)")
     return out
 
 
@@ -166,7 +172,11 @@ class ProduceView(APIView):
             raise NotFound(f"no channel {name!r}")
         self.check_object_permissions(request, row)
         limit = settings.WEIR_MAX_PRODUCE_BYTES
-        if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if not (length.isascii() and length.isdigit()):  # gunicorn checks; others may not
+            return Response({"error": "Content-Length: not a number", "index": None,
+                             "field": "content_length", "reason": "not a number"}, status=400)
+        if int(length) > limit:
             return _error(413, f"body over WEIR_MAX_PRODUCE_BYTES={limit} bytes")
         try:
             # without a body DRF gives {} rather than calling the parser: b"" then

@@ -470,3 +470,8 @@ def test_it_refuses_out_of_range_integers_in_the_event_browser_with_400(
         operator: Client, root: Path, query: str) -> None:
     channel_row(root)
     assert operator.get(f"/channels/orders/events?{query}").status_code == 400
+
+
+def test_it_answers_404_for_a_token_id_past_int64(operator: Client, root: Path) -> None:
+    channel_row(root)
+    assert operator.post(f"/channels/orders/tokens/{2**64}/revoke").status_code == 404
