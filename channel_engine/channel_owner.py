@@ -24,7 +24,9 @@ the murmur2 hash of the key, as Kafka does, or all keyless events to one
 partition chosen round-robin per transaction) and encodes one record batch per
 partition (put_batch.py). Commit here: check every batch, check the disk
 guard, encrypt, wait up to keep_alive_ms for room under `capacity`, then append
-them; bad input fails before anything is written.
+them; bad input fails before anything is written. A put the disk cannot hold
+(DiskFullError: ENOSPC/EDQUOT, undone) is counted (disk_full_errors) and keeps the
+channel "degraded" until a put succeeds or the space it needed is free again.
 A put that touches one partition is one plain batch: atomic by itself. A put
 that touches several writes one transactional batch per partition, then a
 commit record to the journal; that record is the commit point (recovery
@@ -55,6 +57,11 @@ return. A checkpoint's commit journal found missing or headless at open is recor
 there too (no event lost, but committed takes may come back: at most the
 events_may_come_back_at_most of the recovery report). Health stays "degraded"
 until an operator acknowledges every record (acknowledge_losses).
+
+Takes by id (commit_take / rollback_take, for takes begun in another process): the
+owner remembers how its last FINISHED_TAKES takes ended, so a repeated commit or a
+rollback after commit raises TakeCommittedError, and a commit after rollback or expiry
+a TakeExpiredError that says which (older takes, or after an owner change: "gone").
 
 Checkpoints copy the queue state (a few ranges per partition) under the
 channel lock, rotate the journal, and write primary then backup outside the
