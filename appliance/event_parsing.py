@@ -19,7 +19,10 @@ Accepted bodies:
     body_base64   string (base64)             the body as bytes (instead of body)
     key           string or null              the partition key, UTF-8 encoded
     headers       object of string -> string  event headers (Flume's are strings); a
-                  or null                     null value is stored as "" (as Flume does)
+                  or null                     null value is stored as "" (as Flume does);
+                                              at most MAX_HEADERS = 1000 an event, names
+                                              at most MAX_HEADER_NAME = 1024 bytes (values:
+                                              the channel's batch limits, 413)
     timestamp     integer                     milliseconds since the epoch (default: now),
                                               0 .. MAX_TIMESTAMP = 253402300799999, i.e.
                                               up to 9999-12-31T23:59:59.999Z: the range
@@ -38,6 +41,8 @@ from channel_engine import PendingEvent
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 FIELDS = {"body", "body_base64", "key", "headers", "timestamp"}
+MAX_HEADERS = 1000
+MAX_HEADER_NAME = 1024  # bytes, UTF-8
 MAX_TIMESTAMP = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, Python's datetime.max
 
 
@@ -150,8 +155,13 @@ def _headers(index: int, headers: Any) -> dict[str, bytes] | None:
         return None
     if not isinstance(headers, dict):
         raise EventError(index, "headers", "must be an object of strings")
+    if len(headers) > MAX_HEADERS:
+        raise EventError(index, "headers", f"at most {MAX_HEADERS} headers an event")
     out = {}
     for name, value in headers.items():
+        if len(name) > MAX_HEADER_NAME // 4 and len(name.encode()) > MAX_HEADER_NAME:
+            raise EventError(index, "headers", f"a header name is at most {MAX_HEADER_NAME} "
+                                               "bytes (UTF-8)")
         if value is None:  # Flume stores a null header value as ""
             out[name] = b""
         elif isinstance(value, str):

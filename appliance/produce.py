@@ -34,7 +34,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance import channels, row_cache
-from appliance.event_parsing import MAX_TIMESTAMP, EventError, parse
+from appliance.event_parsing import (
+    MAX_HEADER_NAME,
+    MAX_HEADERS,
+    MAX_TIMESTAMP,
+    EventError,
+    parse,
+)
 from appliance.permissions import HasRole
 from channel_engine import (
     BatchTooLargeError,
@@ -105,10 +111,11 @@ _EVENT_IN = {
         "body": {"type": "string"},
         "body_base64": {"type": "string", "format": "byte"},
         "key": {"type": "string", "nullable": True},
-        "headers": {"type": "object", "nullable": True,
+        "headers": {"type": "object", "nullable": True, "maxProperties": MAX_HEADERS,
                     "additionalProperties": {"type": "string", "nullable": True},
                     "description": "header values are strings; a null value is stored as "
-                                   "\"\" (as Flume does), and read back as \"\""},
+                                   "\"\" (as Flume does), and read back as \"\"; names "
+                                   f"at most {MAX_HEADER_NAME} bytes (UTF-8)"},
         "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": MAX_TIMESTAMP,
                       "description": "ms since the epoch, up to 9999-12-31T23:59:59.999Z "
                                      "(default: now)"},

@@ -46,6 +46,10 @@ def test_ndjson_skips_blank_lines() -> None:
     (b'{"events": [{"body": "x", "key": 7}]}', 0, "key"),
     (b'{"events": [{"body": "x", "headers": {"h": 1}}]}', 0, "headers.h"),
     (b'{"events": [{"body": "x", "headers": ["h"]}]}', 0, "headers"),
+    (b'{"events": [{"body": "x"}, {"body": "x", "headers": {"%s": "v"}}]}' % (b"h" * 1025), 1,
+     "headers"),
+    (b'{"events": [{"body": "x", "headers": {%s}}]}'
+     % b",".join(b'"h%d": ""' % i for i in range(1001)), 0, "headers"),
     (b'{"events": [{"body": "x", "timestamp": -1}]}', 0, "timestamp"),
     (b'{"events": [{"body": "x", "timestamp": 1.5}]}', 0, "timestamp"),
     (b'{"events": [{"body": "x"}, {"body": "x", "timestamp": 253402300800000}]}', 1,
