@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -87,17 +88,29 @@ def to_config(row: Channel) -> ChannelConfig:
     return config
 
 
+# One directory of export_path: Flume's %-escapes and characters every filesystem Spark
+# writes to (local, HDFS, S3) takes as they are; never "-" first (it would read as an
+# option of the export job's command line) nor "." first (hidden, or "..").
+_EXPORT_DIR = r"(?:%[YmdHMSyj]|[A-Za-z0-9_=+])(?:%[YmdHMSyj]|[A-Za-z0-9._=+-])*"
+EXPORT_PATH = rf"^{_EXPORT_DIR}(?:/{_EXPORT_DIR})*/?$"  # for the OpenAPI schema too
+
+
 def _check_export(row: Channel) -> None:
     from channel_engine.spark.export import FORMATS, spark_pattern
 
     if row.export_format not in FORMATS:
         raise ValidationError({"export_format": f"must be one of {', '.join(FORMATS)}"})
+    path = row.export_path
     try:
-        if not isinstance(row.export_path, str) or not row.export_path.strip("/"):
-            raise ValueError("path: must be a non-empty relative path")
-        if ".." in row.export_path.split("/") or row.export_path.startswith("/"):
-            raise ValueError("path: must stay under the channel's export directory")
-        spark_pattern(row.export_path)
+        if not isinstance(path, str) or not path.strip("/"):
+            raise ValueError("must be a non-empty relative path")
+        if path.startswith("/") or ".." in path.split("/"):
+            raise ValueError("must stay under the channel's export directory")
+        for part in path.removesuffix("/").split("/"):
+            if not re.fullmatch(_EXPORT_DIR, part):
+                spark_pattern(part)  # names an unknown escape first
+                raise ValueError(f"directory {part!r}: use letters, digits, _ = + . - and "
+                                 "%-escapes, not starting with '-' or '.'")
     except ValueError as exc:
         raise ValidationError({"export_path": str(exc).removeprefix("path: ")}) from exc
 

@@ -2,7 +2,8 @@
 
     POST /api/v1/channels/{name}/takes                {"max_events": N, "lease_seconds": S}
          -> 200 {"take_id", "lease_expires_at_ms", "events": [event, ...]}
-    POST /api/v1/channels/{name}/takes/{take_id}/commit    -> 200 {"committed": true}
+    POST /api/v1/channels/{name}/takes/{take_id}/commit    -> 200 {"committed": true,
+                                                                   "already_committed": bool}
     POST /api/v1/channels/{name}/takes/{take_id}/rollback  -> 200 {"rolled_back": true}
 
 A take_id is a receipt, as an SQS receipt handle is: "<engine take id>.<signature>",
@@ -16,6 +17,14 @@ null), and the body always as base64 too. The take is leased: committed or rolle
 back by any web worker that gets its receipt, and returned to the queue by itself when
 the lease runs out (commit then answers 409). An empty channel answers at once
 with no events (and no take to commit).
+
+Retries are safe: commit is idempotent (a repeated commit answers 200 with
+"already_committed": true, so a consumer whose first answer was lost learns the
+truth), and so is rollback of a take already returned (200). What cannot be done
+answers 409 with the reason: a commit after the take was rolled back or its lease ran
+out (its events are queued again), a rollback after commit (they are gone for good).
+The owner remembers how its last 10,000 takes ended; for older ones, or after the
+channel's owner process changed, a commit answers 409 "gone" as for a lapsed lease.
 """
 from __future__ import annotations
 
@@ -38,7 +47,7 @@ from appliance import channels, row_cache
 from appliance.models import ApiToken, Channel
 from appliance.permissions import HasRole
 from appliance.produce import errors, raise_if_deleted
-from channel_engine import ChannelEngineError, Event, TakeExpiredError
+from channel_engine import ChannelEngineError, Event, TakeCommittedError, TakeExpiredError
 
 MAX_LEASE_S = 3600
 RECEIPT = r"^[0-9]{1,20}\.[0-9a-f]{20}$"
@@ -68,7 +77,8 @@ def take_id_of(request: Request, channel: Channel, given: str) -> int:
 class TakeRequest(serializers.Serializer):
     """What a consumer asks for."""
 
-    max_events = serializers.IntegerField(min_value=1)
+    max_events = serializers.IntegerField(min_value=1, max_value=2**31 - 1,
+                                          help_text="at most the channel's transaction_capacity")
     lease_seconds = serializers.IntegerField(min_value=1, max_value=MAX_LEASE_S, default=60)
 
 
@@ -156,21 +166,28 @@ class TakeCommitView(_ChannelView):
     """Commit a take: its events are gone for good."""
 
     @extend_schema(request=None, parameters=[_TAKE_ID], responses={
-        200: {"type": "object", "properties": {"committed": {"type": "boolean", "enum": [True]}},
-              "required": ["committed"], "additionalProperties": False},
-        **errors(404, 409)})
+        200: {"type": "object", "additionalProperties": False,
+              "properties": {"committed": {"type": "boolean", "enum": [True]},
+                             "already_committed": {
+                                 "type": "boolean",
+                                 "description": "true: a repeated commit, which changed nothing"}},
+              "required": ["committed", "already_committed"]},
+        **errors(404, 409)}, description="Idempotent: a repeated commit answers 200 with "
+        "already_committed; a take rolled back or lapsed answers 409.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Commit."""
         row = self.channel_row(request, name)
         engine_id = take_id_of(request, row, take_id)
         try:
             channels.open_channel(row).commit_take(engine_id)
+        except TakeCommittedError:
+            return Response({"committed": True, "already_committed": True})
         except TakeExpiredError as exc:
             return Response({"error": str(exc)}, status=409)
         except ChannelEngineError as exc:
             raise_if_deleted(row, exc)
             raise
-        return Response({"committed": True})
+        return Response({"committed": True, "already_committed": False})
 
 
 class TakeRollbackView(_ChannelView):
@@ -180,13 +197,16 @@ class TakeRollbackView(_ChannelView):
         200: {"type": "object",
               "properties": {"rolled_back": {"type": "boolean", "enum": [True]}},
               "required": ["rolled_back"], "additionalProperties": False},
-        **errors(404)})
+        **errors(404, 409)}, description="Idempotent for a take already returned to the queue; "
+        "409 after a commit.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Roll back."""
         row = self.channel_row(request, name)
         engine_id = take_id_of(request, row, take_id)
         try:
             channels.open_channel(row).rollback_take(engine_id)
+        except TakeCommittedError as exc:
+            return Response({"error": str(exc)}, status=409)
         except ChannelEngineError as exc:
             raise_if_deleted(row, exc)
             raise

@@ -19,8 +19,14 @@ Accepted bodies:
     body_base64   string (base64)             the body as bytes (instead of body)
     key           string or null              the partition key, UTF-8 encoded
     headers       object of string -> string  event headers (Flume's are strings); a
-                  or null                     null value is stored as "" (as Flume does)
-    timestamp     integer                     milliseconds since the epoch (default: now)
+                  or null                     null value is stored as "" (as Flume does);
+                                              at most MAX_HEADERS = 1000 an event, names
+                                              at most MAX_HEADER_NAME = 1024 bytes (values:
+                                              the channel's batch limits, 413)
+    timestamp     integer                     milliseconds since the epoch (default: now),
+                                              0 .. MAX_TIMESTAMP = 253402300799999, i.e.
+                                              up to 9999-12-31T23:59:59.999Z: the range
+                                              every page and export can show as a date
 """
 from __future__ import annotations
 
@@ -35,7 +41,9 @@ from channel_engine import PendingEvent
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 FIELDS = {"body", "body_base64", "key", "headers", "timestamp"}
-MAX_TIMESTAMP = 2**63 - 1
+MAX_HEADERS = 1000
+MAX_HEADER_NAME = 1024  # bytes, UTF-8
+MAX_TIMESTAMP = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, Python's datetime.max
 
 
 class EventError(ValueError):
@@ -147,8 +155,13 @@ def _headers(index: int, headers: Any) -> dict[str, bytes] | None:
         return None
     if not isinstance(headers, dict):
         raise EventError(index, "headers", "must be an object of strings")
+    if len(headers) > MAX_HEADERS:
+        raise EventError(index, "headers", f"at most {MAX_HEADERS} headers an event")
     out = {}
     for name, value in headers.items():
+        if len(name) > MAX_HEADER_NAME // 4 and len(name.encode()) > MAX_HEADER_NAME:
+            raise EventError(index, "headers", f"a header name is at most {MAX_HEADER_NAME} "
+                                               "bytes (UTF-8)")
         if value is None:  # Flume stores a null header value as ""
             out[name] = b""
         elif isinstance(value, str):
@@ -162,5 +175,6 @@ def _timestamp(index: int, timestamp: Any) -> int | None:
     if timestamp is None:
         return None
     if type(timestamp) is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
-        raise EventError(index, "timestamp", "must be milliseconds since the epoch (int >= 0)")
+        raise EventError(index, "timestamp", "must be milliseconds since the epoch, an integer "
+                                             f"from 0 to {MAX_TIMESTAMP} (year 9999)")
     return timestamp

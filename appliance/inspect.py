@@ -25,6 +25,7 @@ from appliance.produce import errors
 from channel_engine import OffsetOutOfRangeError
 
 MAX_EVENTS_PER_PAGE = 1000
+INT64_MAX = 2**63 - 1  # offsets, timestamps and ids are int64 (Kafka's, and the database's)
 
 
 SUMMARY_FIGURES = ("capacity", "events_queued", "events_untaken", "events_in_flight",
@@ -154,8 +155,8 @@ class ChannelDetailView(APIView):
 class EventQuery(serializers.Serializer):
     """Where to start reading: an offset, or the first event at or after a time."""
 
-    offset = serializers.IntegerField(min_value=0, required=False)
-    timestamp = serializers.IntegerField(min_value=0, required=False)
+    offset = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
+    timestamp = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=MAX_EVENTS_PER_PAGE, default=100)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -173,9 +174,9 @@ class EventsView(APIView):
     @extend_schema(parameters=[
         OpenApiParameter("partition", {"type": "integer", "minimum": 0},
                          OpenApiParameter.PATH),
-        OpenApiParameter("offset", {"type": "integer", "minimum": 0},
+        OpenApiParameter("offset", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                          description="first offset to read (give offset or timestamp)"),
-        OpenApiParameter("timestamp", {"type": "integer", "minimum": 0},
+        OpenApiParameter("timestamp", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                          description="read from the first event at or after this time (ms)"),
         OpenApiParameter("limit", {"type": "integer", "minimum": 1,
                                    "maximum": MAX_EVENTS_PER_PAGE, "default": 100})],
@@ -213,7 +214,7 @@ class RunQuery(serializers.Serializer):
                                  help_text="empty: every task")
     outcome = serializers.ChoiceField(required=False, allow_blank=True,
                                       choices=RUN["properties"]["outcome"]["enum"])
-    before = serializers.IntegerField(required=False, min_value=1,
+    before = serializers.IntegerField(required=False, min_value=1, max_value=INT64_MAX,
                                       help_text="runs older than this id (the next page)")
     limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
 

@@ -3,6 +3,7 @@
 Names follow Prometheus conventions (weir_ prefix, _total for counters, base
 units); Flume's channel counters keep their meaning: weir_channel_put_attempts_total
 is Flume's EventPutAttemptCount, weir_channel_events is ChannelSize, and so on.
+Label values are escaped per the text format (backslash, double quote, newline).
 Admin role (a token or a staff session). A channel that cannot be opened (see
 channels.status_of) has weir_channel_up 0 and weir_channel_healthy 0 and no other
 figure; every other channel is reported as usual.
@@ -20,6 +21,7 @@ from rest_framework.views import APIView
 from appliance import channels
 from appliance.models import Channel
 from appliance.permissions import HasRole, allowed
+from appliance.produce import errors
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 COUNTERS = {
@@ -35,6 +37,7 @@ COUNTERS = {
     "dropped_events": "Untaken events dropped by opt-in retention.",
     "checkpoint_write_errors": "Checkpoints that failed (Flume CheckpointWriteErrorCount).",
     "checkpoint_backup_write_errors": "Backup checkpoints that failed.",
+    "disk_full_errors": "Puts refused because a disk was full (ENOSPC or quota).",
 }
 GAUGES = {
     "events": ("events_untaken", "Events committed and not yet taken (Flume ChannelSize)."),
@@ -46,9 +49,17 @@ GAUGES = {
 }
 
 
+def label(value: object) -> str:
+    """A label value escaped as the text format requires (backslash, quote, newline), so no
+    name can break the exposition of every other channel."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def render(statuses: list[dict[str, Any]], down: Sequence[str] = ()) -> str:
     """The exposition text for these channel statuses, and the channels in `down` (that
     could not be opened: weir_channel_up 0, weir_channel_healthy 0, no other figure)."""
+    statuses = [{**s, "name": label(s["name"])} for s in statuses]
+    down = [label(name) for name in down]
     metric = "weir_channel_up"
     lines = [f"# HELP {metric} 1 when the channel could be opened and asked for its figures "
              "(0: its reason is in the channel list's health_reason).",
@@ -99,7 +110,7 @@ class MetricsView(APIView):
     permission_classes = [HasRole]
     role = "admin"
 
-    @extend_schema(responses={(200, "text/plain"): str})
+    @extend_schema(responses={(200, "text/plain"): str, **errors()})
     def get(self, request: Request) -> HttpResponse:
         """Metrics in Prometheus text format."""
         statuses, down = [], []

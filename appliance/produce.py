@@ -12,7 +12,12 @@ serializer per event); the response lists where the events went:
                                                 partition's batch over max_batch_bytes or
                                                 segment_bytes
     503 + Retry-After                           channel full (after keep_alive_ms), disk
-                                                guard tripped, or puts paused by an operator
+                                                guard tripped, puts paused by an operator,
+                                                or a partition's log failed (I/O error)
+    507 + Retry-After                           the disk is full (ENOSPC): nothing written;
+                                                counted (weir_channel_disk_full_errors_total)
+                                                and the channel's health is degraded until
+                                                a put succeeds or space returns
 """
 from __future__ import annotations
 
@@ -29,15 +34,24 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from appliance import channels, row_cache
-from appliance.event_parsing import EventError, parse
+from appliance.event_parsing import (
+    MAX_HEADER_NAME,
+    MAX_HEADERS,
+    MAX_TIMESTAMP,
+    EventError,
+    parse,
+)
 from appliance.models import Channel
 from appliance.permissions import HasRole
 from channel_engine import (
     BatchTooLargeError,
     ChannelEngineError,
     ChannelFullError,
+    DiskFullError,
     DiskSpaceError,
     InvalidEventError,
+    LogOfflineError,
+    StorageError,
 )
 
 RETRY_AFTER_S = 1
@@ -65,12 +79,14 @@ ERROR_DESCRIPTIONS = {
     404: "no such channel (or path)", 409: "conflict", 413: "too large",
     415: "unsupported request content type", 416: "offset out of range",
     429: "rate limited (Retry-After)",
-    503: "unavailable: the channel or its disk (Retry-After when retrying helps)"}
+    503: "unavailable: the channel or its disk (Retry-After when retrying helps)",
+    507: "the disk is full: nothing written (Retry-After)"}
 
 
 def errors(*codes: int, html404: bool = False,
            **bodies: Any) -> dict[int | tuple[int, str], OpenApiResponse]:
-    """Documented error responses: 401/403/429 for every authenticated view, plus `codes`;
+    """Documented error responses: 401/403/429 for every authenticated view, plus `codes`,
+    plus the WSGI server's own 414/431 pages;
     `bodies` ("e400": schema) override the default body schema of a status. `html404`: the
     path has an <int:...> part, and a value that is not one matches no route at all, which
     Django answers with its own text/html 404 page."""
@@ -83,6 +99,11 @@ def errors(*codes: int, html404: bool = False,
     if html404:
         out[(404, "text/html")] = OpenApiResponse(
             {"type": "string"}, description="no such path (Django's page)")
+    # answered by the WSGI server (gunicorn) before the request reaches the appliance
+    out[(414, "text/html")] = OpenApiResponse(
+        {"type": "string"}, description="request line over 4094 bytes (the server's page)")
+    out[(431, "text/html")] = OpenApiResponse(
+        {"type": "string"}, description="a header over 8190 bytes (the server's page)")
     return out
 
 
@@ -92,11 +113,14 @@ _EVENT_IN = {
         "body": {"type": "string"},
         "body_base64": {"type": "string", "format": "byte"},
         "key": {"type": "string", "nullable": True},
-        "headers": {"type": "object", "nullable": True,
+        "headers": {"type": "object", "nullable": True, "maxProperties": MAX_HEADERS,
                     "additionalProperties": {"type": "string", "nullable": True},
                     "description": "header values are strings; a null value is stored as "
-                                   "\"\" (as Flume does), and read back as \"\""},
-        "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**63 - 1},
+                                   "\"\" (as Flume does), and read back as \"\"; names "
+                                   f"at most {MAX_HEADER_NAME} bytes (UTF-8)"},
+        "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": MAX_TIMESTAMP,
+                      "description": "ms since the epoch, up to 9999-12-31T23:59:59.999Z "
+                                     "(default: now)"},
     },
     "oneOf": [{"required": ["body"], "not": {"required": ["body_base64"]}},
               {"required": ["body_base64"], "not": {"required": ["body"]}}],
@@ -147,7 +171,8 @@ class ProduceView(APIView):
 
     @extend_schema(
         request=PRODUCE_REQUEST,
-        responses={200: _ProduceResponse, **errors(400, 404, 413, 503, e400=_ERROR_400)},
+        responses={200: _ProduceResponse,
+                   **errors(400, 404, 413, 503, 507, e400=_ERROR_400)},
         description=__doc__)
     def post(self, request: Request, name: str) -> Response:
         """Produce events."""
@@ -156,7 +181,11 @@ class ProduceView(APIView):
             raise NotFound(f"no channel {name!r}")
         self.check_object_permissions(request, row)
         limit = settings.WEIR_MAX_PRODUCE_BYTES
-        if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if not (length.isascii() and length.isdigit()):  # gunicorn checks; others may not
+            return Response({"error": "Content-Length: not a number", "index": None,
+                             "field": "content_length", "reason": "not a number"}, status=400)
+        if int(length) > limit:
             return _error(413, f"body over WEIR_MAX_PRODUCE_BYTES={limit} bytes")
         try:
             # without a body DRF gives {} rather than calling the parser: b"" then
@@ -181,6 +210,12 @@ class ProduceView(APIView):
                                f"this channel's {exc.setting}={exc.limit}: send fewer")
         except (ChannelFullError, DiskSpaceError) as exc:
             return _error(503, str(exc), retry=True)
+        except DiskFullError as exc:
+            return _error(507, f"the disk is full, nothing was written: {exc}", retry=True)
+        except (StorageError, LogOfflineError) as exc:
+            raise_if_deleted(row, exc)  # a channel deleted under this request: 404
+            return _error(503, f"the channel could not write, nothing was acknowledged: {exc}",
+                          retry=True)
         except ChannelEngineError as exc:
             raise_if_deleted(row, exc)
             raise

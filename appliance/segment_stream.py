@@ -35,8 +35,8 @@ CHUNK_BYTES = 4 << 20
 class BatchRange(serializers.Serializer):
     """The offsets wanted: [start, end)."""
 
-    start = serializers.IntegerField(min_value=0)
-    end = serializers.IntegerField(min_value=1)
+    start = serializers.IntegerField(min_value=0, max_value=2**63 - 1)
+    end = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["end"] <= attrs["start"]:

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "appliance.request_id.RequestIdMiddleware",  # first: every answer and log line has the id
     "appliance.proxy.TrustedProxyMiddleware",  # second: X-Forwarded-* only from the front
+    "appliance.chunked.ChunkedBodyMiddleware",  # third: chunked bodies: read whole, length set
     "django.middleware.security.SecurityMiddleware",
     "appliance.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the UI's and Swagger's assets, no CDN

@@ -51,7 +51,7 @@ CONFIG_FILE = "channel.json"
 FORMAT = "weir-channel-config"
 VERSION = 2
 VERSIONS = (1, 2)  # 1: no crc32c
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,199}$")
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,199}")  # whole name: fullmatch ("$" passes "a\n")
 # The settings that ChannelConfig hands straight to each partition's LogConfig.
 LOG_SETTINGS = ("durability", "flush_messages", "flush_ms", "segment_bytes", "segment_ms",
                 "index_interval_bytes", "preallocate", "retention_ms", "retention_bytes",
@@ -257,7 +257,7 @@ def _check_dir(name: str, value: object) -> None:
 
 
 def _check(c: ChannelConfig) -> None:
-    require(isinstance(c.name, str) and bool(NAME.match(c.name)), "name",
+    require(isinstance(c.name, str) and bool(NAME.fullmatch(c.name)), "name",
              f"must match [a-z0-9][a-z0-9_-]* (at most 200 characters), not {c.name!r}")
     require(len(c.data_dirs) >= 1, "data_dirs", "needs at least one directory")
     for d in c.data_dirs:

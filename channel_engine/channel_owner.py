@@ -29,7 +29,9 @@ the murmur2 hash of the key, as Kafka does, or all keyless events to one
 partition chosen round-robin per transaction) and encodes one record batch per
 partition (put_batch.py). Commit here: check every batch, check the disk
 guard, encrypt, wait up to keep_alive_ms for room under `capacity`, then append
-them; bad input fails before anything is written.
+them; bad input fails before anything is written. A put the disk cannot hold
+(DiskFullError: ENOSPC/EDQUOT, undone) is counted (disk_full_errors) and keeps the
+channel "degraded" until a put succeeds or the space it needed is free again.
 A put that touches one partition is one plain batch: atomic by itself. A put
 that touches several writes one transactional batch per partition, then a
 commit record to the journal; that record is the commit point (recovery
@@ -68,6 +70,11 @@ there too (no event lost, but committed takes may come back: at most the
 events_may_come_back_at_most of the recovery report). Health stays "degraded"
 until an operator acknowledges every record (acknowledge_losses).
 
+Takes by id (commit_take / rollback_take, for takes begun in another process): the
+owner remembers how its last FINISHED_TAKES takes ended, so a repeated commit or a
+rollback after commit raises TakeCommittedError, and a commit after rollback or expiry
+a TakeExpiredError that says which (older takes, or after an owner change: "gone").
+
 Checkpoints copy the queue state (a few ranges per partition) under the
 channel lock, rotate the journal, and write primary then backup outside the
 lock. Then segments every event of which is taken (by both checkpoint copies)
@@ -84,7 +91,7 @@ import heapq
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -103,9 +110,11 @@ from channel_engine.errors import (
     ChannelGoneError,
     ChannelLockedError,
     ConfigError,
+    DiskFullError,
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
+    TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
@@ -123,6 +132,8 @@ from channel_engine.recovery import LostRange
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
+FINISHED_TAKES = 10_000  # takes whose ending is remembered (a few hundred KiB)
+COMMITTED, ROLLED_BACK, EXPIRED = "committed", "rolled back", "expired"
 
 
 @dataclass
@@ -185,6 +196,9 @@ class ChannelOwner:
         self._unresolved: list[dict[int, _Put]] = []
         self._put_ids = 0
         self._takes: dict[int, _Take] = {}
+        # how the last FINISHED_TAKES takes ended, so a repeated commit or a late rollback
+        # is answered truly (committed / rolled back / expired), not guessed
+        self._finished: OrderedDict[int, str] = OrderedDict()
         self._last_batch: list[tuple[int, int, list[Event]] | None] = []
         self._lease_heap: list[tuple[int, int]] = []  # (deadline_ms, take id)
         self._take_ids = 0
@@ -209,7 +223,11 @@ class ChannelOwner:
         self.counters = dict.fromkeys(
             ("put_attempts", "put_successes", "put_errors", "take_attempts", "take_successes",
              "take_errors", "rollbacks", "takes_expired", "aborted_events", "dropped_events",
-             "lost_events", "checkpoint_write_errors", "checkpoint_backup_write_errors"), 0)
+             "lost_events", "checkpoint_write_errors", "checkpoint_backup_write_errors",
+             "disk_full_errors"), 0)
+        # the last put refused for a full disk: (directory, bytes it needed, why), until a
+        # put succeeds or that much space is free again; health is degraded meanwhile
+        self._disk_full: tuple[Path, int, str] | None = None
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -432,12 +450,18 @@ class ChannelOwner:
         with self._lock:
             self.counters["put_attempts"] += count
         try:
-            return self._commit_batches(transaction_id, batches, count)
-        except BaseException:
+            committed = self._commit_batches(transaction_id, batches, count)
+        except BaseException as exc:
             with self._lock:
                 self.counters["put_errors"] += 1
                 self.counters["rollbacks"] += 1
+                if isinstance(exc, DiskFullError):
+                    self.counters["disk_full_errors"] += 1
+                    needed = sum(len(batch) for _, batch in batches)
+                    self._disk_full = (Path(exc.directory), needed, str(exc))
             raise
+        self._disk_full = None
+        return committed
 
     def _check_put(self, transaction_id: int | None,
                    batches: Batches) -> list[BatchHeader]:
@@ -636,10 +660,21 @@ class ChannelOwner:
         self._expire_takes()
         take = self._takes.get(take_id)
         if take is None:
-            raise TakeExpiredError(f"channel {self.name!r}: take {take_id} is gone: its lease "
-                                   "expired or its channel owner restarted, and its events "
-                                   "were returned to the queue")
+            ended = self._finished.get(take_id)
+            if ended == COMMITTED:
+                raise TakeCommittedError(f"channel {self.name!r}: take {take_id} was already "
+                                         "committed: its events are gone for good")
+            why = {ROLLED_BACK: "it was rolled back", EXPIRED: "its lease expired"}.get(
+                ended or "", "its lease expired or its channel owner restarted")
+            raise TakeExpiredError(f"channel {self.name!r}: take {take_id} is gone: {why}, "
+                                   "and its events were returned to the queue")
         return take
+
+    def _finish(self, take_id: int, how: str) -> None:
+        """Remember how a take ended (bounded). Caller holds the lock."""
+        self._finished[take_id] = how
+        if len(self._finished) > FINISHED_TAKES:
+            self._finished.popitem(last=False)
 
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve up to max_events from the partitions' heads, round-robin; read them."""
@@ -727,6 +762,7 @@ class ChannelOwner:
         with self._room:
             self._live_take(take_id)
             take = self._takes.pop(take_id)
+            self._finish(take_id, COMMITTED)
             entries = []
             taken = 0
             for p in sorted(take.partitions):
@@ -742,7 +778,8 @@ class ChannelOwner:
             journal.sync(ticket)
 
     def rollback_take(self, take_id: int) -> None:
-        """Return a take's events to the head of their partitions, in order."""
+        """Return a take's events to the head of their partitions, in order; nothing for a
+        take already returned; TakeCommittedError for a committed one."""
         with self._lock:
             if self._closing:
                 return  # closing returned every take already
@@ -750,6 +787,10 @@ class ChannelOwner:
             if take is not None:
                 for p in take.partitions:
                     self._queues[p].rollback(take_id)
+                self._finish(take_id, ROLLED_BACK)
+            elif self._finished.get(take_id) == COMMITTED:
+                raise TakeCommittedError(f"channel {self.name!r}: take {take_id} was already "
+                                         "committed: its events cannot be returned")
             self.counters["rollbacks"] += 1
 
     def _expire_takes(self) -> None:
@@ -766,6 +807,7 @@ class ChannelOwner:
                 continue  # committed or rolled back before its lease ran out
             for p in take.partitions:
                 self._queues[p].rollback(take_id)
+            self._finish(take_id, EXPIRED)
             self.counters["takes_expired"] += 1
             self.counters["rollbacks"] += 1
 
@@ -1120,6 +1162,22 @@ class ChannelOwner:
             "history": [c.to_dict() for c in self._checkpoint_history],
         }
 
+    def _disk_full_reason(self) -> str | None:
+        """Why puts fail for a full disk, until a put succeeds or the space it needed (above
+        minimum_required_space) is free again."""
+        full = self._disk_full
+        if full is None:
+            return None
+        directory, needed, why = full
+        try:
+            free = self._free_space(directory)
+        except OSError:
+            free = 0
+        if free >= needed + self.config.minimum_required_space:
+            self._disk_full = None
+            return None
+        return f"the disk is full: a put failed ({why}); {free} bytes free, it needed {needed}"
+
     def _health(self) -> tuple[str, str]:
         for log in self._logs:
             offline = log.stats()["offline"]
@@ -1135,6 +1193,9 @@ class ChannelOwner:
                              self._free_space)
         except ChannelEngineError as exc:
             return "unhealthy", str(exc)
+        full = self._disk_full_reason()
+        if full is not None:
+            return "degraded", full
         unacknowledged = self._ledger.health_reason()
         if unacknowledged is not None:
             return "degraded", unacknowledged

@@ -182,6 +182,11 @@ class TakeExpiredError(TransactionStateError):
     """A take transaction's lease ran out: its events went back to the queue."""
 
 
+class TakeCommittedError(TransactionStateError):
+    """A take was committed already (its events are gone for good): a repeated commit
+    changes nothing, a rollback cannot return them."""
+
+
 class ChannelLockedError(ChannelEngineError):
     """Another process has this channel open for writing."""
 

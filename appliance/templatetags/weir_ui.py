@@ -2,20 +2,29 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import template
 
 register = template.Library()
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @register.filter
 def ms_time(value: Any) -> str:
-    """Milliseconds since the epoch as a UTC time ('' for none)."""
-    if value is None or value == "" or int(value) < 0:
+    """Milliseconds since the epoch as a UTC time ('—' for none); a value no date can show
+    (before 1970 or past year 9999: stored by an older version or the engine's CLI) as its
+    number, so one odd event never breaks a page."""
+    if value is None or value == "":
         return "—"
-    return datetime.fromtimestamp(int(value) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    ms = int(value)
+    if ms < 0:
+        return "—"
+    try:
+        return (EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except OverflowError:
+        return f"{ms} ms (no date)"
 
 
 @register.filter

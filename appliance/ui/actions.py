@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Task
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -110,6 +110,8 @@ def create_token(request: HttpRequest, name: str) -> HttpResponse:
 def revoke_token(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     """Revoke one of the channel's tokens, in every web worker."""
     row = get_object_or_404(Channel, name=name)
+    if pk > 2**63 - 1:  # past any id (PostgreSQL would refuse the query: a 500)
+        raise Http404("no such token")
     token = get_object_or_404(row.tokens, pk=pk)
     token.revoke()
     messages.success(request, f"Token {token} revoked.")

@@ -1,7 +1,7 @@
 """The UI's pages (GET) and the settings forms they hold (POST)."""
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +19,8 @@ from appliance.ui.preview import preview
 from channel_engine import OffsetOutOfRangeError
 
 PAGE_EVENTS = 50
+INT64_MAX = 2**63 - 1
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _common() -> dict[str, Any]:
@@ -98,16 +100,18 @@ def channel_settings(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _when(text: str) -> int | None:
-    """A time the operator typed (ISO, UTC unless it says otherwise) as ms since the epoch."""
-    if text.isdigit():
-        return int(text)
+    """A time the operator typed (ISO, UTC unless it says otherwise) as ms since the epoch,
+    0 .. INT64_MAX (None: not a time)."""
+    if text.isascii() and text.isdigit():
+        return int(text) if len(text) <= 19 and int(text) <= INT64_MAX else None
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        ms = (moment - EPOCH) // timedelta(milliseconds=1)
+    except (ValueError, OverflowError):  # 9999-12-31T23:59:59-01:00 is past datetime.max
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    return ms if ms >= 0 else None
 
 
 @operator_required
@@ -120,7 +124,8 @@ def events(request: HttpRequest, name: str) -> HttpResponse:
     if not query:
         return render(request, "ui/events.html", context)
     try:
-        partition = int(query.get("partition", "0"))
+        text = query.get("partition", "0")
+        partition = int(text) if len(text) <= 10 else -1
         if not 0 <= partition < row.partitions:
             raise ValueError
     except ValueError:
@@ -131,7 +136,8 @@ def events(request: HttpRequest, name: str) -> HttpResponse:
     if query.get("time"):
         at = _when(query["time"])
         if at is None:
-            context["errors"]["time"] = "a time like 2026-11-23T19:30:00 (UTC) or ms"
+            context["errors"]["time"] = ("a time like 2026-11-23T19:30:00 (UTC, 1970 to 9999) or "
+                                         "ms since the epoch")
             return render(request, "ui/events.html", context, status=400)
         start = channel.offsets_for_time(partition, at)
         context["found_offset"] = start
@@ -140,8 +146,8 @@ def events(request: HttpRequest, name: str) -> HttpResponse:
             return render(request, "ui/events.html", context)
     else:
         text = query.get("offset", "").strip() or "0"
-        if not text.isdigit():
-            context["errors"]["offset"] = "an offset: a whole number from 0"
+        if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > INT64_MAX:
+            context["errors"]["offset"] = f"an offset: a whole number from 0 to {INT64_MAX}"
             return render(request, "ui/events.html", context, status=400)
         start = int(text)
     try:

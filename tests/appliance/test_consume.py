@@ -53,8 +53,32 @@ def test_take_then_commit(orders: Channel) -> None:
     assert result["lease_expires_at_ms"] > time.time() * 1000
     commit = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
     assert commit.status_code == 200 and untaken(orders) == 3
-    again = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
-    assert again.status_code == 409
+    assert commit.json() == {"committed": True, "already_committed": False}
+
+
+def test_it_answers_a_repeated_commit_already_committed_and_a_late_rollback_409(
+        orders: Channel) -> None:
+    client = consumer(orders)
+    receipt = take(client, max_events=3).json()["take_id"]
+    url = f"/api/v1/channels/orders/takes/{receipt}"
+    assert client.post(f"{url}/commit").status_code == 200
+    again = client.post(f"{url}/commit")  # a retry whose first answer was lost
+    assert again.status_code == 200 and again.json() == {"committed": True,
+                                                         "already_committed": True}
+    late = client.post(f"{url}/rollback")
+    assert late.status_code == 409 and "already committed" in late.json()["error"]
+    assert untaken(orders) == 3  # nothing came back
+
+
+def test_it_answers_a_commit_after_rollback_409_saying_so(orders: Channel) -> None:
+    client = consumer(orders)
+    receipt = take(client, max_events=3).json()["take_id"]
+    url = f"/api/v1/channels/orders/takes/{receipt}"
+    assert client.post(f"{url}/rollback").status_code == 200
+    assert client.post(f"{url}/rollback").status_code == 200  # idempotent
+    refused = client.post(f"{url}/commit")
+    assert refused.status_code == 409 and "was rolled back" in refused.json()["error"]
+    assert untaken(orders) == 6
 
 
 def test_only_the_caller_that_took_can_commit_or_roll_back(orders: Channel) -> None:
@@ -105,8 +129,8 @@ def test_a_lapsed_lease_returns_the_events(orders: Channel) -> None:
     result = take(client, max_events=6, lease_seconds=1).json()
     time.sleep(1.1)
     assert len(take(client, max_events=6).json()["events"]) == 6
-    assert client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit"
-                       ).status_code == 409
+    late = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
+    assert late.status_code == 409 and "its lease expired" in late.json()["error"]
 
 
 def test_an_empty_channel_answers_at_once(orders: Channel) -> None:

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from appliance.event_parsing import EventError, parse
+from appliance.event_parsing import MAX_TIMESTAMP, EventError, parse
 from channel_engine import PendingEvent
 
 
@@ -46,8 +46,15 @@ def test_ndjson_skips_blank_lines() -> None:
     (b'{"events": [{"body": "x", "key": 7}]}', 0, "key"),
     (b'{"events": [{"body": "x", "headers": {"h": 1}}]}', 0, "headers.h"),
     (b'{"events": [{"body": "x", "headers": ["h"]}]}', 0, "headers"),
+    (b'{"events": [{"body": "x"}, {"body": "x", "headers": {"%s": "v"}}]}' % (b"h" * 1025), 1,
+     "headers"),
+    (b'{"events": [{"body": "x", "headers": {%s}}]}'
+     % b",".join(b'"h%d": ""' % i for i in range(1001)), 0, "headers"),
     (b'{"events": [{"body": "x", "timestamp": -1}]}', 0, "timestamp"),
     (b'{"events": [{"body": "x", "timestamp": 1.5}]}', 0, "timestamp"),
+    (b'{"events": [{"body": "x"}, {"body": "x", "timestamp": 253402300800000}]}', 1,
+     "timestamp"),
+    (b'{"events": [{"body": "x", "timestamp": 9223372036854775807}]}', 0, "timestamp"),
     (b'{"events": [{"body": "x", "colour": "red"}]}', 0, "colour"),
     (b'{"events": ["x"]}', 0, "event"),
     (b'{"events": []}', None, "events"),
@@ -72,3 +79,10 @@ def test_a_bad_ndjson_line_is_named() -> None:
 def test_other_content_types_are_refused() -> None:
     with pytest.raises(EventError, match="not supported"):
         parse(b"body", "text/plain")
+
+
+def test_it_accepts_every_timestamp_a_date_can_show() -> None:
+    body = b'{"events": [{"body": "x", "timestamp": 0}, {"body": "x", "timestamp": %d}]}' \
+        % MAX_TIMESTAMP
+    assert [e.timestamp for e in parse(body, "application/json")] == [0, MAX_TIMESTAMP]
+    assert MAX_TIMESTAMP == 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, as documented

@@ -57,11 +57,14 @@ def test_events_by_offset_and_by_time_page_without_taking(orders: Channel) -> No
 
 @pytest.mark.parametrize(("query", "status"), [
     ("", 400), ("offset=1&timestamp=1", 400), ("offset=-1", 400), ("offset=0&limit=0", 400),
-    ("offset=999", 416),
+    ("offset=999", 416), ("offset=99999999999999999999999", 400),
+    ("offset=9223372036854775808", 400), ("timestamp=99999999999999999999999", 400),
 ])
 def test_bad_event_queries(orders: Channel, query: str, status: int) -> None:
     response = admin().get(f"/api/v1/channels/orders/partitions/0/events?{query}")
     assert response.status_code == status
+    if status == 400 and "=9" in query:  # out of int64: named, never a 500
+        assert set(response.json()) == {query.split("=")[0]}
     assert admin().get("/api/v1/channels/orders/partitions/3/events?offset=0"
                        ).status_code == 400
 
@@ -95,6 +98,8 @@ def test_task_runs_are_listed_newest_first_filtered_and_paged(tmp_path: Path) ->
     scoped = token_client("admin", channels=[mine]).get("/api/v1/runs").json()["runs"]
     assert {r["channel"] for r in scoped} == {"mine"}
     assert admin.get("/api/v1/runs?outcome=maybe").status_code == 400
+    huge = admin.get("/api/v1/runs?before=99999999999999999999999")  # past int64: 400, named
+    assert huge.status_code == 400 and set(huge.json()) == {"before"}
     assert token_client("consume").get("/api/v1/runs").status_code == 403
     channels.close_all()
 
@@ -125,6 +130,8 @@ def test_raw_batches_of_a_range_stream_for_remote_readers(tmp_path: Path) -> Non
                           ).status_code == 416
         assert client.get("/api/v1/channels/raw/partitions/0/batches?start=5&end=5"
                           ).status_code == 400
+        past = client.get("/api/v1/channels/raw/partitions/0/batches?start=0&end=2%s" % ("0" * 20))
+        assert past.status_code == 400 and set(past.json()) == {"end"}  # past int64, named
         assert client.get("/api/v1/channels/raw/partitions/3/batches?start=0&end=1"
                           ).status_code == 400
         assert token_client("produce").get(

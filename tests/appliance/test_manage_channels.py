@@ -142,3 +142,32 @@ def test_a_create_the_disk_cannot_hold_leaves_nothing_behind(
     assert "cannot be opened" in response.json()["error"]
     assert not Channel.objects.exists()
     assert not (root / "orders").exists() and not any((root / "data").glob("orders-*"))
+
+
+@pytest.mark.parametrize("name", ["orders\n", "orders\r\n", "\norders", "Orders", "or ders"])
+def test_it_refuses_a_name_that_matches_only_in_part(root: Path, name: str) -> None:
+    refused = create(admin(), root, name=name)
+    assert refused.status_code == 400 and "name" in refused.json(), refused.content
+    assert not Channel.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["--conf=spark.x", "-x/%Y", "%Y/-d", "a\x00b", "a\nb",
+                                  "%Y\n", "a//b", "./a", ".hidden/%Y", "a b", "s3://x/%Y",
+                                  "%Q/%Y", "/abs"])
+def test_it_refuses_export_paths_that_are_not_plain_relative_paths(root: Path,
+                                                                  path: str) -> None:
+    client = admin()
+    assert create(client, root).status_code == 201
+    refused = client.patch("/api/v1/channels/orders", {"export_path": path}, format="json")
+    assert refused.status_code == 400 and "export_path" in refused.json(), refused.content
+    assert Channel.objects.get().export_path == "%Y/%m/%d/%H"  # nothing saved
+    assert create(client, root, name="other", checkpoint_dir=str(root / "other"),
+                  export_path=path).status_code == 400
+
+
+@pytest.mark.parametrize("path", ["%Y/%m/%d/%H", "year=%Y/month=%m", "events_v2.%y%j/", "a"])
+def test_it_accepts_plain_export_paths(root: Path, path: str) -> None:
+    client = admin()
+    assert create(client, root).status_code == 201
+    assert client.patch("/api/v1/channels/orders", {"export_path": path}, format="json"
+                        ).status_code == 200

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from appliance import channels
+from appliance.metrics import COUNTERS, GAUGES, render
 from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db
@@ -49,3 +50,16 @@ def test_metrics_parse_and_carry_the_channel_figures(orders: Channel) -> None:
 
 def test_metrics_need_the_admin_role(orders: Channel) -> None:
     assert APIClient().get("/metrics").status_code == 401
+
+
+def test_it_escapes_label_values_so_every_channel_stays_parseable() -> None:
+    # a name the engine refuses today, as an older version may have stored it
+    status = {"name": 'odd\n"\\name', "counters": dict.fromkeys(COUNTERS, 1),
+              "checkpoint": {"age_ms": 0}, "losses": {"events_lost": 0,
+                                                       "unacknowledged_events": 0},
+              "health": "healthy", "partitions": [{"partition": 0, "events_untaken": 2}],
+              **{key: 1 for key, _ in GAUGES.values()}}
+    text = render([status, {**status, "name": "orders"}])
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    names = {s.labels["channel"] for s in families["weir_partition_lag_events"].samples}
+    assert names == {'odd\n"\\name', "orders"}

@@ -77,6 +77,7 @@ def test_null_header_values_are_stored_empty_and_read_back_as_bytes(orders: Chan
 @pytest.mark.parametrize(("body", "status", "field"), [
     ({"events": [{"body": "ok"}, {"body": 1}]}, 400, "body"),
     ({"events": [{"body": "ok", "timestamp": "yesterday"}]}, 400, "timestamp"),
+    ({"events": [{"body": "ok"}, {"body": "late", "timestamp": 2**63 - 1}]}, 400, "timestamp"),
     (b"{not json", 400, "json"),
     ({"events": [{"body": "x"}] * 101}, 413, None),
 ])

@@ -441,3 +441,37 @@ def test_sealed_segments_read_trimmed_only_when_the_channel_preallocates(
         assert cells == ["trimmed"] * (len(segments) - 1) + ["preallocated"]
     else:
         assert cells == ["—"] * len(segments)
+
+
+# Stored by an older version or the engine's CLI: outside the range produce now accepts.
+ODD_TIMESTAMPS = [2**63 - 1, 253_402_300_800_000, 0]
+
+
+def test_it_renders_every_page_for_events_stored_outside_the_timestamp_range(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    for stamp in ODD_TIMESTAMPS:
+        put(row, [f"at {stamp}".encode()], timestamp=stamp)
+    for path in ("/", "/ui/status", "/channels/orders/", "/channels/orders/status",
+                 "/channels/orders/events?partition=0&offset=0",
+                 "/channels/orders/events?partition=0&time=9999-12-31T23:59:59"):
+        page = operator.get(path)
+        assert page.status_code == 200, path
+    html = operator.get("/channels/orders/events?partition=0&offset=0").content.decode()
+    assert f"{2**63 - 1} ms (no date)" in html and "1970-01-01 00:00:00 UTC" in html
+
+
+@pytest.mark.parametrize("query", [
+    "partition=99999999999999999999999", "partition=0&offset=99999999999999999999999",
+    "partition=0&offset=9223372036854775808", "partition=0&offset=²",
+    "partition=0&time=99999999999999999999999",
+    "partition=0&time=1969-12-31T00:00:00"])
+def test_it_refuses_out_of_range_integers_in_the_event_browser_with_400(
+        operator: Client, root: Path, query: str) -> None:
+    channel_row(root)
+    assert operator.get(f"/channels/orders/events?{query}").status_code == 400
+
+
+def test_it_answers_404_for_a_token_id_past_int64(operator: Client, root: Path) -> None:
+    channel_row(root)
+    assert operator.post(f"/channels/orders/tokens/{2**64}/revoke").status_code == 404

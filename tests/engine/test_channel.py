@@ -2,6 +2,7 @@
 takes and leases, multi-partition atomicity, checkpoints, reopen, roles, status."""
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import threading
@@ -24,6 +25,7 @@ from channel_engine import (
     InvalidEventError,
     OffsetOutOfRangeError,
     PartitionLog,
+    TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
@@ -31,6 +33,7 @@ from channel_engine import (
 )
 from channel_engine import checkpoint as checkpoint_file
 from channel_engine.recovery import LostRange
+from channel_engine.segment import LogSegment
 
 
 def put(channel: Channel, *bodies: bytes, key: bytes | None = None) -> list[tuple[int, int, int]]:
@@ -159,6 +162,35 @@ def test_the_disk_guard_refuses_puts_but_takes_and_checkpoints_go_on(tmp_path: P
         assert take_all(channel) == [b"before"]
         channel.checkpoint()
         assert channel.owner is not None and channel.owner.logs[0].log_end_offset == 1
+
+
+def test_it_counts_a_full_disk_and_is_degraded_until_space_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = {"bytes": 0}
+    with Channel.open(make_config(tmp_path), free_space=lambda _d: free["bytes"]) as channel:
+        put(channel, b"before")
+        real_append = LogSegment.append
+
+        def enospc(*args: Any) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(LogSegment, "append", enospc)  # the disk is full
+        with pytest.raises(DiskFullError, match="No space left"):
+            put(channel, b"refused")
+        status = channel.status()
+        assert status["counters"]["disk_full_errors"] == 1
+        assert (status["health"], status["health_reason"][:17]) == ("degraded",
+                                                                    "the disk is full:")
+        free["bytes"] = 10**9  # space is back (an operator cleaned up): healthy again
+        assert channel.status()["health"] == "healthy"
+        free["bytes"] = 0
+        with pytest.raises(DiskFullError):
+            put(channel, b"refused again")
+        assert channel.status()["health"] == "degraded"
+        monkeypatch.setattr(LogSegment, "append", real_append)
+        put(channel, b"after")  # a put that succeeds proves it too
+        assert channel.status()["health"] == "healthy"
+        assert take_all(channel) == [b"before", b"after"]
 
 
 # -- takes ---------------------------------------------------------------------------------
@@ -586,9 +618,29 @@ def test_a_leased_take_can_be_committed_from_another_process_by_id(tmp_path: Pat
         assert owner.status()["events_in_flight"] == 2
         with Channel.open(config) as worker_b:
             worker_b.commit_take(take.take_id)
-            with pytest.raises(TakeExpiredError):
+            with pytest.raises(TakeCommittedError):  # a retry learns the truth
                 worker_b.commit_take(take.take_id)
+            with pytest.raises(TakeCommittedError, match="cannot be returned"):
+                worker_b.rollback_take(take.take_id)
         assert take_all(owner) == [b"e2", b"e3"]
+
+
+def test_it_says_how_a_take_by_id_ended_rolled_back_or_expired(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config) as owner, Channel.open(config) as worker:
+        put(owner, *bodies(4))
+        returned = worker.take(lease_ms=60_000)
+        returned.take(2)
+        worker.rollback_take(returned.take_id)
+        worker.rollback_take(returned.take_id)  # again: nothing to do, no error
+        with pytest.raises(TakeExpiredError, match="it was rolled back"):
+            worker.commit_take(returned.take_id)
+        lapsed = worker.take(lease_ms=300)
+        lapsed.take(2)
+        time.sleep(0.4)
+        with pytest.raises(TakeExpiredError, match="its lease expired, and"):
+            worker.commit_take(lapsed.take_id)
+        assert len(take_all(owner)) == 4
 
 
 def test_take_ids_never_repeat_across_owners(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ def test_it_has_flume_defaults_and_keeps_untaken_events(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("name", "Orders"), ("name", "-x"), ("name", ""), ("name", "a/b"),
+    ("name", "Orders"), ("name", "-x"), ("name", ""), ("name", "a/b"), ("name", "orders\n"),
     ("data_dirs", []), ("data_dirs", ["relative/dir"]), ("data_dirs", ["/a", "/a"]),
     ("checkpoint_dir", "cp"),
     ("partitions", 0), ("partitions", "2"), ("partitions", True),

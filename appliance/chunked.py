@@ -1,0 +1,45 @@
+"""Request bodies sent with Transfer-Encoding: chunked (no Content-Length).
+
+Django reads a body only as far as CONTENT_LENGTH says, so under gunicorn (which
+de-chunks the stream but cannot know its length in advance) such a body reads as
+empty: a produce was refused as "not valid JSON", a PATCH changed nothing. This
+middleware reads the whole de-chunked body first, up to DATA_UPLOAD_MAX_MEMORY_SIZE
+(WEIR_MAX_PRODUCE_BYTES), and hands it on with its length set, so every view sees
+it as if it had been sent with a Content-Length. A longer body is answered 413 in
+the API's error shape ({"error": ...}) without reading the rest; a body cut off
+mid-chunk is answered 400.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+
+class ChunkedBodyMiddleware:
+    """Give a chunked request body its length before any view or parser reads it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        meta = request.META
+        chunked = "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if chunked and not meta.get("CONTENT_LENGTH") and "wsgi.input" in meta:
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            try:
+                body = meta["wsgi.input"].read(limit + 1)
+            # any failure here is the client's body: gunicorn raises its own ParseException
+            # kinds (not OSError) for a malformed or cut-off chunk
+            except Exception as exc:  # noqa: BLE001
+                return JsonResponse({"error": f"the chunked body could not be read: {exc}"},
+                                    status=400)
+            if len(body) > limit:
+                return JsonResponse({"error": f"body over {limit} bytes "
+                                              "(WEIR_MAX_PRODUCE_BYTES)"}, status=413)
+            meta["CONTENT_LENGTH"] = str(len(body))
+            request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[attr-defined]
+        return self.get_response(request)
