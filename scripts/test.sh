@@ -11,9 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
-. scripts/common.sh  # apt_install, # The front's tests (tests/appliance/test_front.py, test_slow_clients.py) run Debian's nginx.
-ensure_nginx
-use_test_redis
+. scripts/common.sh  # apt_install, ensure_nginx, use_test_redis
 # The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
 if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "test: installing Debian's chromium for the browser tests"
