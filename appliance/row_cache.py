@@ -19,20 +19,24 @@ cached: every row comes from the database, so a token revoked meanwhile is refus
 from the next request, in every worker. The cache is emptied too, so that after Redis
 comes back no row read before a change made during the outage is used. A change this
 process could not announce is announced at its next read of the generation (the next
-request, or the channel watcher's next tick, appliance/channels.py, which also makes
-every process with a channel open notice an outage within a tick); failing that
-(a process that exits, like manage.py revoke_token), rows are read again after
-MAX_AGE_S anyway, as they are after changes made behind Django's back (QuerySet.update
-sends no signals).
+request, or the channel watcher's next tick, appliance/channels.py). A change that is
+never announced (made by a process that exits, like manage.py revoke_token, while
+Redis was away) still reaches every process: each process that holds cached rows runs
+an outage watch (a thread asking for the generation every WEIR_CHANNEL_WATCH_S), so an
+idle worker notices the outage too and empties its cache before Redis is back. Rows
+are also read again after MAX_AGE_S, as after changes made behind Django's back
+(QuerySet.update sends no signals).
 """
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core import signals
 from django.core.cache import cache
 from django.db import transaction
@@ -50,6 +54,7 @@ _rows_generation: list[str | None] = [None]  # the generation _rows were read un
 _lock = threading.Lock()
 _request = threading.local()  # the generation this thread's request runs under
 _bump_pending = [False]  # a change this process could not announce yet
+_watching = [0]  # the pid whose outage watch runs
 
 
 def _generation() -> str | None:
@@ -148,7 +153,25 @@ def _cached(kind: str, ident: str, load: Any) -> Any:
         with _lock:
             if _rows_generation[0] == generation:
                 _rows[(kind, ident)] = (now, row)
+        _watch_outages()
     return row
+
+
+def _watch_outages() -> None:
+    """Start this process's outage watch (module doc), once per process: a thread does
+    not survive fork."""
+    with _lock:
+        if _watching[0] == os.getpid() or not settings.WEIR_CHANNEL_WATCH_S:
+            return
+        _watching[0] = os.getpid()
+    threading.Thread(target=_outage_watch, name="weir-row-cache-watch", daemon=True).start()
+
+
+def _outage_watch() -> None:
+    while settings.WEIR_CHANNEL_WATCH_S:
+        time.sleep(settings.WEIR_CHANNEL_WATCH_S)
+        current_generation()  # empties the cache when Redis cannot say
+    _watching[0] = 0  # turned off (tests): the next cached row starts it again
 
 
 def token(key_hash: str) -> ApiToken | None:
