@@ -18,9 +18,13 @@ RUN mkdir -p /usr/share/man/man1 \
 
 # The code stays in /app (root-owned, read-only to the appliance): settings find
 # templates/ next to it, and PYTHONPATH makes every process import this copy.
+# Packages from the hash-checked runtime lock (scripts/lock.sh), then the project itself
+# without dependencies, built by the locked setuptools: the image gets exactly the lock.
 WORKDIR /app
+COPY requirements/runtime.txt requirements/runtime.txt
+RUN pip install --require-hashes --no-deps -r requirements/runtime.txt
 COPY . .
-RUN pip install .
+RUN pip install --no-deps --no-build-isolation .
 
 # A fixed uid: web and worker containers share channel files and the owner's Unix socket,
 # which accepts only peers of its own uid. The var dir and data roots are created here,

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Make .venv ready on a fresh Debian machine with Python 3.11: apt packages when
-# missing, then the project and its pinned dependencies. Cheap when nothing changed.
+# missing, then every Python package from the hash-checked lock requirements/test.txt
+# (runtime + test extra, compiled by scripts/lock.sh), then the project itself (editable,
+# --no-deps). Re-syncs when the lock or pyproject.toml changed; cheap when nothing did.
+# Usage: scripts/bootstrap.sh [VENV]  (default .venv; another path for a trial install).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,19 +21,30 @@ if [ -z "$python" ]; then
   python=$(command -v python3)
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  if ! "$python" -m venv .venv 2>/dev/null; then
-    rm -rf .venv
+venv=${1:-.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  if ! "$python" -m venv "$venv" 2>/dev/null; then
+    rm -rf "$venv"
     apt_install python3-venv
-    "$python" -m venv .venv
+    "$python" -m venv "$venv"
   fi
 fi
 
-stamp=.venv/.weir-installed
-want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+# The stamp holds the hash of what was installed (the lock and pyproject.toml): when
+# either changes, the venv is synced again; when neither did, this costs one sha256sum.
+lock=requirements/test.txt
+stamp=$venv/.weir-installed
+want=$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "bootstrap: installing Python packages into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  echo "bootstrap: syncing $venv with $lock"
+  rm -f "$stamp"
+  pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
+  "${pip[@]}" install --require-hashes --no-deps -r "$lock"
+  # Packages the lock no longer names (dropped or renamed dependencies) go, so the venv
+  # holds exactly the lock, plus the project and pip itself.
+  extra=$("$venv/bin/python" scripts/lock_inputs.py --unlocked "$lock")
+  if [ -n "$extra" ]; then "${pip[@]}" uninstall -y $extra; fi
+  # The project itself, editable, built by the locked setuptools (nothing unhashed fetched).
+  "${pip[@]}" install --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi
