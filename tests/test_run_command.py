@@ -5,7 +5,9 @@ the foreground (Ctrl-C). Each run gets its own var dir, ports and a private redi
 inherits WEIR_VAR_DIR=<the test's var dir>, which is how they are found (in /proc).
 
 Also the test command's Redis (use_test_redis in scripts/common.sh, which scripts/test.sh
-calls): a private redis-server when none answers, gone when the script exits."""
+calls): a private redis-server when none answers, gone when the script exits; and its
+PostgreSQL (use_test_postgres): a private server, stopped with the Redis on exit or
+SIGTERM, or a failed command saying why when it cannot start."""
 from __future__ import annotations
 
 import json
