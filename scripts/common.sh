@@ -32,6 +32,22 @@ ensure_nginx() {
   fi
 }
 
+# Run the function $1 when the calling shell exits, before those registered earlier (the
+# last started is the first stopped). One EXIT trap runs them all: a second `trap ... EXIT`
+# would replace the first and leave its server running. INT and TERM exit through it too.
+on_exit() {
+  _weir_exit_hooks="$1${_weir_exit_hooks:+ $_weir_exit_hooks}"
+  trap _run_exit_hooks EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+_run_exit_hooks() {
+  local hook
+  for hook in ${_weir_exit_hooks:-}; do "$hook" || true; done
+  _weir_exit_hooks=""
+}
+
 # Exit 0 when a Redis answers PING at the URL $1 (needs .venv: run after bootstrap.sh).
 redis_answers() {
   .venv/bin/python - "$1" <<'EOF' 2>/dev/null
@@ -64,10 +80,7 @@ _start_private_test_redis() {
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$_test_redis_dir" --loglevel warning >"$_test_redis_dir/redis.log" 2>&1 &
   _test_redis_pid=$!
-  # INT and TERM exit through the EXIT trap, so the private Redis goes with the shell.
-  trap _stop_private_test_redis EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
+  on_exit _stop_private_test_redis
   export WEIR_TEST_REDIS_URL=redis://127.0.0.1:$port
   local tries=0
   until redis_answers "$WEIR_TEST_REDIS_URL"; do
@@ -87,5 +100,109 @@ _stop_private_test_redis() {
     wait "$_test_redis_pid" 2>/dev/null || true
     rm -rf "$_test_redis_dir"
     _test_redis_pid=""
+  fi
+}
+
+# Exit 0 when a PostgreSQL accepts a connection at the URL $1 (needs .venv).
+postgres_answers() {
+  .venv/bin/python - "$1" <<'EOF' 2>/dev/null
+import sys
+import psycopg
+psycopg.connect(sys.argv[1], connect_timeout=3).close()
+EOF
+}
+
+# The newest PostgreSQL server install's bin dir (Debian: /usr/lib/postgresql/N/bin).
+postgres_bin_dir() {
+  find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path '*/bin/initdb' -printf '%h\n' \
+    2>/dev/null | sort -V | tail -n 1
+}
+
+# Install Debian's postgresql (initdb, pg_ctl, the server) when no install has initdb.
+ensure_postgres_server() {
+  [ -n "$(postgres_bin_dir)" ] || apt_install postgresql
+}
+
+# The tests' PostgreSQL: WEIR_TEST_POSTGRES_URL when one accepts connections there, else
+# (unset, or nothing answers) a private server stopped when the calling shell exits: its
+# data dir and unix socket under a temp dir, on 127.0.0.1 and a free port, trust auth,
+# no fsync (test data only), superuser `postgres`, a database `test`. Exports
+# WEIR_TEST_POSTGRES_URL. Exits the shell with the reason when the server cannot start.
+use_test_postgres() {
+  local wanted=${WEIR_TEST_POSTGRES_URL:-}
+  if [ -n "$wanted" ] && postgres_answers "$wanted"; then
+    export WEIR_TEST_POSTGRES_URL=$wanted
+    return 0
+  fi
+  if ! ensure_postgres_server || [ -z "$(postgres_bin_dir)" ]; then
+    echo "weir: no PostgreSQL answers at ${wanted:-WEIR_TEST_POSTGRES_URL (unset)} and" \
+         "Debian's postgresql could not be installed: the appliance tests cannot run on" \
+         "PostgreSQL" >&2
+    exit 1
+  fi
+  _start_private_test_postgres "${wanted:-WEIR_TEST_POSTGRES_URL (unset)}"
+}
+
+# PostgreSQL refuses to run as root: as root, its commands run as Debian's `postgres`
+# user (else `nobody`), which owns the temp dir.
+_as_test_postgres_user() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u "$_test_postgres_user" -- "$@"; else "$@"; fi
+}
+
+_start_private_test_postgres() {
+  local bin port data
+  bin=$(postgres_bin_dir)
+  port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  _test_postgres_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-test-postgres.XXXXXX")
+  _test_postgres_bin=$bin
+  _test_postgres_user=$(id -un)
+  data=$_test_postgres_dir/data
+  if [ "$(id -u)" -eq 0 ]; then
+    _test_postgres_user=nobody
+    id postgres >/dev/null 2>&1 && _test_postgres_user=postgres
+    chown "$_test_postgres_user" "$_test_postgres_dir"
+  fi
+  on_exit _stop_private_test_postgres
+  echo "weir: no PostgreSQL answers at $1: starting a private PostgreSQL" \
+       "($bin, as $_test_postgres_user) on 127.0.0.1:$port"
+  if ! _as_test_postgres_user test -w "$_test_postgres_dir"; then
+    echo "weir: the PostgreSQL user $_test_postgres_user cannot write $_test_postgres_dir" \
+         "(a parent directory is closed to it): set TMPDIR to a directory it can reach" >&2
+    exit 1
+  fi
+  if ! _as_test_postgres_user "$bin/initdb" -D "$data" -U postgres -A trust -E UTF8 \
+         --locale=C --no-sync >"$_test_postgres_dir/initdb.log" 2>&1; then
+    echo "weir: initdb of the private PostgreSQL failed; its log:" >&2
+    cat "$_test_postgres_dir/initdb.log" >&2
+    exit 1
+  fi
+  # Test data only: durability traded for speed.
+  cat >>"$data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$_test_postgres_dir'
+fsync = off
+full_page_writes = off
+synchronous_commit = off
+EOF
+  if ! _as_test_postgres_user "$bin/pg_ctl" -D "$data" -l "$_test_postgres_dir/postgres.log" \
+         -w -t 60 start >/dev/null 2>&1 \
+     || ! "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres test \
+          2>>"$_test_postgres_dir/postgres.log"; then
+    echo "weir: the private PostgreSQL did not start; its log:" >&2
+    cat "$_test_postgres_dir/postgres.log" >&2
+    exit 1
+  fi
+  export WEIR_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:$port/test
+}
+
+_stop_private_test_postgres() {
+  if [ -n "${_test_postgres_dir:-}" ]; then
+    if [ -f "$_test_postgres_dir/data/postmaster.pid" ]; then
+      _as_test_postgres_user "$_test_postgres_bin/pg_ctl" -D "$_test_postgres_dir/data" \
+        -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$_test_postgres_dir"
+    _test_postgres_dir=""
   fi
 }

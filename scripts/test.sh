@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run every test: lint, type check, the default pytest suite (SQLite; the browser tests
 # in tests/e2e use Debian's chromium, installed here when missing), then the
-# appliance tests again on PostgreSQL (WEIR_TEST_POSTGRES_URL, default the local
-# server on 127.0.0.1:5432; skipped with a message when none answers).
+# appliance tests again on PostgreSQL: the one at WEIR_TEST_POSTGRES_URL when it answers,
+# else a private server (Debian's postgresql, installed when missing; temp data dir, free
+# port) stopped when this script exits. Never skipped: when PostgreSQL cannot start, the
+# script fails saying why, before any test runs.
 # Redis: the tests use the one at WEIR_TEST_REDIS_URL (default redis://127.0.0.1:6379)
 # when it answers, else a private redis-server (free port, no persistence) stopped when
 # this script exits; Debian's redis-server is installed when missing (scripts/common.sh).
@@ -11,7 +13,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
-. scripts/common.sh  # apt_install, ensure_nginx, use_test_redis
+. scripts/common.sh  # apt_install, ensure_nginx, use_test_redis, use_test_postgres
 # The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
 if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "test: installing Debian's chromium for the browser tests"
@@ -21,13 +23,12 @@ fi
 ensure_nginx
 use_test_redis
 echo "== tests use the Redis at $WEIR_TEST_REDIS_URL"
+use_test_postgres
+echo "== the PostgreSQL pass uses $WEIR_TEST_POSTGRES_URL"
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"
-pg=${WEIR_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test}
-if .venv/bin/python -c "import psycopg, sys; psycopg.connect(sys.argv[1], connect_timeout=3).close()" "$pg" 2>/dev/null; then
-  echo "== appliance tests on PostgreSQL ($pg)"
-  DATABASE_URL=$pg .venv/bin/python -m pytest tests/appliance -q
-else
-  echo "== no PostgreSQL answers at $pg: appliance tests ran on SQLite only"
-fi
+echo "== appliance tests on PostgreSQL ($WEIR_TEST_POSTGRES_URL)"
+started=$SECONDS
+DATABASE_URL=$WEIR_TEST_POSTGRES_URL .venv/bin/python -m pytest tests/appliance -q
+echo "== appliance tests on PostgreSQL took $((SECONDS - started)) s"

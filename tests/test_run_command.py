@@ -5,7 +5,9 @@ the foreground (Ctrl-C). Each run gets its own var dir, ports and a private redi
 inherits WEIR_VAR_DIR=<the test's var dir>, which is how they are found (in /proc).
 
 Also the test command's Redis (use_test_redis in scripts/common.sh, which scripts/test.sh
-calls): a private redis-server when none answers, gone when the script exits."""
+calls): a private redis-server when none answers, gone when the script exits; and its
+PostgreSQL (use_test_postgres): a private server, stopped with the Redis on exit or
+SIGTERM, or a failed command saying why when it cannot start."""
 from __future__ import annotations
 
 import json
@@ -433,3 +435,85 @@ def test_the_test_command_keeps_using_a_redis_that_answers(tmp_path: Path) -> No
     finally:
         machine.terminate()
         machine.wait()
+
+
+# -- the test command's PostgreSQL (scripts/test.sh calls use_test_postgres) -------------
+SHOW_POSTGRES = """
+import os, psycopg
+with psycopg.connect(os.environ["WEIR_TEST_POSTGRES_URL"]) as db:
+    row = db.execute("select current_database(), current_setting('fsync'),"
+                     " current_setting('full_page_writes'),"
+                     " current_setting('synchronous_commit')").fetchone()
+print("settings", *row)
+"""
+
+
+def open_tmpdir(tmp_path: Path) -> Path:
+    """A TMPDIR that PostgreSQL's unprivileged user can reach (pytest's are root-only)."""
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"weir-pg-test-{os.getpid()}-{tmp_path.name}"
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("ending", ["exit", "SIGTERM"])
+def test_the_test_command_starts_a_private_postgres_and_redis_and_stops_both(
+        tmp_path: Path, ending: str) -> None:
+    dead_pg, dead_redis = free_ports(2)
+    tmp = open_tmpdir(tmp_path)
+    env = {**os.environ, "WEIR_TEST_POSTGRES_URL": f"postgresql://postgres@127.0.0.1:{dead_pg}/x",
+           "WEIR_TEST_REDIS_URL": f"redis://127.0.0.1:{dead_redis}", "TMPDIR": str(tmp),
+           "SHOW_POSTGRES": SHOW_POSTGRES}
+    script = ('set -euo pipefail; . scripts/common.sh; use_test_redis; use_test_postgres; '
+              f'{PYTHON} -c "$SHOW_POSTGRES"; '
+              'echo "pids $(head -n 1 "$_test_postgres_dir/data/postmaster.pid") '
+              '$_test_redis_pid $WEIR_TEST_POSTGRES_URL"; '
+              + ("" if ending == "exit" else "sleep 30 & wait $!"))
+    process = subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("pids "):
+                break
+        assert any(f"no PostgreSQL answers at postgresql://postgres@127.0.0.1:{dead_pg}/x: "
+                   "starting a private PostgreSQL" in line for line in lines), lines
+        assert "settings test off off off" in lines, lines  # its database; no fsync
+        _, postmaster, redis_pid, url = lines[-1].split()
+        assert url.startswith("postgresql://postgres@127.0.0.1:") and url.endswith("/test")
+        assert len(list(tmp.glob("weir-test-*"))) == 2  # one dir each
+        if ending == "SIGTERM":
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == (0 if ending == "exit" else 143), lines
+        for pid in (int(postmaster), int(redis_pid)):
+            assert gone(pid), f"{pid} outlived the script"
+        assert not port_open(int(url.rsplit(":", 1)[1].split("/")[0]))
+        assert not list(tmp.iterdir())  # both dirs went with them
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the SIGTERM case's sleep
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a dir closed to PostgreSQL's user needs root")
+def test_the_test_command_fails_saying_why_when_postgres_cannot_start(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)  # the `postgres` user may not enter it
+    env = {**os.environ, "TMPDIR": str(closed)}
+    env.pop("WEIR_TEST_POSTGRES_URL", None)
+    done = subprocess.run(["bash", "-c", "set -euo pipefail; . scripts/common.sh; "
+                           "use_test_postgres; echo ran on"], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=50)
+    assert done.returncode == 1 and "ran on" not in done.stdout
+    assert "cannot write" in done.stderr and "set TMPDIR" in done.stderr, done.stderr
+    assert not list(closed.iterdir())  # the temp dir was removed on the way out
