@@ -13,7 +13,8 @@ The JVM starts three times per run, not per test: one DumpLogSegments invocation
 mode (`--deep-iteration --print-data-log`, `--verify-index-only`,
 `--index-sanity-check`) with every file of every directory in its `--files` list.
 DumpLogSegments prints keys and payloads as UTF-8 text and headers by key only, so the
-data here is text and header values are left to kafka-python (test_kafka_codec.py).
+data here is text and header values are left to kafka-python (test_kafka_codec.py) and
+to Kafka's consumer reading Weir's files from a broker (test_kafka_broker.py).
 A damaged copy of a golden directory rides along in every invocation, and Kafka must
 report its damage: the parsing below is strict enough to see a failure.
 """
