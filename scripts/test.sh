@@ -8,12 +8,22 @@
 # Redis: the tests use the one at WEIR_TEST_REDIS_URL (default redis://127.0.0.1:6379)
 # when it answers, else a private redis-server (free port, no persistence) stopped when
 # this script exits; Debian's redis-server is installed when missing (scripts/common.sh).
+# JVM artifacts (Kafka's tools, for tests/engine/test_kafka_tools.py) are fetched first by
+# scripts/jvm_deps.py into var/jvm/ (pinned, sha256-checked; the cache is used offline
+# later); it stops here, naming what is missing, when Maven Central cannot be reached,
+# unless WEIR_KAFKA_HOME names a Kafka install to use instead.
 # Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the many-trial runs).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
 . scripts/common.sh  # apt_install, ensure_nginx, use_test_redis, use_test_postgres
+command -v java >/dev/null || apt_install openjdk-17-jre-headless
+if [ -z "${WEIR_KAFKA_HOME:-}" ]; then
+  command -v mvn >/dev/null || apt_install maven
+  kafka_libs=$(.venv/bin/python scripts/jvm_deps.py kafka-tools)
+  echo "== Kafka's tools from $kafka_libs"
+fi
 # The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
 if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "test: installing Debian's chromium for the browser tests"
