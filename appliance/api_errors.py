@@ -1,0 +1,39 @@
+"""DRF's exception handler for the API: engine errors a view leaves uncaught that have a
+documented answer get it instead of a 500.
+
+    ChannelGoneError     404 {"error": ...}                 the channel was deleted (or
+                                                            recreated) under the request
+    ChannelLockedError   503 {"error": ...}, Retry-After    no process could become the
+                                                            channel's owner nor reach it in
+                                                            time (an owner changing hands
+                                                            while a channel of that name is
+                                                            deleted and created again)
+
+Everything else goes to DRF's handler, and what that leaves (any other exception) to
+Django's handler500 (appliance/request_id.py: logged with its traceback, 500).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from channel_engine import ChannelGoneError, ChannelLockedError
+
+RETRY_AFTER_S = 1
+log = logging.getLogger(__name__)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """The API's answer to an exception a view raised (None: Django's 500)."""
+    if isinstance(exc, ChannelGoneError):
+        return Response({"error": f"no such channel (deleted): {exc}"}, status=404)
+    if isinstance(exc, ChannelLockedError):
+        log.warning("channel owner unreachable: %s", exc)
+        response = Response({"error": f"the channel is changing owner, try again: {exc}"},
+                            status=503)
+        response["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+    return drf_exception_handler(exc, context)
