@@ -1,14 +1,16 @@
 """DRF's exception handler for the API: engine errors a view leaves uncaught that have a
 documented answer get it instead of a 500.
 
-    ChannelGoneError     404 {"error": ...}                 the channel was deleted (or
-                                                            recreated) under the request
+    ChannelGoneError     404 {"detail": ...}                the channel was deleted (or
+                                                            recreated) under the request,
+                                                            as any channel there is not
     ChannelLockedError   503 {"error": ...}, Retry-After    no process could become the
                                                             channel's owner nor reach it in
                                                             time (an owner changing hands
                                                             while a channel of that name is
                                                             deleted and created again)
 
+The views that open a channel document both (their 503 is in the OpenAPI schema).
 Everything else goes to DRF's handler, and what that leaves (any other exception) to
 Django's handler500 (appliance/request_id.py: logged with its traceback, 500).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -29,7 +32,7 @@ log = logging.getLogger(__name__)
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """The API's answer to an exception a view raised (None: Django's 500)."""
     if isinstance(exc, ChannelGoneError):
-        return Response({"error": f"no such channel (deleted): {exc}"}, status=404)
+        return drf_exception_handler(NotFound(f"no such channel (deleted): {exc}"), context)
     if isinstance(exc, ChannelLockedError):
         log.warning("channel owner unreachable: %s", exc)
         response = Response({"error": f"the channel is changing owner, try again: {exc}"},

@@ -1,6 +1,6 @@
 """Engine errors a view leaves uncaught get their documented answer, not a 500: a channel
-deleted under the request is a 404, an owner no process can become nor reach for now a
-503 with Retry-After, both in the API's {"error": ...} shape."""
+deleted under the request is a 404 as for any channel there is not ({"detail": ...}), an
+owner no process can become nor reach for now a 503 with Retry-After ({"error": ...})."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,7 +30,7 @@ def test_it_answers_404_for_a_channel_deleted_under_the_request(
                             failing_open(ChannelGoneError("channel 'orders' was deleted")))
         response = token_client("admin").get("/api/v1/channels/orders")
     assert response.status_code == 404
-    assert "deleted" in response.json()["error"]
+    assert "deleted" in response.json()["detail"]
 
 
 def test_it_answers_503_with_retry_after_when_no_owner_can_be_reached(
