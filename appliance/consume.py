@@ -130,7 +130,8 @@ class _ChannelView(APIView):
 class TakesView(_ChannelView):
     """Begin a take transaction and get its events."""
 
-    @extend_schema(request=TakeRequest, responses={200: _TakeResponse, **errors(400, 404, 415, 503)})
+    @extend_schema(request=TakeRequest,
+                   responses={200: _TakeResponse, **errors(400, 404, 415, 503)})
     def post(self, request: Request, name: str) -> HttpResponse:
         """Take up to max_events events under a lease."""
         row = self.channel_row(request, name)
@@ -197,8 +198,8 @@ class TakeRollbackView(_ChannelView):
         200: {"type": "object",
               "properties": {"rolled_back": {"type": "boolean", "enum": [True]}},
               "required": ["rolled_back"], "additionalProperties": False},
-        **errors(404, 409, 503)}, description="Idempotent for a take already returned to the queue; "
-        "409 after a commit.")
+        **errors(404, 409, 503)},
+        description="Idempotent for a take already returned to the queue; 409 after a commit.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Roll back."""
         row = self.channel_row(request, name)
