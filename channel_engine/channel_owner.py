@@ -107,6 +107,7 @@ from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import (
+    ChannelClosedError,
     ChannelEngineError,
     ChannelFullError,
     ChannelGoneError,
@@ -119,7 +120,6 @@ from channel_engine.errors import (
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
-    TransactionStateError,
     UnusableFileError,
 )
 from channel_engine.event import Event
@@ -440,7 +440,7 @@ class ChannelOwner:
 
     def _check_writable(self) -> None:
         if self._closing:
-            raise TransactionStateError(f"channel {self.name!r} is closed")
+            raise ChannelClosedError(f"channel {self.name!r} is closed")
         if self.read_only:
             raise ReadOnlyLogError(f"channel {self.name!r} is open read-only")
 
@@ -631,7 +631,7 @@ class ChannelOwner:
 
     def _live_journal(self) -> commit_journal.CommitJournal:
         if self._journal is None:
-            raise TransactionStateError(f"channel {self.name!r} is closed")
+            raise ChannelClosedError(f"channel {self.name!r} is closed")
         return self._journal
 
     # -- take -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from appliance_helpers import channel_row, token_client
 from django.test import override_settings
 
 from appliance import channels
-from channel_engine import ChannelGoneError, ChannelLockedError
+from channel_engine import ChannelClosedError, ChannelGoneError, ChannelLockedError
 
 pytestmark = pytest.mark.django_db
 
@@ -42,3 +42,13 @@ def test_it_answers_503_with_retry_after_when_no_owner_can_be_reached(
         response = token_client("admin").get("/api/v1/channels/orders")
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert "try again" in response.json()["error"]
+
+
+def test_it_answers_503_when_the_handle_was_closed_under_the_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        channel_row(tmp_path)
+        monkeypatch.setattr(channels, "open_channel", failing_open(
+            ChannelClosedError("channel 'orders' is closed")))
+        response = token_client("admin").get("/api/v1/channels/orders")
+    assert response.status_code == 503 and response["Retry-After"] == "1"
