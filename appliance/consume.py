@@ -130,7 +130,8 @@ class _ChannelView(APIView):
 class TakesView(_ChannelView):
     """Begin a take transaction and get its events."""
 
-    @extend_schema(request=TakeRequest, responses={200: _TakeResponse, **errors(400, 404, 415)})
+    @extend_schema(request=TakeRequest,
+                   responses={200: _TakeResponse, **errors(400, 404, 415, 503)})
     def post(self, request: Request, name: str) -> HttpResponse:
         """Take up to max_events events under a lease."""
         row = self.channel_row(request, name)
@@ -172,7 +173,7 @@ class TakeCommitView(_ChannelView):
                                  "type": "boolean",
                                  "description": "true: a repeated commit, which changed nothing"}},
               "required": ["committed", "already_committed"]},
-        **errors(404, 409)}, description="Idempotent: a repeated commit answers 200 with "
+        **errors(404, 409, 503)}, description="Idempotent: a repeated commit answers 200 with "
         "already_committed; a take rolled back or lapsed answers 409.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Commit."""
@@ -197,8 +198,8 @@ class TakeRollbackView(_ChannelView):
         200: {"type": "object",
               "properties": {"rolled_back": {"type": "boolean", "enum": [True]}},
               "required": ["rolled_back"], "additionalProperties": False},
-        **errors(404, 409)}, description="Idempotent for a take already returned to the queue; "
-        "409 after a commit.")
+        **errors(404, 409, 503)},
+        description="Idempotent for a take already returned to the queue; 409 after a commit.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Roll back."""
         row = self.channel_row(request, name)

@@ -144,7 +144,7 @@ class ChannelDetailView(APIView):
     permission_classes = [HasRole]
     role = "admin"
 
-    @extend_schema(operation_id="channel_detail", responses={200: DETAIL, **errors(404)})
+    @extend_schema(operation_id="channel_detail", responses={200: DETAIL, **errors(404, 503)})
     def get(self, request: Request, name: str) -> Response:
         """Describe a channel."""
         row = get_object_or_404(Channel, name=name)
@@ -180,7 +180,8 @@ class EventsView(APIView):
                          description="read from the first event at or after this time (ms)"),
         OpenApiParameter("limit", {"type": "integer", "minimum": 1,
                                    "maximum": MAX_EVENTS_PER_PAGE, "default": 100})],
-        responses={200: _EventsPage, **errors(400, 404, 416, html404=True, e416=_OUT_OF_RANGE)})
+        responses={200: _EventsPage,
+                   **errors(400, 404, 416, 503, html404=True, e416=_OUT_OF_RANGE)})
     def get(self, request: Request, name: str, partition: int) -> Response:
         """Read events without taking them."""
         row = get_object_or_404(Channel, name=name)

@@ -33,7 +33,7 @@ class LossesAcknowledgeView(APIView):
     permission_classes = [HasRole]
     role = "admin"
 
-    @extend_schema(request=None, responses={200: _ACKNOWLEDGED, **errors(404)})
+    @extend_schema(request=None, responses={200: _ACKNOWLEDGED, **errors(404, 503)})
     def post(self, request: Request, name: str) -> Response:
         """Acknowledge the channel's recorded losses."""
         row = row_cache.channel(name)

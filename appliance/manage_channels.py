@@ -303,7 +303,7 @@ class ChannelView(ChannelDetailView):
                    parameters=[OpenApiParameter("force", {"type": "string",
                                                           "enum": list(FORCE_VALUES)},
                                                 description="drop untaken events too")],
-                   responses={204: None, **errors(400, 404, 409)})
+                   responses={204: None, **errors(400, 404, 409, 503)})
     def delete(self, request: Request, name: str) -> Response:
         """Delete a channel and its files (refused while events are untaken, unless forced)."""
         row = get_object_or_404(Channel, name=name)

@@ -60,7 +60,7 @@ class BatchesView(APIView):
         BatchRange], responses={
         (200, MEDIA_TYPE): OpenApiResponse({"type": "string", "format": "binary"},
                                            description="record batches, back to back"),
-        **errors(400, 404, 416, html404=True, e416=_RANGE_ERROR)})
+        **errors(400, 404, 416, 503, html404=True, e416=_RANGE_ERROR)})
     def get(self, request: Request, name: str, partition: int) -> Any:
         """Raw batches for offsets [start, end)."""
         row = row_cache.channel(name)

@@ -11,6 +11,7 @@ from channel_engine.channel_recovery import ChannelRecovery
 from channel_engine.config import LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
+    ChannelClosedError,
     ChannelEngineError,
     ChannelFullError,
     ChannelGoneError,
@@ -78,6 +79,7 @@ __all__ = [
     "TakeExpiredError",
     "TakeTransaction",
     "TransactionCapacityError",
+    "ChannelClosedError",
     "TransactionStateError",
     "__version__",
 ]

@@ -47,6 +47,7 @@ from channel_engine.channel_config import ChannelConfig
 from channel_engine.channel_owner import ChannelOwner, CheckpointResult
 from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.errors import (
+    ChannelClosedError,
     ChannelEngineError,
     ChannelLockedError,
     InvalidEventError,
@@ -171,7 +172,7 @@ class Channel:
                                      f"and used in forked process {os.getpid()}: open it again "
                                      "in this process")
         if self._closed:
-            raise TransactionStateError(f"channel {self.name!r} is closed")
+            raise ChannelClosedError(f"channel {self.name!r} is closed")
         with self._lock:
             if self._client is not None and self._client.lost:
                 self._client.close()

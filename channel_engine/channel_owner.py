@@ -10,7 +10,9 @@ Files: partition i is a PartitionLog in `partition_dir(i)`; the home
 (checkpoint_dir) holds channel.json, `checkpoint` (checkpoint.py), the commit
 journals `commits-<G>.journal` (commit_journal.py) and `.lock`, which the
 owner holds with flock (so a second would-be owner gets ChannelLockedError and
-becomes a client instead). read_only=True opens a snapshot without the lock.
+becomes a client instead); a lock taken on a `.lock` unlinked meanwhile (by an open
+letting go of a deleted channel) is dropped and taken again on the file there now, so
+that two owners never share one home. read_only=True opens a snapshot without the lock.
 Only an open with create=True (a new channel; Channel.open's first election) makes
 a missing home or partition directory; create=False (every re-election) raises
 ChannelGoneError when the home holds no channel.json or a saved partition's
@@ -105,6 +107,7 @@ from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import (
+    ChannelClosedError,
     ChannelEngineError,
     ChannelFullError,
     ChannelGoneError,
@@ -117,7 +120,6 @@ from channel_engine.errors import (
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
-    TransactionStateError,
     UnusableFileError,
 )
 from channel_engine.event import Event
@@ -340,13 +342,19 @@ class ChannelOwner:
         """Take `.lock`; return a line for the recovery report if a non-regular file in its
         place was moved aside (atomic_file.open_lock_file)."""
         path = self.config.home / LOCK_FILE
-        fd, moved = open_lock_file(path, "the channel's lock file")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown pid"
+        while True:
+            fd, moved = open_lock_file(path, "the channel's lock file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown pid"
+                os.close(fd)
+                raise ChannelLockedError(self.config.home, holder) from None
+            if _names_file(path, fd):
+                break
+            # the file was unlinked between our open and our flock (an open of a deleted
+            # channel lets go of the lock file it made): a lock on it excludes no one
             os.close(fd)
-            raise ChannelLockedError(self.config.home, holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         self._lock_fd = fd
@@ -432,7 +440,7 @@ class ChannelOwner:
 
     def _check_writable(self) -> None:
         if self._closing:
-            raise TransactionStateError(f"channel {self.name!r} is closed")
+            raise ChannelClosedError(f"channel {self.name!r} is closed")
         if self.read_only:
             raise ReadOnlyLogError(f"channel {self.name!r} is open read-only")
 
@@ -623,7 +631,7 @@ class ChannelOwner:
 
     def _live_journal(self) -> commit_journal.CommitJournal:
         if self._journal is None:
-            raise TransactionStateError(f"channel {self.name!r} is closed")
+            raise ChannelClosedError(f"channel {self.name!r} is closed")
         return self._journal
 
     # -- take -------------------------------------------------------------------------------
@@ -1230,6 +1238,16 @@ def _check_last_batch_opens(log: PartitionLog) -> None:
         if header.attributes & ENCRYPTED_MASK:
             unseal(data, log.sealer)
             return
+
+
+def _names_file(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _unlink_if_same(path: Path, fd: int) -> None:

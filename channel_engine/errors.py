@@ -178,6 +178,11 @@ class TransactionStateError(ChannelEngineError):
     """A transaction was used after it ended, or for the wrong kind of work."""
 
 
+class ChannelClosedError(TransactionStateError):
+    """The channel handle was closed (by another thread of this process, say: its channel
+    was deleted or changed) before or while it was used."""
+
+
 class TakeExpiredError(TransactionStateError):
     """A take transaction's lease ran out: its events went back to the queue."""
 

@@ -11,10 +11,14 @@ worker other than the one that began it), and its lease returns it otherwise.
 Only processes of the owner's user may connect: the socket file is 0600 and
 every peer's uid is checked with SO_PEERCRED. A directory in place of the socket file
 is moved aside (`owner.sock.stray`); a socket that cannot be made fails the owner's open
-with UnusableFileError naming the path.
+with UnusableFileError naming the path. Stopping removes only the socket file this
+server bound, in the home it bound it in: when a deleted channel is recreated at the same
+path, a process still closing the old channel's owner never removes the new owner's
+socket (which would leave the new owner holding the lock where no one can reach it).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import socketserver
@@ -42,6 +46,8 @@ class OwnerServer:
         self._dir_fd = os.open(owner.config.home, os.O_RDONLY | os.O_DIRECTORY)
         self._server = _Server(socket_path(self.path, self._dir_fd), _Handler, self)
         os.chmod(self.path, 0o600)
+        bound = os.stat(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
+        self._bound = (bound.st_dev, bound.st_ino)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.2},
                                         name=f"weir-owner-{owner.name}", daemon=True)
@@ -62,11 +68,17 @@ class OwnerServer:
             time.sleep(0.005)
         self._server.close_connections(idle_only=False)
         self._server.server_close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        self._unlink_own_socket()
         os.close(self._dir_fd)
+
+    def _unlink_own_socket(self) -> None:
+        # through the home this server bound in, and only the file it bound: a deleted
+        # channel's home recreated at the same path has a new owner whose owner.sock this
+        # must never remove (its clients could no longer reach it)
+        with contextlib.suppress(OSError):
+            current = os.stat(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
+            if (current.st_dev, current.st_ino) == self._bound:
+                os.unlink(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
 
 
 def socket_path(path: Path, dir_fd: int) -> str:

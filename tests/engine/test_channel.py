@@ -2,6 +2,7 @@
 takes and leases, multi-partition atomicity, checkpoints, reopen, roles, status."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import shutil
@@ -746,3 +747,53 @@ def test_reserve_takes_ranges_without_reading_them(tmp_path: Path) -> None:
         assert len(left) == 5
         taken = {(p, o) for p, start, end in ranges for o in range(start, end)}
         assert len(taken) == 25  # no event twice
+
+
+# -- a channel deleted and recreated in the same home -------------------------------------
+def test_it_never_removes_the_owner_socket_of_a_channel_recreated_in_a_deleted_ones_home(
+        tmp_path: Path) -> None:
+    from channel_engine.owner_client import OwnerClient
+
+    config = make_config(tmp_path)
+    old = Channel.open(config)
+    assert old.role == "owner"
+    for place in ("home", "data-a", "data-b"):
+        shutil.rmtree(tmp_path / place, ignore_errors=True)
+    new = Channel.open(config)  # the old owner's lock is on the deleted .lock
+    assert new.role == "owner"
+    try:
+        with contextlib.suppress(ChannelGoneError):
+            old.close()  # a process letting go of the deleted channel late
+        assert (config.home / "owner.sock").exists()
+        client = OwnerClient.connect(config, 5.0)  # other processes still reach the owner
+        client.close()
+    finally:
+        new.close()
+
+
+def test_it_takes_the_lock_again_when_its_lock_file_was_unlinked_before_the_flock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from channel_engine import ChannelLockedError, ChannelOwner
+    from channel_engine import channel_owner as owner_module
+
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    real_open = owner_module.open_lock_file
+    unlinked: list[int] = []
+
+    def racing_open(path: Path, what: str) -> tuple[int, Path | None]:
+        fd, moved = real_open(path, what)
+        if not unlinked:  # another open let go of the file it made, between open and flock
+            unlinked.append(fd)
+            path.unlink()
+        return fd, moved
+
+    monkeypatch.setattr(owner_module, "open_lock_file", racing_open)
+    first = ChannelOwner.open(config, create=False)
+    monkeypatch.setattr(owner_module, "open_lock_file", real_open)
+    try:
+        assert unlinked
+        with pytest.raises(ChannelLockedError):  # one owner a home, never two
+            ChannelOwner.open(config, create=False)
+    finally:
+        first.close()
