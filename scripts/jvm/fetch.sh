@@ -30,8 +30,8 @@ echo "weir: fetching pinned JVM artifacts for $name from Maven Central: $wanted"
 if ! mvn -q -B -Dmaven.repo.local="$root/var/jvm/m2" -f "$spec/pom.xml" \
      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$lib" >"$cache/fetch.log" 2>&1; then
   tail -n 20 "$cache/fetch.log" >&2
-  echo "weir: could not fetch $name's JVM artifacts ($wanted) from Maven Central;" \
-       "is https://repo.maven.apache.org reachable? (full log: $cache/fetch.log)" >&2
+  echo "weir: could not fetch $name's JVM artifacts ($wanted, versions in $spec/pom.xml) from Maven Central:" \
+       "unreachable, or not served there (full log: $cache/fetch.log)" >&2
   rm -rf "$lib"
   exit 1
 fi

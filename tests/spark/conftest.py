@@ -3,8 +3,9 @@ and one real HDFS for the run (`hdfs_url`): WEIR_TEST_HDFS_URL when set (an outs
 cluster, hdfs://host:port[/dir]), else a MiniDFSCluster started once through
 scripts/hdfs.sh (state under pytest's temp dir) and stopped when the run ends. A
 failure to start it fails the tests that need it, with the script's message; it is
-never skipped silently. `output_base` gives an output directory on one filesystem,
-"file" or "hdfs": parametrize a test over FILESYSTEMS to run it on both."""
+never skipped silently. The `output` fixture gives a test a fresh output directory,
+once on file:// and once on HDFS. Tests on HDFS are marked `hdfs`, which the default run
+leaves out: `-m hdfs` runs them alone, `-m "not slow"` with the file:// ones."""
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ def spark() -> Iterator[Any]:
             session.stop()
 
 
-FILESYSTEMS = ("file", "hdfs")
+FILESYSTEMS = ["file", pytest.param("hdfs", marks=pytest.mark.hdfs)]
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +78,9 @@ def new_output(filesystem: str, request: pytest.FixtureRequest, tmp_path: Path) 
     if filesystem == "hdfs":
         return f"{request.getfixturevalue('hdfs_url')}/{uuid.uuid4().hex}"
     return (tmp_path / "out").as_uri()
+
+
+@pytest.fixture(params=FILESYSTEMS)
+def output(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh output directory URI, on file:// or on HDFS (the `hdfs` variant)."""
+    return new_output(request.param, request, tmp_path)

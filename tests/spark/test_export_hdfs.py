@@ -1,11 +1,13 @@
 """The export job against a real HDFS (a MiniDFSCluster from scripts/hdfs.sh, or the
 cluster at WEIR_TEST_HDFS_URL): the exporter writes through Hadoop's hdfs:// client
-inside pyspark's JVM, and what it committed is read back over HDFS."""
+inside pyspark's JVM, and what it committed is read back over HDFS. Marked `hdfs`: run
+with `-m hdfs` (about 2.5 min on a loaded 2-core machine, HDFS start-up included)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_export import (
     as_put,
     check_names,
@@ -19,6 +21,8 @@ from test_export import (
 )
 
 from channel_engine.spark.dfs import Dfs
+
+pytestmark = pytest.mark.hdfs
 
 
 def test_an_export_to_hdfs_holds_every_event_exactly_once_after_a_killed_run(
