@@ -34,14 +34,19 @@ start() {
     cat "$urlfile"
     return 0
   fi
+  command -v java >/dev/null && command -v javac >/dev/null \
+    || { echo "weir: scripts/hdfs.sh needs a JDK 17 (java, javac) on PATH" >&2; return 1; }
   local lib classes
   lib=$("$root/scripts/jvm/fetch.sh" hdfs | tail -n 1)
   classes=$root/var/jvm/hdfs/classes
   if [ ! -f "$classes/MiniHdfs.class" ] || [ "$root/scripts/jvm/hdfs/MiniHdfs.java" -nt "$classes/MiniHdfs.class" ]; then
     mkdir -p "$classes"
-    javac -nowarn -cp "$lib/*" -d "$classes" "$root/scripts/jvm/hdfs/MiniHdfs.java" 2>&1 \
-      | grep -v "sun.misc\|^ *\^\|Signal\|warning" >&2 || true
-    [ -f "$classes/MiniHdfs.class" ] || { echo "weir: could not compile MiniHdfs.java" >&2; return 1; }
+    # javac warns that sun.misc.Signal is internal API: shown only when it fails.
+    if ! javac -cp "$lib/*" -d "$classes" "$root/scripts/jvm/hdfs/MiniHdfs.java" >"$dir/javac.log" 2>&1; then
+      cat "$dir/javac.log" >&2
+      echo "weir: could not compile scripts/jvm/hdfs/MiniHdfs.java" >&2
+      return 1
+    fi
   fi
   rm -f "$urlfile" "$pidfile"
   # setsid: the cluster outlives this script and a Ctrl-C in its terminal.
