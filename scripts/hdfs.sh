@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A real HDFS for tests and by hand: scripts/hdfs.sh start|stop|status
+#
+# start [--datanodes N] [--permissions on|off] [--port P] [--keep]
+#   Fetches the pinned Hadoop jars (scripts/jvm/fetch.sh hdfs), compiles the launcher
+#   scripts/jvm/hdfs/MiniHdfs.java, and starts a MiniDFSCluster (a NameNode and N
+#   DataNodes in one JVM) in the background. Returns once the NameNode is out of safe
+#   mode and prints `hdfs://127.0.0.1:PORT` as its last line; fails after
+#   WEIR_HDFS_START_TIMEOUT seconds (default 120) with the log's tail.
+# stop    kills it (SIGTERM, then SIGKILL after 30 s) and waits until it is gone.
+# status  prints "running hdfs://..." (exit 0) or "stopped" (exit 3).
+#
+# State lives in WEIR_HDFS_DIR (default var/hdfs): pid, url, hdfs.log, data/.
+# The data is formatted afresh at each start unless --keep is given.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${WEIR_HDFS_DIR:-$root/var/hdfs}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+pidfile=$dir/pid
+urlfile=$dir/url
+log=$dir/hdfs.log
+
+running_pid() {
+  [ -f "$pidfile" ] || return 1
+  local pid
+  pid=$(cat "$pidfile")
+  kill -0 "$pid" 2>/dev/null && grep -q MiniHdfs "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+}
+
+start() {
+  if pid=$(running_pid); then
+    echo "weir: HDFS already running (pid $pid); scripts/hdfs.sh stop first" >&2
+    cat "$urlfile"
+    return 0
+  fi
+  command -v java >/dev/null && command -v javac >/dev/null \
+    || { echo "weir: scripts/hdfs.sh needs a JDK 17 (java, javac) on PATH" >&2; return 1; }
+  local lib classes
+  lib=$("$root/scripts/jvm/fetch.sh" hdfs | tail -n 1)
+  classes=$root/var/jvm/hdfs/classes
+  if [ ! -f "$classes/MiniHdfs.class" ] || [ "$root/scripts/jvm/hdfs/MiniHdfs.java" -nt "$classes/MiniHdfs.class" ]; then
+    mkdir -p "$classes"
+    # javac warns that sun.misc.Signal is internal API: shown only when it fails.
+    if ! javac -cp "$lib/*" -d "$classes" "$root/scripts/jvm/hdfs/MiniHdfs.java" >"$dir/javac.log" 2>&1; then
+      cat "$dir/javac.log" >&2
+      echo "weir: could not compile scripts/jvm/hdfs/MiniHdfs.java" >&2
+      return 1
+    fi
+  fi
+  rm -f "$urlfile" "$pidfile"
+  # setsid: the cluster outlives this script and a Ctrl-C in its terminal.
+  setsid java -Xmx1g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    -cp "$classes:$lib/*" MiniHdfs "$dir" "$@" >"$log" 2>&1 </dev/null &
+  local pid=$!
+  echo "$pid" >"$pidfile"
+  local timeout=${WEIR_HDFS_START_TIMEOUT:-120} waited=0 url=""
+  while [ "$waited" -lt $((timeout * 5)) ]; do
+    url=$(grep -o '^hdfs://127\.0\.0\.1:[0-9]*$' "$log" | tail -n 1 || true)
+    [ -n "$url" ] && break
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 30 "$log" >&2
+      echo "weir: HDFS exited before it was up (log: $log)" >&2
+      rm -f "$pidfile"
+      return 1
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  if [ -z "$url" ]; then
+    tail -n 30 "$log" >&2
+    echo "weir: HDFS not up after ${timeout}s (log: $log); stopping it" >&2
+    stop >/dev/null
+    return 1
+  fi
+  echo "$url" >"$urlfile"
+  echo "weir: HDFS up (pid $pid, data and log under $dir)" >&2
+  echo "$url"
+}
+
+stop() {
+  local pid
+  if ! pid=$(running_pid); then
+    rm -f "$pidfile" "$urlfile"
+    echo "stopped"
+    return 0
+  fi
+  kill -TERM "$pid"
+  local i
+  for i in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "weir: HDFS (pid $pid) still up after 30 s; killing it" >&2
+    kill -KILL "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$pidfile" "$urlfile"
+  echo "stopped"
+}
+
+status() {
+  local pid
+  if pid=$(running_pid); then
+    echo "running $(cat "$urlfile" 2>/dev/null || echo "(starting)") pid $pid"
+  else
+    echo "stopped"
+    return 3
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  start) start "$@" ;;
+  stop) stop ;;
+  status) status ;;
+  *) echo "usage: scripts/hdfs.sh start [--datanodes N] [--permissions on|off] [--port P] [--keep] | stop | status" >&2; exit 2 ;;
+esac
