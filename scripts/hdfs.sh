@@ -2,7 +2,7 @@
 # A real HDFS for tests and by hand: scripts/hdfs.sh start|stop|status
 #
 # start [--datanodes N] [--permissions on|off] [--port P] [--keep]
-#   Fetches the pinned Hadoop jars (scripts/jvm/fetch.sh hdfs), compiles the launcher
+#   Fetches the pinned Hadoop jars (scripts/jvm_deps.py hdfs), compiles the launcher
 #   scripts/jvm/hdfs/MiniHdfs.java, and starts a MiniDFSCluster (a NameNode and N
 #   DataNodes in one JVM) in the background. Returns once the NameNode is out of safe
 #   mode and prints `hdfs://127.0.0.1:PORT` as its last line; fails after
@@ -37,7 +37,7 @@ start() {
   command -v java >/dev/null && command -v javac >/dev/null \
     || { echo "weir: scripts/hdfs.sh needs a JDK 17 (java, javac) on PATH" >&2; return 1; }
   local lib classes
-  lib=$("$root/scripts/jvm/fetch.sh" hdfs | tail -n 1)
+  lib=$(python3 "$root/scripts/jvm_deps.py" hdfs | tail -n 1)
   classes=$root/var/jvm/hdfs/classes
   if [ ! -f "$classes/MiniHdfs.class" ] || [ "$root/scripts/jvm/hdfs/MiniHdfs.java" -nt "$classes/MiniHdfs.class" ]; then
     mkdir -p "$classes"
