@@ -6,8 +6,6 @@ whatever the owner election of a process whose handle is on the old channel meet
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -17,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_channels_recreate import call, stop
-from test_gunicorn import ROOT, free_port, manage, wait_for_health
+from test_channels_recreate import call
+from test_gunicorn import ROOT, gunicorn, manage
 
 WORKERS, RUN_S = 3, 8.0
 REQUEST_TIMEOUT_S = 10  # an owner election gives up after 30 s: waiting that long fails
@@ -35,20 +33,8 @@ def churn_server(tmp_path: Path):  # type: ignore[no-untyped-def]
     manage(env, "migrate", "--noinput")
     admin = manage(env, "create_token", "ops", "--role", "admin", "--role", "produce"
                    ).strip().splitlines()[-1]
-    port = free_port()
-    log = (tmp_path / "gunicorn.log").open("wb")
-    gunicorn = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", str(WORKERS), "--threads", "2",
-         "--no-control-socket"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(url)
+    with (tmp_path / "gunicorn.log").open("wb") as log, gunicorn(env, WORKERS, log) as url:
         yield url, admin, tmp_path / "channels"
-    finally:
-        stop(gunicorn)
-        log.close()
 
 
 def metrics(url: str, key: str) -> tuple[int, object]:

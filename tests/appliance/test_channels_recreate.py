@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from appliance_helpers import wait_for
-from test_gunicorn import ROOT, free_port, manage, wait_for_health
+from test_gunicorn import ROOT, free_port, manage, stop, wait_for_health
 
 WORKERS = 3
 
@@ -84,15 +83,6 @@ def files_open(pids: list[int], under: Path) -> list[str]:
             if target.startswith(str(under)):
                 held.append(f"{pid}: {target}")
     return held
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 @pytest.fixture()

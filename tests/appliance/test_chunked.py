@@ -6,16 +6,13 @@ import http.client
 import io
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
-from test_gunicorn import free_port, manage, wait_for_health
+from test_gunicorn import gunicorn, manage
 
 from appliance.chunked import ChunkedBodyMiddleware
 
@@ -30,22 +27,8 @@ def server(tmp_path: Path) -> Iterator[tuple[int, str]]:
     manage(env, "migrate", "--noinput")
     manage(env, "create_channel", "orders", "--set", "minimum_required_space=0")
     key = manage(env, "create_token", "ops", "--role", "admin").strip().splitlines()[-1]
-    port = free_port()
-    gunicorn = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", "1", "--threads", "2", "--no-control-socket"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    try:
-        wait_for_health(f"http://127.0.0.1:{port}")
-        yield port, key
-    finally:
-        os.killpg(gunicorn.pid, signal.SIGTERM)
-        try:
-            gunicorn.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(gunicorn.pid, signal.SIGKILL)
-            gunicorn.wait()
+    with gunicorn(env, workers=1) as url:
+        yield int(url.rsplit(":", 1)[1]), key
 
 
 def chunked(port: int, key: str, method: str, path: str, pieces: list[bytes]

@@ -13,7 +13,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -48,6 +51,37 @@ def wait_for_health(url: str, deadline_s: float = 30) -> None:
     raise AssertionError("gunicorn did not answer /health")
 
 
+def stop(process: subprocess.Popen[Any]) -> None:
+    """Stop a process started in a session of its own, and everything it started."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextmanager
+def gunicorn(env: dict[str, str], workers: int,
+             stderr: int | IO[Any] = subprocess.DEVNULL) -> Iterator[str]:
+    """A real gunicorn (`workers` x 2 threads) serving the appliance with `env` on a free
+    loopback port, answering /health; its URL. Stopped with all its workers after."""
+    port = free_port()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
+         f"127.0.0.1:{port}", "--workers", str(workers), "--threads", "2",
+         "--no-control-socket"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(url)
+        yield url
+    finally:
+        stop(process)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # no worker left behind
+
+
 @pytest.fixture()
 def server(tmp_path: Path):  # type: ignore[no-untyped-def]
     env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),
@@ -57,25 +91,8 @@ def server(tmp_path: Path):  # type: ignore[no-untyped-def]
     manage(env, "create_channel", "orders", "--partitions", "3",
            "--set", "minimum_required_space=0")
     key = manage(env, "create_token", "load", "--role", "produce").strip().splitlines()[-1]
-    port = free_port()
-    gunicorn = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", "3", "--threads", "2", "--no-control-socket"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(url)
+    with gunicorn(env, workers=3) as url:
         yield url, key, tmp_path / "channels" / "orders" / "checkpoint"
-    finally:
-        os.killpg(gunicorn.pid, signal.SIGTERM)
-        try:
-            gunicorn.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(gunicorn.pid, signal.SIGKILL)
-            gunicorn.wait()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(gunicorn.pid, 0)  # no worker left behind
 
 
 def produce(url: str, key: str, producer: int, acked: list[str], errors: list[str]) -> None:

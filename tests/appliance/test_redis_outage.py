@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -20,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from appliance_helpers import wait_for
-from test_channels_recreate import call, stop
-from test_gunicorn import ROOT, free_port, manage, wait_for_health
+from test_channels_recreate import call
+from test_gunicorn import ROOT, free_port, gunicorn, manage
 
 FAST_S = 0.5  # produce, take, commit: one request's bound with Redis away
 EXPORT_S = 1.0  # "export now": answered at once
@@ -87,18 +86,8 @@ def appliance(tmp_path: Path, redis_server: Redis):  # type: ignore[no-untyped-d
     admin = manage(env, "create_token", "ops", "--role", "admin").strip().splitlines()[-1]
     keys = [manage(env, "create_token", f"app{i}", "--role", "produce", "--role", "consume"
                    ).strip().splitlines()[-1] for i in range(2)]
-    port = free_port()
-    gunicorn = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", "2", "--threads", "2", "--no-control-socket"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(url)
+    with gunicorn(env, workers=2) as url:
         yield {"url": url, "admin": admin, "key": keys[0], "revoked": keys[1], "env": env}
-    finally:
-        stop(gunicorn)
 
 
 def timed(what: str, url: str, key: str, method: str, path: str,

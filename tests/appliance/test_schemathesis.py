@@ -9,9 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from test_gunicorn import ROOT, free_port, manage, wait_for_health
+from test_gunicorn import gunicorn, manage
 
 from appliance import channels
 from appliance.models import ApiToken, Channel
@@ -110,23 +107,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, P
     env.pop("DATABASE_URL", None)
     manage(env, "migrate", "--noinput")
     key = manage(env, "create_token", "fuzz", "--role", "admin").strip().splitlines()[-1]
-    port = free_port()
-    gunicorn = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", "2", "--threads", "2", "--no-control-socket"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_health(url)
+    with gunicorn(env, workers=2) as url:
         yield url, key, tmp / "channels"
-    finally:
-        os.killpg(gunicorn.pid, signal.SIGTERM)
-        try:
-            gunicorn.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(gunicorn.pid, signal.SIGKILL)
-            gunicorn.wait()
 
 
 def _channel_exists(url: str, key: str, root: Path, name: str, resume: bool) -> None:
