@@ -50,4 +50,5 @@ def test_it_refuses_a_cached_jar_that_is_not_the_pinned_one(tmp_path, fetched):
 def test_it_names_the_known_sets_for_an_unknown_one(tmp_path):
     result = run(tmp_path, "no-such-set")
     assert result.returncode == 1
-    assert "no JVM artifact set 'no-such-set' (known: kafka-tools" in result.stderr
+    assert "no JVM artifact set 'no-such-set' (known: " in result.stderr
+    assert "kafka-tools" in result.stderr and "hdfs" in result.stderr
