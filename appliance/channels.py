@@ -11,20 +11,21 @@ channel_engine/channel.py) and reopens it when its row changed; after fork
 (gunicorn, Celery prefork) the child opens its own.
 
 A deleted or recreated channel is let go of in every process at once, requests or
-not: each process that has channels open runs a watcher thread that, every
-WEIR_CHANNEL_WATCH_S (0.5 s; 0 turns it off), reads the row cache's shared generation
-(appliance/row_cache.py: every save or delete of a channel replaces it) and, when it
-changed (or every row_cache.MAX_AGE_S, or every tick while Redis cannot say), asks the
-database which of its open channels still exist as the rows it opened. A handle whose row is gone or
-was recreated (another pk) is closed: an owner releases the lock and its files (the
-deleted files' space is freed), a client its connection. A changed row of the same pk
-is reopened by the next request that reads it, as before. A handle is only ever
-opened for a row that still exists (ChannelGoneError otherwise), its directories made
-only by the API's create and change or, for a row without files, under
+not: a process that has channels open runs the row cache's generation watch
+(appliance/row_cache.py: one thread per process, which reads the shared generation that
+every save or delete of a channel replaces, every WEIR_CHANNEL_WATCH_S, 0.5 s; 0 turns
+it off), and this module's channel watcher, called with each reading in that thread,
+asks the database which of its open channels still exist as the rows it opened when the
+generation changed (or every row_cache.MAX_AGE_S, or every tick while Redis cannot say).
+A handle whose row is gone or was recreated (another pk) is closed: an owner releases
+the lock and its files (the deleted files' space is freed), a client its connection. A
+changed row of the same pk is reopened by the next request that reads it, as before. A
+handle is only ever opened for a row that still exists (ChannelGoneError otherwise), its
+directories made only by the API's create and change or, for a row without files, under
 channel_dirs.lock() after checking the row again (never by an open racing a delete, nor
-by the engine's re-election of an owner: see channel_engine/channel.py), and deleted() tells
-a view whether an engine error came from a channel deleted under its request, which
-the API answers with 404 like any channel that does not exist.
+by the engine's re-election of an owner: see channel_engine/channel.py), and deleted()
+tells a view whether an engine error came from a channel deleted under its request,
+which the API answers with 404 like any channel that does not exist.
 
 status_of() is what views of many channels use (the channel list, /metrics, the
 dashboard): a channel that cannot be opened or asked (its home unreadable, its key
@@ -41,7 +42,6 @@ import threading
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
@@ -60,7 +60,7 @@ EXPORT_SETTINGS = ("export_format", "export_path")
 _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()
 _lock = threading.Lock()
-_watching: list[int] = [0]  # the pid whose watcher thread runs
+_seen: list[Any] = [None, 0.0]  # the generation close_stale() last ran under, when
 log = logging.getLogger(__name__)
 
 
@@ -137,6 +137,7 @@ def _open_row(row: Channel, create: bool) -> EngineChannel:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
             _open.clear()
             _open_pid = os.getpid()
+            _seen[0] = None  # the child's watcher checks its own handles at its first tick
         known = _open.get(row.name)
         version = (row.pk, row.updated_at)  # a deleted and recreated channel is another
         if known is not None and known[0] == version:
@@ -149,7 +150,7 @@ def _open_row(row: Channel, create: bool) -> EngineChannel:
         # not create: a delete may have removed the files since the check above
         channel = EngineChannel.open(to_config(row), create=create)
         _open[row.name] = (version, channel)
-    _watch()
+    row_cache.watch()
     return channel
 
 
@@ -185,32 +186,18 @@ def close_channel(name: str) -> None:
         _close(known[1])
 
 
-def _watch() -> None:
-    """Start this process's watcher thread (once per process: threads do not survive fork)."""
-    with _lock:
-        if _watching[0] == os.getpid() or not settings.WEIR_CHANNEL_WATCH_S:
-            return
-        _watching[0] = os.getpid()
-    threading.Thread(target=_watcher, name="weir-channel-watcher", daemon=True).start()
-
-
-def _watcher() -> None:
-    seen: str | None = None
-    checked = 0.0
-    while settings.WEIR_CHANNEL_WATCH_S:
-        time.sleep(settings.WEIR_CHANNEL_WATCH_S)
-        try:
-            generation = row_cache.current_generation()
-            if generation is not None and generation == seen and \
-                    time.monotonic() - checked < row_cache.MAX_AGE_S:
-                continue
-            seen, checked = generation, time.monotonic()
-            close_stale()
-        except Exception:  # the database away: try again at the next tick
-            log.warning("channel watcher: cannot check open channels", exc_info=True)
-        finally:
-            connection.close()  # this thread's own; reopened at its next check
-    _watching[0] = 0  # turned off (tests): the next open starts it again
+def _watcher(generation: str | None) -> None:
+    """The channel watcher (module doc), called by the row cache's generation watch."""
+    if generation is not None and generation == _seen[0] and \
+            time.monotonic() - _seen[1] < row_cache.MAX_AGE_S:
+        return
+    _seen[:] = [generation, time.monotonic()]
+    try:
+        close_stale()
+    except Exception:  # the database away: try again at the next tick
+        log.warning("channel watcher: cannot check open channels", exc_info=True)
+    finally:
+        connection.close()  # the watch thread's own; reopened at its next check
 
 
 def close_stale() -> list[str]:
@@ -243,4 +230,5 @@ def close_all() -> None:
         _close(channel)
 
 
+row_cache.subscribe(_watcher)
 atexit.register(close_all)  # a worker that exits normally checkpoints and hands over cleanly

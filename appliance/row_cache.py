@@ -19,13 +19,20 @@ cached: every row comes from the database, so a token revoked meanwhile is refus
 from the next request, in every worker. The cache is emptied too, so that after Redis
 comes back no row read before a change made during the outage is used. A change this
 process could not announce is announced at its next read of the generation (the next
-request, or the channel watcher's next tick, appliance/channels.py). A change that is
-never announced (made by a process that exits, like manage.py revoke_token, while
-Redis was away) still reaches every process: each process that holds cached rows runs
-an outage watch (a thread asking for the generation every WEIR_CHANNEL_WATCH_S), so an
-idle worker notices the outage too and empties its cache before Redis is back. Rows
-are also read again after MAX_AGE_S, as after changes made behind Django's back
-(QuerySet.update sends no signals).
+request, or the generation watch's next tick). A change that is never announced (made
+by a process that exits, like manage.py revoke_token, while Redis was away) still
+reaches every process: each process that holds cached rows or open channels runs the
+generation watch, so an idle worker notices the outage too and empties its cache
+before Redis is back. Rows are also read again after MAX_AGE_S, as after changes made
+behind Django's back (QuerySet.update sends no signals).
+
+The generation watch is one thread per process (started by watch(): by the first cached
+row, and by appliance/channels.py at its first open; a forked child starts its own)
+that reads the generation every WEIR_CHANNEL_WATCH_S (0 turns it off) and hands each
+reading, None while Redis cannot say, to every subscribe()d callback, in that thread
+(the channel watcher of appliance/channels.py): one Redis read a tick per process,
+however many consumers it has. A callback that raises is logged; the others are still
+called.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -54,7 +62,8 @@ _rows_generation: list[str | None] = [None]  # the generation _rows were read un
 _lock = threading.Lock()
 _request = threading.local()  # the generation this thread's request runs under
 _bump_pending = [False]  # a change this process could not announce yet
-_watching = [0]  # the pid whose outage watch runs
+_watching = [0]  # the pid whose generation watch runs
+_subscribers: list[Callable[[str | None], None]] = []  # told every tick's generation
 
 
 def _generation() -> str | None:
@@ -99,7 +108,7 @@ def _forget() -> None:
 def current_generation() -> str | None:
     """The shared generation as Redis has it now (not the request's copy), announcing this
     process's pending change first; None when Redis cannot say (and the cache is emptied:
-    the channel watcher asks every tick, so an idle process notices an outage too)."""
+    the generation watch asks every tick, so an idle process notices an outage too)."""
     try:
         return fast(_read_generation)
     except RedisError:
@@ -153,25 +162,38 @@ def _cached(kind: str, ident: str, load: Any) -> Any:
         with _lock:
             if _rows_generation[0] == generation:
                 _rows[(kind, ident)] = (now, row)
-        _watch_outages()
+        watch()
     return row
 
 
-def _watch_outages() -> None:
-    """Start this process's outage watch (module doc), once per process: a thread does
-    not survive fork."""
+def subscribe(callback: Callable[[str | None], None]) -> None:
+    """Have the generation watch hand every tick's generation (None while Redis cannot
+    say) to `callback`, in its thread; once, however often subscribed."""
+    with _lock:
+        if callback not in _subscribers:
+            _subscribers.append(callback)
+
+
+def watch() -> None:
+    """Start this process's generation watch (module doc), once per process: a thread
+    does not survive fork."""
     with _lock:
         if _watching[0] == os.getpid() or not settings.WEIR_CHANNEL_WATCH_S:
             return
         _watching[0] = os.getpid()
-    threading.Thread(target=_outage_watch, name="weir-row-cache-watch", daemon=True).start()
+    threading.Thread(target=_watch, name="weir-generation-watch", daemon=True).start()
 
 
-def _outage_watch() -> None:
+def _watch() -> None:
     while settings.WEIR_CHANNEL_WATCH_S:
         time.sleep(settings.WEIR_CHANNEL_WATCH_S)
-        current_generation()  # empties the cache when Redis cannot say
-    _watching[0] = 0  # turned off (tests): the next cached row starts it again
+        generation = current_generation()  # empties the cache when Redis cannot say
+        for callback in tuple(_subscribers):
+            try:
+                callback(generation)
+            except Exception:  # one consumer's failure must not stop the others' ticks
+                log.warning("generation watch: %r failed", callback, exc_info=True)
+    _watching[0] = 0  # turned off (tests): the next cached row or open starts it again
 
 
 def token(key_hash: str) -> ApiToken | None:
