@@ -17,6 +17,19 @@ def make_config(root: Path, name: str = "ch", **settings: Any) -> ChannelConfig:
                          str(root / "home"), **settings)
 
 
+def small_channel(root: Path) -> ChannelConfig:
+    """A two-partition channel under `root`, closed cleanly: six keyed events put, two of
+    them taken and committed (four untaken)."""
+    config = make_config(root, partitions=2)
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            for i in range(6):
+                tx.put(f"e{i}".encode(), key=str(i).encode())
+        with channel.take() as tx:
+            tx.take(2)
+    return config
+
+
 def crash(channel: Channel) -> None:
     """The owner process dies between two steps: no checkpoint, no clean close of the logs,
     the journal left as written, every descriptor and lock dropped. The page cache survives

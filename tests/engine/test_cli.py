@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from channel_helpers import make_config
+from channel_helpers import small_channel
 
 from channel_engine import Channel, LogConfig, PartitionLog
 
@@ -142,19 +142,8 @@ def _event(i: int):  # type: ignore[no-untyped-def]
 
 
 # -- on a channel home ---------------------------------------------------------------------
-def channel_home(tmp_path: Path) -> Path:
-    config = make_config(tmp_path, partitions=2)
-    with Channel.open(config) as channel:
-        with channel.put() as tx:
-            for i in range(6):
-                tx.put(f"event-{i}".encode(), key=str(i).encode())
-        with channel.take() as tx:
-            tx.take(2)
-    return config.home
-
-
 def test_channel_tools_stat_dump_verify_recover(tmp_path: Path) -> None:
-    home = channel_home(tmp_path)
+    home = small_channel(tmp_path).home
     done = tool("stat", str(home))
     assert done.returncode == 0 and "channel 'ch': 4 events untaken" in done.stdout
     assert "partition 1:" in done.stdout
@@ -173,7 +162,7 @@ def test_channel_tools_stat_dump_verify_recover(tmp_path: Path) -> None:
 
 
 def test_produce_into_a_channel_while_another_process_owns_it(tmp_path: Path) -> None:
-    home = channel_home(tmp_path)
+    home = small_channel(tmp_path).home
     with Channel.open(home) as owner:
         done = tool("produce", str(home), "--batch", "2", stdin="a\nb\nc\n")
         assert done.returncode == 0, done.stderr
@@ -214,7 +203,7 @@ def test_recover_repairs_a_damaged_home_and_prints_what_it_cost(tmp_path: Path) 
 
 def test_recover_names_a_damaged_channel_json_and_how_to_supply_the_config(
         tmp_path: Path) -> None:
-    home = channel_home(tmp_path)
+    home = small_channel(tmp_path).home
     settings = json.loads((home / "channel.json").read_text())
     (home / "channel.json").write_text('{"format": ')
     done = tool("recover", str(home))

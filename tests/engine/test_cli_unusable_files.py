@@ -13,22 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from channel_helpers import make_config
+from channel_helpers import small_channel
 
 from channel_engine import Channel, ChannelConfig, cli
 
 TOOLS = ("produce", "dump", "verify", "stat", "recover")
-
-
-def channel(tmp_path: Path) -> ChannelConfig:
-    config = make_config(tmp_path, partitions=2)
-    with Channel.open(config) as opened:
-        with opened.put() as tx:
-            for i in range(6):
-                tx.put(f"e{i}".encode(), key=str(i).encode())
-        with opened.take() as tx:
-            tx.take(2)
-    return config
 
 
 def replace_by_dir(path: Path) -> None:
@@ -84,22 +73,32 @@ def run(tool: str, path: Path, capsys: pytest.CaptureFixture[str],
     return status, out.getvalue() + capsys.readouterr().err
 
 
+def broken_channel(root: Path, broken: str) -> tuple[ChannelConfig, Path]:
+    """A small channel under `root` with one of BREAKS done to it; (config, broken path)."""
+    where, breaking, _ = BREAKS[broken]
+    config = small_channel(root)
+    path = where(config)
+    breaking(path)
+    return config, path
+
+
+def check_exit(tool: str, status: int, want: int, text: str, path: Path) -> None:
+    """The tool exited `want`, with no traceback or bare errno, naming `path` if it failed."""
+    assert status == want, f"{tool}: {text}"
+    assert "[Errno" not in text and "Traceback" not in text, f"{tool}: {text}"
+    if status:
+        assert str(path) in text, f"{tool}: {text}"
+
+
 @pytest.mark.parametrize("broken", sorted(BREAKS))
 def test_it_names_an_unusable_file_and_exits_nonzero(
     tmp_path: Path, broken: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    where, breaking, expected = BREAKS[broken]
-    for tool, want in expected.items():
-        root = tmp_path / tool
-        config = channel(root)
-        path = where(config)
-        breaking(path)
+    for tool, want in BREAKS[broken][2].items():
+        config, path = broken_channel(tmp_path / tool, broken)
         status, text = run(tool, config.home, capsys, monkeypatch)
-        assert status == want, f"{tool}: {text}"
-        assert "[Errno" not in text and "Traceback" not in text, f"{tool}: {text}"
-        if status:
-            assert str(path) in text, f"{tool}: {text}"
+        check_exit(tool, status, want, text, path)
         if tool == "recover" and status == 0:
             assert run("verify", config.home, capsys, monkeypatch)[0] == 0 or \
                 "unacknowledged" in run("verify", config.home, capsys, monkeypatch)[1]
@@ -110,23 +109,17 @@ def test_the_tools_on_a_partition_directory_name_what_is_unusable(
     tmp_path: Path, broken: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    where, breaking, _ = BREAKS[broken]
     for tool in TOOLS:
-        config = channel(tmp_path / tool)
-        path = where(config)
-        breaking(path)
+        config, path = broken_channel(tmp_path / tool, broken)
         status, text = run(tool, config.partition_dir(0), capsys, monkeypatch)
         want = 1 if tool == "verify" or (tool == "dump" and path.suffix == ".log") else 0
-        assert status == want, f"{tool}: {text}"
-        assert "[Errno" not in text and "Traceback" not in text, f"{tool}: {text}"
-        if status:
-            assert str(path) in text, f"{tool}: {text}"
+        check_exit(tool, status, want, text, path)
 
 
 def test_recover_moves_a_directory_in_place_of_the_lock_aside_and_reports_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    config = channel(tmp_path)
+    config = small_channel(tmp_path)
     (config.home / ".lock").unlink()
     (config.home / ".lock").mkdir()
     status, text = run("recover", config.home, capsys, monkeypatch)
@@ -142,7 +135,7 @@ def test_an_unreadable_lock_file_is_named_with_the_reason(
     tmp_path: Path, tool: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    config = channel(tmp_path)
+    config = small_channel(tmp_path)
     lock = config.home / ".lock"
     real_open = os.open
 

@@ -38,6 +38,35 @@ def crash(log: PartitionLog) -> None:
         segment.close()
 
 
+def patch(path: Path, position: int, new: bytes) -> None:
+    """Overwrite the bytes of a file at `position` with `new`."""
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(new)
+
+
+def flip(path: Path, position: int, bits: int) -> None:
+    """XOR the byte of a file at `position` with `bits`."""
+    with open(path, "rb") as f:
+        f.seek(position)
+        old = f.read(1)[0]
+    patch(path, position, bytes([old ^ bits]))
+
+
+def second_batch(path: Path) -> int:
+    """The position of the second batch of a .log written by this module."""
+    with open(path, "rb") as f:
+        return int(struct.unpack(">i", f.read(12)[8:])[0]) + 12
+
+
+def damaged_where_only_a_crc_sees(directory: Path) -> None:
+    """A clean log of 40 events with a bit flipped inside the records of its first
+    segment's second batch (offset 1): only the batch's CRC-32C tells."""
+    write(directory, 40).close()
+    first = sorted(directory.glob("*.log"))[0]
+    flip(first, second_batch(first) + 70, 0x01)
+
+
 def test_it_continues_after_a_lost_last_segment_without_reusing_offsets(tmp_path: Path) -> None:
     log = write(tmp_path, 40)
     log.checkpoint_recovery_point()
@@ -93,10 +122,7 @@ def test_it_deletes_leftover_files(tmp_path: Path) -> None:
 def test_a_rebuilt_index_that_meets_a_bad_batch_recovers_and_reports_it(tmp_path: Path) -> None:
     write(tmp_path, 6, LogConfig()).close()
     log_file = tmp_path / "00000000000000000000.log"
-    data = bytearray(log_file.read_bytes())
-    second = struct.unpack_from(">i", data, 8)[0] + 12
-    data[second + 16] = 9  # magic of the second batch
-    log_file.write_bytes(bytes(data))
+    patch(log_file, second_batch(log_file) + 16, b"\x09")  # magic of the second batch
     (tmp_path / "00000000000000000000.index").unlink()
     with PartitionLog.open(tmp_path, LogConfig()) as log:
         kinds = [a.kind for a in log.last_recovery.actions]
@@ -130,12 +156,7 @@ def test_force_recovery_keeps_the_known_log_end(tmp_path: Path) -> None:
 
 
 def test_a_repair_marker_makes_the_next_writable_open_check_every_crc(tmp_path: Path) -> None:
-    write(tmp_path, 40).close()
-    first = sorted(tmp_path.glob("*.log"))[0]
-    data = bytearray(first.read_bytes())
-    second = struct.unpack_from(">i", data, 8)[0] + 12
-    data[second + 70] ^= 0x01  # inside the records of the second batch: only a CRC sees it
-    first.write_bytes(bytes(data))
+    damaged_where_only_a_crc_sees(tmp_path)
     trusting = CONFIG.replace(verify_on_open=False)
     with PartitionLog.open(tmp_path, trusting) as log:  # clean, unchecked: damage unseen
         assert not log.last_recovery.actions
@@ -171,13 +192,16 @@ def last_batch(path: Path) -> tuple[int, int]:
     return last
 
 
+def killed_with_ten_events(directory: Path) -> tuple[Path, int, int]:
+    """A log of 10 events killed; its active segment and the (position, size) of that
+    segment's last batch."""
+    crash(write(directory, 10))
+    active = sorted(directory.glob("*.log"))[-1]
+    return (active, *last_batch(active))
+
+
 def test_it_checks_every_crc_of_a_clean_log_at_open(tmp_path: Path) -> None:
-    write(tmp_path, 40).close()
-    first = sorted(tmp_path.glob("*.log"))[0]
-    data = bytearray(first.read_bytes())
-    second = struct.unpack_from(">i", data, 8)[0] + 12
-    data[second + 70] ^= 0x01  # inside the records of the second batch: only a CRC sees it
-    first.write_bytes(bytes(data))
+    damaged_where_only_a_crc_sees(tmp_path)
     with PartitionLog.open(tmp_path, CONFIG) as log:
         assert [a.kind for a in log.last_recovery.actions] == [DAMAGE_SPLIT]
         assert [(r.start, r.end) for r in log.take_new_losses()] == [(1, 2)]
@@ -186,12 +210,8 @@ def test_it_checks_every_crc_of_a_clean_log_at_open(tmp_path: Path) -> None:
 def test_it_counts_a_damaged_last_batch_after_a_kill_and_never_reuses_its_offsets(
     tmp_path: Path,
 ) -> None:
-    crash(write(tmp_path, 10))
-    active = sorted(tmp_path.glob("*.log"))[-1]
-    position, size = last_batch(active)
-    data = bytearray(active.read_bytes())
-    data[position + size - 3] ^= 0x10  # a complete batch, damaged: it was written whole
-    active.write_bytes(bytes(data))
+    active, position, size = killed_with_ten_events(tmp_path)
+    flip(active, position + size - 3, 0x10)  # a complete batch, damaged: it was written whole
     with PartitionLog.open(tmp_path, CONFIG) as log:
         [cut] = [a for a in log.last_recovery.actions if a.kind == TRUNCATED]
         assert (cut.first_offset_lost, cut.next_offset_kept) == (9, 10)
@@ -200,12 +220,8 @@ def test_it_counts_a_damaged_last_batch_after_a_kill_and_never_reuses_its_offset
 
 
 def test_it_counts_a_last_batch_whose_length_field_alone_is_damaged(tmp_path: Path) -> None:
-    crash(write(tmp_path, 10))
-    active = sorted(tmp_path.glob("*.log"))[-1]
-    position, _size = last_batch(active)
-    data = bytearray(active.read_bytes())
-    struct.pack_into(">i", data, position + 8, 0x7F00_0000)  # outside the CRC-32C
-    active.write_bytes(bytes(data))
+    active, position, _size = killed_with_ten_events(tmp_path)
+    patch(active, position + 8, struct.pack(">i", 0x7F00_0000))  # outside the CRC-32C
     with PartitionLog.open(tmp_path, CONFIG) as log:
         assert [(r.start, r.end) for r in log.take_new_losses()] == [(9, 10)]
         assert log.log_end_offset == 10
