@@ -23,12 +23,13 @@ ROLES = ("produce", "consume", "admin")
 _ENGINE = ChannelConfig.__dataclass_fields__
 
 
-def _default(name: str) -> Any:
-    return _ENGINE[name].default
-
-
 def _help(name: str) -> str:
     return str(_ENGINE[name].metadata["doc"])
+
+
+def _engine(name: str) -> dict[str, Any]:
+    """The default and help text of an engine setting, for the model field of that name."""
+    return {"default": _ENGINE[name].default, "help_text": _help(name)}
 
 
 class Channel(models.Model):
@@ -37,43 +38,28 @@ class Channel(models.Model):
     name = models.CharField(max_length=200, unique=True, help_text=_help("name"))
     data_dirs = models.JSONField(help_text=_help("data_dirs"))
     checkpoint_dir = models.CharField(max_length=4096, help_text=_help("checkpoint_dir"))
-    partitions = models.IntegerField(default=_default("partitions"),
-                                     help_text=_help("partitions"))
-    capacity = models.BigIntegerField(default=_default("capacity"), help_text=_help("capacity"))
-    transaction_capacity = models.IntegerField(default=_default("transaction_capacity"),
-                                               help_text=_help("transaction_capacity"))
-    keep_alive_ms = models.IntegerField(default=_default("keep_alive_ms"),
-                                        help_text=_help("keep_alive_ms"))
-    minimum_required_space = models.BigIntegerField(default=_default("minimum_required_space"),
-                                                    help_text=_help("minimum_required_space"))
-    checkpoint_interval_ms = models.BigIntegerField(default=_default("checkpoint_interval_ms"),
-                                                    help_text=_help("checkpoint_interval_ms"))
-    checkpoint_on_close = models.BooleanField(default=_default("checkpoint_on_close"),
-                                              help_text=_help("checkpoint_on_close"))
-    use_dual_checkpoints = models.BooleanField(default=_default("use_dual_checkpoints"),
-                                               help_text=_help("use_dual_checkpoints"))
+    partitions = models.IntegerField(**_engine("partitions"))
+    capacity = models.BigIntegerField(**_engine("capacity"))
+    transaction_capacity = models.IntegerField(**_engine("transaction_capacity"))
+    keep_alive_ms = models.IntegerField(**_engine("keep_alive_ms"))
+    minimum_required_space = models.BigIntegerField(**_engine("minimum_required_space"))
+    checkpoint_interval_ms = models.BigIntegerField(**_engine("checkpoint_interval_ms"))
+    checkpoint_on_close = models.BooleanField(**_engine("checkpoint_on_close"))
+    use_dual_checkpoints = models.BooleanField(**_engine("use_dual_checkpoints"))
     backup_checkpoint_dir = models.CharField(max_length=4096, null=True, blank=True,
                                              help_text=_help("backup_checkpoint_dir"))
-    durability = models.CharField(max_length=10, default=_default("durability"),
-                                  choices=[("fsync", "fsync"), ("policy", "policy")],
-                                  help_text=_help("durability"))
+    durability = models.CharField(max_length=10, **_engine("durability"),
+                                  choices=[("fsync", "fsync"), ("policy", "policy")])
     flush_messages = models.BigIntegerField(null=True, blank=True,
                                             help_text=_help("flush_messages"))
     flush_ms = models.BigIntegerField(null=True, blank=True, help_text=_help("flush_ms"))
-    segment_bytes = models.BigIntegerField(default=_default("segment_bytes"),
-                                           help_text=_help("segment_bytes"))
-    segment_ms = models.BigIntegerField(default=_default("segment_ms"),
-                                        help_text=_help("segment_ms"))
-    index_interval_bytes = models.IntegerField(default=_default("index_interval_bytes"),
-                                               help_text=_help("index_interval_bytes"))
-    preallocate = models.BooleanField(default=_default("preallocate"),
-                                      help_text=_help("preallocate"))
-    retention_ms = models.BigIntegerField(default=_default("retention_ms"),
-                                          help_text=_help("retention_ms"))
-    retention_bytes = models.BigIntegerField(default=_default("retention_bytes"),
-                                             help_text=_help("retention_bytes"))
-    compression = models.CharField(max_length=10, default=_default("compression"),
-                                   help_text=_help("compression"))
+    segment_bytes = models.BigIntegerField(**_engine("segment_bytes"))
+    segment_ms = models.BigIntegerField(**_engine("segment_ms"))
+    index_interval_bytes = models.IntegerField(**_engine("index_interval_bytes"))
+    preallocate = models.BooleanField(**_engine("preallocate"))
+    retention_ms = models.BigIntegerField(**_engine("retention_ms"))
+    retention_bytes = models.BigIntegerField(**_engine("retention_bytes"))
+    compression = models.CharField(max_length=10, **_engine("compression"))
     encryption_key_file = models.CharField(
         max_length=4096, null=True, blank=True,
         help_text="Name of the key file in WEIR_KEY_DIR (no slashes) for encryption at rest; "

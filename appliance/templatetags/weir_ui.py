@@ -1,7 +1,9 @@
 """Template filters of the admin UI: times, ages, sizes and counts as operators read them."""
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,13 +13,20 @@ register = template.Library()
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _dash_if_blank(show: Callable[[Any], str]) -> Callable[[Any], str]:
+    """A filter that shows '—' for no value (None or ''), and `show`s any other."""
+    @functools.wraps(show)
+    def shown(value: Any) -> str:
+        return "—" if value is None or value == "" else show(value)
+    return shown
+
+
 @register.filter
+@_dash_if_blank
 def ms_time(value: Any) -> str:
     """Milliseconds since the epoch as a UTC time ('—' for none); a value no date can show
     (before 1970 or past year 9999: stored by an older version or the engine's CLI) as its
     number, so one odd event never breaks a page."""
-    if value is None or value == "":
-        return "—"
     ms = int(value)
     if ms < 0:
         return "—"
@@ -28,10 +37,9 @@ def ms_time(value: Any) -> str:
 
 
 @register.filter
+@_dash_if_blank
 def age(value: Any) -> str:
     """A duration in milliseconds, short ('3.2 s', '4 min', '2 h')."""
-    if value is None or value == "":
-        return "—"
     ms = float(value)
     if ms < 1000:
         return f"{ms:.0f} ms"
@@ -46,18 +54,16 @@ def age(value: Any) -> str:
 
 
 @register.filter
+@_dash_if_blank
 def num(value: Any) -> str:
     """An integer with thousands separators."""
-    if value is None or value == "":
-        return "—"
     return f"{int(value):,}"
 
 
 @register.filter
+@_dash_if_blank
 def size(value: Any) -> str:
     """Bytes in binary units (KiB, MiB, GiB)."""
-    if value is None or value == "":
-        return "—"
     amount = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if amount < 1024 or unit == "TiB":

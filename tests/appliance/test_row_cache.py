@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from appliance_helpers import channel_row, wait_for
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from appliance import channels, row_cache
 from appliance.models import ApiToken
-from appliance_helpers import channel_row, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
