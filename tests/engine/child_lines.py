@@ -1,11 +1,25 @@
 """A child process whose stdout is read line by line on a thread, for the kill -9 tests:
-a line counts only when printed whole (the kill may cut the last one)."""
+a line counts only when printed whole (the kill may cut the last one); and the child's
+script imported into the test (load_script) for its shared definitions."""
 from __future__ import annotations
 
+import importlib.util
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A child's script (not a package module) imported under `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class ChildLines:
@@ -39,3 +53,18 @@ class ChildLines:
                     return done(self.lines)
                 self._changed.wait(min(left, 0.5))
         return True
+
+    def _kill(self) -> int:
+        """SIGKILL the child (if still running), reap it and read what was left in the
+        pipe; its exit status."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGKILL)
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:  # pragma: no cover - only if wait() timed out
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(timeout=30)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()

@@ -313,13 +313,8 @@ class Child(ChildLines):
 
     def kill(self) -> int:
         try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGKILL)
-            return self.proc.wait(timeout=30)
+            return self._kill()
         finally:
-            self._reader.join(timeout=30)
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
             self._stderr.close()
 
 

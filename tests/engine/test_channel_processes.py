@@ -31,7 +31,6 @@ number, e.g. `-m slow -k "test_owner_kill_keeps_the_contract_over_many_kills[37]
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
@@ -45,12 +44,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from channel_helpers import make_config
-from child_lines import ChildLines
+from child_lines import ChildLines, load_script
 
 from channel_engine import (
     Channel,
@@ -68,15 +66,7 @@ WORKER_SCRIPT = HERE / "channel_worker.py"
 WAIT_S = 30.0  # longest wait for a worker's line
 
 
-def _load_worker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("weir_channel_worker", WORKER_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-worker = _load_worker()
+worker = load_script(WORKER_SCRIPT, "weir_channel_worker")
 
 
 # -- worker processes -------------------------------------------------------------------------
@@ -114,16 +104,8 @@ class Worker(ChildLines):
         if self.returncode is not None:
             return self.returncode
         try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGKILL)
-            self.returncode = self.proc.wait(timeout=30)
+            self.returncode = self._kill()
         finally:
-            if self.proc.poll() is None:  # pragma: no cover - only if wait() timed out
-                self.proc.kill()
-                self.proc.wait()
-            self._reader.join(timeout=30)
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
             self._stderr.close()
         return self.returncode
 

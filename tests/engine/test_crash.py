@@ -31,7 +31,6 @@ derived from its number, so a failing one reruns alone, e.g.
 """
 from __future__ import annotations
 
-import importlib.util
 import random
 import signal
 import subprocess
@@ -41,10 +40,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from child_lines import ChildLines
+from child_lines import ChildLines, load_script
 
 from channel_engine import Event, LogConfig, PartitionLog, PendingEvent, record_batch
 from channel_engine.recovery import (
@@ -62,15 +60,7 @@ ROUND_STRIDE = 1_000_000  # batch numbers of crash-loop round r start at r * ROU
 WAIT_S = 20.0  # longest wait for a writer's line; it writes ~5 MB/s meanwhile
 
 
-def _load_writer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("weir_crash_writer", WRITER_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-writer = _load_writer()
+writer = load_script(WRITER_SCRIPT, "weir_crash_writer")
 
 
 @dataclass(frozen=True)
@@ -175,17 +165,7 @@ class WriterProcess(ChildLines):
         """SIGKILL (if still running), reap, read what was left in the pipe."""
         if self.result is not None:
             return self.result
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGKILL)
-            returncode = self.proc.wait(timeout=30)
-        finally:
-            if self.proc.poll() is None:  # pragma: no cover - only if wait() timed out
-                self.proc.kill()
-                self.proc.wait()
-            self._reader.join(timeout=30)
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
+        returncode = self._kill()
         self._stderr.seek(0)
         self.result = returncode, self._stderr.read()
         self._stderr.close()
