@@ -61,11 +61,12 @@ import itertools
 import json
 import os
 import random
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from child_lines import Output, freeze, nth_call
 
 from channel_engine import (
     Channel,
@@ -117,18 +118,6 @@ def token(event: Event) -> str:
 
 
 # -- output ---------------------------------------------------------------------------------
-class Output:
-    """Whole lines to stdout, one write and flush each, from any thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def line(self, text: str) -> None:
-        with self._lock:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-
-
 def fail(out: Output, exc: BaseException) -> None:
     out.line(f"ERROR {type(exc).__name__}: {exc}")
     os._exit(2)
@@ -258,21 +247,9 @@ def untaken(channel: Channel) -> int:
 
 
 # -- crash ----------------------------------------------------------------------------------
-def freeze(out: Output, phase: str) -> None:
-    """Announce the stop and wait for the parent's SIGKILL (never returns)."""
-    out.line(f"STOP {phase}")
-    while True:
-        time.sleep(3600)
-
-
 def install_stop_hook(out: Output, phase: str, at: int, home: Path) -> None:
     """Freeze the calling thread at the `at`-th occurrence of `phase` after the open."""
-    calls = itertools.count(1)
-    lock = threading.Lock()
-
-    def due() -> bool:
-        with lock:
-            return next(calls) == at
+    due = nth_call(at)
 
     if phase == "before_write":
         write = checkpoint_module.write

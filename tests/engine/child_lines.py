@@ -1,16 +1,52 @@
 """A child process whose stdout is read line by line on a thread, for the kill -9 tests:
 a line counts only when printed whole (the kill may cut the last one); and the child's
-script imported into the test (load_script) for its shared definitions."""
+script imported into the test (load_script) for its shared definitions.
+
+The child's side, for the scripts (channel_worker.py, crash_writer.py): Output prints
+whole lines, freeze() announces a stop and waits for the kill, nth_call() says when a
+stop hook's moment has come."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+
+
+class Output:
+    """Whole lines to stdout, one write and flush each, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
+
+def freeze(out: Output, phase: str) -> None:
+    """Announce the stop and wait for the parent's SIGKILL (never returns)."""
+    out.line(f"STOP {phase}")
+    while True:
+        time.sleep(3600)
+
+
+def nth_call(at: int) -> Callable[[], bool]:
+    """A check, safe from any thread, that is true at its `at`-th call only."""
+    calls = itertools.count(1)
+    lock = threading.Lock()
+
+    def due() -> bool:
+        with lock:
+            return next(calls) == at
+    return due
 
 
 def load_script(path: Path, name: str) -> ModuleType:

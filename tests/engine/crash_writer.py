@@ -42,10 +42,11 @@ import argparse
 import itertools
 import os
 import random
-import sys
 import threading
 import time
 from typing import Any
+
+from child_lines import Output, freeze, nth_call
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
 from channel_engine import segment as segment_module
@@ -76,25 +77,6 @@ def make_config(durability: str = "fsync", flush_messages: int | None = None,
     return LogConfig(durability=durability, flush_messages=flush_messages,
                      preallocate=preallocate, segment_bytes=segment_bytes,
                      index_interval_bytes=4096, compression=compression)
-
-
-class Output:
-    """Whole lines to stdout, one write and flush each, from any thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def line(self, text: str) -> None:
-        with self._lock:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-
-
-def freeze(out: Output, phase: str) -> None:
-    """Announce the stop and wait for the parent's SIGKILL (never returns)."""
-    out.line(f"STOP {phase}")
-    while True:
-        time.sleep(3600)
 
 
 class SyncAudit:
@@ -163,12 +145,7 @@ def _path_of(fd: int) -> str:
 
 def install_stop_hook(out: Output, phase: str, at: int, seed: int) -> None:
     """Wrap one engine function so that its `at`-th call freezes the process there."""
-    calls = itertools.count(1)
-    lock = threading.Lock()
-
-    def due() -> bool:
-        with lock:
-            return next(calls) == at
+    due = nth_call(at)
 
     cls: Any = segment_module.LogSegment
     if phase == "after_trim":
