@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, ChannelConfig, StorageError, cli, loss_ledger
+from channel_engine import Channel, ChannelConfig, PartitionLog, StorageError, cli, loss_ledger
 from channel_engine.errors import CorruptRecordError
 from channel_engine.filenames import LOG_STATE_FILE
 from channel_engine.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
@@ -274,12 +274,17 @@ def _fresh(tmp_path: Path, events: int = 30) -> Channel:
     return channel
 
 
+def _log(channel: Channel) -> PartitionLog:
+    """The owner's log of the channel's one partition."""
+    owner = channel.owner
+    assert owner is not None
+    return owner.logs[0]
+
+
 def test_a_loss_met_by_a_take_is_counted_and_never_delivered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     channel = _fresh(tmp_path)
-    owner = channel.owner
-    assert owner is not None
-    log = owner.logs[0]
+    log = _log(channel)
     read_batches = log.read_batches
 
     def damaged(start: int, end: int, max_bytes: int) -> Iterator[Any]:
@@ -299,11 +304,9 @@ def test_a_loss_met_by_a_take_is_counted_and_never_delivered(
 
 def test_a_loss_reported_between_takes_leaves_the_queue_first(tmp_path: Path) -> None:
     with _fresh(tmp_path) as channel:
-        owner = channel.owner
-        assert owner is not None
         with channel.take() as tx:
             tx.take(5)
-        owner.logs[0]._new_losses.append(LostRange(3, 12, "x", cause="test"))
+        _log(channel)._new_losses.append(LostRange(3, 12, "x", cause="test"))
         # 3 and 4 were taken already: only 5..11 are lost events
         _check_counted(channel, set(range(5, 12)), set(range(5)), set(range(30)))
 
@@ -311,9 +314,7 @@ def test_a_loss_reported_between_takes_leaves_the_queue_first(tmp_path: Path) ->
 def test_offsets_a_read_did_not_return_are_counted_not_committed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     channel = _fresh(tmp_path)
-    owner = channel.owner
-    assert owner is not None
-    log = owner.logs[0]
+    log = _log(channel)
     read_batches = log.read_batches
 
     def skipping(start: int, end: int, max_bytes: int) -> Iterator[Any]:
@@ -477,14 +478,12 @@ def test_a_loss_met_by_an_inspection_read_is_counted(tmp_path: Path) -> None:
 def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     channel = _fresh(tmp_path)
-    owner = channel.owner
-    assert owner is not None
 
     def fail(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
     with monkeypatch.context() as patch:
         patch.setattr(loss_ledger, "write_atomically", fail)
-        owner.logs[0]._new_losses.append(LostRange(4, 9, "x", cause="test"))
+        _log(channel)._new_losses.append(LostRange(4, 9, "x", cause="test"))
         status = channel.status()  # status still answers, and shows the loss
         assert status["losses"]["events_lost"] == 5 and status["health"] == "degraded"
         with pytest.raises(StorageError, match="losses.json"):
@@ -501,11 +500,9 @@ def test_an_open_takes_lost_offsets_leave_it_and_its_commit_never_marks_them(
     """The channel's rule for a loss met while a take holds the offsets: they leave the
     take and are counted lost (the take's commit journals only what it still holds)."""
     channel = _fresh(tmp_path)
-    owner = channel.owner
-    assert owner is not None
     tx = channel.take()
     assert [e.offset for e in tx.take(10)] == list(range(10))
-    owner.logs[0]._new_losses.append(LostRange(5, 15, "x", cause="test"))
+    _log(channel)._new_losses.append(LostRange(5, 15, "x", cause="test"))
     status = channel.status()
     assert status["losses"]["events_lost"] == 10
     assert status["events_in_flight"] == 5 and status["events_queued"] == 15
@@ -520,9 +517,7 @@ def test_an_open_takes_lost_offsets_leave_it_and_its_commit_never_marks_them(
 def test_a_read_that_reports_a_loss_and_raises_does_not_wedge_the_queue(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     channel = _fresh(tmp_path)
-    owner = channel.owner
-    assert owner is not None
-    log = owner.logs[0]
+    log = _log(channel)
 
     def failing(start: int, end: int, max_bytes: int) -> Iterator[Any]:
         log._new_losses.append(LostRange(0, 3, str(log.directory), cause="test"))

@@ -162,17 +162,22 @@ def test_recover_rewrites_a_journal_with_a_damaged_header_keeping_the_original(
     verified_after_ack(config, path)
 
 
-@pytest.mark.parametrize("copy", ["primary", "backup"])
-def test_recover_rewrites_a_damaged_checkpoint_copy_from_the_valid_one(
-        tmp_path: Path, copy: str) -> None:
-    config = make_config(tmp_path, use_dual_checkpoints=True,
-                         backup_checkpoint_dir=str(tmp_path / "backup"))
+def five_put_two_taken(config: ChannelConfig) -> None:
+    """Five events put into the channel, two of them taken and committed; closed cleanly."""
     with Channel.open(config) as channel:
         with channel.put() as tx:
             for i in range(5):
                 tx.put(f"e{i}".encode())
         with channel.take() as tx:
             tx.take(2)
+
+
+@pytest.mark.parametrize("copy", ["primary", "backup"])
+def test_recover_rewrites_a_damaged_checkpoint_copy_from_the_valid_one(
+        tmp_path: Path, copy: str) -> None:
+    config = make_config(tmp_path, use_dual_checkpoints=True,
+                         backup_checkpoint_dir=str(tmp_path / "backup"))
+    five_put_two_taken(config)
     path = (config.home if copy == "primary" else tmp_path / "backup") / "checkpoint"
     damage(path, 8)
     status, out = run("verify", str(config.home))
@@ -187,12 +192,7 @@ def test_recover_rewrites_a_damaged_checkpoint_copy_from_the_valid_one(
 def test_recover_without_any_checkpoint_queues_the_logs_again_and_says_so(
         tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    with Channel.open(config) as channel:
-        with channel.put() as tx:
-            for i in range(5):
-                tx.put(f"e{i}".encode())
-        with channel.take() as tx:
-            tx.take(2)
+    five_put_two_taken(config)
     (config.home / "checkpoint").write_bytes(b"WCKP broken")
     status, out = run("recover", str(config.home))
     assert status == 0 and "no valid checkpoint: every event still in the logs" in out
