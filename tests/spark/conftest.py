@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_cluster import spark_master  # noqa: F401 -- a cluster of separate JVMs
 
 ROOT = Path(__file__).resolve().parents[2]
 
