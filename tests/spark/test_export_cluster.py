@@ -6,8 +6,8 @@ with their own Python workers, which import channel_engine from the zip the job 
 every channel_engine file they open is that zip (recorded by an audit hook, below). Every
 event reaches the output exactly once: when the executors read the channel's files, when
 they read ranges over the appliance's HTTP API, and when an executor JVM is SIGKILLed in
-the middle of the write (Spark reruns its tasks on a new executor, or the run fails
-cleanly; the next run completes)."""
+the middle of the write (Spark reruns its tasks on a new executor and the run completes, or it fails
+cleanly and the next run completes)."""
 from __future__ import annotations
 
 import json
@@ -196,30 +196,31 @@ def test_it_exports_every_event_once_when_an_executor_is_killed_mid_write(
     if spark_master.work_dir is None:
         pytest.skip("WEIR_TEST_SPARK_MASTER: an outside cluster's executors are not ours "
                     "to kill")
-    config = make_channel(tmp_path, 6000)
+    config = make_channel(tmp_path, 2000)
     output = (tmp_path / "out").as_uri()
     before = set(executor_pids(spark_master.work_dir))
     log = tmp_path / "killed.log"
     with log.open("w") as sink, subprocess.Popen(
-            job(spark_master, config.home, output, "--roll-rows", "500"), stdout=sink,
+            job(spark_master, config.home, output, "--roll-rows", "250"), stdout=sink,
             stderr=subprocess.STDOUT, text=True, env=job_env(tmp_path), cwd=tmp_path) as killed:
         try:
             executor = kill_an_executor_mid_write(spark_master.work_dir, killed, before)
+            assert not list((tmp_path / "out" / "orders" / "_weir" / "commits").glob("*")), \
+                "the write was over before the executor was killed"
             killed.wait(timeout=300)
         finally:
             if killed.poll() is None:
                 killed.kill()
     out = log.read_text()
     report = report_of(out)
-    retried = sorted(p.name for p in executor.parent.iterdir() if p.is_dir())
-    if killed.returncode == 0:  # Spark reran the lost tasks on a new executor
-        assert report and report["report"]["rows"] == 6000, out
-        assert len(retried) > 1, f"one executor only: {retried}"
-    else:  # a clean failure: a report line saying why
+    executors = sorted(p.name for p in executor.parent.iterdir() if p.is_dir())
+    if killed.returncode == 0:  # Spark reran the lost tasks on a new executor: complete
+        assert report and report["report"]["rows"] == 2000, out
+        assert len(executors) > 1, f"one executor only: {executors}"
+    else:  # a clean failure, saying why; the next run completes the export
         assert killed.returncode == 1 and report and report["report"] is None, out
-    status, rerun, again = run(spark_master, config.home, output, tmp_path)
-    assert status == 0 and rerun and rerun["report"], again
+        status, rerun, again = run(spark_master, config.home, output, tmp_path)
+        assert status == 0 and rerun and rerun["report"], again
     assert committed(None, output) == stored(config)
     assert untaken(config) == 0
-    print(f"killed run: exit {killed.returncode}, executors {retried}; "
-          f"rerun exported {rerun['report']['rows']} rows")
+    print(f"killed run: exit {killed.returncode}, executors {executors}")
