@@ -115,20 +115,16 @@ def check_shipped(cluster: SparkCluster, tmp_path: Path) -> None:
         assert str(ROOT) not in paths.split(os.pathsep) and not Path(cwd).is_relative_to(ROOT)
 
 
-@pytest.mark.parametrize("filesystem", ["file", pytest.param("hdfs", marks=pytest.mark.hdfs)])
 def test_it_exports_every_event_once_with_executors_in_their_own_jvms(
-        spark_master: SparkCluster, filesystem: str, request: pytest.FixtureRequest,
+        spark_master: SparkCluster, output: str, request: pytest.FixtureRequest,
         tmp_path: Path) -> None:
-    from conftest import new_output
-
-    output = new_output(filesystem, request, tmp_path)
     config = make_channel(tmp_path, 900)
     began = time.monotonic()
     status, report, log = run(spark_master, config.home, output, tmp_path, "--roll-rows", "200")
     assert status == 0 and report and report["report"], log
     assert report["report"]["rows"] == 900
     assert report["report"]["spark_master"] == spark_master.url
-    spark = request.getfixturevalue("spark") if filesystem == "hdfs" else None
+    spark = None if output.startswith("file:") else request.getfixturevalue("spark")
     assert committed(spark, output) == stored(config)
     assert untaken(config) == 0
     check_shipped(spark_master, tmp_path)
