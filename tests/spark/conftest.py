@@ -5,7 +5,8 @@ scripts/hdfs.sh (state under pytest's temp dir) and stopped when the run ends. A
 failure to start it fails the tests that need it, with the script's message; it is
 never skipped silently. The `output` fixture gives a test a fresh output directory,
 once on file:// and once on HDFS. Tests on HDFS are marked `hdfs`, which the default run
-leaves out: `-m hdfs` runs them alone, `-m "not slow"` with the file:// ones."""
+leaves out: `-m hdfs` runs them alone, `-m "not slow"` with the file:// ones.
+`spark_master` (spark_cluster.py): a Spark standalone cluster of separate JVMs."""
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_cluster import spark_master  # noqa: F401 -- a cluster of separate JVMs
 
 ROOT = Path(__file__).resolve().parents[2]
 
