@@ -15,6 +15,14 @@ HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the J
 classpath, so an --output without a scheme resolves against its fs.defaultFS. The job
 ships channel_engine to the executors itself (package_zip); they need its dependencies.
 
+Formats: all three are Spark's own writers (writer()). Avro is the class the `avro` short
+name resolves to for writes, org.apache.spark.sql.avro.AvroFileFormat, named in full: Spark
+4 ships it inside spark-sql, so neither this job nor a spark-submit of it needs the
+spark-avro jar (`--packages org.apache.spark:spark-avro_2.13:<Spark version>` only adds
+the short name and from_avro/to_avro, for other jobs). Avro files carry AVRO_SCHEMA
+(record weir.Event: timestamp a timestamp-millis long, key a union with null, headers a
+map of bytes), deflate-compressed, as Weir's earlier fastavro writer wrote them.
+
 Output layout under <output>/<channel>/ (kafka-connect-hdfs style names; offsets
 zero-padded to 20 digits, both ends inclusive):
 
