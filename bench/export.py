@@ -1,25 +1,39 @@
-"""Benchmark: the exactly-once export of a channel to Parquet, next to Spark writing the
-same rows from memory to Parquet in the same session (the ceiling this machine gives).
+"""Benchmark: the exactly-once export of a channel, next to Spark writing the same rows
+in the same format to the same filesystem in the same session (the limit this machine
+and that filesystem give).
 
     .venv/bin/python bench/export.py [--events 1000000] [--body 200] [--partitions 3]
                                      [--warmup EVENTS] [--rounds 1]
+                                     [--format parquet|json|avro] [--output URI]
 
-The export is the whole protocol (recover, take, read the segments with the "weir"
-source, write, commit record, moves, take commit); the baseline writes the same rows,
-already cached in Spark's memory, with the same partitioning columns and the session's
-Parquet codec (the same for both sides). Target: the export at >= 50% of the baseline's
-rate.
+--output is where every side writes (a fresh directory under it, deleted at the end):
+file:// under /var/tmp by default, or hdfs://host:port/dir (e.g. a `scripts/hdfs.sh
+start` cluster; its JVM's CPU is in no CPU figure). Each round prints three figures:
 
-Both sides are timed the same way: after the session started (its start-up is printed,
-and is in neither figure) and after a warm-up round of both on another channel (as large
-as the timed ones unless --warmup says otherwise), so neither pays for the JVM's first
-jobs (class loading, JIT: 10-15 s and 15-20 CPU s on 2 CPUs) or the first start of Spark's
-Python workers. A fresh export process does pay those, and the baseline in the warm-up
-round already runs warm, so the warm-up round's figures are printed too, not as the
-target. Each timed export still pays its own per-run costs (planning the "weir" source,
-the protocol's file moves). Every channel is filled before Spark starts, so filling
-competes with neither side. CPU seconds (this process, the JVM and its Python workers)
-are printed next to wall time: on a shared machine they vary less.
+  weir export           the whole protocol (recover, take, read the segments with the
+                        "weir" source, write, commit record, moves, take commit);
+  spark: channel, no protocol
+                        the same DataFrame the export writes (the channel's ranges read
+                        by the "weir" source) written with the same writer and options,
+                        straight to a fresh directory: no take, record or moves;
+  spark alone: from memory
+                        those rows cached in Spark's memory first (not timed), then
+                        written so: the write alone. Target: the export at >= 50% of it.
+
+All sides use the export's writer (export.writer: the same partitioning columns, one
+file per piece and hour, the session's Parquet codec; Avro is Spark's own Avro writer
+with Weir's schema, deflate). Both baselines run before the export of a round, which
+then takes the events.
+
+Every side is timed the same way: after the session started (its start-up is printed,
+and is in no figure) and after a warm-up round of all on another channel (as large as
+the timed ones unless --warmup says otherwise), so none pays for the JVM's first jobs
+(class loading, JIT: 10-15 s and 15-20 CPU s on 2 CPUs) or the first start of Spark's
+Python workers. A fresh export process does pay those, so the warm-up round's figures
+are printed too, not as the target. Each timed export still pays its own per-run costs
+(planning the "weir" source, the protocol's file moves). Every channel is filled before
+Spark starts, so filling competes with no side. CPU seconds (this process, the JVM and
+its Python workers) are printed next to wall time: on a shared machine they vary less.
 """
 from __future__ import annotations
 
@@ -30,6 +44,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +55,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import chunk, make_bodies  # noqa: E402
 
 from channel_engine import Channel, ChannelConfig, PendingEvent  # noqa: E402
+from channel_engine.spark.dfs import Dfs  # noqa: E402
 from channel_engine.spark.export import (  # noqa: E402
-    PIECE_ROWS,
+    FORMATS,
     Exporter,
     ExportSettings,
     spark_session,
+    writer,
 )
 
 
@@ -95,11 +112,11 @@ class Clock:
         return time.perf_counter() - started[0], self.cpu() - started[1]
 
 
-def export(spark: Any, clock: Clock, config: ChannelConfig, output: Path,
+def export(spark: Any, clock: Clock, config: ChannelConfig, output: str, file_format: str,
            events: int) -> tuple[float, float]:
     """(wall, CPU) seconds of one export run of the whole channel."""
     started = clock.start()
-    report = Exporter(spark, ExportSettings(str(config.home), output.as_uri(),
+    report = Exporter(spark, ExportSettings(str(config.home), output, file_format,
                                             max_events=events),
                       progress=lambda line: None).run()
     spent = clock.stop(started)
@@ -107,24 +124,38 @@ def export(spark: Any, clock: Clock, config: ChannelConfig, output: Path,
     return spent
 
 
-def from_memory(spark: Any, clock: Clock, exported: Path, target: Path,
-                events: int) -> tuple[float, float]:
-    """(wall, CPU) seconds for Spark to write the exported rows, cached in memory first
-    (not timed), as Parquet files laid out as the export lays them out: one file per
-    (partition, piece, hour). The rows are grouped that way before they are cached, so
-    the timed write has no shuffle, as the export has none."""
-    from pyspark.sql import functions as F
+def channel_frame(spark: Any, config: ChannelConfig, output: str, file_format: str) -> Any:
+    """The DataFrame an export of the whole channel writes (without taking anything)."""
+    exporter = Exporter(spark, ExportSettings(str(config.home), output, file_format),
+                        progress=lambda line: None)
+    with Channel.open(config.home) as channel:
+        status = channel.status()
+    exporter.piece = exporter._piece_rows(status)
+    return exporter._frame([(p["partition"], (p["log_start_offset"], p["log_end_offset"]))
+                            for p in status["partitions"]])
 
-    cached = (spark.read.option("recursiveFileLookup", "true").parquet(str(exported))
-              .withColumn("_p", F.col("partition"))
-              .withColumn("_chunk", F.col("offset") - F.col("offset") % PIECE_ROWS)
-              .withColumn("_bucket", F.date_format(F.timestamp_millis("timestamp"),
-                                                   "yyyy/MM/dd/HH"))
-              .repartition("_p", "_chunk", "_bucket")
-              .cache())
+
+def from_channel(spark: Any, clock: Clock, frame: Any, file_format: str, target: str,
+                 events: int) -> tuple[float, float]:
+    """(wall, CPU) seconds for Spark to read the channel's rows and write them as the
+    export does, with no protocol around it."""
+    started = clock.start()
+    writer(frame, file_format).save(target)
+    spent = clock.stop(started)
+    assert spark.read.format(FORMATS[file_format]).load(target).count() == events
+    return spent
+
+
+def from_memory(spark: Any, clock: Clock, frame: Any, file_format: str, target: str,
+                events: int) -> tuple[float, float]:
+    """(wall, CPU) seconds for Spark to write the channel's rows, cached in memory first
+    (not timed), as the export lays them out: one file per (partition, piece, hour). The
+    cache keeps the frame's partitions (one a piece), so the write has no shuffle, as
+    the export has none."""
+    cached = frame.cache()
     assert cached.count() == events
     started = clock.start()
-    cached.write.partitionBy("_p", "_chunk", "_bucket").parquet(str(target))
+    writer(cached, file_format).save(target)
     spent = clock.stop(started)
     cached.unpersist()
     return spent
@@ -146,8 +177,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=None,
                         help="events of the warm-up round (default: --events)")
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds in one session")
+    parser.add_argument("--format", default="parquet", choices=sorted(FORMATS))
+    parser.add_argument("--output", default=None,
+                        help="base URI every side writes under (default: file:// in a "
+                             "temp dir), e.g. hdfs://127.0.0.1:PORT/bench")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="weir-exportbench-", dir="/var/tmp"))
+    spark = None
     try:
         sizes = {"warmup": args.warmup or args.events,
                  **{f"bench{i + 1}": args.events for i in range(args.rounds)}}
@@ -157,19 +193,25 @@ def main() -> None:
         spark = spark_session("local[*]")
         spark.sparkContext.setLogLevel("ERROR")
         session_s = time.perf_counter() - started
-        codec = spark.conf.get("spark.sql.parquet.compression.codec")
+        base = ((args.output.rstrip("/") + f"/weir-bench-{uuid.uuid4().hex[:8]}")
+                if args.output else (root / "out").as_uri())
+        dfs = Dfs(spark, base)
+        what = {"parquet": f"Parquet ({spark.conf.get('spark.sql.parquet.compression.codec')})",
+                "avro": "Avro (Spark's writer, deflate)", "json": "JSON lines"}
         clock = Clock(spark)
         print(f"{args.events:,} events of {args.body} B, {args.partitions} partitions, "
-              f"Parquet ({codec}, both sides), local[*] on {os.cpu_count()} CPUs; "
-              f"session start {session_s:.1f} s (in neither figure)")
+              f"{what[args.format]} on every side, to {base}; local[*] on "
+              f"{os.cpu_count()} CPUs; session start {session_s:.1f} s (in no figure)")
         results = []
         for name, events in sizes.items():
-            export_s = export(spark, clock, configs[name], root / "out", events)
-            baseline_s = from_memory(spark, clock, root / "out" / name,
-                                     root / f"baseline-{name}", events)
-            results.append((name, events, export_s, baseline_s))
-        spark.stop()
-        for name, events, export_s, baseline_s in results:
+            frame = channel_frame(spark, configs[name], base, args.format)
+            memory_s = from_memory(spark, clock, frame, args.format,
+                                   dfs.join(f"memory-{name}"), events)
+            channel_s = from_channel(spark, clock, frame, args.format,
+                                     dfs.join(f"channel-{name}"), events)
+            export_s = export(spark, clock, configs[name], base, args.format, events)
+            results.append((name, events, export_s, channel_s, memory_s))
+        for name, events, export_s, channel_s, memory_s in results:
             if name == "warmup":
                 print(f"warm-up round: the first jobs of this JVM, {events:,} events "
                       "(not the target):")
@@ -177,11 +219,17 @@ def main() -> None:
                 print(f"timed round {name.removeprefix('bench')}:")
             print(rate("weir export (exactly-once, from segments)", events, args.body,
                        export_s))
-            print(rate("spark alone: same rows from memory", events, args.body, baseline_s))
-            print(f"  export / Spark's own rate: {baseline_s[0] / export_s[0]:.0%}"
+            print(rate("spark: same DataFrame, no protocol", events, args.body, channel_s))
+            print(rate("spark alone: same rows from memory", events, args.body, memory_s))
+            print(f"  export / Spark's own rate from memory: {memory_s[0] / export_s[0]:.0%}"
                   + ("" if name == "warmup" else " (target >= 50%)")
-                  + f"; by CPU seconds: {baseline_s[1] / export_s[1]:.0%}")
+                  + f"; by CPU seconds: {memory_s[1] / export_s[1]:.0%}; "
+                  f"the export takes {export_s[0] / channel_s[0]:.2f}x the no-protocol time")
+        if args.output:
+            dfs.delete(base, recursive=True)
     finally:
+        if spark is not None:
+            spark.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

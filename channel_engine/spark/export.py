@@ -15,6 +15,14 @@ HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the J
 classpath, so an --output without a scheme resolves against its fs.defaultFS. The job
 ships channel_engine to the executors itself (package_zip); they need its dependencies.
 
+Formats: all three are Spark's own writers (writer()). Avro is the class the `avro` short
+name resolves to for writes, org.apache.spark.sql.avro.AvroFileFormat, named in full: Spark
+4 ships it inside spark-sql, so neither this job nor a spark-submit of it needs the
+spark-avro jar (`--packages org.apache.spark:spark-avro_2.13:<Spark version>` only adds
+the short name and from_avro/to_avro, for other jobs). Avro files carry AVRO_SCHEMA
+(record weir.Event: timestamp a timestamp-millis long, key a union with null, headers a
+map of bytes), deflate-compressed, as Weir's earlier fastavro writer wrote them.
+
 Output layout under <output>/<channel>/ (kafka-connect-hdfs style names; offsets
 zero-padded to 20 digits, both ends inclusive):
 
@@ -95,11 +103,17 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-FORMATS = {"parquet": "parquet", "json": "json", "avro": "avro"}
-# Avro files carry this schema (Spark has no Avro writer without the spark-avro jar, so
-# fastavro encodes them in the executors and the driver writes them).
+# The Spark data source of each format. Avro is Spark's own writer, by its class name:
+# since Spark 4.0 it lives in spark-sql (pyspark's jars), and the short name "avro" only
+# resolves to it when the spark-avro jar (its data source registration) is on the
+# classpath too. Spark writes with the "avro" short name through this same class.
+FORMATS = {"parquet": "parquet", "json": "json",
+           "avro": "org.apache.spark.sql.avro.AvroFileFormat"}
+# Avro files carry this schema (the writer's avroSchema option; without it Spark would
+# name the record "topLevelRecord", make every field a union with null and drop the
+# timestamp's logical type) and deflate, the codec every Avro reader must support.
 AVRO_SCHEMA = {
     "type": "record", "name": "Event", "namespace": "weir",
     "fields": [{"name": "channel", "type": "string"}, {"name": "partition", "type": "int"},
@@ -108,6 +122,8 @@ AVRO_SCHEMA = {
                {"name": "key", "type": ["null", "bytes"]},
                {"name": "headers", "type": {"type": "map", "values": "bytes"}},
                {"name": "body", "type": "bytes"}]}
+WRITER_OPTIONS: dict[str, dict[str, str]] = {
+    "avro": {"avroSchema": json.dumps(AVRO_SCHEMA), "compression": "deflate"}}
 ESCAPES = {"Y": "yyyy", "m": "MM", "d": "dd", "H": "HH", "M": "mm", "S": "ss",
            "y": "yy", "j": "DDD"}
 Range = tuple[int, int]  # [start, end): end exclusive
@@ -237,6 +253,14 @@ def channel_id(home: str | Path) -> str:
             or document.get("version") != 1 or not isinstance(document.get("id"), str):
         raise RuntimeError(f"{path}: not a Weir export id (format {EXPORT_ID_FORMAT}, v1)")
     return str(document["id"])
+
+
+def writer(frame: Any, file_format: str) -> Any:
+    """The export's DataFrameWriter for `file_format`: a file per (_p, _chunk, _bucket)."""
+    out = (frame.write.partitionBy("_p", "_chunk", "_bucket")
+           # one file per piece and bucket, whatever spark-defaults.conf says
+           .option("maxRecordsPerFile", 0).format(FORMATS[file_format]))
+    return out.options(**WRITER_OPTIONS.get(file_format, {}))
 
 
 class Exporter:
@@ -409,15 +433,9 @@ class Exporter:
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in to_write)})")
         frame = self._frame(to_write)
         with self._report_progress(total), self._crash_mid_write(temp):
-            if self.settings.format == "avro":
-                self._write_avro(frame, temp)
-            else:
-                # each Spark task reads one piece (see _frame): its files are that piece's,
-                # one per time bucket, with no shuffle
-                # one file per piece and bucket, whatever spark-defaults.conf says
-                (frame.write.partitionBy("_p", "_chunk", "_bucket")
-                 .option("maxRecordsPerFile", 0)
-                 .format(FORMATS[self.settings.format]).mode("errorifexists").save(temp))
+            # each Spark task reads one piece (see _frame): its files are that piece's,
+            # one per time bucket, with no shuffle
+            writer(frame, self.settings.format).mode("errorifexists").save(temp)
         crash_point("written")
         moves = self._plan_moves(temp, to_write)
         for source, _ in moves:  # on disk before a record names them (file:// only)
@@ -437,17 +455,6 @@ class Exporter:
             report.rows = sum(end - start for start, end in report.ranges)
         self.progress(f"export {self.config.name}: {total:,} events in "
                       f"{sum(len(r.files) for r in self.reports.values())} files")
-
-    def _write_avro(self, frame: Any, temp: str) -> None:
-        """One Avro container file per (partition, chunk, bucket), encoded where the rows
-        are and written by the driver into the same layout Spark's writers use."""
-        encoded = (frame.groupBy("_p", "_chunk", "_bucket")
-                   .applyInPandas(_avro_file, "_p int, _chunk long, _bucket string, "
-                                              "data binary"))
-        for row in encoded.toLocalIterator():
-            bucket = quote(row["_bucket"], safe="")
-            self.dfs.write_bytes(f"{temp}/_p={row['_p']}/_chunk={row['_chunk']}/"
-                                 f"_bucket={bucket}/part-00000.avro", bytes(row["data"]))
 
     def _frame(self, to_write: list[tuple[int, Range]]) -> Any:
         """The events to write, with the columns that place them in files: _p (the
@@ -572,25 +579,6 @@ def _every(seconds: float, action: Callable[[], None]) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
-
-
-def _avro_file(group: Any) -> Any:
-    """Executor side: a pandas group of events -> one Avro container file."""
-    import io
-
-    import fastavro
-    import pandas as pd
-
-    group = group.sort_values("offset")
-    out = io.BytesIO()
-    records = ({"channel": r.channel, "partition": int(r.partition), "offset": int(r.offset),
-                "timestamp": int(r.timestamp), "key": r.key,
-                "headers": dict(r.headers) if r.headers is not None else {}, "body": r.body}
-               for r in group.itertuples(index=False))
-    fastavro.writer(out, fastavro.parse_schema(AVRO_SCHEMA), records, codec="deflate")
-    first = group.iloc[0]
-    return pd.DataFrame({"_p": [int(first["_p"])], "_chunk": [int(first["_chunk"])],
-                         "_bucket": [first["_bucket"]], "data": [out.getvalue()]})
 
 
 def spark_session(master: str | None = "local[*]") -> Any:

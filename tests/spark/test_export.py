@@ -24,6 +24,7 @@ from channel_engine.spark.export import Exporter, ExportSettings
 ROOT = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
 BASE_MS = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # on an hour boundary
+YEAR = 2026  # of BASE_MS
 NAME = re.compile(r"^(?P<channel>[a-z0-9_-]+)\+(?P<p>\d+)\+(?P<first>\d{20})\+(?P<last>\d{20})"
                   r"\.(parquet|json)$")
 
@@ -382,11 +383,41 @@ def test_a_bad_output_uri_is_a_clear_error_and_the_events_stay(
     assert untaken(config) == 40
 
 
-def test_json_lines_and_avro_output(tmp_path: Path, spark: Any, output: str) -> None:
-    import io
+def avro_header(data: bytes) -> dict[str, bytes]:
+    """The metadata of an Avro container file (avro.schema, avro.codec, ...): its header
+    is b"Obj\\x01", then a map of bytes in blocks of zigzag-varint counts and lengths."""
+    assert data[:4] == b"Obj\x01", data[:4]
+    at = 4
 
-    import fastavro
+    def long() -> int:
+        nonlocal at
+        shift = value = 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return (value >> 1) ^ -(value & 1)
 
+    def raw() -> bytes:
+        nonlocal at
+        size = long()
+        at += size
+        return data[at - size:at]
+
+    meta: dict[str, bytes] = {}
+    while count := long():
+        if count < 0:  # a block with its size in bytes too
+            count = -count
+            long()
+        for _ in range(count):
+            key = raw().decode()
+            meta[key] = raw()
+    return meta
+
+
+def test_json_lines_output(tmp_path: Path, spark: Any, output: str) -> None:
     config = make_channel(tmp_path, 30, partitions=1)
     dfs = Dfs(spark, output)
     export_here(spark, config, output, format="json", path="day=%Y-%m-%d")
@@ -395,16 +426,37 @@ def test_json_lines_and_avro_output(tmp_path: Path, spark: Any, output: str) -> 
     assert sorted(line["offset"] for line in lines) == list(range(30))
     assert all(relative(spark, output, u).startswith("day=")
                for u in committed_files(spark, output))
+
+
+def test_it_writes_avro_with_sparks_writer_in_weirs_schema(
+        tmp_path: Path, spark: Any, output: str) -> None:
+    config = make_channel(tmp_path, 30, partitions=1)
     with Channel.open(config) as channel, channel.put() as tx:
-        for i in range(30, 50):
-            tx.put(f"body-{i}".encode(), key=b"k", headers={"h": b"v"}, timestamp=BASE_MS + i)
-    export_here(spark, config, output, format="avro", path="avro/%Y")
-    records = [record for uri in committed_files(spark, output) if uri.endswith(".avro")
-               for record in fastavro.reader(io.BytesIO(dfs.read_bytes(uri)))]
-    assert sorted(r["offset"] for r in records) == list(range(30, 50))
-    assert {(r["key"], r["headers"]["h"]) for r in records} == {(b"k", b"v")}
-    assert sorted(r["body"] for r in records) == sorted(f"body-{i}".encode()
-                                                         for i in range(30, 50))
+        tx.put(b"no key", headers={}, timestamp=BASE_MS + 30)
+    report = export_here(spark, config, output, format="avro", path="avro/%Y",
+                         roll_rows=20)
+    files = committed_files(spark, output)
+    assert [relative(spark, output, u) for u in files] == [
+        f"avro/{YEAR}/orders+0+{first:020d}+{last:020d}.avro"
+        for first, last in ((0, 19), (20, 30))]
+    assert sorted(report["partitions"][0]["files"]) == files
+    dfs = Dfs(spark, output)
+    for uri in files:
+        meta = avro_header(dfs.read_bytes(uri))
+        # the schema readers of the fastavro-written files know (it wrote the full name
+        # "weir.Event"; Spark writes name and namespace: the same record), deflated
+        schema = json.loads(meta["avro.schema"])
+        assert ".".join(filter(None, (schema.get("namespace"), schema["name"]))) == "weir.Event"
+        assert schema["fields"] == export_module.AVRO_SCHEMA["fields"]
+        assert meta["avro.codec"] == b"deflate"
+        assert meta["org.apache.spark.version"].decode() == spark.version  # Spark wrote it
+    # Spark's reader makes a timestamp of the timestamp-millis long: back to millis
+    rows = (spark.read.format(export_module.FORMATS["avro"]).load(files)
+            .selectExpr("*", "unix_millis(timestamp) AS millis").orderBy("offset").collect())
+    assert [r["offset"] for r in rows] == list(range(31))
+    expected = [event(i) for i in range(30)] + [(BASE_MS + 30, None, {}, b"no key")]
+    assert [(r["millis"], r["key"], r["headers"], r["body"]) for r in rows] == expected
+    assert {(r["channel"], r["partition"]) for r in rows} == {("orders", 0)}
 
 
 def test_bad_settings_are_refused_before_anything_runs(tmp_path: Path) -> None:
