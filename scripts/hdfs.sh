@@ -10,7 +10,18 @@
 # stop    kills it (SIGTERM, then SIGKILL after 30 s) and waits until it is gone.
 # status  prints "running hdfs://..." (exit 0) or "stopped" (exit 3).
 #
-# State lives in WEIR_HDFS_DIR (default var/hdfs): pid, url, hdfs.log, data/.
+# Faults, for the fault tests and by hand, on a running cluster (each returns once done,
+# printing "ok ..."; an error prints "weir: error: ..." and exits 1; not running: exit 3):
+# restart-namenode  stops the NameNode and starts it on the same port with its image and
+#                   edits; returns once it is out of safe mode
+# stop-namenode | start-namenode
+# stop-datanode N   stops DataNode N (0-based): its blocks are unreadable until it starts
+# start-datanode N  starts it again (same ports and storage); returns once it is live
+# They go to the launcher's control port (127.0.0.1, the port in $WEIR_HDFS_DIR/control;
+# MiniHdfs.java describes the protocol), answered within WEIR_HDFS_CONTROL_TIMEOUT
+# seconds (default 180).
+#
+# State lives in WEIR_HDFS_DIR (default var/hdfs): pid, url, control, hdfs.log, data/.
 # The data is formatted afresh at each start unless --keep is given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +30,7 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 pidfile=$dir/pid
 urlfile=$dir/url
+controlfile=$dir/control
 log=$dir/hdfs.log
 
 running_pid() {
@@ -48,9 +60,10 @@ start() {
       return 1
     fi
   fi
-  rm -f "$urlfile" "$pidfile"
+  rm -f "$urlfile" "$pidfile" "$controlfile"
   # setsid: the cluster outlives this script and a Ctrl-C in its terminal.
-  setsid java -Xmx1g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+  setsid java -Xmx1g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dorg.slf4j.simpleLogger.showDateTime=true \
+    -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
     -cp "$classes:$lib/*" MiniHdfs "$dir" "$@" >"$log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$pidfile"
@@ -81,7 +94,7 @@ start() {
 stop() {
   local pid
   if ! pid=$(running_pid); then
-    rm -f "$pidfile" "$urlfile"
+    rm -f "$pidfile" "$urlfile" "$controlfile"
     echo "stopped"
     return 0
   fi
@@ -96,7 +109,7 @@ stop() {
     kill -KILL "$pid"
     while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
   fi
-  rm -f "$pidfile" "$urlfile"
+  rm -f "$pidfile" "$urlfile" "$controlfile"
   echo "stopped"
 }
 
@@ -110,11 +123,37 @@ status() {
   fi
 }
 
+# One command line to the launcher's control port; its answer line on stdout when "ok".
+control() {
+  if ! running_pid >/dev/null; then
+    echo "weir: HDFS is not running (scripts/hdfs.sh start first)" >&2
+    return 3
+  fi
+  local port reply=""
+  port=$(cat "$controlfile" 2>/dev/null) || { echo "weir: no $controlfile" >&2; return 1; }
+  if ! exec 3<>"/dev/tcp/127.0.0.1/$port"; then
+    echo "weir: cannot reach the HDFS launcher's control port 127.0.0.1:$port" >&2
+    return 1
+  fi
+  printf '%s\n' "$*" >&3
+  IFS= read -r -t "${WEIR_HDFS_CONTROL_TIMEOUT:-180}" reply <&3 \
+    || reply="error: no answer to '$*' within ${WEIR_HDFS_CONTROL_TIMEOUT:-180} s (log: $log)"
+  exec 3<&- 3>&-
+  case $reply in
+    ok*) echo "$reply" ;;
+    *) echo "weir: $reply" >&2; return 1 ;;
+  esac
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
   start) start "$@" ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: scripts/hdfs.sh start [--datanodes N] [--permissions on|off] [--port P] [--keep] | stop | status" >&2; exit 2 ;;
+  restart-namenode | stop-namenode | start-namenode) control "$cmd" ;;
+  stop-datanode | start-datanode)
+    [ $# -eq 1 ] || { echo "usage: scripts/hdfs.sh $cmd N" >&2; exit 2; }
+    control "$cmd" "$1" ;;
+  *) echo "usage: scripts/hdfs.sh start [--datanodes N] [--permissions on|off] [--port P] [--keep] | stop | status | restart-namenode | stop-namenode | start-namenode | stop-datanode N | start-datanode N" >&2; exit 2 ;;
 esac

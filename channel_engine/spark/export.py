@@ -202,9 +202,35 @@ def spark_pattern(path: str) -> str:
 
 
 def crash_point(step: str) -> None:
-    """Die here (SIGKILL) when WEIR_EXPORT_CRASH_AT names this step: the crash tests."""
+    """Die here (SIGKILL) when WEIR_EXPORT_CRASH_AT names this step: the crash tests.
+    Stop here once (SIGSTOP to the job's process group: Spark's JVM and workers too)
+    when WEIR_EXPORT_STOP_AT names it: the HDFS fault tests start the job in a session
+    of its own, break the cluster, then SIGCONT it."""
     if os.environ.get("WEIR_EXPORT_CRASH_AT") == step:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("WEIR_EXPORT_STOP_AT") == step:
+        del os.environ["WEIR_EXPORT_STOP_AT"]
+        os.killpg(os.getpgrp(), signal.SIGSTOP)
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in one line for the report: "Type: message"; a Java exception raised
+    through py4j as its class and message and those of its causes (HDFS's own words:
+    "Permission denied: user=…", "could only be written to 0 of the 1 minReplication
+    nodes…"), without the Java stack trace py4j puts in its message."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        causes: list[str] = []
+        while java is not None and len(causes) < 8:
+            line = str(java.toString()).strip().splitlines()
+            if line and line[0] not in causes:
+                causes.append(line[0])
+            java = java.getCause()
+    except Exception:  # noqa: BLE001 -- the JVM is gone: the message is all there is
+        return f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:2])}"
+    return f"{type(exc).__name__}: {'; caused by '.join(causes)}"
 
 
 def merge(ranges: list[Range]) -> list[Range]:
@@ -370,7 +396,7 @@ class Exporter:
                 except BaseException as exc:
                     if take.state == "open":
                         take.rollback()
-                    error = f"{type(exc).__name__}: {exc}"
+                    error = describe(exc)
                     if self.recorded:  # the output holds the events: the next run skips them
                         error += " (after its commit record: the next run completes it)"
                     self._finish("failed", error)
@@ -532,15 +558,20 @@ class Exporter:
 
     @contextmanager
     def _crash_mid_write(self, temp: str) -> Iterator[None]:
-        """For the crash tests: die once Spark has written its first data file (at the
-        latest when the write ends: a small write may finish between two looks)."""
-        if os.environ.get("WEIR_EXPORT_CRASH_AT") != "writing":
+        """For the crash and fault tests: die (or stop: crash_point) once Spark has written
+        its first data file (at the latest when the write ends: a small write may finish
+        between two looks)."""
+        def armed() -> bool:  # a stop happens once: then the watch is over
+            return "writing" in (os.environ.get("WEIR_EXPORT_CRASH_AT"),
+                                 os.environ.get("WEIR_EXPORT_STOP_AT"))
+
+        if not armed():
             yield
             return
 
         def watch() -> None:
-            if any("/part-" in uri and not uri.endswith(".crc")
-                   for uri, _ in self.dfs.list_files(temp)):
+            if armed() and any("/part-" in uri and not uri.endswith(".crc")
+                               for uri, _ in self.dfs.list_files(temp)):
                 crash_point("writing")
 
         with _every(0.01, watch):
@@ -694,7 +725,7 @@ def _export(settings: ExportSettings, master: str | None) -> int:
         report = exporter.run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
         failed = getattr(exporter, "report", None)
-        print(json.dumps({"report": None, "error": f"{type(exc).__name__}: {exc}",
+        print(json.dumps({"report": None, "error": describe(exc),
                           "run": failed}), flush=True)
         return 1
     finally:
