@@ -617,7 +617,9 @@ def spark_session(master: str | None = "local[*]") -> Any:
     executors. Without a master: spark-submit's --master when spark-submit started this
     process, else local[*]. Only a local master gets this interpreter for its workers and
     a loopback address: a cluster's executors reach the driver, and run the Python, of
-    their own hosts (spark.driver.host, spark.pyspark.python in spark-defaults.conf)."""
+    their own hosts (spark.driver.host, spark.pyspark.python in spark-defaults.conf).
+    spark.pyspark.python is honoured here too: pyspark reads it only under spark-submit,
+    and without it a `python -m` job's executors would run PATH's python3."""
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         master = "local[*]"
     if master is not None and master.startswith("local"):
@@ -636,6 +638,9 @@ def spark_session(master: str | None = "local[*]") -> Any:
              .config("spark.ui.showConsoleProgress", "false")  # it prints its own progress
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
+    python = spark.sparkContext.getConf().get("spark.pyspark.python", None)
+    if python:  # before any Python function (the weir source) is made with it
+        spark.sparkContext.pythonExec = python
     spark.sparkContext.addPyFile(package_zip())
     return spark
 

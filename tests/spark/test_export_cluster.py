@@ -54,16 +54,20 @@ if _log:
 
 def job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The job's environment: the repo on the driver's PYTHONPATH only; this interpreter
-    for the executors' Python workers; the audit hook on theirs."""
+    for the executors' Python workers, named as an operator would in spark-defaults.conf
+    (spark.pyspark.python, not PYSPARK_PYTHON: PATH's python3 lacks pyarrow, so a job
+    that ignored the setting fails); the audit hook on theirs."""
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable, **extra,
-           "PYSPARK_SUBMIT_ARGS": f"--conf spark.executorEnv.PYTHONPATH={hook} "
+           **extra,
+           "PYSPARK_SUBMIT_ARGS": f"--conf spark.pyspark.python={sys.executable} "
+                                  f"--conf spark.executorEnv.PYTHONPATH={hook} "
                                   f"--conf spark.executorEnv.WEIR_TEST_OPEN_LOG="
                                   f"{tmp_path / 'opened.log'} pyspark-shell"}
     env.pop("WEIR_EXPORT_CRASH_AT", None)
+    env.pop("PYSPARK_PYTHON", None)  # the tests' session sets it for its own workers
     return env
 
 
