@@ -24,7 +24,10 @@ def hdfs_get(uri: str, local: Path) -> Path:
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
-    done = subprocess.run(["java", "-cp", f"{jars}/*", "org.apache.hadoop.fs.FsShell",
+    conf = local.parent / "hadoop-conf"  # Hadoop's shell insists on a core-site.xml
+    conf.mkdir(exist_ok=True)
+    (conf / "core-site.xml").write_text('<?xml version="1.0"?><configuration/>\n')
+    done = subprocess.run(["java", "-cp", f"{conf}:{jars}/*", "org.apache.hadoop.fs.FsShell",
                            "-get", uri, str(local)], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
