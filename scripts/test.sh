@@ -24,6 +24,9 @@ if [ -z "${WEIR_KAFKA_HOME:-}" ]; then
   kafka_libs=$(.venv/bin/python scripts/jvm_deps.py kafka-tools)
   echo "== Kafka's tools from $kafka_libs"
 fi
+# HDFS's jars and a JDK up front: the run's MiniDFSCluster (tests/conftest.py, scripts/hdfs.sh)
+command -v javac >/dev/null || apt_install openjdk-17-jdk-headless; command -v mvn >/dev/null || apt_install maven
+echo "== HDFS's jars in $(.venv/bin/python scripts/jvm_deps.py hdfs | tail -n 1)"
 # The browser tests (tests/e2e) drive Debian's Chromium through Playwright.
 if [ ! -x "${WEIR_CHROMIUM:-/usr/bin/chromium}" ]; then
   echo "test: installing Debian's chromium for the browser tests"

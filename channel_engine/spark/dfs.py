@@ -6,10 +6,13 @@ returns false on both, but the local filesystem may also write `.crc` sidecars, 
 a failed rename says nothing about whether the target exists. So the exporter never
 reads meaning into a rename's result: it checks `exists` before and after.
 
-Durability. On HDFS a closed file is on its datanodes' pipeline and a rename is a
-namenode transaction (edit log, synced): nothing more to do. On `file://` neither Spark's
-writers nor a rename reach the disk before the kernel writes them back, so sync_file and
-sync_dir fsync the local file or directory (they do nothing on any other scheme): a power
+Durability. On HDFS, write_bytes hsyncs before it closes: the DataNodes of the block's
+pipeline fsync it (hflush makes bytes visible to readers and close completes the block,
+but neither fsyncs it; a closed file is in the DataNodes' page cache unless they run
+with dfs.datanode.synconclose). A rename is a NameNode transaction (edit log, synced).
+sync_file and sync_dir do nothing there. On `file://` neither Spark's writers nor a
+rename reach the disk before the kernel writes them back, and Hadoop's local stream only
+flushes on hsync, so sync_file and sync_dir fsync the local file or directory: a power
 loss after the take commits must not lose the files that the take's events went to.
 """
 from __future__ import annotations
@@ -57,8 +60,8 @@ class Dfs:
         return found
 
     def write_bytes(self, uri: str, data: bytes) -> None:
-        """Create a new file holding `data` (never over an existing one). hsync: durable
-        on HDFS; on file:// Hadoop's local stream only flushes, so call sync_file too."""
+        """Create a new file holding `data` (never over an existing one), hsynced before
+        close: on its DataNodes' disks on HDFS; on file:// call sync_file too."""
         stream = self._fs.create(self._path(uri), False)
         try:
             stream.write(bytearray(data))

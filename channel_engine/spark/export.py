@@ -75,8 +75,26 @@ The protocol (each step survives a crash at any point; the output is the source 
 
 A committed file that is gone when step 1 redoes its record (an operator pruned old
 output) is reported ("missing_files" in the report), not recreated, and stops nothing.
-The syncs matter on file:// only (dfs.py): a power loss after step 7 finds every file
-the take's events went to. On HDFS a closed file and a rename are already durable.
+Durability (dfs.py): a power loss after step 7 must find every file the take's events
+went to. On file://, Spark's writers and a rename reach no disk by themselves, so the
+job fsyncs the temp files, the record and the directories (steps 5, 6). On HDFS the
+commit record is written through one FSDataOutputStream and hsync()ed before close:
+when step 5 returns, every DataNode of its pipeline has fsynced it (hflush would only
+make it visible to readers, close only completes the block); a rename is a NameNode
+transaction, in its synced edit log before it returns. The data files a record names
+are only closed (Spark's writers close them, and HDFS cannot hsync a closed file): each
+is whole on every DataNode of its pipeline, but in their page cache until written back,
+so a power loss of all the DataNodes of one of its blocks at once may lose it. Run the
+DataNodes with dfs.datanode.synconclose=true (they fsync each block as it closes) where
+that must hold as on file://; replication across racks covers the rest. Avro files,
+which the driver writes itself, are hsynced like the record.
+
+A killed run leaves files open on HDFS under its dead client's lease (a temp file Spark
+was writing, a record cut short) until the NameNode recovers it (the 1 h hard limit).
+No run waits for that, and none needs DistributedFileSystem.recoverLease: every path a
+run writes is its own (_weir/tmp/<run id>/, _weir/commits/.<run id>.json.tmp), the next
+run only deletes another run's leftovers (a delete needs no lease), and the only files
+it renames were closed before (the temp files a record names; a record after its close).
 
 So every event reaches the output exactly once: written files count only once a commit
 record names them, and a range a record names is never written again. Two exports of one
@@ -475,6 +493,7 @@ class Exporter:
         crash_point("recorded")
         for source, target in moves:
             self.dfs.rename(source, target)
+            crash_point("moving")  # the crash tests: one file moved, the others not yet
         self.dfs.sync_dirs_up_to([target for _, target in moves], self.root)
         crash_point("moved")
         for report in self.reports.values():

@@ -1,9 +1,13 @@
 """manage.py export_channel: the appliance runs the Spark job for a channel row, keeps an
-ExportRun of it, and the channel detail shows it."""
+ExportRun of it, and the channel detail shows it; on file:// and end to end into the
+run's real HDFS (marked `hdfs`)."""
 from __future__ import annotations
 
+import io
+import uuid
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -13,6 +17,7 @@ from rest_framework.test import APIClient
 
 from appliance import channels
 from appliance.models import ApiToken, Channel, ExportRun
+from channel_engine.spark.dfs import Dfs
 
 pytestmark = pytest.mark.django_db
 
@@ -48,4 +53,36 @@ def test_export_channel_runs_the_job_and_records_it(tmp_path: Path) -> None:
         assert "nosuchfs" in failed.error
         with pytest.raises(CommandError, match="no channel"):
             call_command("export_channel", "nope")
+    channels.close_all()
+
+
+@pytest.mark.hdfs
+def test_export_channel_writes_every_event_to_hdfs_exactly_once(
+        tmp_path: Path, spark: Any, hdfs_url: str) -> None:
+    output = f"{hdfs_url}/{uuid.uuid4().hex}"
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_EXPORT_URI=output,
+                           WEIR_SPARK_MASTER="local[1]"):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "home"), partitions=2,
+                                     minimum_required_space=0, export_roll_rows=10)
+        with channels.open_channel(row).put() as tx:
+            for i in range(45):
+                tx.put(f"e{i}".encode(), key=f"k{i}".encode())
+        out = StringIO()
+        call_command("export_channel", "orders", stdout=out)
+        assert "exported 45 events" in out.getvalue()
+        run = ExportRun.objects.get()
+        assert run.outcome == "ok" and run.rows == 45 and run.output == f"{output}/orders"
+        files = [f for p in run.partitions for f in p["files"]]
+        assert len(files) >= 5 and all(f.startswith(f"{output}/orders/") for f in files)
+        dfs = Dfs(spark, output)  # read back over HDFS: every committed file, each whole
+        assert sorted(u for u, _ in dfs.list_files(run.output) if "/_weir/" not in u) \
+            == sorted(files)
+        rows = [r for f in files for r in pq.read_table(io.BytesIO(dfs.read_bytes(f)))
+                .to_pylist()]
+        assert sorted(r["body"] for r in rows) == sorted(f"e{i}".encode() for i in range(45))
+        ranges = {p["partition"]: p["ranges"] for p in run.partitions}
+        assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(
+            (p, o) for p, spans in ranges.items() for s, e in spans for o in range(s, e))
+        assert channels.open_channel(row).status()["events_untaken"] == 0
     channels.close_all()
