@@ -206,3 +206,49 @@ _stop_private_test_postgres() {
     _test_postgres_dir=""
   fi
 }
+
+# Run "$@" in the background while the caller goes on: in a process group of its own,
+# SIGINT not ignored (as it would be for a plain `&` in a script), stdout and stderr to
+# a temp log. `finish_background` waits for it, prints the log and returns its status.
+# When the calling shell exits first (a failure, Ctrl-C, SIGTERM), the group gets SIGINT
+# (pytest then tears its fixtures down, stopping the servers its tests started), and
+# SIGKILL if it is still there WEIR_BACKGROUND_GRACE_S (30) seconds later. One at a time.
+start_background() {
+  _background_log=$(mktemp "${TMPDIR:-/tmp}/weir-background.XXXXXX")
+  on_exit _stop_background
+  set -m
+  "$@" >"$_background_log" 2>&1 &
+  _background_pid=$!
+  set +m
+}
+
+finish_background() {
+  local status=0
+  wait "$_background_pid" || status=$?
+  _background_pid=""
+  cat "$_background_log"
+  rm -f "$_background_log"
+  return "$status"
+}
+
+_stop_background() {
+  if [ -n "${_background_pid:-}" ] && kill -INT -- "-$_background_pid" 2>/dev/null; then
+    local waited=0
+    while _running "$_background_pid" \
+          && [ "$waited" -lt "$((${WEIR_BACKGROUND_GRACE_S:-30} * 10))" ]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    kill -KILL -- "-$_background_pid" 2>/dev/null || true
+    wait "$_background_pid" 2>/dev/null || true
+  fi
+  _background_pid=""
+  rm -f "${_background_log:-}"
+}
+
+# Exit 0 when the process $1 exists and is not a zombie (Linux's /proc).
+_running() {
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -n "$state" ] && [ "$state" != Z ]
+}

@@ -1,0 +1,80 @@
+"""What every test shares, whether the run is serial or spread over pytest-xdist workers
+(scripts/test.sh runs the main pass with `-n 2`, and the appliance tests' PostgreSQL
+pass beside it, in a pytest process of its own).
+
+Scheduling under xdist (`-n N` with --dist load, the default, loadfile or loadgroup):
+work goes out in units, and a unit runs whole on one worker. A unit is a test file, so
+that a module-scoped fixture (a Celery worker, a Kafka broker, Kafka's three dump runs,
+a recorded power-loss workload) starts once per run, not once per worker; and every
+test under tests/spark is one unit, "jvm", so that the session-scoped JVM services there
+(the SparkSession, the MiniDFSCluster, a Spark cluster) start once per run, on one
+worker. Units go out longest first (LONGEST_FIRST, measured; then by number of tests),
+so that no long unit starts last while the other worker sits idle. This is done here,
+not with xdist_group marks: pytest-xdist 3.8's loadgroup puts the group in the test's
+node id, which pytest 9.2 no longer lets a plugin change (the marks are silently
+ignored: pytest-dev/pytest-xdist#1386).
+
+Redis: the processes sharing the test Redis — the xdist workers, the PostgreSQL pass,
+and the gunicorn, Celery and manage.py processes their tests start — must never see each
+other's throttle counters, task locks or row-cache generation. Each pytest process takes
+a cache key prefix of its own (`weir-test-<pid>`): its children inherit it through
+WEIR_CACHE_PREFIX, and its own Django settings use it (tests/appliance/conftest.py puts
+its tests on a Redis database of their own, with the same prefix).
+"""
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from django.test import override_settings
+
+# Test directories whose session-scoped fixtures start a JVM service once per run.
+JVM_DIRS = ("tests/spark/",)
+# The units that took longest in a serial run (scripts/test.sh's pass, November 2026),
+# longest first: handed out before the rest. A hint only: a stale one costs balance.
+LONGEST_FIRST = ("jvm",)
+SCHEDULED_DISTS = ("load", "loadfile", "loadgroup")
+
+CACHE_PREFIX = f"weir-test-{os.getpid()}"
+# Every process a test starts (gunicorn, Celery, manage.py) inherits it.
+os.environ["WEIR_CACHE_PREFIX"] = CACHE_PREFIX
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: "jvm" under JVM_DIRS, else its file."""
+    path = nodeid.split("::", 1)[0]
+    return "jvm" if path.startswith(JVM_DIRS) else path
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") not in SCHEDULED_DISTS:
+        return None  # each, loadscope, worksteal: as asked
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        """xdist's loadscope with work_unit() as the scope and LONGEST_FIRST first."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for unit in reversed(LONGEST_FIRST):
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
+
+    return FileScheduling(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_prefix_of_this_process() -> Iterator[None]:
+    # The settings were read before this file (pytest-django loads them first).
+    caches = copy.deepcopy(django_settings.CACHES)
+    caches["default"]["KEY_PREFIX"] = CACHE_PREFIX
+    with override_settings(CACHES=caches):
+        yield
