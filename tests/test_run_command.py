@@ -537,15 +537,17 @@ def test_the_test_command_prints_its_background_pass_after_the_main_one(tmp_path
 
 
 # Stands for pytest: tears down on SIGINT (KeyboardInterrupt), with a child in its group.
+# It names its child (argv[1]) only once inside the try: a SIGINT sent as soon as the
+# name is seen is always torn down from.
 PASS = """
-import pathlib, subprocess, sys, time
+import os, pathlib, subprocess, sys, time
 child = subprocess.Popen(["sleep", "60"])
-pathlib.Path(sys.argv[1]).write_text(f"{child.pid}")
 try:
+    pathlib.Path(sys.argv[1]).write_text(f"{child.pid} {os.getpgid(0)}")
     time.sleep(60)
 except KeyboardInterrupt:
     child.kill()
-    pathlib.Path(sys.argv[1]).write_text("torn down")
+    pathlib.Path(sys.argv[2]).write_text("torn down")
 """
 
 
@@ -553,11 +555,11 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("ending", ["failure", "SIGTERM", "SIGINT ignored"])
 def test_the_test_command_interrupts_its_background_pass_when_it_ends_first(
         tmp_path: Path, ending: str) -> None:
-    state = tmp_path / "state"
+    state, torn = tmp_path / "child", tmp_path / "torn"
     code = PASS if ending != "SIGINT ignored" else (
         "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + PASS)
     script = ("set -euo pipefail; . scripts/common.sh; "
-              f'start_background {PYTHON} -c "$PASS" {state}; echo "pass $_background_pid"; '
+              f'start_background {PYTHON} -c "$PASS" {state} {torn}; echo "pass $_background_pid"; '
               + ("sleep 30 & wait $!" if ending == "SIGTERM" else
                  'until [ -s "$STATE" ]; do sleep 0.1; done; false'))
     env = {**os.environ, "TMPDIR": str(tmp_path), "PASS": code, "STATE": str(state),
@@ -572,15 +574,14 @@ def test_the_test_command_interrupts_its_background_pass_when_it_ends_first(
         while not state.exists() or not state.read_text():
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        child = int(state.read_text())
-        assert os.getpgid(child) == group != process.pid  # a process group of its own
+        child, its_group = map(int, state.read_text().split())
+        assert its_group == group != process.pid  # a process group of its own
         if ending == "SIGTERM":
             process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == (143 if ending == "SIGTERM" else 1)
         assert not group_members(group) and gone(child)
-        torn_down = state.read_text() == "torn down"
-        assert torn_down == (ending != "SIGINT ignored")  # else killed after the grace
-        assert [p.name for p in tmp_path.iterdir()] == ["state"]  # no log left behind
+        assert torn.exists() == (ending != "SIGINT ignored")  # else killed after the grace
+        assert {p.name for p in tmp_path.iterdir()} <= {"child", "torn"}  # no log left
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
