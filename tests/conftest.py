@@ -57,7 +57,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class FileScheduling(LoadScopeScheduling):
-        """xdist's loadscope with work_unit() as the scope and LONGEST_FIRST first."""
+        """xdist's loadscope with work_unit() as the scope, LONGEST_FIRST first, and
+        tests sharing a node id all run."""
 
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
@@ -66,7 +67,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             for unit in reversed(LONGEST_FIRST):
                 if unit in self.workqueue:
                     self.workqueue.move_to_end(unit, last=False)
-            super()._assign_work_unit(node)
+            scope, work_unit = self.workqueue.popitem(last=False)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            # Every index of a node id, not only its first: tests that share one (each
+            # of schemathesis's parametrized cases) would otherwise run once in all.
+            node.send_runtest_some([index for index, nodeid
+                                    in enumerate(self.registered_collections[node])
+                                    if nodeid in work_unit and not work_unit[nodeid]])
 
     return FileScheduling(config, log)
 
