@@ -95,8 +95,21 @@ def secret_key(var_dir: Path) -> str:
     key_file = var_dir / "secret_key"
     if not key_file.exists():
         var_dir.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+        # Written whole under a name of its own, then linked in: of processes starting
+        # at once on a new var dir (parallel test workers, gunicorn's), the first link wins
+        # and none reads a half-written file.
+        mine = var_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, secrets.token_urlsafe(50).encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(mine, key_file)
+        except FileExistsError:
+            pass
+        finally:
+            mine.unlink()
     return key_file.read_text().strip()
 
 

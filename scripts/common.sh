@@ -206,3 +206,100 @@ _stop_private_test_postgres() {
     _test_postgres_dir=""
   fi
 }
+
+# Run "$@" in the background while the caller goes on: in a process group of its own,
+# SIGINT not ignored (as it would be for a plain `&` in a script), stdout and stderr to
+# a temp log. `finish_background` waits for it, prints the log and returns its status.
+# When the calling shell exits first (a failure, Ctrl-C, SIGTERM), the group gets SIGINT
+# (pytest then tears its fixtures down, stopping the servers its tests started), and
+# SIGKILL if it is still there WEIR_BACKGROUND_GRACE_S (30) seconds later. One at a time.
+start_background() {
+  _background_log=$(mktemp "${TMPDIR:-/tmp}/weir-background.XXXXXX")
+  on_exit _stop_background
+  set -m
+  "$@" >"$_background_log" 2>&1 &
+  _background_pid=$!
+  set +m
+}
+
+finish_background() {
+  local status=0
+  wait "$_background_pid" || status=$?
+  _background_pid=""
+  cat "$_background_log"
+  rm -f "$_background_log"
+  return "$status"
+}
+
+_stop_background() {
+  if [ -n "${_background_pid:-}" ] && kill -INT -- "-$_background_pid" 2>/dev/null; then
+    local waited=0
+    while _running "$_background_pid" \
+          && [ "$waited" -lt "$((${WEIR_BACKGROUND_GRACE_S:-30} * 10))" ]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    kill -KILL -- "-$_background_pid" 2>/dev/null || true
+    wait "$_background_pid" 2>/dev/null || true
+  fi
+  _background_pid=""
+  rm -f "${_background_log:-}"
+}
+
+# Exit 0 when the process $1 exists and is not a zombie (Linux's /proc).
+_running() {
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# The run's JVM services, started once for every pytest process of the test command (the
+# xdist workers and the PostgreSQL pass) and stopped when the script exits: a
+# MiniDFSCluster (scripts/hdfs.sh) unless WEIR_TEST_HDFS_URL names an HDFS, and a Spark
+# standalone master and worker (scripts/spark_cluster.sh) unless WEIR_TEST_SPARK_MASTER
+# names a cluster. Both start at once (each takes 15-50 s, mostly waiting); either failing
+# stops the script with its log's tail, before any test runs.
+use_test_jvm_services() {
+  local hdfs_dir="" spark_dir="" hdfs_pid="" spark_pid=""
+  if [ -z "${WEIR_TEST_HDFS_URL:-}" ]; then
+    hdfs_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-test-hdfs.XXXXXX")
+    _test_hdfs_dir=$hdfs_dir
+    on_exit _stop_test_hdfs
+    WEIR_HDFS_DIR=$hdfs_dir scripts/hdfs.sh start >"$hdfs_dir/start.out" 2>&1 &
+    hdfs_pid=$!
+  fi
+  if [ -z "${WEIR_TEST_SPARK_MASTER:-}" ]; then
+    spark_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-test-spark.XXXXXX")
+    _test_spark_dir=$spark_dir
+    on_exit _stop_test_spark
+    WEIR_SPARK_DIR=$spark_dir WEIR_PYTHON=${root:-$PWD}/.venv/bin/python \
+      scripts/spark_cluster.sh start >"$spark_dir/start.out" 2>&1 &
+    spark_pid=$!
+  fi
+  if [ -n "$hdfs_pid" ]; then
+    wait "$hdfs_pid" || _service_failed "HDFS (scripts/hdfs.sh start)" "$hdfs_dir/start.out"
+    export WEIR_TEST_HDFS_URL; WEIR_TEST_HDFS_URL=$(tail -n 1 "$hdfs_dir/start.out")
+  fi
+  if [ -n "$spark_pid" ]; then
+    wait "$spark_pid" \
+      || _service_failed "the Spark cluster (scripts/spark_cluster.sh start)" "$spark_dir/start.out"
+    export WEIR_TEST_SPARK_MASTER WEIR_TEST_SPARK_DIR=$spark_dir
+    WEIR_TEST_SPARK_MASTER=$(tail -n 1 "$spark_dir/start.out")
+  fi
+}
+
+_service_failed() {
+  tail -n 40 "$2" >&2
+  echo "weir: $1 failed: the tests cannot run without it" >&2
+  exit 1
+}
+
+_stop_test_hdfs() {
+  WEIR_HDFS_DIR=$_test_hdfs_dir scripts/hdfs.sh stop >/dev/null 2>&1 || true
+  rm -rf "$_test_hdfs_dir"
+}
+
+_stop_test_spark() {
+  WEIR_SPARK_DIR=$_test_spark_dir scripts/spark_cluster.sh stop >/dev/null 2>&1 || true
+  rm -rf "$_test_spark_dir"
+}

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Run every test: lint, type check, the default pytest suite (SQLite; the browser tests
-# in tests/e2e use Debian's chromium, installed here when missing), then the
+# in tests/e2e use Debian's chromium, installed here when missing) on WEIR_TEST_WORKERS
+# (default 2) pytest-xdist workers, and beside it, in a pytest process of its own, the
 # appliance tests again on PostgreSQL: the one at WEIR_TEST_POSTGRES_URL when it answers,
 # else a private server (Debian's postgresql, installed when missing; temp data dir, free
 # port) stopped when this script exits. Never skipped: when PostgreSQL cannot start, the
-# script fails saying why, before any test runs.
+# script fails saying why, before any test runs. The PostgreSQL pass's output is printed
+# after the main pass's; the script fails when either pass failed (tests/conftest.py says
+# how xdist's work is split: by file, longest first).
+# HDFS and Spark: one MiniDFSCluster and one Spark standalone cluster (master + worker
+# JVMs) serve every pytest process of the run, started here at once and stopped on exit,
+# unless WEIR_TEST_HDFS_URL / WEIR_TEST_SPARK_MASTER name outside ones (scripts/common.sh's
+# use_test_jvm_services; HDFS's jars are fetched first, like Kafka's).
 # Redis: the tests use the one at WEIR_TEST_REDIS_URL (default redis://127.0.0.1:6379)
 # when it answers, else a private redis-server (free port, no persistence) stopped when
 # this script exits; Debian's redis-server is installed when missing (scripts/common.sh).
@@ -12,12 +19,13 @@
 # scripts/jvm_deps.py into var/jvm/ (pinned, sha256-checked; the cache is used offline
 # later); it stops here, naming what is missing, when Maven Central cannot be reached,
 # unless WEIR_KAFKA_HOME names a Kafka install to use instead.
-# Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the many-trial runs).
+# Extra arguments go to the main pass's pytest (e.g. `scripts/test.sh -m slow` for the
+# many-trial runs; `-n 0` runs it in one process).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
-. scripts/common.sh  # apt_install, ensure_nginx, use_test_redis, use_test_postgres
+. scripts/common.sh  # apt_install, ensure_nginx, use_test_redis/postgres/jvm_services
 command -v java >/dev/null || apt_install openjdk-17-jre-headless
 if [ -z "${WEIR_KAFKA_HOME:-}" ]; then
   command -v mvn >/dev/null || apt_install maven
@@ -38,10 +46,25 @@ use_test_redis
 echo "== tests use the Redis at $WEIR_TEST_REDIS_URL"
 use_test_postgres
 echo "== the PostgreSQL pass uses $WEIR_TEST_POSTGRES_URL"
+use_test_jvm_services
+echo "== tests use the HDFS at $WEIR_TEST_HDFS_URL and the Spark cluster at $WEIR_TEST_SPARK_MASTER"
+# The PostgreSQL pass runs beside the rest (its output is held and printed after the main
+# pass): most appliance tests wait on servers and subprocesses, so two passes at once fit
+# the machine's cores better than one after the other.
+started=$SECONDS
+start_background env DATABASE_URL="$WEIR_TEST_POSTGRES_URL" \
+  .venv/bin/python -m pytest tests/appliance -q -p no:cacheprovider
 .venv/bin/ruff check .
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
-echo "== appliance tests on PostgreSQL ($WEIR_TEST_POSTGRES_URL)"
-started=$SECONDS
-DATABASE_URL=$WEIR_TEST_POSTGRES_URL .venv/bin/python -m pytest tests/appliance -q
-echo "== appliance tests on PostgreSQL took $((SECONDS - started)) s"
+workers=(-n "${WEIR_TEST_WORKERS:-2}")  # a later -n in "$@" wins; -p no:xdist has no -n
+for arg in "$@"; do
+  if [ "$arg" = no:xdist ] || [ "$arg" = -pno:xdist ]; then workers=(); fi
+done
+main=0
+.venv/bin/python -m pytest "${workers[@]}" "$@" || main=$?
+echo "== appliance tests on PostgreSQL ($WEIR_TEST_POSTGRES_URL), run beside the main pass:"
+postgres=0
+finish_background || postgres=$?
+echo "== both passes took $((SECONDS - started)) s"
+if [ "$main" -ne 0 ]; then exit "$main"; fi
+exit "$postgres"

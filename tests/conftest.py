@@ -1,20 +1,99 @@
-"""Fixtures every test directory may use: one real HDFS for the whole run (`hdfs_url`).
+"""What every test shares, whether the run is serial or spread over pytest-xdist workers
+(scripts/test.sh runs the main pass with `-n 2`, and the appliance tests' PostgreSQL
+pass beside it, in a pytest process of its own).
 
-It is WEIR_TEST_HDFS_URL when set (an outside cluster, hdfs://host:port[/dir]), else a
-MiniDFSCluster started by scripts/hdfs.sh the first time a test asks for it (state
-under pytest's temp dir) and stopped when the run ends: one cluster per run, shared by
-tests/spark and tests/appliance. A failure to start it fails the tests that need it,
-with the script's message; it is never skipped silently."""
+One real HDFS for the whole run (`hdfs_url`): WEIR_TEST_HDFS_URL when set (scripts/test.sh
+starts one for all its pytest processes; or an outside cluster, hdfs://host:port[/dir]),
+else a MiniDFSCluster started by scripts/hdfs.sh the first time a test of this process
+asks for it (state under pytest's temp dir) and stopped when the process ends. A failure
+to start it fails the tests that need it, with the script's message; it is never skipped
+silently. (The Spark cluster, `spark_master`, works the same way: tests/spark.)
+
+Scheduling under xdist (`-n N` with --dist load, the default, loadfile or loadgroup):
+work goes out in units, and a unit runs whole on one worker. A unit is a test file, so
+that a module-scoped fixture (a Celery worker, a Kafka broker, Kafka's three dump runs,
+a recorded power-loss workload) starts once per run, not once per worker. Session-scoped
+services (HDFS, the Spark cluster) come from scripts/test.sh through the environment, so
+they start once whichever worker asks; each worker that runs Spark tests starts its own
+local SparkSession. Units go out longest first (LONGEST_FIRST, measured; then by number
+of tests), so that no long unit starts last while the other worker sits idle. This is done
+here, not with xdist_group marks: pytest-xdist 3.8's loadgroup puts the group in the
+test's node id, which pytest 9.2 no longer lets a plugin change (the marks are silently
+ignored: pytest-dev/pytest-xdist#1386).
+
+Redis: the processes sharing the test Redis — the xdist workers, the PostgreSQL pass,
+and the gunicorn, Celery and manage.py processes their tests start — must never see each
+other's throttle counters, task locks or row-cache generation. Each pytest process takes
+a cache key prefix of its own (`weir-test-<pid>`): its children inherit it through
+WEIR_CACHE_PREFIX, and its own Django settings use it (tests/appliance/conftest.py puts
+its tests on a Redis database of their own, with the same prefix).
+"""
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
+from django.test import override_settings
+
+# The units that took longest in a run of scripts/test.sh (November 2026), longest
+# first: handed out before the rest. A hint only: a stale one costs balance.
+LONGEST_FIRST = ("tests/spark/test_export.py", "tests/spark/test_export_hdfs_faults.py",
+                 "tests/spark/test_export_cluster.py", "tests/spark/test_export_command.py",
+                 "tests/appliance/test_exports_hdfs.py")
+SCHEDULED_DISTS = ("load", "loadfile", "loadgroup")
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHE_PREFIX = f"weir-test-{os.getpid()}"
+# Every process a test starts (gunicorn, Celery, manage.py) inherits it.
+os.environ["WEIR_CACHE_PREFIX"] = CACHE_PREFIX
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file."""
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") not in SCHEDULED_DISTS:
+        return None  # each, loadscope, worksteal: as asked
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        """xdist's loadscope with the file as the scope, LONGEST_FIRST first, and
+        tests sharing a node id all run."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for unit in reversed(LONGEST_FIRST):
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
+            scope, work_unit = self.workqueue.popitem(last=False)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            # Every index of a node id, not only its first: tests that share one (each
+            # of schemathesis's parametrized cases) would otherwise run once in all.
+            node.send_runtest_some([index for index, nodeid
+                                    in enumerate(self.registered_collections[node])
+                                    if nodeid in work_unit and not work_unit[nodeid]])
+
+    return FileScheduling(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_prefix_of_this_process() -> Iterator[None]:
+    # The settings were read before this file (pytest-django loads them first).
+    caches = copy.deepcopy(django_settings.CACHES)
+    caches["default"]["KEY_PREFIX"] = CACHE_PREFIX
+    with override_settings(CACHES=caches):
+        yield
 
 
 @pytest.fixture(scope="session")

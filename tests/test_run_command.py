@@ -7,7 +7,10 @@ inherits WEIR_VAR_DIR=<the test's var dir>, which is how they are found (in /pro
 Also the test command's Redis (use_test_redis in scripts/common.sh, which scripts/test.sh
 calls): a private redis-server when none answers, gone when the script exits; and its
 PostgreSQL (use_test_postgres): a private server, stopped with the Redis on exit or
-SIGTERM, or a failed command saying why when it cannot start."""
+SIGTERM, or a failed command saying why when it cannot start. And the PostgreSQL pass it
+runs beside the main one (start_background / finish_background): its output held until
+the main pass is done, its status returned, and interrupted with its processes when the
+script ends first."""
 from __future__ import annotations
 
 import json
@@ -517,3 +520,74 @@ def test_the_test_command_fails_saying_why_when_postgres_cannot_start(tmp_path: 
     assert done.returncode == 1 and "ran on" not in done.stdout
     assert "cannot write" in done.stderr and "set TMPDIR" in done.stderr, done.stderr
     assert not list(closed.iterdir())  # the temp dir was removed on the way out
+
+
+# -- the test command's background pass (start_background / finish_background) ----------
+@pytest.mark.timeout(60)
+def test_the_test_command_prints_its_background_pass_after_the_main_one(tmp_path: Path) -> None:
+    script = ("set -euo pipefail; . scripts/common.sh; "
+              "start_background bash -c 'echo pass out; echo pass err >&2; exit 3'; "
+              "sleep 0.5; echo main; status=0; finish_background || status=$?; "
+              'echo "status $status"')
+    done = subprocess.run(["bash", "-c", script], cwd=ROOT, text=True, capture_output=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["main", "pass out", "pass err", "status 3"]
+    assert not list(tmp_path.iterdir())  # its log went once printed
+
+
+# Stands for pytest: tears down on SIGINT (KeyboardInterrupt), with a child in its group.
+# It names its child (argv[1]) only once inside the try: a SIGINT sent as soon as the
+# name is seen is always torn down from.
+PASS = """
+import os, pathlib, subprocess, sys, time
+child = subprocess.Popen(["sleep", "60"])
+try:
+    pathlib.Path(sys.argv[1]).write_text(f"{child.pid} {os.getpgid(0)}")
+    time.sleep(60)
+except KeyboardInterrupt:
+    child.kill()
+    pathlib.Path(sys.argv[2]).write_text("torn down")
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["failure", "SIGTERM", "SIGINT ignored"])
+def test_the_test_command_interrupts_its_background_pass_when_it_ends_first(
+        tmp_path: Path, ending: str) -> None:
+    state, torn = tmp_path / "child", tmp_path / "torn"
+    code = PASS if ending != "SIGINT ignored" else (
+        "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + PASS)
+    script = ("set -euo pipefail; . scripts/common.sh; "
+              f'start_background {PYTHON} -c "$PASS" {state} {torn}; echo "pass $_background_pid"; '
+              + ("sleep 30 & wait $!" if ending == "SIGTERM" else
+                 'until [ -s "$STATE" ]; do sleep 0.1; done; false'))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PASS": code, "STATE": str(state),
+           "WEIR_BACKGROUND_GRACE_S": "2"}
+    process = subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, text=True,
+                               stdout=subprocess.PIPE, start_new_session=True)
+    group = 0
+    try:
+        assert process.stdout is not None
+        group = int(process.stdout.readline().split()[1])
+        deadline = time.monotonic() + 20
+        while not state.exists() or not state.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        child, its_group = map(int, state.read_text().split())
+        assert its_group == group != process.pid  # a process group of its own
+        if ending == "SIGTERM":
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == (143 if ending == "SIGTERM" else 1)
+        assert not group_members(group) and gone(child)
+        assert torn.exists() == (ending != "SIGINT ignored")  # else killed after the grace
+        assert {p.name for p in tmp_path.iterdir()} <= {"child", "torn"}  # no log left
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        for pgid in (process.pid, group or process.pid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

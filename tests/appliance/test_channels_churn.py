@@ -55,7 +55,14 @@ def test_it_answers_no_5xx_while_one_channel_name_is_deleted_and_recreated_rapid
                 "checkpoint_dir": str(root / "orders/checkpoint")}
     seen: Counter[tuple[str, int]] = Counter()
     bad: list[str] = []
-    deadline = time.monotonic() + RUN_S
+    deadline, cap = time.monotonic() + RUN_S, time.monotonic() + 6 * RUN_S
+
+    def running() -> bool:
+        # RUN_S at least, then on (up to 6 x RUN_S) until the name was created and deleted
+        # three times: on a loaded machine RUN_S may hold fewer cycles than that.
+        now = time.monotonic()
+        churned = seen[("create", 201)] >= 3 and seen[("delete", 204)] >= 3
+        return now < deadline or (now < cap and not churned)
 
     def record(what: str, request: Callable[[], tuple[int, object]]) -> None:
         try:
@@ -69,14 +76,14 @@ def test_it_answers_no_5xx_while_one_channel_name_is_deleted_and_recreated_rapid
             bad.append(f"{what} {status}: {str(body)[:300]}")
 
     def churner() -> None:
-        while time.monotonic() < deadline:
+        while running():
             record("create", lambda: call(url, admin, "POST", "channels", settings,
                                           timeout=REQUEST_TIMEOUT_S))
             record("delete", lambda: call(url, admin, "DELETE", "channels/orders?force=true",
                                           timeout=REQUEST_TIMEOUT_S))
 
     def reader() -> None:
-        while time.monotonic() < deadline:
+        while running():
             record("metrics", lambda: metrics(url, admin))
             record("detail", lambda: call(url, admin, "GET", "channels/orders",
                                           timeout=REQUEST_TIMEOUT_S))
@@ -89,6 +96,6 @@ def test_it_answers_no_5xx_while_one_channel_name_is_deleted_and_recreated_rapid
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=RUN_S + 3 * REQUEST_TIMEOUT_S)
+        thread.join(timeout=6 * RUN_S + 3 * REQUEST_TIMEOUT_S)
     assert not bad, f"{len(bad)} 5xx, first: {bad[:3]}; all answers: {dict(seen)}"
     assert seen[("create", 201)] >= 3 and seen[("delete", 204)] >= 3, dict(seen)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from appliance import shared_redis
 
@@ -34,9 +35,11 @@ def test_it_times_out_fast_and_then_does_not_try_for_a_while(
         tried.append(1)
         return client.ping()
     started = time.monotonic()
-    with pytest.raises(RedisError):
+    with pytest.raises(RedisTimeoutError):  # its short timeout, not a refusal
         shared_redis.fast(ping)
-    assert time.monotonic() - started < 0.5 and len(tried) == 1
+    # Ten timeouts and more: the wall clock of a loaded machine (parallel test workers
+    # beside other work) runs on while the process waits for a core.
+    assert time.monotonic() - started < 2.0 and len(tried) == 1
     started = time.monotonic()
     with pytest.raises(RedisError, match="not tried"):
         shared_redis.fast(ping)

@@ -1,6 +1,7 @@
 """The `spark_master` session fixture: a Spark cluster whose executors are JVMs of their
 own, with their own Python workers. WEIR_TEST_SPARK_MASTER when set (an outside cluster,
-spark://host:port), else a standalone master and worker started once per run through
+spark://host:port; WEIR_TEST_SPARK_DIR names its scripts/spark_cluster.sh state dir when
+it runs on this host, as scripts/test.sh's does), else a standalone master and worker started once per run through
 scripts/spark_cluster.sh (state and executor logs under pytest's temp dir) and stopped
 when the run ends. A failure to start it fails the tests that need it, with the script's
 message; it is never skipped silently. Imported by conftest.py."""
@@ -33,8 +34,9 @@ class SparkCluster:
 @pytest.fixture(scope="session")
 def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     given = os.environ.get("WEIR_TEST_SPARK_MASTER")
-    if given:
-        yield SparkCluster(given, None)
+    if given:  # WEIR_TEST_SPARK_DIR: its state dir, when it runs here (scripts/test.sh)
+        state_dir = os.environ.get("WEIR_TEST_SPARK_DIR")
+        yield SparkCluster(given, Path(state_dir) / "work" if state_dir else None)
         return
     state = tmp_path_factory.mktemp("spark-cluster")
     env = {**os.environ, "WEIR_SPARK_DIR": str(state), "WEIR_PYTHON": sys.executable}
