@@ -2,9 +2,9 @@
 own, with their own Python workers. WEIR_TEST_SPARK_MASTER when set (an outside cluster,
 spark://host:port; WEIR_TEST_SPARK_DIR names its scripts/spark_cluster.sh state dir when
 it runs on this host, as scripts/test.sh's does), else a standalone master and worker
-started once per run through scripts/spark_cluster.sh (state and executor logs under pytest's temp dir) and stopped
-when the run ends. A failure to start it fails the tests that need it, with the script's
-message; it is never skipped silently. Imported by conftest.py."""
+started once per run through scripts/spark_cluster.sh (state and executor logs under
+pytest's temp dir) and stopped when the run ends. A failure to start it fails the tests
+that need it, with the script's message; it is never skipped silently. Imported by conftest.py."""
 from __future__ import annotations
 
 import os
