@@ -631,6 +631,15 @@ def _every(seconds: float, action: Callable[[], None]) -> Iterator[None]:
         thread.join()
 
 
+# HDFS's client retries a NameNode that does not answer (a restart: an upgrade, a config
+# change) for up to 10 x 2 s instead of failing the run at its first call; without it, a
+# connection the restart cut answers EOFException once. To change it, set them as
+# spark.hadoop.<key> (spark-defaults.conf, --conf): they win over these (and these over
+# hdfs-site.xml).
+HDFS_CLIENT_RETRY = {"dfs.client.retry.policy.enabled": "true",
+                     "dfs.client.retry.policy.spec": "2000,10"}
+
+
 def spark_session(master: str | None = "local[*]") -> Any:
     """A SparkSession for the export (UTC, no UI), with channel_engine shipped to its
     executors. Without a master: spark-submit's --master when spark-submit started this
@@ -653,10 +662,14 @@ def spark_session(master: str | None = "local[*]") -> Any:
     builder = SparkSession.builder.appName("weir-export")
     if master is not None:
         builder = builder.master(master)
-    spark = (builder.config("spark.ui.enabled", "false")
+    builder = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")  # it prints its own progress
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+             .config("spark.sql.session.timeZone", "UTC"))
+    spark = builder.getOrCreate()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in HDFS_CLIENT_RETRY.items():  # before the first HDFS client is made
+        if not spark.sparkContext.getConf().contains(f"spark.hadoop.{key}"):
+            hadoop.set(key, value)
     python = spark.sparkContext.getConf().get("spark.pyspark.python", None)
     if python:  # before any Python function (the weir source) is made with it
         spark.sparkContext.pythonExec = python

@@ -29,8 +29,12 @@ def spark() -> Iterator[Any]:
         from pyspark.sql import SparkSession
 
         from channel_engine.spark import register
+        from channel_engine.spark.export import HDFS_CLIENT_RETRY
 
-        session = (SparkSession.builder.master("local[2]").appName("weir-tests")
+        builder = SparkSession.builder
+        for key, value in HDFS_CLIENT_RETRY.items():  # as the job's own session has them
+            builder = builder.config(f"spark.hadoop.{key}", value)
+        session = (builder.master("local[2]").appName("weir-tests")
                    .config("spark.ui.enabled", "false")
                    .config("spark.sql.shuffle.partitions", "2")
                    .config("spark.ui.showConsoleProgress", "false")
