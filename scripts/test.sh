@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Run every test: lint, type check, the default pytest suite (SQLite; the browser tests
 # in tests/e2e use Debian's chromium, installed here when missing) on WEIR_TEST_WORKERS
-# (default 2) pytest-xdist workers, and then (or beside it: WEIR_TEST_PASSES=beside), in a
-# pytest process of its own, the appliance tests again on PostgreSQL: the one at WEIR_TEST_POSTGRES_URL when it answers,
-# else a private server (Debian's postgresql, installed when missing; temp data dir, free
-# port) stopped when this script exits. Never skipped: when PostgreSQL cannot start, the
-# script fails saying why, before any test runs. The script fails when either pass failed (tests/conftest.py says
-# how xdist's work is split: by file, longest first).
+# (default 2) pytest-xdist workers (tests/conftest.py says how their work is split: by
+# file, longest first), then (or beside it: WEIR_TEST_PASSES=beside), in a pytest process
+# of its own, the appliance tests again on PostgreSQL: the one at WEIR_TEST_POSTGRES_URL
+# when it answers, else a private server (Debian's postgresql, installed when missing;
+# temp data dir, free port) stopped when this script exits. Never skipped: when
+# PostgreSQL cannot start, the script fails saying why, before any test runs. The script
+# fails when either pass failed.
 # HDFS and Spark: one MiniDFSCluster and one Spark standalone cluster (master + worker
 # JVMs) serve every pytest process of the run, started here at once and stopped on exit,
 # unless WEIR_TEST_HDFS_URL / WEIR_TEST_SPARK_MASTER name outside ones (scripts/common.sh's
