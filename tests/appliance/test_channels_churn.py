@@ -100,4 +100,5 @@ def test_it_answers_no_5xx_while_one_channel_name_is_deleted_and_recreated_rapid
     for thread in threads:
         thread.join(timeout=6 * RUN_S + 3 * REQUEST_TIMEOUT_S)
     assert not bad, f"{len(bad)} 5xx, first: {bad[:3]}; all answers: {dict(seen)}"
-    assert seen[("create", 201)] >= 3 and seen[("delete", 204)] >= 3, f"{sorted(seen.items())} {last.get(('create', 400))}"
+    assert seen[("create", 201)] >= 3 and seen[("delete", 204)] >= 3, \
+        f"{sorted(seen.items())} {last.get(('create', 400))}"
