@@ -17,6 +17,10 @@ every save or delete of a channel replaces, every WEIR_CHANNEL_WATCH_S, 0.5 s; 0
 it off), and this module's channel watcher, called with each reading in that thread,
 asks the database which of its open channels still exist as the rows it opened when the
 generation changed (or every row_cache.MAX_AGE_S, or every tick while Redis cannot say).
+It reads on a database connection of its own, so a row saved in a transaction not yet
+committed (the API's create opens the channel before its commit; a test's transaction)
+is not there for it: a handle opened inside a transaction is left alone until that
+transaction commits, or ends without committing (rolled back: its row is gone for good).
 A handle whose row is gone or was recreated (another pk) is closed: an owner releases
 the lock and its files (the deleted files' space is freed), a client its connection. A
 changed row of the same pk is reopened by the next request that reads it, as before. A
@@ -43,7 +47,7 @@ import time
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
@@ -61,6 +65,10 @@ _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), c
 _open_pid = os.getpid()
 _lock = threading.Lock()
 _seen: list[Any] = [None, 0.0]  # the generation close_stale() last ran under, when
+# name -> (version, the opening thread's database connection) for a handle opened inside a
+# transaction: its row may not be committed yet, so the watcher, which reads on a
+# connection of its own, cannot tell "not yet there" from "deleted" (module doc).
+_uncommitted: dict[str, tuple[Any, Any]] = {}
 log = logging.getLogger(__name__)
 
 
@@ -136,6 +144,7 @@ def _open_row(row: Channel, create: bool) -> EngineChannel:
     with _lock:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
             _open.clear()
+            _uncommitted.clear()
             _open_pid = os.getpid()
             _seen[0] = None  # the child's watcher checks its own handles at its first tick
         known = _open.get(row.name)
@@ -150,8 +159,30 @@ def _open_row(row: Channel, create: bool) -> EngineChannel:
         # not create: a delete may have removed the files since the check above
         channel = EngineChannel.open(to_config(row), create=create)
         _open[row.name] = (version, channel)
+        _uncommitted.pop(row.name, None)
+        if connection.in_atomic_block:
+            _uncommitted[row.name] = (version, connections[DEFAULT_DB_ALIAS])
+            transaction.on_commit(lambda: _committed(row.name, version))
     row_cache.watch()
     return channel
+
+
+def _committed(name: str, version: Any) -> None:
+    with _lock:
+        if _uncommitted.get(name, (None,))[0] == version:
+            del _uncommitted[name]
+
+
+def _maybe_uncommitted(name: str, version: Any) -> bool:
+    """Whether the handle was opened in a transaction that is still open (call under
+    _lock). One that ended without on_commit was rolled back: its row is gone for good."""
+    known = _uncommitted.get(name)
+    if known is None or known[0] != version:
+        return False
+    if known[1].in_atomic_block:
+        return True
+    del _uncommitted[name]
+    return False
 
 
 def status_of(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
@@ -182,6 +213,7 @@ def close_channel(name: str) -> None:
     """Close this process's handle on a channel (before deleting it, say)."""
     with _lock:
         known = _open.pop(name, None)
+        _uncommitted.pop(name, None)
     if known is not None:
         _close(known[1])
 
@@ -206,7 +238,8 @@ def close_stale() -> list[str]:
     with _lock:
         if os.getpid() != _open_pid:
             return []
-        opened = {name: version[0] for name, (version, _) in _open.items()}
+        opened = {name: version[0] for name, (version, _) in _open.items()
+                  if not _maybe_uncommitted(name, version)}
     if not opened:
         return []
     live = dict(Channel.objects.filter(name__in=list(opened)).values_list("name", "pk"))
@@ -226,6 +259,7 @@ def close_all() -> None:
     with _lock:
         known = list(_open.values())
         _open.clear()
+        _uncommitted.clear()
     for _, channel in known:
         _close(channel)
 
