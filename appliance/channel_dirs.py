@@ -25,7 +25,15 @@ dir). An own directory that exists before the channel must be empty (fresh()) an
 used, never owned: delete leaves it. removable() is what a delete may remove: an owned
 directory still where it was recorded (no symlink on the way), inside a data root, clear
 of the appliance's files and of every other channel's directories; one the channel made
-only to hold others (a data dir, a parent) goes only if empty.
+only to hold others (a data dir, a parent) goes only if empty. remove() first renames
+each tree aside (`.<name>.deleted-<hex>` in its parent, one atomic rename) and then
+removes it: processes of other workers may still hold the deleted channel open until
+their channel watcher closes it, and work by path — an owner checkpointing at close, a
+client electing a new owner, a segment rolling. Renamed, the path is gone at once for
+them all (they fail, nothing is made again, see channel_engine/channel.py), so no file
+lands in a tree while it is removed, and no half-removed directory is left under the
+channel's name to refuse its re-create ("exists and is not empty") with no row to delete
+it. A tree that still cannot be removed is logged and left aside, under its hidden name.
 
 Concurrency: lock() updates the one DirectoryLock row — a row lock in PostgreSQL, the
 write lock in SQLite — held until the transaction ends. appliance.manage_channels runs
@@ -34,7 +42,9 @@ removal in one transaction.atomic(), so checks against all channels never race.
 """
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +60,7 @@ from appliance.models import Channel, DirectoryLock
 from channel_engine import ChannelConfig
 
 OVERLAP = "overlaps a directory of another channel"
+log = logging.getLogger(__name__)
 
 
 def lock() -> None:
@@ -256,7 +267,8 @@ def missing(row: Channel) -> list[str]:
 
 
 def removable(row: Channel) -> tuple[list[Path], list[Path]]:
-    """What a delete of `row` removes (module doc): (trees, empty dirs), deepest first.
+    """What a delete of `row` removes (module doc): (trees, empty dirs), deepest first but
+    the home first of the trees (renamed aside, it tells every owner the channel is gone).
     Call under lock(); `row` may be deleted already (its pk None: no row is excluded)."""
     others = _Others(Channel.objects.exclude(pk=row.pk))
     roots, appliance = data_roots(), appliance_paths()
@@ -274,19 +286,46 @@ def removable(row: Channel) -> tuple[list[Path], list[Path]]:
                 empties.append(path)
         elif not others.own_dir_collides(path, {p.parent for p in mine.partitions}):
             trees.append(path)
+    trees.sort(key=lambda path: path != mine.own[0][1])
     return trees, empties
 
 
 def remove(trees: list[Path], empties: list[Path]) -> None:
-    """Remove what removable() found: trees whole (never following a symlink), the others
-    only if empty."""
+    """Remove what removable() found: trees whole (each renamed aside first, module doc;
+    never following a symlink), the others only if empty."""
+    aside = []
     for path in trees:
+        if not os.path.lexists(path):
+            continue  # moved aside with the home it lies in
         if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
+            aside.append(_set_aside(path))
         else:  # a file where a directory belongs (damage that can stop an open)
             path.unlink(missing_ok=True)
+    for path in aside:
+        _remove_tree(path)
     for path in empties:
         try:
             path.rmdir()
         except OSError:
             pass  # not empty: something else lives there now
+
+
+def _set_aside(path: Path) -> Path:
+    """The tree renamed to a hidden name in its parent (or left where it is if it cannot
+    be: then removed in place)."""
+    hidden = path.with_name(f".{path.name}.deleted-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, hidden)
+    except OSError:
+        log.warning("cannot rename %s aside before removing it", path, exc_info=True)
+        return path
+    return hidden
+
+
+def _remove_tree(path: Path) -> None:
+    for _ in range(3):  # a file a closing process made at its old path in flight
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return
+    log.warning("a deleted channel's directory %s could not be removed; remove it by hand",
+                path)

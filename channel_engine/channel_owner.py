@@ -893,6 +893,7 @@ class ChannelOwner:
                 raise StorageError(home, exc, "writing the checkpoint") from exc
             self._sequence = sequence
             backup_state = self._write_backup(saved, backup)
+            self._check_home()  # deleted meanwhile: its journals are not ours to remove
             oldest = min(sequence, self._backup_sequence) if backup else sequence
             journals_removed = commit_journal.remove_before(home, oldest)
             self._checkpoint_taken = [p.taken_through for p in saved.partitions]
@@ -938,7 +939,8 @@ class ChannelOwner:
         if backup is None:
             return "off"
         try:
-            checkpoint_file.write(saved, backup, None)
+            # a backup dir that vanished with a deleted home is not made again
+            checkpoint_file.write(saved, backup, None, create=not self._home_replaced())
         except OSError as exc:
             with self._lock:
                 self.counters["checkpoint_backup_write_errors"] += 1

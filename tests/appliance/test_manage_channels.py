@@ -3,6 +3,8 @@ changes apply, stranding changes are refused with the reason, untaken events pro
 channel from deletion unless forced."""
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -96,6 +98,46 @@ def test_it_answers_404_to_a_put_in_flight_across_a_delete_and_recreates_nothing
     assert "deleted" in str(response.json()), response.content
     assert not Channel.objects.exists()
     assert [p for p in ("orders", "data/orders-0", "data/orders-1") if (root / p).exists()] == []
+
+
+def test_a_write_racing_the_removal_leaves_nothing_that_blocks_a_re_create(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another web worker owns the deleted channel until its watcher closes it, and writes
+    by path meanwhile (here: its checkpoint at close) while the delete removes the tree,
+    after the removal listed the directory: nothing may be left under the channel's name,
+    whose re-create would be refused as "exists and is not empty" with no row to delete."""
+    client = admin()
+    assert create(client, root, partitions=2).status_code == 201
+    row = Channel.objects.get(name="orders")
+    channels.close_channel("orders")
+    other_worker = EngineChannel.open(channels.to_config(row))
+    assert other_worker.role == "owner"
+    with other_worker.put() as tx:
+        tx.put(b"dropped by the forced delete")
+    real_rmtree, written = shutil.rmtree, []
+
+    def listed_then_written(path: str, ignore_errors: bool = False) -> None:
+        listed = list(os.scandir(path))  # what rmtree saw before the write
+        if not written and "channel.json" in [entry.name for entry in listed]:  # the home
+            written.append(path)
+            other_worker.close()  # checkpoints into the home if it is still there
+        for entry in listed:
+            if entry.is_dir(follow_symlinks=False):
+                real_rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+    monkeypatch.setattr(shutil, "rmtree", listed_then_written)
+    assert client.delete("/api/v1/channels/orders?force=true").status_code == 204
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    assert written, "the home's removal was not seen"
+    assert [p for p in ("orders", "data/orders-0", "data/orders-1") if (root / p).exists()] \
+        == []
+    assert [*root.glob(".*"), *(root / "data").glob(".*")] == []  # nothing left aside
+    assert create(client, root, partitions=2).status_code == 201
 
 
 def test_it_makes_no_files_for_a_channel_deleted_while_a_worker_opens_it(

@@ -704,6 +704,29 @@ def test_it_never_recreates_a_deleted_channel_unless_asked_to_create(tmp_path: P
     assert not config.home.exists()
 
 
+def test_a_checkpoint_the_delete_overtakes_makes_no_backup_dir_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint wrote the home's copy; then the channel was deleted (home and backup
+    dir removed) before it wrote the backup copy: the backup dir is not made again."""
+    config = make_config(tmp_path, use_dual_checkpoints=True,
+                         backup_checkpoint_dir=str(tmp_path / "backup"))
+    channel = Channel.open(config)
+    put(channel, b"a")
+    real_write = checkpoint_file.write
+
+    def home_then_delete(saved: Any, directory: Path, *args: Any, **kwargs: Any) -> None:
+        real_write(saved, directory, *args, **kwargs)
+        if directory == config.home:
+            for gone in (config.home, tmp_path / "backup"):
+                shutil.rmtree(gone, ignore_errors=True)
+    monkeypatch.setattr(checkpoint_file, "write", home_then_delete)
+    with pytest.raises(ChannelGoneError):
+        channel.checkpoint()
+    assert not (tmp_path / "backup").exists() and not config.home.exists()
+    channel.close()
+    assert not (tmp_path / "backup").exists() and not config.home.exists()
+
+
 def test_it_grows_partitions_of_an_existing_channel_without_create(tmp_path: Path) -> None:
     config = make_config(tmp_path, partitions=1)
     Channel.open(config).close()
