@@ -2,8 +2,8 @@
 # Run every test: lint, type check, the default pytest suite (SQLite; the browser tests
 # in tests/e2e use Debian's chromium, installed here when missing) on WEIR_TEST_WORKERS
 # (default 2) pytest-xdist workers (tests/conftest.py says how their work is split: by
-# file, longest first), then (or beside it: WEIR_TEST_PASSES=beside), in a pytest process
-# of its own, the appliance tests again on PostgreSQL: the one at WEIR_TEST_POSTGRES_URL
+# file, longest first), and beside it (or after it: WEIR_TEST_PASSES=after), in a pytest
+# process of its own, the appliance tests again on PostgreSQL: the one at WEIR_TEST_POSTGRES_URL
 # when it answers, else a private server (Debian's postgresql, installed when missing;
 # temp data dir, free port) stopped when this script exits. Never skipped: when
 # PostgreSQL cannot start, the script fails saying why, before any test runs. The script
@@ -48,15 +48,13 @@ use_test_postgres
 echo "== the PostgreSQL pass uses $WEIR_TEST_POSTGRES_URL"
 use_test_jvm_services
 echo "== tests use the HDFS at $WEIR_TEST_HDFS_URL and the Spark cluster at $WEIR_TEST_SPARK_MASTER"
-# The PostgreSQL pass runs after the main pass (WEIR_TEST_PASSES=after, the default) or
-# beside it (=beside: its output held and printed after the main pass's; ~5 min shorter on
-# 2 cores). Not beside by default yet: under that load, test_channels_churn caught a
-# deleted channel's name that could not be created again (issue 14's note), and the
-# command must be green on main.
+# The PostgreSQL pass runs beside the main pass (WEIR_TEST_PASSES=beside, the default: its
+# output held and printed after the main pass's; ~5 min shorter on 2 cores) or after it
+# (=after: one pytest process at a time, for a machine with less room).
 started=$SECONDS
 postgres_pass=(env DATABASE_URL="$WEIR_TEST_POSTGRES_URL"
                .venv/bin/python -m pytest tests/appliance -q -p no:cacheprovider)
-beside=${WEIR_TEST_PASSES:-after}
+beside=${WEIR_TEST_PASSES:-beside}
 if [ "$beside" = beside ]; then start_background "${postgres_pass[@]}"; fi
 .venv/bin/ruff check .
 .venv/bin/mypy
