@@ -1,4 +1,4 @@
-# Shell helpers shared by bootstrap.sh, run.sh and test.sh (sourced, never run).
+# Shell helpers shared by bootstrap.sh, run.sh, test.sh, hdfs.sh and spark_cluster.sh
 # Functions only: sourcing this changes nothing until one is called.
 
 # Run a command as root (through sudo unless we are root already).
@@ -30,6 +30,29 @@ ensure_nginx() {
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
     as_root systemctl disable --now nginx.service >/dev/null 2>&1 || true
   fi
+}
+
+# terminate PID WHAT [group]: SIGTERM the process (its whole process group with "group":
+# a daemon started in a session of its own, with the children it started), SIGKILL it
+# after 30 s, saying so, and return once it is gone (with "group", SIGKILL whatever the
+# group still holds then too). WHAT names it in the message.
+terminate() {
+  local pid=$1 what=$2 group=${3:-} i
+  if [ "$group" = group ]; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  else
+    kill -TERM "$pid" 2>/dev/null || true
+  fi
+  for i in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "weir: $what (pid $pid) still up after 30 s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  if [ "$group" = group ]; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 }
 
 # Run the function $1 when the calling shell exits, before those registered earlier (the
@@ -272,8 +295,10 @@ use_test_jvm_services() {
     spark_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-test-spark.XXXXXX")
     _test_spark_dir=$spark_dir
     on_exit _stop_test_spark
+    # room for every pytest process's session (tests/spark/conftest.py: 2 cores, 768m
+    # each) and the cluster tests' jobs beside them; cores are slots, not CPUs
     WEIR_SPARK_DIR=$spark_dir WEIR_PYTHON=${root:-$PWD}/.venv/bin/python \
-      scripts/spark_cluster.sh start >"$spark_dir/start.out" 2>&1 &
+      scripts/spark_cluster.sh start --cores 8 --memory 6g >"$spark_dir/start.out" 2>&1 &
     spark_pid=$!
   fi
   if [ -n "$hdfs_pid" ]; then

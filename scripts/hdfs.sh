@@ -25,6 +25,7 @@
 # The data is formatted afresh at each start unless --keep is given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/common.sh"  # terminate
 dir=${WEIR_HDFS_DIR:-$root/var/hdfs}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
@@ -98,17 +99,7 @@ stop() {
     echo "stopped"
     return 0
   fi
-  kill -TERM "$pid"
-  local i
-  for i in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "weir: HDFS (pid $pid) still up after 30 s; killing it" >&2
-    kill -KILL "$pid"
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
+  terminate "$pid" HDFS
   rm -f "$pidfile" "$urlfile" "$controlfile"
   echo "stopped"
 }

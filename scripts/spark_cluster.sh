@@ -25,6 +25,7 @@
 # The Python whose pyspark is used: WEIR_PYTHON, else the repo's .venv, else python3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/common.sh"  # terminate
 dir=${WEIR_SPARK_DIR:-$root/var/spark}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
@@ -126,17 +127,7 @@ start() {
 halt() {
   local pid
   if pid=$(running_pid "$1"); then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
-    local i
-    for i in $(seq 1 150); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.2
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "weir: the Spark $1 (pid $pid) still up after 30 s; killing it" >&2
-    fi
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    terminate "$pid" "the Spark $1" group
   fi
   rm -f "$dir/$1.pid"
 }

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.test import override_settings
+from services import started_service
 
 # The units that took longest in a run of scripts/test.sh (November 2026), longest
 # first: handed out before the rest. A hint only: a stale one costs balance.
@@ -104,20 +104,5 @@ def hdfs_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield given.rstrip("/")
         return
     env = {**os.environ, "WEIR_HDFS_DIR": str(tmp_path_factory.mktemp("hdfs"))}
-    script = str(ROOT / "scripts" / "hdfs.sh")
-    try:
-        started = subprocess.run([script, "start"], capture_output=True, text=True,
-                                 env=env, timeout=600, check=False)
-    except subprocess.TimeoutExpired as timeout:
-        subprocess.run([script, "stop"], env=env, timeout=120, check=False)
-        pytest.fail(f"scripts/hdfs.sh start hung: {timeout}")
-    if started.returncode != 0:
-        subprocess.run([script, "stop"], capture_output=True, env=env, timeout=120,
-                       check=False)
-        pytest.fail(f"scripts/hdfs.sh start failed ({started.returncode}):\n"
-                    f"{started.stderr[-3000:]}")
-    try:
-        yield started.stdout.strip().splitlines()[-1]
-    finally:
-        subprocess.run([script, "stop"], capture_output=True, env=env, timeout=120,
-                       check=False)
+    with started_service("hdfs.sh", env) as url:
+        yield url

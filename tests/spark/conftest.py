@@ -1,11 +1,14 @@
-"""One local SparkSession for the whole test run, with the "weir" source registered.
+"""One SparkSession per pytest process, with the "weir" source registered, on the run's
+Spark standalone cluster (`spark_master`, spark_cluster.py): its executors are JVMs of
+their own with their own Python workers, which import channel_engine only from the zip
+the session ships (export.package_zip, as the export job does), so the whole export and
+source suite runs as on a real cluster. It takes SESSION_CORES of the worker's cores for
+its life; the worker has room for the other processes' sessions and jobs beside it.
 The `output` fixture gives a test a fresh output directory, once on file:// and once on
 the run's HDFS (`hdfs_url`, tests/conftest.py). Tests on HDFS are marked `hdfs`: the
-default run includes them, `-m hdfs` runs them alone, `-m "not hdfs"` leaves them out.
-`spark_master` (spark_cluster.py): a Spark standalone cluster of separate JVMs."""
+default run includes them, `-m hdfs` runs them alone, `-m "not hdfs"` leaves them out."""
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -13,33 +16,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_cluster import spark_master  # noqa: F401 -- a cluster of separate JVMs
+from spark_cluster import SparkCluster, spark_master  # noqa: F401 -- separate JVMs
 
 ROOT = Path(__file__).resolve().parents[2]
+SESSION_CORES = 2
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(spark_master: SparkCluster) -> Iterator[Any]:  # noqa: F811
     with pytest.MonkeyPatch.context() as env:
-        # Set before the JVM starts: its Python workers inherit this environment.
         env.setenv("PYSPARK_PYTHON", sys.executable)  # the venv's interpreter, not PATH's
         env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-        # Workers unpickle WeirSource by reference, so they must import channel_engine.
-        env.setenv("PYTHONPATH", str(ROOT), prepend=os.pathsep)
         from pyspark.sql import SparkSession
 
         from channel_engine.spark import register
-        from channel_engine.spark.export import HDFS_CLIENT_RETRY
+        from channel_engine.spark.export import HDFS_CLIENT_RETRY, package_zip
 
         builder = SparkSession.builder
         for key, value in HDFS_CLIENT_RETRY.items():  # as the job's own session has them
             builder = builder.config(f"spark.hadoop.{key}", value)
-        session = (builder.master("local[2]").appName("weir-tests")
+        session = (builder.master(spark_master.url).appName("weir-tests")
+                   .config("spark.cores.max", str(SESSION_CORES))
+                   .config("spark.executor.memory", "768m")
                    .config("spark.ui.enabled", "false")
                    .config("spark.sql.shuffle.partitions", "2")
                    .config("spark.ui.showConsoleProgress", "false")
                    .getOrCreate())
         session.sparkContext.setLogLevel("ERROR")  # failing-job tests log stack traces
+        session.sparkContext.addPyFile(package_zip())  # executors have no repo on their path
         register(session)
         try:
             yield session

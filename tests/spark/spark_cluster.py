@@ -8,7 +8,6 @@ that need it, with the script's message; it is never skipped silently. Imported 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from services import started_service
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = str(ROOT / "scripts" / "spark_cluster.sh")
+# as scripts/common.sh's use_test_jvm_services: room for the sessions and jobs of a run
+START = ["--cores", "8", "--memory", "6g"]
 
 
 @dataclass(frozen=True)
@@ -41,19 +41,6 @@ def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClus
     state = tmp_path_factory.mktemp("spark-cluster")
     env = {**os.environ, "WEIR_SPARK_DIR": str(state), "WEIR_PYTHON": sys.executable}
     began = time.monotonic()
-    try:
-        started = subprocess.run([SCRIPT, "start"], capture_output=True, text=True, env=env,
-                                 timeout=300, check=False)
-    except subprocess.TimeoutExpired as timeout:
-        subprocess.run([SCRIPT, "stop"], env=env, timeout=120, check=False)
-        pytest.fail(f"scripts/spark_cluster.sh start hung: {timeout}")
-    if started.returncode != 0:
-        pytest.fail(f"scripts/spark_cluster.sh start failed ({started.returncode}):\n"
-                    f"{started.stderr[-3000:]}")
-    try:
-        yield SparkCluster(started.stdout.strip().splitlines()[-1], state / "work",
-                           round(time.monotonic() - began, 1))
-    finally:
-        subprocess.run([SCRIPT, "stop"], capture_output=True, env=env, timeout=120,
-                       check=False)
+    with started_service("spark_cluster.sh", env, *START) as url:
+        yield SparkCluster(url, state / "work", round(time.monotonic() - began, 1))
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from spark_cluster import SparkCluster
 from test_export import exported, make_channel, stored, untaken
-from test_remote_read import appliance, manage  # noqa: F401 -- a live gunicorn
+from test_remote_read import appliance, consume_token, put_events  # noqa: F401 -- gunicorn
 
 from channel_engine import Channel, ChannelConfig
 
@@ -139,16 +139,15 @@ def test_it_exports_every_event_once_with_executors_reading_over_http(
         spark_master: SparkCluster, appliance: tuple[str, dict[str, str], Path],  # noqa: F811
         tmp_path: Path) -> None:
     url, env, home = appliance
-    with Channel.open(ChannelConfig.load(home)) as channel:  # a client of a web worker
-        for first in range(0, 300, 50):
-            with channel.put() as tx:
-                for i in range(first, first + 50):
-                    tx.put(f"remote-{i}".encode(), key=f"k{i % 3}".encode())
-    token = manage(env, "create_token", "export", "--role", "consume").split()[-1]
+    put_events(home, 300, "remote")
     output = (tmp_path / "out").as_uri()
     # the appliance's data root is not the job's concern: it reads over HTTP
     status, report, log = run(spark_master, home, output, tmp_path, "--read-url", url,
-                              "--roll-rows", "100", **{**env, "WEIR_EXPORT_READ_TOKEN": token})
+                              **{**env, "WEIR_EXPORT_READ_TOKEN": "not-a-token"})
+    assert status == 1 and "401" in log, log  # the executors' reads went over HTTP
+    status, report, log = run(spark_master, home, output, tmp_path, "--read-url", url,
+                              "--roll-rows", "100",
+                              **{**env, "WEIR_EXPORT_READ_TOKEN": consume_token(env)})
     assert status == 0 and report and report["report"], log
     assert report["report"]["rows"] == 300
     rows = committed(None, output)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from services import started_service
 from test_export import (
     ROOT,
     as_put,
@@ -66,21 +67,8 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = {**os.environ, "WEIR_HDFS_DIR": str(tmp_path_factory.mktemp("hdfs-faults"))}
-    try:
-        started = subprocess.run([SCRIPT, "start", "--datanodes", "1", "--permissions", "on"],
-                                 capture_output=True, text=True, env=env, timeout=600,
-                                 check=False)
-    except subprocess.TimeoutExpired as timeout:
-        subprocess.run([SCRIPT, "stop"], env=env, timeout=120, check=False)
-        pytest.fail(f"scripts/hdfs.sh start hung: {timeout}")
-    if started.returncode != 0:
-        pytest.fail(f"scripts/hdfs.sh start failed ({started.returncode}):\n"
-                    f"{started.stderr[-3000:]}")
-    try:
-        yield Cluster(started.stdout.strip().splitlines()[-1], env)
-    finally:
-        subprocess.run([SCRIPT, "stop"], capture_output=True, env=env, timeout=120,
-                       check=False)
+    with started_service("hdfs.sh", env, "--datanodes", "1", "--permissions", "on") as url:
+        yield Cluster(url, env)
 
 
 def new_output(cluster: Cluster) -> str:
@@ -97,6 +85,8 @@ class StoppedJob:
     """An export job (its own process group) stopped by SIGSTOP at a step of its run."""
 
     process: subprocess.Popen[str]
+    config: ChannelConfig
+    output: str
 
     def cont(self) -> None:
         """Let it go on (SIGCONT)."""
@@ -114,21 +104,21 @@ class StoppedJob:
 
 
 @pytest.fixture
-def stopped_job() -> Iterator[Any]:
-    """start(config, output, *args): the job started in a session of its own, returned
-    once it has stopped itself at step "writing"; killed at the test's end if still on."""
-    jobs: list[subprocess.Popen[str]] = []
-
-    def start(config: ChannelConfig, output: str, *args: str) -> StoppedJob:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
-               "WEIR_EXPORT_STOP_AT": "writing"}
-        env.pop("WEIR_EXPORT_CRASH_AT", None)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "channel_engine.spark.export", "--home", str(config.home),
-             "--output", output, "--master", "local[2]", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-            start_new_session=True)  # its SIGSTOP stops its group: the job, not pytest
-        jobs.append(process)
+def stopped_run(tmp_path: Path, cluster: Cluster) -> Iterator[StoppedJob]:
+    """An export of a 300-event channel (100-row files) to a new output on the module's
+    cluster, in a session of its own, once it has stopped itself at step "writing" (its
+    first data file open); killed at the test's end if still on."""
+    config = make_channel(tmp_path, 300)
+    output = new_output(cluster)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
+           "WEIR_EXPORT_STOP_AT": "writing"}
+    env.pop("WEIR_EXPORT_CRASH_AT", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "channel_engine.spark.export", "--home", str(config.home),
+         "--output", output, "--master", "local[2]", "--roll-rows", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        start_new_session=True)  # its SIGSTOP stops its group: the job, not pytest
+    try:
         deadline = time.monotonic() + 300
         while state(process.pid) != "T":
             if process.poll() is not None or time.monotonic() > deadline:
@@ -136,10 +126,8 @@ def stopped_job() -> Iterator[Any]:
                     else ("", "")
                 pytest.fail(f"the job did not stop at step writing:\n{out}{err}"[-5000:])
             time.sleep(0.05)
-        return StoppedJob(process)
-
-    yield start
-    for process in jobs:
+        yield StoppedJob(process, config, output)
+    finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             os.killpg(process.pid, signal.SIGCONT)
@@ -215,10 +203,8 @@ def test_it_exports_exactly_once_across_a_namenode_restart_between_runs(
 
 
 def test_a_namenode_restarted_during_a_run_leaves_each_event_exactly_once(
-        tmp_path: Path, spark: Any, cluster: Cluster, stopped_job: Any) -> None:
-    config = make_channel(tmp_path, 300)
-    output = new_output(cluster)
-    job = stopped_job(config, output, "--roll-rows", "100")  # its first data file open
+        spark: Any, cluster: Cluster, stopped_run: StoppedJob) -> None:
+    job, config, output = stopped_run, stopped_run.config, stopped_run.output
     cluster.fault("stop-namenode")
     try:
         job.cont()  # it goes on with the NameNode away, which comes back (same image and
@@ -237,10 +223,8 @@ def test_a_namenode_restarted_during_a_run_leaves_each_event_exactly_once(
 
 
 def test_a_datanode_lost_under_replication_1_fails_the_run_and_commits_nothing(
-        tmp_path: Path, spark: Any, cluster: Cluster, stopped_job: Any) -> None:
-    config = make_channel(tmp_path, 300)
-    output = new_output(cluster)
-    job = stopped_job(config, output, "--roll-rows", "100")  # its first data file open
+        spark: Any, cluster: Cluster, stopped_run: StoppedJob) -> None:
+    job, config, output = stopped_run, stopped_run.config, stopped_run.output
     cluster.fault("stop-datanode", "0")  # the only one: every block of the output with it
     try:
         began = time.monotonic()

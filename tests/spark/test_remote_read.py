@@ -61,6 +61,21 @@ def appliance(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
         web.wait(timeout=30)
 
 
+def put_events(home: Path, count: int, prefix: str) -> None:
+    """`count` events (bodies prefix-0, prefix-1, ...; keys k0-k2) in puts of 50, through
+    the appliance (this process a client of a web worker's owner)."""
+    with Channel.open(ChannelConfig.load(home)) as channel:
+        for first in range(0, count, 50):
+            with channel.put() as tx:
+                for i in range(first, min(first + 50, count)):
+                    tx.put(f"{prefix}-{i}".encode(), key=f"k{i % 3}".encode())
+
+
+def consume_token(env: dict[str, str]) -> str:
+    """A new API token with the consume role (what the export's executors read with)."""
+    return manage(env, "create_token", "export", "--role", "consume").split()[-1]
+
+
 def read(spark: Any, home: Path, ranges: dict[str, list[int]], **options: str) -> list[Any]:
     reader = spark.read.format("weir").option("home", str(home)) \
         .option("ranges", json.dumps(ranges)).option("max_rows_per_split", "70")
@@ -91,34 +106,3 @@ def test_the_remote_read_path_returns_the_same_rows_as_the_file_path(
         read(spark, home, {"0": [0, ends[0] + 5]}, url=url, token=token)
     with pytest.raises(Exception, match="option token"):
         read(spark, home, ranges, url=url)
-
-
-def test_an_export_whose_executors_read_over_http_writes_every_event_once(
-        appliance: tuple[str, dict[str, str], Path], tmp_path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    url, env, home = appliance
-    with Channel.open(ChannelConfig.load(home)) as channel:  # a client of a web worker
-        for first in range(0, 200, 40):
-            with channel.put() as tx:
-                for i in range(first, first + 40):
-                    tx.put(f"remote-{i}".encode(), key=f"k{i % 3}".encode())
-    token = manage(env, "create_token", "export", "--role", "consume").split()[-1]
-    output = tmp_path / "out"
-    job_env = {**env, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
-               "WEIR_EXPORT_READ_TOKEN": token}
-    argv = [sys.executable, "-m", "channel_engine.spark.export", "--home", str(home),
-            "--output", output.as_uri(), "--master", "local[1]", "--read-url", url]
-    refused = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                             env={**job_env, "WEIR_EXPORT_READ_TOKEN": "not-a-token"})
-    assert refused.returncode == 1 and "401" in refused.stdout, refused.stdout  # over HTTP
-    done = subprocess.run(argv, capture_output=True, text=True, env=job_env, timeout=300,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])["report"]
-    assert report["rows"] == 200
-    bodies = sorted(row["body"] for path in (output / "orders").rglob("*.parquet")
-                    if "_weir" not in path.parts for row in pq.read_table(path).to_pylist())
-    assert bodies == sorted(f"remote-{i}".encode() for i in range(200))
-    with Channel.open(ChannelConfig.load(home)) as channel:
-        assert channel.status()["events_untaken"] == 0
