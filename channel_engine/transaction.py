@@ -22,7 +22,7 @@ from channel_engine.errors import (
     TransactionStateError,
 )
 from channel_engine.event import Event, HeaderValue, PendingEvent, check_events, make_event
-from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
+from channel_engine.owner.protocol import OwnerLostError, OwnerUnreachableError
 
 if TYPE_CHECKING:
     from channel_engine.channel import Backend, Channel

@@ -82,13 +82,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from channel_engine.channel_config import ChannelConfig
-from channel_engine.config import LogConfig
-from channel_engine.errors import ChannelEngineError, ConfigError
-from channel_engine.recovery import LostRange
+from channel_engine import ChannelConfig, ChannelEngineError, ConfigError, LogConfig, LostRange
 
 if TYPE_CHECKING:
-    from channel_engine.record_batch import RecordColumns
+    from channel_engine.log.record_batch import RecordColumns
 
 SCHEMA = StructType([
     StructField("channel", StringType()),
@@ -315,13 +312,12 @@ def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
     """The records of the log's batches that hold the split's offsets, batch by batch, as
     PartitionLog.read decodes them (decrypted; a batch that does not decode is a
     CorruptRecordError naming the segment)."""
-    from channel_engine import record_batch
+    from channel_engine import CorruptRecordError, PartitionLog
     from channel_engine.encryption import BatchSealer, KeyRing
-    from channel_engine.errors import CorruptRecordError
-    from channel_engine.log import PartitionLog
+    from channel_engine.log import record_batch
 
     sealer = None
-    if split.key_file is not None:  # the sealer the owner builds (channel_owner.py)
+    if split.key_file is not None:  # the sealer the owner builds (queue/channel_owner.py)
         keys = KeyRing.load(split.key_file, str(split.active_key))
         sealer = BatchSealer(keys, split.channel, split.partition)
     with PartitionLog.open(split.directory, split.log_config, partition=split.partition,
@@ -355,7 +351,7 @@ def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
     import urllib.error
     import urllib.request
 
-    from channel_engine import record_batch
+    from channel_engine.log import record_batch
 
     url = _batches_url(split)
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {split.token}"})

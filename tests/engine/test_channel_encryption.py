@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, ConfigError, verify
-from channel_engine import record_batch as rb
+from channel_engine import Channel, ConfigError
 from channel_engine.encryption import DecryptionError, KeyRing
 from channel_engine.filenames import LOG_SUFFIX
+from channel_engine.log import record_batch as rb
+from channel_engine.tools import verify
 
 
 def key_file(tmp_path: Path, name: str, *ids: str) -> Path:

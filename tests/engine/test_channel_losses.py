@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, ChannelConfig, PartitionLog, StorageError, cli, loss_ledger
+from channel_engine import Channel, ChannelConfig, PartitionLog, StorageError
 from channel_engine.errors import CorruptRecordError
 from channel_engine.filenames import LOG_STATE_FILE
-from channel_engine.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
-from channel_engine.recovery import LostRange
+from channel_engine.log.recovery import LostRange
+from channel_engine.queue import loss_ledger
+from channel_engine.queue.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
+from channel_engine.tools import cli
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 60

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from channel_engine import CorruptStateError
-from channel_engine import checkpoint as cp
+from channel_engine.queue import checkpoint as cp
 
 GOLDEN = Path(__file__).parent / "golden" / "checkpoint-v1"
 GOLDEN_V2 = Path(__file__).parent / "golden" / "checkpoint-v2"

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channel_engine import ChannelEngineError, CorruptRecordError, CorruptStateError
-from channel_engine import commit_journal as tj
-from channel_engine.partition_queue import PartitionQueue
+from channel_engine.queue import commit_journal as tj
+from channel_engine.queue.partition_queue import PartitionQueue
 
 
 def test_it_replays_what_was_appended(tmp_path: Path) -> None:

@@ -44,8 +44,9 @@ from pathlib import Path
 import pytest
 from child_lines import ChildLines, load_script
 
-from channel_engine import Event, LogConfig, PartitionLog, PendingEvent, record_batch
-from channel_engine.recovery import (
+from channel_engine import Event, LogConfig, PartitionLog, PendingEvent
+from channel_engine.log import record_batch
+from channel_engine.log.recovery import (
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
     TRUNCATED,

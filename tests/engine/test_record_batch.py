@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from channel_engine import record_batch as rb
 from channel_engine.errors import InvalidEventError
 from channel_engine.event import PendingEvent
+from channel_engine.log import record_batch as rb
 
 EVENTS = [
     PendingEvent(b"first", key=None, headers=None, timestamp=1_700_000_000_000),

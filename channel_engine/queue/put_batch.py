@@ -40,9 +40,9 @@ from typing import NamedTuple
 
 from aiokafka.partitioner import murmur2
 
-from channel_engine import record_batch
 from channel_engine.errors import InvalidEventError
 from channel_engine.event import PendingEvent
+from channel_engine.log import record_batch
 
 CONTROL_MASK = 0x20  # Kafka's isControl bit: a transaction marker, never in a put
 

@@ -24,7 +24,7 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     hello             []                                 {"pid", "name", "version"}
     commit_batches    [txn id or None, [[partition,      [[partition, first, last], ...]
                        batch], ...], partitions]
-                       (put_batch.py)
+                       (queue/put_batch.py)
     count_rollback    []                                 None
     count_failed_put  [events]                           None
     begin_take        [lease_ms or None]                 take id
@@ -58,7 +58,6 @@ from channel_engine import errors
 from channel_engine.event import Event
 
 VERSION = 2  # 2: puts travel as encoded batches (commit_batches)
-SOCKET_NAME = "owner.sock"
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,

@@ -6,7 +6,7 @@ one starting at the offset after the previous. With preallocation the file is
 longer than its valid bytes; the rest is zeros until a roll or a clean close
 trims it.
 
-Three ways to open a segment (log_loader.py picks):
+Three ways to open a segment (loader.py picks):
   * load_clean(): after a clean shutdown, trust the file length, load the
     indexes, check them against the log (last entries point at real batches,
     the tail ends on a batch boundary) and say what is wrong, if anything;
@@ -94,8 +94,8 @@ from channel_engine.filenames import (
     TMP_SUFFIX,
     segment_file,
 )
-from channel_engine.offset_index import OffsetIndex
-from channel_engine.record_batch import (
+from channel_engine.log.offset_index import OffsetIndex
+from channel_engine.log.record_batch import (
     COMMITTED_EPOCH,
     HEADER_SIZE,
     LEADER_EPOCH_AT,
@@ -110,7 +110,7 @@ from channel_engine.record_batch import (
     is_zero,
     read_header,
 )
-from channel_engine.time_index import TimeIndex
+from channel_engine.log.time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
