@@ -36,6 +36,7 @@ from channel_engine.errors import (
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
+    OwnerLostError,
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
@@ -48,7 +49,6 @@ from channel_engine.event import Event, PendingEvent
 from channel_engine.log.config import LogConfig
 from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.log.recovery import LostRange, RecoveryReport
-from channel_engine.owner.protocol import OwnerLostError
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner, CheckpointResult
 from channel_engine.queue.channel_recovery import ChannelRecovery

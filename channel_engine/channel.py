@@ -49,12 +49,13 @@ from channel_engine.errors import (
     ChannelEngineError,
     ChannelLockedError,
     InvalidEventError,
+    OwnerLostError,
+    OwnerUnreachableError,
     PartitionCountError,
     TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.owner.client import OwnerClient
-from channel_engine.owner.protocol import OwnerLostError, OwnerUnreachableError
 from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner, CheckpointResult

@@ -28,6 +28,9 @@ SPARK_ALLOWED = {
     "channel_engine.encryption": "the key ring for encrypted channels",
     # A base helper with no channel semantics: the export id is written atomically.
     "channel_engine.atomic_file": "writing the export id atomically",
+    # Every error class lives there, the exporter's own (RangeUnavailableError,
+    # ExportRunningError, ...) among them; the public API exports only the channel's.
+    "channel_engine.errors": "the exporter's error classes",
 }
 
 

@@ -98,7 +98,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from channel_engine.atomic_file import fsync_directory, move_aside
-from channel_engine.errors import CorruptStateError
+from channel_engine.errors import CorruptStateError, InvalidBatch
 from channel_engine.filenames import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -118,7 +118,7 @@ from channel_engine.filenames import (
 from channel_engine.log import state as log_state
 from channel_engine.log.config import LogConfig
 from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.log.record_batch import HEADER_SIZE, InvalidBatch, check_batch, is_zero
+from channel_engine.log.record_batch import HEADER_SIZE, check_batch, is_zero
 from channel_engine.log.recovery import (
     BASE_OFFSET_REPAIRED,
     DAMAGE_SPLIT,

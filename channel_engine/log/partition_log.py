@@ -74,12 +74,14 @@ from channel_engine.errors import (
     ChannelGoneError,
     CorruptRecordError,
     DiskFullError,
+    InvalidBatch,
     LogDirectoryError,
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     StorageError,
+    UndoFailedError,
     UnusableFileError,
 )
 from channel_engine.event import Event, PendingEvent
@@ -96,7 +98,7 @@ from channel_engine.log import state as log_state
 from channel_engine.log.config import INT32_MAX, LogConfig
 from channel_engine.log.record_batch import BatchHeader
 from channel_engine.log.recovery import STRAY_MOVED, LostRange, RecoveryAction, RecoveryReport
-from channel_engine.log.segment import LogSegment, UndoFailedError
+from channel_engine.log.segment import LogSegment
 from channel_engine.log.state import LogState
 
 DEFAULT_READ_BYTES = 1 << 20
@@ -773,7 +775,7 @@ class PartitionLog:
                 out.append(Event(partition, offset, timestamp, key,
                                  dict(headers) if headers else {},  # type: ignore[arg-type]
                                  value if value is not None else b""))
-        except record_batch.InvalidBatch as exc:
+        except InvalidBatch as exc:
             position = segment.find_position(header.base_offset, segment.size) or 0
             raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
 

@@ -84,7 +84,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.errors import CorruptIndexError, CorruptRecordError
+from channel_engine.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidBatch,
+    UndoFailedError,
+)
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
     DELETED_SUFFIX,
@@ -103,7 +108,6 @@ from channel_engine.log.record_batch import (
     MAGIC,
     BatchHeader,
     BytesLike,
-    InvalidBatch,
     check_batch,
     check_crc,
     check_header,
@@ -121,10 +125,6 @@ MAGIC_AT = 16  # byte of the magic in a batch header
 MAGIC_BYTE = bytes([MAGIC])
 SECTOR = 512  # the unit power loss tears writes at
 TRAILING_ZEROS = 8  # zero bytes a batch may end with (empty headers, zero varints)
-
-
-class UndoFailedError(Exception):
-    """A failed write could not be undone: bytes past the valid end are unknown."""
 
 
 @dataclass(frozen=True)

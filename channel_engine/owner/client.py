@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from channel_engine.errors import OwnerLostError, OwnerUnreachableError
 from channel_engine.event import Event
 from channel_engine.filenames import SOCKET_NAME
 from channel_engine.owner import protocol
-from channel_engine.owner.protocol import OwnerLostError, OwnerUnreachableError
 from channel_engine.owner.server import socket_path
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.put_batch import Batches

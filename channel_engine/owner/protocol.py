@@ -64,16 +64,6 @@ BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
                                                "TypeError": TypeError}
 
 
-class OwnerLostError(errors.ChannelEngineError):
-    """The connection to the channel's owner process broke; the outcome of the request in
-    flight is unknown (a put may or may not have committed; a take was returned)."""
-
-
-class OwnerUnreachableError(OwnerLostError):
-    """The owner had gone before the request was sent: nothing was done, it is safe to retry
-    with the next owner."""
-
-
 def peer_closed(sock: socket.socket) -> bool:
     """True when the other end has closed the connection (an owner that stopped)."""
     try:
@@ -135,8 +125,6 @@ def error_to_wire(exc: BaseException) -> list[Any]:
 def error_from_wire(name: str, message: str, attributes: dict[str, Any]) -> Exception:
     """Rebuild the owner's exception in the client: same class, message and attributes."""
     cls = getattr(errors, name, None) or BUILTIN_ERRORS.get(name)
-    if name == "OwnerLostError":
-        cls = OwnerLostError
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         return errors.ChannelEngineError(f"{name}: {message}")
     exc = cls.__new__(cls)

@@ -41,7 +41,13 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from channel_engine.channel import Channel
-from channel_engine.errors import ChannelEngineError, ConfigError, describe_os_error
+from channel_engine.errors import (
+    ChannelEngineError,
+    ConfigError,
+    InvalidBatch,
+    UsageError,
+    describe_os_error,
+)
 from channel_engine.event import PendingEvent
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
@@ -71,10 +77,6 @@ from channel_engine.tools.verify import (
 
 CONFIG_HELP = ("the channel's settings, a JSON object as channel.json holds them (when "
                "channel.json is damaged or missing)")
-
-
-class UsageError(Exception):
-    """Bad command-line input: exit 2 with the message."""
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
@@ -386,7 +388,7 @@ def _dump_batch(path: Path, position: int, header: BatchHeader, print_data: bool
     if print_data and not encrypted:
         try:
             records = list(record_batch.records(read_batch(path, position, header)))
-        except record_batch.InvalidBatch as exc:
+        except InvalidBatch as exc:
             problem = exc.reason
     if as_json:
         row = _batch_dict(path, position, header)

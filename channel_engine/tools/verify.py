@@ -62,8 +62,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channel_engine.encryption import BatchSealer, DecryptionError, KeyRing
-from channel_engine.errors import ChannelEngineError, CorruptStateError, describe_os_error
+from channel_engine.encryption import BatchSealer, KeyRing
+from channel_engine.errors import (
+    ChannelEngineError,
+    CorruptStateError,
+    DecryptionError,
+    InvalidBatch,
+    describe_os_error,
+)
 from channel_engine.filenames import (
     INDEX_SUFFIX,
     LOCK_FILE,
@@ -86,7 +92,7 @@ from channel_engine.log.loader import (
     stray_reason,
 )
 from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.log.record_batch import BatchHeader, InvalidBatch
+from channel_engine.log.record_batch import BatchHeader
 from channel_engine.log.segment import find_next_batch, fixable_base_offset
 from channel_engine.log.time_index import ENTRY as TIME_ENTRY
 from channel_engine.queue import checkpoint as checkpoint_file

@@ -10,7 +10,8 @@ import pytest
 from channel_helpers import make_config
 
 from channel_engine import Channel, ConfigError
-from channel_engine.encryption import DecryptionError, KeyRing, key_check_value
+from channel_engine.encryption import KeyRing, key_check_value
+from channel_engine.errors import DecryptionError
 from channel_engine.tools.recover import repair
 from channel_engine.tools.verify import verify_channel
 
