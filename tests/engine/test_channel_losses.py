@@ -433,7 +433,8 @@ def test_a_kill_between_ledger_and_checkpoint_loses_no_count(tmp_path: Path,
     config, lost = _damaged(tmp_path)
     code = textwrap.dedent(f"""
         import os, signal
-        from channel_engine import Channel, loss_ledger
+        from channel_engine import Channel
+        from channel_engine.queue import loss_ledger
         save = loss_ledger.LossLedger.save
         def dying_save(self):
             if any(r.partition >= 0 for r in self.records):

@@ -283,7 +283,7 @@ def test_checkpoint_plus_journal_rebuilds_the_live_queue(rng: random.Random,
 WRITER = """
 import sys
 from pathlib import Path
-from channel_engine import commit_journal as tj
+from channel_engine.queue import commit_journal as tj
 journal = tj.CommitJournal(Path(sys.argv[1]), 0)
 take = 0
 while True:
