@@ -26,7 +26,8 @@ from appliance import channels, row_cache
 from appliance.permissions import HasRole
 from appliance.produce import errors
 from channel_engine import Channel as EngineChannel
-from channel_engine import OffsetOutOfRangeError, record_batch
+from channel_engine import OffsetOutOfRangeError
+from channel_engine.log import record_batch
 
 MEDIA_TYPE = "application/vnd.weir.batches"
 CHUNK_BYTES = 4 << 20

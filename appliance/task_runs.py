@@ -39,7 +39,7 @@ from appliance.models import Channel, TaskRun
 from appliance.shared_redis import shared_redis
 from channel_engine import Channel as EngineChannel
 from channel_engine import ChannelLockedError, DiskSpaceError, StorageError
-from channel_engine.owner_protocol import OwnerLostError
+from channel_engine.errors import OwnerLostError
 
 TRANSIENT = (OwnerLostError, ChannelLockedError, StorageError, DiskSpaceError, RedisError,
              OperationalError, OSError)

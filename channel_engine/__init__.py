@@ -3,12 +3,22 @@
 A partition is a Kafka-format log (segments of record batches v2 with sparse
 offset and time indexes); channels, transactions and checkpoints build on it.
 See FORMAT.md for the files on disk.
+
+Layers, lowest first; a module imports only its own layer and those below
+(tests/test_import_layers.py checks):
+
+  base      errors, event, atomic_file, disk_space, filenames, encryption (this folder)
+  log/      one partition's log: record batches, segments, indexes, loader, state, config
+  queue/    a channel's semantics in one process: queues, checkpoint, commit journals,
+            replay, put batches, channel config, the in-process ChannelOwner
+  owner/    one process owns a channel and serves the others: protocol, server, client
+  channel   channel.py, transaction.py and this module: the public API
+  tools/    the operator's CLI (`python -m channel_engine`), verify, recover
+
+spark/ (the exporter) uses the names exported here, plus the few lower modules that
+tests/test_import_layers.py allows and says why.
 """
 from channel_engine.channel import Channel
-from channel_engine.channel_config import ChannelConfig
-from channel_engine.channel_owner import ChannelOwner, CheckpointResult
-from channel_engine.channel_recovery import ChannelRecovery
-from channel_engine.config import LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
     ChannelClosedError,
@@ -26,6 +36,7 @@ from channel_engine.errors import (
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
+    OwnerLostError,
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
@@ -35,9 +46,12 @@ from channel_engine.errors import (
     TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.log import AppendResult, PartitionLog, RetentionResult
-from channel_engine.owner_protocol import OwnerLostError
-from channel_engine.recovery import RecoveryReport
+from channel_engine.log.config import LogConfig
+from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
+from channel_engine.log.recovery import LostRange, RecoveryReport
+from channel_engine.queue.channel_config import ChannelConfig
+from channel_engine.queue.channel_owner import ChannelOwner, CheckpointResult
+from channel_engine.queue.channel_recovery import ChannelRecovery
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
 __version__ = "0.1.0"
@@ -65,6 +79,7 @@ __all__ = [
     "LogConfig",
     "LogLockedError",
     "LogOfflineError",
+    "LostRange",
     "OffsetOutOfRangeError",
     "PartitionCountError",
     "OwnerLostError",

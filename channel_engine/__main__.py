@@ -1,6 +1,6 @@
-"""`python -m channel_engine`: the operator tools (see channel_engine.cli)."""
+"""`python -m channel_engine`: the operator tools (see channel_engine.tools.cli)."""
 import sys
 
-from channel_engine.cli import main
+from channel_engine.tools.cli import main
 
 sys.exit(main())

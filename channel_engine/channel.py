@@ -11,9 +11,9 @@
 Many processes open the same channel at once: gunicorn workers, Celery
 workers, the Spark driver, the CLI. Exactly one of them owns the channel's
 files — the first to take `.lock` in the home with flock — and runs the
-channel (ChannelOwner, channel_owner.py, where the semantics live); it also
-answers the others on `owner.sock` (owner_server.py). Every other process is a
-client of the owner (owner_client.py). This is how a Kafka broker owns its
+channel (ChannelOwner, queue/channel_owner.py, where the semantics live); it also
+answers the others on `owner.sock` (owner/server.py). Every other process is a
+client of the owner (owner/client.py). This is how a Kafka broker owns its
 partitions and serves many producers and consumers, brought to one machine:
 one writer per file, so no two processes ever append to one segment, and the
 owner shares each fsync among all processes' commits (group commit).
@@ -43,22 +43,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from channel_engine.channel_config import ChannelConfig
-from channel_engine.channel_owner import ChannelOwner, CheckpointResult
 from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.errors import (
     ChannelClosedError,
     ChannelEngineError,
     ChannelLockedError,
     InvalidEventError,
+    OwnerLostError,
+    OwnerUnreachableError,
     PartitionCountError,
     TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.owner_client import OwnerClient
-from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
-from channel_engine.owner_server import OwnerServer
-from channel_engine.put_batch import Batches, EncodedPut, Partitioner, encode
+from channel_engine.owner.client import OwnerClient
+from channel_engine.owner.server import OwnerServer
+from channel_engine.queue.channel_config import ChannelConfig
+from channel_engine.queue.channel_owner import ChannelOwner, CheckpointResult
+from channel_engine.queue.put_batch import Batches, EncodedPut, Partitioner, encode
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
 T = TypeVar("T")

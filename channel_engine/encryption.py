@@ -54,7 +54,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.errors import ChannelEngineError, ConfigError
+from channel_engine.errors import ConfigError, DecryptionError
 
 FORMAT = "weir-keys"
 VERSION = 2
@@ -64,10 +64,6 @@ SEAL_VERSION = 1
 NONCE_SIZE = 12
 KEY_SIZE = 32
 MAX_KEY_FILE_BYTES = 64 << 10  # hundreds of keys; never read more (a device, a log)
-
-
-class DecryptionError(ChannelEngineError):
-    """A sealed unit cannot be opened: unknown key id, wrong key, or damaged bytes."""
 
 
 class KeyRing:

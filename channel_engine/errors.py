@@ -1,4 +1,13 @@
-"""Every error the engine raises, under one base class.
+"""Every error class of channel_engine, under one base class, ChannelEngineError.
+
+Every layer raises these (a base module, it imports nothing of the engine). An error
+that callers caught as a builtin before it had a class of its own keeps that builtin
+as a second base (ConfigError and InvalidEventError are ValueErrors,
+OffsetOutOfRangeError and RangeUnavailableError LookupErrors, ExportError and
+ExportRunningError RuntimeErrors). Arguments a caller gets wrong (a negative
+max_events, an unknown partition in a put) are plain ValueError, as Python's own
+functions raise them. The owner protocol rebuilds an error raised in the owner by
+its class name here (owner/protocol.py: error_from_wire).
 
 Messages name the file, the position and the numbers involved, so that an
 operator reading a log line knows where to look without a debugger.
@@ -7,6 +16,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Protocol
 
 
 class ChannelEngineError(Exception):
@@ -228,6 +238,108 @@ class UnusableFileError(ChannelEngineError):
                          "move it aside (or fix it) and retry")
         self.path = str(path)
         self.cause = cause
+
+
+# --- the log layer: batches, segments ---------------------------------------------
+
+class InvalidBatch(ChannelEngineError):
+    """The bytes at a position are not a valid batch. kind: partial, zero_tail or corrupt.
+    Callers that know the file turn it into CorruptRecordError (file and position)."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+class EncryptedBatchError(ChannelEngineError):
+    """A batch is encrypted and no key ring was given to read it."""
+
+
+class DecryptionError(ChannelEngineError):
+    """A sealed unit cannot be opened: unknown key id, wrong key, or damaged bytes."""
+
+
+class UndoFailedError(ChannelEngineError):
+    """A failed write could not be undone: bytes past the valid end are unknown."""
+
+
+# --- the owner layer: other processes reach the owner over its socket ------------------
+
+class OwnerLostError(ChannelEngineError):
+    """The connection to the channel's owner process broke; the outcome of the request in
+    flight is unknown (a put may or may not have committed; a take was returned)."""
+
+
+class OwnerUnreachableError(OwnerLostError):
+    """The owner had gone before the request was sent: nothing was done, it is safe to retry
+    with the next owner."""
+
+
+# --- the tools -------------------------------------------------------------------------
+
+class UsageError(ChannelEngineError):
+    """Bad command-line input: the CLI exits 2 with the message."""
+
+
+# --- spark: the exporter ---------------------------------------------------------------
+
+class LostRangeFacts(Protocol):
+    """What DamagedRangeError reads of a log.recovery.LostRange (errors imports no layer)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def cause(self) -> str: ...
+
+
+class RangeUnavailableError(ChannelEngineError, LookupError):
+    """The partition log cannot supply a whole requested range (spark/source.py)."""
+
+    def __init__(self, channel: str, partition: int, start: int, end: int, reason: str) -> None:
+        super().__init__(f"channel {channel!r} partition {partition}: cannot read offsets "
+                         f"[{start}, {end}): {reason}")
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class DamagedRangeError(RangeUnavailableError):
+    """A damaged batch holds offsets of the requested range (see spark/source.py's doc)."""
+
+    def __init__(self, channel: str, partition: int, start: int, end: int,
+                 lost: LostRangeFacts) -> None:
+        super().__init__(channel, partition, start, end,
+                         f"offsets {lost.start}..{lost.end - 1} are in a damaged region of "
+                         f"{lost.path} at byte {lost.position} ({lost.length} bytes; "
+                         f"{lost.cause}); nothing past it was read. `python -m channel_engine "
+                         "verify HOME` names it; `recover` (or a read by the channel's owner) "
+                         "counts them lost so that the next take skips them")
+        self.path = lost.path
+        self.position = lost.position
+        self.lost = lost
+
+
+class ExportError(ChannelEngineError, RuntimeError):
+    """An export cannot go on: its id file is damaged, or the output or its temp dir holds
+    files the export did not expect (spark/export.py). Nothing was committed."""
+
+
+class ExportRunningError(ChannelEngineError, RuntimeError):
+    """Another export of the channel holds its export.lock."""
+
+    def __init__(self, channel: str, path: Path) -> None:
+        super().__init__(f"an export of channel {channel!r} is already running "
+                         f"(another process holds {path})")
+        self.channel, self.path = channel, path
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -26,6 +26,7 @@ STRAY_SUFFIX = ".stray"        # a file the engine did not write, moved aside, k
 REPAIR_SUFFIX = ".repair"      # <base>.repair: CRC-walk that segment at the next writable open
 
 LOCK_FILE = ".lock"
+SOCKET_NAME = "owner.sock"  # the owner's Unix socket in the channel home (owner/)
 LOG_STATE_FILE = "log.state"
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")

@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from channel_engine.errors import (
+    OwnerLostError,
+    OwnerUnreachableError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
 )
 from channel_engine.event import Event, HeaderValue, PendingEvent, check_events, make_event
-from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
 
 if TYPE_CHECKING:
     from channel_engine.channel import Backend, Channel

@@ -23,7 +23,7 @@ from appliance.ui import state
 from appliance.ui.access import operator_required
 from appliance.ui.forms import TokenForm
 from channel_engine import ChannelEngineError
-from channel_engine.verify import verify_channel
+from channel_engine.tools.verify import verify_channel
 
 RUN_NOW: dict[str, tuple[Task, dict[str, Any], str]] = {
     "checkpoint": (tasks.checkpoint_channel, {"force": True}, "Checkpoint written"),

@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from channel_engine.record_batch import Headers
+from channel_engine.log.record_batch import Headers
 
 
 class EventColumns:

@@ -123,6 +123,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from channel_engine.errors import ExportError
+
 # The Spark data source of each format. Avro is Spark's own writer, by its class name:
 # since Spark 4.0 it lives in spark-sql (pyspark's jars), and the short name "avro" only
 # resolves to it when the spark-avro jar (its data source registration) is on the
@@ -292,10 +294,10 @@ def channel_id(home: str | Path) -> str:
         document = {"format": EXPORT_ID_FORMAT, "version": 1, "id": uuid.uuid4().hex}
         write_atomically(path, json.dumps(document).encode())
     except ValueError as exc:
-        raise RuntimeError(f"{path}: not valid JSON ({exc})") from exc
+        raise ExportError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(document, dict) or document.get("format") != EXPORT_ID_FORMAT \
             or document.get("version") != 1 or not isinstance(document.get("id"), str):
-        raise RuntimeError(f"{path}: not a Weir export id (format {EXPORT_ID_FORMAT}, v1)")
+        raise ExportError(f"{path}: not a Weir export id (format {EXPORT_ID_FORMAT}, v1)")
     return str(document["id"])
 
 
@@ -547,13 +549,13 @@ class Exporter:
                 continue  # _SUCCESS, .crc sidecars
             match = pattern.search(uri)
             if match is None:
-                raise RuntimeError(f"unexpected file in the export's temp dir: {uri}")
+                raise ExportError(f"unexpected file in the export's temp dir: {uri}")
             partition, chunk = int(match.group(1)), int(match.group(2))
             bucket = unquote(match.group(3))
             first, last = self._piece_bounds(partition, chunk, to_write)
             key = (partition, chunk, bucket)
             if key in seen:
-                raise RuntimeError(f"Spark wrote two files for {key}: cannot name both")
+                raise ExportError(f"Spark wrote two files for {key}: cannot name both")
             seen.add(key)
             name = f"{self.config.name}+{partition}+{first:020d}+{last:020d}"
             final = self.dfs.join(self.config.name, bucket, f"{name}.{ext}")
@@ -561,7 +563,7 @@ class Exporter:
                 final = self.dfs.join(self.config.name, bucket,
                                       f"{name}+{self.channel_id[:8]}.{ext}")
                 if self.dfs.exists(final):
-                    raise RuntimeError(f"{final} exists already: the output holds this range")
+                    raise ExportError(f"{final} exists already: the output holds this range")
             moves.append([uri, final])
             self.reports[partition].files.append(final)
             self.reports[partition].bytes += size
@@ -573,7 +575,7 @@ class Exporter:
         for p, (start, end) in to_write:
             if p == partition and start <= chunk < end:
                 return chunk, min(end, chunk - chunk % self.piece + self.piece) - 1
-        raise RuntimeError(f"partition {partition}: chunk {chunk} lies in no range written")
+        raise ExportError(f"partition {partition}: chunk {chunk} lies in no range written")
 
     @contextmanager
     def _crash_mid_write(self, temp: str) -> Iterator[None]:
@@ -738,7 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():
         parser.error(f"--home: no channel.json in {args.home}")
-    from channel_engine.spark.export_lock import EXIT_BUSY, ExportRunningError, hold
+    from channel_engine.errors import ExportRunningError
+    from channel_engine.spark.export_lock import EXIT_BUSY, hold
 
     try:
         name = json.loads((Path(args.home) / "channel.json").read_text())["name"]

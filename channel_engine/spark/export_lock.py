@@ -26,20 +26,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from channel_engine.errors import ExportRunningError
+
 LOCK_FILE = "export.lock"
 EXIT_BUSY = 75  # EX_TEMPFAIL: nothing was done, try again later
 
 _held: dict[str, tuple[int, int]] = {}  # lock file -> (holding thread, depth)
 _guard = threading.Lock()
-
-
-class ExportRunningError(RuntimeError):
-    """Another export of the channel holds its export.lock."""
-
-    def __init__(self, channel: str, path: Path) -> None:
-        super().__init__(f"an export of channel {channel!r} is already running "
-                         f"(another process holds {path})")
-        self.channel, self.path = channel, path
 
 
 @contextmanager

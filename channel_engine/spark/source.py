@@ -82,13 +82,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from channel_engine.channel_config import ChannelConfig
-from channel_engine.config import LogConfig
-from channel_engine.errors import ChannelEngineError, ConfigError
-from channel_engine.recovery import LostRange
+from channel_engine import ChannelConfig, ConfigError, LogConfig, LostRange
+from channel_engine.errors import DamagedRangeError, InvalidBatch, RangeUnavailableError
 
 if TYPE_CHECKING:
-    from channel_engine.record_batch import RecordColumns
+    from channel_engine.log.record_batch import RecordColumns
 
 SCHEMA = StructType([
     StructField("channel", StringType()),
@@ -104,33 +102,6 @@ DEFAULT_MAX_ROWS_PER_SPLIT = 200_000
 # a time, until this many are gathered).
 ARROW_BATCH_ROWS = 10_000
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,4}")
-
-
-class RangeUnavailableError(ChannelEngineError, LookupError):
-    """The partition log cannot supply a whole requested range."""
-
-    def __init__(self, channel: str, partition: int, start: int, end: int, reason: str) -> None:
-        super().__init__(f"channel {channel!r} partition {partition}: cannot read offsets "
-                         f"[{start}, {end}): {reason}")
-        self.partition = partition
-        self.start = start
-        self.end = end
-
-
-class DamagedRangeError(RangeUnavailableError):
-    """A damaged batch holds offsets of the requested range (see the module doc)."""
-
-    def __init__(self, channel: str, partition: int, start: int, end: int,
-                 lost: LostRange) -> None:
-        super().__init__(channel, partition, start, end,
-                         f"offsets {lost.start}..{lost.end - 1} are in a damaged region of "
-                         f"{lost.path} at byte {lost.position} ({lost.length} bytes; "
-                         f"{lost.cause}); nothing past it was read. `python -m channel_engine "
-                         "verify HOME` names it; `recover` (or a read by the channel's owner) "
-                         "counts them lost so that the next take skips them")
-        self.path = lost.path
-        self.position = lost.position
-        self.lost = lost
 
 
 @dataclass(frozen=True)
@@ -315,13 +286,12 @@ def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
     """The records of the log's batches that hold the split's offsets, batch by batch, as
     PartitionLog.read decodes them (decrypted; a batch that does not decode is a
     CorruptRecordError naming the segment)."""
-    from channel_engine import record_batch
+    from channel_engine import CorruptRecordError, PartitionLog
     from channel_engine.encryption import BatchSealer, KeyRing
-    from channel_engine.errors import CorruptRecordError
-    from channel_engine.log import PartitionLog
+    from channel_engine.log import record_batch
 
     sealer = None
-    if split.key_file is not None:  # the sealer the owner builds (channel_owner.py)
+    if split.key_file is not None:  # the sealer the owner builds (queue/channel_owner.py)
         keys = KeyRing.load(split.key_file, str(split.active_key))
         sealer = BatchSealer(keys, split.channel, split.partition)
     with PartitionLog.open(split.directory, split.log_config, partition=split.partition,
@@ -334,7 +304,7 @@ def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
             _check_damage(split, log.take_new_losses())  # damage the read skipped
             try:
                 yield record_batch.record_columns(record_batch.unseal(data, sealer))
-            except record_batch.InvalidBatch as exc:
+            except InvalidBatch as exc:
                 position = segment.find_position(header.base_offset, segment.size) or 0
                 raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
         _check_damage(split, log.take_new_losses())  # after the last intact batch
@@ -355,7 +325,7 @@ def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
     import urllib.error
     import urllib.request
 
-    from channel_engine import record_batch
+    from channel_engine.log import record_batch
 
     url = _batches_url(split)
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {split.token}"})
@@ -370,7 +340,7 @@ def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
             header = record_batch.check_batch(data, position, len(data), None, True)
             offsets, timestamps, keys, values, headers = record_batch.record_columns(
                 data[position:position + header.size])
-        except record_batch.InvalidBatch as exc:
+        except InvalidBatch as exc:
             raise _unavailable(split, f"{url}: bad batch at byte {position}: {exc}") from exc
         yield offsets, timestamps, keys, values, headers
         position += header.size

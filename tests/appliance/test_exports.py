@@ -31,7 +31,8 @@ from rest_framework.test import APIClient
 from appliance import channels, exports, tasks
 from appliance.env import env_http_url
 from appliance.models import ApiToken, Channel, ExportRun, TaskRun, hash_key
-from channel_engine.spark.export_lock import EXIT_BUSY, ExportRunningError, hold
+from channel_engine.errors import ExportRunningError
+from channel_engine.spark.export_lock import EXIT_BUSY, hold
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads see the rows
 ROOT = Path(__file__).resolve().parents[2]

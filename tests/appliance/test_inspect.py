@@ -105,7 +105,7 @@ def test_task_runs_are_listed_newest_first_filtered_and_paged(tmp_path: Path) ->
 
 
 def test_raw_batches_of_a_range_stream_for_remote_readers(tmp_path: Path) -> None:
-    from channel_engine import record_batch
+    from channel_engine.log import record_batch
 
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
         row = channel_row(tmp_path, name="raw")

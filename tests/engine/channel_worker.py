@@ -68,17 +68,11 @@ from typing import Any
 
 from child_lines import Output, freeze, nth_call
 
-from channel_engine import (
-    Channel,
-    Event,
-    OwnerLostError,
-    PendingEvent,
-    TakeExpiredError,
-    commit_journal,
-)
-from channel_engine import checkpoint as checkpoint_module
-from channel_engine import segment as segment_module
-from channel_engine.channel_owner import ChannelOwner
+from channel_engine import Channel, Event, OwnerLostError, PendingEvent, TakeExpiredError
+from channel_engine.log import segment as segment_module
+from channel_engine.queue import checkpoint as checkpoint_module
+from channel_engine.queue import commit_journal
+from channel_engine.queue.channel_owner import ChannelOwner
 
 STRESS_KEYS = (b"red", b"green", b"blue", b"cyan", b"pink", b"gold", None)
 CRASH_KEYS = tuple(f"k{i}".encode() for i in range(8))

@@ -49,7 +49,7 @@ from typing import Any
 from child_lines import Output, freeze, nth_call
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
-from channel_engine import segment as segment_module
+from channel_engine.log import segment as segment_module
 
 BASE_TIMESTAMP = 1_700_000_000_000
 MAX_EVENTS = 200

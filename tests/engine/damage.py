@@ -82,10 +82,10 @@ if str(REPO) not in sys.path:
 from child_lines import ChildLines  # noqa: E402
 
 from channel_engine import Channel, ChannelConfig, ChannelEngineError, Event  # noqa: E402
-from channel_engine import cli as engine_cli  # noqa: E402
 from channel_engine.encryption import FORMAT as KEY_FORMAT  # noqa: E402
 from channel_engine.encryption import KEY_SIZE, KeyRing  # noqa: E402
 from channel_engine.encryption import VERSION as KEY_VERSION  # noqa: E402
+from channel_engine.tools import cli as engine_cli  # noqa: E402
 
 FILE_KINDS = ("seg_first", "seg_middle", "seg_active", "index", "timeindex", "log_state",
               "checkpoint", "checkpoint_backup", "journal", "channel_json", "key_file")

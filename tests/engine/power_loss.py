@@ -842,8 +842,9 @@ def observe(recording: Recording) -> Observed:
 
 
 def _observe_log(recording: Recording) -> Observed:
-    from channel_engine import PartitionLog, log_state
+    from channel_engine import PartitionLog
     from channel_engine.errors import ChannelEngineError
+    from channel_engine.log import state as log_state
     root = Path(recording.root)
     try:
         saved = log_state.read(root / "p-0" / "log.state")
@@ -870,7 +871,7 @@ def _observe_log(recording: Recording) -> Observed:
 def _observe_channel(recording: Recording) -> Observed:
     """Open as the owner does (Channel.open minus its socket server, whose shutdown
     costs a poll interval per state) and take everything, then roll the take back."""
-    from channel_engine.channel_owner import ChannelOwner
+    from channel_engine.queue.channel_owner import ChannelOwner
     config = channel_config(recording.spec, Path(recording.root))
     with ChannelOwner.open(config) as owner:
         delivered = []

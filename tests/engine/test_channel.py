@@ -30,11 +30,11 @@ from channel_engine import (
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
-    commit_journal,
 )
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine.recovery import LostRange
-from channel_engine.segment import LogSegment
+from channel_engine.log.recovery import LostRange
+from channel_engine.log.segment import LogSegment
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
 
 
 def put(channel: Channel, *bodies: bytes, key: bytes | None = None) -> list[tuple[int, int, int]]:
@@ -775,7 +775,7 @@ def test_reserve_takes_ranges_without_reading_them(tmp_path: Path) -> None:
 # -- a channel deleted and recreated in the same home -------------------------------------
 def test_it_never_removes_the_owner_socket_of_a_channel_recreated_in_a_deleted_ones_home(
         tmp_path: Path) -> None:
-    from channel_engine.owner_client import OwnerClient
+    from channel_engine.owner.client import OwnerClient
 
     config = make_config(tmp_path)
     old = Channel.open(config)
@@ -797,7 +797,7 @@ def test_it_never_removes_the_owner_socket_of_a_channel_recreated_in_a_deleted_o
 def test_it_takes_the_lock_again_when_its_lock_file_was_unlinked_before_the_flock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from channel_engine import ChannelLockedError, ChannelOwner
-    from channel_engine import channel_owner as owner_module
+    from channel_engine.queue import channel_owner as owner_module
 
     config = make_config(tmp_path)
     Channel.open(config).close()

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channel_engine import Channel, ConfigError
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig, settings_crc
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig, settings_crc
 
 
 def config(tmp_path: Path, **settings: Any) -> ChannelConfig:

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, ConfigError, verify
-from channel_engine import record_batch as rb
-from channel_engine.encryption import DecryptionError, KeyRing
+from channel_engine import Channel, ConfigError
+from channel_engine.encryption import KeyRing
+from channel_engine.errors import DecryptionError, EncryptedBatchError
 from channel_engine.filenames import LOG_SUFFIX
+from channel_engine.log import record_batch as rb
+from channel_engine.tools import verify
 
 
 def key_file(tmp_path: Path, name: str, *ids: str) -> Path:
@@ -72,7 +74,7 @@ def test_a_wrong_key_fails_at_open_with_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DecryptionError, match="authentication failed with key 'k1'"):
         Channel.open(config.replace(encryption_key_file=str(other)))
     without = config.replace(encryption_key_file=None, encryption_active_key=None)
-    with pytest.raises(rb.EncryptedBatchError, match="encryption_key_file"):
+    with pytest.raises(EncryptedBatchError, match="encryption_key_file"):
         Channel.open(without)
     missing_id = tmp_path / "missing-id.json"
     KeyRing.write_new(missing_id, ["k2"])

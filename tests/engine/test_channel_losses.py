@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, ChannelConfig, PartitionLog, StorageError, cli, loss_ledger
+from channel_engine import Channel, ChannelConfig, PartitionLog, StorageError
 from channel_engine.errors import CorruptRecordError
 from channel_engine.filenames import LOG_STATE_FILE
-from channel_engine.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
-from channel_engine.recovery import LostRange
+from channel_engine.log.recovery import LostRange
+from channel_engine.queue import loss_ledger
+from channel_engine.queue.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
+from channel_engine.tools import cli
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 60
@@ -431,7 +433,8 @@ def test_a_kill_between_ledger_and_checkpoint_loses_no_count(tmp_path: Path,
     config, lost = _damaged(tmp_path)
     code = textwrap.dedent(f"""
         import os, signal
-        from channel_engine import Channel, loss_ledger
+        from channel_engine import Channel
+        from channel_engine.queue import loss_ledger
         save = loss_ledger.LossLedger.save
         def dying_save(self):
             if any(r.partition >= 0 for r in self.records):

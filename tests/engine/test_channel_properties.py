@@ -72,7 +72,7 @@ from channel_engine import (
     TransactionCapacityError,
     TransactionStateError,
 )
-from channel_engine.recovery import LostRange
+from channel_engine.log.recovery import LostRange
 
 with warnings.catch_warnings():  # kafka-python's protocol schemas use deprecated importlib APIs
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -11,11 +11,11 @@ import pytest
 from channel_helpers import crashed_channel, make_config
 
 from channel_engine import Channel, ChannelConfig, CorruptRecordError
-from channel_engine import commit_journal as cj
-from channel_engine.channel_repair import repair
-from channel_engine.cli import main
 from channel_engine.errors import ConfigError
-from channel_engine.verify import scan_log_file, verify_channel
+from channel_engine.queue import commit_journal as cj
+from channel_engine.tools.cli import main
+from channel_engine.tools.recover import repair
+from channel_engine.tools.verify import scan_log_file, verify_channel
 
 
 def run(*argv: str, config: ChannelConfig | None = None) -> tuple[int, str]:

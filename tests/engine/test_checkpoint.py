@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from channel_engine import CorruptStateError
-from channel_engine import checkpoint as cp
+from channel_engine.queue import checkpoint as cp
 
 GOLDEN = Path(__file__).parent / "golden" / "checkpoint-v1"
 GOLDEN_V2 = Path(__file__).parent / "golden" / "checkpoint-v2"
@@ -148,7 +148,7 @@ def test_it_reports_a_directory_in_place_of_the_primary_and_reads_the_backup(
 WRITER = """
 import sys, time
 from pathlib import Path
-from channel_engine import checkpoint as cp
+from channel_engine.queue import checkpoint as cp
 primary, backup = Path(sys.argv[1]), Path(sys.argv[2])
 parts = tuple(cp.PartitionCheckpoint(0, n, n, n // 2, ((n, n + 1),) * 50, ((n + 2, n + 3),) * 50)
               for n in range(64))

@@ -61,7 +61,7 @@ def test_dump_reports_invalid_bytes_at_the_end(tmp_path: Path) -> None:
 
 def _damage_batch(tmp_path: Path, index: int, at: int) -> tuple[Path, list[tuple[int, int]]]:
     """Ten batches of ten events; flip the byte `at` of batch `index`; (file, batch spans)."""
-    from channel_engine.verify import scan_log_file
+    from channel_engine.tools.verify import scan_log_file
     tool("produce", str(tmp_path), "--batch", "10", stdin="".join(f"{i}\n" for i in range(100)))
     log_file = next(tmp_path.glob("*.log"))
     spans = [(p, p + h.size) for p, h in scan_log_file(log_file, None).batches]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from channel_helpers import small_channel
 
-from channel_engine import Channel, ChannelConfig, cli
+from channel_engine import Channel, ChannelConfig
+from channel_engine.tools import cli
 
 TOOLS = ("produce", "dump", "verify", "stat", "recover")
 

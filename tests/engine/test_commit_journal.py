@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channel_engine import ChannelEngineError, CorruptRecordError, CorruptStateError
-from channel_engine import commit_journal as tj
-from channel_engine.partition_queue import PartitionQueue
+from channel_engine.queue import commit_journal as tj
+from channel_engine.queue.partition_queue import PartitionQueue
 
 
 def test_it_replays_what_was_appended(tmp_path: Path) -> None:
@@ -283,7 +283,7 @@ def test_checkpoint_plus_journal_rebuilds_the_live_queue(rng: random.Random,
 WRITER = """
 import sys
 from pathlib import Path
-from channel_engine import commit_journal as tj
+from channel_engine.queue import commit_journal as tj
 journal = tj.CommitJournal(Path(sys.argv[1]), 0)
 take = 0
 while True:

@@ -14,10 +14,10 @@ import pytest
 from channel_helpers import crashed_channel, make_config
 
 from channel_engine import Channel, ChannelConfig
-from channel_engine import commit_journal as cj
-from channel_engine.channel_repair import repair
-from channel_engine.cli import main
-from channel_engine.loss_ledger import JOURNAL_PARTITION
+from channel_engine.queue import commit_journal as cj
+from channel_engine.queue.loss_ledger import JOURNAL_PARTITION
+from channel_engine.tools.cli import main
+from channel_engine.tools.recover import repair
 
 PUT = 16  # events put by crashed_channel
 TAKEN = 6  # of them taken and committed (journalled after the last checkpoint)

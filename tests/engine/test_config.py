@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from channel_engine.config import LogConfig
 from channel_engine.errors import ConfigError
+from channel_engine.log.config import LogConfig
 
 INT_FIELDS = [
     "segment_bytes", "segment_ms", "segment_index_bytes", "index_interval_bytes",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import LogConfig, PartitionLog, PendingEvent, cli
-from channel_engine import log_state as state_file
-from channel_engine.recovery import (
+from channel_engine import LogConfig, PartitionLog, PendingEvent
+from channel_engine.log import state as state_file
+from channel_engine.log.recovery import (
     DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
@@ -18,6 +18,7 @@ from channel_engine.recovery import (
     TRUNCATED,
     ZERO_TAIL_CUT,
 )
+from channel_engine.tools import cli
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 
@@ -44,7 +45,7 @@ def segment_logs(directory: Path) -> list[Path]:
 
 
 def batch_positions(path: Path) -> list[int]:
-    from channel_engine.verify import scan_log_file
+    from channel_engine.tools.verify import scan_log_file
     return [position for position, _ in scan_log_file(path, None).batches]
 
 

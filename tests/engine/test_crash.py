@@ -44,8 +44,10 @@ from pathlib import Path
 import pytest
 from child_lines import ChildLines, load_script
 
-from channel_engine import Event, LogConfig, PartitionLog, PendingEvent, record_batch
-from channel_engine.recovery import (
+from channel_engine import Event, LogConfig, PartitionLog, PendingEvent
+from channel_engine.errors import InvalidBatch
+from channel_engine.log import record_batch
+from channel_engine.log.recovery import (
     SEGMENT_DELETED,
     STRAY_FILE_DELETED,
     TRUNCATED,
@@ -292,7 +294,7 @@ def end_offset(data: bytes, base_offset: int) -> int:
     while True:
         try:
             header = record_batch.check_batch(data, position, len(data), offset, True)
-        except record_batch.InvalidBatch:
+        except InvalidBatch:
             return offset
         position += header.size
         offset = header.next_offset

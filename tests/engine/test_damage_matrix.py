@@ -236,7 +236,7 @@ def test_it_delivers_or_counts_every_event_after_damage(tmp_path: Path, cell: Ce
 
 # Open gaps, kept visible: strict xfails, so a fix makes them fail until removed. None now
 # (the last four, a destroyed one-batch active segment after a kill, are closed by
-# log.state's committed-end record: log_state.py).
+# log.state's committed-end record: log/state.py).
 KNOWN_GAPS: set[str] = set()
 
 

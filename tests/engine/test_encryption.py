@@ -10,9 +10,10 @@ import pytest
 from channel_helpers import make_config
 
 from channel_engine import Channel, ConfigError
-from channel_engine.channel_repair import repair
-from channel_engine.encryption import DecryptionError, KeyRing, key_check_value
-from channel_engine.verify import verify_channel
+from channel_engine.encryption import KeyRing, key_check_value
+from channel_engine.errors import DecryptionError
+from channel_engine.tools.recover import repair
+from channel_engine.tools.verify import verify_channel
 
 
 @pytest.fixture

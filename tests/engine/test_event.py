@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from channel_helpers import make_config
 
-from channel_engine import Channel, InvalidEventError, PendingEvent, record_batch
+from channel_engine import Channel, InvalidEventError, PendingEvent
 from channel_engine.event import header_value, make_event
-from channel_engine.put_batch import Partitioner, encode
+from channel_engine.log import record_batch
+from channel_engine.queue.put_batch import Partitioner, encode
 
 GIVEN = {"bytes": b"\x00raw", "text": "caf\u00e9", "null": None, "empty": "",
          "array": bytearray(b"arr"), "view": memoryview(b"mem")}

@@ -42,22 +42,17 @@ from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from channel_engine import (
-    Channel,
-    ChannelConfig,
-    ChannelEngineError,
-    PendingEvent,
-    commit_journal,
-    log_state,
-    verify,
-)
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine import record_batch as rb
+from channel_engine import Channel, ChannelConfig, ChannelEngineError, PendingEvent
 from channel_engine.encryption import BatchSealer, KeyRing
-from channel_engine.log import PartitionLog
-from channel_engine.offset_index import OffsetIndex
-from channel_engine.segment import LogSegment
-from channel_engine.time_index import TimeIndex
+from channel_engine.log import record_batch as rb
+from channel_engine.log import state as log_state
+from channel_engine.log.offset_index import OffsetIndex
+from channel_engine.log.partition_log import PartitionLog
+from channel_engine.log.segment import LogSegment
+from channel_engine.log.time_index import TimeIndex
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
+from channel_engine.tools import verify
 
 DEFAULT = settings(max_examples=60, derandomize=True, database=None, deadline=None,
                    suppress_health_check=list(HealthCheck))

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import log_state
-from channel_engine.config import LogConfig
 from channel_engine.event import Event, PendingEvent
-from channel_engine.log import PartitionLog
-from channel_engine.log_state import LogState
+from channel_engine.log import state as log_state
+from channel_engine.log.config import LogConfig
+from channel_engine.log.partition_log import PartitionLog
+from channel_engine.log.state import LogState
 
 GOLDENS = {version: Path(__file__).parent / "golden" / f"partition-v{version}"
            for version in (1, 2)}

@@ -8,10 +8,10 @@ import pytest
 from channel_helpers import make_config
 
 from channel_engine import Channel, ChannelConfig, ConfigError
-from channel_engine.channel_repair import repair
 from channel_engine.filenames import is_kept_aside as kept_aside
-from channel_engine.home_files import find_strays, not_regular
-from channel_engine.verify import verify_channel
+from channel_engine.queue.home_files import find_strays, not_regular
+from channel_engine.tools.recover import repair
+from channel_engine.tools.verify import verify_channel
 
 
 def test_it_moves_a_stray_aside_at_open_and_reports_it(tmp_path: Path) -> None:

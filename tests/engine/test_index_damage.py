@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine.config import LogConfig
 from channel_engine.event import Event, PendingEvent
-from channel_engine.log import PartitionLog
-from channel_engine.recovery import INDEX_REBUILT
+from channel_engine.log.config import LogConfig
+from channel_engine.log.partition_log import PartitionLog
+from channel_engine.log.recovery import INDEX_REBUILT
 
 T0 = 1_700_000_000_000
 EVENTS = 90

@@ -16,10 +16,10 @@ import warnings
 
 import pytest
 
-from channel_engine.config import LogConfig
 from channel_engine.event import PendingEvent
 from channel_engine.filenames import parse_segment_file
-from channel_engine.log import PartitionLog
+from channel_engine.log.config import LogConfig
+from channel_engine.log.partition_log import PartitionLog
 
 with warnings.catch_warnings():  # kafka-python's protocol schemas use deprecated importlib APIs
     warnings.simplefilter("ignore", DeprecationWarning)

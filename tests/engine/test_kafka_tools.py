@@ -35,7 +35,7 @@ from test_golden import GOLDENS
 from test_kafka_codec import CODEC_IDS, CODECS, CONFIG, append_all, batches_for
 
 from channel_engine.filenames import parse_segment_file
-from channel_engine.log import PartitionLog
+from channel_engine.log.partition_log import PartitionLog
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG4J = ROOT / "scripts" / "jvm" / "kafka-tools" / "log4j.properties"

@@ -8,8 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from channel_engine import log_state
-from channel_engine.config import LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
     InvalidEventError,
@@ -18,7 +16,9 @@ from channel_engine.errors import (
     ReadOnlyLogError,
 )
 from channel_engine.event import Event, PendingEvent
-from channel_engine.log import PartitionLog
+from channel_engine.log import state as log_state
+from channel_engine.log.config import LogConfig
+from channel_engine.log.partition_log import PartitionLog
 
 T0 = 1_700_000_000_000  # ms: event timestamps around here, and the clock too
 

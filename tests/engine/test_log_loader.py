@@ -10,8 +10,8 @@ import pytest
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
 from channel_engine.filenames import segment_file
-from channel_engine.log_loader import index_evidence_end as evidence_end
-from channel_engine.recovery import (
+from channel_engine.log.loader import index_evidence_end as evidence_end
+from channel_engine.log.recovery import (
     DAMAGE_SPLIT,
     GAP,
     INDEX_REBUILT,
@@ -19,7 +19,7 @@ from channel_engine.recovery import (
     STRAY_FILE_DELETED,
     TRUNCATED,
 )
-from channel_engine.verify import verify_partition
+from channel_engine.tools.verify import verify_partition
 
 CONFIG = LogConfig(segment_bytes=2048)
 

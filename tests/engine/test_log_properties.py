@@ -39,10 +39,10 @@ from channel_engine import (
     OffsetOutOfRangeError,
     PartitionLog,
     PendingEvent,
-    record_batch,
 )
-from channel_engine.log import DEFAULT_READ_BYTES
-from channel_engine.recovery import (
+from channel_engine.log import record_batch
+from channel_engine.log.partition_log import DEFAULT_READ_BYTES
+from channel_engine.log.recovery import (
     GAP,
     INDEX_REBUILT,
     LOG_END_MISMATCH,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
-from channel_engine.record_batch import build, set_base_offset
+from channel_engine.log.record_batch import build, set_base_offset
 
 CONFIG = LogConfig(segment_bytes=1024, file_delete_delay_ms=0)
 

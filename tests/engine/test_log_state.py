@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from channel_engine import log_state
 from channel_engine.errors import CorruptStateError
-from channel_engine.log_state import LogState
+from channel_engine.log import state as log_state
+from channel_engine.log.state import LogState
 
 STATE = LogState(log_start_offset=7, recovery_point=1_000, log_end_offset=1_234,
                  clean_shutdown=True, written_at_ms=1_700_000_000_000, committed_end=1_234)

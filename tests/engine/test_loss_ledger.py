@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import StorageError, loss_ledger
+from channel_engine import StorageError
 from channel_engine.event import Event
-from channel_engine.loss_ledger import (
+from channel_engine.log.recovery import LostRange
+from channel_engine.queue import loss_ledger
+from channel_engine.queue.loss_ledger import (
     JOURNAL_PARTITION,
     LEDGER_FILE,
     LEDGER_PARTITION,
@@ -18,7 +20,6 @@ from channel_engine.loss_ledger import (
     deliverable,
     undelivered,
 )
-from channel_engine.recovery import LostRange
 
 HOLE = LostRange(10, 20, "/data/ch-0/00000000000000000010.log", 4096, 700, "gap: missing")
 

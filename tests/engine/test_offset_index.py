@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from channel_engine.errors import CorruptIndexError, IndexAppendError
-from channel_engine.offset_index import OffsetIndex
+from channel_engine.log.offset_index import OffsetIndex
 
 BASE = 1000
 

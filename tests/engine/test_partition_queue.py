@@ -5,7 +5,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from channel_engine.partition_queue import PartitionQueue
+from channel_engine.queue.partition_queue import PartitionQueue
 
 
 class QueueMachine(RuleBasedStateMachine):

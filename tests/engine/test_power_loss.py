@@ -19,9 +19,10 @@ import power_loss as pl
 import pytest
 from channel_helpers import crash, make_config
 
-from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent, commit_journal
+from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent
 from channel_engine.atomic_file import write_atomically
-from channel_engine.record_batch import LEADER_EPOCH_AT
+from channel_engine.log.record_batch import LEADER_EPOCH_AT
+from channel_engine.queue import commit_journal
 
 DEFAULT_STATES = {"log-fsync": 60, "log-fsync-prealloc": 60, "log-policy": 60,
                   "channel-fsync": 160, "channel-fsync-encrypted": 60, "channel-policy": 80}

@@ -1,4 +1,4 @@
-"""Puts travel to the owner encoded (put_batch.py): the producer's checks name the event,
+"""Puts travel to the owner encoded (queue/put_batch.py): the producer's checks name the event,
 and the owner refuses any batch it should not append, writing nothing."""
 from __future__ import annotations
 
@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 from channel_helpers import make_config
 
-from channel_engine import (
-    Channel,
-    InvalidEventError,
-    PartitionCountError,
-    PendingEvent,
-    record_batch,
-)
-from channel_engine.put_batch import Partitioner, encode
+from channel_engine import Channel, InvalidEventError, PartitionCountError, PendingEvent
+from channel_engine.log import record_batch
+from channel_engine.queue.put_batch import Partitioner, encode
 
 
 def test_put_all_checks_every_event_first_and_adds_none_if_one_is_bad(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from channel_engine import record_batch as rb
-from channel_engine.errors import InvalidEventError
+from channel_engine.errors import ChannelEngineError, InvalidBatch, InvalidEventError
 from channel_engine.event import PendingEvent
+from channel_engine.log import record_batch as rb
 
 EVENTS = [
     PendingEvent(b"first", key=None, headers=None, timestamp=1_700_000_000_000),
@@ -160,7 +160,7 @@ def test_it_refuses_a_timestamp_beyond_int64_as_invalid_input():
 
 def test_it_classifies_zeros_as_a_zero_tail():
     buf = bytes(4096)
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)
     assert info.value.kind == "zero_tail"
 
@@ -169,13 +169,13 @@ def test_it_classifies_zeros_after_a_valid_batch_as_a_zero_tail():
     batch = built()
     buf = batch + bytes(100)
     assert rb.check_batch(buf, 0, len(buf), 0, True).size == len(batch)
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(buf, len(batch), len(buf), 4, True)
     assert info.value.kind == "zero_tail"
 
 
 def test_it_classifies_a_few_zero_bytes_as_a_zero_tail():
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(bytes(5), 0, 5, 0, True)
     assert info.value.kind == "zero_tail"
 
@@ -184,7 +184,7 @@ def test_it_classifies_a_few_zero_bytes_as_a_zero_tail():
 def test_it_classifies_a_truncated_batch_as_partial(cut):
     base = 2**40 + 1  # non-zero from byte 2 on: a torn header is not mistaken for zeros
     buf = built(base_offset=base)[:cut]
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(buf, 0, len(buf), base, verify_crc=True)
     assert info.value.kind == "partial"
 
@@ -192,7 +192,7 @@ def test_it_classifies_a_truncated_batch_as_partial(cut):
 def test_it_classifies_a_batch_running_past_the_limit_as_partial():
     batch = built() + built(base_offset=4)
     first = rb.read_header(batch).size
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(batch, first, len(batch) - 1, 4, verify_crc=False)
     assert info.value.kind == "partial"
 
@@ -201,7 +201,7 @@ def test_it_classifies_a_batch_running_past_the_limit_as_partial():
 def test_it_classifies_a_flipped_byte_under_the_crc_as_corrupt(where):
     buf = bytearray(built())
     buf[where] ^= 0x01
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)
     assert info.value.kind == "corrupt"
     assert "CRC" in info.value.reason
@@ -211,14 +211,14 @@ def test_it_skips_the_crc_when_told_to():
     buf = bytearray(built())
     buf[-1] ^= 0x01
     assert rb.check_batch(buf, 0, len(buf), 0, verify_crc=False).record_count == 4
-    with pytest.raises(rb.InvalidBatch, match="CRC"):
+    with pytest.raises(InvalidBatch, match="CRC"):
         rb.check_crc(buf, 0, rb.read_header(buf))
 
 
 def test_it_classifies_a_bad_magic_as_corrupt():
     buf = bytearray(built())
     buf[16] = 1
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)
     assert info.value.kind == "corrupt"
     assert "magic 1" in info.value.reason
@@ -226,7 +226,7 @@ def test_it_classifies_a_bad_magic_as_corrupt():
 
 def test_it_classifies_a_wrong_base_offset_as_corrupt():
     buf = built(base_offset=10)
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_batch(buf, 0, len(buf), 11, verify_crc=True)
     assert info.value.kind == "corrupt"
     assert "base offset 10, expected 11" in info.value.reason
@@ -236,7 +236,7 @@ def test_it_classifies_a_wrong_base_offset_as_corrupt():
 def test_it_classifies_a_too_small_batch_length_as_corrupt():
     buf = bytearray(built())
     struct.pack_into(">i", buf, 8, rb.MIN_BATCH_LENGTH - 1)
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_header(buf, 0, 0)
     assert info.value.kind == "corrupt"
 
@@ -244,7 +244,7 @@ def test_it_classifies_a_too_small_batch_length_as_corrupt():
 def test_it_classifies_a_record_count_disagreeing_with_the_last_offset_delta_as_corrupt():
     buf = bytearray(built())
     struct.pack_into(">i", buf, 57, 3)  # recordCount 3, lastOffsetDelta still 3
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         rb.check_header(buf, 0, 0)
     assert info.value.kind == "corrupt"
 
@@ -262,7 +262,7 @@ def test_it_raises_invalid_batch_when_records_do_not_decode():
     buf[rb.HEADER_SIZE] = 0x7F  # record length varint now claims more bytes than there are
     struct.pack_into(">I", buf, 17, rb.compute_crc(buf))
     rb.check_batch(buf, 0, len(buf), 0, verify_crc=True)  # the header and CRC are fine
-    with pytest.raises(rb.InvalidBatch) as info:
+    with pytest.raises(InvalidBatch) as info:
         list(rb.records(bytes(buf)))
     assert info.value.kind == "corrupt"
 
@@ -298,15 +298,15 @@ def test_records_that_do_not_decode_raise_invalid_batch_whatever_the_codec_says(
         codec: str, how: str) -> None:
     batch = damaged_records(codec, how)
     for decode in (lambda b: list(rb.records(b)), rb.record_columns):
-        with pytest.raises(rb.InvalidBatch, match="records do not decode") as info:
+        with pytest.raises(InvalidBatch, match="records do not decode") as info:
             decode(batch)
-        assert isinstance(info.value, rb.ChannelEngineError)
+        assert isinstance(info.value, ChannelEngineError)
 
 
 def test_records_of_a_cut_header_raise_invalid_batch() -> None:
     for decode in (lambda b: list(rb.records(b)), rb.record_columns,
                    lambda b: rb.unseal(b, None)):
-        with pytest.raises(rb.InvalidBatch, match="too few for a batch header"):
+        with pytest.raises(InvalidBatch, match="too few for a batch header"):
             decode(b"\x00" * 20)
 
 
@@ -333,7 +333,7 @@ def claiming_gigabytes(codec: str) -> bytes:
 def test_a_codec_header_claiming_gigabytes_is_refused_without_allocating_them(
         codec: str) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(rb.InvalidBatch, match="records do not decode"):
+    with pytest.raises(InvalidBatch, match="records do not decode"):
         list(rb.records(claiming_gigabytes(codec)))
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 256 * 1024

@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from channel_engine import record_batch as rb
 from channel_engine.errors import CorruptRecordError
 from channel_engine.event import PendingEvent
-from channel_engine.segment import LogSegment
+from channel_engine.log import record_batch as rb
+from channel_engine.log.segment import LogSegment
 
 BASE = 100
 INTERVAL = 150  # bytes between index entries: every second or third batch is indexed

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import LogConfig, PartitionLog, PendingEvent, cli
-from channel_engine import log_state as state_file
-from channel_engine.recovery import BASE_OFFSET_REPAIRED, DAMAGE_SPLIT, STRAY_MOVED, TRUNCATED
-from channel_engine.verify import scan_log_file
+from channel_engine import LogConfig, PartitionLog, PendingEvent
+from channel_engine.log import state as state_file
+from channel_engine.log.recovery import BASE_OFFSET_REPAIRED, DAMAGE_SPLIT, STRAY_MOVED, TRUNCATED
+from channel_engine.tools import cli
+from channel_engine.tools.verify import scan_log_file
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 TRUSTING = CONFIG.replace(verify_on_open=False)  # a clean log's bytes unchecked (Kafka)

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from channel_engine.errors import CorruptIndexError, IndexAppendError
-from channel_engine.time_index import TimeIndex
+from channel_engine.log.time_index import TimeIndex
 
 BASE = 500
 

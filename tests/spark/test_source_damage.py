@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from channel_engine import Channel, ChannelConfig
+from channel_engine.errors import DamagedRangeError
 from channel_engine.spark import source
-from channel_engine.spark.source import DamagedRangeError, plan, read_split
-from channel_engine.verify import scan_log_file
+from channel_engine.spark.source import plan, read_split
+from channel_engine.tools.verify import scan_log_file
 
 BATCHES, PER_BATCH = 12, 10
 

@@ -86,6 +86,8 @@ def test_the_package_zip_alone_imports_the_data_source(tmp_path: Path) -> None:
         names = set(archive.namelist())
     assert {"channel_engine/__init__.py", "channel_engine/spark/source.py",
             "channel_engine/spark/arrow_decode.py"} <= names
+    for layer in ("log", "queue", "owner", "tools"):  # the subpackages travel too
+        assert f"channel_engine/{layer}/__init__.py" in names, layer
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); "
              "import channel_engine.spark.source as s; print(s.__file__)")
     done = subprocess.run([sys.executable, "-c", probe, path], capture_output=True, text=True,

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from appliance import channels
 from appliance.models import Channel
-from channel_engine import cli
+from channel_engine.tools import cli
 
 TOOLS = ("dump", "verify", "stat", "recover")
 

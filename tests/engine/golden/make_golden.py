@@ -31,11 +31,11 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from channel_engine import log_state  # noqa: E402
-from channel_engine.config import LogConfig  # noqa: E402
 from channel_engine.event import PendingEvent  # noqa: E402
 from channel_engine.filenames import LOCK_FILE, LOG_STATE_FILE  # noqa: E402
-from channel_engine.log import PartitionLog  # noqa: E402
+from channel_engine.log import state as log_state  # noqa: E402
+from channel_engine.log.config import LogConfig  # noqa: E402
+from channel_engine.log.partition_log import PartitionLog  # noqa: E402
 
 TARGET = Path(__file__).resolve().parent / "partition-v2"
 WRITTEN_AT_MS = 1_700_000_000_000

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channel_engine.errors import ConfigError
-from channel_engine.record_batch import COMPRESSION_CODECS, HEADER_SIZE
+from channel_engine.log.record_batch import COMPRESSION_CODECS, HEADER_SIZE
 
 INT32_MAX = 2**31 - 1
 DAY_MS = 24 * 3600 * 1000

@@ -24,7 +24,7 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     hello             []                                 {"pid", "name", "version"}
     commit_batches    [txn id or None, [[partition,      [[partition, first, last], ...]
                        batch], ...], partitions]
-                       (put_batch.py)
+                       (queue/put_batch.py)
     count_rollback    []                                 None
     count_failed_put  [events]                           None
     begin_take        [lease_ms or None]                 take id
@@ -58,21 +58,10 @@ from channel_engine import errors
 from channel_engine.event import Event
 
 VERSION = 2  # 2: puts travel as encoded batches (commit_batches)
-SOCKET_NAME = "owner.sock"
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
                                                "TypeError": TypeError}
-
-
-class OwnerLostError(errors.ChannelEngineError):
-    """The connection to the channel's owner process broke; the outcome of the request in
-    flight is unknown (a put may or may not have committed; a take was returned)."""
-
-
-class OwnerUnreachableError(OwnerLostError):
-    """The owner had gone before the request was sent: nothing was done, it is safe to retry
-    with the next owner."""
 
 
 def peer_closed(sock: socket.socket) -> bool:
@@ -136,8 +125,6 @@ def error_to_wire(exc: BaseException) -> list[Any]:
 def error_from_wire(name: str, message: str, attributes: dict[str, Any]) -> Exception:
     """Rebuild the owner's exception in the client: same class, message and attributes."""
     cls = getattr(errors, name, None) or BUILTIN_ERRORS.get(name)
-    if name == "OwnerLostError":
-        cls = OwnerLostError
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         return errors.ChannelEngineError(f"{name}: {message}")
     exc = cls.__new__(cls)

@@ -84,9 +84,9 @@ from pathlib import Path
 import crc32c
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.checkpoint import MAX_SEQUENCE
 from channel_engine.errors import CorruptRecordError, CorruptStateError
 from channel_engine.filenames import DAMAGED_SUFFIX
+from channel_engine.queue.checkpoint import MAX_SEQUENCE
 
 MAGIC = b"WCJN"
 VERSION = 1

@@ -33,7 +33,7 @@ from bisect import bisect_left
 from pathlib import Path
 
 from channel_engine.errors import CorruptIndexError, IndexAppendError
-from channel_engine.index_file import IndexFile
+from channel_engine.log.index_file import IndexFile
 
 ENTRY = struct.Struct(">qi")
 assert ENTRY.size == 12

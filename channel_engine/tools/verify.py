@@ -62,11 +62,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal, home_files, log_state, record_batch
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.encryption import BatchSealer, DecryptionError, KeyRing
-from channel_engine.errors import ChannelEngineError, CorruptStateError, describe_os_error
+from channel_engine.encryption import BatchSealer, KeyRing
+from channel_engine.errors import (
+    ChannelEngineError,
+    CorruptStateError,
+    DecryptionError,
+    InvalidBatch,
+    describe_os_error,
+)
 from channel_engine.filenames import (
     INDEX_SUFFIX,
     LOCK_FILE,
@@ -79,18 +82,23 @@ from channel_engine.filenames import (
     parse_segment_file,
     segment_file,
 )
-from channel_engine.log_loader import (
+from channel_engine.log import record_batch
+from channel_engine.log import state as log_state
+from channel_engine.log.loader import (
     empty_last_reason,
     is_empty_segment,
     known_committed_end,
     segment_stray_reason,
     stray_reason,
 )
-from channel_engine.loss_ledger import LossLedger
-from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.record_batch import BatchHeader, InvalidBatch
-from channel_engine.segment import find_next_batch, fixable_base_offset
-from channel_engine.time_index import ENTRY as TIME_ENTRY
+from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.segment import find_next_batch, fixable_base_offset
+from channel_engine.log.time_index import ENTRY as TIME_ENTRY
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal, home_files
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.loss_ledger import LossLedger
 
 
 @dataclass(frozen=True)

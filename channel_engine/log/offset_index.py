@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from channel_engine.errors import CorruptIndexError, IndexAppendError
-from channel_engine.index_file import IndexFile
+from channel_engine.log.index_file import IndexFile
 
 ENTRY = struct.Struct(">ii")
 assert ENTRY.size == 8

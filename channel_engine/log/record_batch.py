@@ -60,7 +60,7 @@ from typing import NamedTuple, Protocol, cast
 import crc32c as _crc32c
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from channel_engine.errors import ChannelEngineError, InvalidEventError
+from channel_engine.errors import EncryptedBatchError, InvalidBatch, InvalidEventError
 from channel_engine.event import PendingEvent, header_value
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -134,16 +134,6 @@ class BatchHeader(NamedTuple):
     def codec(self) -> str:
         """Compression codec name from the attributes."""
         return CODEC_NAMES.get(self.attributes & CODEC_MASK, "unknown")
-
-
-class InvalidBatch(ChannelEngineError):
-    """The bytes at a position are not a valid batch. kind: partial, zero_tail or corrupt.
-    Callers that know the file turn it into CorruptRecordError (file and position)."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 def read_header(buf: BytesLike, position: int = 0) -> BatchHeader:
@@ -287,10 +277,6 @@ class Sealer(Protocol):
 
     def seal(self, records: bytes, header_fields: bytes) -> bytes: ...
     def open(self, unit: bytes, header_fields: bytes) -> bytes: ...
-
-
-class EncryptedBatchError(ChannelEngineError):
-    """A batch is encrypted and no key ring was given to read it."""
 
 
 def seal(batch: bytearray, sealer: Sealer) -> bytearray:

@@ -23,11 +23,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.filenames import LOCK_FILE, TMP_SUFFIX, is_kept_aside
-from channel_engine.owner_protocol import SOCKET_NAME
+from channel_engine.filenames import LOCK_FILE, SOCKET_NAME, TMP_SUFFIX, is_kept_aside
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 
 LOSSES_FILE = "losses.json"
 HOME_FILES = frozenset({CONFIG_FILE, checkpoint_file.FILE_NAME, LOCK_FILE, SOCKET_NAME,

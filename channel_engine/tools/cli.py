@@ -16,7 +16,7 @@ batches after it, exit 1 when it met damage); verify reports every
 damage of the home's files (channel.json, both checkpoint copies, the journals,
 strays) and of every partition, without failing on any; stat prints the
 channel's status and each partition's segments; recover repairs every damage
-verify reports (channel_repair.py: journals cut at their first bad record,
+verify reports (tools/recover.py: journals cut at their first bad record,
 damaged files kept aside, strays moved aside, every batch CRC-checked), opens
 the channel as its owner, replays it and prints what it cost: events lost (by
 offsets), take commits that may come back (at least once; "up to N events" when
@@ -40,13 +40,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from channel_engine import channel_repair, commit_journal, record_batch
-from channel_engine import checkpoint as checkpoint_file
 from channel_engine.channel import Channel
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.channel_owner import ChannelOwner
-from channel_engine.config import LogConfig
-from channel_engine.errors import ChannelEngineError, ConfigError, describe_os_error
+from channel_engine.errors import (
+    ChannelEngineError,
+    ConfigError,
+    InvalidBatch,
+    UsageError,
+    describe_os_error,
+)
 from channel_engine.event import PendingEvent
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
@@ -55,11 +56,18 @@ from channel_engine.filenames import (
     TIME_INDEX_SUFFIX,
     parse_segment_file,
 )
-from channel_engine.log import PartitionLog
-from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.record_batch import BatchHeader
-from channel_engine.time_index import ENTRY as TIME_ENTRY
-from channel_engine.verify import (
+from channel_engine.log import record_batch
+from channel_engine.log.config import LogConfig
+from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.log.partition_log import PartitionLog
+from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.time_index import ENTRY as TIME_ENTRY
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_owner import ChannelOwner
+from channel_engine.tools.recover import RepairReport, repair
+from channel_engine.tools.verify import (
     DamagedRegion,
     read_batch,
     scan_log_file,
@@ -69,10 +77,6 @@ from channel_engine.verify import (
 
 CONFIG_HELP = ("the channel's settings, a JSON object as channel.json holds them (when "
                "channel.json is damaged or missing)")
-
-
-class UsageError(Exception):
-    """Bad command-line input: exit 2 with the message."""
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
@@ -384,7 +388,7 @@ def _dump_batch(path: Path, position: int, header: BatchHeader, print_data: bool
     if print_data and not encrypted:
         try:
             records = list(record_batch.records(read_batch(path, position, header)))
-        except record_batch.InvalidBatch as exc:
+        except InvalidBatch as exc:
             problem = exc.reason
     if as_json:
         row = _batch_dict(path, position, header)
@@ -572,7 +576,7 @@ def _recover(args: argparse.Namespace, out: TextIO) -> int:
         acknowledged: list[dict[str, Any]] = []
         on_open = (lambda owner: acknowledged.extend(_acknowledge(owner))) if args.ack \
             else None
-        repaired = channel_repair.repair(args.path, _supplied_config(args), on_open)
+        repaired = repair(args.path, _supplied_config(args), on_open)
         if args.json:
             extra = {"acknowledged": acknowledged} if args.ack else {}
             print(json.dumps({**repaired.recovery, "repair": repaired.to_dict(), **extra},
@@ -596,7 +600,7 @@ def _recover(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _print_repair(report: channel_repair.RepairReport, out: TextIO) -> None:
+def _print_repair(report: RepairReport, out: TextIO) -> None:
     """What recover did, then what it cost: events lost, take commits back, files moved."""
     print(f"recover {report.home} (channel {report.channel!r})", file=out)
     for moved in report.moved_aside:

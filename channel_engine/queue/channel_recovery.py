@@ -44,11 +44,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal
-from channel_engine.log import PartitionLog
-from channel_engine.partition_queue import PartitionQueue
-from channel_engine.recovery import LostRange
+from channel_engine.log.partition_log import PartitionLog
+from channel_engine.log.recovery import LostRange
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
+from channel_engine.queue.partition_queue import PartitionQueue
 
 
 @dataclass

@@ -79,11 +79,11 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine.atomic_file import write_atomically
-from channel_engine.checkpoint import Range
 from channel_engine.errors import StorageError
 from channel_engine.event import Event
 from channel_engine.filenames import DAMAGED_SUFFIX
-from channel_engine.recovery import LostRange
+from channel_engine.log.recovery import LostRange
+from channel_engine.queue.checkpoint import Range
 
 LEDGER_FILE = "losses.json"
 FORMAT = "weir-loss-ledger"

@@ -11,7 +11,7 @@ check the directory -> roll if due -> assign the base offset -> write -> make
 durable per the policy -> record the committed end in log.state (one 12-byte
 pwrite in place, never an fsync: after the write in 'policy' durability, after
 the group fsync in 'fsync' durability; the evidence of the log's end that
-outlives its active segment, log_state.py). In 'fsync' durability, appenders that
+outlives its active segment, state.py). In 'fsync' durability, appenders that
 arrive while an fsync runs share the next one (group commit): one leader flushes
 everything written so far while the others wait; commit fsyncs run outside the
 append lock (rare metadata fsyncs of roll, retention and truncation run under it). A roll
@@ -51,7 +51,7 @@ A read that meets a damaged batch (CRC, header) never fails and never skips
 silently: it resumes at the next intact batch (segment.find_next_batch), records the
 lost offsets once in take_new_losses() and stats()["read_damage"], and (writer only)
 leaves a `<base>.repair` marker so the next writable open repairs the segment
-(log_loader.py).
+(loader.py).
 """
 from __future__ import annotations
 
@@ -67,21 +67,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from channel_engine import log_loader, log_state, record_batch
 from channel_engine.atomic_file import fsync_directory, open_lock_file
-from channel_engine.config import INT32_MAX, LogConfig
 from channel_engine.errors import (
     BatchTooLargeError,
     ChannelEngineError,
     ChannelGoneError,
     CorruptRecordError,
     DiskFullError,
+    InvalidBatch,
     LogDirectoryError,
     LogLockedError,
     LogOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     StorageError,
+    UndoFailedError,
     UnusableFileError,
 )
 from channel_engine.event import Event, PendingEvent
@@ -92,10 +92,14 @@ from channel_engine.filenames import (
     parse_segment_file,
     segment_file,
 )
-from channel_engine.log_state import LogState
-from channel_engine.record_batch import BatchHeader
-from channel_engine.recovery import STRAY_MOVED, LostRange, RecoveryAction, RecoveryReport
-from channel_engine.segment import LogSegment, UndoFailedError
+from channel_engine.log import loader as log_loader
+from channel_engine.log import record_batch
+from channel_engine.log import state as log_state
+from channel_engine.log.config import INT32_MAX, LogConfig
+from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.recovery import STRAY_MOVED, LostRange, RecoveryAction, RecoveryReport
+from channel_engine.log.segment import LogSegment
+from channel_engine.log.state import LogState
 
 DEFAULT_READ_BYTES = 1 << 20
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)  # the directory refuses writes
@@ -173,7 +177,7 @@ class PartitionLog:
         self._log_end_offset = 0
         self._recovery_point = 0
         self._persisted_state = LogState()
-        self._committed_end = 0  # log.state's committed-end record (log_state.py)
+        self._committed_end = 0  # log.state's committed-end record (state.py)
         self._state_fd = -1  # log.state, held open for that record's in-place writes
         self._last_flush_ms = 0
         self._last_state_write_ms = 0
@@ -570,7 +574,7 @@ class PartitionLog:
     def _note_committed(self, end: int) -> None:
         """Rewrite log.state's committed-end record in place, without an fsync (one pwrite
         of 12 bytes): the only record of the log's end outside its active segment, so a kill
-        followed by the loss of that segment's file loses nothing uncounted (log_state.py).
+        followed by the loss of that segment's file loses nothing uncounted (state.py).
         Caller holds the lock."""
         if end <= self._committed_end:
             return
@@ -771,7 +775,7 @@ class PartitionLog:
                 out.append(Event(partition, offset, timestamp, key,
                                  dict(headers) if headers else {},  # type: ignore[arg-type]
                                  value if value is not None else b""))
-        except record_batch.InvalidBatch as exc:
+        except InvalidBatch as exc:
             position = segment.find_position(header.base_offset, segment.size) or 0
             raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
 

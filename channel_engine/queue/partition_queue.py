@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 
-from channel_engine.checkpoint import PartitionCheckpoint, Range
+from channel_engine.queue.checkpoint import PartitionCheckpoint, Range
 
 
 class PartitionQueue:

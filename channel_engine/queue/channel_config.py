@@ -44,8 +44,8 @@ from typing import Any
 import crc32c
 
 from channel_engine.atomic_file import write_atomically
-from channel_engine.config import DAY_MS, LogConfig, check_int, require
 from channel_engine.errors import ConfigError
+from channel_engine.log.config import DAY_MS, LogConfig, check_int, require
 
 CONFIG_FILE = "channel.json"
 FORMAT = "weir-channel-config"

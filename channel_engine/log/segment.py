@@ -6,7 +6,7 @@ one starting at the offset after the previous. With preallocation the file is
 longer than its valid bytes; the rest is zeros until a roll or a clean close
 trims it.
 
-Three ways to open a segment (log_loader.py picks):
+Three ways to open a segment (loader.py picks):
   * load_clean(): after a clean shutdown, trust the file length, load the
     indexes, check them against the log (last entries point at real batches,
     the tail ends on a batch boundary) and say what is wrong, if anything;
@@ -84,7 +84,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.errors import CorruptIndexError, CorruptRecordError
+from channel_engine.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidBatch,
+    UndoFailedError,
+)
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
     DELETED_SUFFIX,
@@ -94,8 +99,8 @@ from channel_engine.filenames import (
     TMP_SUFFIX,
     segment_file,
 )
-from channel_engine.offset_index import OffsetIndex
-from channel_engine.record_batch import (
+from channel_engine.log.offset_index import OffsetIndex
+from channel_engine.log.record_batch import (
     COMMITTED_EPOCH,
     HEADER_SIZE,
     LEADER_EPOCH_AT,
@@ -103,14 +108,13 @@ from channel_engine.record_batch import (
     MAGIC,
     BatchHeader,
     BytesLike,
-    InvalidBatch,
     check_batch,
     check_crc,
     check_header,
     is_zero,
     read_header,
 )
-from channel_engine.time_index import TimeIndex
+from channel_engine.log.time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
@@ -121,10 +125,6 @@ MAGIC_AT = 16  # byte of the magic in a batch header
 MAGIC_BYTE = bytes([MAGIC])
 SECTOR = 512  # the unit power loss tears writes at
 TRAILING_ZEROS = 8  # zero bytes a batch may end with (empty headers, zero varints)
-
-
-class UndoFailedError(Exception):
-    """A failed write could not be undone: bytes past the valid end are unknown."""
 
 
 @dataclass(frozen=True)

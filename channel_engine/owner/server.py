@@ -2,7 +2,7 @@
 
 A thread per connection (socketserver's ThreadingUnixStreamServer) runs each
 request against the ChannelOwner, which is thread-safe; the protocol is in
-owner_protocol.py. Takes are tied to the connection that began them: when a
+owner/protocol.py. Takes are tied to the connection that began them: when a
 connection closes — its process exited or was killed — its open takes roll
 back, so a dead consumer never wedges the channel or loses its events. A take
 begun with a lease is the exception: whoever knows its id may commit it (a web
@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from channel_engine import owner_protocol as protocol
 from channel_engine.atomic_file import move_aside
-from channel_engine.channel_owner import ChannelOwner
 from channel_engine.errors import UnusableFileError
-from channel_engine.filenames import STRAY_SUFFIX
+from channel_engine.filenames import SOCKET_NAME, STRAY_SUFFIX
+from channel_engine.owner import protocol
+from channel_engine.queue.channel_owner import ChannelOwner
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -42,11 +42,11 @@ class OwnerServer:
 
     def __init__(self, owner: ChannelOwner) -> None:
         self.owner = owner
-        self.path = owner.config.home / protocol.SOCKET_NAME
+        self.path = owner.config.home / SOCKET_NAME
         self._dir_fd = os.open(owner.config.home, os.O_RDONLY | os.O_DIRECTORY)
         self._server = _Server(socket_path(self.path, self._dir_fd), _Handler, self)
         os.chmod(self.path, 0o600)
-        bound = os.stat(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
+        bound = os.stat(SOCKET_NAME, dir_fd=self._dir_fd)
         self._bound = (bound.st_dev, bound.st_ino)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.2},
@@ -76,9 +76,9 @@ class OwnerServer:
         # channel's home recreated at the same path has a new owner whose owner.sock this
         # must never remove (its clients could no longer reach it)
         with contextlib.suppress(OSError):
-            current = os.stat(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
+            current = os.stat(SOCKET_NAME, dir_fd=self._dir_fd)
             if (current.st_dev, current.st_ino) == self._bound:
-                os.unlink(protocol.SOCKET_NAME, dir_fd=self._dir_fd)
+                os.unlink(SOCKET_NAME, dir_fd=self._dir_fd)
 
 
 def socket_path(path: Path, dir_fd: int) -> str:

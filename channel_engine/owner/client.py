@@ -1,7 +1,7 @@
 """OwnerClient: a process that shares a channel talks to its owner through the socket.
 
 It offers the same operations as ChannelOwner (the ones Channel and the
-transactions call), each one request and reply (owner_protocol.py). Each
+transactions call), each one request and reply (protocol.py). Each
 thread has its own connection, so one thread waiting for an fsync does not hold
 up the others, and the owner can share one fsync among them (group commit).
 A broken connection raises OwnerLostError; Channel then elects a new owner.
@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from channel_engine import owner_protocol as protocol
-from channel_engine.channel_config import ChannelConfig
+from channel_engine.errors import OwnerLostError, OwnerUnreachableError
 from channel_engine.event import Event
-from channel_engine.owner_protocol import OwnerLostError, OwnerUnreachableError
-from channel_engine.owner_server import socket_path
-from channel_engine.put_batch import Batches
+from channel_engine.filenames import SOCKET_NAME
+from channel_engine.owner import protocol
+from channel_engine.owner.server import socket_path
+from channel_engine.queue.channel_config import ChannelConfig
+from channel_engine.queue.put_batch import Batches
 
 
 class OwnerClient:
@@ -31,7 +32,7 @@ class OwnerClient:
         self.name = config.name
         self.read_only = False
         self.timeout_s = timeout_s
-        self.path = config.home / protocol.SOCKET_NAME
+        self.path = config.home / SOCKET_NAME
         self._local = threading.local()
         self._sockets: list[socket.socket] = []
         self._sockets_lock = threading.Lock()

@@ -8,7 +8,7 @@ Load sequence:
      else, so a crash while loading counts as unclean. What it knew was committed
      (known_committed_end: a clean log's end; after an unclean shutdown the largest of
      its committed-end record, which the writer rewrites in place at every commit
-     (log_state.py), its recovery point and, in policy durability, where an append
+     (state.py), its recovery point and, in policy durability, where an append
      returns before its fsync, the end it recorded) is remembered as the known end,
      even by force_recovery: no offset below it is handed out again. After an unclean
      shutdown (or without log.state) the known end is raised to one past the largest
@@ -97,10 +97,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from channel_engine import log_state
 from channel_engine.atomic_file import fsync_directory, move_aside
-from channel_engine.config import LogConfig
-from channel_engine.errors import CorruptStateError
+from channel_engine.errors import CorruptStateError, InvalidBatch
 from channel_engine.filenames import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -117,10 +115,11 @@ from channel_engine.filenames import (
     parse_segment_file,
     segment_file,
 )
-from channel_engine.log_state import LogState
-from channel_engine.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.record_batch import HEADER_SIZE, InvalidBatch, check_batch, is_zero
-from channel_engine.recovery import (
+from channel_engine.log import state as log_state
+from channel_engine.log.config import LogConfig
+from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.log.record_batch import HEADER_SIZE, check_batch, is_zero
+from channel_engine.log.recovery import (
     BASE_OFFSET_REPAIRED,
     DAMAGE_SPLIT,
     GAP,
@@ -134,7 +133,8 @@ from channel_engine.recovery import (
     RecoveryAction,
     RecoveryReport,
 )
-from channel_engine.segment import LogSegment, ScanResult
+from channel_engine.log.segment import LogSegment, ScanResult
+from channel_engine.log.state import LogState
 
 logger = logging.getLogger(__name__)
 

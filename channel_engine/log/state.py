@@ -40,7 +40,7 @@ single-partition put writes no commit journal record, and the other fields are
 written at opens, closes, retention and recovery-point checkpoints only. A kill
 keeps the page cache, so after a kill that destroyed the active segment the
 loader still knows which offsets were committed: counted lost, never handed out
-again (log_loader.py). The record lies in the file's first sector with the
+again (loader.py). The record lies in the file's first sector with the
 fields above it, which it never changes: power loss keeps the old or the new
 record whole (a sector is written whole), and a torn one would fail end_crc.
 Written after the bytes it vouches for, it can run ahead of the disk only under

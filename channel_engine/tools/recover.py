@@ -62,16 +62,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal
 from channel_engine.atomic_file import (
     fsync_directory,
     move_aside,
     open_lock_file,
     write_atomically,
 )
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.channel_owner import ChannelOwner
 from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
@@ -80,11 +76,15 @@ from channel_engine.filenames import (
     STRAY_SUFFIX,
     aside_path,
 )
-from channel_engine.home_files import not_regular
-from channel_engine.loss_ledger import LossLedger
-from channel_engine.recovery import TRUNCATED, LostRange
-from channel_engine.verify import HomeReport, check_config_file
-from channel_engine.verify import verify_home as _verify_home
+from channel_engine.log.recovery import TRUNCATED, LostRange
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_owner import ChannelOwner
+from channel_engine.queue.home_files import not_regular
+from channel_engine.queue.loss_ledger import LossLedger
+from channel_engine.tools.verify import HomeReport, check_config_file
+from channel_engine.tools.verify import verify_home as _verify_home
 
 
 @dataclass

@@ -40,9 +40,9 @@ from typing import NamedTuple
 
 from aiokafka.partitioner import murmur2
 
-from channel_engine import record_batch
-from channel_engine.errors import InvalidEventError
+from channel_engine.errors import InvalidBatch, InvalidEventError
 from channel_engine.event import PendingEvent
+from channel_engine.log import record_batch
 
 CONTROL_MASK = 0x20  # Kafka's isControl bit: a transaction marker, never in a put
 
@@ -119,10 +119,10 @@ def check(batch: bytes | bytearray, partition: int, partitions: int,
     try:
         header = record_batch.check_header(batch, 0, 0)
         if header.size != len(batch):
-            raise record_batch.InvalidBatch(
+            raise InvalidBatch(
                 "corrupt", f"{len(batch)} bytes sent, the header says {header.size}")
         record_batch.check_crc(batch, 0, header)
-    except record_batch.InvalidBatch as exc:
+    except InvalidBatch as exc:
         raise ValueError(f"{where}: {exc.reason}") from None
     if header.attributes & (record_batch.ENCRYPTED_MASK | CONTROL_MASK |
                             record_batch.TIMESTAMP_TYPE_MASK):

@@ -2,7 +2,7 @@
 Flume's FileChannel on Kafka's log: put and take transactions over 1..N
 partition logs, with queue checkpoints, a commit journal and crash replay.
 
-Other processes reach it through the owner socket (owner_server.py); callers
+Other processes reach it through the owner socket (owner/server.py); callers
 use Channel (channel.py), which picks the role. The owner holds `.lock` in the
 home with flock for as long as it has the channel open.
 
@@ -99,11 +99,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from channel_engine import checkpoint as checkpoint_file
-from channel_engine import commit_journal, put_batch
 from channel_engine.atomic_file import move_aside, open_lock_file
-from channel_engine.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.channel_recovery import ChannelRecovery, restore
 from channel_engine.disk_space import FreeSpace, check_free_space, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import (
@@ -124,13 +120,17 @@ from channel_engine.errors import (
 )
 from channel_engine.event import Event
 from channel_engine.filenames import DAMAGED_SUFFIX, STRAY_SUFFIX
-from channel_engine.home_files import find_strays, not_regular
-from channel_engine.log import PartitionLog
-from channel_engine.loss_ledger import LEDGER_FILE, LossLedger, deliverable
-from channel_engine.partition_queue import PartitionQueue
-from channel_engine.put_batch import Batches
-from channel_engine.record_batch import ENCRYPTED_MASK, BatchHeader, unseal
-from channel_engine.recovery import LostRange
+from channel_engine.log.partition_log import PartitionLog
+from channel_engine.log.record_batch import ENCRYPTED_MASK, BatchHeader, unseal
+from channel_engine.log.recovery import LostRange
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal, put_batch
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_recovery import ChannelRecovery, restore
+from channel_engine.queue.home_files import find_strays, not_regular
+from channel_engine.queue.loss_ledger import LEDGER_FILE, LossLedger, deliverable
+from channel_engine.queue.partition_queue import PartitionQueue
+from channel_engine.queue.put_batch import Batches
 
 LOCK_FILE = ".lock"
 CHECKPOINT_HISTORY = 20
