@@ -69,17 +69,23 @@ def as_put(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return sorted((r[2], r[3], r[4], r[5]) for r in rows)
 
 
+def job_env(*conf: str, **variables: str) -> dict[str, str]:
+    """The environment of an export job run as its own process: the repo on its path,
+    `conf` (spark.key=value) for its session, `variables` (no crash point unless named)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("WEIR_EXPORT_CRASH_AT", None)
+    # A short-lived JVM: C1 only and the serial GC start it about a third faster; they
+    # change no behaviour of the job.
+    env.setdefault("PYSPARK_SUBMIT_ARGS", "".join(f"--conf {c} " for c in conf)
+                   + "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' "
+                   "pyspark-shell")
+    return {**env, **variables}
+
+
 def export(config: ChannelConfig, output: str, *args: str,
            crash_at: str | None = None) -> tuple[int, dict[str, Any] | None, str]:
     """Run the job as spark-submit would, in its own process."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
-    # A short-lived JVM: C1 only and the serial GC start it about a third faster; they
-    # change no behaviour of the job.
-    env.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-java-options "
-                   "'-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell")
-    env.pop("WEIR_EXPORT_CRASH_AT", None)
-    if crash_at:
-        env["WEIR_EXPORT_CRASH_AT"] = crash_at
+    env = job_env(**({"WEIR_EXPORT_CRASH_AT": crash_at} if crash_at else {}))
     done = subprocess.run([sys.executable, "-m", "channel_engine.spark.export", "--home",
                            str(config.home), "--output", output, "--master", "local[2]",
                            *args], capture_output=True, text=True, env=env, timeout=300,

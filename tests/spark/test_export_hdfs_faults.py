@@ -35,6 +35,7 @@ from test_export import (
     export,
     export_here,
     exported,
+    job_env,
     make_channel,
     put_events,
     stored,
@@ -110,9 +111,8 @@ def stopped_run(tmp_path: Path, cluster: Cluster) -> Iterator[StoppedJob]:
     first data file open); killed at the test's end if still on."""
     config = make_channel(tmp_path, 300)
     output = new_output(cluster)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
-           "WEIR_EXPORT_STOP_AT": "writing"}
-    env.pop("WEIR_EXPORT_CRASH_AT", None)
+    env = job_env("spark.hadoop.dfs.replication=1",  # each block on the one DataNode
+                  WEIR_EXPORT_STOP_AT="writing")
     process = subprocess.Popen(
         [sys.executable, "-m", "channel_engine.spark.export", "--home", str(config.home),
          "--output", output, "--master", "local[2]", "--roll-rows", "100"],
