@@ -14,7 +14,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.consume import receipt
+from appliance.api.takes import receipt
 from appliance.models import ApiToken, Channel
 
 pytestmark = pytest.mark.django_db
