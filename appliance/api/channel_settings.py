@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
-from rest_framework.exceptions import ValidationError
 
 from appliance import channels
+from appliance.manage_channels import Refused
 from appliance.models import Channel
 
 SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
@@ -73,15 +73,16 @@ def _storable(text: str) -> bool:
 
 
 def check_settings(body: Any) -> dict[str, Any]:
-    """The body, when it is an object of known settings of the right JSON types; else a
-    ValidationError naming the first field at fault (a 400 problem)."""
+    """The body, when it is an object of known settings of the right JSON types; else
+    Refused naming the first field at fault (a 400 invalid-setting problem, as the
+    refusals of appliance.manage_channels)."""
     if not isinstance(body, dict):
-        raise ValidationError("expected a JSON object of settings")
+        raise Refused({"error": ["expected a JSON object of settings"]})
     unknown = sorted(set(body) - SETTABLE)
     if unknown:
-        raise ValidationError({unknown[0]: ["unknown setting"]})
+        raise Refused({unknown[0]: ["unknown setting"]})
     for field, value in body.items():
         reason = _type_error(field, value)
         if reason is not None:
-            raise ValidationError({field: [reason]})
+            raise Refused({field: [reason]})
     return body

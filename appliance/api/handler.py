@@ -169,12 +169,13 @@ def _damaged(exc: Exception) -> Problem:
 
 
 def _refused(exc: Refused) -> Problem:
-    fields = [name for name in exc.errors if name != "error"]
-    detail = "; ".join(" ".join(messages) if name == "error" else f"{name}: {' '.join(messages)}"
-                       for name, messages in exc.errors.items())
+    """A create, change or delete refused: "error" (or Django's "__all__") is what concerns
+    no one field."""
+    fields = {k: v for k, v in exc.errors.items() if k not in ("error", "__all__")}
+    detail = "; ".join(f"{name}: {' '.join(messages)}" if name in fields
+                       else " ".join(messages) for name, messages in exc.errors.items())
     return Problem(exc.status, REFUSED.get(exc.status, "channel-conflict"), detail,
-                   field=fields[0] if fields else None,
-                   errors={k: v for k, v in exc.errors.items() if k != "error"} or None)
+                   field=next(iter(fields), None), errors=fields or None)
 
 
 _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
