@@ -23,7 +23,7 @@ that died with its job (a killed worker): it is marked failed. The kernel drops 
 process's flock, so the lock itself is never stale.
 
 Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
-read ranges from the raw batches endpoint (segment_stream.py, role consume) instead of the
+read ranges from the raw batches endpoint (appliance/api/batches.py, role consume) instead of the
 segment files. Each run issues its own ApiToken: role consume, this channel only, named
 "export run <pk> of <channel>". Its key is shown once, at issue (only a hash is stored),
 so it goes straight to the job in the environment (WEIR_EXPORT_READ_TOKEN; the command

@@ -4,7 +4,7 @@
                               [--access-log FILE] [--max-in-flight N]
 
 writes DIR/nginx.conf (render() below), checks it with `nginx -t`, then becomes nginx
-(exec, in the foreground: `daemon off`), so its supervisor — appliance/supervisor.py or
+(exec, in the foreground: `daemon off`), so its supervisor — scripts/supervisor.py or
 Docker — watches and stops nginx itself. DIR also holds nginx's pid file and temp dirs;
 nothing needs root (a root caller's workers run as root too, like the rest of Weir).
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from front_helpers import CHANNEL, Server, web_server
 
 from appliance import front
-from appliance.supervisor import Config, Failed, Supervisor
+from scripts.supervisor import Config, Failed, Supervisor
 
 LIMIT = 2
 PATH = f"/api/v1/channels/{CHANNEL}/events"

@@ -209,7 +209,7 @@ def test_it_logs_a_500_with_its_traceback_to_gunicorns_stderr(tmp_path: Path) ->
     env.pop("DATABASE_URL", None)
     manage(env, "migrate", "--noinput")
     port, stderr = free_port(), tmp_path / "gunicorn.log"
-    with stderr.open("wb") as sink:  # as appliance/supervisor.py runs it
+    with stderr.open("wb") as sink:  # as scripts/supervisor.py runs it
         gunicorn = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
              f"127.0.0.1:{port}", "--workers", "1", "--threads", "2",
