@@ -93,10 +93,10 @@ def test_it_answers_429_beyond_a_tokens_limit_and_serves_other_tokens(server: Se
             assert status == 429, (spelling, body)
             assert headers["retry-after"] == "1"
             assert headers["content-type"] == "application/problem+json"
-            busy = json.loads(body)
-            assert busy["type"] == "https://weir.dev/problems/token-busy"
-            assert (busy["status"], busy["retry_after"]) == (429, 1)
-            assert f"{LIMIT} requests in flight" in busy["detail"]
+            refused = json.loads(body)
+            assert refused["type"] == "https://weir.dev/problems/token-busy"
+            assert (refused["status"], refused["retry_after"]) == (429, 1)
+            assert f"{LIMIT} requests in flight" in refused["detail"]
         status, _, body = produce(server, f"Bearer {calm}")
         assert status == 200 and json.loads(body)["events"] == 1
     finally:
