@@ -6,8 +6,8 @@ empty: a produce was refused as "not valid JSON", a PATCH changed nothing. This
 middleware reads the whole de-chunked body first, up to DATA_UPLOAD_MAX_MEMORY_SIZE
 (WEIR_MAX_PRODUCE_BYTES), and hands it on with its length set, so every view sees
 it as if it had been sent with a Content-Length. A longer body is answered 413 in
-the API's error shape ({"error": ...}) without reading the rest; a body cut off
-mid-chunk is answered 400.
+the API's error shape (a body-too-large problem, appliance/api/problems.py) without
+reading the rest; a body cut off mid-chunk is answered 400 (parse-error).
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
+
+from appliance.api.problems import Problem
 
 
 class ChunkedBodyMiddleware:
@@ -35,11 +37,11 @@ class ChunkedBodyMiddleware:
             # any failure here is the client's body: gunicorn raises its own ParseException
             # kinds (not OSError) for a malformed or cut-off chunk
             except Exception as exc:  # noqa: BLE001
-                return JsonResponse({"error": f"the chunked body could not be read: {exc}"},
-                                    status=400)
+                return Problem(400, "parse-error",
+                               f"the chunked body could not be read: {exc}").response()
             if len(body) > limit:
-                return JsonResponse({"error": f"body over {limit} bytes "
-                                              "(WEIR_MAX_PRODUCE_BYTES)"}, status=413)
+                return Problem(413, "body-too-large", f"body over {limit} bytes "
+                                                      "(WEIR_MAX_PRODUCE_BYTES)").response()
             meta["CONTENT_LENGTH"] = str(len(body))
             request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[attr-defined]
         return self.get_response(request)

@@ -47,7 +47,8 @@ MAX_TIMESTAMP = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, Python's dateti
 
 
 class EventError(ValueError):
-    """A body that cannot be produced: which event (None: the whole body) and which field."""
+    """A body that cannot be produced: which event (None: the whole body) and which field
+    (the API answers a 400 invalid-event problem: appliance/api/handler.py)."""
 
     def __init__(self, index: int | None, field: str, reason: str) -> None:
         where = "body" if index is None else f"events[{index}].{field}"
@@ -55,11 +56,6 @@ class EventError(ValueError):
         self.index = index
         self.field = field
         self.reason = reason
-
-    def to_dict(self) -> dict[str, Any]:
-        """The 400 response body."""
-        return {"error": str(self), "index": self.index, "field": self.field,
-                "reason": self.reason}
 
 
 def parse(body: bytes, content_type: str) -> list[PendingEvent]:

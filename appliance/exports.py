@@ -23,7 +23,7 @@ that died with its job (a killed worker): it is marked failed. The kernel drops 
 process's flock, so the lock itself is never stale.
 
 Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
-read ranges from the raw batches endpoint (segment_stream.py, role consume) instead of the
+read ranges from the raw batches endpoint (appliance/api/batches.py, role consume) instead of the
 segment files. Each run issues its own ApiToken: role consume, this channel only, named
 "export run <pk> of <channel>". Its key is shown once, at issue (only a hash is stored),
 so it goes straight to the job in the environment (WEIR_EXPORT_READ_TOKEN; the command
@@ -32,9 +32,10 @@ ends, whatever the outcome, and with its stale row when the run's process died. 
 one token per channel, reused: the appliance would have to store its key; a token per run
 keeps a leaked key useful only while its run lasts.
 
-Export now (POST /api/v1/channels/{name}/exports, the UI's button): queue_export() sends
-the task to the export worker, or raises BrokerUnavailable at once with the broker's reason
-(the API answers 503 {"error": ...} with Retry-After, the UI says so): it first asks the
+Export now (POST /api/v1/channels/{name}/exports, appliance/api/exports.py; the UI's
+button): queue_export() sends the task to the export worker, or raises BrokerUnavailable at
+once with the broker's reason (the API answers a 503 broker-unavailable problem with
+Retry-After, the UI says so): it first asks the
 broker's Redis for a PING with a BROKER_CHECK_S timeout (a hung or stopped Redis would
 otherwise hold the request for Celery's publish retries and socket waits), then publishes
 with Celery's bounded publish retry policy (settings.py), keeping no result.
@@ -53,20 +54,13 @@ from contextlib import contextmanager
 
 import redis
 from django.conf import settings
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
 from kombu.exceptions import OperationalError as BrokerError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from appliance import channels
 from appliance.models import ApiToken, Channel, ExportRun
-from appliance.permissions import HasRole
-from appliance.produce import RETRY_AFTER_S, errors
 
 JOB = "channel_engine.spark.export"
 LOCK_FILE = "export-run.lock"
@@ -102,29 +96,6 @@ def queue_export(row: Channel) -> str:
         return str(export_channel.apply_async((row.name,), ignore_result=True).id)
     except BrokerError as exc:
         raise BrokerUnavailable(str(exc)) from exc
-
-
-class ExportNowView(APIView):
-    """Queue an export of one channel now (admin role)."""
-
-    permission_classes = [HasRole]
-    role = "admin"
-
-    @extend_schema(operation_id="channel_export_now", request=None, responses={
-        202: {"type": "object", "required": ["queued", "task_id"],
-              "properties": {"queued": {"type": "boolean", "enum": [True]},
-                             "task_id": {"type": "string"}}},
-        **errors(404, 503)})
-    def post(self, request: Request, name: str) -> Response:
-        """Export now: queued for the export worker; its progress shows in recent_exports."""
-        row = get_object_or_404(Channel, name=name)
-        self.check_object_permissions(request, row)
-        try:
-            task_id = queue_export(row)
-        except BrokerUnavailable as exc:
-            return Response({"error": f"export not queued: the broker is unreachable ({exc})"},
-                            status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
-        return Response({"queued": True, "task_id": task_id}, status=202)
 
 
 def command(row: Channel) -> list[str]:

@@ -1,10 +1,13 @@
-"""Channel management over the API (admin role).
+"""Channel management: create, change and delete a channel's record and files, for the
+API (appliance/api/channels.py, channel.py), the UI and manage.py create_channel alike.
 
-    POST   /api/v1/channels                 create: the record and the files
-    PATCH  /api/v1/channels/{name}          change settings
-    DELETE /api/v1/channels/{name}?force=1  delete: the record and the files
+    create_channel(settings)     POST   /api/v1/channels
+    change_channel(row, changes) PATCH  /api/v1/channels/{name}
+    delete_channel(row, force)   DELETE /api/v1/channels/{name}?force=1
 
-Creating needs an admin token for all channels (or a staff user); a token scoped
+A refusal is Refused (errors by field, and the HTTP status the API answers it with:
+appliance/api/handler.py makes it a problem; "error" is the key of what concerns no one
+field). Creating needs an admin token for all channels (or a staff user); a token scoped
 to channels may change and delete only those. Every create and change checks the
 directories against every other channel under one lock (appliance.channel_dirs):
 never the data root, the appliance's files, another channel's directory or one
@@ -28,96 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
-from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.request import Request
-from rest_framework.response import Response
+from django.db import transaction
 
 from appliance import channel_dirs, channels
-from appliance.inspect import DETAIL, ChannelDetailView, ChannelListView, detail
 from appliance.models import Channel
-from appliance.permissions import allowed_everywhere
-from appliance.produce import RequiredBodySchema, errors
 from channel_engine import ChannelEngineError, ConfigError
 
-SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
-            | set(channels.EXPORT_SETTINGS) | {"puts_paused"})
 FIXED = {"name": "the partition directories are named after the channel",
          "data_dirs": "the partition logs live there",
          "checkpoint_dir": "the channel's home (channel.json, checkpoints, journals) lives "
                            "there"}
 PATH_SETTINGS = ("data_dirs", "checkpoint_dir", "backup_checkpoint_dir")
-FORCE_VALUES = ("",) + tuple(value for word in ("1", "0", "true", "false", "yes", "no")
-                     for value in dict.fromkeys((word, word.capitalize(), word.upper())))
-
-
-def _setting_schema(field: models.Field) -> dict[str, Any]:
-    if field.name == "data_dirs":
-        schema: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "minItems": 1}
-    elif isinstance(field, models.BooleanField):
-        schema = {"type": "boolean"}
-    elif isinstance(field, models.IntegerField):  # BigIntegerField too
-        schema = {"type": "integer"}
-    else:
-        schema = {"type": "string"}
-        if field.choices:
-            schema["enum"] = [value for value, _ in field.choices]
-    if field.null:
-        schema["nullable"] = True
-    if field.help_text:
-        schema["description"] = str(field.help_text)
-    return schema
-
-
-SETTING_SCHEMAS = {name: _setting_schema(Channel._meta.get_field(name))
-                   for name in sorted(SETTABLE)}
-SETTING_SCHEMAS["export_path"].update(pattern=channels.EXPORT_PATH, maxLength=200)
-SETTING_SCHEMAS["name"].update(pattern=r"^[a-z0-9][a-z0-9_-]{0,199}$", maxLength=200)
-CREATE_REQUEST = {"type": "object", "additionalProperties": False,
-                  "required": ["name", "data_dirs", "checkpoint_dir"],
-                  "properties": SETTING_SCHEMAS}
-UPDATE_REQUEST = {"type": "object", "additionalProperties": False,
-                  "properties": SETTING_SCHEMAS}
-_TYPES = {"boolean": (bool,), "integer": (int,), "string": (str,), "array": (list,)}
-
-
-def _type_error(field: str, value: Any) -> str | None:
-    """Why `value` is not of the setting's JSON type (None: it is)."""
-    schema = SETTING_SCHEMAS[field]
-    if value is None:
-        return None if schema.get("nullable") else "may not be null"
-    kind = schema["type"]
-    if not isinstance(value, _TYPES[kind]) or (kind == "integer" and isinstance(value, bool)):
-        return f"must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}"
-    texts = value if kind == "array" else [value] if kind == "string" else []
-    if not all(isinstance(text, str) for text in texts):
-        return "must be a list of strings"
-    if not all(_storable(text) for text in texts):
-        return "may not contain NUL characters or lone surrogates"
-    return None
-
-
-def _storable(text: str) -> bool:
-    """Can the database (PostgreSQL: no NUL) and the file system (UTF-8) take this text?"""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
-
-
-def _unknown(body: Any) -> Response | None:
-    if not isinstance(body, dict):
-        return Response({"__all__": ["expected a JSON object of settings"]}, status=400)
-    unknown = sorted(set(body) - SETTABLE)
-    if unknown:
-        return Response({unknown[0]: ["unknown setting"]}, status=400)
-    for field, value in body.items():
-        reason = _type_error(field, value)
-        if reason is not None:
-            return Response({field: [reason]}, status=400)
-    return None
 
 
 class Refused(Exception):
@@ -126,13 +50,6 @@ class Refused(Exception):
     def __init__(self, errors: dict[str, list[str]], status: int = 400) -> None:
         super().__init__(errors)
         self.errors, self.status = errors, status
-
-    def response(self) -> Response:
-        """The API's answer ({"error": "..."} for what concerns no one field)."""
-        body: dict[str, Any] = dict(self.errors)
-        if "error" in body:
-            body["error"] = body["error"][0]
-        return Response(body, status=self.status)
 
 
 def _invalid(exc: ValidationError) -> Refused:
@@ -253,68 +170,3 @@ def delete_channel(row: Channel, force: bool) -> list[Path]:
         trees, empties = channel_dirs.removable(row)
         channel_dirs.remove(trees, empties)
     return [path for path in places if path.exists() and path not in trees]
-
-
-_FIELD_CONFLICT = {"type": "object", "required": ["name"],
-                   "properties": {"name": {"type": "array", "items": {"type": "string"}}}}
-
-
-class ChannelsView(ChannelListView):
-    """List channels, or create one."""
-
-    schema = RequiredBodySchema()
-
-    @extend_schema(operation_id="channel_create", request={"application/json": CREATE_REQUEST},
-                   responses={201: DETAIL, **errors(400, 409, 415, 503, e409=_FIELD_CONFLICT)})
-    def post(self, request: Request) -> Response:
-        """Create a channel and its files."""
-        if not allowed_everywhere(request, "admin"):
-            self.permission_denied(request, "creating a channel needs an admin token for all "
-                                            "channels (or a staff user)")
-        bad = _unknown(request.data)
-        if bad is not None:
-            return bad
-        try:
-            row = create_channel(request.data)
-        except Refused as refused:
-            return refused.response()
-        return Response(detail(row), status=201)
-
-
-class ChannelView(ChannelDetailView):
-    """Describe, change or delete one channel."""
-
-    @extend_schema(operation_id="channel_update", request={"application/json": UPDATE_REQUEST},
-                   responses={200: DETAIL, **errors(400, 404, 415, 503)})
-    def patch(self, request: Request, name: str) -> Response:
-        """Change settings (live), or say why a change cannot be made."""
-        row = get_object_or_404(Channel, name=name)
-        self.check_object_permissions(request, row)
-        bad = _unknown(request.data)
-        if bad is not None:
-            return bad
-        try:
-            change_channel(row, request.data)
-        except Refused as refused:
-            return refused.response()
-        return Response(detail(row))
-
-    @extend_schema(operation_id="channel_delete",
-                   parameters=[OpenApiParameter("force", {"type": "string",
-                                                          "enum": list(FORCE_VALUES)},
-                                                description="drop untaken events too")],
-                   responses={204: None, **errors(400, 404, 409, 503)})
-    def delete(self, request: Request, name: str) -> Response:
-        """Delete a channel and its files (refused while events are untaken, unless forced)."""
-        row = get_object_or_404(Channel, name=name)
-        self.check_object_permissions(request, row)
-        given = request.query_params.getlist("force")
-        if len(given) > 1 or (given and given[0] not in FORCE_VALUES):
-            return Response({"force": [f"expected one of {', '.join(FORCE_VALUES)}"]},
-                            status=400)
-        force = bool(given) and given[0].lower() in ("1", "true", "yes")
-        try:
-            delete_channel(row, force)
-        except Refused as refused:
-            return refused.response()
-        return Response(status=204)

@@ -6,7 +6,8 @@ incoming `X-Request-ID` (1-128 characters of A-Z a-z 0-9 . _ : -, such as nginx'
 $request_id or a load balancer's) or makes one (32 hex digits). The id is
 `request.request_id`, the context variable `current()` of the request's thread while it is
 handled, and the `X-Request-ID` header of every answer. A 5xx answer whose body is a JSON
-object gets `"request_id"` added (the API's `{"error": ...}` answers keep their shape).
+object (a problem of the API, application/problem+json, included) gets `"request_id"`
+added.
 
 RequestIdFilter puts `request_id` on every log record ("-" outside a request) for LOGGING's
 formatter (appliance/settings.py: one line a record, to stderr, which gunicorn and Celery
@@ -14,9 +15,12 @@ write to $WEIR_VAR_DIR/log/<process>.log under scripts/run.sh).
 
 server_error is Django's handler500. Any exception a view (DRF's too: its exception handler
 leaves non-API exceptions to Django), a middleware or a template raises reaches it after
-Django has logged it with its traceback on the `django.request` logger. It answers
-`{"error": "internal error", "request_id": ...}` as JSON under /api/ and a plain page naming
-the id elsewhere, built without templates so that a broken template cannot break it.
+Django has logged it with its traceback on the `django.request` logger. It answers a 500
+problem (internal-error, naming the request id; appliance/api/problems.py) under /api/ and
+a plain page naming the id elsewhere, built without templates so that a broken template
+cannot break it. not_found is Django's handler404: a path no route matches (say a
+partition that is not a number) is a 404 not-found problem under /api/, Django's page
+elsewhere.
 """
 from __future__ import annotations
 
@@ -27,10 +31,14 @@ import re
 import uuid
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseServerError
 from django.utils.html import escape
+from django.views import defaults
+
+from appliance.api.problems import Problem
 
 HEADER = "X-Request-ID"
+JSON_TYPES = ("application/json", "application/problem+json")
 _WELL_FORMED = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _current: contextvars.ContextVar[str] = contextvars.ContextVar("weir_request_id", default="-")
 
@@ -70,8 +78,8 @@ class RequestIdMiddleware:
 
 def _name_in_json_body(response: HttpResponse, rid: str) -> None:
     """Add "request_id" to a JSON object body (a 503 of the API, say)."""
-    if response.streaming or response.get("Content-Type", "").split(";")[0] != \
-            "application/json":
+    if response.streaming or response.get("Content-Type", "").split(";")[0] not in \
+            JSON_TYPES:
         return
     try:
         body = json.loads(response.content)
@@ -95,13 +103,22 @@ class RequestIdFilter(logging.Filter):
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """handler500: JSON naming the request id under /api/, a plain page elsewhere."""
+    """handler500: a problem naming the request id under /api/, a plain page elsewhere."""
     rid = getattr(request, "request_id", None) or current()
     if request.path.startswith("/api/"):
-        return JsonResponse({"error": "internal error", "request_id": rid}, status=500)
+        return Problem(500, "internal-error", "the server failed to answer this request; it "
+                       f"is logged with its traceback under request id {rid}",
+                       request_id=rid).response()
     return HttpResponseServerError(
         '<!doctype html><html lang="en"><meta charset="utf-8"><title>Server error · Weir'
         "</title><h1>Server error</h1><p>The server failed to answer this request. It is "
         f"logged with its traceback under request id <code id=\"request-id\">{escape(rid)}"
         "</code>: give that id to whoever runs this appliance.</p></html>",
         content_type="text/html; charset=utf-8")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: a not-found problem under /api/, Django's own page elsewhere."""
+    if request.path.startswith("/api/"):
+        return Problem(404, "not-found", f"no such path: {request.path}").response()
+    return defaults.page_not_found(request, exception)

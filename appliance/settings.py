@@ -168,8 +168,8 @@ REST_FRAMEWORK = {
     # A client's address is REMOTE_ADDR, which appliance/proxy.py took from the front;
     # never a client's own X-Forwarded-For.
     "NUM_PROXIES": 0,
-    # a channel deleted under a request: 404; its owner unreachable for now: 503
-    "EXCEPTION_HANDLER": "appliance.api_errors.exception_handler",
+    # every API error an RFC 9457 problem (application/problem+json)
+    "EXCEPTION_HANDLER": "appliance.api.handler.exception_handler",
 }
 
 # Redis on the request path fails fast (appliance/shared_redis.py): a call times out

@@ -4,17 +4,22 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from appliance import views
-from appliance.consume import TakeCommitView, TakeRollbackView, TakesView
-from appliance.exports import ExportNowView
-from appliance.inspect import EventsView, RunsView
-from appliance.losses import LossesAcknowledgeView
-from appliance.manage_channels import ChannelsView, ChannelView
-from appliance.metrics import MetricsView
-from appliance.produce import ProduceView
-from appliance.segment_stream import BatchesView
+from appliance.api.batches import BatchesView
+from appliance.api.channel import ChannelView
+from appliance.api.channels import ChannelsView
+from appliance.api.events import EventsView
+from appliance.api.exports import ExportNowView
+from appliance.api.losses import LossesAcknowledgeView
+from appliance.api.metrics import MetricsView
+from appliance.api.produce import ProduceView
+from appliance.api.runs import RunsView
+from appliance.api.takes import TakeCommitView, TakeRollbackView, TakesView
 
-# Any uncaught exception: logged with its traceback by Django, answered naming the request id.
+# Any uncaught exception: logged with its traceback by Django, answered naming the request id
+# (a problem under /api/); a path no route matches: a problem under /api/, Django's page
+# elsewhere.
 handler500 = "appliance.request_id.server_error"
+handler404 = "appliance.request_id.not_found"
 
 urlpatterns = [
     path("health", views.health, name="health"),

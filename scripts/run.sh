@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole appliance on embedded defaults (appliance/supervisor.py says what runs):
+# Run the whole appliance on embedded defaults (scripts/supervisor.py says what runs):
 #   scripts/run.sh               in the foreground, showing every process's log; Ctrl-C stops it
 #   scripts/run.sh --background  in the background; returns once it answers on /health
 #   scripts/run.sh --stop        stops the one running (in the background or the foreground)
@@ -24,11 +24,11 @@ case "${1:-}" in
     fi
     if ! command -v redis-server >/dev/null &&
        .venv/bin/python -c 'import os, sys
-from appliance.supervisor import private_redis_needed
+from scripts.supervisor import private_redis_needed
 sys.exit(0 if private_redis_needed(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") else 1)'
     then
       ensure_redis_server
     fi
     ;;
 esac
-exec .venv/bin/python -m appliance.supervisor "$@"
+exec .venv/bin/python -m scripts.supervisor "$@"

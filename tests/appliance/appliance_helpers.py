@@ -42,3 +42,18 @@ def wait_for(check: Callable[[], Any], deadline_s: float, what: str = "") -> Any
             return value
         time.sleep(0.05)
     raise AssertionError(f"not within {deadline_s} s: {what}")
+
+
+def problem(response: Any, status: int, slug: str, **members: object) -> dict[str, Any]:
+    """Assert the response is an RFC 9457 problem of this status and type (and these
+    members); return its body."""
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    assert response["Content-Type"] == "application/problem+json", response["Content-Type"]
+    body: dict[str, Any] = response.json()
+    assert body["type"] == f"https://weir.dev/problems/{slug}", body
+    assert body["status"] == status and body["title"] and body["detail"], body
+    for name, value in members.items():
+        assert body.get(name) == value, (name, body)
+    if "retry_after" in body:
+        assert response["Retry-After"] == str(body["retry_after"])
+    return body

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance import front
-from appliance.supervisor import Config, Supervisor
+from scripts.supervisor import Config, Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANNEL = "orders"

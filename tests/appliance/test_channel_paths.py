@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from appliance_helpers import token_client
+from appliance_helpers import problem, token_client
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import override_settings
@@ -152,12 +152,11 @@ def test_it_refuses_every_trick_on_create_and_change_and_the_other_channel_keeps
     for field, settings in ATTACKS:
         body = formatted(settings, scene.root)
         made = create(scene.admin, scene.root, "evil", **body)
-        assert made.status_code == 400 and field in made.json(), (body, made.content)
-        assert create(scene.scoped, scene.root, "evil", **body).status_code == 403
+        assert field in problem(made, 400, "invalid-setting")["errors"], body
+        problem(create(scene.scoped, scene.root, "evil", **body), 403, "permission-denied")
         for client in (scene.scoped, scene.admin):
             changed = client.patch("/api/v1/channels/orders", body, format="json")
-            assert changed.status_code == 400 and field in changed.json(), (body,
-                                                                             changed.content)
+            assert field in problem(changed, 400, "invalid-setting")["errors"], body
         assert tree(scene.root) == before and not any(outside.iterdir()), body
     assert Channel.objects.filter(pk=scene.orders.pk).values().get() == kept
     assert not Channel.objects.filter(name="evil").exists()
@@ -170,10 +169,10 @@ def test_it_refuses_every_trick_on_create_and_change_and_the_other_channel_keeps
 
 
 def test_a_scoped_admin_may_not_touch_another_channel_nor_create_one(scene: Scene) -> None:
-    assert scene.scoped.patch("/api/v1/channels/audit", {"capacity": 5},
-                              format="json").status_code == 403
-    assert scene.scoped.delete("/api/v1/channels/audit?force=true").status_code == 403
-    assert create(scene.scoped, scene.root, "fresh").status_code == 403
+    problem(scene.scoped.patch("/api/v1/channels/audit", {"capacity": 5}, format="json"), 403,
+            "permission-denied")
+    problem(scene.scoped.delete("/api/v1/channels/audit?force=true"), 403, "permission-denied")
+    problem(create(scene.scoped, scene.root, "fresh"), 403, "permission-denied")
     assert not (scene.root / "homes" / "fresh").exists()
     assert create(scene.admin, scene.root, "fresh").status_code == 201
 
@@ -183,8 +182,8 @@ def test_patching_checkpoint_dir_is_a_400_that_writes_nothing(scene: Scene) -> N
     moved = scene.scoped.patch("/api/v1/channels/orders",
                                {"checkpoint_dir": str(scene.root / "homes" / "moved")},
                                format="json")
-    assert moved.status_code == 400, moved.content
-    assert "cannot change" in moved.json()["checkpoint_dir"][0]
+    errors = problem(moved, 400, "invalid-setting", field="checkpoint_dir")["errors"]
+    assert "cannot change" in errors["checkpoint_dir"][0]
     assert tree(scene.root) == before and not (scene.root / "homes" / "moved").exists()
     same = scene.scoped.patch("/api/v1/channels/orders",
                               {"checkpoint_dir": scene.orders.checkpoint_dir}, format="json")
@@ -231,7 +230,8 @@ def test_delete_keeps_a_directory_that_existed_before_the_channel(root: Path) ->
     assert admin.delete("/api/v1/channels/orders").status_code == 204
     assert home.is_dir() and not (root / "data" / "orders-0").exists()
     again = create(admin, root, "orders", checkpoint_dir=str(home))  # its old files are there
-    assert again.status_code == 400 and "not empty" in again.json()["checkpoint_dir"][0]
+    errors = problem(again, 400, "invalid-setting", field="checkpoint_dir")["errors"]
+    assert "not empty" in errors["checkpoint_dir"][0]
 
 
 def test_a_shared_data_dir_stays_while_another_channel_uses_it(root: Path) -> None:

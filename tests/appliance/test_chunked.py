@@ -71,4 +71,7 @@ def test_it_answers_413_for_a_chunked_body_over_the_limit_without_reading_it_all
     with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10):
         assert middleware(request(b"0123456789")).content == b"0123456789"
         refused = middleware(request(b"0123456789!" + b"x" * 100))
-    assert refused.status_code == 413 and "over 10 bytes" in json.loads(refused.content)["error"]
+    assert refused.status_code == 413 and refused["Content-Type"] == "application/problem+json"
+    body = json.loads(refused.content)
+    assert body["type"] == "https://weir.dev/problems/body-too-large" and body["status"] == 413
+    assert "over 10 bytes" in body["detail"]

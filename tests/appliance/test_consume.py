@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import channel_row, token_client
+from appliance_helpers import channel_row, problem, token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
@@ -66,7 +66,7 @@ def test_it_answers_a_repeated_commit_already_committed_and_a_late_rollback_409(
     assert again.status_code == 200 and again.json() == {"committed": True,
                                                          "already_committed": True}
     late = client.post(f"{url}/rollback")
-    assert late.status_code == 409 and "already committed" in late.json()["error"]
+    assert "already committed" in problem(late, 409, "take-committed")["detail"]
     assert untaken(orders) == 3  # nothing came back
 
 
@@ -77,7 +77,7 @@ def test_it_answers_a_commit_after_rollback_409_saying_so(orders: Channel) -> No
     assert client.post(f"{url}/rollback").status_code == 200
     assert client.post(f"{url}/rollback").status_code == 200  # idempotent
     refused = client.post(f"{url}/commit")
-    assert refused.status_code == 409 and "was rolled back" in refused.json()["error"]
+    assert "was rolled back" in problem(refused, 409, "take-expired")["detail"]
     assert untaken(orders) == 6
 
 
@@ -89,11 +89,11 @@ def test_only_the_caller_that_took_can_commit_or_roll_back(orders: Channel) -> N
               f"x.{signature}", f"\u00b2.{signature}", f"{'9' * 5000}.{signature}"]
     for bad in forged:
         for action in ("commit", "rollback"):
-            assert mine.post(f"/api/v1/channels/orders/takes/{bad}/{action}"
-                             ).status_code == 404, bad
+            problem(mine.post(f"/api/v1/channels/orders/takes/{bad}/{action}"), 404,
+                    "not-found", field="take_id")
     for action in ("commit", "rollback"):
-        assert other.post(f"/api/v1/channels/orders/takes/{receipt}/{action}"
-                          ).status_code == 404
+        problem(other.post(f"/api/v1/channels/orders/takes/{receipt}/{action}"), 404,
+                "not-found", field="take_id")
     assert untaken(orders) == 6
     assert mine.post(f"/api/v1/channels/orders/takes/{receipt}/commit").status_code == 200
     assert untaken(orders) == 4
@@ -130,7 +130,7 @@ def test_a_lapsed_lease_returns_the_events(orders: Channel) -> None:
     time.sleep(1.1)
     assert len(take(client, max_events=6).json()["events"]) == 6
     late = client.post(f"/api/v1/channels/orders/takes/{result['take_id']}/commit")
-    assert late.status_code == 409 and "its lease expired" in late.json()["error"]
+    assert "its lease expired" in problem(late, 409, "take-expired")["detail"]
 
 
 def test_an_empty_channel_answers_at_once(orders: Channel) -> None:
@@ -149,11 +149,12 @@ def test_an_empty_channel_answers_at_once(orders: Channel) -> None:
 def test_bad_take_requests_name_the_field(orders: Channel, body: dict[str, object],
                                           field: str) -> None:
     response = take(consumer(orders), **body)
-    assert response.status_code == 400 and field in response.json()
+    refused = problem(response, 400, "validation-error", field=field)
+    assert list(refused["errors"]) == [field]
     assert channels.open_channel(orders).status()["events_in_flight"] == 0
 
 
 def test_who_may_consume(orders: Channel) -> None:
-    assert take(APIClient(), max_events=1).status_code == 401
-    assert take(consumer(orders, "produce"), max_events=1).status_code == 403
+    problem(take(APIClient(), max_events=1), 401, "not-authenticated")
+    problem(take(consumer(orders, "produce"), max_events=1), 403, "permission-denied")
     assert take(consumer(orders, "admin"), max_events=1).status_code == 200

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import token_client
+from appliance_helpers import problem, token_client
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -59,9 +59,7 @@ def test_it_answers_507_counts_it_and_is_degraded_until_space_returns(tiny: Path
     finally:
         os.close(fd)
     refused = produce(row, 100)
-    assert refused.status_code == 507, refused.content
-    assert refused["Content-Type"] == "application/json" and refused["Retry-After"]
-    assert "disk is full" in refused.json()["error"]
+    assert "disk is full" in problem(refused, 507, "disk-full", retry_after=1)["detail"]
     status = channels.open_channel(row).status()
     assert status["events_untaken"] == 10  # nothing written
     assert (status["health"], status["health_reason"][:17]) == ("degraded", "the disk is full:")

@@ -67,7 +67,7 @@ def test_mistakes_name_the_event_and_field(body: bytes, index: int | None, field
     with pytest.raises(EventError) as info:
         parse(body, "application/json")
     assert (info.value.index, info.value.field) == (index, field)
-    assert info.value.to_dict()["field"] == field
+    assert info.value.field == field
 
 
 def test_a_bad_ndjson_line_is_named() -> None:

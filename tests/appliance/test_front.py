@@ -21,7 +21,7 @@ from django.conf import settings
 from front_helpers import CHANNEL, Server, web_server
 
 from appliance import front
-from appliance.supervisor import Config, Failed, Supervisor
+from scripts.supervisor import Config, Failed, Supervisor
 
 LIMIT = 2
 PATH = f"/api/v1/channels/{CHANNEL}/events"
@@ -92,8 +92,11 @@ def test_it_answers_429_beyond_a_tokens_limit_and_serves_other_tokens(server: Se
             status, headers, body = produce(server, spelling)
             assert status == 429, (spelling, body)
             assert headers["retry-after"] == "1"
-            assert headers["content-type"] == "application/json"
-            assert f"{LIMIT} requests in flight" in json.loads(body)["detail"]
+            assert headers["content-type"] == "application/problem+json"
+            refused = json.loads(body)
+            assert refused["type"] == "https://weir.dev/problems/token-busy"
+            assert (refused["status"], refused["retry_after"]) == (429, 1)
+            assert f"{LIMIT} requests in flight" in refused["detail"]
         status, _, body = produce(server, f"Bearer {calm}")
         assert status == 200 and json.loads(body)["events"] == 1
     finally:
@@ -151,10 +154,12 @@ def test_it_carries_one_request_id_through_the_front_and_the_appliance(server: S
 
 def test_it_refuses_a_body_over_the_produce_limit_before_reading_it(server: Server) -> None:
     limit = settings.WEIR_MAX_PRODUCE_BYTES
-    status, _, body = exchange(server, head(server, f"Bearer {server.tokens['calm']}",
-                                            limit + 1))
-    assert status == 413
-    assert json.loads(body) == {"error": f"body over WEIR_MAX_PRODUCE_BYTES={limit} bytes"}
+    status, headers, body = exchange(server, head(server, f"Bearer {server.tokens['calm']}",
+                                                  limit + 1))
+    assert status == 413 and headers["content-type"] == "application/problem+json"
+    assert json.loads(body) == {"type": "https://weir.dev/problems/body-too-large",
+                                "title": "Request body too large", "status": 413,
+                                "detail": f"body over WEIR_MAX_PRODUCE_BYTES={limit} bytes"}
 
 
 def test_it_renders_a_config_nginx_accepts_with_every_limit(tmp_path: Path) -> None:

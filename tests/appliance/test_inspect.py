@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import channel_row, token_client
+from appliance_helpers import channel_row, problem, token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
@@ -40,7 +40,7 @@ def test_list_and_detail_show_the_engine_figures(orders: Channel) -> None:
     part = detail["status"]["partitions"][0]
     assert part["log_end_offset"] == 10 and part["segment_table"][0]["records"] == 10
     assert detail["status"]["checkpoint"]["sequence"] >= 1
-    assert client.get("/api/v1/channels/nope").status_code == 404
+    problem(client.get("/api/v1/channels/nope"), 404, "channel-not-found")
 
 
 def test_events_by_offset_and_by_time_page_without_taking(orders: Channel) -> None:
@@ -55,24 +55,28 @@ def test_events_by_offset_and_by_time_page_without_taking(orders: Channel) -> No
     assert channels.open_channel(orders).status()["events_untaken"] == 10
 
 
-@pytest.mark.parametrize(("query", "status"), [
-    ("", 400), ("offset=1&timestamp=1", 400), ("offset=-1", 400), ("offset=0&limit=0", 400),
-    ("offset=999", 416), ("offset=99999999999999999999999", 400),
-    ("offset=9223372036854775808", 400), ("timestamp=99999999999999999999999", 400),
+@pytest.mark.parametrize(("query", "status", "field"), [
+    ("", 400, None), ("offset=1&timestamp=1", 400, None), ("offset=-1", 400, "offset"),
+    ("offset=0&limit=0", 400, "limit"), ("offset=999", 416, "offset"),
+    ("offset=99999999999999999999999", 400, "offset"),  # out of int64: named, never a 500
+    ("offset=9223372036854775808", 400, "offset"),
+    ("timestamp=99999999999999999999999", 400, "timestamp"),
 ])
-def test_bad_event_queries(orders: Channel, query: str, status: int) -> None:
+def test_bad_event_queries(orders: Channel, query: str, status: int, field: str | None
+                           ) -> None:
     response = admin().get(f"/api/v1/channels/orders/partitions/0/events?{query}")
-    assert response.status_code == status
-    if status == 400 and "=9" in query:  # out of int64: named, never a 500
-        assert set(response.json()) == {query.split("=")[0]}
-    assert admin().get("/api/v1/channels/orders/partitions/3/events?offset=0"
-                       ).status_code == 400
+    slug = "offset-out-of-range" if status == 416 else "validation-error"
+    refused = problem(response, status, slug, field=field)
+    if status == 416:
+        assert (refused["log_start_offset"], refused["log_end_offset"]) == (0, 10)
+    problem(admin().get("/api/v1/channels/orders/partitions/3/events?offset=0"), 400,
+            "validation-error", field="partition")
 
 
 def test_inspection_needs_the_admin_role(orders: Channel) -> None:
     client = token_client("produce", "consume")
-    assert client.get("/api/v1/channels/orders").status_code == 403
-    assert APIClient().get("/api/v1/channels").status_code == 401
+    problem(client.get("/api/v1/channels/orders"), 403, "permission-denied")
+    problem(APIClient().get("/api/v1/channels"), 401, "not-authenticated")
 
 
 def test_task_runs_are_listed_newest_first_filtered_and_paged(tmp_path: Path) -> None:
@@ -97,10 +101,10 @@ def test_task_runs_are_listed_newest_first_filtered_and_paged(tmp_path: Path) ->
     assert len(failed) == 6 and {r["outcome"] for r in failed} == {"failed"}
     scoped = token_client("admin", channels=[mine]).get("/api/v1/runs").json()["runs"]
     assert {r["channel"] for r in scoped} == {"mine"}
-    assert admin.get("/api/v1/runs?outcome=maybe").status_code == 400
+    problem(admin.get("/api/v1/runs?outcome=maybe"), 400, "validation-error", field="outcome")
     huge = admin.get("/api/v1/runs?before=99999999999999999999999")  # past int64: 400, named
-    assert huge.status_code == 400 and set(huge.json()) == {"before"}
-    assert token_client("consume").get("/api/v1/runs").status_code == 403
+    assert list(problem(huge, 400, "validation-error", field="before")["errors"]) == ["before"]
+    problem(token_client("consume").get("/api/v1/runs"), 403, "permission-denied")
     channels.close_all()
 
 
@@ -126,14 +130,15 @@ def test_raw_batches_of_a_range_stream_for_remote_readers(tmp_path: Path) -> Non
             offsets += [o for o, _, _, _, _ in record_batch.records(batch)]
             position += header.size
         assert offsets[0] <= 15 and offsets[-1] >= 41 and set(range(15, 42)) <= set(offsets)
-        assert client.get("/api/v1/channels/raw/partitions/0/batches?start=90&end=101"
-                          ).status_code == 416
-        assert client.get("/api/v1/channels/raw/partitions/0/batches?start=5&end=5"
-                          ).status_code == 400
+        problem(client.get("/api/v1/channels/raw/partitions/0/batches?start=90&end=101"),
+                416, "offset-out-of-range", field="end", log_start_offset=0,
+                last_stable_offset=100)
+        problem(client.get("/api/v1/channels/raw/partitions/0/batches?start=5&end=5"), 400,
+                "validation-error", field="end")
         past = client.get("/api/v1/channels/raw/partitions/0/batches?start=0&end=2%s" % ("0" * 20))
-        assert past.status_code == 400 and set(past.json()) == {"end"}  # past int64, named
-        assert client.get("/api/v1/channels/raw/partitions/3/batches?start=0&end=1"
-                          ).status_code == 400
-        assert token_client("produce").get(
-            "/api/v1/channels/raw/partitions/0/batches?start=0&end=1").status_code == 403
+        assert list(problem(past, 400, "validation-error", field="end")["errors"]) == ["end"]
+        problem(client.get("/api/v1/channels/raw/partitions/3/batches?start=0&end=1"), 400,
+                "validation-error", field="partition")
+        problem(token_client("produce").get(
+            "/api/v1/channels/raw/partitions/0/batches?start=0&end=1"), 403, "permission-denied")
     channels.close_all()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from appliance_helpers import token_client
+from appliance_helpers import problem, token_client
 from django.core.exceptions import ImproperlyConfigured
 
 from appliance import channels
@@ -83,14 +83,13 @@ def test_it_refuses_a_key_file_that_is_not_a_plain_file_in_the_key_dir(
     started = time.monotonic()
     refused = create(root, name)
     assert time.monotonic() - started < 5  # a FIFO or a device is never read
-    assert refused.status_code == 400, refused.content
-    assert "encryption_key_file" in refused.json()
+    assert "encryption_key_file" in problem(refused, 400, "invalid-setting")["errors"]
     assert not Channel.objects.exists() and not any(root.iterdir())
 
 
 def test_a_missing_key_id_is_named(root: Path, key_dir: Path) -> None:
     refused = create(root, "orders.keys", active="nope")
-    assert refused.status_code == 400 and "encryption_active_key" in refused.json()
+    problem(refused, 400, "invalid-setting", field="encryption_active_key")
 
 
 @pytest.mark.parametrize("name", ["zero", "fifo", "huge", "missing.keys", "/dev/zero",
@@ -103,7 +102,7 @@ def test_a_change_to_an_unusable_key_file_is_a_400_that_saves_nothing(
     before = Channel.objects.filter(pk=row.pk).values().get()
     refused = scoped.patch("/api/v1/channels/orders", {"encryption_key_file": name},
                            format="json")
-    assert refused.status_code == 400 and "encryption_key_file" in refused.json()
+    problem(refused, 400, "invalid-setting", field="encryption_key_file")
     assert Channel.objects.filter(pk=row.pk).values().get() == before
     admin = token_client("admin")
     for url in ("/api/v1/channels/orders", "/api/v1/channels", "/metrics"):
@@ -126,8 +125,8 @@ def test_no_key_is_read_from_a_key_dir_others_may_use(root: Path, key_dir: Path,
     else:
         os.chown(key_dir, 65534, 65534)
     refused = create(root, "orders.keys")
-    assert refused.status_code == 400, refused.content
-    assert "WEIR_KEY_DIR" in refused.json()["encryption_key_file"][0]
+    errors = problem(refused, 400, "invalid-setting", field="encryption_key_file")["errors"]
+    assert "WEIR_KEY_DIR" in errors["encryption_key_file"][0]
     assert not Channel.objects.exists()
 
 
@@ -162,6 +161,6 @@ def test_a_channel_whose_key_file_is_gone_is_deleted_only_when_forced(
     (key_dir / "orders.keys").unlink()
     admin = token_client("admin")
     refused = admin.delete("/api/v1/channels/orders")
-    assert refused.status_code == 409 and "no key file" in refused.json()["error"]
+    assert "no key file" in problem(refused, 409, "channel-conflict")["detail"]
     assert admin.delete("/api/v1/channels/orders?force=true").status_code == 204
     assert not Channel.objects.exists() and not (root / "orders").exists()

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from appliance_helpers import token_client
+from appliance_helpers import problem, token_client
 from rest_framework.test import APIClient
 
 from appliance import channels
@@ -34,14 +34,15 @@ def create(client: APIClient, root: Path, **settings: object) -> object:
 def test_create_makes_the_files_and_refuses_bad_settings(root: Path) -> None:
     client = admin()
     bad = create(client, root, capacity=0)
-    assert bad.status_code == 400 and "capacity" in bad.json()
+    problem(bad, 400, "invalid-setting", field="capacity")
     assert not Channel.objects.exists() and not (root / "orders").exists()
-    assert create(client, root, colour="red").json() == {"colour": ["unknown setting"]}
+    unknown = problem(create(client, root, colour="red"), 400, "invalid-setting", field="colour")
+    assert unknown["errors"] == {"colour": ["unknown setting"]}
     made = create(client, root, partitions=2)
     assert made.status_code == 201, made.content
     assert (root / "orders" / "channel.json").is_file()
     assert (root / "data" / "orders-1").is_dir()
-    assert create(client, root).status_code == 409
+    problem(create(client, root), 409, "channel-conflict", field="name")
 
 
 def test_live_changes_apply_and_stranding_ones_are_refused(root: Path) -> None:
@@ -53,7 +54,7 @@ def test_live_changes_apply_and_stranding_ones_are_refused(root: Path) -> None:
                         ({"data_dirs": [str(root / "elsewhere")]}, "data_dirs"),
                         ({"transaction_capacity": 0}, "transaction_capacity")):
         response = client.patch("/api/v1/channels/orders", body, format="json")
-        assert response.status_code == 400 and field in response.json(), response.content
+        problem(response, 400, "invalid-setting", field=field)
     assert Channel.objects.get(name="orders").partitions == 2
 
 
@@ -63,7 +64,7 @@ def test_delete_is_refused_while_events_are_untaken_unless_forced(root: Path) ->
     with channels.open_channel(Channel.objects.get(name="orders")).put() as tx:
         tx.put(b"still here")
     refused = client.delete("/api/v1/channels/orders")
-    assert refused.status_code == 409 and "1 untaken" in refused.json()["error"]
+    assert "1 untaken" in problem(refused, 409, "channel-conflict")["detail"]
     assert client.delete("/api/v1/channels/orders?force=true").status_code == 204
     assert not Channel.objects.exists()
     assert not (root / "orders").exists() and not (root / "data" / "orders-0").exists()
@@ -94,8 +95,7 @@ def test_it_answers_404_to_a_put_in_flight_across_a_delete_and_recreates_nothing
             content_type="application/json")
     finally:
         in_flight.close()
-    assert response.status_code == 404, response.content
-    assert "deleted" in str(response.json()), response.content
+    assert "deleted" in problem(response, 404, "channel-not-found")["detail"]
     assert not Channel.objects.exists()
     assert [p for p in ("orders", "data/orders-0", "data/orders-1") if (root / p).exists()] == []
 
@@ -168,7 +168,7 @@ def test_it_makes_no_files_for_a_channel_deleted_while_a_worker_opens_it(
 
 def test_only_admins_manage_channels(root: Path) -> None:
     client = token_client("produce", "consume")
-    assert create(client, root).status_code == 403
+    problem(create(client, root), 403, "permission-denied")
 
 
 def test_a_create_the_disk_cannot_hold_leaves_nothing_behind(
@@ -180,8 +180,7 @@ def test_a_create_the_disk_cannot_hold_leaves_nothing_behind(
 
     monkeypatch.setattr(os, "posix_fallocate", no_space)
     response = create(admin(), root, preallocate=True, partitions=3)
-    assert response.status_code == 503, response.content
-    assert "cannot be opened" in response.json()["error"]
+    assert "cannot be opened" in problem(response, 503, "channel-cannot-open")["detail"]
     assert not Channel.objects.exists()
     assert not (root / "orders").exists() and not any((root / "data").glob("orders-*"))
 
@@ -189,7 +188,7 @@ def test_a_create_the_disk_cannot_hold_leaves_nothing_behind(
 @pytest.mark.parametrize("name", ["orders\n", "orders\r\n", "\norders", "Orders", "or ders"])
 def test_it_refuses_a_name_that_matches_only_in_part(root: Path, name: str) -> None:
     refused = create(admin(), root, name=name)
-    assert refused.status_code == 400 and "name" in refused.json(), refused.content
+    problem(refused, 400, "invalid-setting", field="name")
     assert not Channel.objects.exists()
 
 
@@ -201,10 +200,10 @@ def test_it_refuses_export_paths_that_are_not_plain_relative_paths(root: Path,
     client = admin()
     assert create(client, root).status_code == 201
     refused = client.patch("/api/v1/channels/orders", {"export_path": path}, format="json")
-    assert refused.status_code == 400 and "export_path" in refused.json(), refused.content
+    problem(refused, 400, "invalid-setting", field="export_path")
     assert Channel.objects.get().export_path == "%Y/%m/%d/%H"  # nothing saved
-    assert create(client, root, name="other", checkpoint_dir=str(root / "other"),
-                  export_path=path).status_code == 400
+    problem(create(client, root, name="other", checkpoint_dir=str(root / "other"),
+                   export_path=path), 400, "invalid-setting", field="export_path")
 
 
 @pytest.mark.parametrize("path", ["%Y/%m/%d/%H", "year=%Y/month=%m", "events_v2.%y%j/", "a"])

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.metrics import COUNTERS, GAUGES, render
+from appliance.api.metrics import COUNTERS, GAUGES, render
 from appliance.models import Channel
 
 pytestmark = pytest.mark.django_db

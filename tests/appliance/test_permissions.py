@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appliance_helpers import problem
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels
-from appliance.consume import receipt
+from appliance.api.takes import receipt
 from appliance.models import ApiToken, Channel
 
 pytestmark = pytest.mark.django_db
@@ -91,7 +92,11 @@ def test_the_permission_matrix(rows: tuple[Channel, Channel], endpoint: tuple[ob
     if allowed(role, scope, str(needed), names_channel):
         assert response.status_code < 400, (response.status_code, response.content)
     else:
-        assert response.status_code == (401 if role is None else 403), response.content
+        if role is None:
+            problem(response, 401, "not-authenticated")
+            assert response["WWW-Authenticate"] == 'Bearer realm="weir"'
+        else:
+            problem(response, 403, "permission-denied")
 
 
 def test_browser_sessions_need_staff_and_csrf(rows: tuple[Channel, Channel],
@@ -106,7 +111,7 @@ def test_browser_sessions_need_staff_and_csrf(rows: tuple[Channel, Channel],
     body = '{"events": [{"body": "x"}]}'
     refused = browser.post("/api/v1/channels/orders/events", body,
                            content_type="application/json")
-    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    assert "CSRF" in problem(refused, 403, "permission-denied")["detail"]
     browser.get("/admin/password_change/")  # a form page: sets the CSRF cookie
     token = browser.cookies["csrftoken"].value
     accepted = browser.post("/api/v1/channels/orders/events", body,
@@ -172,7 +177,7 @@ def test_it_refuses_every_path_setting_that_reaches_beyond_the_channel_on_change
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     before, settings = tree(root), Channel.objects.filter(pk=orders.pk).values().get()
     response = client.patch("/api/v1/channels/orders", formatted(body, root), format="json")
-    assert response.status_code == 400 and field in response.json(), response.content
+    assert field in problem(response, 400, "invalid-setting")["errors"]
     assert Channel.objects.filter(pk=orders.pk).values().get() == settings
     assert tree(root) == before
 
@@ -190,10 +195,10 @@ def test_it_refuses_every_path_setting_that_reaches_beyond_the_channel_on_create
     before = tree(root)
     new = {**formatted(NEW_CHANNEL, root), "checkpoint_dir": str(root / "homes" / "fresh")}
     response = client.post("/api/v1/channels", {**new, **formatted(body, root)}, format="json")
-    assert response.status_code == 400 and field in response.json(), response.content
+    assert field in problem(response, 400, "invalid-setting")["errors"]
     assert not Channel.objects.filter(name="fresh").exists() and tree(root) == before
     scoped = APIClient()
     _, key = ApiToken.issue("t", ["admin"], [orders])
     scoped.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    assert scoped.post("/api/v1/channels", new, format="json").status_code == 403
+    problem(scoped.post("/api/v1/channels", new, format="json"), 403, "permission-denied")
     assert not Channel.objects.filter(name="fresh").exists() and tree(root) == before

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import channel_row, token_client
+from appliance_helpers import channel_row, problem, token_client
 from django.test import override_settings
 from rest_framework.test import APIClient
 
@@ -74,19 +74,22 @@ def test_null_header_values_are_stored_empty_and_read_back_as_bytes(orders: Chan
                        b"from weir": {"h": b""}, b"nd": {"n": b""}}
 
 
-@pytest.mark.parametrize(("body", "status", "field"), [
-    ({"events": [{"body": "ok"}, {"body": 1}]}, 400, "body"),
-    ({"events": [{"body": "ok", "timestamp": "yesterday"}]}, 400, "timestamp"),
-    ({"events": [{"body": "ok"}, {"body": "late", "timestamp": 2**63 - 1}]}, 400, "timestamp"),
-    (b"{not json", 400, "json"),
-    ({"events": [{"body": "x"}] * 101}, 413, None),
+@pytest.mark.parametrize(("body", "status", "slug", "members"), [
+    ({"events": [{"body": "ok"}, {"body": 1}]}, 400, "invalid-event",
+     {"field": "body", "index": 1}),
+    ({"events": [{"body": "ok", "timestamp": "yesterday"}]}, 400, "invalid-event",
+     {"field": "timestamp", "index": 0}),
+    ({"events": [{"body": "ok"}, {"body": "late", "timestamp": 2**63 - 1}]}, 400,
+     "invalid-event", {"field": "timestamp", "index": 1}),
+    (b"{not json", 400, "invalid-event", {"field": "json", "index": None}),
+    ({"events": [{"body": "x"}] * 101}, 413, "too-many-events",
+     {"field": "transaction_capacity"}),
 ])
 def test_bad_input_is_refused_and_nothing_is_written(orders: Channel, body: object, status: int,
-                                                     field: str | None) -> None:
+                                                     slug: str, members: dict[str, object]
+                                                     ) -> None:
     response = post(client_for("produce", channel=orders), body)
-    assert response.status_code == status, response.content
-    if field:
-        assert response.json()["field"] == field
+    problem(response, status, slug, **members)
     assert untaken(orders) == 0
 
 
@@ -97,8 +100,8 @@ def test_a_batch_over_the_channels_segment_size_is_413_and_nothing_is_written(
         row = channel_row(tmp_path, "small", segment_bytes=4096)
         client = client_for("produce", channel=row)
         response = post(client, {"events": [{"body": "x" * 100}] * 60}, name="small")
-        assert response.status_code == 413, response.content
-        assert f"{setting}=4096" in response.json()["error"]
+        refused = problem(response, 413, "batch-too-large", field=setting)
+        assert f"{setting}=4096" in refused["detail"]
         assert untaken(row) == 0
         assert post(client, {"events": [{"body": "x" * 100}] * 10}, name="small"
                     ).status_code == 200
@@ -109,22 +112,23 @@ def test_a_full_channel_answers_503_with_retry_after(orders: Channel) -> None:
     client = client_for("produce", channel=orders)
     assert post(client, {"events": [{"body": "x"}] * 100}).status_code == 200
     response = post(client, {"events": [{"body": "y"}] * 60})
-    assert response.status_code == 503 and response["Retry-After"] == "1"
-    assert "full" in response.json()["error"] and untaken(orders) == 100
+    refused = problem(response, 503, "channel-full", retry_after=1)
+    assert "full" in refused["detail"] and untaken(orders) == 100
 
 
 def test_paused_puts_answer_503(orders: Channel) -> None:
     Channel.objects.filter(pk=orders.pk).update(puts_paused=True)
     response = post(client_for("produce", channel=orders), {"events": [{"body": "x"}]})
-    assert response.status_code == 503 and "paused" in response.json()["error"]
+    refused = problem(response, 503, "puts-paused", retry_after=1)
+    assert "paused" in refused["detail"] and untaken(orders) == 0
 
 
 def test_who_may_produce(orders: Channel, tmp_path: Path) -> None:
     body = {"events": [{"body": "x"}]}
-    assert post(APIClient(), body).status_code == 401
-    assert post(client_for("consume", channel=orders), body).status_code == 403
+    problem(post(APIClient(), body), 401, "not-authenticated")
+    problem(post(client_for("consume", channel=orders), body), 403, "permission-denied")
     other = channel_row(tmp_path, "other")
-    assert post(client_for("produce", channel=other), body).status_code == 403
-    assert post(client_for("produce"), body, name="nope").status_code == 404
+    problem(post(client_for("produce", channel=other), body), 403, "permission-denied")
+    problem(post(client_for("produce"), body, name="nope"), 404, "channel-not-found")
     assert post(client_for("admin"), body).status_code == 200
     assert untaken(orders) == 1

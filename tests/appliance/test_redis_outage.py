@@ -154,8 +154,10 @@ def check_broker_refused(appliance: dict[str, str], browser: urllib.request.Open
                          reason: str) -> None:
     status, body = api_export_now(appliance)
     assert status == 503, body
-    assert str(body["error"]).startswith("export not queued: the broker is unreachable (")
-    assert reason in str(body["error"]), body
+    assert body["type"] == "https://weir.dev/problems/broker-unavailable", body
+    assert (body["status"], body["retry_after"]) == (503, 1), body
+    assert str(body["detail"]).startswith("export not queued: the broker is unreachable (")
+    assert reason in str(body["detail"]), body
     assert timings["api export now"][-1] < EXPORT_S, timings["api export now"]
     message = ui_export_now(appliance["url"], browser)
     assert message.startswith("Export not queued: the broker is unreachable"), message

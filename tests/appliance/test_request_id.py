@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from appliance_helpers import problem
 from django.conf import settings as django_settings
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
@@ -32,6 +33,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from test_gunicorn import ROOT, free_port, manage, wait_for_health
 
+from appliance.api.problems import retry_later
 from appliance.request_id import request_id_of
 from appliance.urls import handler500  # noqa: F401
 from appliance.urls import urlpatterns as appliance_urls
@@ -57,7 +59,7 @@ class ApiBusy(APIView):
     authentication_classes: list[Any] = []
 
     def get(self, request: Request) -> Response:
-        return Response({"error": "puts are paused", "retry": True}, status=503)
+        raise retry_later(503, "puts-paused", "puts are paused")
 
 
 def ui_boom(request: HttpRequest) -> HttpResponse:
@@ -106,14 +108,12 @@ def lines_of(output: io.StringIO, rid: str) -> list[str]:
     return [line for line in output.getvalue().splitlines() if f"[request {rid}]" in line]
 
 
-def test_it_answers_an_api_500_as_json_naming_the_request_id(
+def test_it_answers_an_api_500_as_a_problem_naming_the_request_id(
         urls: None, browser: Client, log_output: io.StringIO) -> None:
     response = browser.get("/api/v1/boom")
-    assert response.status_code == 500
-    assert response["Content-Type"] == "application/json"
     rid = response["X-Request-ID"]
     assert re.fullmatch(r"[0-9a-f]{32}", rid)
-    assert response.json() == {"error": "internal error", "request_id": rid}
+    assert rid in problem(response, 500, "internal-error", request_id=rid)["detail"]
     text = log_output.getvalue()
     assert f"ERROR django.request [request {rid}] Internal Server Error: /api/v1/boom" in text
     assert "Traceback (most recent call last)" in text
@@ -142,18 +142,16 @@ def test_it_logs_and_answers_a_500_raised_in_a_middleware(
     monkeypatch.setattr("django.contrib.sessions.middleware.SessionMiddleware.process_request",
                         broken)
     response = browser.get("/api/v1/channels")
-    assert response.status_code == 500
     rid = response["X-Request-ID"]
-    assert response.json() == {"error": "internal error", "request_id": rid}
+    problem(response, 500, "internal-error", request_id=rid)
     assert "Failing: middleware-marker" in log_output.getvalue()
     assert lines_of(log_output, rid)
 
 
-def test_it_adds_the_request_id_to_a_json_5xx_answer(urls: None, browser: Client) -> None:
+def test_it_adds_the_request_id_to_a_5xx_problem(urls: None, browser: Client) -> None:
     response = browser.get("/api/v1/busy", HTTP_X_REQUEST_ID="busy-1")
-    assert response.status_code == 503
-    assert response.json() == {"error": "puts are paused", "retry": True,
-                               "request_id": "busy-1"}
+    problem(response, 503, "puts-paused", detail="puts are paused", retry_after=1,
+            request_id="busy-1")
     assert int(response["Content-Length"]) == len(response.content)
 
 
@@ -211,7 +209,7 @@ def test_it_logs_a_500_with_its_traceback_to_gunicorns_stderr(tmp_path: Path) ->
     env.pop("DATABASE_URL", None)
     manage(env, "migrate", "--noinput")
     port, stderr = free_port(), tmp_path / "gunicorn.log"
-    with stderr.open("wb") as sink:  # as appliance/supervisor.py runs it
+    with stderr.open("wb") as sink:  # as scripts/supervisor.py runs it
         gunicorn = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
              f"127.0.0.1:{port}", "--workers", "1", "--threads", "2",
@@ -226,8 +224,10 @@ def test_it_logs_a_500_with_its_traceback_to_gunicorns_stderr(tmp_path: Path) ->
             urllib.request.urlopen(request, timeout=30)
         assert failed.value.code == 500
         assert failed.value.headers["X-Request-ID"] == "from-the-client-1"
-        assert json.loads(failed.value.read()) == {"error": "internal error",
-                                                   "request_id": "from-the-client-1"}
+        assert failed.value.headers["Content-Type"] == "application/problem+json"
+        body = json.loads(failed.value.read())
+        assert body["type"] == "https://weir.dev/problems/internal-error"
+        assert (body["status"], body["request_id"]) == (500, "from-the-client-1")
     finally:
         os.killpg(gunicorn.pid, signal.SIGTERM)
         gunicorn.wait(timeout=30)

@@ -28,7 +28,6 @@ channel's owner process changed, a commit answers 409 "gone" as for a lapsed lea
 """
 from __future__ import annotations
 
-import base64
 import re
 import time
 from typing import Any
@@ -38,16 +37,17 @@ from django.http import HttpResponse
 from django.utils.crypto import constant_time_compare, salted_hmac
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from appliance import channels, row_cache
+from appliance import channels
+from appliance.api.base import ApiView
+from appliance.api.events import EventOut, event_json
+from appliance.api.problems import Problem
+from appliance.api.schema import errors
 from appliance.models import ApiToken, Channel
-from appliance.permissions import HasRole
-from appliance.produce import errors, raise_if_deleted
-from channel_engine import ChannelEngineError, Event, TakeCommittedError, TakeExpiredError
+from channel_engine import TakeCommittedError
 
 MAX_LEASE_S = 3600
 RECEIPT = r"^[0-9]{1,20}\.[0-9a-f]{20}$"
@@ -70,7 +70,8 @@ def take_id_of(request: Request, channel: Channel, given: str) -> int:
     """The engine's take id of a receipt this caller was given; 404 for any other."""
     if not re.fullmatch(RECEIPT, given, flags=re.ASCII) or not constant_time_compare(
             given, receipt(channel, int(given.partition(".")[0]), _caller(request))):
-        raise NotFound("no such take for this caller (take_id is the receipt a take gave)")
+        raise Problem(404, "not-found", "no such take for this caller (take_id is the "
+                                        "receipt a take gave)", field="take_id")
     return int(given.partition(".")[0])
 
 
@@ -82,73 +83,31 @@ class TakeRequest(serializers.Serializer):
     lease_seconds = serializers.IntegerField(min_value=1, max_value=MAX_LEASE_S, default=60)
 
 
-class _Event(serializers.Serializer):  # for the OpenAPI schema
-    partition = serializers.IntegerField()
-    offset = serializers.IntegerField()
-    timestamp = serializers.IntegerField()
-    key = serializers.CharField(allow_null=True)
-    headers = serializers.DictField(child=serializers.CharField(allow_null=True))
-    body = serializers.CharField(allow_null=True)
-    body_base64 = serializers.CharField()
-
-
 class _TakeResponse(serializers.Serializer):
     take_id = serializers.RegexField(RECEIPT, allow_null=True)
     lease_expires_at_ms = serializers.IntegerField(allow_null=True)
-    events = _Event(many=True)
+    events = EventOut(many=True)
 
 
-def _text(value: bytes | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return value.decode()
-    except UnicodeDecodeError:
-        return None
-
-
-def event_json(event: Event) -> dict[str, Any]:
-    """An event as the API shows it."""
-    return {"partition": event.partition, "offset": event.offset,
-            "timestamp": event.timestamp, "key": _text(event.key),
-            "headers": {k: _text(v) for k, v in event.headers.items()},
-            "body": _text(event.body), "body_base64": base64.b64encode(event.body).decode()}
-
-
-class _ChannelView(APIView):
-    permission_classes = [HasRole]
-    role = "consume"
-
-    def channel_row(self, request: Request, name: str) -> Channel:
-        row = row_cache.channel(name)
-        if row is None:
-            raise NotFound(f"no channel {name!r}")
-        self.check_object_permissions(request, row)
-        return row
-
-
-class TakesView(_ChannelView):
+class TakesView(ApiView):
     """Begin a take transaction and get its events."""
+
+    role = "consume"
 
     @extend_schema(request=TakeRequest,
                    responses={200: _TakeResponse, **errors(400, 404, 415, 503)})
     def post(self, request: Request, name: str) -> HttpResponse:
         """Take up to max_events events under a lease."""
-        row = self.channel_row(request, name)
+        row = self.row
         asked = TakeRequest(data=request.data)
         asked.is_valid(raise_exception=True)
         max_events, lease_s = asked.validated_data["max_events"], \
             asked.validated_data["lease_seconds"]
         if max_events > row.transaction_capacity:
-            return HttpResponse(orjson.dumps({"max_events": [
-                f"at most transaction_capacity={row.transaction_capacity}"]}), status=400,
-                content_type="application/json")
-        try:
-            tx = channels.open_channel(row).take(lease_ms=lease_s * 1000)
-            events = tx.take(max_events)
-        except ChannelEngineError as exc:
-            raise_if_deleted(row, exc)
-            raise
+            raise ValidationError({"max_events": [
+                f"at most transaction_capacity={row.transaction_capacity}"]})
+        tx = channels.open_channel(row).take(lease_ms=lease_s * 1000)
+        events = tx.take(max_events)
         if not events:
             tx.rollback()
             body: dict[str, Any] = {"take_id": None, "lease_expires_at_ms": None, "events": []}
@@ -163,8 +122,10 @@ _TAKE_ID = OpenApiParameter("take_id", {"type": "string", "pattern": RECEIPT},
                             OpenApiParameter.PATH, description="the receipt a take gave")
 
 
-class TakeCommitView(_ChannelView):
+class TakeCommitView(ApiView):
     """Commit a take: its events are gone for good."""
+
+    role = "consume"
 
     @extend_schema(request=None, parameters=[_TAKE_ID], responses={
         200: {"type": "object", "additionalProperties": False,
@@ -177,22 +138,18 @@ class TakeCommitView(_ChannelView):
         "already_committed; a take rolled back or lapsed answers 409.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Commit."""
-        row = self.channel_row(request, name)
-        engine_id = take_id_of(request, row, take_id)
+        engine_id = take_id_of(request, self.row, take_id)
         try:
-            channels.open_channel(row).commit_take(engine_id)
-        except TakeCommittedError:
+            channels.open_channel(self.row).commit_take(engine_id)
+        except TakeCommittedError:  # a repeated commit (expired: 409 take-expired)
             return Response({"committed": True, "already_committed": True})
-        except TakeExpiredError as exc:
-            return Response({"error": str(exc)}, status=409)
-        except ChannelEngineError as exc:
-            raise_if_deleted(row, exc)
-            raise
         return Response({"committed": True, "already_committed": False})
 
 
-class TakeRollbackView(_ChannelView):
+class TakeRollbackView(ApiView):
     """Roll a take back: its events return to the head of the queue."""
+
+    role = "consume"
 
     @extend_schema(request=None, parameters=[_TAKE_ID], responses={
         200: {"type": "object",
@@ -202,13 +159,6 @@ class TakeRollbackView(_ChannelView):
         description="Idempotent for a take already returned to the queue; 409 after a commit.")
     def post(self, request: Request, name: str, take_id: str) -> Response:
         """Roll back."""
-        row = self.channel_row(request, name)
-        engine_id = take_id_of(request, row, take_id)
-        try:
-            channels.open_channel(row).rollback_take(engine_id)
-        except TakeCommittedError as exc:
-            return Response({"error": str(exc)}, status=409)
-        except ChannelEngineError as exc:
-            raise_if_deleted(row, exc)
-            raise
+        engine_id = take_id_of(request, self.row, take_id)
+        channels.open_channel(self.row).rollback_take(engine_id)  # committed: 409
         return Response({"rolled_back": True})

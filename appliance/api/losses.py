@@ -9,14 +9,12 @@ channel's detail (`status.losses`), /metrics and the UI show the same records. A
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from appliance import channels, row_cache
-from appliance.permissions import HasRole
-from appliance.produce import errors
+from appliance import channels
+from appliance.api.base import ApiView
+from appliance.api.schema import errors
 
 _LOSSES = {"type": "object", "description": "the channel's loss ledger (status.losses)",
            "additionalProperties": True}
@@ -27,19 +25,14 @@ _ACKNOWLEDGED = {
                    "losses": _LOSSES}}
 
 
-class LossesAcknowledgeView(APIView):
+class LossesAcknowledgeView(ApiView):
     """Acknowledge every loss the channel recorded: its health stops saying so."""
 
-    permission_classes = [HasRole]
     role = "admin"
 
     @extend_schema(request=None, responses={200: _ACKNOWLEDGED, **errors(404, 503)})
     def post(self, request: Request, name: str) -> Response:
         """Acknowledge the channel's recorded losses."""
-        row = row_cache.channel(name)
-        if row is None:
-            raise NotFound(f"no channel {name!r}")
-        self.check_object_permissions(request, row)
-        channel = channels.open_channel(row)
+        channel = channels.open_channel(self.row)
         acknowledged = channel.acknowledge_losses()
         return Response({"acknowledged": acknowledged, "losses": channel.status()["losses"]})

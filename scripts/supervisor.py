@@ -1,4 +1,7 @@
-"""Run the whole appliance on one machine: `scripts/run.sh [--background | --stop | --status]`.
+"""Run the whole appliance on one machine: `scripts/run.sh [--background | --stop | --status]`,
+which runs this module (`python -m scripts.supervisor`, from the repository's root). It is
+a process supervisor, not part of the Django app: it imports the appliance's settings
+helpers (appliance.env) and its nginx front (appliance.front), never Django's app registry.
 
 What it runs, in this order (stopped in reverse: redis last):
 
@@ -634,7 +637,7 @@ def start_background(config: Config) -> int:
     if pid is not None:
         say(f"Weir is already running (supervisor pid {pid}); `scripts/run.sh --stop` stops it")
         return 1
-    daemon = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--detached"],
+    daemon = subprocess.Popen([sys.executable, "-m", "scripts.supervisor", "--detached"],
                               cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True)
     assert daemon.stdout is not None

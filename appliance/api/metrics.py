@@ -16,12 +16,12 @@ from typing import Any
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from appliance import channels
+from appliance.api.base import ApiView
+from appliance.api.schema import errors
 from appliance.models import Channel
-from appliance.permissions import HasRole, allowed
-from appliance.produce import errors
+from appliance.permissions import allowed
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 COUNTERS = {
@@ -104,10 +104,9 @@ def render(statuses: list[dict[str, Any]], down: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-class MetricsView(APIView):
+class MetricsView(ApiView):
     """Prometheus metrics for every channel the caller may see."""
 
-    permission_classes = [HasRole]
     role = "admin"
 
     @extend_schema(responses={(200, "text/plain"): str, **errors()})

@@ -6,7 +6,8 @@ The body (application/vnd.weir.batches) is the Kafka record batches as the segme
 files hold them — decrypted when the channel is encrypted — back to back; the first may
 begin before S and the last end after E, so a reader keeps offsets in [S, E) only.
 Only committed events are served: E may not pass the partition's last stable offset
-(416 otherwise, as for a range below the log start). Role: consume.
+(416 offset-out-of-range otherwise, as for a range below the log start: the problem names
+log_start_offset and last_stable_offset). Role: consume.
 """
 from __future__ import annotations
 
@@ -17,14 +18,13 @@ from typing import Any
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from appliance import channels, row_cache
-from appliance.permissions import HasRole
-from appliance.produce import errors
+from appliance import channels
+from appliance.api.base import ApiView
+from appliance.api.events import check_partition
+from appliance.api.problems import Problem
+from appliance.api.schema import errors
 from channel_engine import Channel as EngineChannel
 from channel_engine import OffsetOutOfRangeError
 from channel_engine.log import record_batch
@@ -45,15 +45,9 @@ class BatchRange(serializers.Serializer):
         return attrs
 
 
-_RANGE_ERROR = {"type": "object", "required": ["error"], "properties": {
-    "error": {"type": "string"}, "log_start_offset": {"type": "integer"},
-    "last_stable_offset": {"type": "integer"}}}
-
-
-class BatchesView(APIView):
+class BatchesView(ApiView):
     """Stream the raw record batches of an offset range."""
 
-    permission_classes = [HasRole]
     role = "consume"
 
     @extend_schema(operation_id="partition_batches", parameters=[
@@ -61,26 +55,23 @@ class BatchesView(APIView):
         BatchRange], responses={
         (200, MEDIA_TYPE): OpenApiResponse({"type": "string", "format": "binary"},
                                            description="record batches, back to back"),
-        **errors(400, 404, 416, 503, html404=True, e416=_RANGE_ERROR)})
+        **errors(400, 404, 416, 503)})
     def get(self, request: Request, name: str, partition: int) -> Any:
         """Raw batches for offsets [start, end)."""
-        row = row_cache.channel(name)
-        if row is None:
-            raise NotFound(f"no channel {name!r}")
-        self.check_object_permissions(request, row)
+        row = self.row
         wanted = BatchRange(data=request.query_params)
         wanted.is_valid(raise_exception=True)
         start, end = wanted.validated_data["start"], wanted.validated_data["end"]
-        if partition >= row.partitions:
-            return Response({"partition": [f"channel {name!r} has partitions 0.."
-                                           f"{row.partitions - 1}"]}, status=400)
+        check_partition(row, partition)
         status = channels.open_channel(row).status()["partitions"][partition]
         if start < status["log_start_offset"] or end > status["last_stable_offset"]:
-            return Response({"error": f"partition {partition} of {name!r} serves offsets "
-                                      f"[{status['log_start_offset']}, "
-                                      f"{status['last_stable_offset']}), not [{start}, {end})",
-                             "log_start_offset": status["log_start_offset"],
-                             "last_stable_offset": status["last_stable_offset"]}, status=416)
+            raise Problem(416, "offset-out-of-range",
+                          f"partition {partition} of {name!r} serves offsets "
+                          f"[{status['log_start_offset']}, {status['last_stable_offset']}), "
+                          f"not [{start}, {end})", field="start" if start < status[
+                              "log_start_offset"] else "end",
+                          log_start_offset=status["log_start_offset"],
+                          last_stable_offset=status["last_stable_offset"])
         snapshot = EngineChannel.open(channels.to_config(row), read_only=True)
         response = StreamingHttpResponse(_batches(snapshot, partition, start, end),
                                          content_type=MEDIA_TYPE)
