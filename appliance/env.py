@@ -18,6 +18,8 @@ _HTTP_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 # The largest produce request body: Django's own limit and the front's client_max_body_size.
 MAX_PRODUCE_BYTES = 64 * 1024 * 1024
 FRONTS = ("nginx", "none")
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 UNIX_PEER = "unix"  # in WEIR_TRUSTED_PROXIES: a peer on gunicorn's unix socket
 
 
@@ -74,6 +76,17 @@ def env_path(name: str, default: Path) -> Path:
     if not path.is_absolute():
         raise ImproperlyConfigured(f"{name} must be an absolute path, not {raw!r}")
     return path
+
+
+def var_dir() -> Path:
+    """WEIR_VAR_DIR: the appliance's data, logs, keys and database (default: var/ in the
+    repo); the one default scripts/run.sh, its supervisor and every process share."""
+    return env_path("WEIR_VAR_DIR", REPO / "var")
+
+
+def redis_url() -> str:
+    """REDIS_URL: Celery's broker and the shared cache (default: a Redis on this host)."""
+    return os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
 def env_http_url(name: str) -> str:

@@ -14,13 +14,15 @@ from appliance.env import (
     env_paths,
     front,
     private_dir,
+    redis_url,
     secret_key,
     token_max_in_flight,
     trusted_proxies,
+    var_dir,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = env_path("WEIR_VAR_DIR", BASE_DIR / "var")
+VAR_DIR = var_dir()
 
 SECRET_KEY = secret_key(VAR_DIR)
 DEBUG = env_bool("DEBUG", False)
@@ -119,7 +121,7 @@ WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
 # Key files of encrypted channels, chosen by name (appliance/keys.py): created 0700 when
 # missing; the appliance refuses to start when group or others may use it.
 WEIR_KEY_DIR = private_dir("WEIR_KEY_DIR", env_path("WEIR_KEY_DIR", VAR_DIR / "keys"))
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = redis_url()
 # How often each process checks that the channels it has open still exist as it opened
 # them (appliance/channels.py: a deleted or recreated channel is closed); 0: never.
 WEIR_CHANNEL_WATCH_S = env_float("WEIR_CHANNEL_WATCH_S", 0.5, 0, 60)

@@ -10,25 +10,21 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
-export WEIR_VAR_DIR=${WEIR_VAR_DIR:-$root/var}
 . scripts/common.sh  # ensure_redis_server, ensure_nginx
 
 # Starting: the supervisor starts a private redis-server when nothing answers at REDIS_URL
-# (on this machine); install Debian's package for that when the binary is missing. nginx
-# is the front before gunicorn (unless WEIR_FRONT=none): installed when missing too.
+# (on this machine), and nginx as the front before gunicorn (unless WEIR_FRONT=none); it
+# names the Debian packages that takes and this machine lacks, installed here first. The
+# settings and their defaults are the supervisor's (appliance/env.py), read once there.
 case "${1:-}" in
   --stop | --status | -h | --help) ;;
   *)
-    if [ "${WEIR_FRONT:-nginx}" = nginx ]; then
-      ensure_nginx
-    fi
-    if ! command -v redis-server >/dev/null &&
-       .venv/bin/python -c 'import os, sys
-from scripts.supervisor import private_redis_needed
-sys.exit(0 if private_redis_needed(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") else 1)'
-    then
-      ensure_redis_server
-    fi
+    for package in $(.venv/bin/python -m scripts.supervisor --missing-packages); do
+      case "$package" in
+        nginx) ensure_nginx ;;
+        redis-server) ensure_redis_server ;;
+      esac
+    done
     ;;
 esac
 exec .venv/bin/python -m scripts.supervisor "$@"

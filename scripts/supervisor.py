@@ -87,7 +87,14 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from appliance import front
-from appliance.env import UNIX_PEER, celery_queues, token_max_in_flight, trusted_proxies
+from appliance.env import (
+    UNIX_PEER,
+    celery_queues,
+    redis_url,
+    token_max_in_flight,
+    trusted_proxies,
+    var_dir,
+)
 from appliance.env import front as front_kind
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,20 +154,17 @@ class Config:
     @classmethod
     def from_env(cls) -> Config:
         """Read the environment; Failed on a bad value."""
-        var_dir = Path(os.environ.get("WEIR_VAR_DIR") or ROOT / "var")
         bind = os.environ.get("WEIR_BIND") or "127.0.0.1:8000"
-        if not var_dir.is_absolute():
-            raise Failed(f"WEIR_VAR_DIR must be an absolute path, not {str(var_dir)!r}")
         host, _, port = bind.rpartition(":")
         if not host or not port.isdigit():
             raise Failed(f"WEIR_BIND must be HOST:PORT, not {bind!r}")
         try:
-            queues = celery_queues()
+            var, queues = var_dir(), celery_queues()
             kind, max_in_flight = front_kind(), token_max_in_flight()
             proxies = tuple(trusted_proxies())
         except ImproperlyConfigured as exc:
             raise Failed(str(exc)) from exc
-        return cls(var_dir, os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0", bind,
+        return cls(var, redis_url(), bind,
                    _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2), queues,
                    kind, max_in_flight, proxies)
 
@@ -205,9 +209,20 @@ def redis_error(url: str) -> str | None:
 
 
 def private_redis_needed(url: str) -> bool:
-    """True when nothing answers at `url` and it names this machine (run.sh asks)."""
+    """True when nothing answers at `url` and it names this machine."""
     parts = urlsplit(url)
     return parts.scheme == "redis" and parts.hostname in LOCAL_HOSTS and bool(redis_error(url))
+
+
+def missing_packages(config: Config) -> list[str]:
+    """The Debian packages starting needs and this machine lacks (scripts/run.sh installs
+    them): nginx for the front, redis-server when a private Redis must be started."""
+    missing = []
+    if config.front == "nginx" and front.nginx_binary() is None:
+        missing.append("nginx")
+    if shutil.which("redis-server") is None and private_redis_needed(config.redis_url):
+        missing.append("redis-server")
+    return missing
 
 
 def http_ok(url: str) -> bool:
@@ -703,6 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--status", action="store_true",
                       help="exit 0 when running, 3 when not")
     mode.add_argument("--detached", action="store_true", help=argparse.SUPPRESS)
+    mode.add_argument("--missing-packages", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         config = Config.from_env()
@@ -711,6 +727,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
     os.environ["WEIR_VAR_DIR"] = str(config.var_dir)  # every process uses the same one
+    if args.missing_packages:
+        print(" ".join(missing_packages(config)))
+        return 0
     if args.stop:
         return stop_running(config)
     if args.status:

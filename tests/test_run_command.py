@@ -591,3 +591,22 @@ def test_the_test_command_interrupts_its_background_pass_when_it_ends_first(
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_run_sh_installs_only_what_the_supervisor_names(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    """The packages scripts/run.sh installs come from the supervisor's own settings: nginx
+    only for the nginx front, redis-server only when a private Redis must start."""
+    from scripts import supervisor
+
+    monkeypatch.setenv("WEIR_VAR_DIR", str(tmp_path))
+    with socket.socket() as free:  # nothing listens there: a private Redis is needed
+        free.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free.getsockname()[1]}/0")
+    monkeypatch.setattr(supervisor.front, "nginx_binary", lambda: None)
+    monkeypatch.setattr(supervisor.shutil, "which", lambda name: None)
+    assert supervisor.missing_packages(supervisor.Config.from_env()) == ["nginx",
+                                                                         "redis-server"]
+    monkeypatch.setenv("WEIR_FRONT", "none")
+    monkeypatch.setenv("REDIS_URL", "redis://redis.example:6379/0")  # not ours to start
+    assert supervisor.missing_packages(supervisor.Config.from_env()) == []
