@@ -127,6 +127,7 @@ from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal, put_batch
 from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.queue.channel_recovery import ChannelRecovery, restore
+from channel_engine.queue.checkpointer import CheckpointResult
 from channel_engine.queue.home_files import find_strays, not_regular
 from channel_engine.queue.loss_ledger import LEDGER_FILE, LossLedger, deliverable
 from channel_engine.queue.partition_queue import PartitionQueue
@@ -158,23 +159,6 @@ class _Take:
     deadline_ms: int | None = None
     lease_ms: int | None = None
     taken: int = 0
-
-
-@dataclass(frozen=True)
-class CheckpointResult:
-    """What one checkpoint wrote and how long it held the channel."""
-
-    sequence: int
-    written_at_ms: int
-    duration_ms: float
-    lock_held_ms: float
-    backup: str  # "written", "off" or "failed: <why>"
-    segments_deleted: int
-    journals_removed: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict for status output."""
-        return self.__dict__.copy()
 
 
 class ChannelOwner:
