@@ -32,8 +32,12 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     reserve_ranges    [take id, max events]              [[partition, start, end], ...]
     commit_take       [take id]                          None
     rollback_take     [take id]                          None
-    flush, flush_if_due, checkpoint, checkpoint_if_due, apply_retention, status
-                      []                                 what the ChannelOwner method returns
+    flush             []                                 None
+    flush_if_due      []                                 true if a partition was flushed
+    checkpoint        []                                 CheckpointResult as a map
+    checkpoint_if_due []                                 the same, or None if not due
+    apply_retention   []                                 {"segments_deleted", ...}
+    status            [segments]                         the status map (channel_status.py)
     read              [partition, offset, max events]    events as for take_events
     offsets_for_time  [partition, timestamp]             offset or None
     acknowledge_losses
