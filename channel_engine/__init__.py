@@ -50,8 +50,9 @@ from channel_engine.log.config import LogConfig
 from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.log.recovery import LostRange, RecoveryReport
 from channel_engine.queue.channel_config import ChannelConfig
-from channel_engine.queue.channel_owner import ChannelOwner, CheckpointResult
+from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.channel_recovery import ChannelRecovery
+from channel_engine.queue.checkpointer import CheckpointResult
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
 __version__ = "0.1.0"

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.errors import (
@@ -58,26 +58,13 @@ from channel_engine.event import Event, PendingEvent
 from channel_engine.owner.client import OwnerClient
 from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
-from channel_engine.queue.channel_owner import ChannelOwner, CheckpointResult
-from channel_engine.queue.put_batch import Batches, EncodedPut, Partitioner, encode
+from channel_engine.queue.channel_owner import ChannelOwner
+from channel_engine.queue.checkpointer import CheckpointResult
+from channel_engine.queue.operations import OwnerOperations
+from channel_engine.queue.put_batch import EncodedPut, Partitioner, encode
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
 T = TypeVar("T")
-
-
-class Backend(Protocol):
-    """What transactions need from the owner, in process or over the socket."""
-
-    def commit_batches(self, transaction_id: int | None, batches: Batches,
-                       partitions: int) -> list[tuple[int, int, int]]: ...
-    def count_rollback(self) -> None: ...
-    def count_failed_put(self, count: int) -> None: ...
-    def begin_take(self, lease_ms: int | None = None) -> int: ...
-    def take_events(self, take_id: int, max_events: int) -> list[Event]: ...
-    def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]: ...
-    def commit_take(self, take_id: int) -> None: ...
-    def rollback_take(self, take_id: int) -> None: ...
-    def acknowledge_losses(self) -> int: ...
 
 
 class Channel:
@@ -166,7 +153,7 @@ class Channel:
                                          f"{self._owner_wait_ms} ms")
             time.sleep(0.02)
 
-    def _backend(self) -> ChannelOwner | OwnerClient:
+    def _backend(self) -> OwnerOperations:
         """The owner to send work to, electing a new one if the old one went away."""
         if os.getpid() != self._pid:
             raise ChannelEngineError(f"channel {self.name!r} was opened in process {self._pid} "
@@ -186,7 +173,7 @@ class Channel:
             assert backend is not None
             return backend
 
-    def _retrying(self, op: Callable[[ChannelOwner | OwnerClient], T],
+    def _retrying(self, op: Callable[[OwnerOperations], T],
                   idempotent: bool = True) -> T:
         """Run an operation against the owner; after an owner change, once more — always when
         the request never reached the old owner, else only if the operation is idempotent."""
@@ -228,9 +215,10 @@ class Channel:
         self._check_writable()
         self._retrying(lambda b: b.rollback_take(take_id))
 
-    def _commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
-        """Encode a put transaction's events here and commit them in the owner (retried
-        only if never sent, or refused unwritten for another partition count)."""
+    def commit_put(self, events: Sequence[PendingEvent]) -> list[tuple[int, int, int]]:
+        """Commit a put transaction's events (PutTransaction.commit calls this; all or
+        nothing): encoded here, committed in the owner, retried only if never sent or refused
+        unwritten for another partition count. Returns (partition, first, last) per batch."""
         partitions = self._partitions or self.config.partitions
         for _ in range(3):
             try:
@@ -252,7 +240,9 @@ class Channel:
         return self._retrying(lambda b: b.commit_batches(put.transaction_id, put.batches,
                                                          put.partitions), idempotent=False)
 
-    def _count_rollback(self) -> None:
+    def count_put_rollback(self) -> None:
+        """Count a put transaction rolled back before commit (PutTransaction.rollback calls
+        this; nothing was written, so only the owner's counters change)."""
         self._retrying(lambda b: b.count_rollback())
 
     def _check_writable(self) -> None:
@@ -262,34 +252,23 @@ class Channel:
     # -- maintenance (the Celery tasks call these) ---------------------------------------------
     def flush(self) -> None:
         """Make every committed put and take durable now."""
-        self._retrying(lambda b: b.flush() if isinstance(b, ChannelOwner) else b.call("flush"))
+        self._retrying(lambda b: b.flush())
 
     def flush_if_due(self) -> bool:
         """The flusher's hook (see ChannelOwner.flush_if_due)."""
-        return bool(self._retrying(lambda b: b.flush_if_due() if isinstance(b, ChannelOwner)
-                                   else b.call("flush_if_due")))
+        return self._retrying(lambda b: b.flush_if_due())
 
     def checkpoint(self) -> CheckpointResult:
         """Write a queue checkpoint now (primary, then backup)."""
-        def run(b: ChannelOwner | OwnerClient) -> CheckpointResult:
-            if isinstance(b, ChannelOwner):
-                return b.checkpoint()
-            return CheckpointResult(**b.call("checkpoint"))
-        return self._retrying(run)
+        return self._retrying(lambda b: b.checkpoint())
 
     def checkpoint_if_due(self) -> CheckpointResult | None:
         """The checkpointer's hook: checkpoint when checkpoint_interval_ms has passed."""
-        def run(b: ChannelOwner | OwnerClient) -> CheckpointResult | None:
-            if isinstance(b, ChannelOwner):
-                return b.checkpoint_if_due()
-            result = b.call("checkpoint_if_due")
-            return None if result is None else CheckpointResult(**result)
-        return self._retrying(run)
+        return self._retrying(lambda b: b.checkpoint_if_due())
 
     def apply_retention(self) -> dict[str, Any]:
         """Delete what retention allows (taken segments; untaken data only if opted in)."""
-        return dict(self._retrying(lambda b: b.apply_retention() if isinstance(b, ChannelOwner)
-                                   else b.call("apply_retention")))
+        return self._retrying(lambda b: b.apply_retention())
 
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at, as plain JSON-serialisable data (with each
@@ -297,9 +276,7 @@ class Channel:
         if self.read_only and self._owner is not None:
             status = self._owner.status(segments)
         else:
-            status = dict(self._retrying(lambda b: b.status(segments)
-                                         if isinstance(b, ChannelOwner)
-                                         else b.call("status", segments)))
+            status = self._retrying(lambda b: b.status(segments))
         status["role"] = self.role
         status["owner_pid"] = os.getpid() if self._client is None else self._client.owner_pid
         return status

@@ -26,7 +26,8 @@ from channel_engine.errors import (
 from channel_engine.event import Event, HeaderValue, PendingEvent, check_events, make_event
 
 if TYPE_CHECKING:
-    from channel_engine.channel import Backend, Channel
+    from channel_engine.channel import Channel
+    from channel_engine.queue.operations import OwnerOperations
 
 OPEN, COMMITTED, ROLLED_BACK = "open", "committed", "rolled back"
 
@@ -103,7 +104,7 @@ class PutTransaction(_Transaction):
         self._check_open()
         try:
             if self._events:
-                self.committed = self._channel._commit_put(self._events)
+                self.committed = self._channel.commit_put(self._events)
         except BaseException:
             self.state = ROLLED_BACK
             raise
@@ -116,7 +117,7 @@ class PutTransaction(_Transaction):
         self.state = ROLLED_BACK
         self._events = []
         try:
-            self._channel._count_rollback()
+            self._channel.count_put_rollback()
         except OwnerLostError:
             pass  # only a counter: the rollback itself needs nobody
 
@@ -124,7 +125,7 @@ class PutTransaction(_Transaction):
 class TakeTransaction(_Transaction):
     """Events reserved from the head of the queue until commit or rollback."""
 
-    def __init__(self, channel: Channel, backend: Backend, take_id: int,
+    def __init__(self, channel: Channel, backend: OwnerOperations, take_id: int,
                  lease_ms: int | None) -> None:
         super().__init__(channel)
         self._backend = backend  # the owner (or client of the owner) that holds the take
@@ -149,7 +150,7 @@ class TakeTransaction(_Transaction):
             events = self._backend.take_events(self.take_id, max_events)
         except (TakeExpiredError, OwnerLostError) as exc:
             self.state = ROLLED_BACK
-            raise _gone(self, exc) from exc
+            raise self._gone(exc) from exc
         self.taken += len(events)
         return events
 
@@ -164,7 +165,7 @@ class TakeTransaction(_Transaction):
             ranges = self._backend.reserve_ranges(self.take_id, max_events)
         except (TakeExpiredError, OwnerLostError) as exc:
             self.state = ROLLED_BACK
-            raise _gone(self, exc) from exc
+            raise self._gone(exc) from exc
         self.taken += sum(end - start for _, start, end in ranges)
         return ranges
 
@@ -175,7 +176,7 @@ class TakeTransaction(_Transaction):
             self._backend.commit_take(self.take_id)
         except OwnerUnreachableError as exc:
             self.state = ROLLED_BACK
-            raise _gone(self, exc) from exc
+            raise self._gone(exc) from exc
         except BaseException:
             self.state = ROLLED_BACK
             raise
@@ -190,11 +191,11 @@ class TakeTransaction(_Transaction):
         except OwnerLostError:
             pass  # the owner went away: the take is returned by the next owner's replay
 
+    def _gone(self, cause: Exception) -> Exception:
+        """The error for a take whose owner went away before it committed: its events are
+        queued again (the owner returns a closed connection's takes; a new owner replays)."""
+        if isinstance(cause, TakeExpiredError):
+            return cause
+        return TakeExpiredError(f"channel {self._channel.name!r}: take {self.take_id} was "
+                                f"returned to the queue: its owner process went away ({cause})")
 
-def _gone(tx: TakeTransaction, cause: Exception) -> Exception:
-    """The error for a take whose owner went away before it committed: its events are
-    queued again (the owner returns a closed connection's takes; a new owner replays)."""
-    if isinstance(cause, TakeExpiredError):
-        return cause
-    return TakeExpiredError(f"channel {tx._channel.name!r}: take {tx.take_id} was returned "
-                            f"to the queue: its owner process went away ({cause})")

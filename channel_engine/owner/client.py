@@ -1,7 +1,7 @@
 """OwnerClient: a process that shares a channel talks to its owner through the socket.
 
-It offers the same operations as ChannelOwner (the ones Channel and the
-transactions call), each one request and reply (protocol.py). Each
+It satisfies OwnerOperations (queue/operations.py) as ChannelOwner does: each
+operation one request and reply, encoded as protocol.OPERATIONS says. Each
 thread has its own connection, so one thread waiting for an fsync does not hold
 up the others, and the owner can share one fsync among them (group commit).
 A broken connection raises OwnerLostError; Channel then elects a new owner.
@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from channel_engine.errors import OwnerLostError, OwnerUnreachableError
 from channel_engine.event import Event
@@ -21,7 +21,10 @@ from channel_engine.filenames import SOCKET_NAME
 from channel_engine.owner import protocol
 from channel_engine.owner.server import socket_path
 from channel_engine.queue.channel_config import ChannelConfig
+from channel_engine.queue.checkpointer import CheckpointResult
 from channel_engine.queue.put_batch import Batches
+
+R = TypeVar("R")
 
 
 class OwnerClient:
@@ -44,7 +47,7 @@ class OwnerClient:
         """Connect to the owner; raise OSError when no owner is listening."""
         client = cls(config, timeout_s)
         client._connection()
-        hello = client.call("hello")
+        hello = client.call(protocol.HELLO)
         client.owner_pid = hello["pid"]
         return client
 
@@ -111,52 +114,76 @@ class OwnerClient:
                 sock.close()
             self._sockets.clear()
 
-    # -- the operations Channel uses -----------------------------------------------------
+    def _request(self, op: protocol.Op[R], *args: Any) -> R:
+        """One operation of OwnerOperations, encoded and decoded as protocol.OPERATIONS says."""
+        return op.result_from_wire(self.call(op.name, *op.args_to_wire(args)))
+
+    # -- OwnerOperations (queue/operations.py), each one request ---------------------------
     def commit_batches(self, transaction_id: int | None, batches: Batches,
                        partitions: int) -> list[tuple[int, int, int]]:
         """Commit an encoded put transaction in the owner."""
-        wire = [[partition, batch] for partition, batch in batches]
-        reply = self.call("commit_batches", transaction_id, wire, partitions)
-        return [(int(p), int(first), int(last)) for p, first, last in reply]
+        return self._request(protocol.COMMIT_BATCHES, transaction_id, batches, partitions)
 
     def count_rollback(self) -> None:
         """Count a put rollback in the owner's counters."""
-        self.call("count_rollback")
+        self._request(protocol.COUNT_ROLLBACK)
 
     def count_failed_put(self, count: int) -> None:
         """Count a put that failed before reaching the owner in its counters."""
-        self.call("count_failed_put", count)
+        self._request(protocol.COUNT_FAILED_PUT, count)
 
     def begin_take(self, lease_ms: int | None = None) -> int:
         """Begin a take transaction in the owner."""
-        return int(self.call("begin_take", lease_ms))
+        return self._request(protocol.BEGIN_TAKE, lease_ms)
 
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve and read events for a take."""
-        return protocol.events_from_wire(self.call("take_events", take_id, max_events))
+        return self._request(protocol.TAKE_EVENTS, take_id, max_events)
 
     def reserve_ranges(self, take_id: int, max_events: int) -> list[tuple[int, int, int]]:
         """Reserve ranges for a take without reading them."""
-        return [(int(p), int(start), int(end))
-                for p, start, end in self.call("reserve_ranges", take_id, max_events)]
+        return self._request(protocol.RESERVE_RANGES, take_id, max_events)
 
     def commit_take(self, take_id: int) -> None:
         """Commit a take in the owner."""
-        self.call("commit_take", take_id)
+        self._request(protocol.COMMIT_TAKE, take_id)
 
     def rollback_take(self, take_id: int) -> None:
         """Roll a take back in the owner."""
-        self.call("rollback_take", take_id)
-
-    def acknowledge_losses(self) -> int:
-        """Acknowledge every loss record in the owner; return how many."""
-        return int(self.call("acknowledge_losses"))
+        self._request(protocol.ROLLBACK_TAKE, take_id)
 
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Committed events of a partition from an offset."""
-        return protocol.events_from_wire(self.call("read", partition, offset, max_events))
+        return self._request(protocol.READ, partition, offset, max_events)
 
     def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes for one partition."""
-        result = self.call("offsets_for_time", partition, timestamp)
-        return None if result is None else int(result)
+        return self._request(protocol.OFFSETS_FOR_TIME, partition, timestamp)
+
+    def status(self, segments: bool = False) -> dict[str, Any]:
+        """The owner's status (with segment tables when `segments`)."""
+        return self._request(protocol.STATUS, segments)
+
+    def flush(self) -> None:
+        """Make every committed put and take durable now, in the owner."""
+        self._request(protocol.FLUSH)
+
+    def flush_if_due(self) -> bool:
+        """The flusher's hook, run in the owner."""
+        return self._request(protocol.FLUSH_IF_DUE)
+
+    def checkpoint(self) -> CheckpointResult:
+        """Write a checkpoint in the owner."""
+        return self._request(protocol.CHECKPOINT)
+
+    def checkpoint_if_due(self) -> CheckpointResult | None:
+        """The checkpointer's hook, run in the owner."""
+        return self._request(protocol.CHECKPOINT_IF_DUE)
+
+    def apply_retention(self) -> dict[str, Any]:
+        """Apply retention in the owner."""
+        return self._request(protocol.APPLY_RETENTION)
+
+    def acknowledge_losses(self) -> int:
+        """Acknowledge every loss record in the owner; return how many."""
+        return self._request(protocol.ACKNOWLEDGE_LOSSES)

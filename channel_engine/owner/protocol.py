@@ -32,12 +32,21 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     reserve_ranges    [take id, max events]              [[partition, start, end], ...]
     commit_take       [take id]                          None
     rollback_take     [take id]                          None
-    flush, flush_if_due, checkpoint, checkpoint_if_due, apply_retention, status
-                      []                                 what the ChannelOwner method returns
+    flush             []                                 None
+    flush_if_due      []                                 true if a partition was flushed
+    checkpoint        []                                 CheckpointResult as a map
+    checkpoint_if_due []                                 the same, or None if not due
+    apply_retention   []                                 {"segments_deleted", ...}
+    status            [segments]                         the status map (channel_status.py)
     read              [partition, offset, max events]    events as for take_events
     offsets_for_time  [partition, timestamp]             offset or None
     acknowledge_losses
                       []                                 loss records acknowledged (int)
+
+Every op but hello is a method of OwnerOperations (queue/operations.py) with the same
+name and parameters; OPERATIONS below says, once for each, how its arguments and result
+travel and what it does to the connection's takes. The client's methods and the
+server's dispatch both go through it.
 
 Errors are re-raised in the client as the same class from channel_engine.errors
 (or ValueError / TypeError), with the same message and attributes. A client
@@ -50,18 +59,23 @@ from __future__ import annotations
 import select
 import socket
 import struct
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 import msgpack
 
 from channel_engine import errors
 from channel_engine.event import Event
+from channel_engine.queue.checkpointer import CheckpointResult
 
 VERSION = 2  # 2: puts travel as encoded batches (commit_batches)
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
                                                "TypeError": TypeError}
+HELLO = "hello"  # the handshake: not an operation of the owner's, answered by the server
+R = TypeVar("R")
 
 
 def peer_closed(sock: socket.socket) -> bool:
@@ -131,3 +145,82 @@ def error_from_wire(name: str, message: str, attributes: dict[str, Any]) -> Exce
     Exception.__init__(exc, message)  # the class's own __init__ wants its original arguments
     exc.__dict__.update(attributes)
     return exc
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _nothing(_value: Any) -> None:
+    return None
+
+
+def _ranges(rows: list[list[Any]]) -> list[tuple[int, int, int]]:
+    """(partition, a, b) triples back from a reply."""
+    return [(int(p), int(a), int(b)) for p, a, b in rows]
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _checkpoint_to_wire(result: CheckpointResult | None) -> dict[str, Any] | None:
+    return None if result is None else result.to_dict()
+
+
+def _checkpoint_from_wire(value: dict[str, Any]) -> CheckpointResult:
+    return CheckpointResult(**value)
+
+
+def _optional_checkpoint(value: dict[str, Any] | None) -> CheckpointResult | None:
+    return None if value is None else CheckpointResult(**value)
+
+
+def _batches_to_wire(args: tuple[Any, ...]) -> list[Any]:
+    transaction_id, batches, partitions = args
+    return [transaction_id, [[partition, batch] for partition, batch in batches], partitions]
+
+
+def _batches_from_wire(args: list[Any]) -> list[Any]:
+    transaction_id, batches, partitions = args
+    return [transaction_id, [(partition, batch) for partition, batch in batches], partitions]
+
+
+@dataclass(frozen=True)
+class Op(Generic[R]):
+    """How one owner operation travels: its arguments out and in, its result out and in,
+    and what it does to the takes held by the connection that sends it."""
+
+    name: str
+    result_from_wire: Callable[[Any], R]
+    result_to_wire: Callable[[Any], Any] = _same
+    args_to_wire: Callable[[tuple[Any, ...]], list[Any]] = list
+    args_from_wire: Callable[[list[Any]], list[Any]] = _same
+    # "begins": an unleased take begun here is the connection's (rolled back when it
+    # closes); "ends": the take named by the first argument is no longer the connection's
+    takes: Literal["begins", "ends"] | None = None
+
+
+COMMIT_BATCHES = Op("commit_batches", _ranges, args_to_wire=_batches_to_wire,
+                    args_from_wire=_batches_from_wire)
+COUNT_ROLLBACK = Op("count_rollback", _nothing)
+COUNT_FAILED_PUT = Op("count_failed_put", _nothing)
+BEGIN_TAKE = Op("begin_take", int, takes="begins")
+TAKE_EVENTS = Op("take_events", events_from_wire, events_to_wire)
+RESERVE_RANGES = Op("reserve_ranges", _ranges)
+COMMIT_TAKE = Op("commit_take", _nothing, takes="ends")
+ROLLBACK_TAKE = Op("rollback_take", _nothing, takes="ends")
+READ = Op("read", events_from_wire, events_to_wire)
+OFFSETS_FOR_TIME = Op("offsets_for_time", _optional_int)
+STATUS = Op("status", dict)
+FLUSH = Op("flush", _nothing)
+FLUSH_IF_DUE = Op("flush_if_due", bool)
+CHECKPOINT = Op("checkpoint", _checkpoint_from_wire, _checkpoint_to_wire)
+CHECKPOINT_IF_DUE = Op("checkpoint_if_due", _optional_checkpoint, _checkpoint_to_wire)
+APPLY_RETENTION = Op("apply_retention", dict)
+ACKNOWLEDGE_LOSSES = Op("acknowledge_losses", int)
+
+OPERATIONS: dict[str, Op[Any]] = {op.name: op for op in (
+    COMMIT_BATCHES, COUNT_ROLLBACK, COUNT_FAILED_PUT, BEGIN_TAKE, TAKE_EVENTS, RESERVE_RANGES,
+    COMMIT_TAKE, ROLLBACK_TAKE, READ, OFFSETS_FOR_TIME, STATUS, FLUSH, FLUSH_IF_DUE,
+    CHECKPOINT, CHECKPOINT_IF_DUE, APPLY_RETENTION, ACKNOWLEDGE_LOSSES)}

@@ -1,12 +1,14 @@
 """OwnerServer: the owner process answers the other processes that share its channel.
 
 A thread per connection (socketserver's ThreadingUnixStreamServer) runs each
-request against the ChannelOwner, which is thread-safe; the protocol is in
-owner/protocol.py. Takes are tied to the connection that began them: when a
-connection closes — its process exited or was killed — its open takes roll
-back, so a dead consumer never wedges the channel or loses its events. A take
-begun with a lease is the exception: whoever knows its id may commit it (a web
-worker other than the one that began it), and its lease returns it otherwise.
+request against the ChannelOwner, which is thread-safe: the ChannelOwner method
+named by the request's op, with its arguments and result translated as the
+table protocol.OPERATIONS says (owner/protocol.py). Takes are tied to the
+connection that began them: when a connection closes — its process exited or
+was killed — its open takes roll back, so a dead consumer never wedges the
+channel or loses its events. A take begun with a lease is the exception:
+whoever knows its id may commit it (a web worker other than the one that began
+it), and its lease returns it otherwise.
 
 Only processes of the owner's user may connect: the socket file is 0600 and
 every peer's uid is checked with SO_PEERCRED. A directory in place of the socket file
@@ -176,34 +178,21 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
-    version, op, args = request
+    """Answer one request with the owner's method of its op's name (protocol.OPERATIONS);
+    keep `takes`, the unleased takes this connection holds, up to date."""
+    version, name, args = request
     if version != protocol.VERSION:
         raise ValueError(f"owner protocol version {version} is not supported "
                          f"(this owner speaks {protocol.VERSION})")
-    if op == "hello":
+    if name == protocol.HELLO:
         return {"pid": os.getpid(), "name": owner.name, "version": protocol.VERSION}
-    if op == "commit_batches":
-        return owner.commit_batches(args[0], [(partition, batch) for partition, batch in args[1]],
-                                    args[2])
-    if op == "begin_take":
-        take_id = owner.begin_take(args[0])
-        if args[0] is None:  # a leased take outlives its connection: its lease bounds it
-            takes.add(take_id)
-        return take_id
-    if op == "take_events":
-        return protocol.events_to_wire(owner.take_events(args[0], args[1]))
-    if op == "reserve_ranges":
-        return owner.reserve_ranges(args[0], args[1])
-    if op in ("commit_take", "rollback_take"):
+    op = protocol.OPERATIONS.get(name)
+    if op is None:
+        raise ValueError(f"unknown owner op {name!r}")
+    args = op.args_from_wire(args)
+    if op.takes == "ends":  # gone from the connection even if ending it fails
         takes.discard(args[0])
-        getattr(owner, op)(args[0])
-        return None
-    if op == "read":
-        return protocol.events_to_wire(owner.read(*args))
-    if op in ("checkpoint", "checkpoint_if_due"):
-        result = getattr(owner, op)()
-        return None if result is None else result.to_dict()
-    if op in ("count_rollback", "count_failed_put", "flush", "flush_if_due",
-              "apply_retention", "status", "offsets_for_time", "acknowledge_losses"):
-        return getattr(owner, op)(*args)
-    raise ValueError(f"unknown owner op {op!r}")
+    result = getattr(owner, op.name)(*args)
+    if op.takes == "begins" and (not args or args[0] is None):
+        takes.add(result)  # a leased take outlives its connection: its lease bounds it
+    return op.result_to_wire(result)

@@ -16,7 +16,8 @@ from django.conf import settings
 from appliance import channels, task_runs, tasks
 from appliance.celery import app
 from appliance.models import Channel, TaskRun
-from channel_engine import ChannelOwner, StorageError
+from channel_engine import StorageError
+from channel_engine.queue.checkpointer import Checkpointer
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker's threads see the rows
 
@@ -115,13 +116,13 @@ def test_retention_deletes_consumed_segments_and_nothing_else(worker: None, root
 def test_two_checkpoints_of_one_channel_run_one_at_a_time(
         worker: None, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     channel_row(root)
-    slow = ChannelOwner._checkpoint
+    slow = Checkpointer.run
 
-    def slow_checkpoint(self: ChannelOwner) -> Any:
+    def slow_checkpoint(self: Checkpointer) -> Any:
         time.sleep(0.5)
         return slow(self)
 
-    monkeypatch.setattr(ChannelOwner, "_checkpoint", slow_checkpoint)
+    monkeypatch.setattr(Checkpointer, "run", slow_checkpoint)
     results = [tasks.checkpoint_channel.delay("orders", force=True) for _ in range(2)]
     assert [r.get(timeout=30) for r in results] == [TaskRun.OK, TaskRun.OK]
     # each run is timed from before its wait for the lock: the one that ended last waited
@@ -136,16 +137,16 @@ def test_a_failing_channel_is_recorded_and_retried_while_the_others_go_on(
     bad = channel_row(root, name="bad")
     channel_row(root, name="good")
     failures = {"bad": 2}  # its disk fails twice, then recovers (not timing-dependent)
-    real = ChannelOwner._checkpoint
+    real = Checkpointer.run
 
-    def flaky_checkpoint(self: ChannelOwner) -> Any:
+    def flaky_checkpoint(self: Checkpointer) -> Any:
         if failures.get(self.config.name, 0) > 0:
             failures[self.config.name] -= 1
             raise StorageError(bad.checkpoint_dir, OSError(5, "Input/output error"),
                                "writing the checkpoint")
         return real(self)
 
-    monkeypatch.setattr(ChannelOwner, "_checkpoint", flaky_checkpoint)
+    monkeypatch.setattr(Checkpointer, "run", flaky_checkpoint)
     failing = tasks.checkpoint_channel.delay("bad", force=True)
     assert tasks.checkpoint_channel.delay("good", force=True).get(timeout=30) == TaskRun.OK
     assert failing.get(timeout=30) == TaskRun.OK

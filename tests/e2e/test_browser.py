@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 
 from appliance import channel_dirs, channels, tasks
 from appliance.models import ApiToken, Channel
-from channel_engine.queue.channel_owner import CHECKPOINT_HISTORY
+from channel_engine.queue.checkpointer import CHECKPOINT_HISTORY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -42,17 +42,17 @@ def crash(channel: Channel) -> None:
         server._server.close_connections(idle_only=False)
         server._server.server_close()
         os.close(server._dir_fd)
-    if owner._journal is not None:
-        os.close(owner._journal._fd)
-        owner._journal._fd = -1
+    if owner.state.journal is not None:
+        os.close(owner.state.journal._fd)
+        owner.state.journal._fd = -1
     for log in owner.logs:
         log._release_dir_lock()
         for segment in log.segments + tuple(log._pending_deletes):
             segment.close()
-    if owner._lock_fd >= 0:
-        os.close(owner._lock_fd)
-        owner._lock_fd = -1
-    owner._closing = owner._closed = True
+    if owner.home_lock.fd >= 0:
+        os.close(owner.home_lock.fd)
+        owner.home_lock.fd = -1
+    owner.state.closing = owner.state.closed = True
     channel._closed = True
 
 

@@ -72,7 +72,7 @@ from channel_engine import Channel, Event, OwnerLostError, PendingEvent, TakeExp
 from channel_engine.log import segment as segment_module
 from channel_engine.queue import checkpoint as checkpoint_module
 from channel_engine.queue import commit_journal
-from channel_engine.queue.channel_owner import ChannelOwner
+from channel_engine.queue.checkpointer import Checkpointer
 
 STRESS_KEYS = (b"red", b"green", b"blue", b"cyan", b"pink", b"gold", None)
 CRASH_KEYS = tuple(f"k{i}".encode() for i in range(8))
@@ -263,13 +263,13 @@ def install_stop_hook(out: Output, phase: str, at: int, home: Path) -> None:
             replace(src, dst, *a, **k)
         os.replace = replace_then_stop
     elif phase == "before_backup":
-        write_backup = ChannelOwner._write_backup
+        write_backup = Checkpointer._write_backup
 
         def backup_then_stop(self: Any, saved: Any, backup: Any) -> str:
             if due():
                 freeze(out, phase)
             return write_backup(self, saved, backup)
-        ChannelOwner._write_backup = backup_then_stop  # type: ignore[method-assign]
+        Checkpointer._write_backup = backup_then_stop  # type: ignore[method-assign]
     elif phase == "before_journal_removal":
         remove_before = commit_journal.remove_before
 

@@ -319,7 +319,7 @@ def test_a_crash_before_the_commit_record_aborts_the_whole_put(
     def die(*_args: object) -> None:
         raise SystemExit("killed between the batches and the commit record")
 
-    monkeypatch.setattr(owner, "_journal_put", die)
+    monkeypatch.setattr(owner.puts, "_journal_put", die)
     with pytest.raises(SystemExit):
         keyed_put(channel, 10).commit()
     crash(channel)
@@ -333,7 +333,7 @@ def test_takes_wait_behind_a_put_that_is_still_committing(
     with Channel.open(make_config(tmp_path, partitions=2)) as channel:
         owner = channel.owner
         assert owner is not None
-        journal_put = owner._journal_put
+        journal_put = owner.puts._journal_put
         written, release = threading.Event(), threading.Event()
 
         def slow_commit(*args: Any) -> None:
@@ -341,7 +341,7 @@ def test_takes_wait_behind_a_put_that_is_still_committing(
             release.wait(5)
             journal_put(*args)
 
-        monkeypatch.setattr(owner, "_journal_put", slow_commit)
+        monkeypatch.setattr(owner.puts, "_journal_put", slow_commit)
         committer = threading.Thread(target=lambda: keyed_put(channel, 10).commit())
         committer.start()
         assert written.wait(5)
@@ -797,7 +797,7 @@ def test_it_never_removes_the_owner_socket_of_a_channel_recreated_in_a_deleted_o
 def test_it_takes_the_lock_again_when_its_lock_file_was_unlinked_before_the_flock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from channel_engine import ChannelLockedError, ChannelOwner
-    from channel_engine.queue import channel_owner as owner_module
+    from channel_engine.queue import home_lock as owner_module
 
     config = make_config(tmp_path)
     Channel.open(config).close()

@@ -475,7 +475,7 @@ def test_a_loss_met_by_an_inspection_read_is_counted(tmp_path: Path) -> None:
         _check_counted(channel, set(range(20, 25)), set(), set(range(30)))
         log._new_losses.append(LostRange(0, 2, str(log.directory), cause="test"))
         assert len(list(owner.events(0, 0, 30))) == 30  # an owner's full scan counts too
-        assert len(owner._ledger.unacknowledged()) == 2  # counted before any status call
+        assert len(owner.losses.ledger.unacknowledged()) == 2  # counted before any status call
 
 
 def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
@@ -596,7 +596,7 @@ def test_a_kill_between_the_ledger_and_the_takes_journal_record_counts_the_place
 
     def killed() -> None:
         raise RuntimeError("killed before the take-0 journal record")
-    monkeypatch.setattr(owner, "_live_journal", killed)
+    monkeypatch.setattr(owner.state, "live_journal", killed)
     with pytest.raises(RuntimeError, match="killed"), channel.take() as tx:
         tx.take(5)
     [record] = json.loads((config.home / LEDGER_FILE).read_text())["records"]

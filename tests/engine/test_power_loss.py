@@ -222,7 +222,7 @@ def test_it_syncs_cross_partition_put_records_before_a_partition_could_lose_flus
     with Channel.open(config) as channel:
         owner = channel.owner
         assert owner is not None
-        journal = owner._journal
+        journal = owner.state.journal
         assert journal is not None
 
         def all_synced() -> bool:
@@ -253,7 +253,7 @@ def test_it_commits_every_batch_of_a_put_one_batch_of_which_is_stamped(
     position = segment.find_position(first, segment.size)
     assert position is not None
     crash(channel)
-    journal = commit_journal.journal_path(config.home, owner._sequence)
+    journal = commit_journal.journal_path(config.home, owner.checkpointer.sequence)
     with open(journal, "r+b") as f:  # the unsynced commit record did not survive
         f.truncate(commit_journal.HEADER.size)
     with open(segment.log_path, "r+b") as f:  # nor did this batch's stamp
@@ -270,7 +270,7 @@ def test_it_opens_a_channel_whose_newest_journal_lost_its_unsynced_header(
     config = make_config(tmp_path, partitions=2)
     with Channel.open(config) as channel:
         cross_partition_put(channel, 4)
-        sequence = channel.owner._sequence if channel.owner else 0
+        sequence = channel.owner.checkpointer.sequence if channel.owner else 0
     commit_journal.journal_path(config.home, sequence + 5).write_bytes(bytes(16))
     with Channel.open(config) as channel, channel.take() as tx:
         assert len(tx.take(100)) == 4
