@@ -20,7 +20,9 @@ problem (internal-error, naming the request id; appliance/api/problems.py) under
 a plain page naming the id elsewhere, built without templates so that a broken template
 cannot break it. not_found is Django's handler404: a path no route matches (say a
 partition that is not a number) is a 404 not-found problem under /api/, Django's page
-elsewhere.
+elsewhere; bad_request (handler400: a suspicious request Django refuses before any view,
+such as a Host not in ALLOWED_HOSTS) and permission_denied (handler403: Django's own
+PermissionDenied outside DRF) answer problems under /api/ the same way.
 """
 from __future__ import annotations
 
@@ -115,6 +117,22 @@ def server_error(request: HttpRequest) -> HttpResponse:
         f"logged with its traceback under request id <code id=\"request-id\">{escape(rid)}"
         "</code>: give that id to whoever runs this appliance.</p></html>",
         content_type="text/html; charset=utf-8")
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: a bad-request problem under /api/, Django's own page elsewhere."""
+    if request.path.startswith("/api/"):
+        return Problem(400, "bad-request", "the request was refused before reaching the "
+                       "API (see the appliance's log for why)").response()
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler403: a permission-denied problem under /api/, Django's own page elsewhere."""
+    if request.path.startswith("/api/"):
+        return Problem(403, "permission-denied", str(exception) or "not allowed"
+                       ).response()
+    return defaults.permission_denied(request, exception)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

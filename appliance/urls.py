@@ -20,6 +20,8 @@ from appliance.api.takes import TakeCommitView, TakeRollbackView, TakesView
 # elsewhere.
 handler500 = "appliance.request_id.server_error"
 handler404 = "appliance.request_id.not_found"
+handler400 = "appliance.request_id.bad_request"
+handler403 = "appliance.request_id.permission_denied"
 
 urlpatterns = [
     path("health", views.health, name="health"),

@@ -30,6 +30,7 @@ RETRY_AFTER_S = 1  # what a client waits before retrying a refusal that passes b
 TITLES = {
     # the request itself
     "validation-error": "Invalid request",
+    "bad-request": "Bad request",
     "parse-error": "Malformed request body",
     "invalid-event": "Invalid event",
     "invalid-setting": "Invalid channel setting",

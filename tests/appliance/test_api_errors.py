@@ -12,8 +12,9 @@ from typing import Any
 import orjson
 import pytest
 from appliance_helpers import channel_row, problem, token_client
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.urls import URLPattern, get_resolver
 from rest_framework import exceptions
 
@@ -191,6 +192,25 @@ def test_a_path_no_route_matches_is_a_problem_under_api_and_a_page_elsewhere() -
     assert page.status_code == 404 and "problem" not in page["Content-Type"]
     health = Client().get("/health")
     assert health.status_code == 200 and health["Content-Type"] == "application/json"
+
+
+def test_a_request_django_refuses_before_any_view_is_a_problem_under_api() -> None:
+    """A Host not in ALLOWED_HOSTS (handler400) and Django's own PermissionDenied
+    (handler403): problems under /api/, Django's pages elsewhere."""
+    client = Client(HTTP_HOST="evil.example")
+    problem(client.get("/api/v1/channels"), 400, "bad-request")
+    page = client.get("/no-such-page")
+    assert page.status_code == 400 and "problem" not in page["Content-Type"]
+    from appliance import request_id
+    request = RequestFactory().get("/api/v1/channels")
+    denied = request_id.permission_denied(request, DjangoPermissionDenied("no"))
+    assert denied.status_code == 403 and denied["Content-Type"] == CONTENT_TYPE
+    assert orjson.loads(denied.content) == {
+        "type": f"{TYPE_BASE}permission-denied", "title": TITLES["permission-denied"],
+        "status": 403, "detail": "no"}
+    page = request_id.permission_denied(RequestFactory().get("/admin/"),
+                                        DjangoPermissionDenied())
+    assert page.status_code == 403 and "problem" not in page["Content-Type"]
 
 
 def _api_routes() -> list[tuple[str, Any]]:
