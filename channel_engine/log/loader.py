@@ -94,7 +94,7 @@ import logging
 import mmap
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from channel_engine.atomic_file import fsync_directory, move_aside
@@ -133,7 +133,7 @@ from channel_engine.log.recovery import (
     RecoveryAction,
     RecoveryReport,
 )
-from channel_engine.log.segment import LogSegment, ScanResult
+from channel_engine.log.segment import LogSegment, ScanResult, SegmentConfig
 from channel_engine.log.state import LogState
 
 logger = logging.getLogger(__name__)
@@ -217,10 +217,7 @@ def load(
         segments = _drop_unneeded(segments, log_start, report)
     _report_gaps(segments, report, log_start)
     if writable and not segments:
-        segments.append(LogSegment.create(
-            directory, log_start, index_max_bytes=config.segment_index_bytes,
-            index_interval_bytes=config.index_interval_bytes,
-            preallocate_bytes=config.segment_bytes if config.preallocate else 0))
+        segments.append(LogSegment.create(directory, log_start, SegmentConfig.of(config)))
     log_end = segments[-1].next_offset if segments else log_start
     known_end = _report_lost_end(directory, _end_of_losses(known_end, report), log_end,
                                  report)
@@ -228,9 +225,8 @@ def load(
         # never hand out again an offset that was committed once: start after the hole
         if segments[-1].size == 0:
             segments.pop().delete_files()
-        segments.append(LogSegment.create(
-            directory, known_end, index_max_bytes=config.segment_index_bytes,
-            index_interval_bytes=config.index_interval_bytes))
+        segments.append(LogSegment.create(  # not preallocated: it may stay empty for long
+            directory, known_end, replace(SegmentConfig.of(config), preallocate_bytes=0)))
         log_end = known_end
 
     if writable:
@@ -270,8 +266,7 @@ def _open_segments(directory: Path, config: LogConfig, bases: list[int], known: 
         if next_base is None and _stray_empty_last(directory, base, segments, known.log_start,
                                                    known.known_end, writable, report):
             continue
-        seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
-                              index_interval_bytes=config.index_interval_bytes, writable=writable)
+        seg = LogSegment.open(directory, base, SegmentConfig.of(config), writable=writable)
         limits = _Limits(next_base if next_base is not None else known.clean_end,
                          next_base if next_base is not None else known.known_end)
         if not known.has_state or base in repairs or base in fresh:
