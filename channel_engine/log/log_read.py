@@ -36,7 +36,7 @@ from channel_engine.filenames import (
     segment_file,
 )
 from channel_engine.log import loader as log_loader
-from channel_engine.log import record_batch
+from channel_engine.log import record_batch, strays
 from channel_engine.log import state as log_state
 from channel_engine.log.log_core import DEFAULT_READ_BYTES, LogCore
 from channel_engine.log.record_batch import BatchHeader
@@ -67,7 +67,7 @@ class LogReader(LogCore):
             for base in sorted(present - known):
                 if kept and base < kept[-1].base_offset:
                     continue  # a truncated-and-rewritten history is for a reopen to sort out
-                if kept and base != kept[-1].next_offset and log_loader.is_empty_segment(
+                if kept and base != kept[-1].next_offset and strays.is_empty_segment(
                         segment_file(self.directory, base, LOG_SUFFIX)):
                     continue  # not where the writer rolls: a stray, until it holds batches
                 segment = LogSegment.open(self.directory, base, self._segment_config,

@@ -5,7 +5,7 @@ repairs; `python -m channel_engine recover` does.
 Checks, each reported with the file and the byte position:
   * log.state: present, magic, version, both CRCs; after a clean shutdown, its log end
     offset equals the log's; after an unclean one, the log reaches the end the loader
-    knows was committed (log_loader.known_committed_end: the committed-end record, the
+    knows was committed (known_end.known_committed_end: the committed-end record, the
     recovery point, in policy durability the recorded log end, the active segment's
     index entries), else those offsets are lost (a destroyed or cut active segment);
   * every batch of every .log: length, magic, CRC-32C, record count, offsets
@@ -84,16 +84,16 @@ from channel_engine.filenames import (
 )
 from channel_engine.log import record_batch
 from channel_engine.log import state as log_state
-from channel_engine.log.loader import (
+from channel_engine.log.damage import find_next_batch, fixable_base_offset
+from channel_engine.log.known_end import known_committed_end
+from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.strays import (
     empty_last_reason,
     is_empty_segment,
-    known_committed_end,
     segment_stray_reason,
     stray_reason,
 )
-from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.log.record_batch import BatchHeader
-from channel_engine.log.segment import find_next_batch, fixable_base_offset
 from channel_engine.log.time_index import ENTRY as TIME_ENTRY
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal, home_files
