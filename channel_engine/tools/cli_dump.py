@@ -35,7 +35,7 @@ from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.tools.cli_paths import is_home
-from channel_engine.tools.verify import (
+from channel_engine.tools.log_scan import (
     DamagedRegion,
     read_batch,
     scan_log_file,
