@@ -67,6 +67,7 @@ class AppendResult:
         """Offset that follows the batch."""
         return self.last_offset + 1
 
+
 class LogAppender(LogFlusher):
     """Appending to a partition log and rolling its segments (see the module doc)."""
 

@@ -57,6 +57,7 @@ from channel_engine.log.state import LogState
 DEFAULT_READ_BYTES = 1 << 20
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)  # the directory refuses writes
 
+
 class LogCore:
     """A partition log's state and the checks and records every part shares."""
 

@@ -38,6 +38,7 @@ class RetentionResult:
     events_deleted: int
     log_start_offset: int
 
+
 class LogRetention(LogAppender):
     """Retention of a partition log (see the module doc)."""
 

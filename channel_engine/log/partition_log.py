@@ -110,11 +110,12 @@ class SegmentInfo:
     active: bool
     deletable: str | None
 
+
 class PartitionLog(LogRetention, LogReader):
     """The log of one partition; see the module doc for the offsets and the guarantees."""
 
-    @classmethod
     # -- opening --------------------------------------------------------------------
+    @classmethod
     def open(
         cls,
         directory: str | os.PathLike[str],

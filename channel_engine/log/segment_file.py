@@ -5,8 +5,10 @@ open descriptor, the counters a walk over the batches keeps (valid size, next
 offset, largest timestamp, the sparse index rule of Kafka's LogSegment), the
 file's length and durability (trim, cut, fdatasync), and deleting and closing.
 The bytes of a batch are record_batch.py's; the file is batches back to back from
-byte 0 (segment.py has the layout of the three files); this module writes no
-format of its own. File names: filenames.segment_file.
+byte 0 (segment.py has the layout of the three files). This module writes no
+format of its own: only a transactional batch's commit stamp (mark_committed: the
+4-byte partitionLeaderEpoch field, outside the CRC, set to record_batch's
+COMMITTED_EPOCH) and the file's length. File names: filenames.segment_file.
 
 SegmentConfig is the part of LogConfig a segment needs, passed whole
 (SegmentConfig.of(log_config)), so no caller spells out its fields.
