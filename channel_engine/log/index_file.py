@@ -66,6 +66,15 @@ class IndexFile:
             os.write(fd, data)
         self._dirty = True
 
+    def create_empty(self) -> None:
+        """Create the file with no entries (a new segment's index)."""
+        self._rewrite(b"")
+
+    @property
+    def is_open(self) -> bool:
+        """True while a descriptor is held (a sealed segment's indexes are closed)."""
+        return self._fd is not None
+
     def _truncate_file(self, entries: int) -> None:
         if self.writable:
             os.ftruncate(self._open_fd(), entries * self.ENTRY_SIZE)

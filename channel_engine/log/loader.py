@@ -1,6 +1,6 @@
 """Open a partition directory: clean up, load or recover each segment, report (Kafka's LogLoader).
 
-Load sequence:
+Load sequence (steps 1, 3 and 4: strays.py; step 2: known_end.py):
   1. A writer moves strays aside first: entries the engine did not write (names it
      never uses, directories, symlinks) are renamed `<name>.stray`, never deleted,
      and reported (STRAY_MOVED).
@@ -43,7 +43,7 @@ Load sequence:
      A batch whose base offset field alone is damaged is rewritten in place
      (BASE_OFFSET_REPAIRED, nothing lost; a reader's view counts it lost).
      Damage (an invalid batch that is not a zero tail) never cuts intact batches:
-     segment.find_next_batch looks for the next intact batch whose base offset is
+     damage.find_next_batch looks for the next intact batch whose base offset is
      above the offset expected next and below the segment's bound (the next
      segment's base, or a clean log's end). If there is one, the segment is split
      (LogSegment.repair_damage: damaged bytes kept in `<.log>.damaged-<position>`,
@@ -91,34 +91,23 @@ record without the batches it names, appends that were acknowledged: counted los
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from channel_engine.atomic_file import fsync_directory, move_aside
-from channel_engine.errors import CorruptStateError, InvalidBatch
+from channel_engine.atomic_file import fsync_directory
+from channel_engine.errors import CorruptStateError
 from channel_engine.filenames import (
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
     REPAIR_SUFFIX,
-    STRAY_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TMP_SUFFIX,
-    is_kept_aside,
     offset_prefix,
     parse_repair_marker,
-    parse_segment_file,
-    segment_file,
 )
 from channel_engine.log import state as log_state
 from channel_engine.log.config import LogConfig
-from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.log.record_batch import HEADER_SIZE, check_batch, is_zero
+from channel_engine.log.known_end import end_of_losses, known_committed_end, report_lost_end
 from channel_engine.log.recovery import (
     BASE_OFFSET_REPAIRED,
     DAMAGE_SPLIT,
@@ -126,15 +115,20 @@ from channel_engine.log.recovery import (
     INDEX_REBUILT,
     LOG_END_MISMATCH,
     SEGMENT_DELETED,
-    STRAY_FILE_DELETED,
-    STRAY_MOVED,
     TRUNCATED,
     ZERO_TAIL_CUT,
     RecoveryAction,
     RecoveryReport,
 )
-from channel_engine.log.segment import LogSegment, ScanResult
+from channel_engine.log.segment import LogSegment, ScanResult, SegmentConfig
 from channel_engine.log.state import LogState
+from channel_engine.log.strays import (
+    delete_leftovers,
+    move_strays,
+    segment_files,
+    sort_out_stray_segments,
+    stray_empty_last,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +176,7 @@ def load(
     report = RecoveryReport(str(directory))
     state_path = directory / LOG_STATE_FILE
     if writable:
-        _move_strays(directory, report)
+        move_strays(directory, report)
     try:
         state = log_state.read(state_path)
         if state is None:
@@ -201,10 +195,10 @@ def load(
     clean = bool(state and state.clean_shutdown)
     report.clean_shutdown = clean
     if writable:
-        _delete_leftovers(directory, report)
+        delete_leftovers(directory, report)
 
     log_start = state.log_start_offset if state else 0
-    bases = _sort_out_stray_segments(directory, log_bases(directory), clean_end, writable,
+    bases = sort_out_stray_segments(directory, log_bases(directory), clean_end, writable,
                                      report)
     if state is None:
         log_start = bases[0] if bases else 0
@@ -217,20 +211,16 @@ def load(
         segments = _drop_unneeded(segments, log_start, report)
     _report_gaps(segments, report, log_start)
     if writable and not segments:
-        segments.append(LogSegment.create(
-            directory, log_start, index_max_bytes=config.segment_index_bytes,
-            index_interval_bytes=config.index_interval_bytes,
-            preallocate_bytes=config.segment_bytes if config.preallocate else 0))
+        segments.append(LogSegment.create(directory, log_start, SegmentConfig.of(config)))
     log_end = segments[-1].next_offset if segments else log_start
-    known_end = _report_lost_end(directory, _end_of_losses(known_end, report), log_end,
+    known_end = report_lost_end(directory, end_of_losses(known_end, report), log_end,
                                  report)
     if writable and known_end > log_end:
         # never hand out again an offset that was committed once: start after the hole
         if segments[-1].size == 0:
             segments.pop().delete_files()
-        segments.append(LogSegment.create(
-            directory, known_end, index_max_bytes=config.segment_index_bytes,
-            index_interval_bytes=config.index_interval_bytes))
+        segments.append(LogSegment.create(  # not preallocated: it may stay empty for long
+            directory, known_end, replace(SegmentConfig.of(config), preallocate_bytes=0)))
         log_end = known_end
 
     if writable:
@@ -267,11 +257,10 @@ def _open_segments(directory: Path, config: LogConfig, bases: list[int], known: 
         base = bases[i]
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         i += 1
-        if next_base is None and _stray_empty_last(directory, base, segments, known.log_start,
+        if next_base is None and stray_empty_last(directory, base, segments, known.log_start,
                                                    known.known_end, writable, report):
             continue
-        seg = LogSegment.open(directory, base, index_max_bytes=config.segment_index_bytes,
-                              index_interval_bytes=config.index_interval_bytes, writable=writable)
+        seg = LogSegment.open(directory, base, SegmentConfig.of(config), writable=writable)
         limits = _Limits(next_base if next_base is not None else known.clean_end,
                          next_base if next_base is not None else known.known_end)
         if not known.has_state or base in repairs or base in fresh:
@@ -291,16 +280,7 @@ def _open_segments(directory: Path, config: LogConfig, bases: list[int], known: 
 
 def log_bases(directory: Path) -> list[int]:
     """Base offsets of the .log files in a partition directory, ascending."""
-    return sorted({base for base, suffix in _segment_files(directory) if suffix == LOG_SUFFIX})
-
-
-def _segment_files(directory: Path) -> list[tuple[int, str]]:
-    found = []
-    for name in os.listdir(directory):
-        parsed = parse_segment_file(name)
-        if parsed is not None and os.path.isfile(directory / name):
-            found.append(parsed)
-    return found
+    return sorted({base for base, suffix in segment_files(directory) if suffix == LOG_SUFFIX})
 
 
 def repair_markers(directory: Path) -> set[int]:
@@ -322,135 +302,6 @@ def _clear_repair_markers(directory: Path, repairs: set[int]) -> None:
         (directory / f"{offset_prefix(base)}{REPAIR_SUFFIX}").unlink(missing_ok=True)
     if repairs:
         fsync_directory(directory)
-
-
-def stray_reason(directory: Path, name: str) -> str | None:
-    """Why a directory entry is a file the engine did not write, or None if it is one of
-    the engine's own (a segment file, log.state, .lock, a leftover, a file kept aside)."""
-    path = directory / name
-    if name in (LOCK_FILE, LOG_STATE_FILE):
-        return None if path.is_file() else "not a regular file"
-    if name.endswith((DELETED_SUFFIX, TMP_SUFFIX)) or is_kept_aside(name):
-        return None
-    if parse_segment_file(name) is None and parse_repair_marker(name) is None:
-        return "a name the engine does not write"
-    return None if path.is_file() and not path.is_symlink() else "not a regular file"
-
-
-def _move_strays(directory: Path, report: RecoveryReport) -> None:
-    for name in sorted(os.listdir(directory)):
-        why = stray_reason(directory, name)
-        if why is not None and name != LOCK_FILE:
-            _move_aside(directory / name, why, True, report)
-
-
-def _move_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
-    """Rename a stray to `<name>.stray` (never over another file), or just report it."""
-    if not writable:
-        report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; ignored (read-only open)"))
-        return
-    target = move_aside(path, STRAY_SUFFIX)
-    report.add(RecoveryAction(STRAY_MOVED, str(path), f"{why}; moved to {target.name}"))
-
-
-def _delete_leftovers(directory: Path, report: RecoveryReport) -> None:
-    files = _segment_files(directory)
-    logs = {base for base, suffix in files if suffix == LOG_SUFFIX}
-    stray = [directory / name for name in os.listdir(directory)
-             if name.endswith((DELETED_SUFFIX, TMP_SUFFIX))]
-    stray += [segment_file(directory, base, suffix) for base, suffix in files if base not in logs]
-    for path in stray:
-        path.unlink(missing_ok=True)
-        report.add(RecoveryAction(STRAY_FILE_DELETED, str(path), "left over from an earlier run"))
-
-
-def segment_stray_reason(path: Path, base: int, clean_end: int | None) -> str | None:
-    """Why a non-empty .log is not one of this log's segments (its first two batches are
-    intact and name other offsets, or it lies at or past a clean log's end), else None."""
-    size = path.stat().st_size
-    if size == 0:
-        return None
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
-        if is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size):
-            return None  # empty: decided by _stray_empty_last
-        try:
-            first = check_batch(buf, 0, size, None, verify_crc=True)
-            second = check_batch(buf, first.size, size, first.next_offset, verify_crc=True)
-        except InvalidBatch:
-            second = None  # one batch, or damage after it: a damaged base field, or worse
-    if second is not None and first.base_offset != base:
-        # two intact batches that agree with each other and not with the name: not a
-        # segment whose base offset field was damaged (the second would follow the name)
-        return f"its batches start at offset {first.base_offset}, its name says {base}"
-    if clean_end is not None and base >= clean_end:
-        return f"base offset {base} is at or past the log end {clean_end} of a clean log"
-    return None
-
-
-def is_empty_segment(path: Path) -> bool:
-    """True if a .log holds no byte but zeros (a new or preallocated empty segment)."""
-    size = path.stat().st_size
-    if size == 0:
-        return True
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
-        return is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size)
-
-
-def _sort_out_stray_segments(directory: Path, bases: list[int], clean_end: int | None,
-                             writable: bool, report: RecoveryReport) -> list[int]:
-    """The bases of real segments; strays among the .log files are moved aside (writable)
-    and reported: foreign ones, and empty ones that are not the last."""
-    kept = []
-    for base in bases:
-        path = segment_file(directory, base, LOG_SUFFIX)
-        why = segment_stray_reason(path, base, clean_end)
-        if why is not None:
-            _move_segment_aside(path, why, writable, report)
-        else:
-            kept.append(base)
-    real = []
-    for i, base in enumerate(kept):
-        path = segment_file(directory, base, LOG_SUFFIX)
-        if i + 1 < len(kept) and is_empty_segment(path):
-            _move_segment_aside(path, "an empty segment that is not the last", writable,
-                                report)
-        else:
-            real.append(base)
-    return real
-
-
-def _stray_empty_last(directory: Path, base: int, before: list[LogSegment], log_start: int,
-                      known_end: int | None, writable: bool, report: RecoveryReport) -> bool:
-    """Move aside an empty last segment that is not the log's active one."""
-    path = segment_file(directory, base, LOG_SUFFIX)
-    if not is_empty_segment(path):
-        return False
-    floor = before[-1].next_offset if before else None
-    why = empty_last_reason(base, floor, log_start, known_end)
-    if why is not None:
-        _move_segment_aside(path, why, writable, report)
-    return why is not None
-
-
-def empty_last_reason(base: int, floor: int | None, log_start: int,
-                      known_end: int | None) -> str | None:
-    """Why an empty last segment is a stray, or None when it is the active one a roll made
-    (at `floor`, the previous segment's end) or the loader made (at the known end after a
-    hole, or at the log start); its base may lie between those."""
-    if floor is None and known_end is None:
-        return None  # no log.state and nothing before it: a new log
-    ceiling = max(floor or 0, known_end or 0, log_start)
-    if (floor is None or floor <= base) and base <= ceiling:
-        return None
-    return (f"an empty segment at offset {base}, outside "
-            f"{floor if floor is not None else log_start}..{ceiling}")
-
-
-def _move_segment_aside(path: Path, why: str, writable: bool, report: RecoveryReport) -> None:
-    _move_aside(path, why, writable, report)
-    if writable:
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            path.with_suffix(suffix).unlink(missing_ok=True)  # derived from a file not ours
 
 
 def _load_trusted(seg: LogSegment, report: RecoveryReport, limits: _Limits, check_crcs: bool,
@@ -584,81 +435,3 @@ def _report_gaps(segments: list[LogSegment], report: RecoveryReport, log_start: 
                 first_offset_lost=seg.next_offset, next_offset_kept=nxt.base_offset))
 
 
-def _end_of_losses(known: int | None, report: RecoveryReport) -> int | None:
-    """The known end raised to the end of every reported lost range: those offsets
-    existed once, so none of them is handed out again."""
-    ends = [a.next_offset_kept for a in report.actions if a.next_offset_kept is not None]
-    return max([*ends, *([known] if known is not None else [])], default=None)
-
-
-def known_committed_end(directory: Path, state: LogState | None,
-                        durability: str | None) -> int | None:
-    """The end below which offsets were committed, as far as the files outside the
-    segments tell (step 2 of the module doc; verify uses it too): a clean log's end; else
-    the largest of log.state's committed-end record, its recovery point, in policy
-    durability its log end, and the last segment's index evidence. Read before any file
-    changes. durability None: unknown (verify of a lone partition directory)."""
-    if state is not None and state.clean_shutdown:
-        return state.log_end_offset
-    ends = [] if state is None else [state.recovery_point]
-    if state is not None and state.committed_end is not None:
-        ends.append(state.committed_end)
-    if state is not None and durability == "policy":
-        # an append returns before its fsync: the end a version 1 file recorded was
-        # handed out even after an unclean stop (a version 2 file's record says as much)
-        ends.append(state.log_end_offset)
-    # the active segment's index entries were written after their batches: a kill keeps
-    # them, so they prove offsets a damaged or cut tail no longer shows
-    evidence = index_evidence_end(directory)
-    if evidence is not None:
-        ends.append(evidence)
-    return max(ends, default=None)
-
-
-def index_evidence_end(directory: Path) -> int | None:
-    """One past the largest offset the last segment's offset index names (entries that
-    pass the index's own rules and name no more offsets than bytes before them), else
-    None. Read at an unclean open, before any file is changed: also the index of an
-    active .log that is gone. An entry is written after its batch, so a kill keeps no
-    entry without its batch; power loss may (a false alarm, never a reuse)."""
-    files = _segment_files(directory)
-    logs = [base for base, suffix in files if suffix == LOG_SUFFIX]
-    floor = max(logs, default=0)
-    best = None
-    for base, suffix in files:
-        if suffix != INDEX_SUFFIX or base < floor:
-            continue
-        last = _last_plausible_entry(segment_file(directory, base, INDEX_SUFFIX))
-        if last is not None and (best is None or base + last + 1 > best):
-            best = base + last + 1
-    return best
-
-
-def _last_plausible_entry(path: Path) -> int | None:
-    """The relative offset of the last entry of the longest plausible prefix of an
-    offset index (both columns strictly increasing, offset <= position), else None."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    last: tuple[int, int] | None = None
-    for relative, position in OFFSET_ENTRY.iter_unpack(data[:len(data) - len(data) % 8]):
-        if relative < 0 or relative > position or (
-                last is not None and (relative <= last[0] or position <= last[1])):
-            break
-        last = (relative, position)
-    return None if last is None else last[0]
-
-
-def _report_lost_end(directory: Path, known: int | None, log_end: int,
-                     report: RecoveryReport) -> int:
-    """Report a log that ends below what log.state knew was on disk (a damaged or lost
-    segment file); return the end offset log.state knew of."""
-    if known is None:
-        return log_end
-    if log_end < known and not report.reports_loss_from(log_end):
-        report.add(RecoveryAction(
-            GAP, str(directory),
-            f"the log ends at offset {log_end}, but offsets up to {known - 1} were on disk; "
-            f"the next offset is {known}", first_offset_lost=log_end, next_offset_kept=known))
-    return max(known, log_end)

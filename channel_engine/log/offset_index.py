@@ -14,7 +14,7 @@ segment_index_bytes just stops adding entries). Both columns strictly increase.
 The file has no header: Kafka's layout has no room for one, and the index is
 derived data that is checked against the log on every open and at every use
 (LogSegment.find_position verifies the batch an entry points at) and rebuilt
-when wrong (see segment.py).
+when wrong (see segment_reader.py).
 
 Appends are refused (IndexAppendError) when the index is full (max_entries, as
 Kafka's OffsetIndex; the log rolls before that) or an entry does not increase.

@@ -45,7 +45,7 @@ import crc32c
 
 from channel_engine.atomic_file import write_atomically
 from channel_engine.errors import ConfigError
-from channel_engine.log.config import DAY_MS, LogConfig, check_int, require
+from channel_engine.log.config import LogConfig, check_int, require
 
 CONFIG_FILE = "channel.json"
 FORMAT = "weir-channel-config"
@@ -62,9 +62,11 @@ def _doc(text: str) -> dict[str, str]:
     return {"doc": text}
 
 
-def _log_doc(name: str) -> Any:
-    """The doc of a setting ChannelConfig passes on to LogConfig unchanged."""
-    return LogConfig.__dataclass_fields__[name].metadata
+def _log_setting(name: str) -> Any:
+    """A setting ChannelConfig passes on to LogConfig unchanged: its default and doc are
+    LogConfig's, written there once."""
+    owner = LogConfig.__dataclass_fields__[name]
+    return field(default=owner.default, metadata=owner.metadata)
 
 
 @dataclass(frozen=True)
@@ -97,20 +99,20 @@ class ChannelConfig:
     backup_checkpoint_dir: str | None = field(default=None, metadata=_doc(
         "Absolute directory for the backup checkpoint; required with use_dual_checkpoints and "
         "different from checkpoint_dir (Flume backupCheckpointDir)."))
-    durability: str = field(default="fsync", metadata=_log_doc("durability"))
-    flush_messages: int | None = field(default=None, metadata=_log_doc("flush_messages"))
-    flush_ms: int | None = field(default=None, metadata=_log_doc("flush_ms"))
-    segment_bytes: int = field(default=1024**3, metadata=_log_doc("segment_bytes"))
-    segment_ms: int = field(default=7 * DAY_MS, metadata=_log_doc("segment_ms"))
-    index_interval_bytes: int = field(default=4096, metadata=_log_doc("index_interval_bytes"))
-    preallocate: bool = field(default=False, metadata=_log_doc("preallocate"))
+    durability: str = _log_setting("durability")
+    flush_messages: int | None = _log_setting("flush_messages")
+    flush_ms: int | None = _log_setting("flush_ms")
+    segment_bytes: int = _log_setting("segment_bytes")
+    segment_ms: int = _log_setting("segment_ms")
+    index_interval_bytes: int = _log_setting("index_interval_bytes")
+    preallocate: bool = _log_setting("preallocate")
     retention_ms: int = field(default=-1, metadata=_doc(
         "Opt in to dropping untaken events older than this (-1: never; taken segments are "
         "deleted anyway). Every dropped event is counted."))
     retention_bytes: int = field(default=-1, metadata=_doc(
         "Opt in to dropping the oldest untaken events while a partition is larger than this "
         "(-1: never). Every dropped event is counted."))
-    compression: str = field(default="none", metadata=_log_doc("compression"))
+    compression: str = _log_setting("compression")
     encryption_key_file: str | None = field(default=None, metadata=_doc(
         "Absolute path of the key file (key id -> AES-256 key) for encryption at rest; "
         "None: no encryption."))

@@ -36,7 +36,7 @@ for intact records, to tell two cases apart:
     bytes holding a piece that ends at a 512-byte sector boundary, is at least
     4 bytes long (a record's length field) and is all zeros (that sector reached
     the disk before the append did; the later ones after it). Damage that
-    zeroes such a piece is taken for a tear too, as segment.py takes a batch
+    zeroes such a piece is taken for a tear too, as damage.py takes a batch
     with a zero sector for a torn write: the bytes alone cannot tell them apart.
     Every commit there was appended after the last fsync that returned, so
     none of them returned (in fsync durability; in policy durability they may
@@ -96,7 +96,7 @@ HEADER = struct.Struct(">4sB3xq")
 RECORD_HEAD = struct.Struct(">iI")
 RECORD_BODY = struct.Struct(">Bqi")
 ENTRY = struct.Struct(">iqq")
-SECTOR = 512  # the unit power loss tears writes at (as segment.py)
+SECTOR = 512  # the unit power loss tears writes at (as log/damage.py)
 assert HEADER.size == 16 and RECORD_HEAD.size == 8 and RECORD_BODY.size == 13
 assert ENTRY.size == 20
 

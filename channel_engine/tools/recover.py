@@ -83,8 +83,8 @@ from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.home_files import not_regular
 from channel_engine.queue.loss_ledger import LossLedger
-from channel_engine.tools.verify import HomeReport, check_config_file
-from channel_engine.tools.verify import verify_home as _verify_home
+from channel_engine.tools.verify_home import HomeReport, check_config_file
+from channel_engine.tools.verify_home import verify_home as _verify_home
 
 
 @dataclass

@@ -5,7 +5,7 @@ repairs; `python -m channel_engine recover` does.
 Checks, each reported with the file and the byte position:
   * log.state: present, magic, version, both CRCs; after a clean shutdown, its log end
     offset equals the log's; after an unclean one, the log reaches the end the loader
-    knows was committed (log_loader.known_committed_end: the committed-end record, the
+    knows was committed (known_end.known_committed_end: the committed-end record, the
     recovery point, in policy durability the recorded log end, the active segment's
     index entries), else those offsets are lost (a destroyed or cut active segment);
   * every batch of every .log: length, magic, CRC-32C, record count, offsets
@@ -14,14 +14,14 @@ Checks, each reported with the file and the byte position:
   * a batch whose base offset field alone is wrong (its CRC holds; the field
     lies outside it): reported, the walk goes on (recovery rewrites the field);
   * damage inside a .log: each damaged region is reported with the offsets it
-    loses, and the walk goes on at the next intact batch (segment.find_next_batch,
+    loses, and the walk goes on at the next intact batch (damage.find_next_batch,
     the rule recovery uses: the intact batches after it are kept by the next
     writable open or `recover`); batches at or past the next segment's base after
     a damaged region are copies a crashed repair left (cut, nothing lost);
   * the tail: bytes after the last valid batch are damage, except the zero tail
     of the active segment of a preallocated log that is still open or crashed
     (recovery cuts it);
-  * strays (log_loader's rules): names the engine does not write, directories,
+  * strays (log/strays.py's rules): names the engine does not write, directories,
     a .log whose first batch names another offset, lies past a clean log's end,
     or is empty and not the active segment: damage (moved aside to `.stray` by
     the next writable open). Files kept aside (`.stray`, `.damaged-*`) and
@@ -31,7 +31,8 @@ Checks, each reported with the file and the byte position:
   * .timeindex: present, whole entries, increasing, each (T, o) naming the last
     offset of a batch whose max timestamp is T and T the largest so far.
 
-A channel's home (verify_channel) adds, never failing on what it finds:
+The walk of one .log is log_scan.py's. A channel's home (verify_channel; the checks
+are verify_home.py's) adds, never failing on what it finds:
   * channel.json: present, JSON, every setting valid, naming this home (when the
     caller supplies the config, from the appliance's database say, the file is
     still checked and the supplied config used);
@@ -56,61 +57,46 @@ A channel's home (verify_channel) adds, never failing on what it finds:
 """
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import (
-    ChannelEngineError,
     CorruptStateError,
-    DecryptionError,
     InvalidBatch,
     describe_os_error,
 )
 from channel_engine.filenames import (
     INDEX_SUFFIX,
-    LOCK_FILE,
     LOG_STATE_FILE,
     LOG_SUFFIX,
-    STRAY_SUFFIX,
     TIME_INDEX_SUFFIX,
     is_kept_aside,
     parse_repair_marker,
-    parse_segment_file,
     segment_file,
 )
 from channel_engine.log import record_batch
 from channel_engine.log import state as log_state
-from channel_engine.log.loader import (
+from channel_engine.log.known_end import known_committed_end
+from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
+from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.strays import (
     empty_last_reason,
     is_empty_segment,
-    known_committed_end,
     segment_stray_reason,
     stray_reason,
 )
-from channel_engine.log.offset_index import ENTRY as OFFSET_ENTRY
-from channel_engine.log.record_batch import BatchHeader
-from channel_engine.log.segment import find_next_batch, fixable_base_offset
 from channel_engine.log.time_index import ENTRY as TIME_ENTRY
-from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue import commit_journal, home_files
-from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.queue.loss_ledger import LossLedger
-
-
-@dataclass(frozen=True)
-class Damage:
-    """One thing wrong with one file."""
-
-    path: str
-    position: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: byte {self.position}: {self.reason}"
+from channel_engine.queue.channel_config import ChannelConfig
+from channel_engine.tools.log_scan import (
+    Damage,
+    LogFileScan,
+    read_batch,
+    scan_log_file,
+    segment_files,
+)
+from channel_engine.tools.verify_home import HomeReport, check_config_file, verify_home
 
 
 @dataclass
@@ -135,93 +121,6 @@ class VerifyReport:
         out = asdict(self)
         out["ok"] = self.ok
         return out
-
-
-@dataclass(frozen=True)
-class DamagedRegion:
-    """Bytes [position, end) of a .log that hold no intact batch, followed by intact ones."""
-
-    position: int
-    end: int
-    problem: InvalidBatch
-    first_offset: int   # the offset expected at `position`
-    resume_offset: int  # base offset of the intact batch at `end`
-
-
-@dataclass
-class LogFileScan:
-    """The valid batches of one .log file and what follows them. With resync, damaged
-    regions followed by intact batches are listed and the walk goes on after them;
-    `problem` and `valid_bytes` then describe the end of the last walk."""
-
-    path: Path
-    batches: list[tuple[int, BatchHeader]]
-    valid_bytes: int
-    file_size: int
-    problem: InvalidBatch | None
-    damaged: list[DamagedRegion] = field(default_factory=list)
-    superseded_at: int | None = None  # intact copies of a later segment's batches from here
-    base_offsets_fixable: list[tuple[int, int, int]] = field(default_factory=list)
-
-
-def scan_log_file(path: Path, expected_base: int | None, verify_crc: bool = True,
-                  resync: bool = False, bound: int | None = None) -> LogFileScan:
-    """Walk a .log file batch by batch until the end or the first invalid batch (with
-    resync: to the end, over damaged regions followed by intact batches below `bound`)."""
-    size = os.path.getsize(path)
-    scan = LogFileScan(path, [], 0, size, None)
-    if size:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
-            position = 0
-            while True:
-                position, expected_base = _walk(buf, scan, position, expected_base,
-                                                verify_crc)
-                problem = scan.problem
-                if not resync or problem is None or problem.kind == "zero_tail" \
-                        or expected_base is None:
-                    break
-                was = fixable_base_offset(buf, position, size, expected_base)
-                if was is not None:  # only the base offset field is wrong: go on past it
-                    header = record_batch.read_header(buf, position)._replace(
-                        base_offset=expected_base)
-                    scan.batches.append((position, header))
-                    scan.base_offsets_fixable.append((position, was, expected_base))
-                    position, expected_base = position + header.size, header.next_offset
-                    scan.problem = None
-                    continue
-                found = find_next_batch(buf, position + 1, size, expected_base)
-                if found is None:
-                    break
-                if bound is not None and found[1].base_offset >= bound:
-                    scan.superseded_at = found[0]
-                    break
-                scan.damaged.append(DamagedRegion(position, found[0], problem, expected_base,
-                                                  found[1].base_offset))
-                position, expected_base, scan.problem = found[0], found[1].base_offset, None
-    return scan
-
-
-def _walk(buf: mmap.mmap, scan: LogFileScan, position: int, expected_base: int | None,
-          verify_crc: bool) -> tuple[int, int | None]:
-    size = scan.file_size
-    while position < size:
-        try:
-            header = record_batch.check_batch(buf, position, size, expected_base, verify_crc)
-        except InvalidBatch as exc:
-            scan.problem = InvalidBatch(exc.kind, exc.reason)
-            break
-        scan.batches.append((position, header))
-        position += header.size
-        expected_base = header.next_offset
-    scan.valid_bytes = position
-    return position, expected_base
-
-
-def read_batch(path: Path, position: int, header: BatchHeader) -> bytes:
-    """Read one batch's bytes."""
-    with open(path, "rb") as f:
-        f.seek(position)
-        return f.read(header.size)
 
 
 def verify_partition(directory: Path, durability: str | None = None) -> VerifyReport:
@@ -253,7 +152,7 @@ def verify_partition(directory: Path, durability: str | None = None) -> VerifyRe
         bound = bases[i + 1] if not last else clean_end
         expected = _verify_segment(directory, base, last, state, bound, report)
         report.segments += 1
-    for base, suffix in _files(directory):
+    for base, suffix in segment_files(directory):
         if base not in bases and suffix != LOG_SUFFIX:
             report.notes.append(f"{segment_file(directory, base, suffix)}: index without a .log")
     if state is not None and state.clean_shutdown and expected is not None \
@@ -284,7 +183,7 @@ def _verify_names(directory: Path, clean_end: int | None, report: VerifyReport) 
         elif parse_repair_marker(name) is not None:
             report.notes.append(f"{directory / name}: a read met damage in this segment "
                                 "(repaired at the next writable open)")
-    logs = sorted(base for base, suffix in _files(directory) if suffix == LOG_SUFFIX)
+    logs = sorted(base for base, suffix in segment_files(directory) if suffix == LOG_SUFFIX)
     foreign = {base: segment_stray_reason(segment_file(directory, base, LOG_SUFFIX), base,
                                           clean_end) for base in logs}
     ours = [base for base in logs if foreign[base] is None]
@@ -298,18 +197,6 @@ def _verify_names(directory: Path, clean_end: int | None, report: VerifyReport) 
             report.damages.append(Damage(str(path), 0, f"stray: {why} (moved aside at the "
                                                        "next writable open)"))
     return ours
-
-
-@dataclass
-class HomeReport:
-    """What is wrong with the files of a channel's home (not its partitions)."""
-
-    home: str
-    damages: list[Damage] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    strays: list[str] = field(default_factory=list)  # paths recover moves aside
-    checkpoint_source: str | None = None
-    checkpoint_sequence: int = 0
 
 
 def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
@@ -341,158 +228,6 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
             "problems": problems, "damages": [asdict(d) for d in report.damages],
             "notes": report.notes, "strays": report.strays,
             "checkpoint_source": report.checkpoint_source, "partitions": partitions}
-
-
-def check_config_file(home: Path, report: HomeReport) -> ChannelConfig | None:
-    """channel.json of a home: its config, or None with the damage reported."""
-    path = home / CONFIG_FILE
-    try:
-        config = ChannelConfig.load(path)
-    except ChannelEngineError as exc:
-        report.damages.append(Damage(str(path), _json_byte(str(exc)), _config_reason(exc)))
-        return None
-    if Path(config.checkpoint_dir).resolve() != home.resolve():
-        report.damages.append(Damage(str(path), 0, f"checkpoint_dir {config.checkpoint_dir} "
-                                                   f"is not this home"))
-        return None
-    return config
-
-
-def _json_byte(message: str) -> int:
-    marker = message.rfind("(byte ")
-    digits = message[marker + 6:].split(":")[0].split(" ")[0] if marker >= 0 else ""
-    return int(digits) if digits.isdigit() else 0
-
-
-def _config_reason(exc: ChannelEngineError) -> str:
-    reason = str(getattr(exc, "reason", exc))
-    path_end = reason.find(": ")
-    return reason[path_end + 2:] if reason.startswith("/") and path_end > 0 else reason
-
-
-def verify_home(home: Path, config: ChannelConfig | None, report: HomeReport) -> None:
-    """Check the checkpoints, commit journals and strays of a home into `report`."""
-    backup = (Path(config.backup_checkpoint_dir) if config and config.use_dual_checkpoints
-              and config.backup_checkpoint_dir else None)
-    for directory in (home, backup):
-        if directory is not None:
-            _verify_checkpoint(directory / checkpoint_file.FILE_NAME, report)
-    found = checkpoint_file.read_newest(home, backup)
-    report.checkpoint_source = found.source
-    report.checkpoint_sequence = found.checkpoint.sequence if found.checkpoint else 0
-    sequence, why = report.checkpoint_sequence, None
-    if sequence > 0:
-        why = commit_journal.checkpoint_journal_problem(home, sequence)
-        if why is not None:
-            report.damages.append(Damage(
-                str(commit_journal.journal_path(home, sequence)), 0,
-                f"{why}, though checkpoint {sequence} ({found.source}) was written after its "
-                "header was synced: the take commits since are unknown (open and recover "
-                "report how many events may come back at most)"))
-    for generation in commit_journal.generations(home):
-        if generation != sequence or why is None:
-            _verify_journal(commit_journal.journal_path(home, generation), report)
-    if config is not None and config.encryption_key_file is not None:
-        _verify_key_file(config, report)
-    _verify_losses(home, report)
-    lock = home / LOCK_FILE
-    if os.path.lexists(lock) and not lock.is_file():
-        report.damages.append(Damage(str(lock), 0, "not a regular file: the channel cannot be "
-                                                   "locked (open and recover move it to "
-                                                   f"{LOCK_FILE}{STRAY_SUFFIX})"))
-    _find_strays(home, config, report)
-
-
-def _verify_losses(home: Path, report: HomeReport) -> None:
-    """Losses the channel recorded and no operator acknowledged are not sound: verify agrees
-    with the channel's health (`recover --ack` acknowledges them)."""
-    ledger = LossLedger.load(home, writable=False, expect_file=False, now_ms=0)
-    reason = ledger.health_reason()
-    if reason is not None:
-        report.damages.append(Damage(str(ledger.path), 0, reason))
-
-
-def _verify_key_file(config: ChannelConfig, report: HomeReport) -> None:
-    """The key file cannot be rebuilt (restore it from a backup): report, never repair.
-    It must load (its check values hold) and open the newest sealed batch of each
-    partition (a key file without check values, or another channel's)."""
-    path = str(config.encryption_key_file)
-    why = "(restore the key file from a backup: without it, sealed batches are unreadable)"
-    try:
-        keys = KeyRing.load(path, str(config.encryption_active_key))
-    except (ChannelEngineError, OSError, ValueError, RecursionError) as exc:
-        report.damages.append(Damage(path, 0, f"{getattr(exc, 'reason', exc)} {why}"))
-        return
-    for partition in range(config.partitions):
-        try:
-            _open_newest_sealed_batch(config.partition_dir(partition),
-                                      BatchSealer(keys, config.name, partition))
-        except DecryptionError as exc:
-            report.damages.append(Damage(path, 0, f"partition {partition}'s newest sealed "
-                                                  f"batch does not open: {exc} {why}"))
-
-
-def _open_newest_sealed_batch(directory: Path, sealer: BatchSealer) -> None:
-    """Unseal the newest encrypted batch of a partition's newest non-empty segment, if any;
-    DecryptionError if its key does not open it (damage is the partition check's)."""
-    if not directory.is_dir():
-        return
-    for base in sorted((b for b, suffix in _files(directory) if suffix == LOG_SUFFIX),
-                       reverse=True):
-        path = segment_file(directory, base, LOG_SUFFIX)
-        scan = scan_log_file(path, base)
-        sealed = [(position, header) for position, header in scan.batches
-                  if header.attributes & record_batch.ENCRYPTED_MASK]
-        if sealed:
-            position, header = sealed[-1]
-            with open(path, "rb") as f:
-                f.seek(position)
-                record_batch.unseal(f.read(header.size), sealer)
-            return
-        if scan.batches:
-            return
-
-
-def _verify_checkpoint(path: Path, report: HomeReport) -> None:
-    try:
-        checkpoint_file.read(path)
-    except FileNotFoundError:
-        report.damages.append(Damage(str(path), 0, "missing"))
-    except CorruptStateError as exc:
-        report.damages.append(Damage(str(path), exc.position, exc.reason))
-
-
-def _verify_journal(path: Path, report: HomeReport) -> None:
-    try:
-        found = commit_journal.scan(path)
-    except (FileNotFoundError, CorruptStateError) as exc:
-        report.damages.append(Damage(str(path), 0, str(getattr(exc, "reason", exc))))
-        return
-    if not found.ignored:
-        return
-    if found.torn_tail:
-        why = (f"{found.problem}: {found.ignored} bytes after the last valid record (a torn "
-               "append: a commit that never returned)")
-    else:
-        why = (f"{found.problem}; {found.unreadable_bytes} unreadable bytes, then "
-               f"{len(found.after)} intact record(s) (commits that returned are unreadable)")
-    report.damages.append(Damage(str(path), found.valid_bytes, why))
-
-
-def _find_strays(home: Path, config: ChannelConfig | None, report: HomeReport) -> None:
-    """Files in the home the engine did not write (home_files.py has the rule)."""
-    found = home_files.find_strays(home, config)
-    report.notes += found.notes
-    for path in found.strays:
-        report.strays.append(str(path))
-        report.damages.append(Damage(str(path), 0, "a stray file the engine did not write "
-                                                   f"(open and recover move it to "
-                                                   f"{path.name}{STRAY_SUFFIX})"))
-
-
-def _files(directory: Path) -> list[tuple[int, str]]:
-    return [p for p in map(parse_segment_file, os.listdir(directory))
-            if p is not None and os.path.isfile(segment_file(directory, p[0], p[1]))]
 
 
 def _verify_state(directory: Path, report: VerifyReport) -> log_state.LogState | None:

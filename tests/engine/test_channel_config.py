@@ -10,8 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channel_engine import Channel, ConfigError
-from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig, settings_crc
+from channel_engine import Channel, ConfigError, LogConfig
+from channel_engine.queue.channel_config import (
+    CONFIG_FILE,
+    LOG_SETTINGS,
+    ChannelConfig,
+    settings_crc,
+)
 
 
 def config(tmp_path: Path, **settings: Any) -> ChannelConfig:
@@ -232,3 +237,11 @@ def test_a_plain_object_of_settings_needs_no_crc32c_but_a_wrong_one_is_refused(
     assert ChannelConfig.from_document(settings, "supplied.json") == config(tmp_path)
     with pytest.raises(ConfigError, match="supplied.json: settings do not match"):
         ChannelConfig.from_document({**settings, "crc32c": 7}, "supplied.json")
+
+
+def test_it_takes_the_log_settings_defaults_and_docs_from_log_config() -> None:
+    log_fields = {f.name: f for f in dataclasses.fields(LogConfig)}
+    for f in dataclasses.fields(ChannelConfig):
+        if f.name in LOG_SETTINGS and not f.name.startswith("retention_"):  # a queue keeps
+            assert f.default == log_fields[f.name].default, f.name       # events by default
+            assert f.metadata["doc"] == log_fields[f.name].metadata["doc"], f.name

@@ -48,7 +48,7 @@ from channel_engine.log import record_batch as rb
 from channel_engine.log import state as log_state
 from channel_engine.log.offset_index import OffsetIndex
 from channel_engine.log.partition_log import PartitionLog
-from channel_engine.log.segment import LogSegment
+from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.log.time_index import TimeIndex
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
@@ -372,8 +372,8 @@ def segment_with(real: Real, name: str, suffix: str, data: bytes) -> LogSegment:
         sibling = str(Path(name).with_name(stem + kind))
         (directory / (stem + kind)).write_bytes(data if kind == suffix
                                                 else real.files.get(sibling, b""))
-    return LogSegment.open(directory, int(stem), index_max_bytes=INDEX_MAX_BYTES,
-                           index_interval_bytes=100, writable=False)
+    return LogSegment.open(directory, int(stem), SegmentConfig(INDEX_MAX_BYTES, 100),
+                           writable=False)
 
 
 def use_segment(segment: LogSegment) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
 from channel_engine.filenames import segment_file
-from channel_engine.log.loader import index_evidence_end as evidence_end
+from channel_engine.log.known_end import index_evidence_end as evidence_end
 from channel_engine.log.recovery import (
     DAMAGE_SPLIT,
     GAP,

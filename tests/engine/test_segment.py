@@ -9,20 +9,18 @@ import pytest
 from channel_engine.errors import CorruptRecordError
 from channel_engine.event import PendingEvent
 from channel_engine.log import record_batch as rb
-from channel_engine.log.segment import LogSegment
+from channel_engine.log.segment import LogSegment, SegmentConfig
 
 BASE = 100
 INTERVAL = 150  # bytes between index entries: every second or third batch is indexed
 
 
 def create(directory, base=BASE, preallocate=0, interval=INTERVAL):
-    return LogSegment.create(directory, base, index_max_bytes=4096,
-                             index_interval_bytes=interval, preallocate_bytes=preallocate)
+    return LogSegment.create(directory, base, SegmentConfig(4096, interval, preallocate))
 
 
 def reopen(directory, base=BASE, writable=True, interval=INTERVAL):
-    return LogSegment.open(directory, base, index_max_bytes=4096,
-                           index_interval_bytes=interval, writable=writable)
+    return LogSegment.open(directory, base, SegmentConfig(4096, interval), writable=writable)
 
 
 def append(seg, count=1, timestamp=1_000, body=b"x" * 40):

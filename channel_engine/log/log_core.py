@@ -1,0 +1,281 @@
+"""LogCore: what every part of a partition log shares (partition_log.PartitionLog: the whole).
+
+The state of the log (its segments, the offsets, the recovery point, the
+committed end, whether it is offline), its writer lock on `.lock`, the checks
+every write makes first (read-only, closed, offline; the directory still ours),
+going offline, the flush slot, the `log.state` file (state.py owns its bytes:
+the atomically replaced record, and the 12-byte committed-end record rewritten
+in place, never fsynced) and unlinking deleted segments when their delay passed.
+
+Offsets: the log start offset is the first offset readers may see; the log end
+offset (LEO) is the offset the next batch gets; the recovery point is the first
+offset not known to be on disk; the high watermark is what readers see: the
+recovery point in 'fsync' durability (never an event whose commit has not
+returned), the LEO in 'policy' durability (the flush policy bounds the loss).
+
+Concurrency: `_lock` guards the state (appends, roll, retention, truncation and
+close take it); `_flush_cond` and the flush slot let one thread at a time flush
+or close files, outside `_lock`; `_state_lock` serialises writers of
+log.state.tmp. Readers take no lock: they work on a snapshot of the segment list
+(replaced whole by _set_segments).
+
+Failures: a failure that leaves the files and the in-memory state in doubt takes
+the log offline (_go_offline): every later call raises LogOfflineError (or the
+directory's LogDirectoryError) until the directory is opened again, which
+recovers it. A directory deleted, replaced, unmounted or refusing writes (EROFS,
+EACCES, EPERM) is a LogDirectoryError naming it.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from channel_engine.atomic_file import open_lock_file
+from channel_engine.errors import (
+    LogDirectoryError,
+    LogLockedError,
+    LogOfflineError,
+    ReadOnlyLogError,
+    StorageError,
+)
+from channel_engine.filenames import (
+    LOCK_FILE,
+    LOG_STATE_FILE,
+)
+from channel_engine.log import record_batch
+from channel_engine.log import state as log_state
+from channel_engine.log.config import LogConfig
+from channel_engine.log.recovery import LostRange, RecoveryReport
+from channel_engine.log.segment import LogSegment, SegmentConfig
+from channel_engine.log.state import LogState
+
+DEFAULT_READ_BYTES = 1 << 20
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)  # the directory refuses writes
+
+
+class LogCore:
+    """A partition log's state and the checks and records every part shares."""
+
+    def __init__(self, directory: Path, config: LogConfig, partition: int, read_only: bool,
+                 clock: Callable[[], float], sealer: record_batch.Sealer | None = None) -> None:
+        self.directory = directory
+        self.sealer = sealer  # encrypts new batches' records and decrypts them when read
+        self.config = config
+        self.partition = partition
+        self.read_only = read_only
+        self._clock = clock
+        self._codec = record_batch.COMPRESSION_CODECS[config.compression]
+        self._segment_config = SegmentConfig.of(config)  # what each new segment is made with
+        self._lock = threading.Lock()
+        self._flush_cond = threading.Condition()
+        self._state_lock = threading.Lock()
+        self._flushing = False
+        self._lock_fd = -1
+        self._segments: tuple[LogSegment, ...] = ()
+        self._pending_deletes: list[LogSegment] = []
+        self._marked: set[LogSegment] = set()  # segments with commit stamps not yet synced
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        self._recovery_point = 0
+        self._persisted_state = LogState()
+        self._committed_end = 0  # log.state's committed-end record (state.py)
+        self._state_fd = -1  # log.state, held open for that record's in-place writes
+        self._last_flush_ms = 0
+        self._last_state_write_ms = 0
+        self._dir_dirty = False
+        self._offline: BaseException | None = None
+        self._dir_identity = (0, 0)  # (st_dev, st_ino) of the directory when opened
+        self._unsynced_segments: list[LogSegment] = []  # rolled to since the last flush
+        self._index_rebuilds_dropped = 0  # repairs counted by segments no longer in the log
+        self._closed = False
+        self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
+        self.last_recovery = RecoveryReport(str(directory))
+        self._new_losses: list[LostRange] = []  # found since the channel last asked
+        # damaged places reads met: (segment base, byte) -> the offsets reported lost there
+        self._read_damage: dict[tuple[int, int], LostRange] = {}
+        self._repair_marked: set[int] = set()  # segments with a .repair marker written
+
+    # -- the writer's directory lock ------------------------------------------------
+    def _take_dir_lock(self) -> Path | None:
+        """Take `.lock`; return where a non-regular file in its place went (or None)."""
+        fd, moved = open_lock_file(self.directory / LOCK_FILE, "the partition's writer lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogLockedError(self.directory) from None
+        self._lock_fd = fd
+        return moved
+
+    def _release_dir_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = -1
+
+    # -- offsets --------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        """First offset readers may see."""
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset the next appended event gets."""
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """First offset not known to be on disk."""
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        """Readers see offsets below this: the recovery point in fsync durability, else the LEO."""
+        if self.config.durability == "fsync":
+            return self._recovery_point
+        return self._log_end_offset
+
+    @property
+    def unflushed_events(self) -> int:
+        """Events appended but not yet known to be on disk (the policy-mode loss window)."""
+        return self._log_end_offset - self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        """Valid bytes in all segments."""
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The live segments, oldest first (a snapshot)."""
+        return self._segments
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        kept = set(map(id, segments))
+        self._index_rebuilds_dropped += sum(s.index_rebuilds for s in self._segments
+                                            if id(s) not in kept)
+        self._segments = tuple(segments)  # replaced whole: readers keep a consistent snapshot
+
+    def take_new_losses(self) -> list[LostRange]:
+        """Offset ranges found lost (at open, or by a read that met damage) since the last
+        call; the caller (the channel) owns them from here: queue, count, ledger."""
+        if not self._new_losses:  # the take path asks often; a loss is rare: no lock then
+            return []
+        with self._lock:
+            losses, self._new_losses = self._new_losses, []
+        return losses
+
+    # -- refusing writes: read-only, closed, offline --------------------------------
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"{self.directory}: opened read-only")
+        if self._offline is not None:
+            raise self._offline_error()
+        if self._closed:
+            raise ReadOnlyLogError(f"{self.directory}: log is closed")
+
+    def _offline_error(self) -> LogOfflineError:
+        """The error every call raises once the log is offline (the directory's own when it
+        is gone or read-only)."""
+        cause = self._offline
+        if isinstance(cause, LogDirectoryError):
+            return LogDirectoryError(self.directory, cause.reason)
+        return LogOfflineError(self.directory, cause or OSError("offline"))
+
+    def _check_directory(self, segment: LogSegment) -> None:
+        """Go offline with LogDirectoryError unless `segment`'s path still names the file we
+        write (one stat): a deleted, replaced or unmounted directory acknowledges nothing."""
+        try:
+            if not segment.gone():
+                return
+            found = os.stat(self.directory)
+            if (found.st_dev, found.st_ino) != self._dir_identity:
+                reason = ("another directory is at this path now (the partition directory "
+                          "was replaced or unmounted)")
+            else:
+                reason = f"{segment.log_path.name} was deleted or replaced in the directory"
+        except FileNotFoundError:
+            reason = "the partition directory no longer exists (deleted or unmounted)"
+        except OSError as exc:
+            reason = f"the partition directory cannot be checked ({exc})"
+        raise self._go_offline(LogDirectoryError(self.directory, reason))
+
+    def _go_offline(self, exc: BaseException, doing: str = "writing") -> LogOfflineError:
+        """Refuse every later write: the files and the in-memory state may disagree. A
+        directory that refuses writes (EROFS, EACCES, EPERM) is a LogDirectoryError."""
+        if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRNOS:
+            exc = LogDirectoryError(self.directory, f"the partition directory refuses writes "
+                                                    f"({exc.strerror}) while {doing}")
+        self._offline = exc
+        return self._offline_error()
+
+    # -- the flush slot, log.state, deleted files -----------------------------------
+    @contextmanager
+    def _flush_slot(self) -> Iterator[None]:
+        """Be the only thread flushing or closing files (group commit leader or maintenance)."""
+        with self._flush_cond:
+            while self._flushing:
+                self._flush_cond.wait()
+            self._flushing = True
+        try:
+            yield
+        finally:
+            with self._flush_cond:
+                self._flushing = False
+                self._flush_cond.notify_all()
+
+    def _note_committed(self, end: int) -> None:
+        """Rewrite log.state's committed-end record in place, without an fsync (one pwrite
+        of 12 bytes): the only record of the log's end outside its active segment, so a kill
+        followed by the loss of that segment's file loses nothing uncounted (state.py).
+        Caller holds the lock."""
+        if end <= self._committed_end:
+            return
+        self._committed_end = end
+        try:
+            os.pwrite(self._state_fd, log_state.encode_committed_end(end),
+                      log_state.COMMITTED_END_AT)
+        except OSError as exc:
+            raise self._go_offline(exc, "recording the committed end in log.state") from exc
+
+    def _open_state_file(self) -> None:
+        """Hold the current log.state open (again after each atomic replace) for
+        _note_committed. Caller holds the lock, or is opening the log."""
+        fd = os.open(self.directory / LOG_STATE_FILE, os.O_WRONLY)
+        old, self._state_fd = self._state_fd, fd
+        if old >= 0:
+            os.close(old)
+
+    def _write_state(self, clean: bool) -> None:
+        with self._state_lock:  # one writer of log.state.tmp at a time
+            self._write_state_locked(clean)
+
+    def _write_state_locked(self, clean: bool) -> None:
+        state = LogState(self._log_start_offset, self._recovery_point, self._log_end_offset,
+                         clean, committed_end=self._committed_end)
+        log_state.write(self.directory / LOG_STATE_FILE, state)
+        self._open_state_file()  # the in-place record goes to the new file from now on
+        self._persisted_state = state
+        self._last_state_write_ms = self._now_ms()
+
+    def delete_expired_files(self, force: bool = False) -> int:
+        """Unlink segments renamed to .deleted whose delay has passed; return how many."""
+        now = self._now_ms()
+        with self._flush_slot():
+            due = [s for s in self._pending_deletes if force or s.delete_after_ms <= now]
+            for segment in due:
+                try:
+                    segment.delete_files()
+                except OSError as exc:  # kept pending: tried again next time, or on open
+                    raise StorageError(self.directory, exc, "unlinking a deleted segment") \
+                        from exc
+                self._pending_deletes.remove(segment)
+        return len(due)
