@@ -107,7 +107,8 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
     """The problem an exception is (None: no documented answer)."""
     if isinstance(exc, Problem):
         return exc
-    if isinstance(exc, ChannelEngineError) and _channel_gone(exc, view):
+    # an engine error, or the OSError of a file path a delete just renamed away
+    if isinstance(exc, (ChannelEngineError, OSError)) and _channel_gone(exc, view):
         return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
     for kind, convert in _CONVERTERS:
         if isinstance(exc, kind):
@@ -115,7 +116,7 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
     return None
 
 
-def _channel_gone(exc: ChannelEngineError, view: Any) -> bool:
+def _channel_gone(exc: Exception, view: Any) -> bool:
     """Was the channel of the request deleted (or recreated) under it? Then any engine
     error is answered as for a channel there is not."""
     if isinstance(exc, ChannelGoneError):

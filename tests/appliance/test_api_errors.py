@@ -25,6 +25,7 @@ from appliance.api.problems import CONTENT_TYPE, TITLES, TYPE_BASE, Problem
 from appliance.event_parsing import EventError
 from appliance.exports import BrokerUnavailable
 from appliance.manage_channels import Refused
+from appliance.models import Channel
 from channel_engine import (
     BatchTooLargeError,
     ChannelClosedError,
@@ -140,6 +141,24 @@ def test_it_answers_404_for_a_channel_deleted_under_the_request(
                             failing_open(ChannelGoneError("channel 'orders' was deleted")))
         response = token_client("admin").get("/api/v1/channels/orders")
     assert "deleted" in problem(response, 404, "channel-not-found")["detail"]
+
+
+@pytest.mark.parametrize("error", [FileNotFoundError(2, "No such file or directory"),
+                                   StorageError(Path("/gone"), OSError(2, "gone"), "writing")])
+def test_an_error_of_a_channel_deleted_during_the_request_is_a_404(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """The row is gone by the time the error is answered (another worker's delete renamed
+    its files away mid-request): 404 like any channel that is not there, never a 500."""
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = channel_row(tmp_path)
+
+        def deleted_then_failing(*_: object, **__: object) -> Any:
+            Channel.objects.filter(pk=row.pk).delete()
+            raise error
+        monkeypatch.setattr(channels, "open_channel", deleted_then_failing)
+        response = token_client("produce").post(
+            "/api/v1/channels/orders/events", {"events": [{"body": "x"}]}, format="json")
+    problem(response, 404, "channel-not-found")
 
 
 def test_it_answers_503_with_retry_after_when_no_owner_can_be_reached(
