@@ -162,7 +162,9 @@ def test_the_channel_page_shows_a_checkpoint_made_elsewhere_without_a_reload(
     expect(history).to_have_count(rows + 2)
     expect(history.first).to_have_attribute("data-sequence", str(before + 2))
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
-    page.locator("#checkpoint-panel").scroll_into_view_if_needed()
+    # found and scrolled in one step in the page: a refresh may replace the panel between
+    # a locator's lookup and its scroll ("not attached to the DOM")
+    page.evaluate("document.getElementById('checkpoint-panel').scrollIntoView()")
     shot("after-refresh")
 
 
