@@ -47,6 +47,7 @@ from channel_engine.errors import (
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log.config import LogConfig
+from channel_engine.log.fetch import FetchData, FileSlice
 from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.log.recovery import LostRange, RecoveryReport
 from channel_engine.queue.channel_config import ChannelConfig
@@ -76,6 +77,8 @@ __all__ = [
     "DiskFullError",
     "DiskSpaceError",
     "Event",
+    "FetchData",
+    "FileSlice",
     "InvalidEventError",
     "LogConfig",
     "LogLockedError",

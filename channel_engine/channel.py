@@ -55,6 +55,7 @@ from channel_engine.errors import (
     TransactionStateError,
 )
 from channel_engine.event import Event, PendingEvent
+from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData
 from channel_engine.owner.client import OwnerClient
 from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
@@ -290,6 +291,17 @@ class Channel:
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Committed events of one partition from `offset` (inspection: takes do not move)."""
         return self._retrying(lambda b: b.read(partition, offset, max_events))
+
+    def fetch(self, partition: int, start: int, end: int,
+              max_bytes: int = DEFAULT_FETCH_BYTES) -> FetchData:
+        """Committed batches of one segment from the one holding `start` (log/fetch.py)."""
+        backend = self._backend()
+        if self._owner is None or backend is not self._owner:  # a client: the files are the
+            # owner's, and a descriptor does not travel over the owner socket
+            raise ChannelEngineError(f"channel {self.name!r}: fetch reads the files; this "
+                                     "process is a client of their owner: open the channel "
+                                     "read_only=True to fetch")
+        return self._owner.fetch(partition, start, end, max_bytes)
 
     def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
         """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""

@@ -24,7 +24,11 @@ Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
                                         transactional (a multi-partition put);
                                         bit 7 (Weir's; unused by Kafka)
                                         encrypted: the records are a sealed
-                                        unit (encryption.py), see seal()
+                                        unit (encryption.py), see seal();
+                                        open_batch() gives it back as a plain
+                                        batch (bit clear, records and length
+                                        plain, CRC over them): how readers
+                                        without the key get it
         23     4  lastOffsetDelta       recordCount - 1 (Weir never compacts)
         27     8  baseTimestamp         ms; timestamp of the first record
         35     8  maxTimestamp          ms; largest record timestamp
@@ -68,7 +72,8 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 MAGIC = 2
-CRC_START = 21
+CRC_AT = 17  # where the CRC-32C is stored
+CRC_START = 21  # where the bytes it covers begin
 assert HEADER.size == HEADER_SIZE
 
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -289,7 +294,7 @@ def seal(batch: bytearray, sealer: Sealer) -> bytearray:
     unit = sealer.seal(bytes(batch[HEADER_SIZE:]), bytes(batch[ATTRIBUTES_AT:HEADER_SIZE]))
     sealed = bytearray(batch[:HEADER_SIZE]) + unit
     struct.pack_into(">i", sealed, 8, len(sealed) - LOG_OVERHEAD)
-    struct.pack_into(">I", sealed, 17, compute_crc(sealed))
+    struct.pack_into(">I", sealed, CRC_AT, compute_crc(sealed))
     return sealed
 
 
@@ -309,6 +314,17 @@ def unseal(batch: bytes, sealer: Sealer | None) -> bytes:
     struct.pack_into(">i", plain, 8, len(plain) - LOG_OVERHEAD)
     struct.pack_into(">h", plain, ATTRIBUTES_AT, header.attributes & ~ENCRYPTED_MASK)
     return bytes(plain)  # the CRC is not fixed: it was checked on the sealed bytes
+
+
+def open_batch(batch: bytes, sealer: Sealer | None) -> bytes:
+    """The batch as it travels to a reader: unsealed (unseal) and, if it was sealed, with
+    the CRC of its plain bytes, so it is a valid batch of its own; a plain batch as it is."""
+    plain = unseal(batch, sealer)
+    if plain is batch:
+        return batch
+    opened = bytearray(plain)
+    struct.pack_into(">I", opened, CRC_AT, compute_crc(opened))
+    return bytes(opened)
 
 
 def set_base_offset(batch: bytearray, base_offset: int) -> None:

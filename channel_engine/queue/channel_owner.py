@@ -38,8 +38,9 @@ from typing import Any
 
 from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
-from channel_engine.errors import ChannelEngineError
+from channel_engine.errors import ChannelEngineError, OffsetOutOfRangeError
 from channel_engine.event import Event
+from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData, fetch
 from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
 from channel_engine.log.recovery import LostRange
@@ -282,6 +283,21 @@ class ChannelOwner:
         """An operator has seen every loss recorded: acknowledge them all, durably (health
         is no longer degraded for them); return how many records that was."""
         return self.losses.acknowledge()
+
+    # -- in process only: not an owner operation (the answer may hold a descriptor) --------
+    def fetch(self, partition: int, start: int, end: int,
+              max_bytes: int = DEFAULT_FETCH_BYTES) -> FetchData:
+        """Committed batches of a partition from the one holding `start` toward `end`, one
+        segment's at most (log/fetch.py); OffsetOutOfRangeError past the last stable offset."""
+        self.state.check_partition(partition)
+        log = self.state.logs[partition]
+        with self.state.lock:  # the unresolved puts change under it
+            stable = self.state.visible_end(partition)
+        if start >= stable:
+            raise OffsetOutOfRangeError(start, log.log_start_offset, stable)
+        answer = fetch(log, start, min(end, stable), max_bytes)
+        self.losses.count()  # damage the read skipped, as for read()
+        return answer
 
     # -- for the tools ----------------------------------------------------------------------
     def record_lost(self, lost: Sequence[tuple[int, LostRange, int]]) -> None:

@@ -337,3 +337,21 @@ def test_a_codec_header_claiming_gigabytes_is_refused_without_allocating_them(
         list(rb.records(claiming_gigabytes(codec)))
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 256 * 1024
+
+
+# -- opening a sealed batch for a reader without the key ---------------------------------
+
+def test_open_batch_gives_a_sealed_batch_back_as_a_plain_one_with_its_own_crc(
+        tmp_path) -> None:
+    from channel_engine.encryption import BatchSealer, KeyRing
+
+    KeyRing.write_new(tmp_path / "keys.json", ["k1"])
+    sealer = BatchSealer(KeyRing.load(tmp_path / "keys.json", "k1"), "ch", 0)
+    plain = built(base_offset=40)
+    sealed = bytes(rb.seal(bytearray(plain), sealer))
+    opened = rb.open_batch(sealed, sealer)
+    header = rb.check_batch(opened, 0, len(opened), 40, True)  # the CRC checks
+    assert not header.attributes & rb.ENCRYPTED_MASK and len(opened) == header.size
+    assert decoded(opened) == expected(EVENTS, 40)
+    assert opened == plain  # the very batch that was sealed
+    assert rb.open_batch(plain, sealer) is plain  # a plain batch as it is
