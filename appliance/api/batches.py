@@ -1,21 +1,30 @@
 """GET /api/v1/channels/{name}/partitions/{p}/batches?start=S&end=E — the raw record
-batches holding offsets [S, E) of one partition, for readers that do not share the
-appliance's disks (the Spark exporter's executors on a cluster).
+batches of offsets from S toward E of one partition, for readers that do not share the
+appliance's disks (the Spark exporter's executors on a cluster). Role: consume.
 
-The body (application/vnd.weir.batches) is the Kafka record batches as the segment
-files hold them — decrypted when the channel is encrypted — back to back; the first may
-begin before S and the last end after E, so a reader keeps offsets in [S, E) only.
-Only committed events are served: E may not pass the partition's last stable offset
-(416 offset-out-of-range otherwise, as for a range below the log start: the problem names
-log_start_offset and last_stable_offset). Role: consume.
+One answer carries the batches of one segment at most — the engine's fetch
+(Channel.fetch, channel_engine/log/fetch.py), as a Kafka broker answers a fetch — so a
+reader asks again from where it stopped until it has [S, E). The body
+(application/vnd.weir.batches) is whole Kafka record batches back to back: the first may
+begin before S and the last end after E, so a reader keeps offsets in [S, E) only. The
+header `X-Weir-Range: S-N` says which offsets the answer covers: [S, N), N the offset
+after its last batch (the next request's start; N < E when the segment ended first).
+Batches are served as the engine hands them out and never touched here: an unencrypted
+range is a slice of the segment file, sent zero-copy (Django's FileResponse goes through
+the WSGI server's wsgi.file_wrapper, and gunicorn sendfile()s it from the descriptor's
+position for Content-Length bytes); an encrypted one is the engine's opened batches
+(decrypted, each with its own CRC). A reader checks each batch's CRC, as a Kafka consumer
+does.
+
+Only committed events are served: E may not pass the partition's last stable offset, and
+S must lie in [log start, last stable offset) (416 offset-out-of-range otherwise: the
+problem names log_start_offset and last_stable_offset).
 """
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterator
 from typing import Any
 
-from django.http import StreamingHttpResponse
+from django.http import FileResponse, HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -26,11 +35,9 @@ from appliance.api.events import check_partition
 from appliance.api.problems import Problem
 from appliance.api.schema import errors
 from channel_engine import Channel as EngineChannel
-from channel_engine import OffsetOutOfRangeError
-from channel_engine.log import record_batch
+from channel_engine import FetchData
 
 MEDIA_TYPE = "application/vnd.weir.batches"
-CHUNK_BYTES = 4 << 20
 
 
 class BatchRange(serializers.Serializer):
@@ -46,23 +53,30 @@ class BatchRange(serializers.Serializer):
 
 
 class BatchesView(ApiView):
-    """Stream the raw record batches of an offset range."""
+    """Send the raw record batches of an offset range, one segment's at most."""
 
     role = "consume"
 
     @extend_schema(operation_id="partition_batches", parameters=[
         OpenApiParameter("partition", {"type": "integer", "minimum": 0}, OpenApiParameter.PATH),
-        BatchRange], responses={
+        BatchRange,
+        OpenApiParameter("X-Weir-Range", {"type": "string", "pattern": r"^[0-9]+-[0-9]+$"},
+                         OpenApiParameter.HEADER, response=[200],
+                         description="S-N: the answer covers offsets [S, N); ask again "
+                                     "from N while N < end")], responses={
         (200, MEDIA_TYPE): OpenApiResponse({"type": "string", "format": "binary"},
-                                           description="record batches, back to back"),
+                                           description="whole record batches of one segment, "
+                                                       "back to back"),
         **errors(400, 404, 416, 503)})
     def get(self, request: Request, name: str, partition: int) -> Any:
-        """Raw batches for offsets [start, end)."""
+        """Raw batches from start toward end, one segment's at most."""
         row = self.row
         wanted = BatchRange(data=request.query_params)
         wanted.is_valid(raise_exception=True)
         start, end = wanted.validated_data["start"], wanted.validated_data["end"]
         check_partition(row, partition)
+        # the live owner's last stable offset: a read-only snapshot cannot tell a put in
+        # doubt from a committed one
         status = channels.open_channel(row).status()["partitions"][partition]
         if start < status["log_start_offset"] or end > status["last_stable_offset"]:
             raise Problem(416, "offset-out-of-range",
@@ -72,37 +86,16 @@ class BatchesView(ApiView):
                               "log_start_offset"] else "end",
                           log_start_offset=status["log_start_offset"],
                           last_stable_offset=status["last_stable_offset"])
-        snapshot = EngineChannel.open(channels.to_config(row), read_only=True)
-        response = StreamingHttpResponse(_batches(snapshot, partition, start, end),
-                                         content_type=MEDIA_TYPE)
-        response["X-Weir-Range"] = f"{start}-{end}"
+        with EngineChannel.open(channels.to_config(row), read_only=True) as snapshot:
+            fetched = snapshot.fetch(partition, start, end)  # outlives the snapshot
+        response = _body(fetched)
+        response["X-Weir-Range"] = f"{start}-{fetched.next_offset}"
         return response
 
 
-def _batches(snapshot: EngineChannel, partition: int, start: int, end: int) -> Iterator[bytes]:
-    """The batches of [start, end), plain, in chunks of about CHUNK_BYTES."""
-    try:
-        owner = snapshot.owner
-        assert owner is not None
-        log = owner.logs[partition]
-        offset, pending, size = start, [], 0
-        while offset < end:
-            read = list(log.read_batches(offset, end, CHUNK_BYTES))
-            if not read:
-                raise OffsetOutOfRangeError(offset, log.log_start_offset, log.high_watermark)
-            for _, header, data in read:
-                plain = bytes(data)
-                if header.attributes & record_batch.ENCRYPTED_MASK:
-                    opened = bytearray(record_batch.unseal(plain, log.sealer))
-                    struct.pack_into(">I", opened, 17, record_batch.compute_crc(opened))
-                    plain = bytes(opened)  # a batch like any other, its CRC its own
-                pending.append(plain)
-                size += len(plain)
-                offset = header.next_offset
-            if size >= CHUNK_BYTES:
-                yield b"".join(pending)
-                pending, size = [], 0
-        if pending:
-            yield b"".join(pending)
-    finally:
-        snapshot.close()
+def _body(fetched: FetchData) -> HttpResponse | FileResponse:
+    """A file slice as a FileResponse (its Content-Length the slice's, for sendfile), or
+    the opened bytes."""
+    if isinstance(fetched.records, bytes):
+        return HttpResponse(fetched.records, content_type=MEDIA_TYPE)
+    return FileResponse(fetched.records, content_type=MEDIA_TYPE)

@@ -21,8 +21,9 @@ Options (strings, as Spark passes them; names are case-insensitive):
                                   instead (each split at most this long): the exporter
                                   makes one split per output file this way
     url                 no        read over the appliance's HTTP API at this base URL
-                                  (GET …/partitions/{p}/batches) instead of from files:
-                                  for executors that do not share the appliance's disks
+                                  (GET …/partitions/{p}/batches, asked again from where
+                                  each answer stops) instead of from files: for
+                                  executors that do not share the appliance's disks
     token               with url  an API token with the consume role on the channel
 
 Schema, one row per event:
@@ -319,37 +320,53 @@ def _check_damage(split: WeirSplit, losses: list[LostRange]) -> None:
 
 
 def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
-    """The records of the appliance's batches endpoint, batch by batch (plain batches back
-    to back; the first may start before the split, the last end after it): the same rows
-    as _local_chunks gives, null header values included."""
+    """The records of the appliance's batches endpoint, batch by batch: it answers whole
+    batches of one segment at a time (the first may start before the offset asked for, the
+    last end after the split), so ask again from the offset its X-Weir-Range ends at until
+    the split is covered. The same rows as _local_chunks gives, null header values
+    included; each batch's CRC is checked here (the appliance sends them as stored)."""
+    from channel_engine.log import record_batch
+
+    next_offset = split.start
+    while next_offset < split.end:
+        url = _batches_url(split, next_offset)
+        data, served = _get_batches(split, url, next_offset)
+        position = 0
+        while position < len(data):
+            try:
+                header = record_batch.check_batch(data, position, len(data), None, True)
+                columns = record_batch.record_columns(data[position:position + header.size])
+            except InvalidBatch as exc:
+                raise _unavailable(split, f"{url}: bad batch at byte {position}: {exc}") \
+                    from exc
+            yield columns
+            position += header.size
+        next_offset = served
+
+
+def _get_batches(split: WeirSplit, url: str, start: int) -> tuple[bytes, int]:
+    """(body, N) of one answer of the batches endpoint for offsets from `start`: it covers
+    [start, N) (its X-Weir-Range header), N > start."""
     import urllib.error
     import urllib.request
 
-    from channel_engine.log import record_batch
-
-    url = _batches_url(split)
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {split.token}"})
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             data = response.read()
+            covered = response.headers.get("X-Weir-Range", "")
     except urllib.error.HTTPError as exc:
         raise _unavailable(split, f"{url} answered {exc.code}: {exc.read()[:300]!r}") from exc
-    position, next_offset = 0, split.start
-    while position < len(data) and next_offset < split.end:
-        try:
-            header = record_batch.check_batch(data, position, len(data), None, True)
-            offsets, timestamps, keys, values, headers = record_batch.record_columns(
-                data[position:position + header.size])
-        except InvalidBatch as exc:
-            raise _unavailable(split, f"{url}: bad batch at byte {position}: {exc}") from exc
-        yield offsets, timestamps, keys, values, headers
-        position += header.size
-        next_offset = header.next_offset
+    found = re.fullmatch(r"([0-9]+)-([0-9]+)", covered)
+    if found is None or int(found[1]) != start or int(found[2]) <= start:
+        raise _unavailable(split, f"{url} answered X-Weir-Range {covered!r}, not {start}-N "
+                           f"with N > {start}")
+    return data, int(found[2])
 
 
-def _batches_url(split: WeirSplit) -> str:
+def _batches_url(split: WeirSplit, start: int | None = None) -> str:
     return (f"{split.url}/api/v1/channels/{split.channel}/partitions/{split.partition}"
-            f"/batches?start={split.start}&end={split.end}")
+            f"/batches?start={split.start if start is None else start}&end={split.end}")
 
 
 def _unavailable(split: WeirSplit, reason: str) -> RangeUnavailableError:

@@ -122,6 +122,7 @@ def test_raw_batches_of_a_range_stream_for_remote_readers(tmp_path: Path) -> Non
         response = client.get("/api/v1/channels/raw/partitions/0/batches?start=15&end=42")
         assert response.status_code == 200, response.content
         assert response["Content-Type"] == "application/vnd.weir.batches"
+        assert response["X-Weir-Range"] == "15-50"  # whole batches: through offset 49
         data = b"".join(response.streaming_content)
         offsets, position = [], 0
         while position < len(data):
