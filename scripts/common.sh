@@ -301,6 +301,11 @@ use_test_jvm_services() {
       scripts/spark_cluster.sh start --cores 8 --memory 6g >"$spark_dir/start.out" 2>&1 &
     spark_pid=$!
   fi
+  # the class-data-sharing archive of Spark's classes (scripts/spark_cds.py), made
+  # meanwhile when missing: every Spark JVM of the run (drivers, the cluster's executors)
+  # starts on it
+  .venv/bin/python scripts/spark_cds.py >"${TMPDIR:-/tmp}/weir-spark-cds.$$.out" 2>&1 &
+  local cds_pid=$!
   if [ -n "$hdfs_pid" ]; then
     wait "$hdfs_pid" || _service_failed "HDFS (scripts/hdfs.sh start)" "$hdfs_dir/start.out"
     export WEIR_TEST_HDFS_URL; WEIR_TEST_HDFS_URL=$(tail -n 1 "$hdfs_dir/start.out")
@@ -311,6 +316,18 @@ use_test_jvm_services() {
     export WEIR_TEST_SPARK_MASTER WEIR_TEST_SPARK_DIR=$spark_dir
     WEIR_TEST_SPARK_MASTER=$(tail -n 1 "$spark_dir/start.out")
   fi
+  wait "$cds_pid" || _service_failed "Spark's class-data-sharing archive (scripts/spark_cds.py)" \
+    "${TMPDIR:-/tmp}/weir-spark-cds.$$.out"
+  use_spark_cds "$(tail -n 1 "${TMPDIR:-/tmp}/weir-spark-cds.$$.out")"
+  rm -f "${TMPDIR:-/tmp}/weir-spark-cds.$$.out"
+}
+
+# Start every Spark JVM from here on (spark-submit adds SPARK_SUBMIT_OPTS to the driver's
+# java command; tests/spark pass WEIR_SPARK_JAVA_OPTS to their cluster executors) on the
+# class-data-sharing archive $1; the JDK ignores one that does not match, quietly.
+use_spark_cds() {
+  export WEIR_SPARK_JAVA_OPTS="-XX:SharedArchiveFile=$1 -Xlog:cds*=off"
+  export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:+$SPARK_SUBMIT_OPTS }$WEIR_SPARK_JAVA_OPTS"
 }
 
 _service_failed() {

@@ -11,7 +11,8 @@
 # HDFS and Spark: one MiniDFSCluster and one Spark standalone cluster (master + worker
 # JVMs) serve every pytest process of the run, started here at once and stopped on exit,
 # unless WEIR_TEST_HDFS_URL / WEIR_TEST_SPARK_MASTER name outside ones (scripts/common.sh's
-# use_test_jvm_services; HDFS's jars are fetched first, like Kafka's).
+# use_test_jvm_services; HDFS's jars are fetched first, like Kafka's), and every Spark JVM
+# of the run starts from a class-data-sharing archive of Spark's classes (spark_cds.py).
 # Redis: the tests use the one at WEIR_TEST_REDIS_URL (default redis://127.0.0.1:6379)
 # when it answers, else a private redis-server (free port, no persistence) stopped when
 # this script exits; Debian's redis-server is installed when missing (scripts/common.sh).

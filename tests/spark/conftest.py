@@ -44,7 +44,9 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
         if on_cluster:
             builder = (builder.master(request.getfixturevalue("spark_master").url)
                        .config("spark.cores.max", str(SESSION_CORES))
-                       .config("spark.executor.memory", "768m"))
+                       .config("spark.executor.memory", "768m")
+                       .config("spark.executor.extraJavaOptions",
+                               os.environ.get("WEIR_SPARK_JAVA_OPTS", "")))
         else:
             builder = builder.master("local[2]")
         session = (builder.appName("weir-tests")

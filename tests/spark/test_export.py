@@ -248,8 +248,22 @@ def killed_and_rerun(tmp_path: Path, spark: Any, output: str, step: str) -> dict
     return report
 
 
-@pytest.mark.parametrize("step", ["reserved", "writing", "written", "recorded", "moving",
-                                  "moved"])
+STEPS = ("reserved", "writing", "written", "recorded", "moving", "moved")
+
+
+def kill_cases(on_file: tuple[str, ...], on_hdfs: tuple[str, ...]) -> list[Any]:
+    """(filesystem, step) cases of a kill test: the default run takes the steps named for
+    each filesystem, the slow run (-m slow) every step on both."""
+    return [pytest.param(filesystem, step, id=f"{filesystem}-{step}", marks=[
+        *([pytest.mark.hdfs] if filesystem == "hdfs" else []),
+        *([] if step in (on_hdfs if filesystem == "hdfs" else on_file) else [pytest.mark.slow])])
+        for step in STEPS for filesystem in ("file", "hdfs")]
+
+
+# Every step on HDFS (the target); on file:// the steps whose file:// code differs
+# (written -> recorded: sync_file; moving; the rest take the same path as on HDFS).
+@pytest.mark.parametrize(("output", "step"), kill_cases(
+    on_file=("writing", "recorded", "moving"), on_hdfs=STEPS), indirect=["output"])
 def test_a_job_killed_at_any_step_then_rerun_exports_each_event_exactly_once(
         tmp_path: Path, spark: Any, output: str, step: str) -> None:
     report = killed_and_rerun(tmp_path, spark, output, step)
@@ -258,11 +272,8 @@ def test_a_job_killed_at_any_step_then_rerun_exports_each_event_exactly_once(
         assert sum(len(p["skipped"]) for p in report["partitions"]) > 0
 
 
-@pytest.mark.parametrize("step", [
-    "writing", "recorded",
-    pytest.param("reserved", marks=pytest.mark.slow),
-    pytest.param("written", marks=pytest.mark.slow),
-    pytest.param("moved", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(("output", "step"), kill_cases(
+    on_file=("recorded",), on_hdfs=("writing",)), indirect=["output"])
 def test_a_job_killed_under_a_live_owner_then_rerun_with_new_events_exports_once(
         tmp_path: Path, spark: Any, output: str, step: str) -> None:
     # The job is a client of this process, which owns the channel: its death returns the

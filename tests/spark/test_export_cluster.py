@@ -65,10 +65,18 @@ def job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
            "PYSPARK_SUBMIT_ARGS": f"--conf spark.pyspark.python={sys.executable} "
                                   f"--conf spark.executorEnv.PYTHONPATH={hook} "
                                   f"--conf spark.executorEnv.WEIR_TEST_OPEN_LOG="
-                                  f"{tmp_path / 'opened.log'} pyspark-shell"}
+                                  f"{tmp_path / 'opened.log'} "
+                                  f"{executor_java_options()}pyspark-shell"}
     env.pop("WEIR_EXPORT_CRASH_AT", None)
     env.pop("PYSPARK_PYTHON", None)  # the tests' session sets it for its own workers
     return env
+
+
+def executor_java_options() -> str:
+    """--conf for the executors' JVMs: the run's class-data-sharing archive (WEIR_SPARK_JAVA_OPTS,
+    scripts/common.sh's use_spark_cds) when it has one; they start faster, nothing else."""
+    options = os.environ.get("WEIR_SPARK_JAVA_OPTS")
+    return f"--conf 'spark.executor.extraJavaOptions={options}' " if options else ""
 
 
 def job(cluster: SparkCluster, home: Path | str, output: str, *args: str) -> list[str]:
@@ -119,6 +127,11 @@ def check_shipped(cluster: SparkCluster, tmp_path: Path) -> None:
         assert str(ROOT) not in paths.split(os.pathsep) and not Path(cwd).is_relative_to(ROOT)
 
 
+# HDFS, the cluster's filesystem, by default; file:// (the executors on this host) in the
+# slow run.
+@pytest.mark.parametrize("output", [pytest.param("hdfs", marks=pytest.mark.hdfs),
+                                    pytest.param("file", marks=pytest.mark.slow)],
+                         indirect=True)
 def test_it_exports_every_event_once_with_executors_in_their_own_jvms(
         spark_master: SparkCluster, output: str, request: pytest.FixtureRequest,
         tmp_path: Path) -> None:
