@@ -137,6 +137,11 @@ class LogSegment:
         return self.file.dirty
 
     @property
+    def identity(self) -> tuple[int, int]:
+        """(st_dev, st_ino) of the .log the segment holds open."""
+        return self.file.identity
+
+    @property
     def log_path(self) -> Path:
         """The .log file (renamed to *.deleted by rename_to_deleted)."""
         return self.file.log_path
