@@ -44,12 +44,12 @@ from channel_engine.log.record_batch import (
     is_zero,
     read_header,
 )
-from channel_engine.log.segment_file import READ_CHUNK
 
 MAGIC_AT = 16  # byte of the magic in a batch header
 MAGIC_BYTE = bytes([MAGIC])
 SECTOR = 512  # the unit power loss tears writes at
 TRAILING_ZEROS = 8  # zero bytes a batch may end with (empty headers, zero varints)
+ZERO_SCAN_BYTES = 1 << 20  # copied out of the buffer at a time, looking back for non-zeros
 
 
 def find_next_batch(buf: bytes | bytearray | mmap.mmap, start: int, limit: int,
@@ -173,7 +173,7 @@ def data_end_of(buf: BytesLike, start: int, limit: int) -> int:
     """The end of the non-zero bytes in buf[start:limit] (a preallocated zero tail excluded)."""
     end = limit
     while end > start:
-        chunk_start = max(start, end - READ_CHUNK)
+        chunk_start = max(start, end - ZERO_SCAN_BYTES)
         chunk = bytes(buf[chunk_start:end])
         stripped = chunk.rstrip(b"\0")
         if stripped:

@@ -257,7 +257,8 @@ def _open_segments(directory: Path, config: LogConfig, bases: list[int], known: 
         base = bases[i]
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         i += 1
-        if next_base is None and stray_empty_last(directory, base, segments, known.log_start,
+        floor = segments[-1].next_offset if segments else None  # where a roll starts one
+        if next_base is None and stray_empty_last(directory, base, floor, known.log_start,
                                                    known.known_end, writable, report):
             continue
         seg = LogSegment.open(directory, base, SegmentConfig.of(config), writable=writable)

@@ -12,7 +12,11 @@ flushes when flush_ms passed; append asks for a flush after flush_messages.
 Never acknowledged unless on disk in our directory: every group fsync checks after
 it returns that the active segment's path still names the file the log holds open.
 
-Concurrency: thread-safe; see log_core.py for the locks. The leader holds the
+A part of PartitionLog over its PartitionState (partition_state.py); PartitionLog
+calls make_durable after the appender's write (log_append.py) when the policy
+asks for it.
+
+Concurrency: thread-safe; see partition_state.py for the locks. The leader holds the
 flush slot (not the append lock) while it fsyncs.
 
 Failures: a failed fsync takes the log offline (Linux may already have dropped the
@@ -27,79 +31,88 @@ from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import (
     StorageError,
 )
-from channel_engine.log.log_core import LogCore
+from channel_engine.log.partition_state import PartitionState
+from channel_engine.log.segment import LogSegment
 
 
-class LogFlusher(LogCore):
+class LogFlusher:
     """Making a partition log's writes durable (see the module doc)."""
 
+    def __init__(self, state: PartitionState) -> None:
+        self.state = state
+        self.marked: set[LogSegment] = set()  # segments with commit stamps not yet synced
+
     # -- group commit ---------------------------------------------------------------
-    def _make_durable(self, end: int, epoch: int, files: bool = False) -> None:
+    def make_durable(self, end: int, epoch: int, files: bool = False) -> None:
         """Return once offsets below `end` (written in truncation epoch `epoch`) are on disk,
         and with `files` the files and directory entries of new segments too; one fsync
         serves all waiting appenders."""
+        state = self.state
         while True:
-            with self._flush_cond:
-                while (self._recovery_point < end or self._truncations != epoch
-                       or (files and self._dir_dirty)):
-                    if self._truncations != epoch:
-                        raise StorageError(self.directory, OSError("truncated meanwhile"),
+            with state.flush_cond:
+                while (state.recovery_point < end or state.truncations != epoch
+                       or (files and state.dir_dirty)):
+                    if state.truncations != epoch:
+                        raise StorageError(state.directory, OSError("truncated meanwhile"),
                                            "committing a batch a concurrent truncate_to removed")
-                    if self._offline is not None:
-                        raise self._offline_error()
-                    if not self._flushing:
-                        self._flushing = True
+                    if state.offline is not None:
+                        raise state.offline_error()
+                    if not state.flushing:
+                        state.flushing = True
                         break
-                    self._flush_cond.wait()
+                    state.flush_cond.wait()
                 else:
                     return
             try:
                 self._flush_written()
             finally:
-                with self._flush_cond:
-                    self._flushing = False
-                    self._flush_cond.notify_all()
+                with state.flush_cond:
+                    state.flushing = False
+                    state.flush_cond.notify_all()
 
     def _flush_written(self) -> None:
         """fsync everything written so far, then check that it landed in our directory
         (LogDirectoryError, nothing acknowledged, if not). Caller holds the flush slot."""
-        with self._lock:
-            self._check_writable()
-            end = self._log_end_offset
-            dirty = [seg for seg in self._segments if seg.dirty]
-            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        state = self.state
+        with state.lock:
+            state.check_writable()
+            end = state.log_end_offset
+            dirty = [seg for seg in state.segments if seg.dirty]
+            dir_dirty, state.dir_dirty = state.dir_dirty, False
             try:
                 self._sync_new_index_files()
             except OSError as exc:
-                raise self._go_offline(exc, "flushing a new segment's indexes") from exc
+                raise state.go_offline(exc, "flushing a new segment's indexes") from exc
         try:
             for seg in dirty:
                 seg.flush_data()
             if dir_dirty:
-                fsync_directory(self.directory)
+                fsync_directory(state.directory)
         except OSError as exc:
-            error = self._go_offline(exc, "flushing")
+            error = state.go_offline(exc, "flushing")
             self._cut_unflushed()
             raise error from exc
-        with self._lock:
-            self._check_directory(dirty[-1] if dirty else self._segments[-1])
-            self._recovery_point = max(self._recovery_point, end)
-            self._last_flush_ms = self._now_ms()
-            self._note_committed(end)  # before any waiter returns: fsync durability's ack
+        with state.lock:
+            state.check_directory(dirty[-1] if dirty else state.segments[-1])
+            state.recovery_point = max(state.recovery_point, end)
+            state.last_flush_ms = state.now_ms()
+            state.note_committed(end)  # before any waiter returns: fsync durability's ack
 
     def _sync_new_index_files(self) -> None:
         """fsync the (small) index files of segments rolled to since the last flush, so a
         flush after a roll leaves all three new files on disk. Caller holds the lock, which
         also keeps a roll from closing them meanwhile."""
-        new, self._unsynced_segments = self._unsynced_segments, []
+        state = self.state
+        new, state.unsynced_segments = state.unsynced_segments, []
         for seg in new:
             seg.flush_indexes()
 
     def _cut_unflushed(self) -> None:
         """After a failed fsync, best effort: cut each segment back to its durable bytes, so a
         batch whose commit failed does not come back after a reopen."""
-        with self._lock:
-            for seg in self._segments:
+        state = self.state
+        with state.lock:
+            for seg in state.segments:
                 if seg.durable_size < seg.size:
                     try:
                         seg.cut_to_durable()
@@ -110,70 +123,76 @@ class LogFlusher(LogCore):
     def mark_committed(self, segment_base_offset: int, position: int) -> None:
         """Stamp a transactional batch (where append_batch put it) committed; durable after
         sync_marks() or the next flush of its segment. A deleted segment is skipped."""
-        with self._lock:
-            self._check_writable()
-            for segment in self._segments:
+        state = self.state
+        with state.lock:
+            state.check_writable()
+            for segment in state.segments:
                 if segment.base_offset == segment_base_offset:
                     try:
                         segment.mark_committed(position)
                     except OSError as exc:
-                        raise self._go_offline(exc) from exc
-                    self._marked.add(segment)
+                        raise state.go_offline(exc) from exc
+                    self.marked.add(segment)
                     return
 
     def sync_marks(self) -> None:
         """Make every commit stamp so far durable."""
-        with self._lock:
-            marked, self._marked = self._marked, set()
+        state = self.state
+        with state.lock:
+            marked, self.marked = self.marked, set()
         try:
             for segment in marked:
                 if not segment.deleted:
                     segment.sync()
         except OSError as exc:
-            raise self._go_offline(exc) from exc
+            raise state.go_offline(exc) from exc
 
     # -- flushing on request and on schedule ----------------------------------------
     def flush_to(self, offset: int) -> None:
         """Return once every offset below `offset` is on disk (sharing an fsync with
         concurrent callers)."""
-        self._check_writable()
-        with self._lock:
-            epoch = self._truncations
-        self._make_durable(offset, epoch)
+        state = self.state
+        state.check_writable()
+        with state.lock:
+            epoch = state.truncations
+        self.make_durable(offset, epoch)
 
     def flush(self) -> None:
         """Make everything appended so far durable (Kafka's explicit flush), and the files
         and directory entries of segments rolled to since the last flush."""
-        self._check_writable()
-        with self._lock:
-            end, epoch = self._log_end_offset, self._truncations
-        self._make_durable(end, epoch, files=True)
+        state = self.state
+        state.check_writable()
+        with state.lock:
+            end, epoch = state.log_end_offset, state.truncations
+        self.make_durable(end, epoch, files=True)
 
     def flush_if_due(self) -> bool:
         """The scheduler's hook: flush when flush_ms passed, persist the recovery point when
         its interval passed, unlink deleted files whose delay passed. True if it flushed."""
-        self._check_writable()
-        now = self._now_ms()
-        config = self.config
+        state = self.state
+        state.check_writable()
+        now = state.now_ms()
+        config = state.config
         flushed = False
-        if ((self.unflushed_events > 0 or self._dir_dirty) and config.flush_ms is not None
-                and now - self._last_flush_ms >= config.flush_ms):
+        if ((state.unflushed_events > 0 or state.dir_dirty) and config.flush_ms is not None
+                and now - state.last_flush_ms >= config.flush_ms):
             self.flush()
             flushed = True
-        if (self._recovery_point != self._persisted_state.recovery_point
-                and now - self._last_state_write_ms >= config.recovery_point_checkpoint_ms):
+        if (state.recovery_point != state.persisted_state.recovery_point
+                and now - state.last_state_write_ms >= config.recovery_point_checkpoint_ms):
             self.checkpoint_recovery_point()
-        self.delete_expired_files()
+        state.delete_expired_files()
         return flushed
 
     def checkpoint_recovery_point(self) -> None:
         """Persist the log start offset and recovery point to log.state now, after the
         indexes of everything below the recovery point (a reopen trusts those)."""
-        with self._flush_slot(), self._lock:
-            self._check_writable()
+        state = self.state
+        with state.flush_slot(), state.lock:
+            state.check_writable()
             try:
-                for seg in self._segments:
+                for seg in state.segments:
                     seg.flush_indexes()
-                self._write_state(clean=False)
+                state.write_state(clean=False)
             except OSError as exc:
-                raise self._go_offline(exc) from exc
+                raise state.go_offline(exc) from exc

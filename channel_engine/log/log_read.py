@@ -10,6 +10,10 @@ leaves a `<base>.repair` marker so the next writable open repairs the segment
 Owns no bytes: batches are decoded by record_batch.py (decrypted by the log's
 sealer when sealed).
 
+A part of PartitionLog over its PartitionState (partition_state.py); the lost
+offsets it finds go to the state's new_losses, the places it met damage to its
+read_damage (for stats, log_status.py).
+
 Concurrency: readers take no lock: they work on a snapshot of the segment list
 and, in each segment, on a size and an offset bound taken before they start, so
 they run beside one appender. The loss bookkeeping of damage takes the log's lock
@@ -38,29 +42,36 @@ from channel_engine.filenames import (
 from channel_engine.log import loader as log_loader
 from channel_engine.log import record_batch, strays
 from channel_engine.log import state as log_state
-from channel_engine.log.log_core import DEFAULT_READ_BYTES, LogCore
+from channel_engine.log.partition_state import PartitionState
 from channel_engine.log.record_batch import BatchHeader
 from channel_engine.log.recovery import LostRange
 from channel_engine.log.segment import LogSegment
 
+DEFAULT_READ_BYTES = 1 << 20
 
-class LogReader(LogCore):
+
+class LogReader:
     """Reading a partition log (see the module doc)."""
+
+    def __init__(self, state: PartitionState) -> None:
+        self.state = state
+        self.repair_marked: set[int] = set()  # segments with a .repair marker written
 
     def refresh(self) -> None:
         """Read-only: catch up with the writer process — batches it appended, segments it
         rolled, and segments retention removed (those stay readable by iterators already
         holding them until close). A writer's own view is always current: no-op there."""
-        if not self.read_only:
+        state = self.state
+        if not state.read_only:
             return
-        with self._lock:
+        with state.lock:
             try:
-                state = log_state.read(self.directory / LOG_STATE_FILE)
+                saved = log_state.read(state.directory / LOG_STATE_FILE)
             except ChannelEngineError:
-                state = None  # being replaced right now, or damaged: keep the old log start
-            present = set(log_loader.log_bases(self.directory))
-            kept = [s for s in self._segments if s.base_offset in present]
-            self._pending_deletes += [s for s in self._segments if s.base_offset not in present]
+                saved = None  # being replaced right now, or damaged: keep the old log start
+            present = set(log_loader.log_bases(state.directory))
+            kept = [s for s in state.segments if s.base_offset in present]
+            state.pending_deletes += [s for s in state.segments if s.base_offset not in present]
             if kept:
                 kept[-1].catch_up()  # the segment that was active when we last looked
             known = {s.base_offset for s in kept}
@@ -68,17 +79,17 @@ class LogReader(LogCore):
                 if kept and base < kept[-1].base_offset:
                     continue  # a truncated-and-rewritten history is for a reopen to sort out
                 if kept and base != kept[-1].next_offset and strays.is_empty_segment(
-                        segment_file(self.directory, base, LOG_SUFFIX)):
+                        segment_file(state.directory, base, LOG_SUFFIX)):
                     continue  # not where the writer rolls: a stray, until it holds batches
-                segment = LogSegment.open(self.directory, base, self._segment_config,
+                segment = LogSegment.open(state.directory, base, state.segment_config,
                                           writable=False)
                 segment.scan(segment.file_size, verify_from=None)
                 kept.append(segment)
             if kept:
-                self._set_segments(kept)
-                self._log_end_offset = self._recovery_point = kept[-1].next_offset
-            if state is not None:
-                self._log_start_offset = max(self._log_start_offset, state.log_start_offset)
+                state.set_segments(kept)
+                state.log_end_offset = state.recovery_point = kept[-1].next_offset
+            if saved is not None:
+                state.log_start_offset = max(state.log_start_offset, saved.log_start_offset)
 
     # -- events and batches ---------------------------------------------------------
     def read(
@@ -100,7 +111,8 @@ class LogReader(LogCore):
 
     def iter_events(self, start_offset: int, end_offset: int | None = None) -> Iterator[Event]:
         """Yield every event from start_offset to end_offset (default: the high watermark)."""
-        end = self.high_watermark if end_offset is None else min(end_offset, self.high_watermark)
+        state = self.state
+        end = state.high_watermark if end_offset is None else min(end_offset, state.high_watermark)
         for segment, header, data in self.read_batches(start_offset, end, 1 << 62):
             events: list[Event] = []
             self._decode(segment, header, data, start_offset, end, events, 1 << 62)
@@ -114,10 +126,11 @@ class LogReader(LogCore):
 
     def _decode(self, segment: LogSegment, header: BatchHeader, data: bytes, start: int,
                 end: int | None, out: list[Event], limit: int) -> None:
+        state = self.state
         stop = header.next_offset if end is None else min(end, header.next_offset)
-        partition = self.partition
+        partition = state.partition
         try:
-            plain = record_batch.unseal(data, self.sealer)
+            plain = record_batch.unseal(data, state.sealer)
             for offset, timestamp, key, value, headers in record_batch.records(plain):
                 if offset < start:
                     continue
@@ -137,12 +150,13 @@ class LogReader(LogCore):
         start_offset up to the high watermark (and end_offset); the first batch may begin
         before start_offset. Raises OffsetOutOfRangeError outside [log start, high watermark].
         A damaged batch is skipped, never silently: its offsets go to take_new_losses()."""
-        bound = self.high_watermark
+        state = self.state
+        bound = state.high_watermark
         if end_offset is not None:
             bound = min(bound, end_offset)
-        if not self._log_start_offset <= start_offset <= self.high_watermark:
-            raise OffsetOutOfRangeError(start_offset, self._log_start_offset, self.high_watermark)
-        segments = self._segments
+        if not state.log_start_offset <= start_offset <= state.high_watermark:
+            raise OffsetOutOfRangeError(start_offset, state.log_start_offset, state.high_watermark)
+        segments = state.segments
         i = max(bisect_right([s.base_offset for s in segments], start_offset) - 1, 0)
         total = 0
         for segment in segments[i:]:
@@ -188,28 +202,30 @@ class LogReader(LogCore):
         """Damage at use: record the lost offsets once (take_new_losses, stats), ask the next
         writable open to repair the segment, and return where intact batches resume: (byte
         position or None for the segment's end, offset to read from, its base offset)."""
+        state = self.state
         found = segment.resume_after(exc.position, size, expected)
         resume_at = found[0] if found is not None else size
         end = found[1].base_offset if found is not None else next_offset
         key = (segment.base_offset, exc.position)
-        with self._lock:  # each lost offset of a damaged place is reported once
-            reported = self._read_damage.get(key)
+        with state.lock:  # each lost offset of a damaged place is reported once
+            reported = state.read_damage.get(key)
             top = end if reported is None else reported.start
             if start_offset < top:
                 loss = LostRange(start_offset, top, str(segment.log_path), exc.position,
                                  resume_at - exc.position, f"corrupt at read: {exc.reason}")
-                self._new_losses.append(loss)
-                self._read_damage[key] = LostRange(start_offset, max(end, top), loss.path,
+                state.new_losses.append(loss)
+                state.read_damage[key] = LostRange(start_offset, max(end, top), loss.path,
                                                    loss.position, loss.length, loss.cause)
         self._mark_for_repair(segment)
         return (resume_at if resume_at < size else None), max(start_offset, end), (end, end)
 
     def _mark_for_repair(self, segment: LogSegment) -> None:
-        if self.read_only or self._closed or segment.base_offset in self._repair_marked:
+        state = self.state
+        if state.read_only or state.closed or segment.base_offset in self.repair_marked:
             return
-        self._repair_marked.add(segment.base_offset)
+        self.repair_marked.add(segment.base_offset)
         try:
-            log_loader.mark_for_repair(self.directory, segment.base_offset)
+            log_loader.mark_for_repair(state.directory, segment.base_offset)
         except OSError:  # best effort: `recover` (force_recovery) finds the damage too
             pass
 
@@ -218,8 +234,9 @@ class LogReader(LogCore):
         """(segment, position, header) of the batches from the one holding start_offset up
         to the high watermark, records unread (CRCs unchecked); a damaged header is skipped
         and counted as by read_batches."""
-        bound = self.high_watermark
-        for segment in self._segments:
+        state = self.state
+        bound = state.high_watermark
+        for segment in state.segments:
             if segment.next_offset <= start_offset or segment.base_offset >= bound:
                 continue
             next_offset, size = segment.next_offset, segment.size
@@ -246,11 +263,12 @@ class LogReader(LogCore):
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes).
         A damaged batch is skipped and counted as by read_batches: the answer is the earliest
         such offset that a read can deliver."""
-        bound = self.high_watermark
-        for segment in self._segments:
+        state = self.state
+        bound = state.high_watermark
+        for segment in state.segments:
             if segment.max_timestamp < timestamp or segment.base_offset >= bound:
                 continue
-            start = max(self._log_start_offset, segment.start_for_time(timestamp))
+            start = max(state.log_start_offset, segment.start_for_time(timestamp))
             end = min(bound, segment.next_offset)
             if start >= end:
                 continue

@@ -8,8 +8,11 @@ the log start offset and deletes the segments wholly below it.
 
 Crash-safe: the new log start offset is persisted to log.state first, then the
 files are renamed to `.deleted` (a directory fsync) and unlinked after
-file_delete_delay_ms (log_core.delete_expired_files), so reads in flight finish;
+file_delete_delay_ms (PartitionState.delete_expired_files), so reads in flight finish;
 the next open finishes a deletion a crash interrupted.
+
+A part of PartitionLog over its PartitionState (partition_state.py); it rolls an
+expired active segment with the appender's roll (handed in: LogAppender.roll_locked).
 
 Concurrency: thread-safe: a pass runs under the log's lock.
 
@@ -18,13 +21,14 @@ a log start outside [log start, high watermark].
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import (
     OffsetOutOfRangeError,
 )
-from channel_engine.log.log_append import LogAppender
+from channel_engine.log.partition_state import PartitionState
 from channel_engine.log.segment import LogSegment
 
 
@@ -39,20 +43,25 @@ class RetentionResult:
     log_start_offset: int
 
 
-class LogRetention(LogAppender):
+class LogRetention:
     """Retention of a partition log (see the module doc)."""
 
-    def _retention_candidates(self, now: int, limit: int) -> list[tuple[LogSegment, str]]:
+    def __init__(self, state: PartitionState, roll_locked: Callable[[], LogSegment]) -> None:
+        self.state = state
+        self.roll_locked = roll_locked  # the appender's roll (log_append.py); caller holds lock
+
+    def candidates(self, now: int, limit: int) -> list[tuple[LogSegment, str]]:
         """Oldest-first prefix of segments retention may delete now. The active segment only
         when time retention applies to every event in it (then it is rolled first)."""
-        config = self.config
-        segments = self._segments[:-1]
-        excess = self.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
+        state = self.state
+        config = state.config
+        segments = state.segments[:-1]
+        excess = state.size_bytes - config.retention_bytes if config.retention_bytes >= 0 else -1
         out = []
         for segment in segments:
             if segment.next_offset > limit:
                 break
-            if segment.next_offset <= self._log_start_offset:
+            if segment.next_offset <= state.log_start_offset:
                 reason = "below the log start offset"
             elif config.retention_bytes >= 0 and excess - segment.size >= 0:
                 reason = f"log exceeds retention_bytes={config.retention_bytes}"
@@ -62,7 +71,7 @@ class LogRetention(LogAppender):
                 break
             excess -= segment.size
             out.append((segment, reason))
-        active = self._segments[-1]
+        active = state.segments[-1]
         if (len(out) == len(segments) and active.size and active.next_offset <= limit
                 and config.retention_ms >= 0 and now - active.max_timestamp > config.retention_ms):
             out.append((active, f"older than retention_ms={config.retention_ms} (the active "
@@ -76,15 +85,16 @@ class LogRetention(LogAppender):
         end (Kafka's rule, so an idle log does not keep expired events). Crash-safe: the log
         start offset is persisted first, then the files are renamed to .deleted and unlinked
         after file_delete_delay_ms, so reads in flight finish."""
-        with self._lock:
-            self._check_writable()
-            limit = self.high_watermark if limit_offset is None else min(limit_offset,
-                                                                         self.high_watermark)
-            doomed = self._retention_candidates(self._now_ms(), limit)
-            if doomed and doomed[-1][0] is self._segments[-1]:
-                self._roll()  # as Kafka: a log always keeps a segment, empty at the log end
+        state = self.state
+        with state.lock:
+            state.check_writable()
+            limit = state.high_watermark if limit_offset is None else min(limit_offset,
+                                                                         state.high_watermark)
+            doomed = self.candidates(state.now_ms(), limit)
+            if doomed and doomed[-1][0] is state.segments[-1]:
+                self.roll_locked()  # as Kafka: a log always keeps a segment, empty at the log end
             result = self._delete_segments([seg for seg, _ in doomed])
-        self.delete_expired_files()
+        state.delete_expired_files()
         return RetentionResult(result.deleted_base_offsets, [why for _, why in doomed],
                                result.bytes_deleted, result.events_deleted,
                                result.log_start_offset)
@@ -92,34 +102,36 @@ class LogRetention(LogAppender):
     def delete_records_before(self, offset: int) -> RetentionResult:
         """Raise the log start offset to `offset` (Kafka DeleteRecords) and delete the
         segments wholly below it."""
-        with self._lock:
-            self._check_writable()
-            if not self._log_start_offset <= offset <= self.high_watermark:
-                raise OffsetOutOfRangeError(offset, self._log_start_offset, self.high_watermark)
-            self._log_start_offset = offset
-            doomed = [s for s in self._segments[:-1] if s.next_offset <= offset]
+        state = self.state
+        with state.lock:
+            state.check_writable()
+            if not state.log_start_offset <= offset <= state.high_watermark:
+                raise OffsetOutOfRangeError(offset, state.log_start_offset, state.high_watermark)
+            state.log_start_offset = offset
+            doomed = [s for s in state.segments[:-1] if s.next_offset <= offset]
             result = self._delete_segments(doomed)
-        self.delete_expired_files()
+        state.delete_expired_files()
         return result
 
     def _delete_segments(self, doomed: list[LogSegment]) -> RetentionResult:
         """Persist the new log start, then unlink `doomed` from the log. Caller holds the lock.
         An I/O error part way takes the log offline; the next open finishes the job."""
+        state = self.state
         if doomed:
-            remaining = self._segments[len(doomed):]
-            self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
-            self._set_segments(remaining)
-        deadline = self._now_ms() + self.config.file_delete_delay_ms
+            remaining = state.segments[len(doomed):]
+            state.log_start_offset = max(state.log_start_offset, remaining[0].base_offset)
+            state.set_segments(remaining)
+        deadline = state.now_ms() + state.config.file_delete_delay_ms
         try:
-            self._write_state(clean=False)
+            state.write_state(clean=False)
             for segment in doomed:
                 segment.rename_to_deleted()
                 segment.delete_after_ms = deadline
-                self._pending_deletes.append(segment)
+                state.pending_deletes.append(segment)
             if doomed:
-                fsync_directory(self.directory)
+                fsync_directory(state.directory)
         except OSError as exc:
-            raise self._go_offline(exc) from exc
+            raise state.go_offline(exc) from exc
         return RetentionResult(
             [s.base_offset for s in doomed], [], sum(s.size for s in doomed),
-            sum(s.next_offset - s.base_offset for s in doomed), self._log_start_offset)
+            sum(s.next_offset - s.base_offset for s in doomed), state.log_start_offset)

@@ -33,10 +33,15 @@ their largest timestamp is older than retention_ms; when every event of the acti
 segment is older than retention_ms it is rolled and deleted too, and the new
 active segment starts empty at the same log end.
 
-The class is assembled from one part per phase, each in its module, lowest first:
-log_core.py (state, checks, log.state), log_flush.py (group commit, flush policy),
-log_append.py (the append path, roll), log_retention.py (retention), log_read.py
-(reads); here: open, truncation, status and close. loader.py opens the segments.
+PartitionLog owns one part per phase, each in its module, over one shared
+PartitionState (partition_state.py: segments, offsets, config, locks, the checks,
+log.state), as ChannelOwner does over ChannelState: LogAppender (log_append.py:
+the append path, roll), LogFlusher (log_flush.py: group commit, flush policy,
+commit stamps), LogRetention (log_retention.py: retention, DeleteRecords) and
+LogReader (log_read.py: reads, damage met by reads), LogTruncation
+(log_truncate.py: truncate_to) and LogStatus (log_status.py: stats, segment
+infos). Its public methods delegate to them; here: open, the append path's last
+step (make durable) and close. loader.py opens the segments.
 
 Concurrency: thread-safe. Appends, roll, retention, truncation and close take
 one lock; fsync runs outside it. Readers take no lock: they work on a snapshot
@@ -62,17 +67,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.errors import (
-    ChannelGoneError,
-    OffsetOutOfRangeError,
-    UnusableFileError,
-)
+from channel_engine.errors import ChannelGoneError, UnusableFileError
+from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import (
     LOCK_FILE,
     parse_segment_file,
@@ -80,11 +81,15 @@ from channel_engine.filenames import (
 from channel_engine.log import loader as log_loader
 from channel_engine.log import record_batch
 from channel_engine.log.config import LogConfig
-from channel_engine.log.log_append import AppendResult
-from channel_engine.log.log_core import DEFAULT_READ_BYTES
-from channel_engine.log.log_read import LogReader
+from channel_engine.log.log_append import AppendResult, LogAppender
+from channel_engine.log.log_flush import LogFlusher
+from channel_engine.log.log_read import DEFAULT_READ_BYTES, LogReader
 from channel_engine.log.log_retention import LogRetention, RetentionResult
-from channel_engine.log.recovery import STRAY_MOVED, RecoveryAction
+from channel_engine.log.log_status import LogStatus, SegmentInfo
+from channel_engine.log.log_truncate import LogTruncation
+from channel_engine.log.partition_state import PartitionState
+from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.recovery import STRAY_MOVED, LostRange, RecoveryAction, RecoveryReport
 from channel_engine.log.segment import LogSegment
 from channel_engine.log.state import LogState
 
@@ -92,27 +97,23 @@ __all__ = ["DEFAULT_READ_BYTES", "AppendResult", "PartitionLog", "RetentionResul
            "SegmentInfo"]
 
 
-@dataclass(frozen=True)
-class SegmentInfo:
-    """What an operator wants to know about one segment (the stat tool and the UI)."""
-
-    base_offset: int
-    next_offset: int
-    records: int
-    size: int
-    file_size: int
-    first_batch_timestamp: int | None
-    max_timestamp: int
-    index_entries: int
-    time_index_entries: int
-    preallocated: bool
-    flushed: bool
-    active: bool
-    deletable: str | None
-
-
-class PartitionLog(LogRetention, LogReader):
+class PartitionLog:
     """The log of one partition; see the module doc for the offsets and the guarantees."""
+
+    def __init__(self, directory: Path, config: LogConfig, partition: int, read_only: bool,
+                 clock: Callable[[], float], sealer: record_batch.Sealer | None = None) -> None:
+        self.directory = directory
+        self.config = config
+        self.partition = partition
+        self.read_only = read_only
+        self.sealer = sealer  # encrypts new batches' records and decrypts them when read
+        self.state = PartitionState(directory, config, partition, read_only, clock, sealer)
+        self.appender = LogAppender(self.state)
+        self.flusher = LogFlusher(self.state)
+        self.retention = LogRetention(self.state, self.appender.roll_locked)
+        self.reader = LogReader(self.state)
+        self.truncation = LogTruncation(self.state)
+        self.status = LogStatus(self.state, self.retention.candidates)
 
     # -- opening --------------------------------------------------------------------
     @classmethod
@@ -133,6 +134,7 @@ class PartitionLog(LogRetention, LogReader):
         create=False: a missing directory raises ChannelGoneError (its channel was deleted)."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
+        state = log.state
         lock_moved = None
         if not read_only:
             if create:
@@ -140,47 +142,47 @@ class PartitionLog(LogRetention, LogReader):
             elif not os.path.lexists(path):  # a file in its place fails below, as ever
                 raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
                                        "(its channel was deleted); nothing written")
-            lock_moved = log._take_dir_lock()
+            lock_moved = state.take_dir_lock()
             identity = os.stat(path)
-            log._dir_identity = (identity.st_dev, identity.st_ino)
+            state.dir_identity = (identity.st_dev, identity.st_ino)
         elif not path.is_dir():
             raise FileNotFoundError(f"{path}: no such partition directory" if not
                                     os.path.lexists(path) else f"{path}: not a directory")
         try:
             loaded = log_loader.load(path, log.config, not read_only, force_recovery)
         except BaseException:
-            log._release_dir_lock()
+            state.release_dir_lock()
             raise
-        log._set_segments(loaded.segments)
-        log._log_start_offset = loaded.log_start_offset
-        log._log_end_offset = loaded.segments[-1].next_offset if loaded.segments \
+        state.set_segments(loaded.segments)
+        state.log_start_offset = loaded.log_start_offset
+        state.log_end_offset = loaded.segments[-1].next_offset if loaded.segments \
             else loaded.log_start_offset
-        log._committed_end = log._log_end_offset  # the loader wrote log.state with it
+        state.committed_end = state.log_end_offset  # the loader wrote log.state with it
         if not read_only:
             try:
                 log._restore_final_time_entry()
-                log._open_state_file()
+                state.open_state_file()
             except BaseException:
                 log.close(clean=False)
                 raise
-        log._recovery_point = loaded.recovery_point
-        log._persisted_state = LogState(loaded.log_start_offset, loaded.recovery_point,
-                                        log._log_end_offset)
-        log._last_flush_ms = log._last_state_write_ms = log._now_ms()
-        log.last_recovery = loaded.report
+        state.recovery_point = loaded.recovery_point
+        state.persisted_state = LogState(loaded.log_start_offset, loaded.recovery_point,
+                                         state.log_end_offset)
+        state.last_flush_ms = state.last_state_write_ms = state.now_ms()
+        state.last_recovery = loaded.report
         if lock_moved is not None:
             loaded.report.add(RecoveryAction(STRAY_MOVED, str(path / LOCK_FILE),
                                              f"not a regular file; moved to {lock_moved.name}"))
-        log._new_losses = list(loaded.report.lost_ranges)
-        for loss in log._new_losses if read_only else ():  # a reader's view keeps the
-            log._read_damage[(parse_segment_file(Path(loss.path).name) or (-1, ""))[0],
-                             loss.position] = loss  # damage its reads will skip
+        state.new_losses = list(loaded.report.lost_ranges)
+        for loss in state.new_losses if read_only else ():  # a reader's view keeps the
+            state.read_damage[(parse_segment_file(Path(loss.path).name) or (-1, ""))[0],
+                              loss.position] = loss  # damage its reads will skip
         return log
 
     def _restore_final_time_entry(self) -> None:
         """Recovery rebuilt the active segment's time index without its final entry (the
         largest timestamp): put it back, as Kafka's LogSegment.recover does."""
-        active = self._segments[-1]
+        active = self.state.segments[-1]
         if not active.time_index.is_full:
             active.add_final_time_entry()
             active.flush_indexes()
@@ -191,146 +193,207 @@ class PartitionLog(LogRetention, LogReader):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- truncation -----------------------------------------------------------------
+    # -- offsets (partition_state.py) -----------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        """First offset readers may see."""
+        return self.state.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset the next appended event gets."""
+        return self.state.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """First offset not known to be on disk."""
+        return self.state.recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        """Readers see offsets below this: the recovery point in fsync durability, else the LEO."""
+        return self.state.high_watermark
+
+    @property
+    def unflushed_events(self) -> int:
+        """Events appended but not yet known to be on disk (the policy-mode loss window)."""
+        return self.state.unflushed_events
+
+    @property
+    def size_bytes(self) -> int:
+        """Valid bytes in all segments."""
+        return self.state.size_bytes
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The live segments, oldest first (a snapshot)."""
+        return self.state.segments
+
+    def take_new_losses(self) -> list[LostRange]:
+        """Offset ranges found lost since the last call (PartitionState.take_new_losses)."""
+        return self.state.take_new_losses()
+
+    def delete_expired_files(self, force: bool = False) -> int:
+        """Unlink segments renamed to .deleted whose delay has passed; return how many."""
+        return self.state.delete_expired_files(force)
+
+    # -- appending (log_append.py, then log_flush.py) -------------------------------
+    def append(self, events: Sequence[PendingEvent]) -> AppendResult:
+        """Append events as one batch, atomically; durable on return in fsync durability."""
+        self.state.check_writable()
+        return self.append_batch(self.build_batch(events))
+
+    def build_batch(self, events: Sequence[PendingEvent],
+                    transaction_id: int | None = None) -> bytearray:
+        """Encode and check events as a batch for this log (LogAppender.build_batch)."""
+        return self.appender.build_batch(events, transaction_id)
+
+    def prepare_batch(self, batch: bytearray) -> bytearray:
+        """Seal and size-check an encoded batch (LogAppender.prepare_batch)."""
+        return self.appender.prepare_batch(batch)
+
+    def append_batch(self, batch: bytearray, defer_flush: bool = False) -> AppendResult:
+        """Append a batch made by build_batch, atomically; durable on return in fsync
+        durability. With defer_flush the caller flushes instead: it calls flush_to(result.
+        next_offset) when result.flush_due (the channel registers the batch first)."""
+        result, epoch = self.appender.write_batch(batch)
+        if result.flush_due and not defer_flush:
+            self.flusher.make_durable(result.next_offset, epoch)
+        return result
+
+    def roll(self) -> None:
+        """Start a new segment now (if the active one is not empty)."""
+        self.appender.roll()
+
+    # -- durability (log_flush.py) ---------------------------------------------------
+    def mark_committed(self, segment_base_offset: int, position: int) -> None:
+        """Stamp a transactional batch committed (LogFlusher.mark_committed)."""
+        self.flusher.mark_committed(segment_base_offset, position)
+
+    def sync_marks(self) -> None:
+        """Make every commit stamp so far durable."""
+        self.flusher.sync_marks()
+
+    def flush_to(self, offset: int) -> None:
+        """Return once every offset below `offset` is on disk (a shared fsync)."""
+        self.flusher.flush_to(offset)
+
+    def flush(self) -> None:
+        """Make everything appended so far durable, new segments' files too (Kafka's flush)."""
+        self.flusher.flush()
+
+    def flush_if_due(self) -> bool:
+        """The scheduler's hook (LogFlusher.flush_if_due); True if it flushed."""
+        return self.flusher.flush_if_due()
+
+    def checkpoint_recovery_point(self) -> None:
+        """Persist the log start offset and recovery point to log.state now."""
+        self.flusher.checkpoint_recovery_point()
+
+    # -- retention (log_retention.py) ------------------------------------------------
+    def apply_retention(self, limit_offset: int | None = None) -> RetentionResult:
+        """Delete the oldest segments retention allows (LogRetention.apply_retention)."""
+        return self.retention.apply_retention(limit_offset)
+
+    def delete_records_before(self, offset: int) -> RetentionResult:
+        """Raise the log start offset to `offset` (Kafka DeleteRecords)."""
+        return self.retention.delete_records_before(offset)
+
+    # -- reading (log_read.py) -------------------------------------------------------
+    def refresh(self) -> None:
+        """Read-only: catch up with the writer process (LogReader.refresh)."""
+        self.reader.refresh()
+
+    def read(self, start_offset: int, max_events: int | None = None,
+             max_bytes: int = DEFAULT_READ_BYTES, end_offset: int | None = None) -> list[Event]:
+        """Events from start_offset up to the high watermark (LogReader.read)."""
+        return self.reader.read(start_offset, max_events, max_bytes, end_offset)
+
+    def iter_events(self, start_offset: int, end_offset: int | None = None) -> Iterator[Event]:
+        """Every event from start_offset to end_offset (default: the high watermark)."""
+        return self.reader.iter_events(start_offset, end_offset)
+
+    def decode_batch(self, segment: LogSegment, header: BatchHeader, data: bytes) -> list[Event]:
+        """Every event of one batch from read_batches (decrypted when sealed)."""
+        return self.reader.decode_batch(segment, header, data)
+
+    def read_batches(
+        self, start_offset: int, end_offset: int | None = None, max_bytes: int = DEFAULT_READ_BYTES
+    ) -> Iterator[tuple[LogSegment, BatchHeader, bytes]]:
+        """(segment, header, raw bytes) of the CRC-checked batches (LogReader.read_batches)."""
+        return self.reader.read_batches(start_offset, end_offset, max_bytes)
+
+    def batch_headers(self, start_offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """(segment, position, header) of the batches (LogReader.batch_headers)."""
+        return self.reader.batch_headers(start_offset)
+
+    def offsets_for_time(self, timestamp: int) -> int | None:
+        """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""
+        return self.reader.offsets_for_time(timestamp)
+
+    # -- truncation (log_truncate.py) ------------------------------------------------
     def truncate_to(self, offset: int) -> int:
-        """Remove every event at or after `offset`. As in Kafka, the cut falls at the start of
-        the batch holding `offset`; an offset in a gap between segments (offsets lost
-        earlier) starts a new empty segment there, so the log end is never below it and no
-        offset is handed out twice. Returns the new log end offset. Not for use while
-        readers are reading above `offset`."""
-        with self._flush_slot(), self._lock:
-            self._check_writable()
-            if offset >= self._log_end_offset:
-                return self._log_end_offset
-            if offset < self._log_start_offset:
-                raise OffsetOutOfRangeError(offset, self._log_start_offset, self._log_end_offset)
-            self._truncations += 1  # appenders still waiting for an fsync must not succeed
-            try:
-                self._truncate(offset)
-            except OSError as exc:
-                raise self._go_offline(exc) from exc
-            return self._log_end_offset
+        """Remove every event at or after `offset`; the new log end (LogTruncation)."""
+        return self.truncation.truncate_to(offset)
 
-    def _truncate(self, offset: int) -> None:
-        """truncate_to's file work; the in-memory offsets follow the files at each step."""
-        keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
-        doomed = self._segments[len(keep):]
-        self._set_segments(keep)
-        segment = keep[-1]
-        position = segment.find_position(offset, segment.size)
-        if position is not None:
-            segment.truncate_file(position)
-        elif segment.next_offset < offset:  # a gap: its offsets were handed out once
-            for dropped in doomed:  # one of them may start at `offset`
-                dropped.delete_files()
-            doomed = ()
-            segment = self._start_segment_at(offset, keep)
-        self._log_end_offset = segment.next_offset
-        self._recovery_point = min(self._recovery_point, self._log_end_offset)
-        self._committed_end = min(self._committed_end, self._log_end_offset)  # handed out again
-        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
-        for dropped in doomed:
-            dropped.delete_files()
-        segment.flush()
-        fsync_directory(self.directory)
-        self._write_state(clean=False)
+    # -- status (log_status.py) ----------------------------------------------------
+    @property
+    def last_recovery(self) -> RecoveryReport:
+        """What the open found and did (recovery.py)."""
+        return self.state.last_recovery
 
-    def _start_segment_at(self, offset: int, keep: list[LogSegment]) -> LogSegment:
-        """truncate_to into a gap: a new empty active segment at `offset`, so the log end
-        never goes below the target (an empty last segment is replaced)."""
-        if keep[-1].size == 0:
-            keep.pop().delete_files()
-        elif keep:
-            keep[-1].on_become_inactive()
-        segment = LogSegment.create(self.directory, offset, self._segment_config)
-        self._set_segments(keep + [segment])
-        return segment
-
-    # -- status ---------------------------------------------------------------------
     def segment_infos(self) -> list[SegmentInfo]:
         """One SegmentInfo per live segment, oldest first."""
-        segments = self._segments
-        if not segments:  # a reader of a directory whose segments are all unusable
-            return []
-        deletable = dict((id(seg), why) for seg, why in
-                         self._retention_candidates(self._now_ms(), self.high_watermark))
-        return [
-            SegmentInfo(
-                base_offset=seg.base_offset, next_offset=seg.next_offset,
-                records=seg.next_offset - seg.base_offset, size=seg.size,
-                file_size=seg.file_size, first_batch_timestamp=seg.first_batch_timestamp,
-                max_timestamp=seg.max_timestamp, index_entries=len(seg.offset_index),
-                time_index_entries=len(seg.time_index),
-                preallocated=seg.file_size > seg.size,
-                flushed=seg.next_offset <= self._recovery_point and not seg.dirty,
-                active=seg is segments[-1], deletable=deletable.get(id(seg)))
-            for seg in segments
-        ]
+        return self.status.segment_infos()
 
     def stats(self) -> dict[str, Any]:
         """Plain JSON-serialisable facts about the log."""
-        return {
-            "directory": str(self.directory),
-            "partition": self.partition,
-            "durability": self.config.durability,
-            "log_start_offset": self._log_start_offset,
-            "log_end_offset": self._log_end_offset,
-            "high_watermark": self.high_watermark,
-            "recovery_point": self._recovery_point,
-            "unflushed_events": self.unflushed_events,
-            "size_bytes": self.size_bytes,
-            "segments": len(self._segments),
-            "last_flush_ms": self._last_flush_ms,
-            "offline": str(self._offline) if self._offline else None,
-            "index_rebuilds": self._index_rebuilds_dropped + sum(
-                s.index_rebuilds for s in self._segments),
-            "last_recovery": self.last_recovery.to_dict(),
-            "read_damage": self.read_damage_stats(),
-        }
+        return self.status.stats()
 
     def read_damage_stats(self) -> dict[str, int]:
         """Damaged batches reads met since open: places and the offsets they lost."""
-        losses = list(self._read_damage.values())
-        return {"places": len(losses), "offsets_lost": sum(r.offsets for r in losses)}
+        return self.status.read_damage_stats()
 
     # -- closing --------------------------------------------------------------------
     def close(self, clean: bool = True) -> None:
         """Flush, trim, fsync and mark the shutdown clean, in that order; release the lock.
         clean=False writes nothing (the directory is no longer this log's: the next open
         recovers as after a crash)."""
-        if self._closed:
+        state = self.state
+        if state.closed:
             return
-        with self._flush_slot(), self._lock:  # no append, flush or retention runs meanwhile
-            if self._closed:
+        with state.flush_slot(), state.lock:  # no append, flush or retention runs meanwhile
+            if state.closed:
                 return
             try:
-                if clean and not self.read_only and self._offline is None:
+                if clean and not self.read_only and state.offline is None:
                     self._close_cleanly()
             except OSError as exc:
-                raise self._go_offline(exc) from exc  # no clean flag: the next open recovers
+                raise state.go_offline(exc) from exc  # no clean flag: the next open recovers
             finally:
-                self._closed = True
-                for segment in self._segments + tuple(self._pending_deletes):
+                state.closed = True
+                for segment in state.segments + tuple(state.pending_deletes):
                     segment.close()
-                if self._state_fd >= 0:
-                    os.close(self._state_fd)
-                    self._state_fd = -1
-                self._release_dir_lock()
+                if state.state_fd >= 0:
+                    os.close(state.state_fd)
+                    state.state_fd = -1
+                state.release_dir_lock()
 
     def _close_cleanly(self) -> None:
         """Trim, fsync files and directory, then write the clean flag. Caller holds the flush
         slot and the lock."""
-        active = self._segments[-1]
+        state = self.state
+        active = state.segments[-1]
         active.add_final_time_entry()
         active.trim()
-        for segment in self._segments:
+        for segment in state.segments:
             segment.flush()
-        for segment in self._pending_deletes:
+        for segment in state.pending_deletes:
             segment.delete_files()
-        self._pending_deletes.clear()
+        state.pending_deletes.clear()
         fsync_directory(self.directory)
-        self._recovery_point = self._committed_end = self._log_end_offset
-        self._write_state(clean=True)
+        state.recovery_point = state.committed_end = state.log_end_offset
+        state.write_state(clean=True)
 
 
 def _make_directory_durably(path: Path) -> None:

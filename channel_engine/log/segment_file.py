@@ -1,9 +1,13 @@
 """SegmentFile: a segment's `.log` file with its two indexes, and the bookkeeping of its batches.
 
-What every part of a segment shares (LogSegment in segment.py is the whole): the
-open descriptor, the counters a walk over the batches keeps (valid size, next
-offset, largest timestamp, the sparse index rule of Kafka's LogSegment), the
-file's length and durability (trim, cut, fdatasync), and deleting and closing.
+The state a segment's parts share (LogSegment in segment.py is the whole, and
+owns one of these): the open descriptor, the counters a walk over the batches
+keeps (valid size, next offset, largest timestamp, the sparse index rule of
+Kafka's LogSegment), the file's length and durability (trim, cut, fdatasync), and
+deleting and closing. Its collaborators work on it: SegmentReader
+(segment_reader.py: lookups, reads, the repair at use of the indexes) and
+SegmentRecovery (segment_recovery.py: opening, recovery, repairs); their fields
+`fd`, `length_dirty`, `index_lock` and `index_generation` are shared with them.
 The bytes of a batch are record_batch.py's; the file is batches back to back from
 byte 0 (segment.py has the layout of the three files). This module writes no
 format of its own: only a transactional batch's commit stamp (mark_committed: the
@@ -14,9 +18,9 @@ SegmentConfig is the part of LogConfig a segment needs, passed whole
 (SegmentConfig.of(log_config)), so no caller spells out its fields.
 
 Concurrency: not thread-safe for writers; the partition log holds its lock around
-every call that changes the file or the counters. The segment's `_index_lock` is
-taken around index work (append's tracking, seal, truncate_file, flush_indexes) so a
-repair at use in a reader's thread (segment_reader.py) sees the indexes whole.
+every call that changes the file or the counters. `index_lock` is taken around
+index work (append's tracking, seal, truncate_file, flush_indexes) so a repair at
+use in a reader's thread (segment_reader.py) sees the indexes whole.
 
 Failures: OSError from the file calls propagates unchanged; the caller (the
 partition log) decides whether it takes the log offline. create() leaves no
@@ -88,7 +92,8 @@ class ScanResult:
 
 
 class SegmentFile:
-    """A segment's files and the bookkeeping of its valid batches (see the module doc)."""
+    """A segment's files and the bookkeeping of its valid batches: the state its reader and
+    recovery share (see the module doc)."""
 
     def __init__(self, directory: Path, base_offset: int, config: SegmentConfig, *,
                  writable: bool) -> None:
@@ -106,7 +111,7 @@ class SegmentFile:
             segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset,
             config.index_max_bytes, writable,
         )
-        self._fd = -1
+        self.fd = -1  # the .log, open for the segment's life
         self.identity = (0, 0)  # (st_dev, st_ino) of the .log we hold open
         self.size = 0
         self.file_size = 0
@@ -116,13 +121,13 @@ class SegmentFile:
         self.first_batch_timestamp: int | None = None
         self.bytes_since_last_index_entry = 0
         self.durable_size = 0  # valid bytes known to be on disk (fdatasync returned)
-        self._length_dirty = False  # the file was created, trimmed or cut since the last sync
+        self.length_dirty = False  # the file was created, trimmed or cut since the last sync
         self.deleted = False
         self.delete_after_ms = 0
         self.sealed = False  # rolled: its time index ends with the final entry
         self.index_rebuilds = 0  # repairs at use after an index entry failed its check
-        self._index_generation = 0  # bumped by each repair: a stale finding repairs nothing
-        self._index_lock = threading.RLock()  # repair at use vs. append, roll, truncate
+        self.index_generation = 0  # bumped by each repair: a stale finding repairs nothing
+        self.index_lock = threading.RLock()  # repair at use vs. append, roll, truncate
         self.misplaced_bases: set[int] = set()  # batches reads met with a damaged base field
 
     # -- creating and opening ---------------------------------------------------------------
@@ -130,18 +135,18 @@ class SegmentFile:
     def create(cls, directory: Path, base_offset: int, config: SegmentConfig) -> Self:
         """Create an empty segment, its file preallocated to config.preallocate_bytes if > 0."""
         seg = cls(directory, base_offset, config, writable=True)
-        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        seg._note_identity(os.fstat(seg._fd))
+        seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        seg._note_identity(os.fstat(seg.fd))
         try:
             if config.preallocate_bytes > 0:
-                os.posix_fallocate(seg._fd, 0, config.preallocate_bytes)
+                os.posix_fallocate(seg.fd, 0, config.preallocate_bytes)
                 seg.file_size = config.preallocate_bytes
             seg.offset_index.create_empty()
             seg.time_index.create_empty()
         except OSError:
             seg.delete_files()  # leave no half-made segment behind to block the next try
             raise
-        seg._length_dirty = True  # the new file itself must reach the disk on the next flush
+        seg.length_dirty = True  # the new file itself must reach the disk on the next flush
         return seg
 
     @classmethod
@@ -149,8 +154,8 @@ class SegmentFile:
              writable: bool) -> Self:
         """Open an existing segment file; call load_clean, rebuild_indexes or recover next."""
         seg = cls(directory, base_offset, config, writable=writable)
-        seg._fd = os.open(seg.log_path, os.O_RDWR if writable else os.O_RDONLY)
-        found = os.fstat(seg._fd)
+        seg.fd = os.open(seg.log_path, os.O_RDWR if writable else os.O_RDONLY)
+        found = os.fstat(seg.fd)
         seg.file_size = found.st_size
         seg._note_identity(found)
         return seg
@@ -162,16 +167,16 @@ class SegmentFile:
     def scan(self, limit: int, verify_from: int | None) -> ScanResult:
         """Walk batches from byte 0 to `limit`, rebuilding the indexes, up to the first invalid."""
         self._reset()
-        result = self._walk(limit, verify_from)
+        result = self.walk(limit, verify_from)
         self.durable_size = min(self.durable_size, self.size)
         return result
 
-    def _walk(self, limit: int, verify_from: int | None) -> ScanResult:
+    def walk(self, limit: int, verify_from: int | None) -> ScanResult:
         """Track the valid batches from self.size to `limit`; CRC-check from verify_from on."""
         problem = None
         batches = 0
         if limit > self.size:
-            with mmap.mmap(self._fd, limit, access=mmap.ACCESS_READ) as buf:
+            with mmap.mmap(self.fd, limit, access=mmap.ACCESS_READ) as buf:
                 position = self.size
                 while position < limit:
                     try:
@@ -182,7 +187,7 @@ class SegmentFile:
                         # a fresh exception: the caught one's traceback pins views of the mmap
                         problem = InvalidBatch(exc.kind, exc.reason)
                         break
-                    self._track(header, position)
+                    self.track(header, position)
                     position += header.size
                     batches += 1
         return ScanResult(self.size, batches, problem)
@@ -197,7 +202,7 @@ class SegmentFile:
         self.first_batch_timestamp = None
         self.bytes_since_last_index_entry = 0
 
-    def _track(self, header: BatchHeader, position: int) -> None:
+    def track(self, header: BatchHeader, position: int) -> None:
         """Account for a valid batch at `position`: counters and the sparse index rule."""
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = header.max_timestamp
@@ -230,16 +235,16 @@ class SegmentFile:
     def mark_committed(self, position: int) -> None:
         """Stamp the transactional batch at `position` committed: 4 bytes outside its CRC
         (partitionLeaderEpoch), made durable by the next fdatasync of this file."""
-        os.pwrite(self._fd, COMMITTED_EPOCH_BYTES, position + LEADER_EPOCH_AT)
+        os.pwrite(self.fd, COMMITTED_EPOCH_BYTES, position + LEADER_EPOCH_AT)
 
     def sync(self) -> None:
         """fdatasync the log file whatever changed (stamps do not change its size)."""
-        os.fdatasync(self._fd)
+        os.fdatasync(self.fd)
 
     def on_become_inactive(self) -> None:
         """On roll: add the final time index entry, trim the preallocated tail, and make the
         indexes durable and close them (a sealed segment keeps one descriptor, its .log)."""
-        with self._index_lock:
+        with self.index_lock:
             self.add_final_time_entry()
             self.trim()
             for index in (self.offset_index, self.time_index):
@@ -257,32 +262,32 @@ class SegmentFile:
     def trim(self) -> None:
         """Cut the preallocated zero tail so the file length is the valid length."""
         if self.writable and self.file_size > self.size:
-            os.ftruncate(self._fd, self.size)
+            os.ftruncate(self.fd, self.size)
             self.file_size = self.size
-            self._length_dirty = True
+            self.length_dirty = True
 
     def cut(self, position: int) -> None:
         """Writable: truncate the file at `position` (after its valid bytes) if longer."""
         if self.file_size != position and self.writable:
-            os.ftruncate(self._fd, position)
+            os.ftruncate(self.fd, position)
             self.file_size = position
-            self._length_dirty = True
+            self.length_dirty = True
 
     # -- length and durability ------------------------------------------------------
     @property
     def dirty(self) -> bool:
         """True if bytes or file length changed since the last flush."""
-        return self._length_dirty or self.durable_size != self.size
+        return self.length_dirty or self.durable_size != self.size
 
     def flush_data(self) -> None:
         """fdatasync the log file if its bytes or length changed (the commit path)."""
-        size, length_dirty = self.size, self._length_dirty
+        size, length_dirty = self.size, self.length_dirty
         if length_dirty or self.durable_size != size:
-            self._length_dirty = False  # before the sync: a trim during it marks it again
+            self.length_dirty = False  # before the sync: a trim during it marks it again
             try:
-                os.fdatasync(self._fd)
+                os.fdatasync(self.fd)
             except BaseException:
-                self._length_dirty = self._length_dirty or length_dirty
+                self.length_dirty = self.length_dirty or length_dirty
                 raise
             self.durable_size = size
 
@@ -298,19 +303,22 @@ class SegmentFile:
     def flush_indexes(self) -> None:
         """fsync both index files if they changed (under the index lock: a repair at use may
         be reopening or closing them)."""
-        with self._index_lock:
+        with self.index_lock:
             self.offset_index.flush()
             self.time_index.flush()
 
     # -- reading one header ---------------------------------------------------------
-    def _header_at(self, position: int, expected_base: int | None) -> BatchHeader:
-        header = check_header(os.pread(self._fd, HEADER_SIZE, position), 0, expected_base)
+    def header_at(self, position: int, expected_base: int | None) -> BatchHeader:
+        """The checked header of the batch at `position`, which must end within the valid
+        size (InvalidBatch otherwise)."""
+        header = check_header(os.pread(self.fd, HEADER_SIZE, position), 0, expected_base)
         if position + header.size > self.size:
             raise InvalidBatch("partial", f"batch at byte {position} runs past byte {self.size}")
         return header
 
-    def _read_at(self, position: int, at_least: int, size_bound: int) -> bytes:
-        return os.pread(self._fd, max(at_least, min(READ_CHUNK, size_bound - position)), position)
+    def read_at(self, position: int, at_least: int, size_bound: int) -> bytes:
+        """At least `at_least` bytes from `position`, up to a read chunk within size_bound."""
+        return os.pread(self.fd, max(at_least, min(READ_CHUNK, size_bound - position)), position)
 
     # -- deleting and closing -------------------------------------------------------
     def paths(self) -> list[Path]:
@@ -336,24 +344,24 @@ class SegmentFile:
 
     def close(self) -> None:
         """Close the file descriptors."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         self.offset_index.close()
         self.time_index.close()
 
     def cut_to_durable(self) -> None:
         """After a failed fsync: cut the file back to its durable bytes and fsync it, so a
         batch whose commit failed does not come back after a reopen. Raises OSError."""
-        os.ftruncate(self._fd, self.durable_size)
-        os.fsync(self._fd)
+        os.ftruncate(self.fd, self.durable_size)
+        os.fsync(self.fd)
 
     def truncate_file(self, position: int) -> None:
         """Cut the data file at `position` (a batch boundary); rescan to rebuild the rest."""
-        with self._index_lock:
-            os.ftruncate(self._fd, position)
+        with self.index_lock:
+            os.ftruncate(self.fd, position)
             self.file_size = position
-            self._length_dirty = True
+            self.length_dirty = True
             self.scan(position, verify_from=None)
 
     def __repr__(self) -> str:

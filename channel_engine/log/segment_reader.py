@@ -1,9 +1,11 @@
 """SegmentReader: a segment's reads, and the repair at use of indexes found wrong.
 
-Finding the batch that holds an offset (find_position) or the first offset that
-may hold a time (start_for_time), and reading batches or their headers from a
-byte position (read_batches, headers_at). Reads no format of their own: batch
-headers are record_batch.py's, index entries offset_index.py's and time_index.py's.
+A collaborator of LogSegment (segment.py) over the segment's SegmentFile
+(segment_file.py: the descriptor, the counters, the indexes). Finding the batch
+that holds an offset (find_position) or the first offset that may hold a time
+(start_for_time), and reading batches or their headers from a byte position
+(read_batches, headers_at). Reads no format of their own: batch headers are
+record_batch.py's, index entries offset_index.py's and time_index.py's.
 
 Indexes are never trusted at use: find_position checks that the batch an offset
 index entry points at has a valid header whose last offset is the entry's (so its
@@ -17,8 +19,9 @@ offsets its place holds (true_base_offset, damage.fixable_base_offset).
 Concurrency: readers may call these concurrently with one appender: they only look
 at bytes below a size and an offset bound taken before they start, which cover
 complete batches only. A repair at use runs in the reader's thread under the
-segment's index lock, which append, roll and truncate_file also take around their
-index work; readers see the old or the new entries whole (each is verified anyway).
+segment's index lock (SegmentFile.index_lock), which append, roll and
+truncate_file also take around their index work; readers see the old or the new
+entries whole (each is verified anyway).
 
 Failures: damage met by a read raises CorruptRecordError naming the file and the
 byte (the partition log skips it and counts the loss); an index file that cannot
@@ -52,8 +55,11 @@ class _NoMap:
         return None
 
 
-class SegmentReader(SegmentFile):
+class SegmentReader:
     """Reads of one segment, verifying every index entry they use (see the module doc)."""
+
+    def __init__(self, file: SegmentFile) -> None:
+        self.file = file  # the state: descriptor, counters, indexes (segment_file.py)
 
     # -- finding an offset or a time ------------------------------------------------
     def find_position(self, offset: int, size_bound: int) -> int | None:
@@ -67,14 +73,15 @@ class SegmentReader(SegmentFile):
 
     def _find_from_index(self, offset: int, size_bound: int) -> int | None | object:
         """find_position from the index entry for `offset`; _REPAIRED if that entry was wrong."""
-        index, generation = self.offset_index, self._index_generation
+        file = self.file
+        index, generation = file.offset_index, file.index_generation
         slot = index.lookup_slot(offset)
         try:
             entry = index.entry(slot) if slot >= 0 else None
             if entry is not None and entry[1] >= size_bound:
-                if entry[1] > self.size:  # no batch starts past the valid end
+                if entry[1] > file.size:  # no batch starts past the valid end
                     return self._repair(generation, index.path, f"entry ({entry[0]}, "
-                                        f"{entry[1]}) points past the valid end {self.size}")
+                                        f"{entry[1]}) points past the valid end {file.size}")
                 slot = min(slot, index.slot_below_position(size_bound))  # appended meanwhile
                 entry = index.entry(slot) if slot >= 0 else None
         except IndexError:  # the arrays were swapped by a repair meanwhile: look again
@@ -85,11 +92,11 @@ class SegmentReader(SegmentFile):
         try:
             if position < 0:
                 raise InvalidBatch("corrupt", "a negative position")
-            header = self._header_at(position, None)
+            header = file.header_at(position, None)
         except InvalidBatch as exc:
             return self._repair(generation, index.path, f"entry ({entry_offset}, {position}) "
                                                         f"points at no batch: {exc.reason}")
-        if header.last_offset != entry_offset or header.base_offset < self.base_offset:
+        if header.last_offset != entry_offset or header.base_offset < file.base_offset:
             return self._repair(generation, index.path,
                                 f"entry ({entry_offset}, {position}) points at the batch of "
                                 f"offsets {header.base_offset}..{header.last_offset}")
@@ -98,12 +105,13 @@ class SegmentReader(SegmentFile):
     def _walk_to(self, offset: int, position: int, size_bound: int,
                  header: BatchHeader | None) -> int | None:
         """Walk batch headers from `position` to the one holding `offset`."""
+        file = self.file
         while position < size_bound:
             if header is None:
                 try:
-                    header = self._header_at(position, None)
+                    header = file.header_at(position, None)
                 except InvalidBatch as exc:
-                    raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+                    raise CorruptRecordError(file.log_path, position, exc.reason) from exc
             if header.last_offset >= offset:
                 return position
             position += header.size
@@ -114,12 +122,13 @@ class SegmentReader(SegmentFile):
         """First offset that may hold a record with a timestamp >= `timestamp`: the one after
         the last time index entry older than it, once that entry is verified against its
         batch (it must end at the entry's offset and hold the entry's timestamp)."""
-        index = self.time_index
+        file = self.file
+        index = file.time_index
         for _ in range(3):
-            generation = self._index_generation
+            generation = file.index_generation
             slot = index.lookup_slot(timestamp)
             if slot < 0:
-                return self.base_offset
+                return file.base_offset
             try:
                 entry_timestamp, entry_offset = index.entry(slot)
             except IndexError:
@@ -128,15 +137,16 @@ class SegmentReader(SegmentFile):
             if problem is None:
                 return entry_offset + 1
             self._repair(generation, index.path, problem)
-        return self.base_offset  # no trusted entry: scan the whole segment
+        return file.base_offset  # no trusted entry: scan the whole segment
 
     def _time_entry_problem(self, timestamp: int, offset: int) -> str | None:
+        file = self.file
         what = f"time index entry ({timestamp}, {offset})"
-        if not self.base_offset <= offset < self.next_offset:
-            return f"{what} points outside offsets {self.base_offset}..{self.next_offset - 1}"
+        if not file.base_offset <= offset < file.next_offset:
+            return f"{what} points outside offsets {file.base_offset}..{file.next_offset - 1}"
         try:
-            position = self.find_position(offset, self.size)
-            header = self._header_at(position, None) if position is not None else None
+            position = self.find_position(offset, file.size)
+            header = file.header_at(position, None) if position is not None else None
         except (InvalidBatch, CorruptRecordError) as exc:
             return f"{what}: {exc}"
         if header is None or header.last_offset != offset or header.max_timestamp != timestamp:
@@ -150,22 +160,24 @@ class SegmentReader(SegmentFile):
     def headers(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of the batches from the one holding `offset` to the valid end,
         without reading the records (for scans that open already checked)."""
-        position = self.find_position(offset, self.size)
+        file = self.file
+        position = self.find_position(offset, file.size)
         if position is not None:
-            yield from self.headers_at(position, self.size, None)
+            yield from self.headers_at(position, file.size, None)
 
     def headers_at(self, position: int, size_bound: int, first_base: tuple[int, int] | None
                    ) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of the batches from `position` to size_bound, records unread;
         first_base checks offsets as in read_batches. Raises CorruptRecordError on damage."""
+        file = self.file
         expected = first_base
         while position < size_bound:
             try:
-                header = self._header_at(position, None)
+                header = file.header_at(position, None)
                 if expected is not None:
                     header = self._checked_base(position, header, expected, size_bound)
             except InvalidBatch as exc:
-                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+                raise CorruptRecordError(file.log_path, position, exc.reason) from exc
             expected = (header.next_offset, header.next_offset)
             yield position, header
             position += header.size
@@ -179,13 +191,14 @@ class SegmentReader(SegmentFile):
         yielded whole; later ones only while the total stays within max_bytes. With
         first_base=(lo, hi) the offsets are checked too (their field lies outside the CRC):
         the first base offset within [lo, hi], each next one following the previous batch."""
+        file = self.file
         total = 0
         buf, buf_start = b"", position
         expected = first_base
         while position < size_bound:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
-                buf, buf_start, rel = self._read_at(position, HEADER_SIZE, size_bound), position, 0
+                buf, buf_start, rel = file.read_at(position, HEADER_SIZE, size_bound), position, 0
             try:
                 header = stored = check_header(buf, rel, None)
                 if expected is not None:
@@ -196,11 +209,11 @@ class SegmentReader(SegmentFile):
                 if position + header.size > size_bound:
                     raise InvalidBatch("partial", f"batch runs past byte {size_bound}")
                 if rel + header.size > len(buf):
-                    buf, buf_start = self._read_at(position, header.size, size_bound), position
+                    buf, buf_start = file.read_at(position, header.size, size_bound), position
                     rel = 0
                 check_crc(buf, rel, header)
             except InvalidBatch as exc:
-                raise CorruptRecordError(self.log_path, position, exc.reason) from exc
+                raise CorruptRecordError(file.log_path, position, exc.reason) from exc
             if total and total + header.size > max_bytes:
                 return
             total += header.size
@@ -227,10 +240,11 @@ class SegmentReader(SegmentFile):
         """For a read: the base offset the batch at `position` has when only its base offset
         field is damaged (fixable_base_offset, the exact offset taken from `expected` or
         from what follows the batch), else None. Notes the place in misplaced_bases."""
+        file = self.file
         after = position + header.size
         if after > size_bound:
             return None
-        with mmap.mmap(self._fd, size_bound, access=mmap.ACCESS_READ) as buf:
+        with mmap.mmap(file.fd, size_bound, access=mmap.ACCESS_READ) as buf:
             if expected[0] == expected[1]:
                 exact = expected[0]
             elif after < size_bound:
@@ -238,14 +252,14 @@ class SegmentReader(SegmentFile):
                     exact = check_header(buf, after, None).base_offset - header.record_count
                 except InvalidBatch:
                     return None
-            elif after == self.size:
-                exact = self.next_offset - header.record_count
+            elif after == file.size:
+                exact = file.next_offset - header.record_count
             else:
                 return None
             if not expected[0] <= exact <= expected[1] or \
                     fixable_base_offset(buf, position, size_bound, exact) is None:
                 return None
-        self.misplaced_bases.add(position)
+        file.misplaced_bases.add(position)
         return exact
 
     # -- repairing the indexes at use -----------------------------------------------
@@ -258,13 +272,14 @@ class SegmentReader(SegmentFile):
         at use: swapped whole in memory, rewritten and fsynced on disk when writable. Batches
         past a damaged one keep their old entries that still check out. With `generation`
         (the one the finding was made in), nothing is done if another repair came first."""
-        with self._index_lock:
-            if generation is not None and generation != self._index_generation:
+        file = self.file
+        with file.index_lock:
+            if generation is not None and generation != file.index_generation:
                 return
             logger.warning("%s: rebuilding the indexes of %s from the log", reason,
-                           self.log_path)
+                           file.log_path)
             offsets, times = self._entries_from_headers()
-            for index, entries in ((self.offset_index, offsets), (self.time_index, times)):
+            for index, entries in ((file.offset_index, offsets), (file.time_index, times)):
                 was_open = index.is_open
                 try:
                     index.replace_entries(entries)  # memory first: lookups are right from here
@@ -274,20 +289,21 @@ class SegmentReader(SegmentFile):
                 finally:
                     if not was_open:
                         index.close()  # a sealed segment keeps one descriptor, its .log
-            self.index_rebuilds += 1
-            self._index_generation += 1
+            file.index_rebuilds += 1
+            file.index_generation += 1
 
     def _entries_from_headers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """Index entries by the rule of _track, for the batches from byte 0 to the valid end
-        (old entries kept past a batch that fails its header check)."""
+        """Index entries by the rule of SegmentFile.track, for the batches from byte 0 to the
+        valid end (old entries kept past a batch that fails its header check)."""
+        file = self.file
         offsets: list[tuple[int, int]] = []
         times: list[tuple[int, int]] = []
-        offset_room = self.offset_index.max_entries - 1
-        time_room = self.time_index.max_entries - 1
-        since, max_ts, offset_of_max = 0, NO_TIMESTAMP, self.base_offset - 1
-        size = min(self.size, os.fstat(self._fd).st_size)  # mmap refuses to map past the end
-        position, expected = 0, self.base_offset
-        with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else _NoMap() as buf:
+        offset_room = file.offset_index.max_entries - 1
+        time_room = file.time_index.max_entries - 1
+        since, max_ts, offset_of_max = 0, NO_TIMESTAMP, file.base_offset - 1
+        size = min(file.size, os.fstat(file.fd).st_size)  # mmap refuses to map past the end
+        position, expected = 0, file.base_offset
+        with mmap.mmap(file.fd, size, access=mmap.ACCESS_READ) if size else _NoMap() as buf:
             while position < size:
                 try:
                     header = check_header(buf, position, expected)
@@ -297,7 +313,7 @@ class SegmentReader(SegmentFile):
                     break
                 if header.max_timestamp > max_ts:
                     max_ts, offset_of_max = header.max_timestamp, header.last_offset
-                if since > self.index_interval_bytes and len(offsets) < offset_room \
+                if since > file.index_interval_bytes and len(offsets) < offset_room \
                         and len(times) < time_room:
                     offsets.append((header.last_offset, position))
                     if max_ts > (times[-1][0] if times else NO_TIMESTAMP):
@@ -311,27 +327,28 @@ class SegmentReader(SegmentFile):
             times += [e for e in self._old_time_entries() if e[1] >= expected
                       and e[0] > (times[-1][0] if times else NO_TIMESTAMP)]
         elif max_ts > (times[-1][0] if times else NO_TIMESTAMP) and (
-                self.sealed or len(times) < time_room):
+                file.sealed or len(times) < time_room):
             times.append((max_ts, offset_of_max))  # the final entry, as roll and recovery add
         return offsets, times
 
     def _old_offset_entries_past(self, position: int,
                                  kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Old offset index entries past `position` whose batch still checks out."""
+        file = self.file
         out: list[tuple[int, int]] = []
-        index = self.offset_index
+        index = file.offset_index
         for i in range(len(index)):
             offset, at = index.entry(i)
             last = out[-1] if out else (kept[-1] if kept else (-1, -1))
             if at <= position or offset <= last[0] or at <= last[1]:
                 continue
             try:
-                if self._header_at(at, None).last_offset == offset:
+                if file.header_at(at, None).last_offset == offset:
                     out.append((offset, at))
             except InvalidBatch:
                 continue
         return out
 
     def _old_time_entries(self) -> list[tuple[int, int]]:
-        index = self.time_index
+        index = self.file.time_index
         return [index.entry(i) for i in range(len(index))]

@@ -49,7 +49,6 @@ from channel_engine.log.recovery import (
     RecoveryAction,
     RecoveryReport,
 )
-from channel_engine.log.segment import LogSegment
 
 
 def segment_files(directory: Path) -> list[tuple[int, str]]:
@@ -109,7 +108,7 @@ def segment_stray_reason(path: Path, base: int, clean_end: int | None) -> str | 
         return None
     with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
         if is_zero(buf, 0, min(size, HEADER_SIZE)) and is_zero(buf, 0, size):
-            return None  # empty: decided by _stray_empty_last
+            return None  # empty: decided by stray_empty_last
         try:
             first = check_batch(buf, 0, size, None, verify_crc=True)
             second = check_batch(buf, first.size, size, first.next_offset, verify_crc=True)
@@ -156,13 +155,13 @@ def sort_out_stray_segments(directory: Path, bases: list[int], clean_end: int | 
     return real
 
 
-def stray_empty_last(directory: Path, base: int, before: list[LogSegment], log_start: int,
-                      known_end: int | None, writable: bool, report: RecoveryReport) -> bool:
-    """Move aside an empty last segment that is not the log's active one."""
+def stray_empty_last(directory: Path, base: int, floor: int | None, log_start: int,
+                     known_end: int | None, writable: bool, report: RecoveryReport) -> bool:
+    """Move aside an empty last segment that is not the log's active one; `floor` is the end
+    of the segment before it (None if none)."""
     path = segment_file(directory, base, LOG_SUFFIX)
     if not is_empty_segment(path):
         return False
-    floor = before[-1].next_offset if before else None
     why = empty_last_reason(base, floor, log_start, known_end)
     if why is not None:
         _move_segment_aside(path, why, writable, report)

@@ -46,8 +46,8 @@ def crash(channel: Channel) -> None:
         os.close(owner.state.journal._fd)
         owner.state.journal._fd = -1
     for log in owner.logs:
-        log._release_dir_lock()
-        for segment in log.segments + tuple(log._pending_deletes):
+        log.state.release_dir_lock()
+        for segment in log.segments + tuple(log.state.pending_deletes):
             segment.close()
     if owner.home_lock.fd >= 0:
         os.close(owner.home_lock.fd)

@@ -676,7 +676,7 @@ def test_an_owner_whose_channel_was_deleted_and_recreated_writes_nothing_there(
         with pytest.raises(ChannelGoneError):
             old.checkpoint()
         assert old.owner is not None
-        old.owner.logs[0]._new_losses.append(LostRange(0, 1, "x", cause="test"))
+        old.owner.logs[0].state.new_losses.append(LostRange(0, 1, "x", cause="test"))
         assert old.status()["losses"]["unacknowledged"] == 1  # shown, written nowhere
         with pytest.raises(ChannelGoneError):
             old.acknowledge_losses()

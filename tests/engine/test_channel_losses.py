@@ -290,7 +290,7 @@ def test_a_loss_met_by_a_take_is_counted_and_never_delivered(
     read_batches = log.read_batches
 
     def damaged(start: int, end: int, max_bytes: int) -> Iterator[Any]:
-        log._new_losses.append(LostRange(start + 2, start + 4, str(log.directory),
+        log.state.new_losses.append(LostRange(start + 2, start + 4, str(log.directory),
                                          cause="test: damage met by a read"))
         monkeypatch.undo()
         yield from read_batches(start, end, max_bytes)
@@ -308,7 +308,7 @@ def test_a_loss_reported_between_takes_leaves_the_queue_first(tmp_path: Path) ->
     with _fresh(tmp_path) as channel:
         with channel.take() as tx:
             tx.take(5)
-        _log(channel)._new_losses.append(LostRange(3, 12, "x", cause="test"))
+        _log(channel).state.new_losses.append(LostRange(3, 12, "x", cause="test"))
         # 3 and 4 were taken already: only 5..11 are lost events
         _check_counted(channel, set(range(5, 12)), set(range(5)), set(range(30)))
 
@@ -464,16 +464,17 @@ def test_a_loss_met_by_an_inspection_read_is_counted(tmp_path: Path) -> None:
         owner = channel.owner
         assert owner is not None
         log = owner.logs[0]
-        read_batches = log.read_batches
+        reader = log.reader  # the part whose reads PartitionLog.read delegates to
+        read_batches = reader.read_batches
 
         def damaged(start: int, end: int, max_bytes: int) -> Iterator[Any]:
-            log._new_losses.append(LostRange(20, 25, str(log.directory), cause="test"))
+            log.state.new_losses.append(LostRange(20, 25, str(log.directory), cause="test"))
             yield from read_batches(start, end, max_bytes)
-        log.read_batches = damaged  # type: ignore[method-assign]
+        reader.read_batches = damaged  # type: ignore[method-assign]
         channel.read(0, 18, 5)
-        del log.read_batches
+        del reader.read_batches
         _check_counted(channel, set(range(20, 25)), set(), set(range(30)))
-        log._new_losses.append(LostRange(0, 2, str(log.directory), cause="test"))
+        log.state.new_losses.append(LostRange(0, 2, str(log.directory), cause="test"))
         assert len(list(owner.events(0, 0, 30))) == 30  # an owner's full scan counts too
         assert len(owner.losses.ledger.unacknowledged()) == 2  # counted before any status call
 
@@ -486,7 +487,7 @@ def test_no_checkpoint_persists_a_marking_whose_ledger_record_is_not_written(
         raise OSError(28, "No space left on device")
     with monkeypatch.context() as patch:
         patch.setattr(loss_ledger, "write_atomically", fail)
-        _log(channel)._new_losses.append(LostRange(4, 9, "x", cause="test"))
+        _log(channel).state.new_losses.append(LostRange(4, 9, "x", cause="test"))
         status = channel.status()  # status still answers, and shows the loss
         assert status["losses"]["events_lost"] == 5 and status["health"] == "degraded"
         with pytest.raises(StorageError, match="losses.json"):
@@ -505,7 +506,7 @@ def test_an_open_takes_lost_offsets_leave_it_and_its_commit_never_marks_them(
     channel = _fresh(tmp_path)
     tx = channel.take()
     assert [e.offset for e in tx.take(10)] == list(range(10))
-    _log(channel)._new_losses.append(LostRange(5, 15, "x", cause="test"))
+    _log(channel).state.new_losses.append(LostRange(5, 15, "x", cause="test"))
     status = channel.status()
     assert status["losses"]["events_lost"] == 10
     assert status["events_in_flight"] == 5 and status["events_queued"] == 15
@@ -523,7 +524,7 @@ def test_a_read_that_reports_a_loss_and_raises_does_not_wedge_the_queue(
     log = _log(channel)
 
     def failing(start: int, end: int, max_bytes: int) -> Iterator[Any]:
-        log._new_losses.append(LostRange(0, 3, str(log.directory), cause="test"))
+        log.state.new_losses.append(LostRange(0, 3, str(log.directory), cause="test"))
         raise CorruptRecordError(str(log.directory), 0, "test: damage met by a read")
         yield
     monkeypatch.setattr(log, "read_batches", failing)

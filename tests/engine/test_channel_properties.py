@@ -600,7 +600,7 @@ class ChannelMachine(RuleBasedStateMachine):
         end = data.draw(st.integers(start + 1, self.log_end[p]), label="end")
         owner = self.ch.owner
         assert owner is not None
-        owner.logs[p]._new_losses.append(LostRange(start, end, "test", cause="test: lost"))
+        owner.logs[p].state.new_losses.append(LostRange(start, end, "test", cause="test: lost"))
         self.ch.status()  # counts it now (so does the next take or read)
         places = {(p, o) for o in range(start, end)} - self.consumed - self.lost
         self.lost |= places

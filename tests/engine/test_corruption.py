@@ -231,7 +231,7 @@ def test_it_cuts_the_preallocated_tail_after_a_crash(tmp_path: Path) -> None:
     log.append([PendingEvent(b"x" * 100)] * 3)
     active = log.segments[-1]
     assert active.log_path.stat().st_size == config.segment_bytes
-    log._release_dir_lock()  # kill -9: no trim, no clean flag
+    log.state.release_dir_lock()  # kill -9: no trim, no clean flag
     for segment in log.segments:
         segment.close()
     status, text = verify(tmp_path)

@@ -142,7 +142,7 @@ def test_a_failed_truncation_takes_the_log_offline(
     log = PartitionLog.open(tmp_path)
     for i in range(4):
         log.append(events(1, f"t{i}"))
-    monkeypatch.setattr("channel_engine.log.partition_log.fsync_directory",
+    monkeypatch.setattr("channel_engine.log.log_truncate.fsync_directory",
                         lambda path: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
     with pytest.raises(LogOfflineError):
         log.truncate_to(2)

@@ -33,7 +33,7 @@ def write(directory: Path, n: int, config: LogConfig = CONFIG) -> PartitionLog:
 
 def crash(log: PartitionLog) -> None:
     """What kill -9 leaves: no trim, no clean flag, the OS drops the lock."""
-    log._release_dir_lock()
+    log.state.release_dir_lock()
     for segment in log.segments:
         segment.close()
 
@@ -99,8 +99,8 @@ def test_it_finishes_a_retention_that_crashed_after_raising_the_log_start(
 ) -> None:
     log = write(tmp_path, 40)
     second = log.segments[1].base_offset
-    log._log_start_offset = second  # log.state written, files not yet renamed: then kill -9
-    log._write_state(clean=False)
+    log.state.log_start_offset = second  # log.state written, files not yet renamed: then kill -9
+    log.state.write_state(clean=False)
     crash(log)
     with PartitionLog.open(tmp_path, CONFIG) as log:
         assert [a.kind for a in log.last_recovery.actions] == [SEGMENT_DELETED]

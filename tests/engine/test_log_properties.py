@@ -339,8 +339,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
     def crash_and_reopen(self) -> None:
         log = self.plog
         before = {str(s.log_path): (s.base_offset, s.next_offset) for s in log.segments}
-        log._release_dir_lock()  # the process dies: no close(), no clean marker
-        for seg in log.segments + tuple(log._pending_deletes):
+        log.state.release_dir_lock()  # the process dies: no close(), no clean marker
+        for seg in log.segments + tuple(log.state.pending_deletes):
             seg.close()
         self.open()
         report = self.plog.last_recovery

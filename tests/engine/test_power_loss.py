@@ -289,7 +289,7 @@ def test_it_never_hands_out_again_the_offsets_a_policy_log_lost_to_power_loss(
     durable_bytes = log.segments[-1].size
     log.append([PendingEvent(b"c"), PendingEvent(b"d"), PendingEvent(b"e")])
     log.checkpoint_recovery_point()  # log.state: recovery point 2, log end 5
-    log._release_dir_lock()  # power loss: no clean close, and the unflushed batch is gone
+    log.state.release_dir_lock()  # power loss: no clean close, and the unflushed batch is gone
     for segment in log.segments:
         segment.close()
     os.truncate(log.segments[-1].log_path, durable_bytes)

@@ -526,7 +526,7 @@ def test_it_keeps_the_entries_past_a_damaged_batch_when_repairing(tmp_path):
     write_offset_entries(seg.offset_index.path, pairs)
     loaded = reopen(tmp_path)
     loaded.load_clean()
-    loaded.size = loaded.file_size  # as a load that kept the damaged region would
+    loaded.file.size = loaded.file_size  # as a load that kept the damaged region would
     loaded.repair_indexes("test")
     kept = [loaded.offset_index.entry(i) for i in range(len(loaded.offset_index))]
     assert [e for e in pairs if e[1] > damaged] == [

@@ -252,7 +252,7 @@ def test_a_torn_tail_above_the_recovery_point_is_cut_and_not_counted(tmp_path: P
     log.checkpoint_recovery_point()  # recovery point 6 on disk
     log.append([PendingEvent(b"unflushed")])
     path = log.segments[-1].log_path
-    log._release_dir_lock()
+    log.state.release_dir_lock()
     for segment in log.segments:
         segment.close()
     os.truncate(path, path.stat().st_size - 5)  # the write whose commit never returned:
@@ -384,7 +384,7 @@ def test_the_empty_active_segment_of_a_roll_is_not_a_stray(
     log.checkpoint_recovery_point()
     log.append([PendingEvent(b"b")] * 2)
     log.roll()  # empty active segment at 5, past the persisted log end (3)
-    log._release_dir_lock()  # kill -9
+    log.state.release_dir_lock()  # kill -9
     for segment in log.segments:
         segment.close()
     with PartitionLog.open(tmp_path, config) as log:
@@ -405,10 +405,10 @@ def test_the_empty_segment_the_loader_made_after_a_hole_is_not_a_stray(tmp_path:
         last.with_suffix(suffix).unlink()
     with PartitionLog.open(tmp_path, CONFIG) as log:
         assert log.segments[-1].base_offset == len(bodies) and log.segments[-1].size == 0
-        log._release_dir_lock()  # kill -9 right after the open
+        log.state.release_dir_lock()  # kill -9 right after the open
         for segment in log.segments:
             segment.close()
-        log._closed = True
+        log.state.closed = True
     with PartitionLog.open(tmp_path, CONFIG) as log:
         assert not [a for a in log.last_recovery.actions if a.kind == STRAY_MOVED]
         assert log.log_end_offset == len(bodies)

@@ -1,11 +1,17 @@
-"""LogCore: what every part of a partition log shares (partition_log.PartitionLog: the whole).
+"""PartitionState: what the parts of a partition log share (partition_log.PartitionLog: the whole).
 
-The state of the log (its segments, the offsets, the recovery point, the
-committed end, whether it is offline), its writer lock on `.lock`, the checks
-every write makes first (read-only, closed, offline; the directory still ours),
-going offline, the flush slot, the `log.state` file (state.py owns its bytes:
-the atomically replaced record, and the 12-byte committed-end record rewritten
-in place, never fsynced) and unlinking deleted segments when their delay passed.
+PartitionLog makes one and hands it to its parts: the appender (log_append.py),
+the flusher (log_flush.py), the reader (log_read.py), retention
+(log_retention.py), truncation (log_truncate.py) and status (log_status.py), as
+ChannelOwner does with ChannelState. It holds the state
+of the log (its segments, the offsets, the recovery point, the committed end,
+whether it is offline, what the open found, the damage reads met) and what
+every part does with it: its writer lock on
+`.lock`, the checks every write makes first (read-only, closed, offline; the
+directory still ours), going offline, the flush slot, the `log.state` file
+(state.py owns its bytes: the atomically replaced record, and the 12-byte
+committed-end record rewritten in place, never fsynced) and unlinking deleted
+segments when their delay passed. The rules of each phase live in its part.
 
 Offsets: the log start offset is the first offset readers may see; the log end
 offset (LEO) is the offset the next batch gets; the recovery point is the first
@@ -13,14 +19,14 @@ offset not known to be on disk; the high watermark is what readers see: the
 recovery point in 'fsync' durability (never an event whose commit has not
 returned), the LEO in 'policy' durability (the flush policy bounds the loss).
 
-Concurrency: `_lock` guards the state (appends, roll, retention, truncation and
-close take it); `_flush_cond` and the flush slot let one thread at a time flush
-or close files, outside `_lock`; `_state_lock` serialises writers of
+Concurrency: `lock` guards the state (appends, roll, retention, truncation and
+close take it); `flush_cond` and the flush slot let one thread at a time flush
+or close files, outside `lock`; `state_lock` serialises writers of
 log.state.tmp. Readers take no lock: they work on a snapshot of the segment list
-(replaced whole by _set_segments).
+(replaced whole by set_segments).
 
 Failures: a failure that leaves the files and the in-memory state in doubt takes
-the log offline (_go_offline): every later call raises LogOfflineError (or the
+the log offline (go_offline): every later call raises LogOfflineError (or the
 directory's LogDirectoryError) until the directory is opened again, which
 recovers it. A directory deleted, replaced, unmounted or refusing writes (EROFS,
 EACCES, EPERM) is a LogDirectoryError naming it.
@@ -54,12 +60,12 @@ from channel_engine.log.recovery import LostRange, RecoveryReport
 from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.log.state import LogState
 
-DEFAULT_READ_BYTES = 1 << 20
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)  # the directory refuses writes
 
 
-class LogCore:
-    """A partition log's state and the checks and records every part shares."""
+class PartitionState:
+    """A partition log's shared state and the checks and records every part makes; see the
+    module doc for its locks."""
 
     def __init__(self, directory: Path, config: LogConfig, partition: int, read_only: bool,
                  clock: Callable[[], float], sealer: record_batch.Sealer | None = None) -> None:
@@ -68,40 +74,38 @@ class LogCore:
         self.config = config
         self.partition = partition
         self.read_only = read_only
-        self._clock = clock
-        self._codec = record_batch.COMPRESSION_CODECS[config.compression]
-        self._segment_config = SegmentConfig.of(config)  # what each new segment is made with
-        self._lock = threading.Lock()
-        self._flush_cond = threading.Condition()
-        self._state_lock = threading.Lock()
-        self._flushing = False
-        self._lock_fd = -1
-        self._segments: tuple[LogSegment, ...] = ()
-        self._pending_deletes: list[LogSegment] = []
-        self._marked: set[LogSegment] = set()  # segments with commit stamps not yet synced
-        self._log_start_offset = 0
-        self._log_end_offset = 0
-        self._recovery_point = 0
-        self._persisted_state = LogState()
-        self._committed_end = 0  # log.state's committed-end record (state.py)
-        self._state_fd = -1  # log.state, held open for that record's in-place writes
-        self._last_flush_ms = 0
-        self._last_state_write_ms = 0
-        self._dir_dirty = False
-        self._offline: BaseException | None = None
-        self._dir_identity = (0, 0)  # (st_dev, st_ino) of the directory when opened
-        self._unsynced_segments: list[LogSegment] = []  # rolled to since the last flush
-        self._index_rebuilds_dropped = 0  # repairs counted by segments no longer in the log
-        self._closed = False
-        self._truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
-        self.last_recovery = RecoveryReport(str(directory))
-        self._new_losses: list[LostRange] = []  # found since the channel last asked
+        self.clock = clock
+        self.codec = record_batch.COMPRESSION_CODECS[config.compression]
+        self.segment_config = SegmentConfig.of(config)  # what each new segment is made with
+        self.lock = threading.Lock()
+        self.flush_cond = threading.Condition()
+        self.state_lock = threading.Lock()
+        self.flushing = False  # the flush slot is taken (flush_slot, LogFlusher.make_durable)
+        self.lock_fd = -1
+        self.segments: tuple[LogSegment, ...] = ()  # the live segments, oldest first
+        self.pending_deletes: list[LogSegment] = []  # renamed to .deleted, not yet unlinked
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.recovery_point = 0
+        self.persisted_state = LogState()
+        self.committed_end = 0  # log.state's committed-end record (state.py)
+        self.state_fd = -1  # log.state, held open for that record's in-place writes
+        self.last_flush_ms = 0
+        self.last_state_write_ms = 0
+        self.dir_dirty = False
+        self.offline: BaseException | None = None
+        self.dir_identity = (0, 0)  # (st_dev, st_ino) of the directory when opened
+        self.unsynced_segments: list[LogSegment] = []  # rolled to since the last flush
+        self.index_rebuilds_dropped = 0  # repairs counted by segments no longer in the log
+        self.closed = False
+        self.truncations = 0  # bumped by truncate_to: appenders waiting on an fsync re-check
+        self.new_losses: list[LostRange] = []  # found since the channel last asked
         # damaged places reads met: (segment base, byte) -> the offsets reported lost there
-        self._read_damage: dict[tuple[int, int], LostRange] = {}
-        self._repair_marked: set[int] = set()  # segments with a .repair marker written
+        self.read_damage: dict[tuple[int, int], LostRange] = {}
+        self.last_recovery = RecoveryReport(str(directory))  # what the open found and did
 
     # -- the writer's directory lock ------------------------------------------------
-    def _take_dir_lock(self) -> Path | None:
+    def take_dir_lock(self) -> Path | None:
         """Take `.lock`; return where a non-regular file in its place went (or None)."""
         fd, moved = open_lock_file(self.directory / LOCK_FILE, "the partition's writer lock")
         try:
@@ -109,95 +113,79 @@ class LogCore:
         except BlockingIOError:
             os.close(fd)
             raise LogLockedError(self.directory) from None
-        self._lock_fd = fd
+        self.lock_fd = fd
         return moved
 
-    def _release_dir_lock(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # closing the descriptor drops the flock
-            self._lock_fd = -1
+    def release_dir_lock(self) -> None:
+        """Drop `.lock` (at close; the tests' kill -9 too)."""
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)  # closing the descriptor drops the flock
+            self.lock_fd = -1
 
     # -- offsets --------------------------------------------------------------------
-    @property
-    def log_start_offset(self) -> int:
-        """First offset readers may see."""
-        return self._log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        """Offset the next appended event gets."""
-        return self._log_end_offset
-
-    @property
-    def recovery_point(self) -> int:
-        """First offset not known to be on disk."""
-        return self._recovery_point
-
     @property
     def high_watermark(self) -> int:
         """Readers see offsets below this: the recovery point in fsync durability, else the LEO."""
         if self.config.durability == "fsync":
-            return self._recovery_point
-        return self._log_end_offset
+            return self.recovery_point
+        return self.log_end_offset
 
     @property
     def unflushed_events(self) -> int:
         """Events appended but not yet known to be on disk (the policy-mode loss window)."""
-        return self._log_end_offset - self._recovery_point
+        return self.log_end_offset - self.recovery_point
 
     @property
     def size_bytes(self) -> int:
         """Valid bytes in all segments."""
-        return sum(seg.size for seg in self._segments)
+        return sum(seg.size for seg in self.segments)
 
-    @property
-    def segments(self) -> tuple[LogSegment, ...]:
-        """The live segments, oldest first (a snapshot)."""
-        return self._segments
+    def now_ms(self) -> int:
+        """The log's clock, in milliseconds."""
+        return int(self.clock() * 1000)
 
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
-
-    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+    def set_segments(self, segments: Sequence[LogSegment]) -> None:
+        """Replace the segment list (caller holds the lock, or is opening the log)."""
         kept = set(map(id, segments))
-        self._index_rebuilds_dropped += sum(s.index_rebuilds for s in self._segments
+        self.index_rebuilds_dropped += sum(s.index_rebuilds for s in self.segments
                                             if id(s) not in kept)
-        self._segments = tuple(segments)  # replaced whole: readers keep a consistent snapshot
+        self.segments = tuple(segments)  # replaced whole: readers keep a consistent snapshot
 
     def take_new_losses(self) -> list[LostRange]:
         """Offset ranges found lost (at open, or by a read that met damage) since the last
         call; the caller (the channel) owns them from here: queue, count, ledger."""
-        if not self._new_losses:  # the take path asks often; a loss is rare: no lock then
+        if not self.new_losses:  # the take path asks often; a loss is rare: no lock then
             return []
-        with self._lock:
-            losses, self._new_losses = self._new_losses, []
+        with self.lock:
+            losses, self.new_losses = self.new_losses, []
         return losses
 
     # -- refusing writes: read-only, closed, offline --------------------------------
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise unless writes are allowed: not read-only, not offline, not closed."""
         if self.read_only:
             raise ReadOnlyLogError(f"{self.directory}: opened read-only")
-        if self._offline is not None:
-            raise self._offline_error()
-        if self._closed:
+        if self.offline is not None:
+            raise self.offline_error()
+        if self.closed:
             raise ReadOnlyLogError(f"{self.directory}: log is closed")
 
-    def _offline_error(self) -> LogOfflineError:
+    def offline_error(self) -> LogOfflineError:
         """The error every call raises once the log is offline (the directory's own when it
         is gone or read-only)."""
-        cause = self._offline
+        cause = self.offline
         if isinstance(cause, LogDirectoryError):
             return LogDirectoryError(self.directory, cause.reason)
         return LogOfflineError(self.directory, cause or OSError("offline"))
 
-    def _check_directory(self, segment: LogSegment) -> None:
+    def check_directory(self, segment: LogSegment) -> None:
         """Go offline with LogDirectoryError unless `segment`'s path still names the file we
         write (one stat): a deleted, replaced or unmounted directory acknowledges nothing."""
         try:
             if not segment.gone():
                 return
             found = os.stat(self.directory)
-            if (found.st_dev, found.st_ino) != self._dir_identity:
+            if (found.st_dev, found.st_ino) != self.dir_identity:
                 reason = ("another directory is at this path now (the partition directory "
                           "was replaced or unmounted)")
             else:
@@ -206,76 +194,77 @@ class LogCore:
             reason = "the partition directory no longer exists (deleted or unmounted)"
         except OSError as exc:
             reason = f"the partition directory cannot be checked ({exc})"
-        raise self._go_offline(LogDirectoryError(self.directory, reason))
+        raise self.go_offline(LogDirectoryError(self.directory, reason))
 
-    def _go_offline(self, exc: BaseException, doing: str = "writing") -> LogOfflineError:
+    def go_offline(self, exc: BaseException, doing: str = "writing") -> LogOfflineError:
         """Refuse every later write: the files and the in-memory state may disagree. A
         directory that refuses writes (EROFS, EACCES, EPERM) is a LogDirectoryError."""
         if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRNOS:
             exc = LogDirectoryError(self.directory, f"the partition directory refuses writes "
                                                     f"({exc.strerror}) while {doing}")
-        self._offline = exc
-        return self._offline_error()
+        self.offline = exc
+        return self.offline_error()
 
     # -- the flush slot, log.state, deleted files -----------------------------------
     @contextmanager
-    def _flush_slot(self) -> Iterator[None]:
+    def flush_slot(self) -> Iterator[None]:
         """Be the only thread flushing or closing files (group commit leader or maintenance)."""
-        with self._flush_cond:
-            while self._flushing:
-                self._flush_cond.wait()
-            self._flushing = True
+        with self.flush_cond:
+            while self.flushing:
+                self.flush_cond.wait()
+            self.flushing = True
         try:
             yield
         finally:
-            with self._flush_cond:
-                self._flushing = False
-                self._flush_cond.notify_all()
+            with self.flush_cond:
+                self.flushing = False
+                self.flush_cond.notify_all()
 
-    def _note_committed(self, end: int) -> None:
+    def note_committed(self, end: int) -> None:
         """Rewrite log.state's committed-end record in place, without an fsync (one pwrite
         of 12 bytes): the only record of the log's end outside its active segment, so a kill
         followed by the loss of that segment's file loses nothing uncounted (state.py).
         Caller holds the lock."""
-        if end <= self._committed_end:
+        if end <= self.committed_end:
             return
-        self._committed_end = end
+        self.committed_end = end
         try:
-            os.pwrite(self._state_fd, log_state.encode_committed_end(end),
+            os.pwrite(self.state_fd, log_state.encode_committed_end(end),
                       log_state.COMMITTED_END_AT)
         except OSError as exc:
-            raise self._go_offline(exc, "recording the committed end in log.state") from exc
+            raise self.go_offline(exc, "recording the committed end in log.state") from exc
 
-    def _open_state_file(self) -> None:
+    def open_state_file(self) -> None:
         """Hold the current log.state open (again after each atomic replace) for
-        _note_committed. Caller holds the lock, or is opening the log."""
+        note_committed. Caller holds the lock, or is opening the log."""
         fd = os.open(self.directory / LOG_STATE_FILE, os.O_WRONLY)
-        old, self._state_fd = self._state_fd, fd
+        old, self.state_fd = self.state_fd, fd
         if old >= 0:
             os.close(old)
 
-    def _write_state(self, clean: bool) -> None:
-        with self._state_lock:  # one writer of log.state.tmp at a time
+    def write_state(self, clean: bool) -> None:
+        """Replace log.state atomically with the offsets now (state.py)."""
+        with self.state_lock:  # one writer of log.state.tmp at a time
             self._write_state_locked(clean)
 
     def _write_state_locked(self, clean: bool) -> None:
-        state = LogState(self._log_start_offset, self._recovery_point, self._log_end_offset,
-                         clean, committed_end=self._committed_end)
+        state = LogState(self.log_start_offset, self.recovery_point, self.log_end_offset,
+                         clean, committed_end=self.committed_end)
         log_state.write(self.directory / LOG_STATE_FILE, state)
-        self._open_state_file()  # the in-place record goes to the new file from now on
-        self._persisted_state = state
-        self._last_state_write_ms = self._now_ms()
+        self.open_state_file()  # the in-place record goes to the new file from now on
+        self.persisted_state = state
+        self.last_state_write_ms = self.now_ms()
 
     def delete_expired_files(self, force: bool = False) -> int:
         """Unlink segments renamed to .deleted whose delay has passed; return how many."""
-        now = self._now_ms()
-        with self._flush_slot():
-            due = [s for s in self._pending_deletes if force or s.delete_after_ms <= now]
+        now = self.now_ms()
+        with self.flush_slot():
+            due = [s for s in self.pending_deletes if force or s.delete_after_ms <= now]
             for segment in due:
                 try:
                     segment.delete_files()
                 except OSError as exc:  # kept pending: tried again next time, or on open
                     raise StorageError(self.directory, exc, "unlinking a deleted segment") \
                         from exc
-                self._pending_deletes.remove(segment)
+                self.pending_deletes.remove(segment)
         return len(due)
