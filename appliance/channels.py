@@ -104,7 +104,8 @@ EXPORT_PATH = rf"^{_EXPORT_DIR}(?:/{_EXPORT_DIR})*/?$"  # for the OpenAPI schema
 
 
 def _check_export(row: Channel) -> None:
-    from channel_engine.spark.export import FORMATS, spark_pattern
+    from channel_engine.spark.file_formats import FORMATS
+    from channel_engine.spark.output_layout import spark_pattern
 
     if row.export_format not in FORMATS:
         raise ValidationError({"export_format": f"must be one of {', '.join(FORMATS)}"})

@@ -20,7 +20,7 @@ start` cluster; its JVM's CPU is in no CPU figure). Each round prints three figu
                         those rows cached in Spark's memory first (not timed), then
                         written so: the write alone. Target: the export at >= 50% of it.
 
-All sides use the export's writer (export.writer: the same partitioning columns, one
+All sides use the export's writer (file_formats.writer: the same partitioning columns, one
 file per piece and hour, the session's Parquet codec; Avro is Spark's own Avro writer
 with Weir's schema, deflate). Both baselines run before the export of a round, which
 then takes the events.
@@ -56,13 +56,11 @@ from common import chunk, make_bodies  # noqa: E402
 
 from channel_engine import Channel, ChannelConfig, PendingEvent  # noqa: E402
 from channel_engine.spark.dfs import Dfs  # noqa: E402
-from channel_engine.spark.export import (  # noqa: E402
-    FORMATS,
-    Exporter,
-    ExportSettings,
-    spark_session,
-    writer,
-)
+from channel_engine.spark.export import spark_session  # noqa: E402
+from channel_engine.spark.export_settings import ExportSettings  # noqa: E402
+from channel_engine.spark.exporter import Exporter  # noqa: E402
+from channel_engine.spark.file_formats import FORMATS, writer  # noqa: E402
+from channel_engine.spark.output_layout import Pieces, piece_rows  # noqa: E402
 
 
 def fill(root: Path, name: str, events: int, body: int, partitions: int) -> ChannelConfig:
@@ -130,9 +128,10 @@ def channel_frame(spark: Any, config: ChannelConfig, output: str, file_format: s
                         progress=lambda line: None)
     with Channel.open(config.home) as channel:
         status = channel.status()
-    exporter.piece = exporter._piece_rows(status)
-    return exporter._frame([(p["partition"], (p["log_start_offset"], p["log_end_offset"]))
-                            for p in status["partitions"]])
+    pieces = Pieces(piece_rows(exporter.settings, status),
+                    [(p["partition"], (p["log_start_offset"], p["log_end_offset"]))
+                     for p in status["partitions"]])
+    return exporter._frame(pieces)
 
 
 def from_channel(spark: Any, clock: Clock, frame: Any, file_format: str, target: str,

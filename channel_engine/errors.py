@@ -330,7 +330,8 @@ class DamagedRangeError(RangeUnavailableError):
 
 class ExportError(ChannelEngineError, RuntimeError):
     """An export cannot go on: its id file is damaged, or the output or its temp dir holds
-    files the export did not expect (spark/export.py). Nothing was committed."""
+    files the export did not expect (spark/export_id.py, spark/output_layout.py). Nothing
+    was committed."""
 
 
 class ExportRunningError(ChannelEngineError, RuntimeError):

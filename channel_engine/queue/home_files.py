@@ -2,7 +2,7 @@
 
 A home (the channel's checkpoint_dir) holds `channel.json`, the checkpoint, the commit
 journals, `losses.json`, the owner's `.lock` and `owner.sock`, and the export's id and
-locks (written by spark/export.py, spark/export_lock.py and appliance/exports.py, named
+locks (written by spark/export_id.py, spark/export_lock.py and appliance/exports.py, named
 here so the engine need not import Spark or Django). It may also hold the channel's
 partition, backup or key directories when the settings put them there.
 

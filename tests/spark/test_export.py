@@ -23,9 +23,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from channel_engine import Channel, ChannelConfig
-from channel_engine.spark import export as export_module
+from channel_engine.spark import commit_records, exporter
 from channel_engine.spark.dfs import Dfs
-from channel_engine.spark.export import Exporter, ExportSettings
+from channel_engine.spark.export_settings import ExportSettings
+from channel_engine.spark.exporter import Exporter
+from channel_engine.spark.file_formats import AVRO_SCHEMA, FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
@@ -342,8 +344,8 @@ def test_commit_records_are_compacted_and_still_skip_what_they_hold(
         if step == "moved" and os.environ.get("CRASH_AFTER_MOVES"):
             raise Crash(step)
 
-    monkeypatch.setattr(export_module, "crash_point", crash_after_moves)
-    monkeypatch.setattr(export_module, "COMPACT_AFTER", 2)
+    monkeypatch.setattr(exporter, "crash_point", crash_after_moves)
+    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 2)
     for i in range(3):
         with Channel.open(config) as channel:
             put_events(channel, i * 20, i * 20 + 20)
@@ -495,11 +497,11 @@ def test_it_writes_avro_with_sparks_writer_in_weirs_schema(
         # "weir.Event"; Spark writes name and namespace: the same record), deflated
         schema = json.loads(meta["avro.schema"])
         assert ".".join(filter(None, (schema.get("namespace"), schema["name"]))) == "weir.Event"
-        assert schema["fields"] == export_module.AVRO_SCHEMA["fields"]
+        assert schema["fields"] == AVRO_SCHEMA["fields"]
         assert meta["avro.codec"] == b"deflate"
         assert meta["org.apache.spark.version"].decode() == spark.version  # Spark wrote it
     # Spark's reader makes a timestamp of the timestamp-millis long: back to millis
-    rows = (spark.read.format(export_module.FORMATS["avro"]).load(files)
+    rows = (spark.read.format(FORMATS["avro"]).load(files)
             .selectExpr("*", "unix_millis(timestamp) AS millis").orderBy("offset").collect())
     assert [r["offset"] for r in rows] == list(range(31))
     expected = [event(i) for i in range(30)] + [(BASE_MS + 30, None, {}, b"no key")]

@@ -9,7 +9,7 @@ permissions on; scripts/hdfs.sh restart-namenode|stop-namenode|start-namenode|
 stop-datanode N|start-datanode N), never to the shared `hdfs_url` cluster or to an
 outside one (WEIR_TEST_HDFS_URL): they would disturb other tests. A fault "during a run"
 is made while the job is stopped (SIGSTOP to its process group) at step "writing", with
-its first data file open on HDFS (WEIR_EXPORT_STOP_AT, export.py's crash_point). Marked
+its first data file open on HDFS (WEIR_EXPORT_STOP_AT, exporter.py's crash_point). Marked
 `hdfs`: run with `-m hdfs`."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """manage.py export_channel NAME — export a channel's next events to WEIR_EXPORT_URI now
-(Spark, exactly once; see channel_engine/spark/export.py). Prints the run's report; exits
+(Spark, exactly once; see channel_engine/spark/exporter.py). Prints the run's report; exits
 with an error, starting nothing, while another export of the channel runs."""
 from __future__ import annotations
 

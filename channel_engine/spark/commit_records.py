@@ -1,0 +1,129 @@
+"""The export's commit records: `_weir/commits/*.json` under <output>/<channel>/, the
+output's own account of what it holds (the source of truth of the protocol, exporter.py).
+
+    file                                 what
+    -----------------------------------  ------------------------------------------------
+    _weir/commits/<run id>.json          commit record of one run: its ranges and moves
+    _weir/commits/<run id>.summary.json  the ranges of the records a compaction replaced
+                                         (no moves)
+    _weir/commits/.<name>.tmp            a record being written; one left behind was cut
+                                         short by a crash: never a commit, deleted
+
+A record is JSON: {"run_id", "channel_id", "moves": [[temp, final], ...], "ranges":
+{"<partition>": [[start, end], ...]}} (end exclusive). channel_id is the channel's export
+id (export_id.py: its "weir-export-id" file, version 1, in the channel's home): records
+of a deleted namesake carry another id and their ranges are not skipped. A record without
+a channel_id (older runs) counts for the channel. A record has no format marker of its
+own: its keys are its format, and readers ignore keys they do not know. Example:
+
+    {"run_id": "1795788300000-1a2b3c4d", "channel_id": "5f0c9e…", "moves": [[
+      "hdfs://nn:8020/weir/orders/_weir/tmp/1795788300000-1a2b3c4d/_p=0/_chunk=0/
+       _bucket=2026%2F11%2F27%2F14/part-00000-….parquet",
+      "hdfs://nn:8020/weir/orders/2026/11/27/14/
+       orders+0+00000000000000000000+00000000000000000099.parquet"]],
+     "ranges": {"0": [[0, 100]]}}
+
+(each path one string, broken here to fit): partition 0's offsets 0 to 99, all in hour
+14 of 2026-11-27, in one file.
+
+Writing one (CommitRecords.commit, step 5 of the protocol) is atomic: a temp name, its
+bytes synced (hsync on HDFS: dfs.py), a rename, the directories synced. The rename is
+the run's commit point: from then on its files count, and recover() finishes its moves.
+
+Reading them (recover, step 1) redoes the moves of every record (a crash may have cut
+them short), deletes the records cut short and returns the ranges this channel's records
+hold. A committed file gone when its record is redone (an operator pruned old output)
+is counted in `missing`, not recreated, and stops nothing. Once there are more than
+COMPACT_AFTER records, compact() folds them into one summary.
+
+Concurrency contract: not thread-safe; the caller holds the channel's export lock
+(export_lock.py), so no other run writes records meanwhile.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from channel_engine.spark.offset_ranges import Range, merge
+from channel_engine.spark.output_layout import OutputLayout
+
+# recover() folds the commit records into one summary once there are more than this many
+COMPACT_AFTER = 32
+
+
+def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
+                  ranges: dict[int, list[Range]]) -> dict[str, Any]:
+    """A commit record (the format above), its partitions in the order of `ranges`."""
+    return {"run_id": run_id, "channel_id": channel_id, "moves": moves,
+            "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+
+
+class CommitRecords:
+    """The commit records of one channel's output (the table above)."""
+
+    def __init__(self, layout: OutputLayout) -> None:
+        self.layout = layout
+        self.dfs = layout.dfs
+        self.dir = layout.commits
+        self.read: list[str] = []  # the records recover() read, by URI
+        self.missing: list[str] = []  # committed files gone from the output (pruned?)
+
+    def recover(self, channel_id: str) -> dict[int, list[Range]]:
+        """Finish every record's moves and drop half-written records; return the ranges
+        the records of `channel_id` hold, by partition, merged."""
+        exported: dict[int, list[Range]] = {}
+        for uri, _ in self.dfs.list_files(self.dir):
+            name = uri.rsplit("/", 1)[-1]
+            if name.startswith("."):  # a record whose write was cut short: never a commit
+                self.dfs.delete(uri)
+                continue
+            if not name.endswith(".json"):
+                continue
+            record = json.loads(self.dfs.read_bytes(uri))
+            self.read.append(uri)
+            for temp, final in record["moves"]:
+                self._finish_move(temp, final)
+            if record.get("channel_id", channel_id) != channel_id:
+                continue  # a channel of this name that was deleted: its offsets are not ours
+            for partition, ranges in record["ranges"].items():
+                exported.setdefault(int(partition), []).extend(
+                    (int(start), int(end)) for start, end in ranges)
+        return {p: merge(ranges) for p, ranges in exported.items()}
+
+    def _finish_move(self, temp: str, final: str) -> None:
+        """Redo a recorded move that a crash cut short."""
+        if self.dfs.exists(final):
+            return
+        if not self.dfs.exists(temp):
+            # The move happened (the record is written after every temp file) and the
+            # file was removed since: not ours to recreate, but reported.
+            self.missing.append(final)
+            return
+        self.dfs.rename(temp, final)
+        self.dfs.sync_dirs_up_to([final], self.layout.root)
+
+    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]]) -> None:
+        """When recover() read more than COMPACT_AFTER records (their moves all done),
+        replace them by one summary of this channel's ranges `exported` (records of a
+        deleted namesake go): the next run reads one file instead of one per run since
+        the last compaction."""
+        if len(self.read) <= COMPACT_AFTER:
+            return
+        summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())))
+        self._write(f"{run_id}.summary.json", summary)
+        for uri in self.read:  # a crash here leaves ranges recorded twice: harmless
+            self.dfs.delete(uri)
+
+    def commit(self, run_id: str, channel_id: str, moves: list[list[str]],
+               ranges: dict[int, list[Range]]) -> None:
+        """Write run `run_id`'s commit record: the commit point of the run."""
+        self._write(f"{run_id}.json", commit_record(run_id, channel_id, moves, ranges))
+
+    def _write(self, name: str, record: dict[str, Any]) -> None:
+        """Write a record under _weir/commits atomically: temp name, sync, rename."""
+        self.dfs.mkdirs(self.dir)
+        pending = f"{self.dir}/.{name}.tmp"
+        self.dfs.write_bytes(pending, json.dumps(record).encode())
+        self.dfs.sync_file(pending)
+        self.dfs.rename(pending, f"{self.dir}/{name}")
+        self.dfs.sync_dirs_up_to([f"{self.dir}/{name}"], self.layout.root)

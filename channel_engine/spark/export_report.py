@@ -1,0 +1,48 @@
+"""What an export run reports: a PartitionReport per channel partition, and describe(),
+a failure in one line. The run's report (Exporter.run) is JSON: the run's channel,
+run_id, output, format, outcome, error, spark_master, rows, bytes, duration_s, recorded
+(its commit record is written), missing_files, and "partitions", a PartitionReport each.
+The job prints it as its last line (export.py); the appliance keeps it in an ExportRun.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from channel_engine.spark.offset_ranges import Range
+
+
+@dataclass
+class PartitionReport:
+    """What one run did for one channel partition."""
+
+    partition: int
+    ranges: list[Range] = field(default_factory=list)
+    skipped: list[Range] = field(default_factory=list)  # already in the output
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+    bytes: int = 0
+    # The partitions of a run are written by one Spark job and committed by one take, so
+    # they share the run's outcome ("ok" or "failed"), error and duration.
+    outcome: str = "running"
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in one line for the report: "Type: message"; a Java exception raised
+    through py4j as its class and message and those of its causes (HDFS's own words:
+    "Permission denied: user=…", "could only be written to 0 of the 1 minReplication
+    nodes…"), without the Java stack trace py4j puts in its message."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        causes: list[str] = []
+        while java is not None and len(causes) < 8:
+            line = str(java.toString()).strip().splitlines()
+            if line and line[0] not in causes:
+                causes.append(line[0])
+            java = java.getCause()
+    except Exception:  # noqa: BLE001 -- the JVM is gone: the message is all there is
+        return f"{type(exc).__name__}: {' '.join(str(exc).strip().splitlines()[:2])}"
+    return f"{type(exc).__name__}: {'; caused by '.join(causes)}"

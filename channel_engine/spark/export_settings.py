@@ -1,0 +1,39 @@
+"""What one export run is told to do: ExportSettings, each setting with its default and
+its validation; a bad value is a ValueError naming it. The job's command line (export.py,
+where appliance/exports.py passes a channel row's export settings) is turned into one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from channel_engine.spark.file_formats import FORMATS
+from channel_engine.spark.output_layout import spark_pattern
+
+
+@dataclass
+class ExportSettings:
+    """What one export run does (from the CLI, or from the appliance's channel row)."""
+
+    home: str
+    output: str
+    format: str = "parquet"
+    path: str = "%Y/%m/%d/%H"
+    roll_rows: int = 1_000_000  # the most events in one file
+    max_events: int = 10_000_000
+    read_url: str | None = None  # executors read over the appliance's HTTP API
+    read_token: str | None = None
+    roll_bytes: int = 256 << 20  # the most log bytes of events in one file (estimated)
+    progress_s: float = 2.0  # a progress line this often while Spark writes
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
+        if not 1 <= self.roll_rows <= 2**31 - 1:
+            raise ValueError(f"roll_rows must be from 1 to 2**31-1, not {self.roll_rows}")
+        if not 1 << 10 <= self.roll_bytes <= 1 << 40:
+            raise ValueError(f"roll_bytes must be from 1 KiB to 1 TiB, not {self.roll_bytes}")
+        if not 0.05 <= self.progress_s <= 3600:
+            raise ValueError(f"progress_s must be from 0.05 to 3600, not {self.progress_s}")
+        if not 1 <= self.max_events <= 2**40:
+            raise ValueError(f"max_events must be positive, not {self.max_events}")
+        spark_pattern(self.path)  # raises on an unknown escape

@@ -1,0 +1,299 @@
+"""The export protocol: one run of the exactly-once export of a channel (Exporter).
+
+The output's layout is output_layout.py's, the commit records' format commit_records.py's,
+the files' formats file_formats.py's; the job around a run (command line, SparkSession,
+report line) is export.py's.
+
+The protocol (each step survives a crash at any point; the output is the source of truth):
+
+    step  what                                           after a crash here, the next run
+    ----  ---------------------------------------------  --------------------------------------
+    1     recover: redo the moves of every commit        finishes the moves; the range counts
+          record, delete every temp dir and cut-short    as exported
+          record; fold > COMPACT_AFTER records into one
+    2     take: reserve the next ranges of each          the take rolled back (its process
+          partition (a take transaction, no lease)       died): the same ranges come again
+    3     skip what a commit record already holds        -
+    4     write the rest with Spark to _weir/tmp/<run>   temp files deleted by step 1
+    5     sync the temp files; write the commit record   step 1 applies it
+          (temp name, sync, rename, sync the dir)
+    6     move each temp file to its final name; sync    step 1 finishes the moves
+          the directories
+    7     commit the take                                the take returns; step 3 skips it
+    8     delete the temp dir                            step 1 deletes it
+
+A committed file that is gone when step 1 redoes its record (an operator pruned old
+output) is reported ("missing_files" in the report), not recreated, and stops nothing.
+Durability (dfs.py): a power loss after step 7 must find every file the take's events
+went to. On file://, Spark's writers and a rename reach no disk by themselves, so the
+job fsyncs the temp files, the record and the directories (steps 5, 6). On HDFS the
+commit record is written through one FSDataOutputStream and hsync()ed before close:
+when step 5 returns, every DataNode of its pipeline has fsynced it (hflush would only
+make it visible to readers, close only completes the block); a rename is a NameNode
+transaction, in its synced edit log before it returns. The data files a record names
+are only closed (Spark's writers close them, and HDFS cannot hsync a closed file): each
+is whole on every DataNode of its pipeline, but in their page cache until written back,
+so a power loss of all the DataNodes of one of its blocks at once may lose it. Run the
+DataNodes with dfs.datanode.synconclose=true (they fsync each block as it closes) where
+that must hold as on file://; replication across racks covers the rest. (Avro files are
+Spark's too, since Spark's own Avro writer replaced the driver's: only closed, like the
+others.)
+
+A killed run leaves files open on HDFS under its dead client's lease (a temp file Spark
+was writing, a record cut short) until the NameNode recovers it (the 1 h hard limit).
+No run waits for that, and none needs DistributedFileSystem.recoverLease: every path a
+run writes is its own (_weir/tmp/<run id>/, _weir/commits/.<run id>.json.tmp), the next
+run only deletes another run's leftovers (a delete needs no lease), and the only files
+it renames were closed before (the temp files a record names; a record after its close).
+
+So every event reaches the output exactly once: written files count only once a commit
+record names them, and a range a record names is never written again. Two exports of one
+channel must not run at once: a run holds `export.lock` in the channel's home
+(export_lock.py; the job holds it already from before Spark starts, export.py).
+
+Concurrency contract: an Exporter is one run, on the driver, in one thread; the crash
+and stop points (crash_point) are the crash and fault tests' hooks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from channel_engine import Channel, ChannelConfig
+from channel_engine.spark.commit_records import CommitRecords
+from channel_engine.spark.dfs import Dfs
+from channel_engine.spark.export_id import channel_id
+from channel_engine.spark.export_lock import hold
+from channel_engine.spark.export_report import PartitionReport, describe
+from channel_engine.spark.export_settings import ExportSettings
+from channel_engine.spark.file_formats import writer
+from channel_engine.spark.offset_ranges import Range, merge, subtract
+from channel_engine.spark.output_layout import OutputLayout, Pieces, piece_rows
+
+
+def crash_point(step: str) -> None:
+    """Die here (SIGKILL) when WEIR_EXPORT_CRASH_AT names this step: the crash tests.
+    Stop here once (SIGSTOP to the job's process group: Spark's JVM and workers too)
+    when WEIR_EXPORT_STOP_AT names it: the HDFS fault tests start the job in a session
+    of its own, break the cluster, then SIGCONT it."""
+    if os.environ.get("WEIR_EXPORT_CRASH_AT") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("WEIR_EXPORT_STOP_AT") == step:
+        del os.environ["WEIR_EXPORT_STOP_AT"]
+        os.killpg(os.getpgrp(), signal.SIGSTOP)
+
+
+class Exporter:
+    """One run of the protocol above for one channel."""
+
+    def __init__(self, spark: Any, settings: ExportSettings,
+                 progress: Callable[[str], None] = print) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.progress = progress
+        self.config = ChannelConfig.load(settings.home)
+        self.dfs = Dfs(spark, settings.output)
+        self.layout = OutputLayout(self.dfs, self.config.name)
+        self.root = self.layout.root
+        self.records = CommitRecords(self.layout)
+        self.run_id = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
+        self.reports: dict[int, PartitionReport] = {}
+        self.started = time.time()
+        self.channel_id = ""  # set under the export lock (run)
+        self.recorded = False  # this run's commit record is written
+
+    # -- step 1 -----------------------------------------------------------------------------
+    def recover(self) -> dict[int, list[Range]]:
+        """Finish every recorded run's moves, drop temp dirs and half-written records,
+        compact the records; return this channel's exported ranges by partition."""
+        exported = self.records.recover(self.channel_id)
+        missing = self.records.missing
+        if missing:
+            self.progress(f"export {self.config.name}: {len(missing)} committed files "
+                          f"are gone from the output (pruned by hand?), e.g. {missing[0]}")
+        self.records.compact(self.run_id, self.channel_id, exported)
+        self.dfs.delete(self.layout.temp_root, recursive=True)
+        return exported
+
+    # -- steps 2-8 --------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Export the next ranges of every partition; return the run's report."""
+        with hold(str(self.config.home)):  # a no-op under main(), which holds it already
+            self.channel_id = channel_id(self.config.home)
+            exported = self.recover()
+            with Channel.open(self.config.home) as channel:
+                take = channel.take()
+                try:
+                    reserved = take.reserve(self.settings.max_events)
+                    crash_point("reserved")
+                    to_write = self._plan(reserved, exported)
+                    if to_write:
+                        self._write(Pieces(piece_rows(self.settings, channel.status()),
+                                           to_write))
+                    take.commit()
+                except BaseException as exc:
+                    if take.state == "open":
+                        take.rollback()
+                    error = describe(exc)
+                    if self.recorded:  # the output holds the events: the next run skips them
+                        error += " (after its commit record: the next run completes it)"
+                    self._finish("failed", error)
+                    raise
+            try:
+                self.dfs.delete(self.layout.temp(self.run_id), recursive=True)
+            except Exception as exc:  # noqa: BLE001 -- committed; the next run's step 1 retries
+                self.progress(f"export {self.config.name}: temp dir not deleted ({exc})")
+        return self._finish("ok")
+
+    def _plan(self, reserved: list[tuple[int, int, int]],
+              exported: dict[int, list[Range]]) -> list[tuple[int, Range]]:
+        """(partition, range) to write: the reserved ranges, joined where they touch (a
+        rolled-back take's events come back beside newer ones), less what is exported."""
+        by_partition: dict[int, list[Range]] = {}
+        for partition, start, end in reserved:
+            by_partition.setdefault(partition, []).append((start, end))
+        to_write: list[tuple[int, Range]] = []
+        for partition, ranges in sorted(by_partition.items()):
+            report = self.reports.setdefault(partition, PartitionReport(partition))
+            for wanted in merge(ranges):
+                pieces = subtract(wanted, exported.get(partition, []))
+                report.skipped += subtract(wanted, pieces)
+                report.ranges += pieces
+                to_write += [(partition, piece) for piece in pieces]
+        return to_write
+
+    def _finish(self, outcome: str, error: str | None = None) -> dict[str, Any]:
+        """The run's report (also of a failed run: what it had reserved, and why)."""
+        duration = round(time.time() - self.started, 3)
+        for report in self.reports.values():
+            report.outcome, report.error, report.duration_s = outcome, error, duration
+        self.report = {
+            "channel": self.config.name, "run_id": self.run_id, "output": self.root,
+            "format": self.settings.format, "outcome": outcome, "error": error,
+            "spark_master": self.spark.sparkContext.master,
+            "rows": sum(r.rows for r in self.reports.values()),
+            "bytes": sum(r.bytes for r in self.reports.values()),
+            "duration_s": duration, "recorded": self.recorded,
+            "missing_files": self.records.missing[:100],
+            "partitions": [asdict(r) for _, r in sorted(self.reports.items())]}
+        return self.report
+
+    def _write(self, pieces: Pieces) -> None:
+        """Steps 4-6: write the pieces to the temp dir, record them, move them."""
+        temp = self.layout.temp(self.run_id)
+        total = sum(end - start for _, (start, end) in pieces.ranges)
+        self.progress(f"export {self.config.name}: writing {total:,} events "
+                      f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
+        frame = self._frame(pieces)
+        with self._report_progress(total), self._crash_mid_write(temp):
+            # each Spark task reads one piece (see Pieces): its files are that piece's,
+            # one per time bucket, with no shuffle
+            writer(frame, self.settings.format).mode("errorifexists").save(temp)
+        crash_point("written")
+        moves = self._plan_moves(temp, pieces)
+        for source, _ in moves:  # on disk before a record names them (file:// only)
+            self.dfs.sync_file(source)
+        self.dfs.sync_dirs_up_to([source for source, _ in moves], self.root)
+        self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
+                            {p: report.ranges for p, report in self.reports.items()})
+        self.recorded = True
+        crash_point("recorded")
+        for source, target in moves:
+            self.dfs.rename(source, target)
+            crash_point("moving")  # the crash tests: one file moved, the others not yet
+        self.dfs.sync_dirs_up_to([target for _, target in moves], self.root)
+        crash_point("moved")
+        for report in self.reports.values():
+            report.rows = sum(end - start for start, end in report.ranges)
+        self.progress(f"export {self.config.name}: {total:,} events in "
+                      f"{sum(len(r.files) for r in self.reports.values())} files")
+
+    def _frame(self, pieces: Pieces) -> Any:
+        """The events of the pieces, read through the "weir" source (source.py), with the
+        columns that place them in files (Pieces.placed)."""
+        from channel_engine.spark.source import register
+
+        register(self.spark)
+        self.spark.conf.set("spark.sql.session.timeZone", "UTC")  # time paths are in UTC
+        remote = {"url": self.settings.read_url, "token": self.settings.read_token or ""} \
+            if self.settings.read_url else {}
+        ranges: dict[str, list[list[int]]] = {}
+        for p, (start, end) in pieces.ranges:
+            ranges.setdefault(str(p), []).append([start, end])
+        frame = (self.spark.read.format("weir").option("home", str(self.config.home))
+                 .option("ranges", json.dumps(ranges)).option("split_align", str(pieces.rows))
+                 .options(**remote).load())
+        return pieces.placed(frame, self.settings.path)
+
+    def _plan_moves(self, temp: str, pieces: Pieces) -> list[list[str]]:
+        """[temp, final] for each of Spark's files, counted in its partition's report."""
+        moves = []
+        for file in self.layout.data_files(temp, pieces, self.settings.format,
+                                           self.channel_id):
+            moves.append([file.temp, file.final])
+            self.reports[file.partition].files.append(file.final)
+            self.reports[file.partition].bytes += file.size
+        return moves
+
+    @contextmanager
+    def _crash_mid_write(self, temp: str) -> Iterator[None]:
+        """For the crash and fault tests: die (or stop: crash_point) once Spark has written
+        its first data file (at the latest when the write ends: a small write may finish
+        between two looks)."""
+        def armed() -> bool:  # a stop happens once: then the watch is over
+            return "writing" in (os.environ.get("WEIR_EXPORT_CRASH_AT"),
+                                 os.environ.get("WEIR_EXPORT_STOP_AT"))
+
+        if not armed():
+            yield
+            return
+
+        def watch() -> None:
+            if armed() and any("/part-" in uri and not uri.endswith(".crc")
+                               for uri, _ in self.dfs.list_files(temp)):
+                crash_point("writing")
+
+        with _every(0.01, watch):
+            yield
+        crash_point("writing")
+
+    def _report_progress(self, total: int) -> Any:
+        """Log rows and % while Spark writes (from its task counts), every progress_s."""
+        tracker = self.spark.sparkContext.statusTracker()
+
+        def report() -> None:
+            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+            tasks = sum(s.numTasks for s in stages if s)
+            finished = sum(s.numCompletedTasks for s in stages if s)
+            if tasks:
+                share = finished / tasks
+                self.progress(f"export {self.config.name}: ~{int(total * share):,} of "
+                              f"{total:,} rows ({share:.0%})")
+
+        return _every(self.settings.progress_s, report)
+
+
+@contextmanager
+def _every(seconds: float, action: Callable[[], None]) -> Iterator[None]:
+    """Run `action` every `seconds` on a thread while the block runs."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(seconds):
+            action()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

@@ -1,0 +1,26 @@
+"""export_id.py: a channel's export id, made once and kept; a damaged one stops the run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from channel_engine.errors import ExportError
+from channel_engine.spark.export_id import EXPORT_ID_FILE, channel_id
+
+
+def test_it_makes_the_id_once_and_keeps_it(tmp_path: Path) -> None:
+    first = channel_id(tmp_path)
+    assert channel_id(tmp_path) == first and len(first) == 32
+    assert json.loads((tmp_path / EXPORT_ID_FILE).read_text()) == {
+        "format": "weir-export-id", "version": 1, "id": first}
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": "weir-export-id", "version": 2,'
+                                  ' "id": "ab"}', '["weir-export-id"]'])
+def test_it_refuses_a_damaged_id_without_replacing_it(tmp_path: Path, text: str) -> None:
+    (tmp_path / EXPORT_ID_FILE).write_text(text)
+    with pytest.raises(ExportError, match=EXPORT_ID_FILE):
+        channel_id(tmp_path)
+    assert (tmp_path / EXPORT_ID_FILE).read_text() == text
