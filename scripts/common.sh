@@ -316,10 +316,15 @@ use_test_jvm_services() {
     export WEIR_TEST_SPARK_MASTER WEIR_TEST_SPARK_DIR=$spark_dir
     WEIR_TEST_SPARK_MASTER=$(tail -n 1 "$spark_dir/start.out")
   fi
-  wait "$cds_pid" || _service_failed "Spark's class-data-sharing archive (scripts/spark_cds.py)" \
-    "${TMPDIR:-/tmp}/weir-spark-cds.$$.out"
-  use_spark_cds "$(tail -n 1 "${TMPDIR:-/tmp}/weir-spark-cds.$$.out")"
-  rm -f "${TMPDIR:-/tmp}/weir-spark-cds.$$.out"
+  local cds_out="${TMPDIR:-/tmp}/weir-spark-cds.$$.out"
+  if wait "$cds_pid"; then
+    use_spark_cds "$(tail -n 1 "$cds_out")"
+  else  # a speed-up only: the tests run as well (slower) without it
+    tail -n 20 "$cds_out" >&2
+    echo "weir: WARNING: no class-data-sharing archive (scripts/spark_cds.py failed);" \
+      "the Spark JVMs start without it" >&2
+  fi
+  rm -f "$cds_out"
 }
 
 # Start every Spark JVM from here on (spark-submit adds SPARK_SUBMIT_OPTS to the driver's
