@@ -1,4 +1,4 @@
-"""log_state: the 56-byte `log.state` file (magic, version, flags, offsets, CRC-32C, the
+"""log/state.py: the 56-byte `log.state` file (magic, version, flags, offsets, CRC-32C, the
 committed-end record); version 1 (44 bytes, no record) is still read."""
 from __future__ import annotations
 
