@@ -9,14 +9,27 @@ output's own account of what it holds (the source of truth of the protocol, expo
     _weir/commits/.<name>.tmp            a record being written; one left behind was cut
                                          short by a crash: never a commit, deleted
 
-A record is JSON: {"run_id", "channel_id", "moves": [[temp, final], ...], "ranges":
-{"<partition>": [[start, end], ...]}} (end exclusive). channel_id is the channel's export
-id (export_id.py: its "weir-export-id" file, version 1, in the channel's home): records
-of a deleted namesake carry another id and their ranges are not skipped. A record without
-a channel_id (older runs) counts for the channel. A record has no format marker of its
-own: its keys are its format, and readers ignore keys they do not know. Example:
+A record is a JSON object:
 
-    {"run_id": "1795788300000-1a2b3c4d", "channel_id": "5f0c9e…", "moves": [[
+    key         value
+    ----------  ------------------------------------------------------------------------
+    format      "weir-export-commit" (RECORD_FORMAT)
+    version     1 (RECORD_VERSION); a reader refuses a version it does not know
+    run_id      the run that wrote it (<start ms>-<8 hex>)
+    channel_id  the channel's export id (export_id.py: its "weir-export-id" file in the
+                channel's home): records of a deleted namesake carry another id and
+                their ranges are not skipped
+    moves       [[temp, final], ...]: the run's temp -> final renames
+    ranges      {"<partition>": [[start, end], ...]}: what it exported (end exclusive)
+
+Records of runs from before the marker have no format and version (read as version 1)
+and may have no channel_id (they count for the channel). Keys a reader does not know are
+ignored. A record that does not parse or has another shape is damage: the run stops with
+an ExportError naming it (read_record), since skipping it would export its ranges again
+and trusting it is impossible. Example:
+
+    {"format": "weir-export-commit", "version": 1,
+     "run_id": "1795788300000-1a2b3c4d", "channel_id": "5f0c9e…", "moves": [[
       "hdfs://nn:8020/weir/orders/_weir/tmp/1795788300000-1a2b3c4d/_p=0/_chunk=0/
        _bucket=2026%2F11%2F27%2F14/part-00000-….parquet",
       "hdfs://nn:8020/weir/orders/2026/11/27/14/
@@ -44,18 +57,58 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from channel_engine.errors import ExportError
 from channel_engine.spark.offset_ranges import Range, merge
 from channel_engine.spark.output_layout import OutputLayout
 
 # recover() folds the commit records into one summary once there are more than this many
 COMPACT_AFTER = 32
+RECORD_FORMAT = "weir-export-commit"
+RECORD_VERSION = 1
 
 
 def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
                   ranges: dict[int, list[Range]]) -> dict[str, Any]:
     """A commit record (the format above), its partitions in the order of `ranges`."""
-    return {"run_id": run_id, "channel_id": channel_id, "moves": moves,
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION, "run_id": run_id,
+            "channel_id": channel_id, "moves": moves,
             "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+
+
+def read_record(uri: str, data: bytes) -> dict[str, Any]:
+    """The commit record `data` read from `uri`, checked (the format above): an
+    ExportError naming it when it is damaged or of a format or version this code does not
+    know, so that the run stops before it trusts or skips what the record holds."""
+    advice = ("the run stops: check what the record held, then move it aside (its ranges "
+              "are exported again) or restore it")
+    try:
+        record = json.loads(data)
+    except ValueError as exc:
+        raise ExportError(f"{uri}: a damaged commit record, not JSON ({exc}); {advice}") \
+            from exc
+    if not isinstance(record, dict) or record.get("format", RECORD_FORMAT) != RECORD_FORMAT:
+        raise ExportError(f"{uri}: not a Weir commit record ({RECORD_FORMAT}); {advice}")
+    if record.get("version", RECORD_VERSION) != RECORD_VERSION:
+        raise ExportError(f"{uri}: commit record version {record.get('version')!r}, this "
+                          f"export reads version {RECORD_VERSION} only (a newer Weir wrote "
+                          f"it?); {advice}")
+    if not _well_formed(record):
+        raise ExportError(f"{uri}: a damaged commit record (moves or ranges malformed); "
+                          f"{advice}")
+    return record
+
+
+def _well_formed(record: dict[str, Any]) -> bool:
+    """Moves are [temp, final] strings; ranges map partition numbers to [start, end)."""
+    moves, ranges = record.get("moves"), record.get("ranges")
+    if not isinstance(moves, list) or not isinstance(ranges, dict):
+        return False
+    if not all(isinstance(m, list) and len(m) == 2 and all(isinstance(u, str) for u in m)
+               for m in moves):
+        return False
+    return all(isinstance(p, str) and p.isdigit() and isinstance(rs, list) and all(
+        isinstance(r, list) and len(r) == 2 and all(type(o) is int for o in r)
+        and 0 <= r[0] < r[1] for r in rs) for p, rs in ranges.items())
 
 
 class CommitRecords:
@@ -79,7 +132,7 @@ class CommitRecords:
                 continue
             if not name.endswith(".json"):
                 continue
-            record = json.loads(self.dfs.read_bytes(uri))
+            record = read_record(uri, self.dfs.read_bytes(uri))
             self.read.append(uri)
             for temp, final in record["moves"]:
                 self._finish_move(temp, final)

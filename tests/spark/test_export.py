@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from channel_engine import Channel, ChannelConfig
+from channel_engine.errors import ExportError
 from channel_engine.spark import commit_records, exporter
 from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_settings import ExportSettings
@@ -431,6 +432,24 @@ def test_a_bad_output_uri_is_a_clear_error_and_the_events_stay(
     assert sum(end - start for p in failed for start, end in p["ranges"]) == 40
     assert {p["outcome"] for p in failed} == {"failed"} and failed[0]["error"]
     assert untaken(config) == 40
+
+
+@pytest.mark.parametrize("record", [b'{"run_id": "r", "moves": [], "ranges": {"0": [[0,',
+                                    b'{"format": "weir-export-commit", "version": 2}'])
+def test_a_damaged_or_newer_commit_record_stops_the_run_before_it_takes(
+        tmp_path: Path, spark: Any, record: bytes) -> None:
+    config = make_channel(tmp_path, 40)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output)["rows"] == 40
+    commits = local(Dfs(spark, output).join("orders", "_weir", "commits"))
+    bad = commits / "1795788300000-0badc0de.json"
+    bad.write_bytes(record)
+    with Channel.open(config) as channel:
+        put_events(channel, 40, 50)
+    with pytest.raises(ExportError, match=re.escape(bad.name)):
+        export_here(spark, config, output)
+    assert untaken(config) == 10 and bad.read_bytes() == record  # nothing taken or "fixed"
+    assert as_put(exported(spark, output)) == sorted(event(i) for i in range(40))
 
 
 def avro_header(data: bytes) -> dict[str, bytes]:

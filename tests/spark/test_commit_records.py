@@ -1,0 +1,52 @@
+"""Commit records (channel_engine/spark/commit_records.py): what a run writes reads back
+the same; records of runs from before the format marker still read; a damaged record or
+one of another format or version is an ExportError naming it, never skipped or trusted.
+(The records' place in the protocol, with real Spark: test_export.py.)"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from channel_engine.errors import ExportError
+from channel_engine.spark.commit_records import (
+    RECORD_FORMAT,
+    RECORD_VERSION,
+    commit_record,
+    read_record,
+)
+
+URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
+
+
+def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
+    record = commit_record("1795788300000-1a2b3c4d", "5f0c9e", [["tmp/a", "final/a"]],
+                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]})
+    assert record["format"] == RECORD_FORMAT and record["version"] == RECORD_VERSION == 1
+    assert list(record["ranges"]) == ["2", "0"]  # in the order given
+    assert read_record(URI, json.dumps(record).encode()) == record
+
+
+def test_a_record_from_before_the_marker_still_reads() -> None:
+    legacy = {"run_id": "r", "moves": [], "ranges": {"0": [[0, 10]]}}  # no channel_id either
+    assert read_record(URI, json.dumps(legacy).encode()) == legacy
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (b'{"run_id": "r", "moves": [], "ran', "not JSON"),
+    (b"", "not JSON"),
+    (b"[1, 2]", "not a Weir commit record"),
+    (b'{"format": "weir-export-id", "version": 1, "id": "x"}', "not a Weir commit record"),
+    (b'{"format": "weir-export-commit", "version": 2, "moves": [], "ranges": {}}',
+     "version 2"),
+    (b'{"moves": [], "ranges": {"0": [[10, 10]]}}', "malformed"),
+    (b'{"moves": [], "ranges": {"0": [[-1, 10]]}}', "malformed"),
+    (b'{"moves": [], "ranges": {"0": [["0", 10]]}}', "malformed"),
+    (b'{"moves": [], "ranges": {"p0": [[0, 10]]}}', "malformed"),
+    (b'{"moves": [["only-one"]], "ranges": {}}', "malformed"),
+    (b'{"ranges": {}}', "malformed"),
+])
+def test_a_damaged_or_unknown_record_is_an_error_naming_it(data: bytes, says: str) -> None:
+    with pytest.raises(ExportError, match=says) as raised:
+        read_record(URI, data)
+    assert URI in str(raised.value) and "the run stops" in str(raised.value)
