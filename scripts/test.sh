@@ -53,8 +53,9 @@ echo "== tests use the HDFS at $WEIR_TEST_HDFS_URL and the Spark cluster at $WEI
 # output held and printed after the main pass's; ~5 min shorter on 2 cores) or after it
 # (=after: one pytest process at a time, for a machine with less room).
 started=$SECONDS
+# Each pass ends with its 25 slowest tests (setup and teardown apart): where the budget goes.
 postgres_pass=(env DATABASE_URL="$WEIR_TEST_POSTGRES_URL"
-               .venv/bin/python -m pytest tests/appliance -q -p no:cacheprovider)
+               .venv/bin/python -m pytest tests/appliance -q -p no:cacheprovider --durations=25)
 beside=${WEIR_TEST_PASSES:-beside}
 if [ "$beside" = beside ]; then start_background "${postgres_pass[@]}"; fi
 .venv/bin/ruff check .
@@ -64,7 +65,7 @@ for arg in "$@"; do
   if [ "$arg" = no:xdist ] || [ "$arg" = -pno:xdist ]; then workers=(); fi
 done
 main=0
-.venv/bin/python -m pytest "${workers[@]}" "$@" || main=$?
+.venv/bin/python -m pytest "${workers[@]}" --durations=25 "$@" || main=$?
 echo "== appliance tests on PostgreSQL ($WEIR_TEST_POSTGRES_URL), run $beside the main pass:"
 postgres=0
 if [ "$beside" = beside ]; then

@@ -12,14 +12,15 @@ silently. (The Spark cluster, `spark_master`, works the same way: tests/spark.)
 Scheduling under xdist (`-n N` with --dist load, the default, loadfile or loadgroup):
 work goes out in units, and a unit runs whole on one worker. A unit is a test file, so
 that a module-scoped fixture (a Celery worker, a Kafka broker, Kafka's three dump runs,
-a recorded power-loss workload) starts once per run, not once per worker. Session-scoped
-services (HDFS, the Spark cluster) come from scripts/test.sh through the environment, so
-they start once whichever worker asks; each worker that runs Spark tests starts its own
-local SparkSession. Units go out longest first (LONGEST_FIRST, measured; then by number
-of tests), so that no long unit starts last while the other worker sits idle. This is done
-here, not with xdist_group marks: pytest-xdist 3.8's loadgroup puts the group in the
-test's node id, which pytest 9.2 no longer lets a plugin change (the marks are silently
-ignored: pytest-dev/pytest-xdist#1386).
+a recorded power-loss workload) starts once per run, not once per worker; the export
+job's own files (SPLIT_BY_TEST: long tests, no shared module fixture) go out test by
+test. Session-scoped services (HDFS, the Spark cluster) come from scripts/test.sh
+through the environment, so they start once whichever worker asks; each worker that runs
+Spark tests starts its own local SparkSession. Units go out longest first (LONGEST_FIRST,
+measured; then by number of tests), so that no long unit starts last while the other
+worker sits idle. This is done here, not with xdist_group marks: pytest-xdist 3.8's
+loadgroup puts the group in the test's node id, which pytest 9.2 no longer lets a plugin
+change (the marks are silently ignored: pytest-dev/pytest-xdist#1386).
 
 Redis: the processes sharing the test Redis — the xdist workers, the PostgreSQL pass,
 and the gunicorn, Celery and manage.py processes their tests start — must never see each
@@ -54,9 +55,21 @@ CACHE_PREFIX = f"weir-test-{os.getpid()}"
 os.environ["WEIR_CACHE_PREFIX"] = CACHE_PREFIX
 
 
-def work_unit(nodeid: str) -> str:
-    """The xdist work unit of a test: its file."""
+# Files whose every test is a unit of its own: each test runs an export job in JVMs of its
+# own and no module-scoped fixture is shared, so one file need not keep one worker busy
+# for a third of the run while the other idles.
+SPLIT_BY_TEST = ("tests/spark/test_export.py", "tests/spark/test_export_cluster.py",
+                 "tests/spark/test_export_command.py")
+
+
+def file_of(nodeid: str) -> str:
+    """The file a node id names."""
     return nodeid.split("::", 1)[0]
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or the test itself in SPLIT_BY_TEST."""
+    return nodeid if file_of(nodeid) in SPLIT_BY_TEST else file_of(nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent with -p no:xdist
@@ -73,8 +86,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return work_unit(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            for unit in reversed(LONGEST_FIRST):
-                if unit in self.workqueue:
+            for file in reversed(LONGEST_FIRST):  # a split file's tests in their order
+                for unit in [u for u in self.workqueue if file_of(u) == file][::-1]:
                     self.workqueue.move_to_end(unit, last=False)
             scope, work_unit = self.workqueue.popitem(last=False)
             self.assigned_work.setdefault(node, {})[scope] = work_unit

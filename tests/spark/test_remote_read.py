@@ -20,6 +20,8 @@ import pytest
 from channel_engine import Channel, ChannelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
+# request line, status, the range a batches answer covered (X-Weir-Range)
+ACCESS_LOG_FORMAT = '"%(r)s" %(s)s %({x-weir-range}o)s'
 
 
 def manage(env: dict[str, str], *args: str) -> str:
@@ -31,6 +33,9 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 @pytest.fixture()
 def appliance(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
+    """A live appliance (2 gunicorn workers) with channel "orders": (url, its environment,
+    the channel's home). Its access log, tmp_path / "access.log" (ACCESS_LOG_FORMAT), shows
+    who read what over HTTP."""
     env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),
            "WEIR_DATA_ROOT": str(tmp_path / "channels")}
     env.pop("DATABASE_URL", None)
@@ -42,7 +47,9 @@ def appliance(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
         port = s.getsockname()[1]
     web = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi",
                             "--bind", f"127.0.0.1:{port}", "--workers", "2",
-                            "--no-control-socket"], cwd=ROOT, env=env,
+                            "--no-control-socket", "--access-logfile",
+                            str(tmp_path / "access.log"), "--access-logformat",
+                            ACCESS_LOG_FORMAT], cwd=ROOT, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     url = f"http://127.0.0.1:{port}"
