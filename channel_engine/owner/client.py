@@ -5,6 +5,13 @@ operation one request and reply, encoded as protocol.OPERATIONS says. Each
 thread has its own connection, so one thread waiting for an fsync does not hold
 up the others, and the owner can share one fsync among them (group commit).
 A broken connection raises OwnerLostError; Channel then elects a new owner.
+
+close() may come from another thread while calls are in flight (a web worker closing
+the handle of a channel deleted meanwhile). It shuts every connection down, which wakes
+a call blocked on its reply at once (OwnerLostError), but it closes only the idle ones:
+a connection in use is closed by its own call when that ends. Closing it under the call
+would free its descriptor for the next socket or file the process opens, and the call
+would then wait on, or read, another connection's bytes.
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ class OwnerClient:
         self.path = config.home / SOCKET_NAME
         self._local = threading.local()
         self._sockets: list[socket.socket] = []
+        self._busy: set[socket.socket] = set()  # in a call now (under _sockets_lock)
         self._sockets_lock = threading.Lock()
         self.lost = False
         self.owner_pid = 0
@@ -89,6 +97,25 @@ class OwnerClient:
         """One request and its reply; the owner's exceptions are re-raised here."""
         try:
             sock = self._connection()
+        except OSError as exc:
+            self.lost = True
+            raise OwnerUnreachableError(f"channel {self.name!r}: the owner process is gone "
+                                        f"({exc}); {op} was not done") from exc
+        with self._sockets_lock:
+            if sock not in self._sockets:  # close() came first: the descriptor is gone
+                raise OwnerUnreachableError(f"channel {self.name!r}: the connection was "
+                                            f"closed; {op} was not done")
+            self._busy.add(sock)
+        try:
+            return self._exchange(sock, op, args)
+        finally:
+            with self._sockets_lock:
+                self._busy.discard(sock)
+                if sock not in self._sockets:  # close() ran meanwhile and left it to us
+                    sock.close()
+
+    def _exchange(self, sock: socket.socket, op: str, args: tuple[Any, ...]) -> Any:
+        try:
             if protocol.peer_closed(sock):
                 raise ConnectionResetError("the owner closed the connection")
             protocol.send(sock, [protocol.VERSION, op, list(args)])
@@ -107,11 +134,17 @@ class OwnerClient:
         raise protocol.error_from_wire(*reply[1:])
 
     def close(self) -> None:
-        """Close every connection (open takes roll back in the owner)."""
+        """Close every connection (open takes roll back in the owner); a call in flight in
+        another thread ends at once with OwnerLostError (module doc)."""
         self.lost = True
         with self._sockets_lock:
             for sock in self._sockets:
-                sock.close()
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already reset by the owner's side
+                    pass
+                if sock not in self._busy:
+                    sock.close()
             self._sockets.clear()
 
     def _request(self, op: protocol.Op[R], *args: Any) -> R:

@@ -1,0 +1,111 @@
+"""OwnerClient.close() from another thread while a call waits for its owner's reply (a web
+worker closing the handle of a channel deleted meanwhile): the call ends at once with
+OwnerLostError instead of waiting out its timeout on a descriptor closed under it, and
+every descriptor the client opened is closed once the call is over. The owner here is a
+fake at the socket boundary that answers the handshake and never answers a request."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from channel_helpers import make_config
+
+from channel_engine.errors import OwnerLostError, OwnerUnreachableError
+from channel_engine.filenames import SOCKET_NAME
+from channel_engine.owner import protocol
+from channel_engine.owner.client import OwnerClient
+from channel_engine.queue.channel_config import ChannelConfig
+
+TIMEOUT_S = 30.0  # the client's own timeout: a call that waits it out fails the test
+
+
+@dataclass
+class SilentOwner:
+    """The fake owner's channel and the connections it accepted (descriptors of this
+    process that are not the client's)."""
+
+    config: ChannelConfig
+    held: list[socket.socket]
+
+    def client_descriptors(self) -> set[int]:
+        """This process's open descriptors, the fake owner's aside."""
+        return {int(fd) for fd in os.listdir("/proc/self/fd")} - {
+            conn.fileno() for conn in self.held}
+
+
+@pytest.fixture()
+def silent_owner(tmp_path: Path) -> Iterator[SilentOwner]:
+    """A channel home whose owner socket answers HELLO, then reads requests and never
+    answers them."""
+    config = make_config(tmp_path)
+    config.home.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(config.home / SOCKET_NAME))
+    listener.listen(16)
+    held: list[socket.socket] = []
+
+    def serve(conn: socket.socket) -> None:
+        try:
+            while True:
+                request = protocol.receive(conn)
+                if request[1] == protocol.HELLO:
+                    protocol.send(conn, [0, {"pid": os.getpid()}])
+        except (OSError, EOFError):
+            pass
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield SilentOwner(config, held)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def test_close_from_another_thread_ends_a_call_waiting_for_its_reply_at_once(
+        silent_owner: SilentOwner) -> None:
+    before = silent_owner.client_descriptors()
+    client = OwnerClient.connect(silent_owner.config, timeout_s=TIMEOUT_S)
+    outcome: list[BaseException | None] = []
+
+    def waiting_call() -> None:
+        try:
+            client.status()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the test thread
+            outcome.append(exc)
+
+    caller = threading.Thread(target=waiting_call)
+    caller.start()
+    time.sleep(0.3)  # the request is sent and the call waits for the reply
+    assert caller.is_alive() and not outcome
+    began = time.monotonic()
+    client.close()
+    caller.join(TIMEOUT_S + 5)
+    assert time.monotonic() - began < 5, "the call waited out its timeout after close()"
+    assert len(outcome) == 1 and isinstance(outcome[0], OwnerLostError), outcome
+    assert silent_owner.client_descriptors() <= before  # the in-flight one closed after all
+
+
+def test_a_call_after_close_is_refused_as_not_done(silent_owner: SilentOwner) -> None:
+    before = silent_owner.client_descriptors()
+    client = OwnerClient.connect(silent_owner.config, timeout_s=TIMEOUT_S)
+    client.close()
+    with pytest.raises(OwnerUnreachableError, match="was not done"):
+        client.status()
+    assert silent_owner.client_descriptors() <= before
