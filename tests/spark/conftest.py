@@ -1,11 +1,14 @@
-"""One SparkSession per pytest process, with the "weir" source registered: local[2] by
-default, or with WEIR_TEST_SPARK_SESSION=cluster on the run's Spark standalone cluster
-(`spark_master`, spark_cluster.py), whose executors are JVMs of their own with their own
-Python workers that import channel_engine only from the zip the session ships
-(export.package_zip, as the export job does), so the whole export and source suite runs
-as on a real cluster; it takes SESSION_CORES of the worker's cores for its life. Not the
-default: the export suite takes about twice as long there (issue 14's note); the default
-run puts the export job itself on the cluster in test_export_cluster.py.
+"""The tests' SparkSession, one per pytest process (a JVM holds one SparkContext at a time),
+with the "weir" source registered. A test on HDFS (marked `hdfs`) gets a session on the
+run's Spark standalone cluster (`spark_master`, spark_cluster.py), whose executors are
+JVMs of their own with their own Python workers that import channel_engine only from the
+zip the session ships (export.package_zip, as the export job does): the export suite runs
+against HDFS with separate executors, as on a real cluster. Every other test gets
+local[2], the faster place for the file:// run. A process switches kinds by stopping its
+session and starting the other (seconds); tests are ordered, within each file, local kind
+first (pytest_collection_modifyitems below), so that a worker switches seldom.
+WEIR_TEST_SPARK_SESSION=cluster puts every test on the cluster, =local every test on
+local[2]. A cluster session takes SESSION_CORES of the worker's cores while it lives.
 The `output` fixture gives a test a fresh output directory, once on file:// and once on
 the run's HDFS (`hdfs_url`, tests/conftest.py). Tests on HDFS are marked `hdfs`: the
 default run includes them, `-m hdfs` runs them alone, `-m "not hdfs"` leaves them out."""
@@ -20,48 +23,45 @@ from typing import Any
 
 import pytest
 from spark_cluster import spark_master  # noqa: F401 -- a cluster of separate JVMs
+from spark_sessions import KINDS, SparkSessions, session_kind
 
 ROOT = Path(__file__).resolve().parents[2]
-SESSION_CORES = 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within each file of Spark tests, the local kind first (a stable sort)."""
+    def key(index_item: tuple[int, pytest.Item]) -> tuple[int, int, int]:
+        index, item = index_item
+        spark_test = "spark" in getattr(item, "fixturenames", ())
+        kind = session_kind(item) if spark_test else "local"
+        return first_of[item.path], KINDS.index(kind), index
+
+    first_of: dict[Path, int] = {}
+    for index, item in enumerate(items):
+        first_of.setdefault(item.path, index)
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
 @pytest.fixture(scope="session")
-def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
-    on_cluster = os.environ.get("WEIR_TEST_SPARK_SESSION", "local") == "cluster"
+def spark_sessions() -> Iterator[SparkSessions]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYSPARK_PYTHON", sys.executable)  # the venv's interpreter, not PATH's
         env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-        if not on_cluster:  # local workers inherit this; unpickling WeirSource needs it
-            env.setenv("PYTHONPATH", str(ROOT), prepend=os.pathsep)
-        from pyspark.sql import SparkSession
-
-        from channel_engine.spark import register
-        from channel_engine.spark.export import HDFS_CLIENT_RETRY, package_zip
-
-        builder = SparkSession.builder
-        for key, value in HDFS_CLIENT_RETRY.items():  # as the job's own session has them
-            builder = builder.config(f"spark.hadoop.{key}", value)
-        if on_cluster:
-            builder = (builder.master(request.getfixturevalue("spark_master").url)
-                       .config("spark.cores.max", str(SESSION_CORES))
-                       .config("spark.executor.memory", "768m")
-                       .config("spark.executor.extraJavaOptions",
-                               os.environ.get("WEIR_SPARK_JAVA_OPTS", "")))
-        else:
-            builder = builder.master("local[2]")
-        session = (builder.appName("weir-tests")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.sql.shuffle.partitions", "2")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .getOrCreate())
-        session.sparkContext.setLogLevel("ERROR")  # failing-job tests log stack traces
-        if on_cluster:
-            session.sparkContext.addPyFile(package_zip())  # no repo on executors' paths
-        register(session)
+        # local[2]'s Python workers (children of this process's JVM) unpickle WeirSource
+        # with it; a cluster's executors are the worker daemon's children and never see it
+        env.setenv("PYTHONPATH", str(ROOT), prepend=os.pathsep)
+        sessions = SparkSessions()
         try:
-            yield session
+            yield sessions
         finally:
-            session.stop()
+            sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: SparkSessions, request: pytest.FixtureRequest) -> Any:
+    """The test's SparkSession: on the run's cluster for a test on HDFS, else local[2]."""
+    return spark_sessions.get(session_kind(request.node),
+                              lambda: request.getfixturevalue("spark_master").url)
 
 
 FILESYSTEMS = ["file", pytest.param("hdfs", marks=pytest.mark.hdfs)]

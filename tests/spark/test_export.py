@@ -1,11 +1,12 @@
-"""The export job with real Spark (local mode): every event reaches the output exactly
-once, whatever step the job is killed at (SIGKILL) before a rerun, and no file is ever
-visible under its final name before it is whole. Tests taking the `output` fixture run
-on file:// and on a real HDFS (conftest.py; the HDFS variants are marked `hdfs`).
+"""The export job with real Spark: every event reaches the output exactly once, whatever
+step the job is killed at (SIGKILL) before a rerun, and no file is ever visible under its
+final name before it is whole. Tests taking the `output` fixture run on file:// (Spark in
+local mode) and on a real HDFS with executors in JVMs of their own (the run's Spark
+cluster; conftest.py; the HDFS variants are marked `hdfs`).
 
-A killed job is its own process (its own JVM and HDFS client, dead with it); the rerun
-that must clean up after it runs on the tests' SparkSession (export_here), which tests
-the same code without another JVM start."""
+A killed job is its own process (its own JVM and HDFS client, dead with it; local mode:
+the kill points are the driver's); the rerun that must clean up after it runs on the
+tests' SparkSession (export_here), which tests the same code without another JVM start."""
 from __future__ import annotations
 
 import io
