@@ -114,6 +114,14 @@ def test_the_dashboard_counts_change_without_a_reload(
     shot("dashboard-phone")
 
 
+def scroll_to(page: Page, element_id: str) -> None:
+    """Scroll the element into view for a screenshot, in one script task: the page's live
+    refresh replaces the status panels, and Playwright's scroll_into_view_if_needed fails
+    when the element it found is swapped out under it (CI, under load)."""
+    page.evaluate("id => document.getElementById(id).scrollIntoView({block: 'center'})",
+                  element_id)
+
+
 def test_checkpoint_from_the_ui_changes_the_checkpoint_panel(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
     row = make_channel(root)
@@ -134,7 +142,7 @@ def test_checkpoint_from_the_ui_changes_the_checkpoint_panel(
     expect(history.first).to_have_attribute("data-sequence", str(before + 1))
     expect(history.last).to_have_attribute("data-sequence",
                                            str(before + 2 - CHECKPOINT_HISTORY))
-    page.locator("#checkpoint-panel").scroll_into_view_if_needed()
+    scroll_to(page, "checkpoint-panel")
     shot("after-checkpoint")
     assert channels.open_channel(row).status()["checkpoint"]["sequence"] == before + 1
 
@@ -201,7 +209,7 @@ def test_the_channel_page_is_readable_on_a_phone(
     assert body >= 14  # the viewport meta tag keeps it from being shrunk to fit
     shot("channel-phone")
     shot("channel-phone-top", full_page=False)
-    page.locator("#segments").scroll_into_view_if_needed()
+    scroll_to(page, "segments")
     shot("channel-phone-segments", full_page=False)
 
 
