@@ -16,7 +16,8 @@ a recorded power-loss workload) starts once per run, not once per worker; the ex
 job's own files (SPLIT_BY_TEST: long tests, no shared module fixture) go out test by
 test. Session-scoped services (HDFS, the Spark cluster) come from scripts/test.sh
 through the environment, so they start once whichever worker asks; each worker that runs
-Spark tests starts its own local SparkSession. Units go out longest first (LONGEST_FIRST,
+Spark tests has a SparkSession of its own (tests/spark/spark_sessions.py: local[2], or on
+the cluster for a test on HDFS). Units go out longest first (LONGEST_FIRST,
 measured; then by number of tests), so that no long unit starts last while the other
 worker sits idle. This is done here, not with xdist_group marks: pytest-xdist 3.8's
 loadgroup puts the group in the test's node id, which pytest 9.2 no longer lets a plugin
@@ -56,8 +57,8 @@ os.environ["WEIR_CACHE_PREFIX"] = CACHE_PREFIX
 
 
 # Files whose every test is a unit of its own: each test runs an export job in JVMs of its
-# own and no module-scoped fixture is shared, so one file need not keep one worker busy
-# for a third of the run while the other idles.
+# own and no module-scoped fixture is shared, so a long file's tests spread over both
+# workers (on 2 cores the run is CPU-bound: this evens the end of the run, no more).
 SPLIT_BY_TEST = ("tests/spark/test_export.py", "tests/spark/test_export_cluster.py",
                  "tests/spark/test_export_command.py")
 
