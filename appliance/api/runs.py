@@ -41,8 +41,11 @@ RUN = {"type": "object", "additionalProperties": False,
                       "error": {"type": "string"}, "worker": {"type": "string"}}}
 
 # DRF refuses NUL in any CharField (400): the schema says so, so that clients (and
-# schemathesis) know that such a filter is invalid rather than matching nothing.
-NO_NUL = r"^[^\x00]*$"
+# schemathesis) know that such a filter is invalid rather than matching nothing. One or
+# more characters: drf-spectacular renders an allow_blank field as oneOf [this pattern,
+# maxLength 0], and "" must match only the second (the empty filter, which DRF lets
+# through before any validator, is valid and matches every run).
+NO_NUL = r"^[^\x00]+$"
 
 
 class RunQuery(serializers.Serializer):

@@ -97,6 +97,9 @@ def test_task_runs_are_listed_newest_first_filtered_and_paged(tmp_path: Path) ->
     assert [r["duration_ms"] for r in page["runs"]] == [4, 3]
     rest = admin.get(f"/api/v1/runs?channel=mine&limit=10&before={page['next_before']}").json()
     assert [r["duration_ms"] for r in rest["runs"]] == [2, 1, 0] and rest["next_before"] is None
+    every = admin.get("/api/v1/runs?channel=&task=&outcome=&limit=500").json()["runs"]
+    assert len(every) == 10  # an empty filter matches every run (the schema says so too)
+    problem(admin.get("/api/v1/runs?channel=a%00b"), 400, "validation-error", field="channel")
     failed = admin.get("/api/v1/runs?outcome=failed").json()["runs"]
     assert len(failed) == 6 and {r["outcome"] for r in failed} == {"failed"}
     scoped = token_client("admin", channels=[mine]).get("/api/v1/runs").json()["runs"]
