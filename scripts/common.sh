@@ -231,7 +231,9 @@ _stop_private_test_postgres() {
 }
 
 # Run "$@" in the background while the caller goes on: in a process group of its own,
-# SIGINT not ignored (as it would be for a plain `&` in a script), stdout and stderr to
+# SIGINT not ignored (as it would be for a plain `&` in a script, and for anything when
+# this script itself was started with SIGINT ignored, as a background job or by nohup:
+# env resets it before the command starts), stdout and stderr to
 # a temp log. `finish_background` waits for it, prints the log and returns its status.
 # When the calling shell exits first (a failure, Ctrl-C, SIGTERM), the group gets SIGINT
 # (pytest then tears its fixtures down, stopping the servers its tests started), and
@@ -240,7 +242,7 @@ start_background() {
   _background_log=$(mktemp "${TMPDIR:-/tmp}/weir-background.XXXXXX")
   on_exit _stop_background
   set -m
-  "$@" >"$_background_log" 2>&1 &
+  env --default-signal=INT "$@" >"$_background_log" 2>&1 &
   _background_pid=$!
   set +m
 }

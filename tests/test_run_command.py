@@ -552,7 +552,10 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("ending", ["failure", "SIGTERM", "SIGINT ignored"])
+# "failure, started ignoring SIGINT": the test command itself was started with SIGINT
+# ignored (a background job of a script, nohup), which every child inherits.
+@pytest.mark.parametrize("ending", ["failure", "SIGTERM", "SIGINT ignored",
+                                    "failure, started ignoring SIGINT"])
 def test_the_test_command_interrupts_its_background_pass_when_it_ends_first(
         tmp_path: Path, ending: str) -> None:
     state, torn = tmp_path / "child", tmp_path / "torn"
@@ -564,8 +567,12 @@ def test_the_test_command_interrupts_its_background_pass_when_it_ends_first(
                  'until [ -s "$STATE" ]; do sleep 0.1; done; false'))
     env = {**os.environ, "TMPDIR": str(tmp_path), "PASS": code, "STATE": str(state),
            "WEIR_BACKGROUND_GRACE_S": "2"}
+    def ignoring_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     process = subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, text=True,
-                               stdout=subprocess.PIPE, start_new_session=True)
+                               stdout=subprocess.PIPE, start_new_session=True,
+                               preexec_fn=ignoring_sigint if "started" in ending else None)
     group = 0
     try:
         assert process.stdout is not None
