@@ -46,8 +46,7 @@ from services import started_service
 # The units that took longest in a run of scripts/test.sh (November 2026), longest
 # first: handed out before the rest. A hint only: a stale one costs balance.
 LONGEST_FIRST = ("tests/spark/test_export.py", "tests/spark/test_export_hdfs_faults.py",
-                 "tests/spark/test_export_cluster.py", "tests/spark/test_export_command.py",
-                 "tests/appliance/test_exports_hdfs.py")
+                 "tests/spark/test_export_cluster.py", "tests/spark/test_export_command.py")
 SCHEDULED_DISTS = ("load", "loadfile", "loadgroup")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -150,6 +150,7 @@ def test_an_encrypted_range_is_the_engines_opened_batches(
     channels.close_all()
 
 
+@pytest.mark.own_sqlite  # its gunicorn runs on a SQLite database of its own
 def test_a_reader_asking_again_gets_a_multi_segment_range_from_a_real_gunicorn(
         tmp_path: Path) -> None:
     env = {**os.environ, "WEIR_VAR_DIR": str(tmp_path / "var"),

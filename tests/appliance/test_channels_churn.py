@@ -18,6 +18,8 @@ import pytest
 from test_channels_recreate import call
 from test_gunicorn import ROOT, gunicorn, manage
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 WORKERS, RUN_S = 3, 8.0
 REQUEST_TIMEOUT_S = 10  # an owner election gives up after 30 s: waiting that long fails
 

@@ -20,6 +20,8 @@ import pytest
 from appliance_helpers import wait_for
 from test_gunicorn import ROOT, free_port, manage, stop, wait_for_health
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 WORKERS = 3
 
 

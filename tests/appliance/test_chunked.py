@@ -16,6 +16,8 @@ from test_gunicorn import gunicorn, manage
 
 from appliance.chunked import ChunkedBodyMiddleware
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -16,7 +16,10 @@ from django.test import override_settings
 from appliance import channels, tasks
 from appliance.models import ExportRun, TaskRun
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.hdfs]
+# Run once per test command, in its PostgreSQL pass (scripts/test.sh): the job, HDFS and
+# the worker are the same whichever database records the run.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.hdfs,
+              pytest.mark.postgres_pass]
 
 
 def hdfs_get(uri: str, local: Path) -> Path:

@@ -23,6 +23,8 @@ from front_helpers import CHANNEL, Server, web_server
 from appliance import front
 from scripts.supervisor import Config, Failed, Supervisor
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 LIMIT = 2
 PATH = f"/api/v1/channels/{CHANNEL}/events"
 BODY = json.dumps({"events": [{"body": "x"}]}).encode()

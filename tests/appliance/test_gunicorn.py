@@ -22,6 +22,8 @@ import pytest
 
 from channel_engine import Channel, ChannelConfig
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCERS, REQUESTS, EVENTS = 6, 25, 100
 

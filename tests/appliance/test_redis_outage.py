@@ -22,6 +22,8 @@ from appliance_helpers import wait_for
 from test_channels_recreate import call
 from test_gunicorn import ROOT, free_port, gunicorn, manage
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 FAST_S = 0.5  # produce, take, commit: one request's bound with Redis away
 EXPORT_S = 1.0  # "export now": answered at once
 ROUNDS = 8  # requests per check, a new connection each: they spread over the workers

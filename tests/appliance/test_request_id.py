@@ -199,6 +199,7 @@ RAISING_URLS = """
 """
 
 
+@pytest.mark.own_sqlite  # its gunicorn runs on a SQLite database of its own
 def test_it_logs_a_500_with_its_traceback_to_gunicorns_stderr(tmp_path: Path) -> None:
     (tmp_path / "weir_raising_settings.py").write_text(textwrap.dedent(RAISING_SETTINGS))
     (tmp_path / "weir_raising_urls.py").write_text(textwrap.dedent(RAISING_URLS))

@@ -149,6 +149,7 @@ _patched: dict[str, bool] = {}
 _LIVE_HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 
 
+@pytest.mark.own_sqlite  # its gunicorn runs on a SQLite database of its own
 @live_schema.parametrize()
 @settings(max_examples=8, deadline=None, suppress_health_check=_LIVE_HEALTH)
 def test_it_keeps_its_schema_on_a_live_server(case: schemathesis.Case,
@@ -156,6 +157,7 @@ def test_it_keeps_its_schema_on_a_live_server(case: schemathesis.Case,
     _call_live(case, live)
 
 
+@pytest.mark.own_sqlite  # its gunicorn runs on a SQLite database of its own
 @pytest.mark.slow
 @live_schema.parametrize()
 @settings(max_examples=300, deadline=None, suppress_health_check=_LIVE_HEALTH)

@@ -20,6 +20,8 @@ import pytest
 from front_helpers import web_server
 from load_clients import SLOW_BODIES, SLOW_HEADERS, measure
 
+pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
+
 LOAD = Path(__file__).resolve().parent / "load_clients.py"
 NORMAL = [f"normal-{i}" for i in range(4)]
 SLOW = [f"slow-{i}" for i in range(SLOW_BODIES)]
