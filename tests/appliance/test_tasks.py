@@ -79,17 +79,25 @@ def test_the_checkpointer_writes_checkpoints_at_the_interval(worker: None, root:
     row = channel_row(root, checkpoint_interval_ms=1000)
     channels.open_channel(row).checkpoint()
     first = channels.open_channel(row).status()["checkpoint"]["sequence"]
-    deadline = time.monotonic() + 3.6
-    while time.monotonic() < deadline:  # beat's ticks, faster than the interval
+    def done() -> list[TaskRun]:
+        return [r for r in runs("weir.checkpoint_channel", "orders") if r.outcome == TaskRun.OK]
+
+    # beat's ticks, faster than the interval, until three checkpoints (a loaded machine's
+    # worker may take longer than 3 s to make them; the interval is what must hold)
+    started = time.monotonic()
+    while len(done()) < 3:
+        assert time.monotonic() < started + 20, f"{len(done())} checkpoints in 20 s"
         tasks.checkpointer.delay()
         time.sleep(0.1)
-    wait_for(lambda: len(runs("weir.checkpoint_channel", "orders")) >= 3, 5,
-             what="three checkpoint runs")
-    done = [r for r in runs("weir.checkpoint_channel", "orders") if r.outcome == TaskRun.OK]
-    sequence = channels.open_channel(row).status()["checkpoint"]["sequence"]
-    assert 3 <= len(done) <= 4 and sequence - first == len(done), (len(done), sequence, first)
+    # one checkpoint a run (ticks still queued may add runs meanwhile: they count too)
+    def each_run_one_checkpoint() -> list[TaskRun] | None:
+        made = done()
+        sequence = channels.open_channel(row).status()["checkpoint"]["sequence"]
+        return made if sequence - first == len(made) == len(done()) else None
+
+    made = wait_for(each_run_one_checkpoint, 10, what="a checkpoint for each OK run")
     gaps = [(b.started_at - a.started_at).total_seconds()
-            for a, b in zip(done, done[1:], strict=False)]
+            for a, b in zip(made, made[1:], strict=False)]
     assert all(gap >= 0.8 for gap in gaps), gaps  # never more often than the interval
 
 
