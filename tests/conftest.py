@@ -19,9 +19,13 @@ through the environment, so they start once whichever worker asks; each worker t
 Spark tests has a SparkSession of its own (tests/spark/spark_sessions.py: local[2], or on
 the cluster for a test on HDFS). Units go out longest first (LONGEST_FIRST,
 measured; then by number of tests), so that no long unit starts last while the other
-worker sits idle. This is done here, not with xdist_group marks: pytest-xdist 3.8's
-loadgroup puts the group in the test's node id, which pytest 9.2 no longer lets a plugin
-change (the marks are silently ignored: pytest-dev/pytest-xdist#1386).
+worker sits idle; and a worker gets a Spark unit (HEAVY: JVMs busy on both cores) only
+while no other worker runs one, else the next other unit (mostly waiting: on servers,
+browsers, timers), until one kind runs out: two Spark units at once left the CPU saturated
+in the first half of a run and 20-30% idle in the second. This is done here, not with
+xdist_group marks: pytest-xdist 3.8's loadgroup puts the group in the test's node id,
+which pytest 9.2 no longer lets a plugin change (the marks are silently ignored:
+pytest-dev/pytest-xdist#1386).
 
 Redis: the processes sharing the test Redis — the xdist workers, the PostgreSQL pass,
 and the gunicorn, Celery and manage.py processes their tests start — must never see each
@@ -48,6 +52,7 @@ from services import started_service
 LONGEST_FIRST = ("tests/spark/test_export.py", "tests/spark/test_export_hdfs_faults.py",
                  "tests/spark/test_export_cluster.py", "tests/spark/test_export_command.py")
 SCHEDULED_DISTS = ("load", "loadfile", "loadgroup")
+HEAVY = "tests/spark/"  # units run one at a time while other units wait (see above)
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE_PREFIX = f"weir-test-{os.getpid()}"
@@ -89,7 +94,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             for file in reversed(LONGEST_FIRST):  # a split file's tests in their order
                 for unit in [u for u in self.workqueue if file_of(u) == file][::-1]:
                     self.workqueue.move_to_end(unit, last=False)
-            scope, work_unit = self.workqueue.popitem(last=False)
+            scope = self._next_unit(node)
+            work_unit = self.workqueue.pop(scope)
             self.assigned_work.setdefault(node, {})[scope] = work_unit
             # Every index of a node id, not only its first: tests that share one (each
             # of schemathesis's parametrized cases) would otherwise run once in all.
@@ -97,7 +103,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                                     in enumerate(self.registered_collections[node])
                                     if nodeid in work_unit and not work_unit[nodeid]])
 
+        def _next_unit(self, node: Any) -> str:
+            """The first waiting unit of the kind this node should run now: a Spark one
+            unless another worker has one unfinished; either kind when one runs out."""
+            other_runs_heavy = any(
+                is_heavy(scope) and not all(done.values())
+                for other, units in self.assigned_work.items() if other is not node
+                for scope, done in units.items())
+            for scope in self.workqueue:
+                if is_heavy(scope) != other_runs_heavy:
+                    return str(scope)
+            return str(next(iter(self.workqueue)))
+
     return FileScheduling(config, log)
+
+
+def is_heavy(unit: str) -> bool:
+    """A unit that keeps both cores busy by itself: an export job's JVMs and workers."""
+    return file_of(unit).startswith(HEAVY)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from channel_engine import Channel, ChannelConfig
 from channel_engine.spark.export import package_zip
@@ -108,6 +109,10 @@ print("worker", where)
 """
 
 
+# In the default run, test_export_cluster.py checks this on the cluster's executors (JVMs
+# of their own, with an audit hook on every file they open); this local[1] probe, a cold
+# driver of ~20 s, runs in the slow run.
+@pytest.mark.slow
 def test_executors_import_channel_engine_from_the_shipped_zip(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", WORKER_PROBE], capture_output=True,
                           text=True, env=clean_env(), cwd=tmp_path, timeout=300)
