@@ -24,13 +24,20 @@ that file means the ledger was lost; a v1 or v2 one was written before ledgers e
 (an upgrade: no ledger yet, nothing lost).
 Offsets in [taken_through, log end) that are in neither list are queued.
 
+Subscriptions (version 4): a channel's events are stored once and read by one or more
+subscriptions, each with a queue of its own per partition (the three fields above). The
+partition records hold the queue of subscription `default` (id 0, which every channel
+has: a v1-v3 checkpoint is a channel with that one subscription); each other
+subscription follows them, with its id (never reused: journals name subscriptions by
+id), its name and its queue per partition.
+
 File layout (big-endian), `checkpoint` in the checkpoint dir, `checkpoint` in
 the backup dir when dual checkpoints are on:
 
     offset  size  field
     ------  ----  -------------------------------------------------------------
          0     4  magic               b"WCKP"
-         4     1  version             3 (1 and 2 are still read; 1: no pending puts)
+         4     1  version             4 (1-3 are still read; 1: no pending puts)
          5     3  reserved            0
          8     8  sequence            increases by one per checkpoint (<= 2**31 - 1)
         16     8  written_at_ms       wall clock
@@ -43,6 +50,12 @@ the backup dir when dual checkpoints are on:
                     4  committed range count C, then C x (8 start, 8 end)
                     4  in-flight range count F, then F x (8 start, 8 end)
                     4  pending put count N, then N x (8 txn id, 8 start, 8 end)  [v2+]
+         -     4  next subscription id (ids below it were given out)               [v4]
+         -     4  subscription count S, then S subscription records:                [v4]
+                    4  id               1 .. next subscription id - 1
+                    1  name length L    1 .. 64
+                    L  name             UTF-8
+                    P queue records:    8 taken_through, 4 C + C ranges, 4 F + F ranges
        end     4  crc                 CRC-32C of every byte before it
 
 Writing: primary first (temp file, fsync, rename, fsync dir), then the backup
@@ -63,8 +76,8 @@ from channel_engine.atomic_file import write_atomically
 from channel_engine.errors import CorruptStateError
 
 MAGIC = b"WCKP"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 LEDGER_VERSION = 3  # the first version written by channels that keep losses.json
 FILE_NAME = "checkpoint"
 HEADER = struct.Struct(">4sB3xqqi")
@@ -72,6 +85,8 @@ PARTITION = struct.Struct(">qqqq")
 COUNT = struct.Struct(">i")
 RANGE = struct.Struct(">qq")
 PENDING = struct.Struct(">qqq")
+SUBSCRIPTION = struct.Struct(">iB")  # id, name length
+NAME_LENGTH = 1 << 8
 CRC = struct.Struct(">I")
 # The owner numbers its take ids generation << 32 in a signed 64-bit field, so no channel
 # reaches a larger sequence (one checkpoint a second for 68 years); a larger one is damage.
@@ -80,6 +95,7 @@ assert HEADER.size == 28 and PARTITION.size == 32 and RANGE.size == 16
 
 Range = tuple[int, int]
 PendingPut = tuple[int, int, int]  # transaction id, start, end
+DEFAULT_SUBSCRIPTION = "default"  # id 0: its queues are in the partition records
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,24 @@ class PartitionCheckpoint:
 
 
 @dataclass(frozen=True)
+class QueueCheckpoint:
+    """The queue of one subscription on one partition; see the module doc."""
+
+    taken_through: int = 0
+    committed: tuple[Range, ...] = ()
+    in_flight: tuple[Range, ...] = ()
+
+
+@dataclass(frozen=True)
+class SubscriptionCheckpoint:
+    """A subscription other than `default`: its id, name and queue per partition."""
+
+    id: int
+    name: str
+    queues: tuple[QueueCheckpoint, ...] = ()
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """The queue state of a channel at one moment."""
 
@@ -103,6 +137,16 @@ class Checkpoint:
     written_at_ms: int
     partitions: tuple[PartitionCheckpoint, ...] = field(default_factory=tuple)
     version: int = field(default=VERSION, compare=False)  # as read; encode writes VERSION
+    subscriptions: tuple[SubscriptionCheckpoint, ...] = ()  # besides `default`
+    next_subscription_id: int = 1
+
+    def queues(self) -> dict[tuple[int, str], tuple[QueueCheckpoint, ...]]:
+        """Every subscription's queues by (id, name), `default` first."""
+        default = tuple(QueueCheckpoint(p.taken_through, p.committed, p.in_flight)
+                        for p in self.partitions)
+        found = {(0, DEFAULT_SUBSCRIPTION): default}
+        found.update({(s.id, s.name): s.queues for s in self.subscriptions})
+        return found
 
 
 @dataclass(frozen=True)
@@ -126,6 +170,16 @@ def encode(checkpoint: Checkpoint) -> bytes:
             parts.extend(RANGE.pack(start, end) for start, end in ranges)
         parts.append(COUNT.pack(len(p.pending_puts)))
         parts.extend(PENDING.pack(*pending) for pending in p.pending_puts)
+    parts.append(COUNT.pack(checkpoint.next_subscription_id))
+    parts.append(COUNT.pack(len(checkpoint.subscriptions)))
+    for sub in checkpoint.subscriptions:
+        name = sub.name.encode()
+        parts.append(SUBSCRIPTION.pack(sub.id, len(name)) + name)
+        for queue in sub.queues:
+            parts.append(struct.pack(">q", queue.taken_through))
+            for ranges in (queue.committed, queue.in_flight):
+                parts.append(COUNT.pack(len(ranges)))
+                parts.extend(RANGE.pack(start, end) for start, end in ranges)
     body = b"".join(parts)
     return body + CRC.pack(crc32c.crc32c(body))
 
@@ -162,9 +216,55 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
     except struct.error as exc:
         raise CorruptStateError(path, f"partition records end early ({exc})",
                                 position) from exc
+    subscriptions: tuple[SubscriptionCheckpoint, ...] = ()
+    next_id = 1
+    if version >= 4:
+        subscriptions, next_id, position = _subscriptions(data, position, count, path)
     if position != len(data) - CRC.size:
         raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes", position)
-    return Checkpoint(sequence, written_at, tuple(partitions), version)
+    return Checkpoint(sequence, written_at, tuple(partitions), version, subscriptions, next_id)
+
+
+def _subscriptions(data: bytes, position: int, partitions: int, path: Path | str,
+                   ) -> tuple[tuple[SubscriptionCheckpoint, ...], int, int]:
+    """The v4 subscription records: (subscriptions, next id, position after them)."""
+    end = len(data) - CRC.size
+    try:
+        (next_id,) = COUNT.unpack_from(data, position)
+        (count,) = COUNT.unpack_from(data, position + COUNT.size)
+        if next_id < 1 or not 0 <= count < next_id:
+            raise CorruptStateError(path, f"{count} subscriptions, next id {next_id}",
+                                    position)
+        position += 2 * COUNT.size
+        found: list[SubscriptionCheckpoint] = []
+        for _ in range(count):
+            sub_id, length = SUBSCRIPTION.unpack_from(data, position)
+            name_at = position + SUBSCRIPTION.size
+            raw = data[name_at:name_at + length]
+            if not 0 < sub_id < next_id or any(s.id == sub_id for s in found) \
+                    or len(raw) != length or name_at + length > end:
+                raise CorruptStateError(path, f"subscription record {len(found)}: id "
+                                              f"{sub_id}, name length {length}", position)
+            try:
+                name = raw.decode()
+            except UnicodeDecodeError as exc:
+                raise CorruptStateError(path, f"subscription {sub_id}: name is not UTF-8",
+                                        name_at) from exc
+            if name == DEFAULT_SUBSCRIPTION or any(s.name == name for s in found):
+                raise CorruptStateError(path, f"subscription {sub_id}: name {name!r} twice",
+                                        name_at)
+            position = name_at + length
+            queues = []
+            for _ in range(partitions):
+                (taken,) = struct.unpack_from(">q", data, position)
+                committed, position = _ranges(data, position + 8)
+                in_flight, position = _ranges(data, position)
+                queues.append(QueueCheckpoint(taken, committed, in_flight))
+            found.append(SubscriptionCheckpoint(sub_id, name, tuple(queues)))
+    except struct.error as exc:
+        raise CorruptStateError(path, f"subscription records end early ({exc})",
+                                position) from exc
+    return tuple(found), next_id, position
 
 
 def _ranges(data: bytes, position: int) -> tuple[tuple[Range, ...], int]:

@@ -17,13 +17,21 @@ checkpoint exists when the process died between rotating the journal and
 writing the checkpoint). Replaying a commit twice is harmless.
 
     file    := header record*
-    header  := magic "WCJN" (4) | version 1 (1) | reserved (3) | generation i64
+    header  := magic "WCJN" (4) | version 2 (1; 1 is still read) | reserved (3)
+               | generation i64
     record  := length i32 (bytes after crc) | crc u32 (CRC-32C of the bytes after it)
-               | kind u8 (1 take commit, 2 put commit) | id i64 (take or txn id)
-               | count i32 | count x (partition i32, start i64, end i64)
+               | kind u8 | id i64 (take or txn id) | count i32
+               | [subscription i32: kind 3 only]
+               | count x (partition i32, start i64, end i64)
+    kind    := 1 a take commit of subscription `default` (id 0), or, with take id 0,
+               offsets taken out of every subscription's queue as lost (losses.py)
+             | 2 a put commit
+             | 3 a take commit of the subscription whose id follows (checkpoint.py
+               gives ids; a record of an id no checkpoint knows is of a subscription
+               removed since, or never saved: replay ignores it) [version 2]
 
 A record is valid when its length fits the file, its CRC matches, its kind is
-1 or 2 and its count agrees with its length. The header has no CRC: a magic,
+1, 2 or 3 and its count agrees with its length. The header has no CRC: a magic,
 version or generation (against the file name) that is wrong makes the file
 unreadable, except a file of zeros or a prefix of its header: a crash while
 creating it, before the header was synced, so no commit is in it. Reading
@@ -89,12 +97,16 @@ from channel_engine.filenames import DAMAGED_SUFFIX
 from channel_engine.queue.checkpoint import MAX_SEQUENCE
 
 MAGIC = b"WCJN"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 TAKE = 1
 PUT = 2
+TAKE_OF = 3  # a take commit of a subscription other than `default`
+KINDS = (TAKE, PUT, TAKE_OF)
 HEADER = struct.Struct(">4sB3xq")
 RECORD_HEAD = struct.Struct(">iI")
 RECORD_BODY = struct.Struct(">Bqi")
+SUBSCRIPTION = struct.Struct(">i")
 ENTRY = struct.Struct(">iqq")
 SECTOR = 512  # the unit power loss tears writes at (as log/damage.py)
 assert HEADER.size == 16 and RECORD_HEAD.size == 8 and RECORD_BODY.size == 13
@@ -111,6 +123,7 @@ class Commit:
     kind: int
     commit_id: int
     entries: tuple[Entry, ...]
+    subscription: int = 0  # the subscription id of a take commit (kind TAKE_OF)
 
 
 def journal_path(directory: Path, generation: int) -> Path:
@@ -181,9 +194,14 @@ class CommitJournal:
             os.fsync(self._fd)
             fsync_directory(directory)
 
-    def append(self, kind: int, commit_id: int, entries: Sequence[Entry]) -> int:
-        """Write one commit record (not yet synced); return its ticket for sync()."""
-        body = RECORD_BODY.pack(kind, commit_id, len(entries)) + b"".join(
+    def append(self, kind: int, commit_id: int, entries: Sequence[Entry],
+               subscription: int = 0) -> int:
+        """Write one commit record (not yet synced); return its ticket for sync(). A take
+        commit of a subscription other than `default` (id 0) is written as kind TAKE_OF."""
+        if kind == TAKE and subscription:
+            kind = TAKE_OF
+        extra = SUBSCRIPTION.pack(subscription) if kind == TAKE_OF else b""
+        body = RECORD_BODY.pack(kind, commit_id, len(entries)) + extra + b"".join(
             ENTRY.pack(*entry) for entry in entries)
         os.write(self._fd, RECORD_HEAD.pack(len(body), crc32c.crc32c(body)) + body)
         with self._sync_cond:
@@ -266,8 +284,9 @@ def scan(path: Path) -> JournalScan:
     except OSError as exc:
         raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})", 0) from exc
     found = JournalScan(path, len(data))
-    header = HEADER.pack(MAGIC, VERSION, _named_generation(path) or 0)
-    if not data.strip(b"\0") or (len(data) < HEADER.size and header.startswith(data)):
+    headers = [HEADER.pack(MAGIC, v, _named_generation(path) or 0) for v in READABLE_VERSIONS]
+    if not data.strip(b"\0") or (len(data) < HEADER.size
+                                  and any(h.startswith(data) for h in headers)):
         if data:  # a crash while creating it, before its header was synced: no commit in it
             found.problem = f"{len(data)} bytes of a header never written whole"
         return found
@@ -294,8 +313,9 @@ def scan(path: Path) -> JournalScan:
 
 
 def _header_problem(path: Path, magic: bytes, version: int, generation: int) -> str:
-    if magic != MAGIC or version != VERSION:
-        return f"magic {magic!r} version {version}, expected {MAGIC!r} version {VERSION}"
+    if magic != MAGIC or version not in READABLE_VERSIONS:
+        return (f"magic {magic!r} version {version}, expected {MAGIC!r} version "
+                f"{' or '.join(map(str, READABLE_VERSIONS))}")
     named = _named_generation(path)
     if named is not None and named != generation:
         return f"header generation {generation} but the file is named for {named}"
@@ -322,15 +342,19 @@ def _record_at(data: bytes, position: int, generation: int) -> tuple[Commit | No
     if crc32c.crc32c(body) != crc:
         return None, "record CRC-32C mismatch"
     kind, commit_id, count = RECORD_BODY.unpack_from(body)
-    if kind not in (TAKE, PUT) or count < 0 or RECORD_BODY.size + count * ENTRY.size != length:
+    head = RECORD_BODY.size + (SUBSCRIPTION.size if kind == TAKE_OF else 0)
+    if kind not in KINDS or count < 0 or head + count * ENTRY.size != length:
         return None, f"record kind {kind} count {count} do not fit its length {length}"
-    entries = tuple(ENTRY.unpack_from(body, RECORD_BODY.size + i * ENTRY.size)
-                    for i in range(count))
-    return Commit(generation, kind, commit_id, entries), ""
+    subscription = SUBSCRIPTION.unpack_from(body, RECORD_BODY.size)[0] if kind == TAKE_OF else 0
+    if kind == TAKE_OF and subscription < 1:
+        return None, f"a take commit of subscription id {subscription}"
+    entries = tuple(ENTRY.unpack_from(body, head + i * ENTRY.size) for i in range(count))
+    return Commit(generation, kind, commit_id, entries, subscription), ""
 
 
 def _size(commit: Commit) -> int:
-    return RECORD_HEAD.size + RECORD_BODY.size + len(commit.entries) * ENTRY.size
+    extra = SUBSCRIPTION.size if commit.kind == TAKE_OF else 0
+    return RECORD_HEAD.size + RECORD_BODY.size + extra + len(commit.entries) * ENTRY.size
 
 
 def _records(data: bytes, position: int, generation: int) -> tuple[list[Commit], int, str]:
@@ -350,7 +374,7 @@ def _next_intact(data: bytes, position: int, generation: int) -> int:
     limit = len(data) - RECORD_HEAD.size - RECORD_BODY.size
     while position <= limit:
         kind = data[position + RECORD_HEAD.size]
-        if kind in (TAKE, PUT) and _record_at(data, position, generation)[0] is not None:
+        if kind in KINDS and _record_at(data, position, generation)[0] is not None:
             return position
         position += 1
     return -1

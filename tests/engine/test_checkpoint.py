@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -43,10 +44,65 @@ def sample(sequence: int = 7) -> cp.Checkpoint:
     ))
 
 
-@given(st.integers(0, cp.MAX_SEQUENCE), st.integers(0, 2**62), st.lists(partitions, max_size=6))
-def test_it_round_trips_any_checkpoint(sequence: int, written: int, parts: list) -> None:  # type: ignore[type-arg]
-    checkpoint = cp.Checkpoint(sequence, written, tuple(parts))
+queue = st.builds(cp.QueueCheckpoint, st.integers(0, 2**62), ranges.map(tuple),
+                  ranges.map(tuple))
+names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
+                max_size=20).filter(lambda n: n != cp.DEFAULT_SUBSCRIPTION)
+
+
+@st.composite
+def checkpoints(draw: st.DrawFn) -> cp.Checkpoint:
+    """Any checkpoint: partitions, and subscriptions besides `default` with unique ids and
+    names, each with a queue per partition."""
+    parts = draw(st.lists(partitions, max_size=6))
+    chosen = draw(st.lists(names, max_size=4, unique=True))
+    ids = draw(st.lists(st.integers(1, 2**20), min_size=len(chosen), max_size=len(chosen),
+                        unique=True))
+    subs = tuple(cp.SubscriptionCheckpoint(i, name, tuple(draw(queue) for _ in parts))
+                 for i, name in zip(ids, chosen, strict=True))
+    next_id = max(ids, default=0) + 1 + draw(st.integers(0, 5))
+    return cp.Checkpoint(draw(st.integers(0, cp.MAX_SEQUENCE)), draw(st.integers(0, 2**62)),
+                         tuple(parts), subscriptions=subs, next_subscription_id=next_id)
+
+
+@given(checkpoints())
+def test_it_round_trips_any_checkpoint(checkpoint: cp.Checkpoint) -> None:
     assert cp.decode(cp.encode(checkpoint)) == checkpoint
+
+
+def with_subscriptions() -> cp.Checkpoint:
+    base = sample()
+    return cp.Checkpoint(base.sequence, base.written_at_ms, base.partitions, subscriptions=(
+        cp.SubscriptionCheckpoint(2, "archive", (cp.QueueCheckpoint(45, ((50, 52),), ()),
+                                                 cp.QueueCheckpoint(30))),
+        cp.SubscriptionCheckpoint(3, "live-01", (cp.QueueCheckpoint(120), cp.QueueCheckpoint(12)))),
+        next_subscription_id=4)
+
+
+def test_it_lists_every_subscriptions_queues_default_first() -> None:
+    queues = with_subscriptions().queues()
+    assert list(queues) == [(0, "default"), (2, "archive"), (3, "live-01")]
+    assert queues[(0, "default")][0] == cp.QueueCheckpoint(40, ((50, 60),), ((40, 50), (60, 70)))
+    assert queues[(2, "archive")][0].committed == ((50, 52),)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda b: b.replace(b"\x00\x00\x00\x03\x07live-01", b"\x00\x00\x00\x02\x07live-01"),
+     "subscription record 1: id 2"),  # an id twice
+    (lambda b: b.replace(b"\x07live-01", b"\x07archive"), "name 'archive' twice"),
+    (lambda b: b.replace(b"\x00\x00\x00\x04\x00\x00\x00\x02", b"\x00\x00\x00\x03"
+                         b"\x00\x00\x00\x02"), "subscription record 1: id 3"),  # id >= next
+    (lambda b: b.replace(b"\x07live-01", b"\x3flive-01"), "subscription"),  # past the end
+    (lambda b: b.replace(b"\x07archive", b"\x07arch\xffve"), "name is not UTF-8"),
+    (lambda b: b.replace(b"\x07archive", b"\x07default"), "name 'default' twice"),
+])
+def test_it_refuses_a_subscription_record_that_cannot_be_true_even_with_a_valid_crc(
+        change: object, why: str) -> None:
+    body = cp.encode(with_subscriptions())[:-4]
+    damaged = change(body)  # type: ignore[operator]
+    assert damaged != body
+    with pytest.raises(CorruptStateError, match=why):
+        cp.decode(damaged + cp.CRC.pack(__import__("crc32c").crc32c(damaged)))
 
 
 @pytest.mark.parametrize("sequence", [-1, cp.MAX_SEQUENCE + 1, 2**56 + 2])
@@ -182,12 +238,14 @@ def test_a_released_version_2_checkpoint_stays_readable() -> None:
     golden = (GOLDEN_V2 / cp.FILE_NAME).read_bytes()
     decoded = cp.decode(golden)
     assert decoded == sample_v2() and decoded.version == 2
-    written = cp.encode(sample_v2())  # version 3 has version 2's layout
-    assert written[4] == 3 and written[5:-4] == golden[5:-4] and written[:4] == golden[:4]
+    # version 3 has version 2's layout; version 4 adds the subscription records after it:
+    # next id 1, none besides `default` (whose queues are in the partition records)
+    written = cp.encode(sample_v2())
+    assert written[4] == 4 and written[:4] == golden[:4]
+    assert written[5:-4] == golden[5:-4] + struct.pack(">ii", 1, 0)
 
 
-def test_it_writes_version_3_the_mark_of_a_channel_that_keeps_a_loss_ledger(
-        tmp_path: Path) -> None:
+def test_it_writes_version_4_a_version_that_keeps_a_loss_ledger(tmp_path: Path) -> None:
     cp.write(sample(), tmp_path, None)
-    assert (tmp_path / cp.FILE_NAME).read_bytes()[4] == 3
-    assert cp.read(tmp_path / cp.FILE_NAME).version == cp.LEDGER_VERSION == 3
+    assert (tmp_path / cp.FILE_NAME).read_bytes()[4] == 4
+    assert cp.read(tmp_path / cp.FILE_NAME).version >= cp.LEDGER_VERSION == 3

@@ -30,6 +30,46 @@ def test_it_replays_what_was_appended(tmp_path: Path) -> None:
     assert ignored == 0
 
 
+def test_it_replays_take_commits_of_subscriptions_by_id(tmp_path: Path) -> None:
+    journal = tj.CommitJournal(tmp_path, 3)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])  # subscription `default`: kind 1 as before
+    journal.append(tj.TAKE, 2, [(1, 5, 7)], subscription=4)
+    journal.append(tj.PUT, 9, [(0, 10, 12)])
+    journal.close()
+    data = tj.journal_path(tmp_path, 3).read_bytes()
+    assert data[4] == tj.VERSION == 2
+    commits, ignored = tj.replay(tj.journal_path(tmp_path, 3))
+    assert [(c.kind, c.commit_id, c.subscription, c.entries) for c in commits] == [
+        (tj.TAKE, 1, 0, ((0, 0, 10),)), (tj.TAKE_OF, 2, 4, ((1, 5, 7),)),
+        (tj.PUT, 9, 0, ((0, 10, 12),))]
+    assert ignored == 0 and len(data) == 16 + 41 + 45 + 41  # kind 3: 4 bytes more
+
+
+def test_it_reads_a_version_1_journal_and_appends_to_it(tmp_path: Path) -> None:
+    # a journal of the release before subscriptions (same records, kinds 1 and 2 only),
+    # still open at an upgrade: the next owner appends to it, any kind
+    path = tj.journal_path(tmp_path, 5)
+    record = tj.RECORD_BODY.pack(tj.TAKE, 7, 1) + tj.ENTRY.pack(0, 0, 3)
+    path.write_bytes(tj.HEADER.pack(tj.MAGIC, 1, 5)
+                     + tj.RECORD_HEAD.pack(len(record), __import__("crc32c").crc32c(record))
+                     + record)
+    journal = tj.CommitJournal(tmp_path, 5)
+    journal.append(tj.TAKE, 8, [(0, 3, 4)], subscription=2)
+    journal.close()
+    commits, ignored = tj.replay(path)
+    assert [(c.kind, c.commit_id, c.subscription) for c in commits] == [
+        (tj.TAKE, 7, 0), (tj.TAKE_OF, 8, 2)] and ignored == 0
+
+
+def test_a_take_commit_of_subscription_id_0_as_kind_3_is_no_record(tmp_path: Path) -> None:
+    journal = tj.CommitJournal(tmp_path, 0)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])
+    journal.append(tj.TAKE_OF, 2, [(0, 10, 20)], subscription=0)  # only a bug writes this
+    journal.close()
+    commits, ignored = tj.replay(tj.journal_path(tmp_path, 0))
+    assert [c.commit_id for c in commits] == [1] and ignored == 45  # a torn tail: last
+
+
 @pytest.mark.parametrize("cut", [1, 7, 9, 20])
 def test_it_ignores_and_counts_a_torn_last_record(tmp_path: Path, cut: int) -> None:
     journal = tj.CommitJournal(tmp_path, 0)
