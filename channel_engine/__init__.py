@@ -40,10 +40,13 @@ from channel_engine.errors import (
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
+    UnknownSubscriptionError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log.config import LogConfig
@@ -97,7 +100,10 @@ __all__ = [
     "TakeCommittedError",
     "TakeExpiredError",
     "TakeTransaction",
+    "SubscriptionBusyError",
+    "SubscriptionExistsError",
     "TransactionCapacityError",
+    "UnknownSubscriptionError",
     "ChannelClosedError",
     "TransactionStateError",
     "__version__",

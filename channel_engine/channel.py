@@ -193,17 +193,40 @@ class Channel:
         self._check_writable()
         return PutTransaction(self)
 
-    def take(self, lease_ms: int | None = None) -> TakeTransaction:
-        """Begin a take transaction; with lease_ms it rolls back by itself unless committed
-        or rolled back within that time."""
+    def take(self, lease_ms: int | None = None, subscription: str = "default"
+             ) -> TakeTransaction:
+        """Begin a take transaction of a subscription (`default` unless named); with
+        lease_ms it rolls back by itself unless committed or rolled back within that time."""
         self._check_writable()
         backend = self._backend()
         try:
-            take_id = backend.begin_take(lease_ms)
+            take_id = backend.begin_take(lease_ms, subscription)
         except OwnerLostError:  # a take begun in a dead owner holds nothing: start afresh
             backend = self._backend()
-            take_id = backend.begin_take(lease_ms)
+            take_id = backend.begin_take(lease_ms, subscription)
         return TakeTransaction(self, backend, take_id, lease_ms)
+
+    # -- subscriptions (queue/subscriptions.py: positions, durability, refusals) --------------
+    def subscriptions(self) -> list[str]:
+        """The channel's subscriptions, `default` first."""
+        return self._retrying(lambda b: b.subscriptions())
+
+    def add_subscription(self, name: str, start: Any = "earliest") -> None:
+        """Add a subscription starting at `start` ("earliest", "latest",
+        {"timestamp_ms": t} or {partition: offset}); durable on return."""
+        self._check_writable()
+        self._retrying(lambda b: b.add_subscription(name, start), idempotent=False)
+
+    def remove_subscription(self, name: str) -> None:
+        """Remove a subscription with no take open (never `default`); durable on return."""
+        self._check_writable()
+        self._retrying(lambda b: b.remove_subscription(name), idempotent=False)
+
+    def reset_subscription(self, name: str, to: Any) -> None:
+        """Move a subscription with no take open to `to` (as `start` above); durable on
+        return (Kafka's kafka-consumer-groups --reset-offsets)."""
+        self._check_writable()
+        self._retrying(lambda b: b.reset_subscription(name, to), idempotent=False)
 
     def commit_take(self, take_id: int) -> None:
         """Commit a leased take begun elsewhere (another process of this channel) by its id;

@@ -173,6 +173,36 @@ class ChannelFullError(ChannelEngineError):
         self.capacity = capacity
 
 
+class UnknownSubscriptionError(ChannelEngineError, LookupError):
+    """A take, reset or removal named a subscription the channel does not have."""
+
+    def __init__(self, channel: str, subscription: str, known: list[str]) -> None:
+        super().__init__(f"channel {channel!r} has no subscription {subscription!r} "
+                         f"(it has: {', '.join(known)})")
+        self.channel = channel
+        self.subscription = subscription
+
+
+class SubscriptionExistsError(ChannelEngineError, ValueError):
+    """add_subscription named a subscription the channel has already."""
+
+    def __init__(self, channel: str, subscription: str) -> None:
+        super().__init__(f"channel {channel!r} has a subscription {subscription!r} already")
+        self.channel = channel
+        self.subscription = subscription
+
+
+class SubscriptionBusyError(ChannelEngineError):
+    """A reset or removal of a subscription with takes in flight (Kafka refuses to reset
+    the offsets of a group with active members), or a take begun on a subscription being
+    removed or reset."""
+
+    def __init__(self, channel: str, subscription: str, reason: str) -> None:
+        super().__init__(f"channel {channel!r}, subscription {subscription!r}: {reason}")
+        self.channel = channel
+        self.subscription = subscription
+
+
 class TransactionCapacityError(ChannelEngineError, ValueError):
     """A transaction would hold more events than transaction_capacity; it is unchanged."""
 

@@ -165,9 +165,25 @@ class OwnerClient:
         """Count a put that failed before reaching the owner in its counters."""
         self._request(protocol.COUNT_FAILED_PUT, count)
 
-    def begin_take(self, lease_ms: int | None = None) -> int:
-        """Begin a take transaction in the owner."""
-        return self._request(protocol.BEGIN_TAKE, lease_ms)
+    def begin_take(self, lease_ms: int | None = None, subscription: str = "default") -> int:
+        """Begin a take transaction of a subscription in the owner."""
+        return self._request(protocol.BEGIN_TAKE, lease_ms, subscription)
+
+    def subscriptions(self) -> list[str]:
+        """The channel's subscriptions, from the owner."""
+        return self._request(protocol.SUBSCRIPTIONS)
+
+    def add_subscription(self, name: str, start: Any = "earliest") -> None:
+        """Add a subscription in the owner."""
+        self._request(protocol.ADD_SUBSCRIPTION, name, start)
+
+    def remove_subscription(self, name: str) -> None:
+        """Remove a subscription in the owner."""
+        self._request(protocol.REMOVE_SUBSCRIPTION, name)
+
+    def reset_subscription(self, name: str, to: Any) -> None:
+        """Reset a subscription's position in the owner."""
+        self._request(protocol.RESET_SUBSCRIPTION, name, to)
 
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve and read events for a take."""

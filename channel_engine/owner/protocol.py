@@ -27,7 +27,7 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
                        (queue/put_batch.py)
     count_rollback    []                                 None
     count_failed_put  [events]                           None
-    begin_take        [lease_ms or None]                 take id
+    begin_take        [lease_ms or None, subscription]   take id
     take_events       [take id, max events]              [[p, offset, ts, key, headers, body], ...]
     reserve_ranges    [take id, max events]              [[partition, start, end], ...]
     commit_take       [take id]                          None
@@ -42,6 +42,14 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     offsets_for_time  [partition, timestamp]             offset or None
     acknowledge_losses
                       []                                 loss records acknowledged (int)
+    subscriptions     []                                 names, `default` first
+    add_subscription  [name, start]                      None
+    remove_subscription
+                      [name]                             None
+    reset_subscription
+                      [name, to]                         None
+    (start, to: "earliest", "latest", {"timestamp_ms": t} or {partition: offset}:
+     queue/subscriptions.py)
 
 Every op but hello is a method of OwnerOperations (queue/operations.py) with the same
 name and parameters; OPERATIONS below says, once for each, how its arguments and result
@@ -69,7 +77,7 @@ from channel_engine import errors
 from channel_engine.event import Event
 from channel_engine.queue.checkpointer import CheckpointResult
 
-VERSION = 2  # 2: puts travel as encoded batches (commit_batches)
+VERSION = 3  # 2: puts travel as encoded batches (commit_batches); 3: subscriptions
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
@@ -219,8 +227,13 @@ CHECKPOINT = Op("checkpoint", _checkpoint_from_wire, _checkpoint_to_wire)
 CHECKPOINT_IF_DUE = Op("checkpoint_if_due", _optional_checkpoint, _checkpoint_to_wire)
 APPLY_RETENTION = Op("apply_retention", dict)
 ACKNOWLEDGE_LOSSES = Op("acknowledge_losses", int)
+SUBSCRIPTIONS = Op("subscriptions", list)
+ADD_SUBSCRIPTION = Op("add_subscription", _nothing)
+REMOVE_SUBSCRIPTION = Op("remove_subscription", _nothing)
+RESET_SUBSCRIPTION = Op("reset_subscription", _nothing)
 
 OPERATIONS: dict[str, Op[Any]] = {op.name: op for op in (
     COMMIT_BATCHES, COUNT_ROLLBACK, COUNT_FAILED_PUT, BEGIN_TAKE, TAKE_EVENTS, RESERVE_RANGES,
     COMMIT_TAKE, ROLLBACK_TAKE, READ, OFFSETS_FOR_TIME, STATUS, FLUSH, FLUSH_IF_DUE,
-    CHECKPOINT, CHECKPOINT_IF_DUE, APPLY_RETENTION, ACKNOWLEDGE_LOSSES)}
+    CHECKPOINT, CHECKPOINT_IF_DUE, APPLY_RETENTION, ACKNOWLEDGE_LOSSES, SUBSCRIPTIONS,
+    ADD_SUBSCRIPTION, REMOVE_SUBSCRIPTION, RESET_SUBSCRIPTION)}

@@ -56,6 +56,8 @@ from channel_engine.queue.loss_ledger import LossLedger
 from channel_engine.queue.losses import Losses
 from channel_engine.queue.put_batch import Batches
 from channel_engine.queue.puts import Puts
+from channel_engine.queue.subscription import DEFAULT
+from channel_engine.queue.subscriptions import Subscriptions
 from channel_engine.queue.takes import Takes
 
 
@@ -75,6 +77,8 @@ class ChannelOwner:
         self.checkpointer = Checkpointer(self.state, self.home_lock, self.takes, self.losses)
         self._status = ChannelStatus(self.state, self.home_lock, self.puts, self.takes,
                                      self.losses, self.checkpointer)
+        self._subscriptions = Subscriptions(self.state, self.takes, self.checkpointer,
+                                            self.losses)
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -122,10 +126,12 @@ class ChannelOwner:
         backup = self.checkpointer.backup_dir()
         restored = restore(home, backup if backup is not None and backup.is_dir() else None,
                            self.state.logs)
-        self.state.queues = restored.queues
         self.state.ends = [log.log_end_offset for log in self.state.logs]
-        self.state.untaken = sum(q.untaken(end) for q, end in zip(self.state.queues,
-                                                                  self.state.ends, strict=True))
+        self.state.subscriptions = {sub.name: sub for sub in restored.subscriptions}
+        self.state.next_subscription_id = restored.next_subscription_id
+        self.state.aborted = restored.aborted
+        for sub in restored.subscriptions:
+            sub.count_untaken(self.state.ends)
         self.checkpointer.restored(restored.sequence)
         if not self.read_only:
             for p, segment_base, position in restored.to_mark:
@@ -210,9 +216,9 @@ class ChannelOwner:
         """A put of `count` events failed in its producer before reaching the owner."""
         self.puts.count_failed_put(count)
 
-    def begin_take(self, lease_ms: int | None = None) -> int:
-        """Start a take transaction; return its id (Takes.begin_take)."""
-        return self.takes.begin_take(lease_ms)
+    def begin_take(self, lease_ms: int | None = None, subscription: str = DEFAULT) -> int:
+        """Start a take transaction of a subscription; return its id (Takes.begin_take)."""
+        return self.takes.begin_take(lease_ms, subscription)
 
     def take_events(self, take_id: int, max_events: int) -> list[Event]:
         """Reserve up to max_events from the partitions' heads and read them."""
@@ -229,6 +235,23 @@ class ChannelOwner:
     def rollback_take(self, take_id: int) -> None:
         """Return a take's events to the head of their partitions, in order."""
         self.takes.rollback_take(take_id)
+
+    # -- subscriptions (subscriptions.py) ----------------------------------------------------
+    def subscriptions(self) -> list[str]:
+        """The channel's subscriptions, `default` first."""
+        return self._subscriptions.names()
+
+    def add_subscription(self, name: str, start: Any = "earliest") -> None:
+        """Add a subscription starting at `start`; durable on return."""
+        self._subscriptions.add(name, start)
+
+    def remove_subscription(self, name: str) -> None:
+        """Remove a subscription with no take open (never `default`); durable on return."""
+        self._subscriptions.remove(name)
+
+    def reset_subscription(self, name: str, to: Any) -> None:
+        """Move a subscription with no take open to `to`; durable on return."""
+        self._subscriptions.reset(name, to)
 
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
         """Events of one partition from `offset` on, committed ones only (no take)."""

@@ -1,5 +1,11 @@
-"""Opening a channel: rebuild the queue of every partition from the newest checkpoint,
-the commit journals that follow it and the partition logs.
+"""Opening a channel: rebuild the queue of every subscription on every partition from the
+newest checkpoint, the commit journals that follow it and the partition logs.
+
+Every step applies to each subscription's queue (subscription.py): a checkpoint before
+subscriptions (v1-v3) gives subscription `default` only; a take commit applies to its own
+subscription's queue (one of an id the checkpoint does not know — removed since, or added
+and never saved — to none), a loss or an aborted put to all of them; events are counted
+once however many queues they left.
 
 Flume replays every log file when its checkpoint is lost or torn and locks the
 channel meanwhile; Weir reads the newest valid checkpoint (primary, else
@@ -41,6 +47,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +56,7 @@ from channel_engine.log.recovery import LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
 from channel_engine.queue.partition_queue import PartitionQueue
+from channel_engine.queue.subscription import DEFAULT, Subscription, take_out
 
 
 @dataclass
@@ -85,7 +93,9 @@ class ChannelRecovery:
 class Restored:
     """The queues rebuilt on open, the newest checkpoint sequence, and the report."""
 
-    queues: list[PartitionQueue]
+    subscriptions: list[Subscription]  # `default` first
+    next_subscription_id: int
+    aborted: list[list[tuple[int, int]]]  # per partition: checkpoint.py's aborted ranges
     sequence: int
     next_generation: int
     report: ChannelRecovery
@@ -107,47 +117,54 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")
 
-    queues, undecided, stamped = _queues_from(saved, logs, report)
+    subs, undecided, stamped = _queues_from(saved, logs, report)
     if saved is not None and home.is_dir():
         _check_checkpoint_journal(home, backup, saved.sequence, report)
-    committed_txns = _replay_journals(home, report.checkpoint_sequence, queues, report)
+    committed_txns = _replay_journals(home, report.checkpoint_sequence, subs, report)
     committed_txns |= stamped
     to_mark = []
+    aborted_ranges: list[list[tuple[int, int]]] = [
+        list(saved.aborted[p]) if saved is not None and p < len(saved.aborted) else []
+        for p in range(len(logs))]
     for batch in undecided:
         if batch.transaction_id in committed_txns:
             to_mark.append((batch.partition, batch.segment_base_offset, batch.position))
             continue
-        queue, end = queues[batch.partition], logs[batch.partition].log_end_offset
-        before = queue.untaken(end)
-        queue.mark_committed([(batch.start, batch.end)])
-        if before > queue.untaken(end):
-            report.aborted_events += before - queue.untaken(end)
+        aborted_ranges[batch.partition].append((batch.start, batch.end))
+        aborted = take_out(subs, batch.partition, batch.start, batch.end,
+                           logs[batch.partition].log_end_offset,
+                           methodcaller("mark_committed", [(batch.start, batch.end)]))
+        if aborted:
+            report.aborted_events += aborted
             report.aborted_puts.append([batch.transaction_id, batch.partition, batch.start,
-                                        batch.end, before - queue.untaken(end)])
-    lost = _lost_beyond_log_ends(saved, queues, logs)
+                                        batch.end, aborted])
+    lost = _lost_beyond_log_ends(saved, subs, logs)
 
     generations = commit_journal.generations(home) if home.is_dir() else []
     next_generation = max([report.checkpoint_sequence] + generations) + 1
     report.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-    return Restored(queues, report.checkpoint_sequence, next_generation, report, to_mark,
-                    lost)
+    next_id = saved.next_subscription_id if saved is not None else 1
+    return Restored(subs, next_id, aborted_ranges, report.checkpoint_sequence,
+                    next_generation, report, to_mark, lost)
 
 
 def _lost_beyond_log_ends(saved: checkpoint_file.Checkpoint | None,
-                          queues: list[PartitionQueue],
+                          subs: list[Subscription],
                           logs: Sequence[PartitionLog]) -> list[tuple[int, LostRange, int]]:
-    """Step 5: a log ending below the offsets its queue knew, or below the log end its
-    checkpoint saw (without a log.state, the log itself cannot tell): the queue forgets
-    them; the untaken ones (in flight or returned, and never reserved) are lost events."""
+    """Step 5: a log ending below the offsets a queue knew, or below the log end its
+    checkpoint saw (without a log.state, the log itself cannot tell): the queues forget
+    them; the ones some subscription had not taken (in flight or returned, and never
+    reserved) are lost events."""
     lost = []
-    for partition, (queue, log) in enumerate(zip(queues, logs, strict=True)):
+    for partition, log in enumerate(logs):
         saved_end = saved.partitions[partition].log_end_offset \
             if saved is not None and partition < len(saved.partitions) else 0
-        reserved_end, end = queue.known_end, log.log_end_offset
-        known = max(reserved_end, saved_end)
+        end = log.log_end_offset
+        known = max([saved_end] + [s.queues[partition].known_end for s in subs])
         if known <= end:
             continue
-        events = queue.clip_to(end) + max(0, saved_end - max(reserved_end, end))
+        events = take_out(subs, partition, end, known, end,
+                          methodcaller("clip_to", end), "lost_events")
         lost.append((partition, LostRange(
             end, known, str(log.directory), cause=f"queue_beyond_log_end: the queue knew "
             f"offsets up to {known - 1}, the log ends at {end}"), events))
@@ -168,30 +185,33 @@ class _Undecided:
 
 def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[PartitionLog],
                  report: ChannelRecovery
-                 ) -> tuple[list[PartitionQueue], list[_Undecided], set[int]]:
+                 ) -> tuple[list[Subscription], list[_Undecided], set[int]]:
     """Steps 1 and 2, and the scan for step 4: the queues, every transactional batch
     that may be undecided — from the checkpoint's log end (or its oldest pending put) on,
     or from the log start without a checkpoint — and the transactions of the batches
     stamped committed there. A stamped batch is decided, and so are its put's other
     batches: a stamp is written only after the commit record, and may reach the disk
     without it in policy durability (the record is not synced there)."""
-    queues = []
+    saved_queues = saved.queues() if saved is not None else {(0, DEFAULT): ()}
+    subs = [Subscription(sub_id, name, []) for sub_id, name in saved_queues]
     undecided: list[_Undecided] = []
     stamped: set[int] = set()
     for partition, log in enumerate(logs):
+        for sub, queues in zip(subs, saved_queues.values(), strict=True):
+            if partition < len(queues):
+                sub.queues.append(PartitionQueue.from_checkpoint(queues[partition]))
+                report.in_flight_returned += sum(e - s for s, e in queues[partition].in_flight)
+            else:  # no checkpoint, or a partition grown since: everything in the log is new
+                sub.queues.append(PartitionQueue(log.log_start_offset))
         if saved is not None and partition < len(saved.partitions):
             part = saved.partitions[partition]
-            queue = PartitionQueue.from_checkpoint(part)
-            report.in_flight_returned += sum(end - start for start, end in part.in_flight)
             scan_from = min([part.log_end_offset] + [start for _, start, _ in part.pending_puts])
         else:
-            queue = PartitionQueue(log.log_start_offset)
             scan_from = log.log_start_offset
-        if log.log_start_offset > queue.taken_through:
-            before = queue.untaken(log.log_end_offset)
-            queue.skip_to(log.log_start_offset)
-            report.dropped_events += max(0, before - queue.untaken(log.log_end_offset))
-        queues.append(queue)
+        start = log.log_start_offset
+        report.dropped_events += take_out(subs, partition, 0, start, log.log_end_offset,
+                                          methodcaller("skip_to", start),
+                                          "dropped_events")
         scan_from = max(scan_from, log.log_start_offset)
         if scan_from < log.high_watermark:
             for segment, position, header in log.batch_headers(scan_from):
@@ -202,7 +222,7 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
                     undecided.append(_Undecided(partition, txn_id, header.base_offset,
                                                 header.next_offset, segment.base_offset,
                                                 position))
-    return queues, undecided, stamped
+    return subs, undecided, stamped
 
 
 def _check_checkpoint_journal(home: Path, backup: Path | None, sequence: int,
@@ -222,7 +242,7 @@ def _check_checkpoint_journal(home: Path, backup: Path | None, sequence: int,
                            "unknown (see events_may_come_back_at_most)")
 
 
-def _replay_journals(home: Path, sequence: int, queues: list[PartitionQueue],
+def _replay_journals(home: Path, sequence: int, subs: list[Subscription],
                      report: ChannelRecovery) -> set[int]:
     """Step 3: apply journalled take commits; return the committed put transaction ids."""
     committed: set[int] = set()
@@ -245,6 +265,15 @@ def _replay_journals(home: Path, sequence: int, queues: list[PartitionQueue],
                 continue
             report.take_commits_replayed += 1
             for partition, start, end in commit.entries:
-                if partition < len(queues):
-                    queues[partition].mark_committed([(start, end)])
+                for sub in _taken_by(commit, subs):
+                    if partition < len(sub.queues):
+                        sub.queues[partition].mark_committed([(start, end)])
     return committed
+
+
+def _taken_by(commit: commit_journal.Commit, subs: list[Subscription]) -> list[Subscription]:
+    """The subscriptions whose queues a journalled take commit applies to: its own (none
+    if removed since), or all for offsets taken out as lost (take id 0)."""
+    if commit.kind == commit_journal.TAKE and commit.commit_id == 0:
+        return subs
+    return [sub for sub in subs if sub.id == commit.subscription]

@@ -5,7 +5,11 @@ ChannelOwner (channel_owner.py) makes one and hands it to its parts: puts
 (puts.py), takes and leases (takes.py), losses (losses.py), checkpoints
 (checkpointer.py) and status (channel_status.py). It holds data and the few
 questions every part asks of it (the last stable offset, the live journal, is
-the channel writable); the rules live in the parts.
+the channel writable, how full is it); the rules live in the parts.
+
+The queues are per subscription (subscription.py): `subscriptions` by name, `default`
+first. A change every subscription sees (an aborted put, a loss, retention) goes through
+`on_every_queue`, which keeps each one's `untaken` and counts the events once.
 
 Concurrency: `lock` guards every field below it (`room` is a condition on the
 same lock, notified when capacity is freed); appends to one partition are
@@ -22,12 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from channel_engine.disk_space import FreeSpace
-from channel_engine.errors import ChannelClosedError, ReadOnlyLogError
+from channel_engine.errors import ChannelClosedError, ReadOnlyLogError, UnknownSubscriptionError
 from channel_engine.log.partition_log import PartitionLog
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_recovery import ChannelRecovery
 from channel_engine.queue.commit_journal import CommitJournal
 from channel_engine.queue.partition_queue import PartitionQueue
+from channel_engine.queue.subscription import DEFAULT, Subscription, take_out
 
 COUNTERS = ("put_attempts", "put_successes", "put_errors", "take_attempts", "take_successes",
             "take_errors", "rollbacks", "takes_expired", "aborted_events", "dropped_events",
@@ -61,11 +66,14 @@ class ChannelState:
         self.room = threading.Condition(self.lock)  # capacity freed
         self.checkpoint_lock = threading.Lock()
         self.logs: list[PartitionLog] = []
-        self.queues: list[PartitionQueue] = []
+        self.subscriptions: dict[str, Subscription] = {}  # `default` first
+        self.next_subscription_id = 1
+        # per partition: offsets of puts that never committed, taken in every queue (and in
+        # a subscription added or reset later: checkpoint.py's aborted ranges)
+        self.aborted: list[list[tuple[int, int]]] = []
         self.append_locks: list[threading.Lock] = []
         self.ends: list[int] = []  # per partition: end of the appends registered here
         self.unresolved: list[dict[int, UnresolvedPut]] = []
-        self.untaken = 0  # committed or in-doubt puts not yet taken and committed
         self.journal: CommitJournal | None = None
         self.recovery = ChannelRecovery()
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -75,6 +83,36 @@ class ChannelState:
     def now_ms(self) -> int:
         """The channel clock, in milliseconds."""
         return int(self.clock() * 1000)
+
+    def subscription(self, name: str) -> Subscription:
+        """The subscription of that name; UnknownSubscriptionError naming the ones there are."""
+        found = self.subscriptions.get(name)
+        if found is None:
+            raise UnknownSubscriptionError(self.name, name, list(self.subscriptions))
+        return found
+
+    @property
+    def default(self) -> Subscription:
+        """Subscription `default`: every caller that names none takes from it."""
+        return self.subscriptions[DEFAULT]
+
+    def backlog(self) -> int:
+        """The untaken events of the slowest subscription: what capacity bounds."""
+        return max((s.untaken for s in self.subscriptions.values()), default=0)
+
+    def add_untaken(self, count: int) -> None:
+        """`count` events were put (or their put is in doubt): every subscription has them
+        to take."""
+        for sub in self.subscriptions.values():
+            sub.untaken += count
+
+    def on_every_queue(self, partition: int, low: int, high: int,
+                       change: Callable[[PartitionQueue], object],
+                       counter: str | None = None) -> int:
+        """subscription.take_out on every subscription: the events that left at least one
+        queue of [low, high), each counted once."""
+        return take_out(self.subscriptions.values(), partition, low, high, self.ends[partition],
+                        change, counter)
 
     def visible_end(self, partition: int) -> int:
         """The last stable offset: the end of the prefix every put of which resolved."""

@@ -2,6 +2,11 @@
 offsets and sizes, checkpoints, recovery, losses and health — as plain
 JSON-serialisable data (the CLI's `stat`, the appliance's API and UI).
 
+The channel's queue figures (events_untaken, _queued, _in_flight; each partition's
+taken_through and the same) are its slowest subscription's, the one with the most events
+untaken: what capacity counts ("slowest_subscription" names it). `subscriptions` gives
+every subscription's own, with its take counters.
+
 Health is the first of: "unhealthy" (a partition offline, the channel closed,
 its home deleted or replaced, the disk guard failing), "degraded" (a put failed
 for a full disk, unacknowledged losses, a failed backup checkpoint, the channel
@@ -22,7 +27,9 @@ from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.checkpointer import Checkpointer
 from channel_engine.queue.home_lock import HomeLock
 from channel_engine.queue.losses import Losses
+from channel_engine.queue.partition_queue import PartitionQueue
 from channel_engine.queue.puts import Puts
+from channel_engine.queue.subscription import Subscription
 from channel_engine.queue.takes import Takes
 
 
@@ -49,13 +56,17 @@ class ChannelStatus:
         with self._state.lock:
             if not self._state.read_only:
                 self._takes.expire()
-            partitions = [self._partition_status(p) for p in range(self.config.partitions)]
+            slowest = max(self._state.subscriptions.values(), key=lambda s: s.untaken)
+            partitions = [self._partition_status(p, slowest.queues[p])
+                          for p in range(self.config.partitions)]
             for part in partitions:
                 part["lost_events"] = lost.get(part["partition"], 0)
             counters = dict(self._state.counters)
-            untaken = self._state.untaken
-            in_flight = sum(q.in_flight_events() for q in self._state.queues)
+            untaken = slowest.untaken
+            in_flight = slowest.in_flight_events()
             open_takes = self._takes.open_takes()
+            subscriptions = {s.name: self._subscription_status(s)
+                             for s in self._state.subscriptions.values()}
         if segments:
             for part, log in zip(partitions, self._state.logs, strict=True):
                 part["segment_table"] = [vars(info) for info in log.segment_infos()]
@@ -70,6 +81,7 @@ class ChannelStatus:
             "events_queued": untaken - in_flight,
             "events_untaken": untaken,
             "events_in_flight": in_flight,
+            "slowest_subscription": slowest.name,
             "open_takes": open_takes,
             "fill_percent": round(100 * untaken / capacity, 3),
             "unflushed_events": sum(p["unflushed_events"] for p in partitions),
@@ -81,12 +93,36 @@ class ChannelStatus:
             "health": health,
             "health_reason": reason,
             "partitions": partitions,
+            "subscriptions": subscriptions,
         }
 
-    def _partition_status(self, p: int) -> dict[str, Any]:
-        """One partition's offsets and sizes. Caller holds the lock."""
-        log, queue = self._state.logs[p], self._state.queues[p]
-        end = self._state.ends[p]
+    def _subscription_status(self, sub: Subscription) -> dict[str, Any]:
+        """One subscription's queue figures, per partition too, and take counters. Caller
+        holds the lock."""
+        in_flight = sub.in_flight_events()
+        return {
+            "id": sub.id,
+            "events_untaken": sub.untaken,  # Kafka's consumer lag, summed over partitions
+            "events_queued": sub.untaken - in_flight,
+            "events_in_flight": in_flight,
+            "open_takes": self._takes.in_flight_of(sub),
+            "counters": dict(sub.counters),
+            "partitions": [self._queue_status(p, q) for p, q in enumerate(sub.queues)],
+        }
+
+    def _queue_status(self, p: int, queue: PartitionQueue) -> dict[str, Any]:
+        """A subscription's queue on partition p. Caller holds the lock."""
+        return {
+            "partition": p,
+            "taken_through": queue.taken_through,
+            "events_queued": queue.queued(self._state.visible_end(p)),
+            "events_untaken": queue.untaken(self._state.ends[p]),
+            "events_in_flight": queue.in_flight_events(),
+        }
+
+    def _partition_status(self, p: int, queue: PartitionQueue) -> dict[str, Any]:
+        """One partition's offsets and sizes, and `queue`'s figures. Caller holds the lock."""
+        log = self._state.logs[p]
         stats = log.stats()
         return {
             "partition": p,
@@ -96,10 +132,7 @@ class ChannelStatus:
             "last_stable_offset": self._state.visible_end(p),
             "recovery_point": log.recovery_point,
             "unflushed_events": log.unflushed_events,
-            "taken_through": queue.taken_through,
-            "events_queued": queue.queued(self._state.visible_end(p)),
-            "events_untaken": queue.untaken(end),
-            "events_in_flight": queue.in_flight_events(),
+            **{k: v for k, v in self._queue_status(p, queue).items() if k != "partition"},
             "size_bytes": log.size_bytes,
             "segments": len(log.segments),
             "offline": stats["offline"],
@@ -132,7 +165,7 @@ class ChannelStatus:
         last = self._checkpointer.last
         if last is not None and last.backup.startswith("failed"):
             return "degraded", f"backup checkpoint {last.backup}"
-        if self._state.untaken >= self.config.capacity:
+        if self._state.backlog() >= self.config.capacity:
             return "degraded", "channel is full: puts wait and then fail"
         age = self._state.now_ms() - self._checkpointer.last_ms
         if not self._state.read_only and age > 3 * self.config.checkpoint_interval_ms:

@@ -29,7 +29,10 @@ subscriptions, each with a queue of its own per partition (the three fields abov
 partition records hold the queue of subscription `default` (id 0, which every channel
 has: a v1-v3 checkpoint is a channel with that one subscription); each other
 subscription follows them, with its id (never reused: journals name subscriptions by
-id), its name and its queue per partition.
+id), its name and its queue per partition. Then, per partition, the aborted ranges: the
+offsets of puts that never committed (their batches stay in the log, unstamped), which
+every queue holds as taken; a subscription added or reset later starts with them taken
+too, so it never delivers them. Ranges below the log start are not kept.
 
 File layout (big-endian), `checkpoint` in the checkpoint dir, `checkpoint` in
 the backup dir when dual checkpoints are on:
@@ -56,6 +59,7 @@ the backup dir when dual checkpoints are on:
                     1  name length L    1 .. 64
                     L  name             UTF-8
                     P queue records:    8 taken_through, 4 C + C ranges, 4 F + F ranges
+         -     -  P aborted records:    4 A, then A x (8 start, 8 end)                 [v4]
        end     4  crc                 CRC-32C of every byte before it
 
 Writing: primary first (temp file, fsync, rename, fsync dir), then the backup
@@ -139,6 +143,7 @@ class Checkpoint:
     version: int = field(default=VERSION, compare=False)  # as read; encode writes VERSION
     subscriptions: tuple[SubscriptionCheckpoint, ...] = ()  # besides `default`
     next_subscription_id: int = 1
+    aborted: tuple[tuple[Range, ...], ...] = ()  # per partition (none: every one empty)
 
     def queues(self) -> dict[tuple[int, str], tuple[QueueCheckpoint, ...]]:
         """Every subscription's queues by (id, name), `default` first."""
@@ -180,6 +185,10 @@ def encode(checkpoint: Checkpoint) -> bytes:
             for ranges in (queue.committed, queue.in_flight):
                 parts.append(COUNT.pack(len(ranges)))
                 parts.extend(RANGE.pack(start, end) for start, end in ranges)
+    for index in range(len(checkpoint.partitions)):
+        aborted = checkpoint.aborted[index] if index < len(checkpoint.aborted) else ()
+        parts.append(COUNT.pack(len(aborted)))
+        parts.extend(RANGE.pack(start, end) for start, end in aborted)
     body = b"".join(parts)
     return body + CRC.pack(crc32c.crc32c(body))
 
@@ -218,11 +227,22 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
                                 position) from exc
     subscriptions: tuple[SubscriptionCheckpoint, ...] = ()
     next_id = 1
+    aborted: list[tuple[Range, ...]] = []
     if version >= 4:
         subscriptions, next_id, position = _subscriptions(data, position, count, path)
+        try:
+            for _ in range(count):
+                ranges, position = _ranges(data, position)
+                aborted.append(ranges)
+        except struct.error as exc:
+            raise CorruptStateError(path, f"aborted ranges end early ({exc})",
+                                    position) from exc
     if position != len(data) - CRC.size:
         raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes", position)
-    return Checkpoint(sequence, written_at, tuple(partitions), version, subscriptions, next_id)
+    if not any(aborted):
+        aborted = []
+    return Checkpoint(sequence, written_at, tuple(partitions), version, subscriptions, next_id,
+                      tuple(aborted))
 
 
 def _subscriptions(data: bytes, position: int, partitions: int, path: Path | str,

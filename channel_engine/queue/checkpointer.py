@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,11 @@ class CheckpointResult:
         return self.__dict__.copy()
 
 
+# A change made with a checkpoint: called under the lock before the snapshot, it makes the
+# change and returns how to settle it once the write is done (True) or failed (False).
+Change = Callable[[], Callable[[bool], None]]
+
+
 class Checkpointer:
     """The owner's checkpoints and retention; see the module doc."""
 
@@ -67,7 +74,8 @@ class Checkpointer:
         self.sequence = 0
         self._backup_sequence = 0
         self._backup_taken: list[int] | None = None
-        self._checkpoint_taken: list[int] = []  # taken_through per partition, last checkpoint
+        # per partition, the head of its slowest subscription in the last checkpoint
+        self._checkpoint_taken: list[int] = []
         self.last: CheckpointResult | None = None
         self.history: deque[CheckpointResult] = deque(maxlen=CHECKPOINT_HISTORY)
         self.last_ms = 0
@@ -88,8 +96,11 @@ class Checkpointer:
         self._state.check_writable()
         return self.run()
 
-    def run(self) -> CheckpointResult:
-        """Write a checkpoint (open and close call this even when not writable for puts)."""
+    def run(self, change: Change | None = None) -> CheckpointResult:
+        """Write a checkpoint (open and close call this even when not writable for puts).
+        With `change` (a subscription added, removed or reset: subscriptions.py), the
+        change is made under the lock just before the snapshot, so the checkpoint holds it,
+        and settled once the primary is written (kept) or failed (undone)."""
         home, backup = self.config.home, self.backup_dir()
         self._home_lock.check()
         with self._state.checkpoint_lock:
@@ -100,6 +111,7 @@ class Checkpointer:
             locked = time.perf_counter()
             with self._state.lock:
                 self._takes.expire()
+                settle = change() if change is not None else None
                 saved, journalled = self._snapshot(sequence)
                 old_journal, self._state.journal = self._state.journal, next_journal
             lock_held_ms = (time.perf_counter() - locked) * 1000
@@ -109,15 +121,22 @@ class Checkpointer:
             try:
                 checkpoint_file.write(saved, home, None, create=False)  # never a new home
             except OSError as exc:
-                with self._state.lock:
+                with self._state.room:
                     self._state.counters["checkpoint_write_errors"] += 1
+                    if settle is not None:
+                        settle(False)
+                        self._state.room.notify_all()
                 raise StorageError(home, exc, "writing the checkpoint") from exc
+            if settle is not None:
+                with self._state.room:
+                    settle(True)
+                    self._state.room.notify_all()
             self.sequence = sequence
             backup_state = self._write_backup(saved, backup)
             self._home_lock.check()  # deleted meanwhile: its journals are not ours to remove
             oldest = min(sequence, self._backup_sequence) if backup else sequence
             journals_removed = commit_journal.remove_before(home, oldest)
-            self._checkpoint_taken = [p.taken_through for p in saved.partitions]
+            self._checkpoint_taken = taken_by_all(saved)
             segments_deleted = self._delete_taken_segments()
             result = CheckpointResult(
                 sequence, saved.written_at_ms, round((time.perf_counter() - started) * 1000, 3),
@@ -134,7 +153,8 @@ class Checkpointer:
         holds the lock."""
         parts = []
         journalled = []
-        for p, (log, queue) in enumerate(zip(self._state.logs, self._state.queues, strict=True)):
+        default = self._state.default.saved()  # in the partition records; the others after
+        for p, (log, queue) in enumerate(zip(self._state.logs, default, strict=True)):
             saved = queue.to_checkpoint(log.log_start_offset, log.recovery_point,
                                         self._state.ends[p])
             pending = []
@@ -148,7 +168,17 @@ class Checkpointer:
             parts.append(replace(saved, pending_puts=tuple(sorted(pending))) if pending
                          else saved)
         saved_at = self._state.now_ms()
-        return checkpoint_file.Checkpoint(sequence, saved_at, tuple(parts)), journalled
+        others = tuple(s.to_checkpoint() for s in self._state.subscriptions.values()
+                       if s.id and not s.removing)
+        aborted = []
+        for p, log in enumerate(self._state.logs):  # what retention deleted is gone anyway
+            kept = [r for r in self._state.aborted[p] if r[1] > log.log_start_offset]
+            self._state.aborted[p] = kept
+            aborted.append(tuple(sorted(kept)))
+        return checkpoint_file.Checkpoint(
+            sequence, saved_at, tuple(parts), subscriptions=others,
+            next_subscription_id=self._state.next_subscription_id,
+            aborted=tuple(aborted) if any(aborted) else ()), journalled
 
     def _sync_commit_marks(self, journalled: list[tuple[int, UnresolvedPut]]) -> None:
         """Before journals go: every multi-partition put whose record is in them has its
@@ -169,7 +199,7 @@ class Checkpointer:
                 self._state.counters["checkpoint_backup_write_errors"] += 1
             return f"failed: {exc}"
         self._backup_sequence = saved.sequence
-        self._backup_taken = [p.taken_through for p in saved.partitions]
+        self._backup_taken = taken_by_all(saved)
         return "written"
 
     def _delete_taken_segments(self) -> int:
@@ -198,12 +228,11 @@ class Checkpointer:
             if self.config.retention_ms >= 0 or self.config.retention_bytes >= 0:
                 result = log.apply_retention()
                 deleted += len(result.deleted_base_offsets)
-                with self._state.room:
-                    queue = self._state.queues[p]
-                    before = queue.untaken(self._state.ends[p])
-                    queue.skip_to(log.log_start_offset)
-                    lost = before - queue.untaken(self._state.ends[p])
-                    self._state.untaken -= lost
+                with self._state.room:  # gone from every subscription; each counts its own
+                    start = log.log_start_offset
+                    lost = self._state.on_every_queue(
+                        p, 0, start, methodcaller("skip_to", start),
+                        "dropped_events")
                     dropped += lost
                     self._state.counters["dropped_events"] += lost
                     self._state.room.notify_all()
@@ -232,3 +261,8 @@ class Checkpointer:
         }
 
 
+def taken_by_all(saved: checkpoint_file.Checkpoint) -> list[int]:
+    """Per partition, the offset below which every subscription of the checkpoint has
+    taken every event: what a segment must end at or below to be deleted."""
+    queues = list(saved.queues().values())
+    return [min(q[p].taken_through for q in queues) for p in range(len(saved.partitions))]

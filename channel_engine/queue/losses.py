@@ -22,6 +22,7 @@ saved raises (StorageError) before the marking is journalled.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import methodcaller
 
 from channel_engine.log.recovery import LostRange
 from channel_engine.queue import commit_journal
@@ -66,11 +67,14 @@ class Losses:
         counted, marked = [], []
         for p, lost, events in items:
             here = self.ledger.counted_here(p, lost)  # the same offsets, counted before
-            if events is None:
+            if events is None:  # out of every subscription's queue; counted once
                 end = min(lost.end, self._state.visible_end(p))
-                again = sum(self._state.queues[p].mark_lost(a, min(b, end)) for a, b in here)
-                events = self._state.queues[p].mark_lost(lost.start, end)
-                self._state.untaken -= again + events
+                for a, b in here:  # recorded before: out again, not counted again
+                    self._state.on_every_queue(p, a, min(b, end),
+                                               methodcaller("mark_lost", a, min(b, end)))
+                events = self._state.on_every_queue(p, lost.start, end,
+                                                    methodcaller("mark_lost", lost.start, end),
+                                                    "lost_events")
                 marked += [(p, lost.start, end)] if end > lost.start else []
             if not events and sum(b - a for a, b in here) == lost.end - lost.start:
                 continue  # every offset of it is in a record of its place already
@@ -96,7 +100,7 @@ class Losses:
         unknown = self._state.recovery.journals_unknown
         if not unknown:
             return
-        bound = self._state.untaken
+        bound = self._state.backlog()  # the most any one subscription may see again
         self._state.recovery.events_may_come_back_at_most = bound
         for item in unknown:
             if item["missing"]:
@@ -116,5 +120,4 @@ class Losses:
         self._state.check_writable()
         self._home_lock.check()
         return self.ledger.acknowledge(self._state.now_ms())
-
 

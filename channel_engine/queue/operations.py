@@ -42,7 +42,7 @@ class OwnerOperations(Protocol):
         ...
 
     # -- takes and leases (queue/takes.py) --
-    def begin_take(self, lease_ms: int | None = None) -> int:
+    def begin_take(self, lease_ms: int | None = None, subscription: str = "default") -> int:
         """Start a take transaction (leased if lease_ms); return its id."""
         ...
 
@@ -94,6 +94,23 @@ class OwnerOperations(Protocol):
 
     def apply_retention(self) -> dict[str, Any]:
         """Delete what retention allows; what was deleted and dropped."""
+        ...
+
+    # -- subscriptions (queue/subscriptions.py) --
+    def subscriptions(self) -> list[str]:
+        """The channel's subscriptions, `default` first."""
+        ...
+
+    def add_subscription(self, name: str, start: Any = "earliest") -> None:
+        """Add a subscription starting at `start`; durable on return."""
+        ...
+
+    def remove_subscription(self, name: str) -> None:
+        """Remove a subscription with no take open (never `default`); durable on return."""
+        ...
+
+    def reset_subscription(self, name: str, to: Any) -> None:
+        """Move a subscription with no take open to `to`; durable on return."""
         ...
 
     # -- losses (queue/losses.py) --

@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 
-from channel_engine.queue.checkpoint import PartitionCheckpoint, Range
+from channel_engine.queue.checkpoint import PartitionCheckpoint, QueueCheckpoint, Range
 
 
 class PartitionQueue:
@@ -115,6 +115,14 @@ class PartitionQueue:
         """Events not taken and committed: queued plus in flight (what counts for capacity)."""
         return log_end - self.taken_through - _count(self.committed)
 
+    def untaken_in(self, low: int, high: int) -> list[Range]:
+        """The offsets of [low, high) not taken and committed, as ranges (queued, in flight
+        or returned alike): what an event loss there costs this queue."""
+        low = max(low, self.taken_through)
+        if high <= low:
+            return []
+        return _subtract_all([(low, high)], self.committed)
+
     def in_flight_events(self) -> int:
         """Events reserved by takes not yet committed or rolled back."""
         return sum(_count(ranges) for ranges in self.in_flight.values())
@@ -165,7 +173,7 @@ class PartitionQueue:
                                    tuple(self.committed), tuple(in_flight))
 
     @classmethod
-    def from_checkpoint(cls, saved: PartitionCheckpoint) -> PartitionQueue:
+    def from_checkpoint(cls, saved: PartitionCheckpoint | QueueCheckpoint) -> PartitionQueue:
         """Restore after a restart: takes that were in flight are returned to the queue."""
         queue = cls(saved.taken_through)
         queue.committed = _merge(sorted(saved.committed))
@@ -224,6 +232,17 @@ def _subtract(ranges: list[Range], low: int, high: int) -> list[Range]:
         if end > high:
             out.append((high, end))
     return out
+
+
+def _subtract_all(ranges: list[Range], taken: Iterable[Range]) -> list[Range]:
+    for start, end in taken:
+        ranges = _subtract(ranges, start, end)
+    return ranges
+
+
+def union_count(ranges: Iterable[Range]) -> int:
+    """How many offsets the ranges cover together (they may overlap)."""
+    return _count(_merge(sorted(ranges)))
 
 
 def _clip(ranges: list[Range], low: int) -> list[Range]:

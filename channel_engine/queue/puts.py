@@ -159,15 +159,15 @@ class Puts:
         """Reserve room for `count` events, waiting up to keep_alive_ms (Flume keep-alive)."""
         capacity = self.config.capacity
         deadline = time.monotonic() + self.config.keep_alive_ms / 1000
-        with self._state.room:
-            while self._state.untaken + count > capacity:
+        with self._state.room:  # the slowest subscription's backlog is what must fit
+            while self._state.backlog() + count > capacity:
                 self._takes.expire()
                 left = deadline - time.monotonic()
                 if left <= 0 or self._state.closing:
-                    raise ChannelFullError(self.name, count, self._state.untaken, capacity,
+                    raise ChannelFullError(self.name, count, self._state.backlog(), capacity,
                                            self.config.keep_alive_ms)
                 self._state.room.wait(min(left, 0.05))
-            self._state.untaken += count
+            self._state.add_untaken(count)
 
     def _append(self, partition: int, batch: bytearray,
                 transaction_id: int | None) -> tuple[int, int | None]:
@@ -247,10 +247,12 @@ class Puts:
         with self._state.room:
             for partition, put_id in written:
                 put = self._state.unresolved[partition].pop(put_id, None)
-                if put is not None:
-                    self._state.queues[partition].mark_committed([(put.start, put.end)])
+                if put is not None:  # out of every queue; the room given back below
+                    for sub in self._state.subscriptions.values():
+                        sub.queues[partition].mark_committed([(put.start, put.end)])
+                    self._state.aborted[partition].append((put.start, put.end))
                     self._state.counters["aborted_events"] += put.end - put.start
-            self._state.untaken -= count
+            self._state.add_untaken(-count)
             self._state.room.notify_all()
 
     def disk_full_reason(self) -> str | None:

@@ -1,8 +1,9 @@
 """Takes: the owner's take transactions — reserve from the partitions' heads, read,
 commit (journalled), roll back, and leases that roll a take back by themselves.
 
-A take reserves offsets round-robin over the partitions, up to each one's last
-stable offset (ChannelState.visible_end), and holds them in its partitions'
+A take belongs to one subscription (subscription.py; `default` unless named) and
+reserves offsets round-robin over the partitions, up to each one's last
+stable offset (ChannelState.visible_end), and holds them in its subscription's
 queues (partition_queue.py) until it commits (removed for good: a TAKE record
 in the commit journal, synced in fsync durability) or rolls back (returned to
 the head, in order). A take returns only offsets it still holds after its
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from channel_engine.errors import (
     ChannelEngineError,
+    SubscriptionBusyError,
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
@@ -40,6 +42,7 @@ from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.home_lock import HomeLock
 from channel_engine.queue.loss_ledger import deliverable
 from channel_engine.queue.losses import Losses
+from channel_engine.queue.subscription import DEFAULT, Subscription
 
 FINISHED_TAKES = 10_000  # takes whose ending is remembered (a few hundred KiB)
 COMMITTED, ROLLED_BACK, EXPIRED = "committed", "rolled back", "expired"
@@ -47,8 +50,9 @@ COMMITTED, ROLLED_BACK, EXPIRED = "committed", "rolled back", "expired"
 
 @dataclass
 class _Take:
-    """A take transaction's reservation: its partitions and lease deadline."""
+    """A take transaction's reservation: its subscription, partitions and lease deadline."""
 
+    subscription: Subscription
     partitions: set[int] = field(default_factory=set)
     deadline_ms: int | None = None
     lease_ms: int | None = None
@@ -83,19 +87,23 @@ class Takes:
         """How many take transactions are open. Caller holds the lock."""
         return len(self._takes)
 
-    def begin_take(self, lease_ms: int | None = None) -> int:
-        """Start a take transaction; return its id. With lease_ms, it rolls back by itself
-        unless committed or rolled back within that time."""
+    def begin_take(self, lease_ms: int | None = None, subscription: str = DEFAULT) -> int:
+        """Start a take transaction of a subscription; return its id. With lease_ms, it
+        rolls back by itself unless committed or rolled back within that time."""
         self._state.check_writable()
         if lease_ms is not None and (type(lease_ms) is not int or lease_ms < 1):
             raise ValueError(f"lease_ms must be a positive int or None, not {lease_ms!r}")
         self._home_lock.check()  # its commit would be journalled into a file no open will read
         with self._state.lock:
+            sub = self._state.subscription(subscription)
+            if sub.changing:
+                raise SubscriptionBusyError(self.name, subscription,
+                                            "it is being reset or removed")
             self.expire()
             self._take_ids += 1
             take_id = self._take_ids
             deadline = None if lease_ms is None else self._state.now_ms() + lease_ms
-            self._takes[take_id] = _Take(deadline_ms=deadline, lease_ms=lease_ms)
+            self._takes[take_id] = _Take(sub, deadline_ms=deadline, lease_ms=lease_ms)
             if deadline is not None:
                 heapq.heappush(self._lease_heap, (deadline, take_id))
         return take_id
@@ -113,7 +121,7 @@ class Takes:
             return self._delivered(take_id, reserved, events)
         except BaseException:
             with self._state.lock:
-                self._state.counters["take_errors"] += 1
+                self._count(self._takes.get(take_id), "take_errors", 1)
             with contextlib.suppress(ChannelEngineError):  # a read that reported, then raised:
                 self._losses.count()  # the next take must not reserve those offsets again
             raise
@@ -127,14 +135,15 @@ class Takes:
         self._losses.count()  # what other reads found lost is not reserved now
         with self._state.lock:
             take = self._live_take(take_id)
-            self._state.counters["take_attempts"] += max_events
+            self._count(take, "take_attempts", max_events)
+            queues = take.subscription.queues
             partitions = self.config.partitions
             first = self._next_take_partition
             self._next_take_partition = (first + 1) % partitions
             want = max_events
             for i in range(partitions):
                 p = (first + i) % partitions
-                got = self._state.queues[p].reserve(take_id, want, self._state.visible_end(p))
+                got = queues[p].reserve(take_id, want, self._state.visible_end(p))
                 if got:
                     take.partitions.add(p)
                     reserved += [(p, start, end) for start, end in got]
@@ -171,7 +180,9 @@ class Takes:
         take must not commit them)."""
         self._losses.count()
         with self._state.lock:
-            held = {p: list(self._state.queues[p].in_flight.get(take_id, ()))
+            take = self._takes.get(take_id)
+            queues = take.subscription.queues if take is not None else None
+            held = {p: list(queues[p].in_flight.get(take_id, ())) if queues else []
                     for p in {p for p, _, _ in reserved}}
         if len(events) == sum(end - start for _, start, end in reserved) and all(
                 (start, end) in held[p] for p, start, end in reserved):
@@ -188,16 +199,18 @@ class Takes:
             self._live_take(take_id)
             take = self._takes.pop(take_id)
             self._finish(take_id, COMMITTED)
+            sub = take.subscription
             entries = []
             taken = 0
             for p in sorted(take.partitions):
-                ranges = list(self._state.queues[p].in_flight.get(take_id, ()))
+                ranges = list(sub.queues[p].in_flight.get(take_id, ()))
                 entries += [(p, start, end) for start, end in ranges]
-                taken += self._state.queues[p].commit(take_id)  # lost offsets left its ranges
-            self._state.untaken -= taken
+                taken += sub.queues[p].commit(take_id)  # lost offsets left its ranges
+            sub.untaken -= taken
             journal = self._state.live_journal()
-            ticket = journal.append(commit_journal.TAKE, take_id, entries) if entries else 0
-            self._state.counters["take_successes"] += taken
+            ticket = journal.append(commit_journal.TAKE, take_id, entries,
+                                    subscription=sub.id) if entries else 0
+            self._count(take, "take_successes", taken)
             self._state.room.notify_all()
         if entries and self.config.durability == "fsync":
             journal.sync(ticket)
@@ -211,12 +224,12 @@ class Takes:
             take = self._takes.pop(take_id, None)
             if take is not None:
                 for p in take.partitions:
-                    self._state.queues[p].rollback(take_id)
+                    take.subscription.queues[p].rollback(take_id)
                 self._finish(take_id, ROLLED_BACK)
             elif self._finished.get(take_id) == COMMITTED:
                 raise TakeCommittedError(f"channel {self.name!r}: take {take_id} was already "
                                          "committed: its events cannot be returned")
-            self._state.counters["rollbacks"] += 1
+            self._count(take, "rollbacks", 1)
 
     def _live_take(self, take_id: int) -> _Take:
         """The take's reservation, unless its lease ran out or the channel closed (its
@@ -237,6 +250,17 @@ class Takes:
                                    "and its events were returned to the queue")
         return take
 
+    def in_flight_of(self, subscription: Subscription) -> int:
+        """How many open takes the subscription has. Caller holds the lock."""
+        return sum(1 for take in self._takes.values() if take.subscription is subscription)
+
+    def _count(self, take: _Take | None, counter: str, amount: int) -> None:
+        """Add to the channel's counter and to the take's subscription's (a take gone
+        already counts for the channel only). Caller holds the lock."""
+        self._state.counters[counter] += amount
+        if take is not None:
+            take.subscription.counters[counter] += amount
+
     def _finish(self, take_id: int, how: str) -> None:
         """Remember how a take ended (bounded). Caller holds the lock."""
         self._finished[take_id] = how
@@ -256,9 +280,9 @@ class Takes:
             if take is None:
                 continue  # committed or rolled back before its lease ran out
             for p in take.partitions:
-                self._state.queues[p].rollback(take_id)
+                take.subscription.queues[p].rollback(take_id)
             self._finish(take_id, EXPIRED)
-            self._state.counters["takes_expired"] += 1
-            self._state.counters["rollbacks"] += 1
+            self._count(take, "takes_expired", 1)
+            self._count(take, "rollbacks", 1)
 
 

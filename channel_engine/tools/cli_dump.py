@@ -86,15 +86,25 @@ def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
             continue
         _emit(out, as_json, {"checkpoint": source, "path": str(path),
                              "sequence": saved.sequence, "written_at_ms": saved.written_at_ms,
-                             "partitions": [vars(p) for p in saved.partitions]},
-              f"{source} checkpoint {path}: sequence {saved.sequence} written_at "
-              f"{saved.written_at_ms}")
+                             "version": saved.version,
+                             "partitions": [vars(p) for p in saved.partitions],
+                             "subscriptions": [{"id": s.id, "name": s.name,
+                                                "queues": [vars(q) for q in s.queues]}
+                                               for s in saved.subscriptions],
+                             "next_subscription_id": saved.next_subscription_id},
+              f"{source} checkpoint {path}: version {saved.version} sequence "
+              f"{saved.sequence} written_at {saved.written_at_ms}")
         if not as_json:
-            for i, p in enumerate(saved.partitions):
+            for i, p in enumerate(saved.partitions):  # the queue fields: `default`'s
                 print(f"| partition {i}: log start {p.log_start_offset} recovery point "
                       f"{p.recovery_point} log end {p.log_end_offset} taken through "
                       f"{p.taken_through} committed {list(p.committed)} in flight "
                       f"{list(p.in_flight)} pending puts {list(p.pending_puts)}", file=out)
+            for sub in saved.subscriptions:
+                for i, q in enumerate(sub.queues):
+                    print(f"| subscription {sub.name} (id {sub.id}) partition {i}: taken "
+                          f"through {q.taken_through} committed {list(q.committed)} in "
+                          f"flight {list(q.in_flight)}", file=out)
     for generation in commit_journal.generations(home):
         damaged |= _dump_journal(commit_journal.journal_path(home, generation), as_json, out)
     for i in range(config.partitions):
@@ -119,10 +129,12 @@ def _dump_journal(path: Path, as_json: bool, out: TextIO) -> bool:
              f"{'' if found.torn_tail else '; damage: intact records follow'})"
              if found.ignored else ""))
     for commit in found.commits:
-        kind = "take" if commit.kind == commit_journal.TAKE else "put"
+        kind = "put" if commit.kind == commit_journal.PUT else "take"
+        of = f" of subscription id {commit.subscription}" if commit.subscription else ""
         _emit(out, as_json, {"kind": kind, "id": commit.commit_id,
+                             "subscription": commit.subscription,
                              "entries": [list(e) for e in commit.entries]},
-              f"| {kind} commit {commit.commit_id}: "
+              f"| {kind} commit {commit.commit_id}{of}: "
               + ", ".join(f"partition {p} [{a}, {b})" for p, a, b in commit.entries))
     return found.damaged
 

@@ -51,9 +51,13 @@ def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
           f"checkpoint "
           f"sequence {checkpoint['sequence']}; health {status['health']} "
           f"({status['health_reason']})", file=out)
-    for part in status["partitions"]:
+    for part in status["partitions"]:  # the queue figures: the slowest subscription's
         print(f"partition {part['partition']}: {part['directory']}: log start "
               f"{part['log_start_offset']}, log end {part['log_end_offset']}, taken through "
               f"{part['taken_through']}, {part['events_untaken']} untaken, "
               f"{part['segments']} segments", file=out)
+    for name, sub in status["subscriptions"].items():
+        heads = ", ".join(f"p{q['partition']} {q['taken_through']}" for q in sub["partitions"])
+        print(f"subscription {name!r}: {sub['events_untaken']} untaken (lag), "
+              f"{sub['events_in_flight']} in flight; taken through {heads}", file=out)
     return 0

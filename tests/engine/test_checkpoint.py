@@ -61,8 +61,10 @@ def checkpoints(draw: st.DrawFn) -> cp.Checkpoint:
     subs = tuple(cp.SubscriptionCheckpoint(i, name, tuple(draw(queue) for _ in parts))
                  for i, name in zip(ids, chosen, strict=True))
     next_id = max(ids, default=0) + 1 + draw(st.integers(0, 5))
+    aborted = tuple(draw(ranges.map(tuple)) for _ in parts)
     return cp.Checkpoint(draw(st.integers(0, cp.MAX_SEQUENCE)), draw(st.integers(0, 2**62)),
-                         tuple(parts), subscriptions=subs, next_subscription_id=next_id)
+                         tuple(parts), subscriptions=subs, next_subscription_id=next_id,
+                         aborted=aborted if any(aborted) else ())
 
 
 @given(checkpoints())
@@ -238,11 +240,12 @@ def test_a_released_version_2_checkpoint_stays_readable() -> None:
     golden = (GOLDEN_V2 / cp.FILE_NAME).read_bytes()
     decoded = cp.decode(golden)
     assert decoded == sample_v2() and decoded.version == 2
-    # version 3 has version 2's layout; version 4 adds the subscription records after it:
-    # next id 1, none besides `default` (whose queues are in the partition records)
+    # version 3 has version 2's layout; version 4 adds the subscription records after it
+    # (next id 1, none besides `default`, whose queues are in the partition records), then
+    # each partition's aborted ranges (none)
     written = cp.encode(sample_v2())
     assert written[4] == 4 and written[:4] == golden[:4]
-    assert written[5:-4] == golden[5:-4] + struct.pack(">ii", 1, 0)
+    assert written[5:-4] == golden[5:-4] + struct.pack(">ii", 1, 0) + struct.pack(">ii", 0, 0)
 
 
 def test_it_writes_version_4_a_version_that_keeps_a_loss_ledger(tmp_path: Path) -> None:
