@@ -52,7 +52,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
-from channel_engine import ChannelConfig, ChannelGoneError, ConfigError
+from channel_engine import ChannelConfig, ChannelGoneError, ConfigError, check_subscription_name
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 # Settings only the appliance uses (the scheduler's), with their allowed range.
@@ -60,7 +60,7 @@ SCHEDULE_SETTINGS = {"retention_check_interval_ms": (1_000, 86_400_000),
                      "export_interval_ms": (10_000, 7 * 86_400_000),
                      "export_roll_rows": (1, 2**31 - 1),
                      "export_roll_bytes": (1 << 10, 1 << 40)}
-EXPORT_SETTINGS = ("export_format", "export_path")
+EXPORT_SETTINGS = ("export_format", "export_path", "export_subscription")
 _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()
 _lock = threading.Lock()
@@ -109,6 +109,10 @@ def _check_export(row: Channel) -> None:
 
     if row.export_format not in FORMATS:
         raise ValidationError({"export_format": f"must be one of {', '.join(FORMATS)}"})
+    try:
+        check_subscription_name(row.export_subscription)
+    except ValueError as exc:
+        raise ValidationError({"export_subscription": str(exc)}) from exc
     path = row.export_path
     try:
         if not isinstance(path, str) or not path.strip("/"):

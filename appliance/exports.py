@@ -105,6 +105,7 @@ def command(row: Channel) -> list[str]:
             "--output", settings.WEIR_EXPORT_URI, "--format", row.export_format,
             "--path", row.export_path, "--roll-rows", str(row.export_roll_rows),
             "--roll-bytes", str(row.export_roll_bytes),
+            "--subscription", row.export_subscription,
             "--master", settings.WEIR_SPARK_MASTER]
     if settings.WEIR_EXPORT_READ_URL:
         argv += ["--read-url", settings.WEIR_EXPORT_READ_URL]

@@ -22,6 +22,8 @@ home live there), fewer partitions (keys would move). A refused create or change
 writes nothing: no record, and no directory it made is left. Deleting a channel
 that holds untaken events is refused unless forced; a delete removes only the
 directories the channel owns and no other channel uses (channel_dirs.removable).
+A channel exported on a schedule gets its export's subscription (export_subscription) on
+the create or change that schedules it, at earliest.
 """
 from __future__ import annotations
 
@@ -92,6 +94,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
             made = row.owned_dirs = channel_dirs.missing(row)
             row.save()
             channels.open_channel(row, create=True)  # the files; an error rolls it back
+            _add_export_subscription(row)
     except ValidationError as exc:
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
@@ -123,12 +126,24 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
             row.owned_dirs = [*row.owned_dirs, *made]
             row.save()
             channels.open_channel(row, create=True)
+            _add_export_subscription(row)
     except ValidationError as exc:
         _restore(row, before)
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
         _restore(row, before)
         raise _not_opened(row.name, exc, made) from exc
+
+
+def _add_export_subscription(row: Channel) -> None:
+    """A channel exported on a schedule gets its export's subscription now, at earliest,
+    so that it holds every event from here on (the first export would add it otherwise,
+    from whatever the log still holds then)."""
+    if row.export_interval_ms is None:
+        return
+    channel = channels.open_channel(row)
+    if row.export_subscription not in channel.subscriptions():
+        channel.add_subscription(row.export_subscription, "earliest")
 
 
 def _restore(row: Channel, before: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from channel_engine import ChannelConfig
+from channel_engine import ChannelConfig, check_subscription_name
 
 ROLES = ("produce", "consume", "admin")
 _ENGINE = ChannelConfig.__dataclass_fields__
@@ -78,6 +78,11 @@ class Channel(models.Model):
     export_path = models.CharField(max_length=200, default="%Y/%m/%d/%H",
                                    help_text="Directories by event time, with Flume's escapes "
                                    "(%Y %m %d %H %M %S %y %j), in UTC.")
+    export_subscription = models.CharField(
+        max_length=64, default="export",
+        help_text="The subscription the export drains (made at earliest when missing): its "
+        "own, so that HTTP consumers and the export each see every event; 'default' shares "
+        "the HTTP consumers' queue.")
     export_roll_rows = models.BigIntegerField(
         default=1_000_000, help_text="Most events per exported file (1 to 2**31-1).")
     export_roll_bytes = models.BigIntegerField(
@@ -123,6 +128,9 @@ class ApiToken(models.Model):
     roles = models.JSONField(default=list)
     all_channels = models.BooleanField(default=False)
     channels = models.ManyToManyField(Channel, blank=True, related_name="tokens")
+    subscriptions = models.JSONField(
+        default=list, blank=True,
+        help_text="The subscriptions its takes may name (empty: any); admin tokens any.")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -131,16 +139,19 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, name: str, roles: list[str], channels: list[Channel] | None = None
-              ) -> tuple[ApiToken, str]:
+    def issue(cls, name: str, roles: list[str], channels: list[Channel] | None = None,
+              subscriptions: list[str] | None = None) -> tuple[ApiToken, str]:
         """Create a token; return it and its key (shown once, never stored)."""
         unknown = sorted(set(roles) - set(ROLES))
         if unknown or not roles:
             raise ValueError(f"roles must be some of {', '.join(ROLES)}, not {roles!r}")
+        for subscription in subscriptions or ():
+            check_subscription_name(subscription)
         prefix = secrets.token_hex(4)
         key = f"weir_{prefix}_{secrets.token_urlsafe(32)}"
         token = cls.objects.create(name=name, prefix=prefix, key_hash=hash_key(key),
-                                   roles=sorted(set(roles)), all_channels=channels is None)
+                                   roles=sorted(set(roles)), all_channels=channels is None,
+                                   subscriptions=sorted(set(subscriptions or ())))
         if channels:
             token.channels.set(channels)
         return token, key
@@ -161,6 +172,11 @@ class ApiToken(models.Model):
         if ids is not None:
             return channel.pk in ids
         return self.channels.filter(pk=channel.pk).exists()
+
+    def allows_subscription(self, subscription: str) -> bool:
+        """May this token's takes name `subscription` (Kafka's ACL on a consumer group)?"""
+        return not self.subscriptions or "admin" in self.roles or \
+            subscription in self.subscriptions
 
 
 class TaskRun(models.Model):

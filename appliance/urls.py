@@ -13,6 +13,11 @@ from appliance.api.losses import LossesAcknowledgeView
 from appliance.api.metrics import MetricsView
 from appliance.api.produce import ProduceView
 from appliance.api.runs import RunsView
+from appliance.api.subscriptions import (
+    SubscriptionResetView,
+    SubscriptionsView,
+    SubscriptionView,
+)
 from appliance.api.takes import TakeCommitView, TakeRollbackView, TakesView
 
 # Any uncaught exception: logged with its traceback by Django, answered naming the request id
@@ -39,6 +44,12 @@ urlpatterns = [
          name="take-commit"),
     path("api/v1/channels/<str:name>/takes/<str:take_id>/rollback",
          TakeRollbackView.as_view(), name="take-rollback"),
+    path("api/v1/channels/<str:name>/subscriptions", SubscriptionsView.as_view(),
+         name="subscriptions"),
+    path("api/v1/channels/<str:name>/subscriptions/<str:sub>", SubscriptionView.as_view(),
+         name="subscription"),
+    path("api/v1/channels/<str:name>/subscriptions/<str:sub>/reset",
+         SubscriptionResetView.as_view(), name="subscription-reset"),
     path("api/v1/channels/<str:name>/losses/acknowledge", LossesAcknowledgeView.as_view(),
          name="losses-acknowledge"),
     path("api/v1/channels/<str:name>/exports", ExportNowView.as_view(), name="export-now"),

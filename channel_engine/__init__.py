@@ -57,6 +57,8 @@ from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.channel_recovery import ChannelRecovery
 from channel_engine.queue.checkpointer import CheckpointResult
+from channel_engine.queue.subscription import DEFAULT as DEFAULT_SUBSCRIPTION
+from channel_engine.queue.subscription import check_name as check_subscription_name
 from channel_engine.transaction import PutTransaction, TakeTransaction
 
 __version__ = "0.1.0"
@@ -104,6 +106,8 @@ __all__ = [
     "SubscriptionExistsError",
     "TransactionCapacityError",
     "UnknownSubscriptionError",
+    "DEFAULT_SUBSCRIPTION",
+    "check_subscription_name",
     "ChannelClosedError",
     "TransactionStateError",
     "__version__",

@@ -22,6 +22,11 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
     OffsetOutOfRangeError                         416     offset-out-of-range  the log's range
     TakeExpiredError                              409     take-expired
     TakeCommittedError                            409     take-committed
+    UnknownSubscriptionError                      404     subscription-not-    field
+                                                          found
+    SubscriptionExistsError                       409     subscription-exists  field
+    SubscriptionBusyError                         409     subscription-busy    takes open, or
+                                                                               being changed
     ChannelFullError                              503     channel-full         retry_after
     DiskSpaceError                                503     disk-space-low       retry_after
     DiskFullError                                 507     disk-full            retry_after
@@ -80,9 +85,12 @@ from channel_engine import (
     OffsetOutOfRangeError,
     OwnerLostError,
     StorageError,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
+    UnknownSubscriptionError,
 )
 
 log = logging.getLogger(__name__)
@@ -196,6 +204,11 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
         log_start_offset=exc.log_start_offset, log_end_offset=exc.log_end_offset)),
     (TakeExpiredError, lambda exc: Problem(409, "take-expired", str(exc))),
     (TakeCommittedError, lambda exc: Problem(409, "take-committed", str(exc))),
+    (UnknownSubscriptionError, lambda exc: Problem(404, "subscription-not-found", str(exc),
+                                                   field="subscription")),
+    (SubscriptionExistsError, lambda exc: Problem(409, "subscription-exists", str(exc),
+                                                  field="name")),
+    (SubscriptionBusyError, lambda exc: Problem(409, "subscription-busy", str(exc))),
     (ChannelFullError, _engine_busy(503, "channel-full", "")),
     (DiskSpaceError, _engine_busy(503, "disk-space-low", "")),
     (DiskFullError, _engine_busy(507, "disk-full", "the disk is full, nothing was written: ")),

@@ -6,7 +6,10 @@ is Flume's EventPutAttemptCount, weir_channel_events is ChannelSize, and so on.
 Label values are escaped per the text format (backslash, double quote, newline).
 Admin role (a token or a staff session). A channel that cannot be opened (see
 channels.status_of) has weir_channel_up 0 and weir_channel_healthy 0 and no other
-figure; every other channel is reported as usual.
+figure; every other channel is reported as usual. Each subscription of a channel has
+weir_subscription_* figures (label `subscription`): lag, in flight, the age of its oldest
+untaken event, lag per partition and its take counters (Kafka's consumer-group lag, as
+kafka-lag-exporter gives it); the channel's own figures are its slowest subscription's.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 
-from appliance import channels
+from appliance import channels, lag
 from appliance.api.base import ApiView
 from appliance.api.schema import errors
 from appliance.models import Channel
@@ -38,6 +41,23 @@ COUNTERS = {
     "checkpoint_write_errors": "Checkpoints that failed (Flume CheckpointWriteErrorCount).",
     "checkpoint_backup_write_errors": "Backup checkpoints that failed.",
     "disk_full_errors": "Puts refused because a disk was full (ENOSPC or quota).",
+}
+SUBSCRIPTION_GAUGES = (
+    ("weir_subscription_lag_events", "events_untaken",
+     "Events a subscription has not taken yet (consumer lag; in flight included)."),
+    ("weir_subscription_in_flight_events", "events_in_flight",
+     "Events reserved by a subscription's open takes."),
+    ("weir_subscription_oldest_untaken_age_seconds", "oldest_untaken_age_ms",
+     "Age of a subscription's oldest untaken event by its timestamp (0: none untaken)."),
+)
+SUBSCRIPTION_COUNTERS = {
+    "take_attempts": "Events a subscription's take transactions asked for.",
+    "take_successes": "Events a subscription's take transactions committed.",
+    "take_errors": "A subscription's take transactions that failed to read.",
+    "rollbacks": "A subscription's take transactions rolled back.",
+    "takes_expired": "A subscription's take transactions whose lease ran out.",
+    "dropped_events": "Events opt-in retention dropped before this subscription took them.",
+    "lost_events": "Committed events lost to damage before this subscription took them.",
 }
 GAUGES = {
     "events": ("events_untaken", "Events committed and not yet taken (Flume ChannelSize)."),
@@ -95,13 +115,43 @@ def render(statuses: list[dict[str, Any]], down: Sequence[str] = ()) -> str:
     lines += [f'{metric}{{channel="{s["name"]}"}} {int(s["health"] == "healthy")}'
               for s in statuses]
     lines += [f'{metric}{{channel="{name}"}} 0' for name in down]
+    lines += _subscription_lines(statuses)
     metric = "weir_partition_lag_events"
-    lines += [f"# HELP {metric} Untaken events per partition (consumer lag).",
+    lines += [f"# HELP {metric} Untaken events per partition of the slowest subscription.",
               f"# TYPE {metric} gauge"]
     for s in statuses:
         lines += [f'{metric}{{channel="{s["name"]}",partition="{p["partition"]}"}} '
                   f'{p["events_untaken"]}' for p in s["partitions"]]
     return "\n".join(lines) + "\n"
+
+
+def _subscription_lines(statuses: list[dict[str, Any]]) -> list[str]:
+    """Per subscription (label `subscription`): its lag, in flight, oldest untaken age, lag
+    per partition and take counters. Each status carries lag.subscription_lag's figures as
+    "subscription_lag"."""
+    subs = [(s["name"], label(name), sub) for s in statuses
+            for name, sub in s["subscription_lag"].items()]
+    lines = []
+    for metric, key, help_text in SUBSCRIPTION_GAUGES:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        for channel, name, sub in subs:
+            value = sub[key]
+            if key == "oldest_untaken_age_ms":
+                value = 0 if value is None else value / 1000
+            lines.append(f'{metric}{{channel="{channel}",subscription="{name}"}} {value}')
+    metric = "weir_subscription_partition_lag_events"
+    lines += [f"# HELP {metric} Events a subscription has not taken, per partition.",
+              f"# TYPE {metric} gauge"]
+    for channel, name, sub in subs:
+        lines += [f'{metric}{{channel="{channel}",subscription="{name}",'
+                  f'partition="{p["partition"]}"}} {p["events_untaken"]}'
+                  for p in sub["partitions"]]
+    for counter, help_text in SUBSCRIPTION_COUNTERS.items():
+        metric = f"weir_subscription_{counter}_total"
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+        lines += [f'{metric}{{channel="{channel}",subscription="{name}"}} '
+                  f'{sub["counters"][counter]}' for channel, name, sub in subs]
+    return lines
 
 
 class MetricsView(ApiView):
@@ -119,5 +169,6 @@ class MetricsView(ApiView):
                 if status is None:
                     down.append(row.name)
                 else:
-                    statuses.append(status)
+                    statuses.append({**status,
+                                     "subscription_lag": lag.subscription_lag(row, status)})
         return HttpResponse(render(statuses, down), content_type=CONTENT_TYPE)

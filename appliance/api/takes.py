@@ -1,10 +1,16 @@
 """Take transactions over HTTP, for consumers on other machines.
 
-    POST /api/v1/channels/{name}/takes                {"max_events": N, "lease_seconds": S}
+    POST /api/v1/channels/{name}/takes                {"max_events": N, "lease_seconds": S,
+                                                       "subscription": "default"}
          -> 200 {"take_id", "lease_expires_at_ms", "events": [event, ...]}
     POST /api/v1/channels/{name}/takes/{take_id}/commit    -> 200 {"committed": true,
                                                                    "already_committed": bool}
     POST /api/v1/channels/{name}/takes/{take_id}/rollback  -> 200 {"rolled_back": true}
+
+A take reads the queue of one subscription (appliance/api/subscriptions.py): `default`
+unless it names another; a token scoped to subscriptions takes from those alone (403
+otherwise). Commit and rollback need only the receipt: it stands for the take, whose
+subscription the engine remembers.
 
 A take_id is a receipt, as an SQS receipt handle is: "<engine take id>.<signature>",
 the signature an HMAC (SECRET_KEY) of the channel, the engine's id and the caller
@@ -38,6 +44,7 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -46,8 +53,9 @@ from appliance.api.base import ApiView
 from appliance.api.events import EventOut, event_json
 from appliance.api.problems import Problem
 from appliance.api.schema import errors
+from appliance.api.subscriptions import NAME_PATTERN
 from appliance.models import ApiToken, Channel
-from channel_engine import TakeCommittedError
+from channel_engine import DEFAULT_SUBSCRIPTION, TakeCommittedError
 
 MAX_LEASE_S = 3600
 RECEIPT = r"^[0-9]{1,20}\.[0-9a-f]{20}$"
@@ -81,6 +89,9 @@ class TakeRequest(serializers.Serializer):
     max_events = serializers.IntegerField(min_value=1, max_value=2**31 - 1,
                                           help_text="at most the channel's transaction_capacity")
     lease_seconds = serializers.IntegerField(min_value=1, max_value=MAX_LEASE_S, default=60)
+    subscription = serializers.RegexField(
+        NAME_PATTERN, default=DEFAULT_SUBSCRIPTION, max_length=64,
+        help_text="the subscription whose queue to take from")
 
 
 class _TakeResponse(serializers.Serializer):
@@ -93,9 +104,12 @@ class TakesView(ApiView):
     """Begin a take transaction and get its events."""
 
     role = "consume"
+    # JSON only: a form has no empty string or list that DRF tells apart from an omitted
+    # field (it would take `default` for a subscription sent as "")
+    parser_classes = [JSONParser]
 
     @extend_schema(request=TakeRequest,
-                   responses={200: _TakeResponse, **errors(400, 404, 415, 503)})
+                   responses={200: _TakeResponse, **errors(400, 404, 409, 415, 503)})
     def post(self, request: Request, name: str) -> HttpResponse:
         """Take up to max_events events under a lease."""
         row = self.row
@@ -103,10 +117,15 @@ class TakesView(ApiView):
         asked.is_valid(raise_exception=True)
         max_events, lease_s = asked.validated_data["max_events"], \
             asked.validated_data["lease_seconds"]
+        subscription = asked.validated_data["subscription"]
         if max_events > row.transaction_capacity:
             raise ValidationError({"max_events": [
                 f"at most transaction_capacity={row.transaction_capacity}"]})
-        tx = channels.open_channel(row).take(lease_ms=lease_s * 1000)
+        token = request.auth
+        if isinstance(token, ApiToken) and not token.allows_subscription(subscription):
+            raise Problem(403, "permission-denied", f"this token may take from subscriptions "
+                          f"{', '.join(token.subscriptions)} only", field="subscription")
+        tx = channels.open_channel(row).take(lease_ms=lease_s * 1000, subscription=subscription)
         events = tx.take(max_events)
         if not events:
             tx.rollback()

@@ -4,10 +4,13 @@ back to the channel page with a message saying what happened.
 Checkpoint, flush and retention run here and now through the same Celery task bodies the
 scheduler uses (task.apply): the same single-flight lock, TaskRun record and retries.
 An export runs for minutes, so it is queued for a worker and its progress shows on the
-page. Destructive actions ask first: revoking in the browser, deleting on its own page.
+page. Destructive actions ask first: revoking, resetting or removing a subscription in the
+browser, deleting on its own page.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Task
@@ -15,14 +18,16 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from rest_framework.exceptions import ValidationError
 
 from appliance import channels, exports, tasks
+from appliance.api.subscriptions import position
 from appliance.manage_channels import Refused, change_channel, delete_channel
 from appliance.models import ApiToken, Channel
 from appliance.ui import state
 from appliance.ui.access import operator_required
 from appliance.ui.forms import TokenForm
-from channel_engine import ChannelEngineError
+from channel_engine import ChannelEngineError, check_subscription_name
 from channel_engine.tools.verify import verify_channel
 
 RUN_NOW: dict[str, tuple[Task, dict[str, Any], str]] = {
@@ -101,7 +106,8 @@ def create_token(request: HttpRequest, name: str) -> HttpResponse:
         for field, errors in form.errors.items():
             messages.error(request, f"Token not created: {field}: {' '.join(errors)}")
         return redirect("ui:channel", name=name)
-    token, key = ApiToken.issue(form.cleaned_data["name"], form.cleaned_data["roles"], [row])
+    token, key = ApiToken.issue(form.cleaned_data["name"], form.cleaned_data["roles"], [row],
+                                form.cleaned_data["subscriptions"])
     return render(request, "ui/token_created.html", {"row": row, "token": token, "key": key})
 
 
@@ -148,3 +154,86 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
                                        + ", ".join(str(path) for path in kept))
             return redirect("ui:dashboard")
     return render(request, "ui/delete.html", context, status=409)
+
+
+def _position(request: HttpRequest, prefix: str, partitions: int) -> Any:
+    """The position a subscription form chose (appliance/api/subscriptions.py's forms);
+    ValueError saying what is wrong."""
+    chosen = request.POST.get(prefix, "earliest")
+    if chosen in ("earliest", "latest"):
+        return chosen
+    if chosen == "timestamp":
+        text = request.POST.get(f"{prefix}_time", "")
+        try:
+            when = datetime.fromisoformat(text).replace(tzinfo=UTC)
+        except ValueError:
+            raise ValueError(f"time: expected a date and time, not {text!r}") from None
+        return {"timestamp_ms": max(0, int(when.timestamp() * 1000))}
+    if chosen == "offsets":
+        offsets: dict[str, int] = {}
+        for pair in request.POST.get(f"{prefix}_offsets", "").replace(",", " ").split():
+            partition, _, offset = pair.partition(":")
+            if not (partition.isdigit() and offset.isdigit()):
+                raise ValueError(f"offsets: expected partition:offset pairs, not {pair!r}")
+            offsets[partition] = int(offset)
+        try:
+            return position({"offsets": offsets}, prefix, partitions)
+        except ValidationError as exc:
+            raise ValueError(" ".join(str(m) for m in exc.detail[prefix])) from None
+    raise ValueError(f"choose earliest, latest, a time or offsets, not {chosen!r}")
+
+
+def _subscription_change(request: HttpRequest, name: str, change: Callable[[Any], str]
+                         ) -> HttpResponse:
+    """Run a change of one of the channel's subscriptions; say what it did or why not."""
+    row = get_object_or_404(Channel, name=name)
+    try:
+        messages.success(request, change(row))
+    except (ValueError, ChannelEngineError) as exc:  # refused: busy, exists, a bad position
+        messages.error(request, f"Not done: {exc}")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
+def subscription_add(request: HttpRequest, name: str) -> HttpResponse:
+    """Add a subscription at the position the form chose."""
+    def add(row: Channel) -> str:
+        sub = check_subscription_name(request.POST.get("name", ""))
+        start = _position(request, "start", row.partitions)
+        channels.open_channel(row).add_subscription(sub, start)
+        return f"Subscription {sub} added at {_said(start)}."
+    return _subscription_change(request, name, add)
+
+
+@require_POST
+@operator_required
+def subscription_reset(request: HttpRequest, name: str, sub: str) -> HttpResponse:
+    """Reset a subscription (asked first in the browser); refused with takes open."""
+    def reset(row: Channel) -> str:
+        to = _position(request, "to", row.partitions)
+        channels.open_channel(row).reset_subscription(sub, to)
+        return f"Subscription {sub} reset to {_said(to)}."
+    return _subscription_change(request, name, reset)
+
+
+@require_POST
+@operator_required
+def subscription_remove(request: HttpRequest, name: str, sub: str) -> HttpResponse:
+    """Remove a subscription (asked first in the browser); refused with takes open."""
+    def remove(row: Channel) -> str:
+        if sub == row.export_subscription:
+            raise ValueError(f"the channel's export drains {sub!r}: set export_subscription "
+                             "to another first")
+        channels.open_channel(row).remove_subscription(sub)
+        return f"Subscription {sub} removed."
+    return _subscription_change(request, name, remove)
+
+
+def _said(where: Any) -> str:
+    if isinstance(where, str):
+        return where
+    if "timestamp_ms" in where:
+        return datetime.fromtimestamp(where["timestamp_ms"] / 1000, UTC).strftime(
+            "%Y-%m-%d %H:%M:%S UTC")
+    return ", ".join(f"partition {p} offset {o}" for p, o in sorted(where.items()))

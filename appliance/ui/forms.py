@@ -13,6 +13,7 @@ from django import forms
 from django.conf import settings
 
 from appliance.models import ROLES, Channel
+from channel_engine import check_subscription_name
 
 GROUPS = (
     ("Channel", ("name", "partitions", "capacity", "transaction_capacity", "keep_alive_ms",
@@ -24,8 +25,8 @@ GROUPS = (
                        "segment_ms", "index_interval_bytes", "preallocate", "compression")),
     ("Retention", ("retention_ms", "retention_bytes", "retention_check_interval_ms")),
     ("Encryption", ("encryption_key_file", "encryption_active_key")),
-    ("Export", ("export_interval_ms", "export_format", "export_path", "export_roll_rows",
-                "export_roll_bytes")),
+    ("Export", ("export_interval_ms", "export_subscription", "export_format", "export_path",
+                "export_roll_rows", "export_roll_bytes")),
 )
 FIELDS = tuple(name for _, names in GROUPS for name in names)
 # Settings fixed once a channel exists, and why (shown next to the field).
@@ -63,6 +64,7 @@ class ChannelForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["checkpoint_dir"].required = False
+        self.fields["export_subscription"].required = False  # empty: as it is, or "export"
         self.creating = self.instance.pk is None
         root = Path(settings.WEIR_DATA_ROOTS[0])
         if self.creating:
@@ -82,6 +84,8 @@ class ChannelForm(forms.ModelForm):
             cleaned["data_dirs"] = [str(root / "data")]
         if self.creating and not cleaned.get("checkpoint_dir") and cleaned.get("name"):
             cleaned["checkpoint_dir"] = str(root / "checkpoints" / cleaned["name"])
+        if not cleaned.get("export_subscription"):
+            cleaned["export_subscription"] = self.instance.export_subscription
         for name in ("backup_checkpoint_dir", "encryption_key_file", "encryption_active_key"):
             if cleaned.get(name) == "":
                 cleaned[name] = None
@@ -118,3 +122,17 @@ class TokenForm(forms.Form):
                                       widget=forms.CheckboxSelectMultiple,
                                       help_text="produce: put events; consume: take "
                                                 "them; admin: everything.")
+    subscriptions = forms.CharField(
+        required=False, max_length=2000,
+        help_text="Subscriptions its takes may name, separated by spaces or commas (empty: "
+                  "any).")
+
+    def clean_subscriptions(self) -> list[str]:
+        """The names, each checked by the engine's rule."""
+        names = [n for n in self.cleaned_data["subscriptions"].replace(",", " ").split() if n]
+        for name in names:
+            try:
+                check_subscription_name(name)
+            except ValueError as exc:
+                raise forms.ValidationError(str(exc)) from exc
+        return names

@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from appliance import channels
+from appliance import channels, lag
 from appliance.models import Channel, ExportRun, TaskRun
 from appliance.ui import charts
-from channel_engine import ChannelEngineError
 
 RECENT = 20
 
@@ -18,30 +17,17 @@ def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] 
     return channels.status_of(row, segments)
 
 
-def oldest_untaken_ms(row: Channel, status: dict[str, Any]) -> int | None:
-    """The timestamp of the oldest event not yet taken, over every partition."""
-    channel = channels.open_channel(row)
-    oldest = None
-    for part in status["partitions"]:
-        if part["events_untaken"] <= 0:
-            continue
-        try:
-            head = channel.read(part["partition"], part["taken_through"], 1)
-        except (ChannelEngineError, OSError):
-            continue
-        if head and (oldest is None or head[0].timestamp < oldest):
-            oldest = head[0].timestamp
-    return oldest
-
-
 def export_lag(row: Channel, status: dict[str, Any]) -> dict[str, Any] | None:
-    """How far exports are behind (None for a channel that is never exported)."""
+    """How far exports are behind: their subscription's lag (None for a channel that is
+    never exported; events None before its subscription was made)."""
     newest = ExportRun.objects.filter(channel=row.name).first()
     if row.export_interval_ms is None and newest is None:
         return None
     last_ok = ExportRun.objects.filter(channel=row.name, outcome=ExportRun.OK).first()
-    oldest = oldest_untaken_ms(row, status)
-    return {"events": status["events_untaken"],
+    queue = status["subscriptions"].get(row.export_subscription)  # made by its first run
+    oldest = None if queue is None else lag.oldest_untaken_ms(row, queue["partitions"])
+    return {"subscription": row.export_subscription,
+            "events": None if queue is None else queue["events_untaken"],
             "age_ms": None if oldest is None else max(0, int(time.time() * 1000) - oldest),
             "last_ok": last_ok,
             "running": newest if newest and newest.outcome == ExportRun.RUNNING else None}
@@ -71,6 +57,7 @@ def channel_state(row: Channel) -> dict[str, Any]:
     }
     if status is not None:
         state["export"] = export_lag(row, status)
+        state["subscriptions"] = list(lag.subscription_lag(row, status).values())
         tables = [part.get("segment_table", []) for part in status["partitions"]]
         state["deletable"] = sum(1 for table in tables for seg in table if seg["deletable"])
     return state

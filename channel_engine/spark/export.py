@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS",
                         help="a progress line this often while Spark writes")
     parser.add_argument("--max-events", type=int, default=10_000_000)
+    parser.add_argument("--subscription", default="default",
+                        help="the subscription to drain, made at earliest when missing "
+                             "(default: default)")
     parser.add_argument("--master", default=os.environ.get("WEIR_SPARK_MASTER"),
                         help="local[*], spark://host:7077, yarn (default: WEIR_SPARK_MASTER, "
                              "else spark-submit's --master, else local[*])")
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = ExportSettings(args.home, args.output, args.format, args.path,
                                   args.roll_rows, args.max_events, args.read_url,
                                   os.environ.get("WEIR_EXPORT_READ_TOKEN"), args.roll_bytes,
-                                  args.progress_every)
+                                  args.progress_every, args.subscription)
     except ValueError as exc:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():

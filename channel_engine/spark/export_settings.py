@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from channel_engine import DEFAULT_SUBSCRIPTION, check_subscription_name
 from channel_engine.spark.file_formats import FORMATS
 from channel_engine.spark.output_layout import spark_pattern
 
@@ -24,6 +25,7 @@ class ExportSettings:
     read_token: str | None = None
     roll_bytes: int = 256 << 20  # the most log bytes of events in one file (estimated)
     progress_s: float = 2.0  # a progress line this often while Spark writes
+    subscription: str = DEFAULT_SUBSCRIPTION  # the queue it drains (made at earliest if new)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -37,3 +39,4 @@ class ExportSettings:
         if not 1 <= self.max_events <= 2**40:
             raise ValueError(f"max_events must be positive, not {self.max_events}")
         spark_pattern(self.path)  # raises on an unknown escape
+        check_subscription_name(self.subscription)

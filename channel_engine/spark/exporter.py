@@ -67,7 +67,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
-from channel_engine import Channel, ChannelConfig
+from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_id import channel_id
@@ -130,7 +130,7 @@ class Exporter:
             self.channel_id = channel_id(self.config.home)
             exported = self.recover()
             with Channel.open(self.config.home) as channel:
-                take = channel.take()
+                take = self._take(channel)
                 try:
                     reserved = take.reserve(self.settings.max_events)
                     crash_point("reserved")
@@ -152,6 +152,20 @@ class Exporter:
             except Exception as exc:  # noqa: BLE001 -- committed; the next run's step 1 retries
                 self.progress(f"export {self.config.name}: temp dir not deleted ({exc})")
         return self._finish("ok")
+
+    def _take(self, channel: Channel) -> TakeTransaction:
+        """Step 2's take, of the run's subscription: one the channel lacks is added at
+        earliest first (every event the log still holds; commit records skip what an
+        earlier run of another subscription exported)."""
+        name = self.settings.subscription
+        if name not in channel.subscriptions():
+            try:
+                channel.add_subscription(name, "earliest")
+                self.progress(f"export {self.config.name}: added subscription {name!r} "
+                              "at earliest")
+            except SubscriptionExistsError:  # added meanwhile (by an operator): use it
+                pass
+        return channel.take(subscription=name)
 
     def _plan(self, reserved: list[tuple[int, int, int]],
               exported: dict[int, list[Range]]) -> list[tuple[int, Range]]:

@@ -245,7 +245,7 @@ def _api_routes() -> list[tuple[str, Any]]:
 
 def test_every_api_view_is_an_api_view() -> None:
     routes = _api_routes()
-    assert len(routes) == 12, routes
+    assert len(routes) == 15, routes
     for route, view in routes:
         assert issubclass(view, ApiView), route
         assert view.role in ("produce", "consume", "admin"), route
@@ -254,12 +254,13 @@ def test_every_api_view_is_an_api_view() -> None:
 def test_every_route_naming_a_channel_answers_404_problem_for_an_unknown_one() -> None:
     client = token_client("admin")
     named = [route for route, _ in _api_routes() if "<str:name>" in route]
-    assert len(named) == 9, named
+    assert len(named) == 12, named
     for route, view in _api_routes():
         if "<str:name>" not in route:
             continue
         url = "/" + (route.replace("<str:name>", "nope").replace("<int:partition>", "0")
-                     .replace("<str:take_id>", "1.0123456789abcdef0123"))
+                     .replace("<str:take_id>", "1.0123456789abcdef0123")
+                     .replace("<str:sub>", "default"))
         for method in (m for m in ("get", "post", "patch", "delete") if hasattr(view, m)):
             response = getattr(client, method)(url, {}, format="json")
             body = problem(response, 404, "channel-not-found")

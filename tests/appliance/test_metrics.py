@@ -58,6 +58,7 @@ def test_it_escapes_label_values_so_every_channel_stays_parseable() -> None:
               "checkpoint": {"age_ms": 0}, "losses": {"events_lost": 0,
                                                        "unacknowledged_events": 0},
               "health": "healthy", "partitions": [{"partition": 0, "events_untaken": 2}],
+              "subscription_lag": {},
               **{key: 1 for key, _ in GAUGES.values()}}
     text = render([status, {**status, "name": "orders"}])
     families = {f.name: f for f in text_string_to_metric_families(text)}

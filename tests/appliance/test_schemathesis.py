@@ -51,6 +51,9 @@ EXCLUDED: dict[str, list[CheckFunction]] = {
     "GET /api/v1/channels/{name}/partitions/{partition}/events": [positive_data_acceptance],
     # max_events at most this channel's transaction_capacity
     "POST /api/v1/channels/{name}/takes": [positive_data_acceptance],
+    # the partitions of "offsets" must exist in this channel, each offset inside its log
+    "POST /api/v1/channels/{name}/subscriptions": [positive_data_acceptance],
+    "POST /api/v1/channels/{name}/subscriptions/{sub}/reset": [positive_data_acceptance],
     # end > start; the partition must exist in this channel
     "GET /api/v1/channels/{name}/partitions/{partition}/batches": [positive_data_acceptance],
 }

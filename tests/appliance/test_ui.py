@@ -348,10 +348,13 @@ def test_the_exports_table_shows_progress_while_running_and_the_outcome_after(
 
 def test_the_dashboard_shows_export_lag(operator: Client, root: Path) -> None:
     row = channel_row(root, export_interval_ms=60_000)
+    channels.open_channel(row).add_subscription("export")  # as a create that schedules it
     channel_row(root, name="quiet")  # never exported: no lag to show
     hour_and_half_ago = int(time.time() * 1000) - 90 * 60_000
     put(row, [b"old"] * 4, timestamp=hour_and_half_ago)
     put(row, [b"new"] * 3)
+    with channels.open_channel(row).take() as tx:  # an HTTP consumer's, on default
+        tx.take(7)
     ExportRun.objects.create(channel="orders", started_at=timezone.now(),
                              progress="starting Spark")
     page = operator.get("/")

@@ -3,9 +3,10 @@ a script, not a test module. Every mode opens the channel by its home (the paren
 channel.json there first), so whichever process opens first owns it.
 
     python channel_worker.py produce HOME --producer I --events N [--batch B] --out FILE
-        [--go FILE]
-    python channel_worker.py consume HOME --consumer J --seed S --out FILE --done FILE
-        [--go FILE] [--checkpoint-every K]
+        [--go FILE] [--first-batch K]
+    python channel_worker.py consume HOME --consumer J --seed S --done FILE
+        [--out FILE] [--history FILE] [--subscription NAME] [--go FILE]
+        [--checkpoint-every K]
     python channel_worker.py crash HOME --seed S [--first-id N] [--put-ratio R]
         [--max-put N] [--max-take N] [--rollback-ratio R] [--checkpoint-every K]
         [--checkpointer] [--keyless] [--slow-sync-ms MS] [--stop-phase PHASE --stop-at K]
@@ -13,14 +14,31 @@ channel.json there first), so whichever process opens first owns it.
     python channel_worker.py threads HOME --threads T --puts N
 
 produce: puts events seq 0..N-1 of producer I (stress_event()) in put transactions of B
-  events, in order; a commit that raises OwnerLostError (the owner went away, outcome
-  unknown) is retried with the same events, and the batch is written to FILE as
-  `R <batch> <attempts>` (only such a batch may be in the channel more than once).
-consume: takes in transactions of 1..1000 events, rolls one in ten back at random (the
-  events return and are taken again), commits the rest; every event of a commit is
-  written to FILE as `C <take> <partition> <offset> <producer> <seq> <batch> <key>`, or
-  with `U` when the commit raised OwnerLostError (outcome unknown). It stops when the
-  channel is empty after the parent created the --done file (every producer finished).
+  events, in order, from batch K on (--first-batch: a producer started again after a
+  kill); a commit that raises OwnerLostError (the owner went away, outcome unknown) is
+  retried with the same events, and the batch is written to FILE as
+  `R <batch> <attempts>` (only such a batch may be in the channel more than once). Each
+  attempt prints `begin-put <batch>` before its commit and `put <batch>` once it returned,
+  so a parent that kills the producer knows what was acknowledged and what was in flight.
+consume: takes from its subscription (--subscription, `default` unless named) in
+  transactions of 1..1000 events, rolls one in ten back at random (the events return and
+  are taken again), commits the rest; every event of a commit is written to FILE (--out)
+  as `C <take> <partition> <offset> <producer> <seq> <batch> <key>`, or with `U` when the
+  commit raised OwnerLostError (outcome unknown). With --history, every take is also
+  written there, one line per step, each written whole at once (it survives a kill -9 of
+  the consumer; only the last line may be cut), times from time.monotonic() (one clock
+  for every process of the machine):
+
+    D <take> <t0> <p>,<off>,<body>,<batch>,<key> ...  take() returned these events;
+                                                      t0: just before take() was called
+    R <take>                          rolled back (its events are queued again)
+    c <take> <t>                      its commit starts
+    C <take> <t>                      its commit returned (gone for good)
+    U <take> <t>                      its commit raised OwnerLostError (outcome unknown)
+    X <take>                          its commit raised TakeExpiredError (not committed)
+
+  It stops when its subscription is empty after the parent created the --done file
+  (every producer finished).
   Both print `open <role>` once the channel is open, wait for the --go file if given,
   and print `done <json stats>` after a clean close.
 crash: the kill -9 target (it must be the owner): puts events crash_event(seed, id), ids
@@ -150,18 +168,21 @@ def produce(args: argparse.Namespace, out: Output) -> None:
     wait_for_file(args.go)
     lost = 0
     with open(args.out, "w") as record:
-        for batch, first in enumerate(range(0, args.events, args.batch)):
+        for first in range(args.first_batch * args.batch, args.events, args.batch):
+            batch = first // args.batch
             for attempt in itertools.count(1):
                 tx = channel.put()
                 for seq in range(first, min(first + args.batch, args.events)):
                     body, key, headers = stress_event(args.producer, seq, batch)
                     tx.put(body, key=key, headers=headers)
+                out.line(f"begin-put {batch}")
                 try:
                     tx.commit()
                 except OwnerLostError:
                     lost += 1
                     roles.note()
                     continue
+                out.line(f"put {batch}")
                 roles.note()
                 if attempt > 1:
                     record.write(f"R {batch} {attempt}\n")
@@ -171,6 +192,32 @@ def produce(args: argparse.Namespace, out: Output) -> None:
 
 
 # -- consume --------------------------------------------------------------------------------
+class History:
+    """The --history file: each line written whole with one write(2), so a kill -9 of the
+    consumer keeps every line it wrote (the page cache survives) and may cut only the last."""
+
+    def __init__(self, path: str | None) -> None:
+        self.fd = -1 if path is None else os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+
+    def line(self, text: str) -> None:
+        if self.fd < 0:
+            return
+        data = memoryview((text + "\n").encode())
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+
+
+def history_token(event: Event) -> str:
+    key = "-" if event.key is None else event.key.decode()
+    return (f"{event.partition},{event.offset},{bytes(event.body).decode()},"
+            f"{event.headers['batch'].decode()},{key}")
+
+
 def consume(args: argparse.Namespace, out: Output) -> None:
     channel = Channel.open(args.home)
     roles = Roles(channel)
@@ -180,11 +227,13 @@ def consume(args: argparse.Namespace, out: Output) -> None:
     stats = dict.fromkeys(("commits", "uncertain", "rollbacks", "lost_takes", "expired",
                            "checkpoints", "events"), 0)
     takes = 0
-    with open(args.out, "w") as record:
+    history = History(args.history)
+    with open(args.out or os.devnull, "w") as record:
         while True:
             roles.note()
             try:
-                tx = channel.take()
+                tx = channel.take(subscription=args.subscription)
+                t0 = time.monotonic()
                 events = tx.take(rng.randint(1, 1000))
             except (OwnerLostError, TakeExpiredError):
                 stats["lost_takes"] += 1  # the owner went away: the take was returned
@@ -194,18 +243,22 @@ def consume(args: argparse.Namespace, out: Output) -> None:
                     tx.rollback()
                 except OwnerLostError:
                     pass
-                if os.path.exists(args.done) and untaken(channel) == 0:
+                if os.path.exists(args.done) and untaken(channel, args.subscription) == 0:
                     break
                 time.sleep(0.005)
                 continue
             takes += 1
+            name = f"{args.consumer}.{takes}"
+            history.line(f"D {name} {t0:.6f} " + " ".join(history_token(e) for e in events))
             if rng.random() < 0.1:
                 try:
                     tx.rollback()
                 except OwnerLostError:
                     pass  # its events return to the queue either way
+                history.line(f"R {name}")
                 stats["rollbacks"] += 1
                 continue
+            history.line(f"c {name} {time.monotonic():.6f}")
             try:
                 tx.commit()
                 kind = "C"
@@ -214,10 +267,11 @@ def consume(args: argparse.Namespace, out: Output) -> None:
                 kind = "U"  # committed or not: the parent finds out which
                 stats["uncertain"] += 1
             except TakeExpiredError:
+                history.line(f"X {name}")
                 stats["expired"] += 1  # not committed: its events are queued again
                 continue
+            history.line(f"{kind} {name} {time.monotonic():.6f}")
             stats["events"] += len(events)
-            name = f"{args.consumer}.{takes}"
             record.writelines(
                 f"{kind} {name} {e.partition} {e.offset} {bytes(e.body).decode()} "
                 f"{e.headers['batch'].decode()} {'-' if e.key is None else e.key.decode()}\n"
@@ -228,14 +282,16 @@ def consume(args: argparse.Namespace, out: Output) -> None:
                     stats["checkpoints"] += 1
                 except OwnerLostError:
                     pass
+    history.close()
     channel.close()
     out.line("done " + json.dumps({**stats, **roles.stats()}))
 
 
-def untaken(channel: Channel) -> int:
+def untaken(channel: Channel, subscription: str) -> int:
+    """Events of the subscription not taken and committed (queued or in flight)."""
     while True:
         try:
-            return int(channel.status()["events_untaken"])
+            return int(channel.status()["subscriptions"][subscription]["events_untaken"])
         except OwnerLostError:
             continue
 
@@ -423,6 +479,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--producer", type=int, default=0)
     parser.add_argument("--consumer", type=int, default=0)
     parser.add_argument("--events", type=int, default=0)
+    parser.add_argument("--first-batch", type=int, default=0)
+    parser.add_argument("--subscription", default="default")
+    parser.add_argument("--history")
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--first-id", type=int, default=0)

@@ -32,6 +32,7 @@ number, e.g. `-m slow -k "test_owner_kill_keeps_the_contract_over_many_kills[37]
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import signal
@@ -50,6 +51,7 @@ import pytest
 from channel_helpers import make_config
 from child_lines import ChildLines, load_script
 
+import channel_engine
 from channel_engine import (
     Channel,
     ChannelConfig,
@@ -64,6 +66,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WORKER_SCRIPT = HERE / "channel_worker.py"
 WAIT_S = 30.0  # longest wait for a worker's line
+ENGINE_ROOT = Path(channel_engine.__file__).resolve().parents[1]  # the tree this test runs
+
+
+def child_env() -> dict[str, str]:
+    """A worker's environment: the engine this process imported first on its path, so
+    that the child runs the same one (a worktree's, say, not the one an editable install
+    of the venv points at)."""
+    paths = [str(ENGINE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 worker = load_script(WORKER_SCRIPT, "weir_channel_worker")
@@ -78,8 +89,8 @@ class Worker(ChildLines):
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w+")  # noqa: SIM115 - closed in kill()
         self._start_reading(subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT), *args], cwd=REPO, stdout=subprocess.PIPE,
-            stderr=self._stderr, text=True), WAIT_S)
+            [sys.executable, str(WORKER_SCRIPT), *args], cwd=REPO, env=child_env(),
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True), WAIT_S)
         self.returncode: int | None = None
 
     def first_line(self, prefix: str, timeout: float = WAIT_S) -> str:

@@ -321,6 +321,27 @@ def test_returned_ranges_around_a_consumers_take_are_exported_once(
     check_names(spark, output, 1000)
 
 
+def test_an_export_on_its_own_subscription_and_a_consumer_each_see_every_event(
+        tmp_path: Path, spark: Any, output: str) -> None:
+    config = make_channel(tmp_path, 0, partitions=2)
+    with Channel.open(config) as owner:
+        put_events(owner, 0, 200)
+        with owner.take() as consumer:  # a consumer of default takes everything first
+            assert len(consumer.take(200)) == 200
+        report = export_here(spark, config, output, subscription="export")
+        assert report["rows"] == 200 and "added subscription 'export' at earliest" in \
+            report["log"][0]
+        put_events(owner, 200, 260)
+        assert export_here(spark, config, output, subscription="export")["rows"] == 60
+        subs = owner.status()["subscriptions"]
+        assert subs["export"]["events_untaken"] == 0 and subs["default"]["events_untaken"] == 60
+        # moved to another subscription (a new one starts at earliest): the commit records
+        # skip every range already out, nothing is written twice
+        report = export_here(spark, config, output, subscription="hdfs")
+        assert report["rows"] == 0 and sum(len(p["skipped"]) for p in report["partitions"])
+    assert as_put(exported(spark, output)) == sorted(event(i) for i in range(260))
+
+
 def test_a_pruned_output_file_is_reported_and_stops_nothing(
         tmp_path: Path, spark: Any, output: str) -> None:
     config = make_channel(tmp_path, 60, partitions=1)

@@ -1,5 +1,5 @@
-"""manage.py create_token NAME --role produce [--role consume] [--channel NAME]... — issue
-an API token; the key is printed once and never stored."""
+"""manage.py create_token NAME --role produce [--role consume] [--channel NAME]...
+[--subscription NAME]... — issue an API token; the key is printed once and never stored."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,6 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("--role", action="append", required=True, choices=ROLES)
         parser.add_argument("--channel", action="append", default=[],
                             help="limit the token to these channels (default: all)")
+        parser.add_argument("--subscription", action="append", default=[],
+                            help="limit its takes to these subscriptions (default: any)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         rows = []
@@ -25,7 +27,13 @@ class Command(BaseCommand):
             if row is None:
                 raise CommandError(f"no channel named {name!r}")
             rows.append(row)
-        token, key = ApiToken.issue(options["name"], options["role"], rows or None)
+        try:
+            token, key = ApiToken.issue(options["name"], options["role"], rows or None,
+                                        options["subscription"])
+        except ValueError as exc:
+            raise CommandError(f"--subscription: {exc}") from exc
         scope = ", ".join(options["channel"]) or "all channels"
+        if token.subscriptions:
+            scope += f", subscriptions {', '.join(token.subscriptions)}"
         self.stdout.write(f"token {token.name!r} ({', '.join(token.roles)} on {scope}):")
         self.stdout.write(key)

@@ -1,7 +1,7 @@
 /* Weir admin UI: the little JavaScript it has.
  * - [data-refresh]: fetch the URL every data-refresh-ms and swap the element's contents
- *   (server-rendered HTML; paused while the tab is hidden; a failed fetch keeps the last
- *   contents and marks them stale).
+ *   (server-rendered HTML; paused while the tab is hidden or a field in it has focus; a
+ *   failed fetch keeps the last contents and marks them stale).
  * - form[data-confirm]: ask before a destructive POST (one listener on the document, so
  *   forms inside a part that refreshed itself ask too).
  * No inline script or event handler anywhere: the Content-Security-Policy allows script
@@ -14,7 +14,10 @@
     var url = el.getAttribute("data-refresh");
     var every = parseInt(el.getAttribute("data-refresh-ms") || "3000", 10);
     function tick() {
-      if (document.hidden) { return setTimeout(tick, every); }
+      // hidden tab, or the operator typing in a form of this part: try again later
+      var typing = el.contains(document.activeElement) &&
+        document.activeElement.matches("input, select, textarea");
+      if (document.hidden || typing) { return setTimeout(tick, every); }
       fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
         .then(function (response) {
           if (response.redirected || !response.ok) { throw new Error(response.status); }
