@@ -11,6 +11,9 @@ problem (problems.py, answered by handler.py), the OpenAPI kit in schema.py.
     GET            .../{name}/partitions/{p}/batches       batches      consume
     POST           .../{name}/takes, takes/{id}/commit,    takes        consume
                    takes/{id}/rollback
+    GET, POST      .../{name}/subscriptions,               subscriptions consume
+    GET, DELETE    .../subscriptions/{sub},                             (reading),
+    POST           .../subscriptions/{sub}/reset                        admin
     POST           .../{name}/losses/acknowledge           losses       admin
     POST           .../{name}/exports                      exports      admin
     GET            /api/v1/runs                            runs         admin

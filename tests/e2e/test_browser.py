@@ -327,3 +327,40 @@ def test_a_loss_on_disk_shows_on_the_channel_page_until_acknowledged(
     expect(page.locator("#health")).to_have_text("healthy")
     expect(page.locator("#losses")).to_contain_text("all acknowledged")
     shot("losses-acknowledged")
+
+
+def test_subscriptions_are_added_reset_and_removed_from_the_channel_page(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root, partitions=2)
+    produce(live_server.url, "orders", [f"event {i}" for i in range(8)])
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    form = page.locator("#subscription-add")
+    form.locator("input[name=name]").fill("archive")
+    form.locator("input[name=start][value=latest]").check()
+    form.locator("button").click()
+    expect(page.locator(".messages")).to_contain_text("Subscription archive added at latest")
+    lag = page.locator('#subscription-table tr[data-subscription="archive"] .lag')
+    expect(lag).to_have_text("0")
+    produce(live_server.url, "orders", ["after"])
+    expect(lag).to_have_text("1")  # the table refreshes itself
+    expect(page.locator('#subscription-table tr[data-subscription="default"] .lag')) \
+        .to_have_text("9")
+    shot("subscriptions")
+    archive = page.locator('details.subscription-actions[data-subscription="archive"]')
+    archive.locator("summary").click()
+    archive.locator("input[name=to][value=earliest]").check()
+    reset = archive.locator("button:has-text('Reset archive')")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    reset.click()
+    expect(lag).to_have_text("1")
+    page.once("dialog", lambda dialog: dialog.accept())
+    reset.click()
+    expect(page.locator(".messages")).to_contain_text("Subscription archive reset to earliest")
+    expect(lag).to_have_text("9")
+    page.locator('details.subscription-actions[data-subscription="archive"] summary').click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("button:has-text('Remove archive')").click()
+    expect(page.locator(".messages")).to_contain_text("Subscription archive removed")
+    expect(page.locator('#subscription-table tr[data-subscription="archive"]')).to_have_count(0)
+    assert channels.open_channel(row).subscriptions() == ["default"]
