@@ -267,13 +267,21 @@ def test_a_channel_scheduled_for_export_gets_its_subscription_at_create_and_chan
         channels.close_all()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_channels_made_before_subscriptions_keep_exporting_default() -> None:
-    from importlib import import_module
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
 
-    migration = import_module("appliance.migrations.0006_subscriptions")
-    [add, alter, _] = migration.Migration.operations
-    assert add.name == "export_subscription" and add.field.default == "default"
-    assert not add.preserve_default and alter.field.default == "export"
+    before = [("appliance", "0005_channel_owned_dirs_and_key_names")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old_channel = executor.loader.project_state(before).apps.get_model("appliance", "Channel")
+    old_channel.objects.create(name="old", data_dirs=["/data"], checkpoint_dir="/data/old")
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert Channel.objects.get(name="old").export_subscription == "default"
+    assert Channel(name="new").export_subscription == "export"
+    assert ApiToken.issue("t", ["consume"])[0].subscriptions == []
 
 
 @pytest.fixture()
