@@ -22,8 +22,14 @@ home live there), fewer partitions (keys would move). A refused create or change
 writes nothing: no record, and no directory it made is left. Deleting a channel
 that holds untaken events is refused unless forced; a delete removes only the
 directories the channel owns and no other channel uses (channel_dirs.removable).
-A channel exported on a schedule gets its export's subscription (export_subscription) on
-the create or change that schedules it, at earliest.
+The export drains a subscription of its own (export_subscription). It is added when
+exports are scheduled (a create or change with export_interval_ms; else by the first
+export) at "slowest", where the subscription most behind stands, so that adding it never
+makes the channel fuller (at "earliest" a log longer than the capacity would stop every
+put; a reset to earliest is the operator's, on the channel page). When
+export_subscription changes, the one it drained before is removed (never `default`):
+nothing would drain it, and it would hold the channel's capacity; with takes open on it
+the change is refused (409).
 """
 from __future__ import annotations
 
@@ -37,7 +43,15 @@ from django.db import transaction
 
 from appliance import channel_dirs, channels
 from appliance.models import Channel
-from channel_engine import ChannelEngineError, ConfigError
+from channel_engine import (
+    DEFAULT_SUBSCRIPTION,
+    ChannelEngineError,
+    ConfigError,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
+)
+
+EXPORT_START = "slowest"  # where a new export subscription starts (module doc)
 
 FIXED = {"name": "the partition directories are named after the channel",
          "data_dirs": "the partition logs live there",
@@ -94,7 +108,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
             made = row.owned_dirs = channel_dirs.missing(row)
             row.save()
             channels.open_channel(row, create=True)  # the files; an error rolls it back
-            _add_export_subscription(row)
+            _follow_export(row, None)
     except ValidationError as exc:
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
@@ -126,24 +140,30 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
             row.owned_dirs = [*row.owned_dirs, *made]
             row.save()
             channels.open_channel(row, create=True)
-            _add_export_subscription(row)
+            _follow_export(row, was.export_subscription)
     except ValidationError as exc:
         _restore(row, before)
         raise _invalid(exc) from exc
+    except SubscriptionBusyError as exc:  # the export's old subscription has takes open
+        _restore(row, before)
+        raise Refused({"export_subscription": [str(exc)]}, status=409) from exc
     except (OSError, ChannelEngineError) as exc:
         _restore(row, before)
         raise _not_opened(row.name, exc, made) from exc
 
 
-def _add_export_subscription(row: Channel) -> None:
-    """A channel exported on a schedule gets its export's subscription now, at earliest,
-    so that it holds every event from here on (the first export would add it otherwise,
-    from whatever the log still holds then)."""
-    if row.export_interval_ms is None:
-        return
+def _follow_export(row: Channel, was: str | None) -> None:
+    """After a create or change: the export's subscription exists when exports are
+    scheduled, and the one it drained before (`was`) is gone (module doc)."""
     channel = channels.open_channel(row)
-    if row.export_subscription not in channel.subscriptions():
-        channel.add_subscription(row.export_subscription, "earliest")
+    names = channel.subscriptions()
+    if was not in (None, DEFAULT_SUBSCRIPTION, row.export_subscription) and was in names:
+        channel.remove_subscription(was)  # SubscriptionBusyError: the change is refused
+    if row.export_interval_ms is not None and row.export_subscription not in names:
+        try:
+            channel.add_subscription(row.export_subscription, EXPORT_START)
+        except SubscriptionExistsError:  # the export job added it meanwhile
+            pass
 
 
 def _restore(row: Channel, before: dict[str, Any]) -> None:

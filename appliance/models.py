@@ -147,6 +147,9 @@ class ApiToken(models.Model):
             raise ValueError(f"roles must be some of {', '.join(ROLES)}, not {roles!r}")
         for subscription in subscriptions or ():
             check_subscription_name(subscription)
+        if subscriptions and "admin" in roles:
+            raise ValueError("an admin token may do everything: it cannot be scoped to "
+                             "subscriptions")
         prefix = secrets.token_hex(4)
         key = f"weir_{prefix}_{secrets.token_urlsafe(32)}"
         token = cls.objects.create(name=name, prefix=prefix, key_hash=hash_key(key),

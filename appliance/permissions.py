@@ -35,12 +35,14 @@ def allowed_everywhere(request: Request, role: str) -> bool:
 
 
 class HasRole(BasePermission):
-    """The view's `role` on the channel named in the URL (checked again per object)."""
+    """The view's role for the request's method on the channel named in the URL (checked
+    again per object)."""
 
     message = "this token may not do that on this channel"
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        return allowed(request, view.role, None)
+        return allowed(request, view.role_for(request.method), None)
 
     def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
-        return allowed(request, view.role, obj if isinstance(obj, Channel) else None)
+        return allowed(request, view.role_for(request.method),
+                       obj if isinstance(obj, Channel) else None)

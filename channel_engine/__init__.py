@@ -58,8 +58,11 @@ from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.channel_recovery import ChannelRecovery
 from channel_engine.queue.checkpointer import CheckpointResult
 from channel_engine.queue.subscription import DEFAULT as DEFAULT_SUBSCRIPTION
+from channel_engine.queue.subscription import NAME as _NAME
 from channel_engine.queue.subscription import check_name as check_subscription_name
 from channel_engine.transaction import PutTransaction, TakeTransaction
+
+SUBSCRIPTION_NAME_PATTERN = _NAME.pattern  # a subscription's name, whole (fullmatch)
 
 __version__ = "0.1.0"
 
@@ -108,6 +111,7 @@ __all__ = [
     "UnknownSubscriptionError",
     "DEFAULT_SUBSCRIPTION",
     "check_subscription_name",
+    "SUBSCRIPTION_NAME_PATTERN",
     "ChannelClosedError",
     "TransactionStateError",
     "__version__",

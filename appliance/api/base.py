@@ -29,6 +29,7 @@ class ApiView(APIView):
 
     permission_classes = [HasRole]
     role: ClassVar[str]
+    method_roles: ClassVar[dict[str, str]] = {}  # a method needing another role than `role`
     fresh_row: ClassVar[bool] = False
     row: Channel  # the channel the URL names, once initial() found it
 
@@ -39,6 +40,10 @@ class ApiView(APIView):
         if name is not None:
             self.row = self.find_channel(name)
             self.check_object_permissions(request, self.row)
+
+    def role_for(self, method: str) -> str:
+        """The role a request of this HTTP method needs."""
+        return self.method_roles.get(method, self.role)
 
     def find_channel(self, name: str) -> Channel:
         """The channel row called `name`; a 404 problem when there is none."""

@@ -11,6 +11,7 @@ from django.db import models
 
 from appliance import channels
 from appliance.manage_channels import Refused
+from appliance.manage_subscriptions import NAME_PATTERN
 from appliance.models import Channel
 
 SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
@@ -38,8 +39,7 @@ def _setting_schema(field: models.Field) -> dict[str, Any]:
 SETTING_SCHEMAS = {name: _setting_schema(Channel._meta.get_field(name))
                    for name in sorted(SETTABLE)}
 SETTING_SCHEMAS["export_path"].update(pattern=channels.EXPORT_PATH, maxLength=200)
-SETTING_SCHEMAS["export_subscription"].update(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$",
-                                              maxLength=64)
+SETTING_SCHEMAS["export_subscription"].update(pattern=NAME_PATTERN, maxLength=64)
 SETTING_SCHEMAS["name"].update(pattern=r"^[a-z0-9][a-z0-9_-]{0,199}$", maxLength=200)
 CREATE_REQUEST = {"type": "object", "additionalProperties": False,
                   "required": ["name", "data_dirs", "checkpoint_dir"],

@@ -25,6 +25,7 @@ from appliance.api.base import ApiView
 from appliance.api.schema import errors
 from appliance.models import Channel
 from appliance.permissions import allowed
+from channel_engine import ChannelEngineError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 COUNTERS = {
@@ -168,7 +169,11 @@ class MetricsView(ApiView):
                 status, _ = channels.status_of(row)
                 if status is None:
                     down.append(row.name)
+                    continue
+                try:  # reads each subscription's head: the channel may go meanwhile
+                    subs = lag.subscription_lag(row, status)
+                except (ChannelEngineError, OSError):
+                    down.append(row.name)
                 else:
-                    statuses.append({**status,
-                                     "subscription_lag": lag.subscription_lag(row, status)})
+                    statuses.append({**status, "subscription_lag": subs})
         return HttpResponse(render(statuses, down), content_type=CONTENT_TYPE)

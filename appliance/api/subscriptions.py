@@ -22,6 +22,8 @@ channel's export drains it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -30,20 +32,13 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from appliance import channels, lag
+from appliance import channels, lag, manage_subscriptions
 from appliance.api.base import ApiView
-from appliance.api.problems import Problem
 from appliance.api.schema import RequiredBodySchema, errors
+from appliance.manage_subscriptions import MAX_I64, NAME_PATTERN
 from appliance.models import Channel
-from channel_engine import (
-    DEFAULT_SUBSCRIPTION,
-    ChannelEngineError,
-    UnknownSubscriptionError,
-    check_subscription_name,
-)
+from channel_engine import ChannelEngineError, UnknownSubscriptionError, check_subscription_name
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # channel_engine.check_subscription_name's rule
-MAX_I64 = 2**63 - 1
 POSITION = {"oneOf": [
     {"type": "string", "enum": ["earliest", "latest"]},
     {"type": "object", "additionalProperties": False, "required": ["timestamp_ms"],
@@ -83,38 +78,6 @@ _SUB = OpenApiParameter("sub", {"type": "string"}, OpenApiParameter.PATH,
                         description="the subscription's name")
 
 
-def position(value: Any, field: str, partitions: int) -> Any:
-    """The engine's position for a request's `start` or `to`; ValidationError naming the
-    field when it is none of the four forms (module doc)."""
-    if value in ("earliest", "latest"):
-        return value
-    if isinstance(value, dict) and set(value) == {"timestamp_ms"}:
-        stamp = value["timestamp_ms"]
-        if type(stamp) is int and 0 <= stamp <= MAX_I64:
-            return value
-        raise ValidationError({field: ["timestamp_ms must be an integer >= 0 (ms since "
-                                       "the epoch)"]})
-    if isinstance(value, dict) and set(value) == {"offsets"}:
-        return _offsets(value["offsets"], field, partitions)
-    raise ValidationError({field: ['expected "earliest", "latest", {"timestamp_ms": t} or '
-                                   '{"offsets": {"<partition>": offset}}']})
-
-
-def _offsets(offsets: Any, field: str, partitions: int) -> dict[int, int]:
-    if not isinstance(offsets, dict) or not offsets:
-        raise ValidationError({field: ["offsets must be an object of partition -> offset"]})
-    heads = {}
-    for key, offset in offsets.items():
-        if not (key.isascii() and key.isdigit() and int(key) < partitions):
-            raise ValidationError({field: [f"offsets: the channel has partitions 0 to "
-                                           f"{partitions - 1}, not {key!r}"]})
-        if type(offset) is not int or not 0 <= offset <= MAX_I64:
-            raise ValidationError({field: [f"offsets: partition {key}'s offset must be an "
-                                           "integer >= 0"]})
-        heads[int(key)] = offset
-    return heads
-
-
 def subscription_json(row: Channel, name: str) -> dict[str, Any]:
     """One subscription of the channel as the API shows it; 404 when there is none."""
     status = channels.open_channel(row).status()
@@ -123,22 +86,25 @@ def subscription_json(row: Channel, name: str) -> dict[str, Any]:
     return lag.subscription_lag(row, status)[name]
 
 
-def _engine_refusal(exc: ValueError, field: str) -> ValidationError:
-    """A position the engine refused (an offset outside the log): a 400 naming the field."""
-    return ValidationError({field: [str(exc)]})
+@contextmanager
+def _refused_input(field: str) -> Iterator[None]:
+    """The ValueError of a bad request field as a 400 naming it (the engine's errors pass:
+    SubscriptionExistsError is a ValueError too, and a 409)."""
+    try:
+        yield
+    except ChannelEngineError:
+        raise
+    except ValueError as exc:
+        raise ValidationError({field: [str(exc)]}) from exc
 
 
 class SubscriptionsView(ApiView):
     """List a channel's subscriptions, or add one."""
 
     role = "consume"
+    method_roles = {"POST": "admin"}
     schema = RequiredBodySchema()
     parser_classes = [JSONParser]
-
-    def get_permissions(self) -> list[Any]:
-        """Reading needs consume; adding, admin."""
-        self.role = "admin" if self.request.method == "POST" else "consume"
-        return super().get_permissions()
 
     @extend_schema(operation_id="subscriptions_list", responses={200: LIST, **errors(404, 503)})
     def get(self, request: Request, name: str) -> Response:
@@ -156,17 +122,11 @@ class SubscriptionsView(ApiView):
         unknown = sorted(set(body) - {"name", "start"})
         if unknown:
             raise ValidationError({unknown[0]: ["unknown field"]})
-        try:
+        with _refused_input("name"):
             sub = check_subscription_name(body.get("name"))
-        except ValueError as exc:
-            raise ValidationError({"name": [str(exc)]}) from exc
-        start = position(body.get("start", "earliest"), "start", self.row.partitions)
-        try:
-            channels.open_channel(self.row).add_subscription(sub, start)
-        except ChannelEngineError:  # SubscriptionExistsError is a ValueError too: a 409
-            raise
-        except ValueError as exc:
-            raise _engine_refusal(exc, "start") from exc
+        with _refused_input("start"):
+            manage_subscriptions.add(self.row, sub, manage_subscriptions.position(
+                body.get("start", "earliest"), self.row.partitions))
         return Response(subscription_json(self.row, sub), status=201)
 
 
@@ -174,11 +134,7 @@ class SubscriptionView(ApiView):
     """One subscription: describe or remove it."""
 
     role = "consume"
-
-    def get_permissions(self) -> list[Any]:
-        """Reading needs consume; removing, admin."""
-        self.role = "admin" if self.request.method == "DELETE" else "consume"
-        return super().get_permissions()
+    method_roles = {"DELETE": "admin"}
 
     @extend_schema(operation_id="subscription_detail", parameters=[_SUB],
                    responses={200: SUBSCRIPTION, **errors(404, 503)})
@@ -190,13 +146,7 @@ class SubscriptionView(ApiView):
                    responses={204: None, **errors(404, 409, 503)})
     def delete(self, request: Request, name: str, sub: str) -> Response:
         """Remove a subscription with no take open; what only it held is freed."""
-        if sub == DEFAULT_SUBSCRIPTION:
-            raise Problem(409, "channel-conflict", "subscription 'default' cannot be removed: "
-                          "takes that name no subscription use it", field="sub")
-        if sub == self.row.export_subscription:
-            raise Problem(409, "channel-conflict", f"the channel's export drains {sub!r}: "
-                          "set export_subscription to another first", field="sub")
-        channels.open_channel(self.row).remove_subscription(sub)
+        manage_subscriptions.remove(self.row, sub)  # Refused: api/handler.py
         return Response(status=204)
 
 
@@ -215,11 +165,7 @@ class SubscriptionResetView(ApiView):
         body = request.data
         if not isinstance(body, dict) or set(body) != {"to"}:
             raise ValidationError({"to": ["expected a JSON object with just `to`"]})
-        to = position(body["to"], "to", self.row.partitions)
-        try:
-            channels.open_channel(self.row).reset_subscription(sub, to)
-        except ChannelEngineError:
-            raise
-        except ValueError as exc:
-            raise _engine_refusal(exc, "to") from exc
+        with _refused_input("to"):
+            manage_subscriptions.reset(self.row, sub, manage_subscriptions.position(
+                body["to"], self.row.partitions))
         return Response(subscription_json(self.row, sub))

@@ -44,7 +44,6 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -53,7 +52,7 @@ from appliance.api.base import ApiView
 from appliance.api.events import EventOut, event_json
 from appliance.api.problems import Problem
 from appliance.api.schema import errors
-from appliance.api.subscriptions import NAME_PATTERN
+from appliance.manage_subscriptions import NAME_PATTERN
 from appliance.models import ApiToken, Channel
 from channel_engine import DEFAULT_SUBSCRIPTION, TakeCommittedError
 
@@ -104,11 +103,10 @@ class TakesView(ApiView):
     """Begin a take transaction and get its events."""
 
     role = "consume"
-    # JSON only: a form has no empty string or list that DRF tells apart from an omitted
-    # field (it would take `default` for a subscription sent as "")
-    parser_classes = [JSONParser]
 
-    @extend_schema(request=TakeRequest,
+    # documented as JSON: a form's empty field reads as an omitted one in DRF (a
+    # subscription sent as "" would take from `default`); forms are taken as before
+    @extend_schema(request={"application/json": TakeRequest},
                    responses={200: _TakeResponse, **errors(400, 404, 409, 415, 503)})
     def post(self, request: Request, name: str) -> HttpResponse:
         """Take up to max_events events under a lease."""

@@ -18,16 +18,14 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import ValidationError
 
-from appliance import channels, exports, tasks
-from appliance.api.subscriptions import position
+from appliance import channels, exports, manage_subscriptions, tasks
 from appliance.manage_channels import Refused, change_channel, delete_channel
 from appliance.models import ApiToken, Channel
 from appliance.ui import state
 from appliance.ui.access import operator_required
 from appliance.ui.forms import TokenForm
-from channel_engine import ChannelEngineError, check_subscription_name
+from channel_engine import ChannelEngineError
 from channel_engine.tools.verify import verify_channel
 
 RUN_NOW: dict[str, tuple[Task, dict[str, Any], str]] = {
@@ -157,39 +155,42 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _position(request: HttpRequest, prefix: str, partitions: int) -> Any:
-    """The position a subscription form chose (appliance/api/subscriptions.py's forms);
-    ValueError saying what is wrong."""
+    """The position a subscription form chose (templates/ui/_position_fields.html); a time
+    without an offset is UTC. ValueError saying what is wrong."""
     chosen = request.POST.get(prefix, "earliest")
-    if chosen in ("earliest", "latest"):
-        return chosen
     if chosen == "timestamp":
         text = request.POST.get(f"{prefix}_time", "")
         try:
-            when = datetime.fromisoformat(text).replace(tzinfo=UTC)
+            when = datetime.fromisoformat(text)
         except ValueError:
             raise ValueError(f"time: expected a date and time, not {text!r}") from None
-        return {"timestamp_ms": max(0, int(when.timestamp() * 1000))}
-    if chosen == "offsets":
-        offsets: dict[str, int] = {}
-        for pair in request.POST.get(f"{prefix}_offsets", "").replace(",", " ").split():
-            partition, _, offset = pair.partition(":")
-            if not (partition.isdigit() and offset.isdigit()):
-                raise ValueError(f"offsets: expected partition:offset pairs, not {pair!r}")
-            offsets[partition] = int(offset)
-        try:
-            return position({"offsets": offsets}, prefix, partitions)
-        except ValidationError as exc:
-            raise ValueError(" ".join(str(m) for m in exc.detail[prefix])) from None
-    raise ValueError(f"choose earliest, latest, a time or offsets, not {chosen!r}")
+        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+        chosen = {"timestamp_ms": max(0, int(when.timestamp() * 1000))}
+    elif chosen == "offsets":
+        chosen = {"offsets": dict(_pair(text) for text in request.POST.get(
+            f"{prefix}_offsets", "").replace(",", " ").split())}
+    return manage_subscriptions.position(chosen, partitions)
 
 
-def _subscription_change(request: HttpRequest, name: str, change: Callable[[Any], str]
+def _pair(text: str) -> tuple[str, int]:
+    """"partition:offset" as ("partition", offset)."""
+    partition, _, offset = text.partition(":")
+    if not (partition.isascii() and partition.isdigit() and offset.isascii()
+            and offset.isdigit()):
+        raise ValueError(f"offsets: expected partition:offset pairs, not {text!r}")
+    return partition, int(offset)
+
+
+def _subscription_change(request: HttpRequest, name: str, change: Callable[[Channel], str]
                          ) -> HttpResponse:
     """Run a change of one of the channel's subscriptions; say what it did or why not."""
     row = get_object_or_404(Channel, name=name)
     try:
         messages.success(request, change(row))
-    except (ValueError, ChannelEngineError) as exc:  # refused: busy, exists, a bad position
+    except Refused as refused:  # default, or the scheduled export's
+        messages.error(request, "Not done: " + " ".join(
+            m for ms in refused.errors.values() for m in ms))
+    except (ValueError, ChannelEngineError) as exc:  # busy, exists, a bad position
         messages.error(request, f"Not done: {exc}")
     return redirect("ui:channel", name=name)
 
@@ -199,10 +200,9 @@ def _subscription_change(request: HttpRequest, name: str, change: Callable[[Any]
 def subscription_add(request: HttpRequest, name: str) -> HttpResponse:
     """Add a subscription at the position the form chose."""
     def add(row: Channel) -> str:
-        sub = check_subscription_name(request.POST.get("name", ""))
         start = _position(request, "start", row.partitions)
-        channels.open_channel(row).add_subscription(sub, start)
-        return f"Subscription {sub} added at {_said(start)}."
+        manage_subscriptions.add(row, request.POST.get("name", ""), start)
+        return f"Subscription {request.POST['name']} added at {_said(start)}."
     return _subscription_change(request, name, add)
 
 
@@ -212,7 +212,7 @@ def subscription_reset(request: HttpRequest, name: str, sub: str) -> HttpRespons
     """Reset a subscription (asked first in the browser); refused with takes open."""
     def reset(row: Channel) -> str:
         to = _position(request, "to", row.partitions)
-        channels.open_channel(row).reset_subscription(sub, to)
+        manage_subscriptions.reset(row, sub, to)
         return f"Subscription {sub} reset to {_said(to)}."
     return _subscription_change(request, name, reset)
 
@@ -222,15 +222,13 @@ def subscription_reset(request: HttpRequest, name: str, sub: str) -> HttpRespons
 def subscription_remove(request: HttpRequest, name: str, sub: str) -> HttpResponse:
     """Remove a subscription (asked first in the browser); refused with takes open."""
     def remove(row: Channel) -> str:
-        if sub == row.export_subscription:
-            raise ValueError(f"the channel's export drains {sub!r}: set export_subscription "
-                             "to another first")
-        channels.open_channel(row).remove_subscription(sub)
+        manage_subscriptions.remove(row, sub)
         return f"Subscription {sub} removed."
     return _subscription_change(request, name, remove)
 
 
 def _said(where: Any) -> str:
+    """A position in words, for the page's message."""
     if isinstance(where, str):
         return where
     if "timestamp_ms" in where:

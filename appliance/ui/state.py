@@ -17,18 +17,24 @@ def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] 
     return channels.status_of(row, segments)
 
 
-def export_lag(row: Channel, status: dict[str, Any]) -> dict[str, Any] | None:
+def export_lag(row: Channel, status: dict[str, Any],
+               subscriptions: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """How far exports are behind: their subscription's lag (None for a channel that is
-    never exported; events None before its subscription was made)."""
+    never exported; events None before its subscription was made); `subscriptions`:
+    lag.subscription_lag's figures when the caller has them."""
     newest = ExportRun.objects.filter(channel=row.name).first()
     if row.export_interval_ms is None and newest is None:
         return None
     last_ok = ExportRun.objects.filter(channel=row.name, outcome=ExportRun.OK).first()
     queue = status["subscriptions"].get(row.export_subscription)  # made by its first run
-    oldest = None if queue is None else lag.oldest_untaken_ms(row, queue["partitions"])
+    if queue is not None and subscriptions is not None:
+        age = subscriptions[row.export_subscription]["oldest_untaken_age_ms"]
+    else:
+        oldest = None if queue is None else lag.oldest_untaken_ms(row, queue["partitions"])
+        age = None if oldest is None else max(0, int(time.time() * 1000) - oldest)
     return {"subscription": row.export_subscription,
             "events": None if queue is None else queue["events_untaken"],
-            "age_ms": None if oldest is None else max(0, int(time.time() * 1000) - oldest),
+            "age_ms": age,
             "last_ok": last_ok,
             "running": newest if newest and newest.outcome == ExportRun.RUNNING else None}
 
@@ -56,8 +62,9 @@ def channel_state(row: Channel) -> dict[str, Any]:
                                                  task="weir.retention_channel").first(),
     }
     if status is not None:
-        state["export"] = export_lag(row, status)
-        state["subscriptions"] = list(lag.subscription_lag(row, status).values())
+        subscriptions = lag.subscription_lag(row, status)
+        state["export"] = export_lag(row, status, subscriptions)
+        state["subscriptions"] = list(subscriptions.values())
         tables = [part.get("segment_table", []) for part in status["partitions"]]
         state["deletable"] = sum(1 for table in tables for seg in table if seg["deletable"])
     return state

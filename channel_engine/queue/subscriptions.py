@@ -11,6 +11,9 @@ replayed into nothing).
 Positions (Kafka's `kafka-consumer-groups --reset-offsets` choices), per partition:
   "earliest"             the log start: every event still stored;
   "latest"               the last stable offset: only events put from now on;
+  "slowest"              where the subscription with the most events untaken stands (its
+                         taken-through offset): no event the channel does not hold for a
+                         consumer already, so an add never makes the channel fuller;
   {"timestamp_ms": t}    the first event with a timestamp >= t (the time index), or the
                          last stable offset when there is none;
   {partition: offset}    that offset, within [log start, last stable offset]; the
@@ -174,9 +177,13 @@ class Subscriptions:
             return list(starts)
         if where == "latest":
             return list(ends)
+        if where == "slowest":
+            slowest = max(state.subscriptions.values(), key=lambda sub: sub.untaken)
+            return [max(starts[p], min(q.taken_through, ends[p]))
+                    for p, q in enumerate(slowest.queues)]
         if not isinstance(where, Mapping):
-            raise ValueError(f'a position is "earliest", "latest", {{"timestamp_ms": t}} or '
-                             f"{{partition: offset}}, not {where!r}")
+            raise ValueError(f'a position is "earliest", "latest", "slowest", '
+                             f'{{"timestamp_ms": t}} or {{partition: offset}}, not {where!r}')
         if set(where) == {"timestamp_ms"}:
             stamp = where["timestamp_ms"]  # type: ignore[index]
             if type(stamp) is not int or stamp < 0:

@@ -154,15 +154,15 @@ class Exporter:
         return self._finish("ok")
 
     def _take(self, channel: Channel) -> TakeTransaction:
-        """Step 2's take, of the run's subscription: one the channel lacks is added at
-        earliest first (every event the log still holds; commit records skip what an
-        earlier run of another subscription exported)."""
+        """Step 2's take, of the run's subscription: one the channel lacks is added first,
+        where the subscription most behind stands ("slowest": never a fuller channel;
+        commit records skip whatever an earlier run of another subscription exported)."""
         name = self.settings.subscription
         if name not in channel.subscriptions():
             try:
-                channel.add_subscription(name, "earliest")
+                channel.add_subscription(name, "slowest")
                 self.progress(f"export {self.config.name}: added subscription {name!r} "
-                              "at earliest")
+                              "where the slowest subscription stands")
             except SubscriptionExistsError:  # added meanwhile (by an operator): use it
                 pass
         return channel.take(subscription=name)

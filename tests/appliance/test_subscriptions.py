@@ -45,11 +45,11 @@ def take(client: APIClient, subscription: str | None = None, n: int = 100) -> An
     return client.post("/api/v1/channels/orders/takes", body, format="json")
 
 
-def drain(client: APIClient, subscription: str | None = None) -> list[str]:
+def drain(client: APIClient, subscription: str | None = None, n: int = 100) -> list[str]:
     """Take and commit until the subscription has nothing left; the bodies taken."""
     bodies: list[str] = []
     while True:
-        response = take(client, subscription)
+        response = take(client, subscription, n)
         assert response.status_code == 200, response.content
         result = response.json()
         if not result["events"]:
@@ -133,10 +133,12 @@ def test_refusals_of_the_channels_state_say_why(orders: Channel) -> None:
     problem(admin.delete(f"{URL}/nope"), 404, "subscription-not-found")
     problem(admin.post(f"{URL}/nope/reset", {"to": "earliest"}, format="json"), 404,
             "subscription-not-found")
-    problem(admin.delete(f"{URL}/default"), 409, "channel-conflict", field="sub")
-    orders.export_subscription = "archive"
-    orders.save()
-    problem(admin.delete(f"{URL}/archive"), 409, "channel-conflict", field="sub")
+    problem(admin.delete(f"{URL}/default"), 409, "channel-conflict", field="subscription")
+    problem(admin.delete(f"{URL}/export"), 404, "subscription-not-found")  # unscheduled
+    response = admin.patch("/api/v1/channels/orders", {
+        "export_subscription": "archive", "export_interval_ms": 60_000}, format="json")
+    assert response.status_code == 200, response.content
+    problem(admin.delete(f"{URL}/archive"), 409, "channel-conflict", field="subscription")
     assert list(subscriptions(admin)) == ["default", "archive"]
 
 
@@ -321,3 +323,47 @@ def test_the_channel_page_shows_subscriptions_and_adds_resets_and_removes_them(
     assert channel.subscriptions() == ["default"]
     status = operator.get("/channels/orders/status").content.decode()
     assert 'data-subscription="archive"' not in status
+
+
+def test_scheduling_the_export_late_never_fills_the_channel(tmp_path: Path) -> None:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        row = channel_row(tmp_path, capacity=10, transaction_capacity=10)
+        admin = token_client("admin")
+        for _ in range(3):  # 24 events through a channel of 10, drained by a consumer
+            put(row, [b"x"] * 8)
+            drain(admin, n=10)
+        response = admin.patch("/api/v1/channels/orders", {"export_interval_ms": 60_000},
+                               format="json")
+        assert response.status_code == 200, response.content
+        subs = response.json()["status"]["subscriptions"]
+        assert subs["export"]["events_untaken"] == 0  # where default stands, not earliest
+        put(row, [b"y"] * 8)  # puts still fit
+        channels.close_all()
+
+
+def test_moving_the_export_to_another_subscription_removes_the_old_one(
+        orders: Channel) -> None:
+    admin = token_client("admin")
+    response = admin.patch("/api/v1/channels/orders", {"export_interval_ms": 60_000},
+                           format="json")
+    assert list(response.json()["status"]["subscriptions"]) == ["default", "export"]
+    response = admin.patch("/api/v1/channels/orders", {"export_subscription": "hdfs"},
+                           format="json")
+    assert list(response.json()["status"]["subscriptions"]) == ["default", "hdfs"]
+    response = admin.patch("/api/v1/channels/orders", {"export_subscription": "default"},
+                           format="json")
+    assert list(response.json()["status"]["subscriptions"]) == ["default"]
+    response = admin.patch("/api/v1/channels/orders", {"export_subscription": "archive",
+                                                       "export_interval_ms": None},
+                           format="json")
+    assert list(response.json()["status"]["subscriptions"]) == ["default"]  # default stays
+
+
+def test_an_unscheduled_exports_subscription_may_be_removed(orders: Channel) -> None:
+    channels.open_channel(orders).add_subscription("export", "slowest")  # an "export now"
+    assert token_client("admin").delete(f"{URL}/export").status_code == 204
+
+
+def test_an_admin_token_is_never_scoped_to_subscriptions(orders: Channel) -> None:
+    with pytest.raises(ValueError, match="admin"):
+        ApiToken.issue("root", ["admin"], [orders], ["archive"])

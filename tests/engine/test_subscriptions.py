@@ -72,6 +72,22 @@ def test_a_subscription_starts_where_it_is_told(tmp_path: Path) -> None:
         assert take(channel, "from-7") == names(7, 12)
 
 
+def test_a_subscription_added_at_slowest_starts_where_the_most_behind_one_stands(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2, capacity=12, transaction_capacity=12)
+    with Channel.open(config) as channel:
+        put(channel, 0, 8)
+        assert take(channel, n=12) == names(0, 8)
+        channel.add_subscription("archive", "slowest")  # default took all: nothing back
+        assert take(channel, "archive", 12) == []
+        put(channel, 8, 12)
+        channel.add_subscription("audit", "earliest")  # 12 untaken: the channel is full
+        channel.add_subscription("export", "slowest")  # audit's place: every event
+        assert channel.status()["subscriptions"]["export"]["events_untaken"] == 12
+        assert take(channel, "export", 12) == names(0, 12)
+        assert take(channel, "archive", 12) == names(8, 12)
+
+
 def test_reset_moves_a_subscription_and_is_refused_while_it_has_takes_open(
         tmp_path: Path) -> None:
     with Channel.open(make_config(tmp_path, partitions=2)) as channel:

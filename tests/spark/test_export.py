@@ -325,20 +325,21 @@ def test_an_export_on_its_own_subscription_and_a_consumer_each_see_every_event(
         tmp_path: Path, spark: Any, output: str) -> None:
     config = make_channel(tmp_path, 0, partitions=2)
     with Channel.open(config) as owner:
+        owner.add_subscription("export")  # as the appliance does when it schedules exports
         put_events(owner, 0, 200)
         with owner.take() as consumer:  # a consumer of default takes everything first
             assert len(consumer.take(200)) == 200
-        report = export_here(spark, config, output, subscription="export")
-        assert report["rows"] == 200 and "added subscription 'export' at earliest" in \
-            report["log"][0]
+        assert export_here(spark, config, output, subscription="export")["rows"] == 200
         put_events(owner, 200, 260)
         assert export_here(spark, config, output, subscription="export")["rows"] == 60
         subs = owner.status()["subscriptions"]
         assert subs["export"]["events_untaken"] == 0 and subs["default"]["events_untaken"] == 60
-        # moved to another subscription (a new one starts at earliest): the commit records
-        # skip every range already out, nothing is written twice
+        # the export moved to a subscription the channel lacks: the run adds it where the
+        # slowest (default) stands, and the commit records skip its 60 events, out already
         report = export_here(spark, config, output, subscription="hdfs")
+        assert "added subscription 'hdfs' where the slowest" in report["log"][0]
         assert report["rows"] == 0 and sum(len(p["skipped"]) for p in report["partitions"])
+        assert owner.status()["subscriptions"]["hdfs"]["events_untaken"] == 0
     assert as_put(exported(spark, output)) == sorted(event(i) for i in range(260))
 
 
