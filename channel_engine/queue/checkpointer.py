@@ -100,7 +100,8 @@ class Checkpointer:
         """Write a checkpoint (open and close call this even when not writable for puts).
         With `change` (a subscription added, removed or reset: subscriptions.py), the
         change is made under the lock just before the snapshot, so the checkpoint holds it,
-        and settled once the primary is written (kept) or failed (undone)."""
+        and settled once the primary is written (kept) or failed (undone); a change that
+        raises (refused) leaves nothing written and nothing open."""
         home, backup = self.config.home, self.backup_dir()
         self._home_lock.check()
         with self._state.checkpoint_lock:
@@ -111,7 +112,11 @@ class Checkpointer:
             locked = time.perf_counter()
             with self._state.lock:
                 self._takes.expire()
-                settle = change() if change is not None else None
+                try:
+                    settle = change() if change is not None else None
+                except BaseException:  # refused, nothing written: the next checkpoint of
+                    next_journal.close()  # this sequence opens the same file again
+                    raise
                 saved, journalled = self._snapshot(sequence)
                 old_journal, self._state.journal = self._state.journal, next_journal
             lock_held_ms = (time.perf_counter() - locked) * 1000

@@ -47,6 +47,9 @@ def crash(channel: Channel) -> None:
         owner.state.journal._fd = -1
     for log in owner.logs:
         log.state.release_dir_lock()
+        if log.state.state_fd >= 0:  # log.state, held open for in-place writes
+            os.close(log.state.state_fd)
+            log.state.state_fd = -1
         for segment in log.segments + tuple(log.state.pending_deletes):
             segment.close()
     if owner.home_lock.fd >= 0:

@@ -1,30 +1,42 @@
 """Channel against a queue model: a hypothesis state machine.
 
-The model is, per partition, the committed events by offset and the sorted offsets still
-queued, plus the open take transactions with what each reserved, and the set of events
-taken for good. A take serves each partition's lowest queued offsets: events a take
-returned (rollback, lapsed lease, dead owner or client) come back ahead of everything never
-taken, in offset order.
+The model is, per partition, the committed events by offset, and per subscription one
+queue: per partition its sorted offsets still queued, and where every other offset went for
+it (taken by a committed take, lost, or before the position it was placed at); plus the
+open take transactions, each of one subscription, with what each reserved. A take serves
+each partition's lowest queued offsets of its subscription: events a take returned
+(rollback, lapsed lease, dead owner or client) come back ahead of everything never taken,
+in offset order. A put adds its events to every subscription's queue; a loss takes them
+out of every one.
 
 Each step does one thing to the real channel: put (commit, rollback, or a `with` block that
-exits cleanly or with an error), begin a take (with or without a lease), take more, commit
-or roll back a take, take in a `with` block, put and take through a second Channel that
-is a client of the owner (its open take rolls back when it disconnects), let time pass
-(leases lapse), checkpoint, flush, apply retention, look at a read-only snapshot, lose a
-range of offsets (as a read meeting damage reports it: the channel takes its untaken
-events out of the queue and out of open takes, counts and records them) and acknowledge
-the losses, crash the
-owner (kill -9 between two steps) or close it and reopen (sometimes with one more partition
-or another codec), use a take left over from before a reopen (it must be dead). After every
-step the channel's status is compared with the model: counts per partition, the head of
-each queue, log end offsets, open takes, the counters, the losses and health; a reopen
-also checks what recovery reports (nothing lost, aborted or dropped at open; the journal
-commits it replayed).
+exits cleanly or with an error), begin a take of a subscription (with or without a lease),
+take more, commit or roll back a take, take in a `with` block, put and take through a
+second Channel that is a client of the owner (its open take rolls back when it
+disconnects), let time pass (leases lapse), checkpoint, flush, apply retention, look at a
+read-only snapshot, lose a range of offsets (as a read meeting damage reports it: the
+channel takes its untaken events out of every queue and out of open takes, counts and
+records them) and acknowledge the losses, add a subscription (at the earliest or latest
+offset, at an offset per partition, or at a time), remove one, reset one (Kafka's
+--reset-offsets; refused while it has takes open), crash the owner (kill -9 between two
+steps) or close it and reopen (sometimes with one more partition or another codec), use a
+take left over from before a reopen (it must be dead). After every step the channel's
+status is compared with the model: every subscription's counts and head per partition,
+its open takes and take counters; the channel's, which are its slowest subscription's;
+log end offsets, open takes, the counters, the losses and health; a reopen also checks
+what recovery reports (nothing lost, aborted or dropped at open; the journal commits it
+replayed). A subscription change is durable when it returns (it writes a checkpoint), so
+the subscriptions and their positions after a crash are the model's.
 
-Every event body is unique (a counter), so an event taken twice, lost, or coming back after
-its take committed shows up as a mismatch. Keyed events must land where Kafka's default
-partitioner puts them (murmur2 from kafka-python, an implementation independent of the
-engine's); keyless events of one put must land together in one partition.
+Every event body is unique (a counter), so an event taken twice by one subscription, lost,
+or coming back after its take committed shows up as a mismatch. Keyed events must land
+where Kafka's default partitioner puts them (murmur2 from kafka-python, an implementation
+independent of the engine's); keyless events of one put must land together in one
+partition.
+
+The log start offset (where "earliest" is) depends on which segments a checkpoint could
+delete, so on their sizes: the model learns it from the engine, and checks that it never
+moves back and never passes an event some subscription has not taken.
 
 Configurations are drawn so that segments roll all the time and checkpoints delete
 fully-taken segments: small segment_bytes, 1..3 partitions, fsync or policy durability,
@@ -46,6 +58,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from channel_helpers import crash, make_config
@@ -67,10 +80,13 @@ from channel_engine import (
     ChannelFullError,
     Event,
     PutTransaction,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
     TakeExpiredError,
     TakeTransaction,
     TransactionCapacityError,
     TransactionStateError,
+    UnknownSubscriptionError,
 )
 from channel_engine.log.recovery import LostRange
 
@@ -79,17 +95,26 @@ with warnings.catch_warnings():  # kafka-python's protocol schemas use deprecate
     from kafka.partitioner.default import murmur2
 
 START_MS = 1_700_000_000_000
+STAMP_SPREAD_MS = 10_000_000  # events are put with timestamps START_MS +- this, or none
 CODECS = ["none", "gzip", "lz4", "zstd"]
 MAX_OPEN_TAKES = 4
 STEPS_BEFORE_REOPEN = 3
 MODEL_COUNTERS = ("put_attempts", "put_successes", "put_errors", "take_attempts",
                   "take_successes", "rollbacks", "takes_expired", "aborted_events",
                   "dropped_events", "lost_events")
+DEFAULT = "default"
+SUBSCRIPTIONS = ("archive", "live", "sink")  # the names the machine adds, besides default
+SUBSCRIPTION_COUNTERS = ("take_attempts", "take_successes", "rollbacks", "takes_expired",
+                         "dropped_events", "lost_events")
+QUEUE_FIGURES = ("taken_through", "events_queued", "events_untaken", "events_in_flight")
 
 keys = st.none() | st.sampled_from([b"k%d" % i for i in range(8)]) | st.binary(max_size=6)
 headers = st.none() | st.dictionaries(st.sampled_from(["a", "b", "trace"]),
                                       st.binary(max_size=6), max_size=2)
-timestamps = st.none() | st.integers(START_MS - 10_000_000, START_MS + 10_000_000)
+timestamps = st.none() | st.integers(START_MS - STAMP_SPREAD_MS, START_MS + STAMP_SPREAD_MS)
+
+Place = tuple[int, int]  # (partition, offset)
+Position = str | dict[Any, int]  # as add_subscription and reset_subscription take it
 
 
 @dataclass(frozen=True)
@@ -118,13 +143,34 @@ class Sent:
 
 @dataclass
 class ModelTake:
-    """An open take transaction and what it reserved, (partition, offset) in take order."""
+    """An open take transaction of a subscription and what it reserved, (partition, offset)
+    in take order."""
 
     tx: TakeTransaction
     deadline_ms: int | None
-    reserved: list[tuple[int, int]] = field(default_factory=list)
+    subscription: str
+    reserved: list[Place] = field(default_factory=list)
     taken: int = 0
     expired: bool = False  # its lease ran out: its events are queued again
+
+
+@dataclass
+class ModelSubscription:
+    """One subscription's queue: per partition the offsets a take of it may get, sorted
+    (returned events come back ahead of the never taken, in offset order); and where every
+    other offset of the log went for it, besides its open takes."""
+
+    queued: list[list[int]]
+    consumed: set[Place] = field(default_factory=set)  # its takes committed them
+    lost: set[Place] = field(default_factory=set)  # untaken by it when their range was lost
+    # before the position it was placed at, or lost before it got there: never its to take
+    skipped: set[Place] = field(default_factory=set)
+    counters: Counter[str] = field(default_factory=Counter)  # its take counters, this owner's
+
+    def forget(self, partition: int) -> None:
+        """Forget where the offsets of a partition went (a reset places it again)."""
+        for places in (self.consumed, self.lost, self.skipped):
+            places -= {place for place in places if place[0] == partition}
 
 
 class Boom(Exception):
@@ -161,6 +207,13 @@ def kafka_partition(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+def kind_of(position: Position) -> str:
+    """What kind of position it is, for hypothesis's statistics."""
+    if isinstance(position, str):
+        return position
+    return "a time" if "timestamp_ms" in position else "offsets"
+
+
 class ChannelMachine(RuleBasedStateMachine):
     """One channel and its model."""
 
@@ -172,10 +225,11 @@ class ChannelMachine(RuleBasedStateMachine):
         self.clock_ms = START_MS
         self.counter = 0  # makes every body unique
         self.stored: list[dict[int, Sent]] = []  # per partition: offset -> committed event
-        self.queued: list[list[int]] = []  # per partition: offsets a take may get, sorted
         self.log_end: list[int] = []
-        self.consumed: set[tuple[int, int]] = set()  # taken and committed
-        self.lost: set[tuple[int, int]] = set()  # untaken when their range was lost
+        self.log_start: list[int] = []  # as the engine last reported it (learn_log_starts)
+        # by name, in the order they were added (the engine's): default first
+        self.subscriptions: dict[str, ModelSubscription] = {DEFAULT: ModelSubscription([])}
+        self.lost: set[Place] = set()  # untaken by some subscription when their range was lost
         self.loss_records: dict[tuple[int, int, int], bool] = {}  # key -> acknowledged
         self.takes: dict[int, ModelTake] = {}
         self.take_ids = 0
@@ -207,34 +261,51 @@ class ChannelMachine(RuleBasedStateMachine):
     def open(self) -> None:
         self.channel = Channel.open(self.cfg, clock=self.clock)
         assert self.ch.role == "owner"
-        while len(self.queued) < self.cfg.partitions:
+        while len(self.log_end) < self.cfg.partitions:  # a new partition: new in every queue
             self.stored.append({})
-            self.queued.append([])
             self.log_end.append(0)
+            self.log_start.append(0)
+            for sub in self.subscriptions.values():
+                sub.queued.append([])
         self.counters = Counter()  # a new owner counts from zero
+        for sub in self.subscriptions.values():
+            sub.counters = Counter()
         self.steps_since_open = 0
 
     def checkpointed(self) -> None:
         self.journal_takes = self.journal_puts = 0
         self.last_checkpoint_ms = self.now_ms()
 
-    def live_takes(self) -> list[ModelTake]:
-        return [t for t in self.takes.values() if not t.expired]
+    def live_takes(self, subscription: str | None = None) -> list[ModelTake]:
+        """The open takes whose lease has not run out, of one subscription or of all."""
+        return [t for t in self.takes.values() if not t.expired
+                and (subscription is None or t.subscription == subscription)]
 
-    def in_flight(self) -> list[tuple[int, int]]:
-        return [place for t in self.live_takes() for place in t.reserved]
+    def in_flight(self, subscription: str | None = None) -> list[Place]:
+        return [place for t in self.live_takes(subscription) for place in t.reserved]
 
-    def queued_total(self) -> int:
-        return sum(len(q) for q in self.queued)
+    def queued_total(self, subscription: str) -> int:
+        return sum(len(q) for q in self.subscriptions[subscription].queued)
+
+    def untaken_of(self, subscription: str) -> int:
+        """Its queued and in-flight events: its lag, as Kafka would say."""
+        return self.queued_total(subscription) + len(self.in_flight(subscription))
 
     def untaken(self) -> int:
-        return self.queued_total() + len(self.in_flight())
+        """The slowest subscription's untaken events: what capacity counts."""
+        return max(self.untaken_of(name) for name in self.subscriptions)
 
-    def requeue(self, places: list[tuple[int, int]]) -> None:
+    def count(self, subscription: str, counter: str, amount: int = 1) -> None:
+        """A take counter moves for the channel and for the take's subscription."""
+        self.counters[counter] += amount
+        self.subscriptions[subscription].counters[counter] += amount
+
+    def requeue(self, subscription: str, places: list[Place]) -> None:
         """Events of a take that ended without commit: queued again, in offset order."""
+        queued = self.subscriptions[subscription].queued
         for p, offset in places:
-            assert offset not in self.queued[p]
-            bisect.insort(self.queued[p], offset)
+            assert offset not in queued[p]
+            bisect.insort(queued[p], offset)
 
     def check_event(self, got: Event) -> None:
         sent = self.stored[got.partition][got.offset]
@@ -242,27 +313,36 @@ class ChannelMachine(RuleBasedStateMachine):
         if sent.timestamp is not None:
             assert got.timestamp == sent.timestamp, got
 
-    def check_take(self, got: list[Event], n: int) -> None:
-        """A take of up to n events got the oldest queued ones of each partition; they leave
-        the queue (the caller records them as reserved)."""
-        assert len(got) == min(n, self.queued_total()), (n, self.queued_total(), got)
-        in_flight = set(self.in_flight())
+    def check_take(self, subscription: str, got: list[Event], n: int) -> None:
+        """A take of up to n events got the oldest queued ones of each partition of its
+        subscription; they leave its queue (the caller records them as reserved)."""
+        sub = self.subscriptions[subscription]
+        queued = self.queued_total(subscription)
+        assert len(got) == min(n, queued), (subscription, n, queued, got)
+        in_flight = set(self.in_flight(subscription))
         by_partition: dict[int, list[int]] = {}
         for e in got:
             place = (e.partition, e.offset)
-            assert place not in self.consumed, f"taken again after its take committed: {e}"
+            assert place not in sub.consumed, f"taken again after its take committed: {e}"
             assert place not in in_flight, f"in another open take: {e}"
             self.check_event(e)
             by_partition.setdefault(e.partition, []).append(e.offset)
         for p, offsets in by_partition.items():
-            head = self.queued[p][:len(offsets)]
-            assert offsets == head, f"partition {p}: took {offsets}, the head is {head}"
-            del self.queued[p][:len(offsets)]
+            head = sub.queued[p][:len(offsets)]
+            assert offsets == head, f"{subscription} {p}: took {offsets}, the head is {head}"
+            del sub.queued[p][:len(offsets)]
+
+    def pick_subscription(self, data: st.DataObject) -> str:
+        return data.draw(st.sampled_from(list(self.subscriptions)), label="subscription")
 
     # -- opening and reopening ----------------------------------------------------------------
-    @initialize(chosen=channel_settings(), prefill=st.lists(puts, max_size=6))
-    def create(self, chosen: dict[str, object], prefill: list[list[Spec]]) -> None:
-        """A new channel, with a few puts committed so that takes find segments to empty."""
+    @initialize(chosen=channel_settings(), prefill=st.lists(puts, max_size=6),
+                added=st.lists(st.sampled_from(SUBSCRIPTIONS), unique=True, max_size=2),
+                data=st.data())
+    def create(self, chosen: dict[str, object], prefill: list[list[Spec]], added: list[str],
+               data: st.DataObject) -> None:
+        """A new channel, with a few puts committed so that takes find segments to empty,
+        and a subscription or two besides default."""
         if chosen["use_dual_checkpoints"]:
             chosen = {**chosen, "backup_checkpoint_dir": str(self.root / "backup")}
         self.config = make_config(self.root, **chosen)
@@ -270,20 +350,23 @@ class ChannelMachine(RuleBasedStateMachine):
         self.checkpointed()
         for events in prefill:
             self.do_put(self.ch, events, "commit")
+        for name in added:
+            self.add(name, *self.draw_position(data, adding=True))
 
     @precondition(lambda self: self.steps_since_open >= STEPS_BEFORE_REOPEN)
     @rule(how=st.sampled_from(["crash", "close"]), grow=st.booleans(),
           compression=st.sampled_from(CODECS))
     def reopen(self, how: str, grow: bool, compression: str) -> None:
         """The owner dies or closes; the channel is opened again, sometimes with one more
-        partition (keys move) or another codec. Open takes are dead: their events return."""
+        partition (keys move) or another codec. Open takes are dead: their events return.
+        Every subscription is there, where the model has it."""
         in_flight = len(self.in_flight())
         if how == "crash":
             crash(self.ch)
         else:
             self.ch.close()
         for take in self.live_takes():
-            self.requeue(take.reserved)
+            self.requeue(take.subscription, take.reserved)
         self.dead.extend(take.tx for take in self.takes.values())
         self.takes.clear()
         changes: dict[str, object] = {"compression": compression}
@@ -292,6 +375,7 @@ class ChannelMachine(RuleBasedStateMachine):
             event("reopened with one more partition")
         self.config = self.cfg.replace(**changes)
         self.open()
+        assert self.ch.subscriptions() == list(self.subscriptions)
         recovery = self.ch.status()["recovery"]
         assert recovery["problems"] == [], recovery
         assert recovery["checkpoint_source"] == "primary", recovery
@@ -305,6 +389,8 @@ class ChannelMachine(RuleBasedStateMachine):
         else:
             assert (recovery["take_commits_replayed"], recovery["put_commits_replayed"]) \
                 == (self.journal_takes, self.journal_puts), recovery
+        if len(self.subscriptions) > 1:
+            event("reopened with subscriptions besides default")
         self.checkpointed()  # opening checkpoints the replayed state
 
     # -- put ----------------------------------------------------------------------------------
@@ -375,7 +461,8 @@ class ChannelMachine(RuleBasedStateMachine):
 
     def record_put(self, specs: list[Spec], sent: list[Sent],
                    committed: list[tuple[int, int, int]]) -> None:
-        """Check where a committed put went; queue its events there."""
+        """Check where a committed put went; queue its events there, for every
+        subscription."""
         partitions = self.cfg.partitions
         counts = {p: last - first + 1 for p, first, last in committed}
         assert [p for p, _, _ in committed] == sorted(counts), f"one batch each: {committed}"
@@ -395,7 +482,8 @@ class ChannelMachine(RuleBasedStateMachine):
             assert len(mine) == last - first + 1
             for offset, sent_event in enumerate(mine, start=first):
                 self.stored[p][offset] = sent_event
-                self.queued[p].append(offset)
+                for sub in self.subscriptions.values():
+                    sub.queued[p].append(offset)
             self.log_end[p] = last + 1
         if len(committed) > 1:
             self.journal_puts += 1
@@ -403,13 +491,15 @@ class ChannelMachine(RuleBasedStateMachine):
 
     # -- take ---------------------------------------------------------------------------------
     @precondition(lambda self: len(self.takes) < MAX_OPEN_TAKES)
-    @rule(lease_ms=st.none() | st.integers(1, 2_000), n=st.integers(0, 18))
-    def begin_take(self, lease_ms: int | None, n: int) -> None:
-        """Begin a take, and take n events at once unless n is 0."""
+    @rule(data=st.data(), lease_ms=st.none() | st.integers(1, 2_000), n=st.integers(0, 18))
+    def begin_take(self, data: st.DataObject, lease_ms: int | None, n: int) -> None:
+        """Begin a take of a subscription, and take n events at once unless n is 0."""
         self.steps_since_open += 1
+        subscription = self.pick_subscription(data)
         self.take_ids += 1
         deadline = None if lease_ms is None else self.now_ms() + lease_ms
-        self.takes[self.take_ids] = ModelTake(self.ch.take(lease_ms), deadline)
+        self.takes[self.take_ids] = ModelTake(self.ch.take(lease_ms, subscription), deadline,
+                                              subscription)
         if n:
             self.take_more(self.take_ids, n)
 
@@ -436,8 +526,8 @@ class ChannelMachine(RuleBasedStateMachine):
             del self.takes[take_id]
             return
         got = take.tx.take(n)
-        self.counters["take_attempts"] += n
-        self.check_take(got, n)
+        self.count(take.subscription, "take_attempts", n)
+        self.check_take(take.subscription, got, n)
         take.reserved += [(e.partition, e.offset) for e in got]
         take.taken += len(got)
         assert take.tx.taken == take.taken
@@ -449,17 +539,19 @@ class ChannelMachine(RuleBasedStateMachine):
         del self.takes[take_id]
         if not commit:
             take.tx.rollback()  # after a lapsed lease too: nothing is left to return
-            self.counters["rollbacks"] += 1
-            if not take.expired:
-                self.requeue(take.reserved)
+            if take.expired:  # the engine has forgotten it: the channel counts it alone
+                self.counters["rollbacks"] += 1
+            else:
+                self.count(take.subscription, "rollbacks")
+                self.requeue(take.subscription, take.reserved)
         elif take.expired:
             with pytest.raises(TakeExpiredError):
                 take.tx.commit()
         else:
             take.tx.commit()
-            self.consumed.update(take.reserved)
-            self.counters["take_successes"] += len(take.reserved)  # lost ones left it
-            self.journal_takes += 1 if take.reserved else 0
+            self.subscriptions[take.subscription].consumed.update(take.reserved)
+            self.count(take.subscription, "take_successes", len(take.reserved))  # lost ones
+            self.journal_takes += 1 if take.reserved else 0  # left it
         with pytest.raises(TransactionStateError):
             take.tx.take(1)
 
@@ -478,46 +570,51 @@ class ChannelMachine(RuleBasedStateMachine):
             else:
                 tx.commit()
 
-    @rule(n=st.integers(1, 18), commit=st.booleans())
-    def take_in_a_block(self, n: int, commit: bool) -> None:
+    @rule(data=st.data(), n=st.integers(1, 18), commit=st.booleans())
+    def take_in_a_block(self, data: st.DataObject, n: int, commit: bool) -> None:
         """`with channel.take() as tx`: a clean exit commits, an exception rolls back."""
         self.steps_since_open += 1
-        self.take_and_end(self.ch, min(n, self.cfg.transaction_capacity),
+        self.take_and_end(self.ch, self.pick_subscription(data),
+                          min(n, self.cfg.transaction_capacity),
                           "commit" if commit else "error")
 
-    def take_and_end(self, channel: Channel, n: int, how: str) -> None:
-        """Take n events and end the take: commit (a clean `with`), error (an exception in
-        `with`: rollback) or disconnect (a client closes with the take open)."""
+    def take_and_end(self, channel: Channel, subscription: str, n: int, how: str) -> None:
+        """Take n events of a subscription and end the take: commit (a clean `with`), error
+        (an exception in `with`: rollback) or disconnect (a client closes with the take
+        open)."""
         got: list[Event] = []
         if how == "disconnect":
-            got = channel.take().take(n)
+            got = channel.take(subscription=subscription).take(n)
             channel.close()
         else:
             with pytest.raises(Boom) if how == "error" else contextlib.nullcontext(), \
-                    channel.take() as tx:
+                    channel.take(subscription=subscription) as tx:
                 got = tx.take(n)
                 if how == "error":
                     raise Boom
-        self.counters["take_attempts"] += n
-        self.check_take(got, n)
+        self.count(subscription, "take_attempts", n)
+        self.check_take(subscription, got, n)
         if how == "commit":
-            self.consumed.update((e.partition, e.offset) for e in got)
-            self.counters["take_successes"] += len(got)
+            self.subscriptions[subscription].consumed.update(
+                (e.partition, e.offset) for e in got)
+            self.count(subscription, "take_successes", len(got))
             self.journal_takes += 1 if got else 0
         else:
-            self.counters["rollbacks"] += 1
-            self.requeue([(e.partition, e.offset) for e in got])
+            self.count(subscription, "rollbacks")
+            self.requeue(subscription, [(e.partition, e.offset) for e in got])
 
-    @rule(events=puts, n=st.integers(1, 18),
+    @rule(data=st.data(), events=puts, n=st.integers(1, 18),
           how=st.sampled_from(["commit", "error", "disconnect"]))
-    def through_a_client(self, events: list[Spec], n: int, how: str) -> None:
+    def through_a_client(self, data: st.DataObject, events: list[Spec], n: int,
+                         how: str) -> None:
         """A second Channel on the same home is a client of the owner (over owner.sock):
-        put, then take and end the take, then close it."""
+        put, then take from a subscription and end the take, then close it."""
         client = Channel.open(self.cfg, clock=self.clock)
         try:
             assert client.role == "client"
             self.do_put(client, events, "with")
-            self.take_and_end(client, min(n, self.cfg.transaction_capacity), how)
+            self.take_and_end(client, self.pick_subscription(data),
+                              min(n, self.cfg.transaction_capacity), how)
         finally:
             client.close()
         # the owner rolls a closed connection's takes back on its own thread
@@ -525,6 +622,133 @@ class ChannelMachine(RuleBasedStateMachine):
         while self.ch.status()["open_takes"] != len(self.live_takes()):
             assert time.monotonic() < deadline, "a closed client's take never rolled back"
             time.sleep(0.001)
+
+    # -- subscriptions ------------------------------------------------------------------------
+    @rule(data=st.data(), name=st.sampled_from(SUBSCRIPTIONS))
+    def add_subscription(self, data: st.DataObject, name: str) -> None:
+        """Add a subscription at a position; a name the channel has already is refused."""
+        self.steps_since_open += 1
+        start, heads = self.draw_position(data, adding=True)
+        if name in self.subscriptions:
+            with pytest.raises(SubscriptionExistsError):
+                self.ch.add_subscription(name, start)
+            return
+        self.add(name, start, heads)
+
+    def add(self, name: str, start: Position, heads: list[int | None]) -> None:
+        self.ch.add_subscription(name, start)
+        sub = ModelSubscription([[] for _ in range(self.cfg.partitions)])
+        self.place(sub, heads)
+        self.subscriptions[name] = sub
+        self.changed()
+        event(f"subscription added at {kind_of(start)}")
+
+    @rule(name=st.sampled_from((DEFAULT, *SUBSCRIPTIONS)))
+    def remove_subscription(self, name: str) -> None:
+        """Remove a subscription: refused for default, for one the channel does not have,
+        and for one with takes open."""
+        self.steps_since_open += 1
+        if name == DEFAULT:
+            with pytest.raises(ValueError, match="'default' cannot be removed"):
+                self.ch.remove_subscription(name)
+        elif name not in self.subscriptions:
+            with pytest.raises(UnknownSubscriptionError):
+                self.ch.remove_subscription(name)
+        elif self.live_takes(name):
+            with pytest.raises(SubscriptionBusyError, match="of its takes are open"):
+                self.ch.remove_subscription(name)
+            event("remove refused: takes open")
+        else:
+            self.ch.remove_subscription(name)
+            del self.subscriptions[name]
+            self.changed()
+            event("subscription removed")
+
+    @rule(data=st.data())
+    def reset_subscription(self, data: st.DataObject) -> None:
+        """Move a subscription to a position (Kafka's --reset-offsets): its events from there
+        on are queued again, those before it are not its to take. Refused while it has
+        takes open, even ones that reserved nothing."""
+        self.steps_since_open += 1
+        name = self.pick_subscription(data)
+        to, heads = self.draw_position(data, adding=False)
+        if self.live_takes(name):
+            with pytest.raises(SubscriptionBusyError, match="of its takes are open"):
+                self.ch.reset_subscription(name, to)
+            event("reset refused: takes open")
+            return
+        self.ch.reset_subscription(name, to)
+        self.place(self.subscriptions[name], heads)
+        self.changed()
+        event(f"subscription reset to {kind_of(to)}")
+
+    def changed(self) -> None:
+        """A subscription change returned: it wrote a checkpoint, so it is durable."""
+        self.checkpointed()
+        assert self.ch.subscriptions() == list(self.subscriptions)
+
+    def draw_position(self, data: st.DataObject, adding: bool
+                      ) -> tuple[Position, list[int | None]]:
+        """A position as a caller gives it, and the head it means on each partition (None:
+        a reset leaves that partition as it is; an add starts it at the log start)."""
+        self.learn_log_starts(self.ch.status())
+        kind = data.draw(st.sampled_from(["earliest", "latest", "offsets", "timestamp"]),
+                         label="position")
+        partitions = range(self.cfg.partitions)
+        if kind == "earliest":
+            return kind, list(self.log_start)
+        if kind == "latest":  # the last stable offset: every put here has resolved
+            return kind, list(self.log_end)
+        if kind == "timestamp":
+            stamp = data.draw(self.stamps(), label="timestamp_ms")
+            return {"timestamp_ms": stamp}, [self.first_at_or_after(p, stamp)
+                                             for p in partitions]
+        named = data.draw(st.lists(st.sampled_from(partitions), min_size=1, unique=True),
+                          label="partitions")
+        heads: list[int | None] = [*self.log_start] if adding else [None] * len(partitions)
+        where: dict[Any, int] = {}
+        for p in named:
+            offset = data.draw(st.integers(self.log_start[p], self.log_end[p]), label="offset")
+            heads[p] = offset
+            where[p if offset % 2 else str(p)] = offset  # JSON names partitions "0", "1"...
+        return where, heads
+
+    def stamps(self) -> st.SearchStrategy[int]:
+        """A time to place a subscription at: one some event was put with, or just after
+        it, or any in their range. An event put without a timestamp is stamped with the
+        wall clock when it is encoded, later than all of these."""
+        assert time.time() * 1000 > START_MS + STAMP_SPREAD_MS + 1
+        spread = st.integers(START_MS - STAMP_SPREAD_MS, START_MS + STAMP_SPREAD_MS + 1)
+        given = sorted({sent.timestamp for part in self.stored for sent in part.values()
+                        if sent.timestamp is not None})
+        if not given:
+            return spread
+        return spread | st.builds(int.__add__, st.sampled_from(given), st.integers(0, 1))
+
+    def first_at_or_after(self, p: int, stamp: int) -> int:
+        """Kafka's offsetsForTimes, on the model: the first offset still stored whose
+        timestamp is >= stamp, else the log end."""
+        for offset in range(self.log_start[p], self.log_end[p]):
+            put_at = self.stored[p][offset].timestamp
+            if put_at is None or put_at >= stamp:
+                return offset
+        return self.log_end[p]
+
+    def place(self, sub: ModelSubscription, heads: list[int | None]) -> None:
+        """Place a subscription's queue of each partition with a head: every event from
+        the head on is queued but those of a range recorded lost (the log cannot deliver
+        them, to any subscription); the rest is not its to take."""
+        for p, head in enumerate(heads):
+            if head is None:
+                continue
+            sub.forget(p)
+            sub.queued[p] = [o for o in range(head, self.log_end[p])
+                             if not self.recorded_lost(p, o)]
+            queued = set(sub.queued[p])
+            sub.skipped |= {(p, o) for o in range(self.log_end[p]) if o not in queued}
+
+    def recorded_lost(self, p: int, offset: int) -> bool:
+        return any(q == p and start <= offset < end for q, start, end in self.loss_records)
 
     # -- time, checkpoints, flushes, snapshots ------------------------------------------------
     @rule(ms=st.integers(0, 3_000))
@@ -537,9 +761,9 @@ class ChannelMachine(RuleBasedStateMachine):
         for take in self.live_takes():
             if take.deadline_ms is not None and take.deadline_ms <= now:
                 take.expired = True
-                self.requeue(take.reserved)
-                self.counters["takes_expired"] += 1
-                self.counters["rollbacks"] += 1
+                self.requeue(take.subscription, take.reserved)
+                self.count(take.subscription, "takes_expired")
+                self.count(take.subscription, "rollbacks")
                 event("a lease expired")
 
     @rule(what=st.sampled_from(["checkpoint", "checkpoint_if_due", "flush", "retention"]))
@@ -569,17 +793,21 @@ class ChannelMachine(RuleBasedStateMachine):
 
     @rule(pick=st.integers(0, 2))
     def read_only_snapshot(self, pick: int) -> None:
-        """A read-only open replays the files as they are (takes in flight are queued); it
-        reads the head of one partition."""
+        """A read-only open replays the files as they are (takes in flight are queued), with
+        every subscription; it reads the head of one partition of default."""
         with Channel.open(self.cfg, read_only=True) as view:
             status = view.status()
-            in_flight = Counter(p for p, _ in self.in_flight())
+            assert list(status["subscriptions"]) == list(self.subscriptions)
             for p, part in enumerate(status["partitions"]):
                 assert part["log_end_offset"] == self.log_end[p], (p, part)
-                assert part["events_queued"] == len(self.queued[p]) + in_flight[p], (p, part)
+            for name, sub in self.subscriptions.items():
+                in_flight = Counter(p for p, _ in self.in_flight(name))
+                seen = status["subscriptions"][name]["partitions"]
+                assert [part["events_queued"] for part in seen] == \
+                    [len(q) + in_flight[p] for p, q in enumerate(sub.queued)], (name, seen)
             p = pick % self.cfg.partitions
-            head = min(self.queued[p] + [o for q, o in self.in_flight() if q == p],
-                       default=None)
+            head = min(self.subscriptions[DEFAULT].queued[p]
+                       + [o for q, o in self.in_flight(DEFAULT) if q == p], default=None)
             if head is not None:
                 got = view.read(p, head, 3)
                 assert [e.offset for e in got] == list(range(head, head + len(got)))
@@ -590,8 +818,9 @@ class ChannelMachine(RuleBasedStateMachine):
     # -- losses -------------------------------------------------------------------------------
     @rule(data=st.data())
     def lose_a_range(self, data: st.DataObject) -> None:
-        """A read met damage: the log reports [start, end) of a partition lost. Its untaken
-        events leave the queue and open takes (a take never commits them), counted once."""
+        """A read met damage: the log reports [start, end) of a partition lost. What each
+        subscription had not taken of it leaves its queue and open takes (a take never
+        commits them); the channel counts each event once, each subscription what it lost."""
         self.steps_since_open += 1
         p = data.draw(st.integers(0, self.cfg.partitions - 1), label="partition")
         if self.log_end[p] == 0:
@@ -602,11 +831,18 @@ class ChannelMachine(RuleBasedStateMachine):
         assert owner is not None
         owner.logs[p].state.new_losses.append(LostRange(start, end, "test", cause="test: lost"))
         self.ch.status()  # counts it now (so does the next take or read)
-        places = {(p, o) for o in range(start, end)} - self.consumed - self.lost
-        self.lost |= places
-        self.queued[p] = [o for o in self.queued[p] if (p, o) not in places]
+        span = {(p, o) for o in range(start, end)}
+        places: set[Place] = set()
+        for name, sub in self.subscriptions.items():
+            untaken = {(p, o) for o in sub.queued[p]} | set(self.in_flight(name))
+            its = span & untaken
+            sub.queued[p] = [o for o in sub.queued[p] if (p, o) not in its]
+            sub.lost |= its
+            sub.counters["lost_events"] += len(its)
+            places |= its
         for take in self.live_takes():
-            take.reserved = [place for place in take.reserved if place not in places]
+            take.reserved = [place for place in take.reserved if place not in span]
+        self.lost |= places
         if (p, start, end) not in self.loss_records:
             self.loss_records[(p, start, end)] = False
             self.counters["lost_events"] += len(places)
@@ -621,25 +857,59 @@ class ChannelMachine(RuleBasedStateMachine):
         self.loss_records = dict.fromkeys(self.loss_records, True)
 
     # -- invariants ---------------------------------------------------------------------------
+    def queue_status(self, subscription: str, p: int) -> dict[str, int]:
+        """A subscription's queue on partition p, as status() shows it."""
+        queued = self.subscriptions[subscription].queued[p]
+        in_flight = [o for q, o in self.in_flight(subscription) if q == p]
+        return {"partition": p,
+                "taken_through": min(queued + in_flight, default=self.log_end[p]),
+                "events_queued": len(queued), "events_untaken": len(queued) + len(in_flight),
+                "events_in_flight": len(in_flight)}
+
+    def learn_log_starts(self, status: dict[str, Any]) -> None:
+        """The log start of each partition, as the engine reports it: it never moves back,
+        and never past an event some subscription has not taken (a checkpoint deletes a
+        segment once every subscription took it)."""
+        for p, part in enumerate(status["partitions"]):
+            start = part["log_start_offset"]
+            heads = [self.queue_status(name, p)["taken_through"] for name in self.subscriptions]
+            assert self.log_start[p] <= start <= min(heads), (p, start, self.log_start[p], heads)
+            self.log_start[p] = start
+
     @invariant()
     def status_matches(self) -> None:
         status = self.ch.status()
-        in_flight = Counter(p for p, _ in self.in_flight())
+        assert list(status["subscriptions"]) == list(self.subscriptions)
+        for name in self.subscriptions:
+            self.check_subscription(name, status["subscriptions"][name])
+        # the channel's queue figures are its slowest subscription's (the first one added,
+        # of those as slow)
+        slowest = max(self.subscriptions, key=self.untaken_of)
+        assert status["slowest_subscription"] == slowest, (status["subscriptions"], slowest)
+        queued, in_flight = self.queued_total(slowest), len(self.in_flight(slowest))
+        assert (status["events_queued"], status["events_in_flight"], status["events_untaken"]) \
+            == (queued, in_flight, queued + in_flight)
         assert len(status["partitions"]) == self.cfg.partitions
         for p, part in enumerate(status["partitions"]):
-            queued = len(self.queued[p])
-            assert (part["events_queued"], part["events_in_flight"], part["events_untaken"]) \
-                == (queued, in_flight[p], queued + in_flight[p]), (p, part)
+            assert {"partition": p, **{k: part[k] for k in QUEUE_FIGURES}} == \
+                self.queue_status(slowest, p), (p, part)
             assert part["log_end_offset"] == self.log_end[p], (p, part)
-            untaken = self.queued[p] + [o for q, o in self.in_flight() if q == p]
-            head = min(untaken, default=self.log_end[p])
-            assert part["taken_through"] == head, (p, part, head)
-            assert part["log_start_offset"] <= head, (p, part, head)
-        queued = self.queued_total()
-        in_flight_total = sum(in_flight.values())
-        assert (status["events_queued"], status["events_in_flight"], status["events_untaken"]) \
-            == (queued, in_flight_total, queued + in_flight_total)
+        self.learn_log_starts(status)
         assert status["open_takes"] == len(self.live_takes())
+        self.check_losses_and_counters(status)
+
+    def check_subscription(self, name: str, seen: dict[str, Any]) -> None:
+        queued, in_flight = self.queued_total(name), len(self.in_flight(name))
+        assert (seen["events_queued"], seen["events_in_flight"], seen["events_untaken"]) \
+            == (queued, in_flight, queued + in_flight), (name, seen)
+        assert seen["open_takes"] == len(self.live_takes(name)), (name, seen)
+        assert seen["partitions"] == [self.queue_status(name, p)
+                                      for p in range(self.cfg.partitions)], (name, seen)
+        counters = self.subscriptions[name].counters
+        assert {c: seen["counters"][c] for c in SUBSCRIPTION_COUNTERS} == \
+            {c: counters[c] for c in SUBSCRIPTION_COUNTERS}, (name, seen)
+
+    def check_losses_and_counters(self, status: dict[str, Any]) -> None:
         losses = status["losses"]
         assert losses["events_lost"] == len(self.lost), losses
         assert [part["lost_events"] for part in status["partitions"]] == \
@@ -653,10 +923,15 @@ class ChannelMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_event_is_in_one_place(self) -> None:
-        queued = [(p, o) for p, q in enumerate(self.queued) for o in q]
-        everywhere = queued + self.in_flight() + sorted(self.consumed) + sorted(self.lost)
-        assert len(everywhere) == len(set(everywhere)), "an event is in two places"
-        assert len(everywhere) == sum(self.log_end), "an event is nowhere"
+        """For each subscription, every offset of the log is in exactly one place; an event
+        lost is in no subscription's queue or take."""
+        for name, sub in self.subscriptions.items():
+            queued = [(p, o) for p, q in enumerate(sub.queued) for o in q]
+            in_flight = self.in_flight(name)
+            everywhere = queued + in_flight + [*sub.consumed, *sub.lost, *sub.skipped]
+            assert len(everywhere) == len(set(everywhere)), f"{name}: an event in two places"
+            assert len(everywhere) == sum(self.log_end), f"{name}: an event is nowhere"
+            assert self.lost.isdisjoint(queued + in_flight), f"{name}: a lost event is back"
 
     def teardown(self) -> None:
         try:

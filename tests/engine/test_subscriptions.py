@@ -5,6 +5,7 @@ subscription's committed take."""
 from __future__ import annotations
 
 import json
+import os
 from operator import methodcaller
 from pathlib import Path
 
@@ -311,6 +312,36 @@ def test_a_change_whose_checkpoint_fails_leaves_the_subscription_as_it_was_and_l
     assert channel.status()["subscriptions"]["archive"]["events_untaken"] == 8
     assert take(channel, "archive") == names(0, 8)  # where it was, with the put made meanwhile
     channel.close()
+
+
+def open_journals() -> list[str]:
+    """The commit journals this process holds open."""
+    paths = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+             if os.path.exists(f"/proc/self/fd/{fd}")]
+    return sorted(path for path in paths if path.endswith(".journal"))
+
+
+def test_a_refused_change_leaves_no_journal_open(tmp_path: Path) -> None:
+    # the state machine found it: every refused add, remove or reset kept a descriptor of
+    # the next checkpoint's journal open, until a long-lived owner ran out of them
+    with Channel.open(make_config(tmp_path, partitions=1)) as channel:
+        channel.add_subscription("archive")
+        held = channel.take(subscription="archive")
+        before = open_journals()
+        with pytest.raises(SubscriptionExistsError):
+            channel.add_subscription("archive")
+        with pytest.raises(SubscriptionBusyError):
+            channel.reset_subscription("archive", "latest")
+        with pytest.raises(SubscriptionBusyError):
+            channel.remove_subscription("archive")
+        with pytest.raises(UnknownSubscriptionError):
+            channel.remove_subscription("nope")
+        with pytest.raises(ValueError, match="outside"):
+            channel.reset_subscription("default", {0: 5})
+        assert open_journals() == before
+        held.rollback()
+        channel.checkpoint()  # the journal a refused change made is the next one's
+        assert len(open_journals()) == 1
 
 
 def test_what_leaves_every_queue_is_counted_once_and_per_subscription_as_each_lost_it(
