@@ -64,4 +64,6 @@ def test_the_export_task_writes_every_event_to_hdfs_exactly_once(
         rows = committed_rows(hdfs_get(f"{output}/orders", root / "copy"))
         assert sorted(r["body"] for r in rows) == sorted(f"e{i}".encode() for i in range(40))
         assert sorted(r["offset"] for r in rows) == list(range(40))  # each exactly once
-        assert channels.open_channel(row).status()["events_untaken"] == 0
+        subscriptions = channels.open_channel(row).status()["subscriptions"]
+        assert subscriptions["export"]["events_untaken"] == 0  # its own queue:
+        assert subscriptions["default"]["events_untaken"] == 40  # HTTP consumers' stays

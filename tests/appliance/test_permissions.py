@@ -35,10 +35,7 @@ ENDPOINTS = [
     ("patch", "/api/v1/channels/{c}", {"keep_alive_ms": 10}, "admin", True),
     ("post", "/api/v1/channels/{c}/losses/acknowledge", None, "admin", True),
     ("get", "/api/v1/channels/{c}/subscriptions", None, "consume", True),
-    ("get", "/api/v1/channels/{c}/subscriptions/default", None, "consume", True),
     ("post", "/api/v1/channels/{c}/subscriptions", {"name": "archive"}, "admin", True),
-    ("post", "/api/v1/channels/{c}/subscriptions/default/reset", {"to": "latest"}, "admin",
-     True),
     ("get", "/api/v1/channels", None, "admin", False),
     ("get", "/metrics", None, "admin", False),
 ]

@@ -40,7 +40,9 @@ def test_export_channel_runs_the_job_and_records_it(tmp_path: Path) -> None:
         assert run.partitions[0]["ranges"] == [[0, 25]]
         files = [Path(f.removeprefix("file://")) for f in run.partitions[0]["files"]]
         assert sum(pq.read_table(f).num_rows for f in files) == 25
-        assert channels.open_channel(row).status()["events_untaken"] == 0
+        subscriptions = channels.open_channel(row).status()["subscriptions"]
+        assert subscriptions["export"]["events_untaken"] == 0  # its own queue:
+        assert subscriptions["default"]["events_untaken"] == 25  # HTTP consumers' stays
         _, key = ApiToken.issue("ops", ["admin"])
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -84,5 +86,7 @@ def test_export_channel_writes_every_event_to_hdfs_exactly_once(
         ranges = {p["partition"]: p["ranges"] for p in run.partitions}
         assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(
             (p, o) for p, spans in ranges.items() for s, e in spans for o in range(s, e))
-        assert channels.open_channel(row).status()["events_untaken"] == 0
+        subscriptions = channels.open_channel(row).status()["subscriptions"]
+        assert subscriptions["export"]["events_untaken"] == 0  # its own queue:
+        assert subscriptions["default"]["events_untaken"] == 45  # HTTP consumers' stays
     channels.close_all()
