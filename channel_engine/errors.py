@@ -361,7 +361,7 @@ class DamagedRangeError(RangeUnavailableError):
 class ExportError(ChannelEngineError, RuntimeError):
     """An export cannot go on: its id file is damaged, a commit record is damaged or of a
     version it does not know, or the output or its temp dir holds files the export did not
-    expect (spark/export_id.py, spark/commit_records.py, spark/output_layout.py). Nothing
+    expect (channel_id.py, spark/commit_records.py, spark/output_layout.py). Nothing
     was committed."""
 
 

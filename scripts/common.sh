@@ -280,12 +280,20 @@ _running() {
 
 # The run's JVM services, started once for every pytest process of the test command (the
 # xdist workers and the PostgreSQL pass) and stopped when the script exits: a
-# MiniDFSCluster (scripts/hdfs.sh) unless WEIR_TEST_HDFS_URL names an HDFS, and a Spark
+# MiniDFSCluster (scripts/hdfs.sh) unless WEIR_TEST_HDFS_URL names an HDFS, a Spark
 # standalone master and worker (scripts/spark_cluster.sh) unless WEIR_TEST_SPARK_MASTER
-# names a cluster. Both start at once (each takes 15-50 s, mostly waiting); either failing
-# stops the script with its log's tail, before any test runs.
+# names a cluster, and a Kafka broker (scripts/kafka.sh) unless WEIR_TEST_KAFKA_BOOTSTRAP
+# names one. They start at once (each takes 10-50 s, mostly waiting); one failing stops
+# the script with its log's tail, before any test runs.
 use_test_jvm_services() {
-  local hdfs_dir="" spark_dir="" hdfs_pid="" spark_pid=""
+  local hdfs_dir="" spark_dir="" kafka_dir="" hdfs_pid="" spark_pid="" kafka_pid=""
+  if [ -z "${WEIR_TEST_KAFKA_BOOTSTRAP:-}" ]; then
+    kafka_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-test-kafka.XXXXXX")
+    _test_kafka_dir=$kafka_dir
+    on_exit _stop_test_kafka
+    WEIR_KAFKA_DIR=$kafka_dir scripts/kafka.sh start >"$kafka_dir/start.out" 2>&1 &
+    kafka_pid=$!
+  fi
   if [ -z "${WEIR_TEST_HDFS_URL:-}" ]; then
     hdfs_dir=$(mktemp -d "${TMPDIR:-/tmp}/weir-test-hdfs.XXXXXX")
     _test_hdfs_dir=$hdfs_dir
@@ -311,6 +319,12 @@ use_test_jvm_services() {
   if [ -n "$hdfs_pid" ]; then
     wait "$hdfs_pid" || _service_failed "HDFS (scripts/hdfs.sh start)" "$hdfs_dir/start.out"
     export WEIR_TEST_HDFS_URL; WEIR_TEST_HDFS_URL=$(tail -n 1 "$hdfs_dir/start.out")
+  fi
+  if [ -n "$kafka_pid" ]; then
+    wait "$kafka_pid" || _service_failed "Kafka (scripts/kafka.sh start)" "$kafka_dir/start.out"
+    export WEIR_TEST_KAFKA_BOOTSTRAP WEIR_TEST_KAFKA_SASL_BOOTSTRAP
+    WEIR_TEST_KAFKA_BOOTSTRAP=$(tail -n 1 "$kafka_dir/start.out")
+    WEIR_TEST_KAFKA_SASL_BOOTSTRAP=$(cat "$kafka_dir/sasl_bootstrap")
   fi
   if [ -n "$spark_pid" ]; then
     wait "$spark_pid" \
@@ -346,6 +360,11 @@ _service_failed() {
 _stop_test_hdfs() {
   WEIR_HDFS_DIR=$_test_hdfs_dir scripts/hdfs.sh stop >/dev/null 2>&1 || true
   rm -rf "$_test_hdfs_dir"
+}
+
+_stop_test_kafka() {
+  WEIR_KAFKA_DIR=$_test_kafka_dir scripts/kafka.sh stop >/dev/null 2>&1 || true
+  rm -rf "$_test_kafka_dir"
 }
 
 _stop_test_spark() {

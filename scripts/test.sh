@@ -8,9 +8,10 @@
 # temp data dir, free port) stopped when this script exits. Never skipped: when
 # PostgreSQL cannot start, the script fails saying why, before any test runs. The script
 # fails when either pass failed.
-# HDFS and Spark: one MiniDFSCluster and one Spark standalone cluster (master + worker
-# JVMs) serve every pytest process of the run, started here at once and stopped on exit,
-# unless WEIR_TEST_HDFS_URL / WEIR_TEST_SPARK_MASTER name outside ones (scripts/common.sh's
+# HDFS, Spark and Kafka: one MiniDFSCluster, one Spark standalone cluster (master + worker
+# JVMs) and one Kafka broker (KRaft, one node) serve every pytest process of the run,
+# started here at once and stopped on exit, unless WEIR_TEST_HDFS_URL /
+# WEIR_TEST_SPARK_MASTER / WEIR_TEST_KAFKA_BOOTSTRAP name outside ones (scripts/common.sh's
 # use_test_jvm_services; HDFS's jars are fetched first, like Kafka's), and every Spark JVM
 # of the run starts from a class-data-sharing archive of Spark's classes (spark_cds.py).
 # Redis: the tests use the one at WEIR_TEST_REDIS_URL (default redis://127.0.0.1:6379)
@@ -48,7 +49,8 @@ echo "== tests use the Redis at $WEIR_TEST_REDIS_URL"
 use_test_postgres
 echo "== the PostgreSQL pass uses $WEIR_TEST_POSTGRES_URL"
 use_test_jvm_services
-echo "== tests use the HDFS at $WEIR_TEST_HDFS_URL and the Spark cluster at $WEIR_TEST_SPARK_MASTER"
+echo "== tests use the HDFS at $WEIR_TEST_HDFS_URL, the Spark cluster at $WEIR_TEST_SPARK_MASTER" \
+  "and the Kafka broker at $WEIR_TEST_KAFKA_BOOTSTRAP"
 # The PostgreSQL pass runs beside the main pass (WEIR_TEST_PASSES=beside, the default: its
 # output held and printed after the main pass's; ~5 min shorter on 2 cores) or after it
 # (=after: one pytest process at a time, for a machine with less room).

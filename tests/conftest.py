@@ -2,6 +2,9 @@
 (scripts/test.sh runs the main pass with `-n 2`, and the appliance tests' PostgreSQL
 pass beside it, in a pytest process of its own).
 
+One real Kafka broker for the whole run (`kafka_broker`), the same way: WEIR_TEST_KAFKA_BOOTSTRAP
+when set (scripts/test.sh starts one), else scripts/kafka.sh the first time a test asks.
+
 One real HDFS for the whole run (`hdfs_url`): WEIR_TEST_HDFS_URL when set (scripts/test.sh
 starts one for all its pytest processes; or an outside cluster, hdfs://host:port[/dir]),
 else a MiniDFSCluster started by scripts/hdfs.sh the first time a test of this process
@@ -39,6 +42,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +134,28 @@ def _cache_prefix_of_this_process() -> Iterator[None]:
     caches["default"]["KEY_PREFIX"] = CACHE_PREFIX
     with override_settings(CACHES=caches):
         yield
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """The run's Kafka broker (scripts/kafka.sh): its PLAINTEXT and SASL/PLAIN addresses."""
+
+    bootstrap: str
+    sasl_bootstrap: str  # users admin/admin-secret (super user) and alice/alice-secret
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """The run's Kafka broker: WEIR_TEST_KAFKA_BOOTSTRAP (and _SASL_BOOTSTRAP) when set
+    (scripts/test.sh starts one for all its pytest processes), else one started by
+    scripts/kafka.sh for this process. Each test uses topics of its own."""
+    given = os.environ.get("WEIR_TEST_KAFKA_BOOTSTRAP")
+    if given:
+        yield KafkaBroker(given, os.environ.get("WEIR_TEST_KAFKA_SASL_BOOTSTRAP", ""))
+        return
+    state = tmp_path_factory.mktemp("kafka")
+    with started_service("kafka.sh", {**os.environ, "WEIR_KAFKA_DIR": str(state)}) as address:
+        yield KafkaBroker(address, (state / "sasl_bootstrap").read_text().strip())
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,10 @@
 """The files of a channel's home, and what a home may hold that the engine did not write.
 
 A home (the channel's checkpoint_dir) holds `channel.json`, the checkpoint, the commit
-journals, `losses.json`, the owner's `.lock` and `owner.sock`, and the export's id and
-locks (written by spark/export_id.py, spark/export_lock.py and appliance/exports.py, named
-here so the engine need not import Spark or Django). It may also hold the channel's
+journals, `losses.json`, the owner's `.lock` and `owner.sock`, the drains' id (channel_id.py)
+and the locks of the export and the Kafka sink (written by spark/export_lock.py,
+kafka_sink/job.py, appliance/exports.py and appliance/kafka_sinks.py, named here so the
+engine need not import Spark, aiokafka or Django). It may also hold the channel's
 partition, backup or key directories when the settings put them there.
 
 Anything else is a stranger: a writable open and `recover` move it aside by renaming it
@@ -30,7 +31,8 @@ from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 
 LOSSES_FILE = "losses.json"
 HOME_FILES = frozenset({CONFIG_FILE, checkpoint_file.FILE_NAME, LOCK_FILE, SOCKET_NAME,
-                        LOSSES_FILE, "export.id", "export.lock", "export-run.lock"})
+                        LOSSES_FILE, "export.id", "export.lock", "export-run.lock",
+                        "kafka-sink.lock", "kafka-sink-run.lock"})
 
 
 @dataclass

@@ -16,7 +16,7 @@ A record is a JSON object:
     format      "weir-export-commit" (RECORD_FORMAT)
     version     1 (RECORD_VERSION); a reader refuses a version it does not know
     run_id      the run that wrote it (<start ms>-<8 hex>)
-    channel_id  the channel's export id (export_id.py: its "weir-export-id" file in the
+    channel_id  the channel's export id (channel_id.py: its "weir-export-id" file in the
                 channel's home): records of a deleted namesake carry another id and
                 their ranges are not skipped
     moves       [[temp, final], ...]: the run's temp -> final renames
@@ -58,7 +58,7 @@ import json
 from typing import Any
 
 from channel_engine.errors import ExportError
-from channel_engine.spark.offset_ranges import Range, merge
+from channel_engine.offset_ranges import Range, merge
 from channel_engine.spark.output_layout import OutputLayout
 
 # recover() folds the commit records into one summary once there are more than this many

@@ -23,11 +23,11 @@ Where the rest is written down, each beside the code that owns it:
     exporter.py         the protocol (steps 1-8, what a crash at each leaves), durability
     output_layout.py    the output layout under <output>/<channel>/, pieces, file names
     commit_records.py   the commit records (_weir/commits/*.json): format, recovery
-    export_id.py        the channel's export id (export.id in its home)
+    ../channel_id.py    the channel's drain id (export.id in its home)
     file_formats.py     the formats (parquet, json, avro) and Spark's writer of each
     export_settings.py  a run's settings (the options above) and their limits
     export_report.py    the report line's report, and how a failure is described
-    offset_ranges.py    offset ranges [start, end): merged, subtracted
+    ../offset_ranges.py offset ranges [start, end): merged, subtracted
     export_lock.py      export.lock: one export of a channel at a time
 
 Two exports of one channel must not run at once: the job holds `export.lock` (flock) in

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from channel_engine.spark.offset_ranges import Range
+from channel_engine.offset_ranges import Range
 
 
 @dataclass

@@ -68,14 +68,14 @@ from dataclasses import asdict
 from typing import Any
 
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
+from channel_engine.channel_id import channel_id
+from channel_engine.offset_ranges import Range, merge, subtract
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
-from channel_engine.spark.export_id import channel_id
 from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.file_formats import writer
-from channel_engine.spark.offset_ranges import Range, merge, subtract
 from channel_engine.spark.output_layout import OutputLayout, Pieces, piece_rows
 
 

@@ -24,7 +24,7 @@ piece size (roll_rows, fewer when roll_bytes comes first; at most PIECE_ROWS so 
 ranges are written by several tasks at once). A piece is one Spark task and one file per
 time bucket; its file is named by the piece's first and last offset, so no two files
 of a channel share a name. A name the output holds already (a file of a deleted namesake
-of the channel: export_id.py) gets "+<first 8 of the channel's export id>" before the
+of the channel: channel_id.py) gets "+<first 8 of the channel's export id>" before the
 extension; one that exists even so stops the run before anything moves.
 
 Spark writes a run's files to _weir/tmp/<run id>/_p=<p>/_chunk=<first>/_bucket=<time
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from channel_engine.errors import ExportError
-from channel_engine.spark.offset_ranges import Range
+from channel_engine.offset_ranges import Range
 
 if TYPE_CHECKING:
     from channel_engine.spark.dfs import Dfs

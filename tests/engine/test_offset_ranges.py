@@ -1,7 +1,7 @@
 """offset_ranges.py: the export's offset ranges [start, end), merged and subtracted."""
 from __future__ import annotations
 
-from channel_engine.spark.offset_ranges import merge, subtract
+from channel_engine.offset_ranges import merge, subtract
 
 
 def test_it_merges_touching_and_overlapping_ranges_in_order() -> None:

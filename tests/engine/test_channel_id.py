@@ -1,4 +1,4 @@
-"""export_id.py: a channel's export id, made once and kept; a damaged one stops the run."""
+"""channel_id.py: a channel's drain id, made once and kept; a damaged one stops the run."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from channel_engine.channel_id import EXPORT_ID_FILE, channel_id
 from channel_engine.errors import ExportError
-from channel_engine.spark.export_id import EXPORT_ID_FILE, channel_id
 
 
 def test_it_makes_the_id_once_and_keeps_it(tmp_path: Path) -> None:
@@ -24,3 +24,13 @@ def test_it_refuses_a_damaged_id_without_replacing_it(tmp_path: Path, text: str)
     with pytest.raises(ExportError, match=EXPORT_ID_FILE):
         channel_id(tmp_path)
     assert (tmp_path / EXPORT_ID_FILE).read_text() == text
+
+
+def test_drains_starting_at_once_agree_on_one_id(tmp_path: Path) -> None:
+    # the export and the Kafka sink may make the id at the same moment: never two ids
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: channel_id(tmp_path), range(64)))
+    assert len(ids) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [EXPORT_ID_FILE]  # no temp file left

@@ -1,0 +1,138 @@
+"""The sink's offsets record: what of a channel a Kafka topic holds, written to Kafka inside
+the very transaction that sends those events (as Kafka Connect's exactly-once source
+connectors write their source offsets, KIP-618), so that Kafka alone says what was sent.
+
+Where: the offsets topic (settings.offsets_topic, default `weir-sink-offsets`; made by
+the first run that misses it, `cleanup.policy=compact`, so Kafka keeps the last record
+of each key). The record's partition is Kafka's murmur2 of its key (the Java client's
+default partitioner), so a reader looks in that one partition only.
+
+Key: UTF-8 `weir-sink/<channel id>/<topic>` (the channel id of channel_id.py: a channel
+deleted and made again under its name is another stream). Value: UTF-8 JSON
+
+    field         type                      what
+    ------------  ------------------------  ---------------------------------------------
+    format        "weir-kafka-sink-offsets" what this is
+    version       1                         the value's format version
+    channel       str                       the channel's name (for people)
+    channel_id    str                       as in the key
+    topic         str                       as in the key
+    subscription  str                       the subscription the run drained (for people)
+    run_id        str                       the run that wrote it (<ms>-<hex>)
+    transaction   int                       its Kafka transaction within the run, from 1
+    events        int                       events that transaction sent
+    sent          {"<partition>": [[s, e]]} every offset range [s, e) of each channel
+                                            partition the topic holds, merged, sorted
+    written_ms    int                       when the run wrote it (wall clock, ms)
+
+`sent` is cumulative: the last committed record of a key is the whole truth, whichever
+subscription (or run) sent what. A run sends what it took less `sent`, so an event
+reaches the topic once even when its take came back after a kill, a subscription was
+reset to an earlier position, or the sink changed subscriptions. To send a channel's
+events to the topic again, point the sink at another topic (or delete the record's
+key from the offsets topic: a tombstone, `null` value, forgets the stream).
+
+Reading (read_committed: a record of an aborted or still open transaction is never
+seen): a value of another format or version, or one that does not parse, stops the
+run with SinkError naming the offsets topic and partition; it is never taken for
+"nothing sent", which would send everything again.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from channel_engine.errors import ChannelEngineError
+from channel_engine.offset_ranges import Range, merge
+
+FORMAT = "weir-kafka-sink-offsets"
+VERSION = 1
+
+
+class SinkError(ChannelEngineError, RuntimeError):
+    """A run of the Kafka sink cannot go on; nothing it took was committed."""
+
+
+@dataclass
+class OffsetsRecord:
+    """The value of one offsets record (the table above)."""
+
+    channel: str
+    channel_id: str
+    topic: str
+    subscription: str
+    run_id: str = ""
+    transaction: int = 0
+    events: int = 0
+    sent: dict[int, list[Range]] = field(default_factory=dict)
+    written_ms: int = 0
+
+    @property
+    def key(self) -> bytes:
+        """The record's key."""
+        return record_key(self.channel_id, self.topic)
+
+    def with_sent(self, ranges: list[tuple[int, Range]], run_id: str, transaction: int,
+                  subscription: str) -> OffsetsRecord:
+        """The record after a transaction that sends `ranges` ((partition, range) pairs)."""
+        sent = {p: list(r) for p, r in self.sent.items()}
+        for partition, piece in ranges:
+            sent[partition] = merge(sent.get(partition, []) + [piece])
+        return OffsetsRecord(self.channel, self.channel_id, self.topic, subscription, run_id,
+                             transaction, sum(e - s for _, (s, e) in ranges), sent,
+                             int(time.time() * 1000))
+
+    def encode(self) -> bytes:
+        """The record's value."""
+        return json.dumps({
+            "format": FORMAT, "version": VERSION, "channel": self.channel,
+            "channel_id": self.channel_id, "topic": self.topic,
+            "subscription": self.subscription, "run_id": self.run_id,
+            "transaction": self.transaction, "events": self.events,
+            "sent": {str(p): [list(r) for r in ranges] for p, ranges in sorted(self.sent.items())},
+            "written_ms": self.written_ms}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes, where: str) -> OffsetsRecord:
+        """A record's value; SinkError naming `where` unless it is one of ours."""
+        try:
+            doc = json.loads(value)
+            if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+                raise ValueError(f"not format {FORMAT} version {VERSION}")
+            sent = {int(p): [(int(s), int(e)) for s, e in ranges]
+                    for p, ranges in doc["sent"].items()}
+            if any(p < 0 or s < 0 or e < s for p, rs in sent.items() for s, e in rs):
+                raise ValueError("a negative partition or offset, or a range ending first")
+            return cls(str(doc["channel"]), str(doc["channel_id"]), str(doc["topic"]),
+                       str(doc["subscription"]), str(doc["run_id"]), int(doc["transaction"]),
+                       int(doc["events"]), {p: merge(r) for p, r in sent.items()},
+                       int(doc["written_ms"]))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SinkError(f"the offsets record at {where} is damaged or not Weir's "
+                            f"({type(exc).__name__}: {exc}); the sink stops rather than "
+                            "send what it may have sent already") from exc
+
+
+def record_key(channel_id: str, topic: str) -> bytes:
+    """The offsets record's key of a channel's stream into a topic."""
+    return f"weir-sink/{channel_id}/{topic}".encode()
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """A keyed record's partition as the Java client's default partitioner picks it:
+    murmur2 of the key, made positive, mod the partition count."""
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def sent_ranges(record: OffsetsRecord | None) -> dict[int, list[Range]]:
+    """The ranges a record says the topic holds, by partition (none without a record)."""
+    return {} if record is None else record.sent
+
+
+def describe_sent(sent: dict[int, list[Range]]) -> dict[str, Any]:
+    """`sent` for a report line: partition -> ranges."""
+    return {str(p): [list(r) for r in ranges] for p, ranges in sorted(sent.items())}

@@ -1,0 +1,412 @@
+"""The sink's protocol: one run forwards a subscription's next events into a Kafka topic,
+exactly once (KafkaSink). Kafka's transactions make it so; the offsets record
+(offsets_record.py), written in each transaction, is the single source of truth of what
+the topic holds.
+
+    step  what                                            after a kill -9 here, the next run
+    ----  ----------------------------------------------  -----------------------------------
+    1     start the transactional producer: Kafka's       -
+          InitProducerId fences an older instance of
+          the same transactional.id and aborts its open
+          transaction
+    2     check the topic (made when create_topic says    -
+          so) and the offsets topic (made when missing)
+    3     read the offsets record (read_committed)        -
+    4     take: reserve the subscription's next events    the take returns (its process
+          ("reserved")                                    died): the same events come again
+    5     skip what the record says the topic holds       -
+    6     begin a Kafka transaction, send the events:     step 1 aborts the open transaction:
+          batches per topic partition ("producing" once   a read_committed reader never
+          the first is acknowledged)                      sees its records
+    7     send the new offsets record in it; wait for     as 6
+          every batch's acknowledgement ("produced")
+    8     commit the Kafka transaction: the commit point  the record says the topic holds the
+          ("kafka-committed")                             events: step 5 skips them and the
+                                                          take is committed
+    9     commit the take ("taken")                       -
+    4-9 repeat until the subscription is drained or max_run_s has passed.
+
+Order: within a channel partition, events reach their topic partition in offset order,
+and one key's events are in one channel partition (the channel partitions by key), so a
+key's order holds. A take from a run killed a moment ago may still be open in the
+channel's owner (it returns them once it sees the process gone): a run waits for the
+subscription's open takes to close (OPEN_TAKES_WAIT_S) and fails if they do not, rather
+than send newer events before them. Two runs of one channel never overlap: the job
+holds `kafka-sink.lock` in the home (job.py). A run whose process was stopped, not
+killed, past its transaction timeout is fenced or aborted by Kafka: it commits nothing.
+
+Partitions (settings.partitioning): `key` sends a keyed event to murmur2(key) mod the
+topic's partition count (the Java client's default partitioner, which the channel's own
+partitioner is too: with as many topic as channel partitions an event keeps its
+partition number) and an event without a key to its channel partition's number mod that
+count; `same` sends channel partition p to topic partition p (the topic needs at least
+as many partitions). Each record keeps the event's key, headers (in order) and
+timestamp (CreateTime); its value is the event's body.
+
+Damage: events of the reserved range that the log can no longer read (damage the
+engine counts as lost) are skipped and counted in the report ("lost"); the rest go out.
+
+Concurrency contract: a KafkaSink is one run in one thread with its own event loop
+(job.py: asyncio.run); crash_point() is the kill tests' hook.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import NewTopic
+
+from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
+from channel_engine.channel_id import channel_id
+from channel_engine.kafka_sink import client
+from channel_engine.kafka_sink.offsets_record import (
+    OffsetsRecord,
+    SinkError,
+    describe_sent,
+    key_partition,
+)
+from channel_engine.kafka_sink.settings import SinkSettings
+from channel_engine.offset_ranges import Range, merge, subtract
+
+OPEN_TAKES_WAIT_S = 10.0  # a killed run's take: the owner returns it within moments
+READ_CHUNK = 5_000  # events read from the log at once
+UNKNOWN_TOPIC = 3  # Kafka's error codes in a metadata answer
+TOPIC_AUTHORIZATION_FAILED = 29
+TOPIC_ALREADY_EXISTS = 36
+
+
+def crash_point(step: str, count: int) -> None:
+    """Die here (SIGKILL) when WEIR_KAFKA_SINK_CRASH_AT names this step ("step", or
+    "step@N" for its Nth time in the run); stop (SIGSTOP) when WEIR_KAFKA_SINK_STOP_AT
+    does, once: the kill and fencing tests' hooks."""
+    for variable, sig in (("WEIR_KAFKA_SINK_CRASH_AT", signal.SIGKILL),
+                          ("WEIR_KAFKA_SINK_STOP_AT", signal.SIGSTOP)):
+        wanted = os.environ.get(variable, "")
+        name, _, nth = wanted.partition("@")
+        if name == step and int(nth or 1) == count:
+            if sig == signal.SIGSTOP:
+                del os.environ[variable]
+            os.kill(os.getpid(), sig)
+
+
+class KafkaSink:
+    """One run of the protocol above for one channel."""
+
+    def __init__(self, settings: SinkSettings,
+                 progress: Callable[[str, dict[str, Any] | None], None]) -> None:
+        self.settings = settings
+        self.progress = progress
+        self.config = ChannelConfig.load(settings.home)
+        self.name = self.config.name
+        self.run_id = f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
+        self.channel_id = channel_id(self.config.home)
+        self.transactional_id = (f"weir-sink.{self.name}.{settings.topic}."
+                                 f"{self.channel_id[:12]}")
+        self.record = OffsetsRecord(self.name, self.channel_id, settings.topic,
+                                    settings.subscription)
+        self.topic_partitions = 0
+        self.record_partition = 0
+        self.started = time.monotonic()
+        self.transaction_started = 0.0  # monotonic, while a Kafka transaction is open
+        self.counts = {"events": 0, "skipped": 0, "lost": 0, "transactions": 0}
+        self.ranges: dict[int, list[Range]] = {}  # what this run sent, by channel partition
+        self.steps: dict[str, int] = {}
+        self.pending = {"events": 0, "lost": 0}  # of the open Kafka transaction
+        self.error = ""
+        self.connection_log = client.watch_connections()
+
+    # -- the run ----------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        """Steps 1-9 until the subscription is drained or max_run_s passed; the report."""
+        producer = None
+        try:
+            with Channel.open(self.config.home) as channel:
+                self._ensure_subscription(channel)  # first: it keeps events while Kafka is down
+                producer = client.producer(self.settings, self.transactional_id)
+                await producer.start()  # step 1: InitProducerId
+                await self._check_topics()
+                self.record = await self._read_record() or self.record
+                self._wait_for_open_takes(channel)
+                deadline = self.started + self.settings.max_run_s
+                while time.monotonic() < deadline and await self._transaction(channel,
+                                                                              producer):
+                    pass
+        except BaseException as exc:
+            in_transaction = time.monotonic() - self.transaction_started \
+                if self.transaction_started else 0.0
+            self.error = client.describe(exc, self.settings, in_transaction,
+                                         self.connection_log)
+            raise
+        finally:
+            if producer is not None:
+                await _quietly(producer.stop())
+        return self.report("ok")
+
+    def report(self, outcome: str, error: str | None = None) -> dict[str, Any]:
+        """What the run did (also a failed one: what it had committed before failing)."""
+        return {"channel": self.name, "run_id": self.run_id, "outcome": outcome,
+                "error": error, "topic": self.settings.topic,
+                "subscription": self.settings.subscription,
+                "transactional_id": self.transactional_id, **self.counts,
+                "ranges": describe_sent(self.ranges),
+                "duration_s": round(time.monotonic() - self.started, 3)}
+
+    def _step(self, step: str) -> None:
+        self.steps[step] = self.steps.get(step, 0) + 1
+        crash_point(step, self.steps[step])
+
+    # -- steps 2-3 --------------------------------------------------------------------------
+    async def _check_topics(self) -> None:
+        """The topic exists (or is made) and so does the offsets topic (made when not)."""
+        admin = client.admin(self.settings)
+        await admin.start()
+        try:
+            topic, offsets = self.settings.topic, self.settings.offsets_topic
+            found = await self._partitions(admin, [topic, offsets])
+            replication = self.settings.topic_replication or min(
+                3, len((await admin.describe_cluster())["brokers"]))
+            if topic not in found:
+                if not self.settings.create_topic:
+                    raise SinkError(f"topic missing: {topic!r} does not exist on Kafka at "
+                                    f"{self.settings.bootstrap} (create it, or set "
+                                    "create_topic)")
+                count = self.settings.topic_partitions or self.config.partitions
+                await self._create(admin, NewTopic(topic, count, replication))
+            if offsets not in found:
+                await self._create(admin, NewTopic(offsets, 1, replication,
+                                                   topic_configs={"cleanup.policy": "compact"}))
+            found = await self._partitions(admin, [topic, offsets])
+            self.topic_partitions, offsets_count = found[topic], found[offsets]
+        finally:
+            await _quietly(admin.close())
+        if self.settings.partitioning == "same" and self.topic_partitions < self.config.partitions:
+            raise SinkError(f"partitioning 'same' needs topic {topic!r} to have at least "
+                            f"{self.config.partitions} partitions (the channel's); it has "
+                            f"{self.topic_partitions}")
+        self.record_partition = key_partition(self.record.key, offsets_count)
+
+    async def _partitions(self, admin: Any, topics: list[str]) -> dict[str, int]:
+        """Partition count of each topic that exists; errors other than "unknown" raise."""
+        found = {}
+        for described in await admin.describe_topics(topics):
+            code = described["error_code"]
+            if code == TOPIC_AUTHORIZATION_FAILED:
+                from aiokafka.errors import TopicAuthorizationFailedError
+                raise TopicAuthorizationFailedError(f"topic {described['topic']!r}")
+            if code == 0:
+                found[described["topic"]] = len(described["partitions"])
+            elif code != UNKNOWN_TOPIC:
+                from aiokafka.errors import for_code
+                raise for_code(code)(f"topic {described['topic']!r}")
+        return found
+
+    async def _create(self, admin: Any, topic: NewTopic) -> None:
+        answer = await admin.create_topics([topic])
+        for name, code, message in answer.topic_errors:
+            if code not in (0, TOPIC_ALREADY_EXISTS):
+                from aiokafka.errors import for_code
+                raise for_code(code)(f"creating topic {name!r}: {message}")
+        self.progress(f"kafka {self.name}: created topic {topic.name!r} "
+                      f"({topic.num_partitions} partitions)", None)
+
+    async def _read_record(self) -> OffsetsRecord | None:
+        """Step 3: the last committed offsets record of this stream, or None."""
+        consumer = client.consumer(self.settings)
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.settings.offsets_topic, self.record_partition)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]  # the last stable offset
+            found = None
+            deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
+            while await consumer.position(tp) < end:
+                if time.monotonic() > deadline:
+                    raise SinkError(f"could not read {tp.topic} partition {tp.partition} up "
+                                    f"to offset {end} within request_timeout_ms")
+                for message in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                    if message.key == self.record.key:
+                        found = None if message.value is None else OffsetsRecord.decode(
+                            message.value, f"{tp.topic} partition {tp.partition} offset "
+                                           f"{message.offset}")
+            return found
+        finally:
+            await _quietly(consumer.stop())
+
+    # -- step 4 -----------------------------------------------------------------------------
+    def _ensure_subscription(self, channel: Channel) -> None:
+        name = self.settings.subscription
+        if name in channel.subscriptions():
+            return
+        try:
+            channel.add_subscription(name, "slowest")
+            self.progress(f"kafka {self.name}: added subscription {name!r} where the "
+                          "slowest subscription stands", None)
+        except SubscriptionExistsError:
+            pass  # added meanwhile (by an operator): use it
+
+    def _wait_for_open_takes(self, channel: Channel) -> None:
+        name = self.settings.subscription
+        deadline = time.monotonic() + OPEN_TAKES_WAIT_S
+        while True:
+            open_takes = channel.status()["subscriptions"][name]["open_takes"]
+            if not open_takes:
+                return
+            if time.monotonic() > deadline:
+                raise SinkError(f"subscription {name!r} of channel {self.name!r} has "
+                                f"{open_takes} take(s) open (a run killed before its lease "
+                                "ran out, or a consumer reading the sink's subscription): "
+                                "the sink waits for them, to keep each partition's order")
+            time.sleep(0.1)
+
+    # -- steps 4-9 --------------------------------------------------------------------------
+    async def _transaction(self, channel: Channel, producer: AIOKafkaProducer) -> bool:
+        """One take and one Kafka transaction; False when nothing was left to take."""
+        lease_ms = 2 * self.settings.transaction_timeout_ms
+        take = channel.take(lease_ms=lease_ms, subscription=self.settings.subscription)
+        try:
+            reserved = take.reserve(self.settings.max_events)
+            if not reserved:
+                take.rollback()
+                return False
+            self._step("reserved")
+            to_send = self._plan(reserved)
+            if to_send:
+                await self._send(producer, to_send)
+            take.commit()
+            self._step("taken")
+        except BaseException:
+            if take.state == "open":
+                take.rollback()
+            raise
+        return True
+
+    def _plan(self, reserved: list[tuple[int, int, int]]) -> list[tuple[int, Range]]:
+        """Step 5: (partition, range) to send: the reserved ranges, joined where they
+        touch, less what the offsets record says the topic holds."""
+        by_partition: dict[int, list[Range]] = {}
+        for partition, start, end in reserved:
+            by_partition.setdefault(partition, []).append((start, end))
+        to_send = []
+        for partition, ranges in sorted(by_partition.items()):
+            for wanted in merge(ranges):
+                pieces = subtract(wanted, self.record.sent.get(partition, []))
+                self.counts["skipped"] += (wanted[1] - wanted[0]) - sum(e - s for s, e in pieces)
+                to_send += [(partition, piece) for piece in pieces]
+        return to_send
+
+    async def _send(self, producer: AIOKafkaProducer, to_send: list[tuple[int, Range]]) -> None:
+        """Steps 6-8: the events and the new offsets record in one Kafka transaction."""
+        await producer.begin_transaction()
+        self.transaction_started = time.monotonic()
+        try:
+            acks = await self._send_events(producer, to_send)
+            record = self.record.with_sent(to_send, self.run_id,
+                                           self.counts["transactions"] + 1,
+                                           self.settings.subscription)
+            acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
+                                            key=record.key, partition=self.record_partition))
+            await asyncio.gather(*acks)
+            self._step("produced")
+            await producer.commit_transaction()  # the commit point
+        except BaseException as exc:
+            cause = _sender_error(producer)
+            await _quietly(producer.abort_transaction(), timeout_s=5)
+            if cause is not None and cause is not exc:
+                raise cause from exc
+            raise
+        self.transaction_started = 0.0
+        self.record = record
+        self.counts["transactions"] += 1
+        self.counts["events"] += self.pending["events"]
+        self.counts["lost"] += self.pending["lost"]
+        sent = sum(e - s for _, (s, e) in to_send)
+        for partition, piece in to_send:
+            self.ranges[partition] = merge(self.ranges.get(partition, []) + [piece])
+        self.progress(f"kafka {self.name}: transaction {self.counts['transactions']} "
+                      f"committed, {sent:,} events", {
+                          "transaction": self.counts["transactions"], "events": sent,
+                          "ranges": describe_sent({p: [r] for p, r in to_send})})
+        self._step("kafka-committed")
+
+    async def _send_events(self, producer: AIOKafkaProducer,
+                           to_send: list[tuple[int, Range]]) -> list[Awaitable[Any]]:
+        """Step 6: batches of the events, per topic partition; their acknowledgements."""
+        acks: list[Awaitable[Any]] = []
+        batches: dict[int, Any] = {}
+        self.pending = {"events": 0, "lost": 0}  # counted once the transaction commits
+        topic = self.settings.topic
+
+        async def ship(kafka_partition: int) -> None:
+            acks.append(await producer.send_batch(batches.pop(kafka_partition), topic,
+                                                  partition=kafka_partition))
+            if len(acks) == 1:
+                await acks[0]
+                self._step("producing")
+
+        with Channel.open(self.config.home, read_only=True) as snapshot:
+            for partition, (start, end) in to_send:
+                for event in self._events(snapshot, partition, start, end):
+                    target = self._partition_of(partition, event.key)
+                    headers = list(event.headers.items())
+                    batch = batches.get(target)
+                    if batch is None or batch.append(key=event.key, value=event.body,
+                                                     timestamp=event.timestamp,
+                                                     headers=headers) is None:
+                        if batch is not None:
+                            await ship(target)
+                        batch = batches[target] = producer.create_batch()
+                        batch.append(key=event.key, value=event.body,
+                                     timestamp=event.timestamp, headers=headers)
+                    self.pending["events"] += 1
+        for target in sorted(batches):
+            await ship(target)
+        return acks
+
+    def _events(self, snapshot: Channel, partition: int, start: int, end: int) -> Iterator[Any]:
+        """The events [start, end) of a partition the log still holds; what it does not
+        (damage the engine counted lost) is counted in "lost"."""
+        offset = start
+        while offset < end:
+            events = snapshot.read(partition, offset, min(READ_CHUNK, end - offset))
+            events = [e for e in events if e.offset < end]
+            if not events:
+                break
+            self.pending["lost"] += events[0].offset - offset
+            yield from events
+            offset = events[-1].offset + 1
+        self.pending["lost"] += end - offset
+
+    def _partition_of(self, partition: int, key: bytes | None) -> int:
+        if self.settings.partitioning == "same":
+            return partition
+        if key is None:
+            return partition % self.topic_partitions
+        return key_partition(key, self.topic_partitions)
+
+
+def _sender_error(producer: AIOKafkaProducer) -> BaseException | None:
+    """The error aiokafka's background sender met in this transaction (fenced, timed out),
+    if any: a call made after it fails only with "Can't send messages while not in
+    transaction", which names no cause. aiokafka keeps it on its transaction manager's
+    waiter and has no public accessor."""
+    manager = getattr(producer, "_txn_manager", None)
+    waiter = getattr(manager, "_transaction_waiter", None)
+    if waiter is not None and waiter.done() and not waiter.cancelled():
+        error: BaseException | None = waiter.exception()
+        return error
+    return None
+
+
+async def _quietly(step: Awaitable[Any], timeout_s: float = 30) -> None:
+    """Await a clean-up step, ignoring its failure (the run's own error is the one told)."""
+    try:
+        await asyncio.wait_for(step, timeout_s)
+    except Exception:  # noqa: BLE001,S110 -- a closing client's error changes nothing
+        pass
