@@ -2,9 +2,10 @@
 
 Every module of the package is parsed (not imported) and mapped to its layer; every import
 in it — at the top, inside a function, under TYPE_CHECKING — must name a module of its own
-layer or a lower one. `spark` (the exporter, run by Spark's driver and executors) may use
-the public API (`from channel_engine import ...`) and only the lower modules SPARK_ALLOWED
-names, each with the reason. A failure names the module, the line and the import.
+layer or a lower one. The drains — `spark` (the exporter, run by Spark's driver and
+executors) and `kafka_sink` — may use the public API (`from channel_engine import ...`),
+their own modules and only the lower modules DRAIN_ALLOWED names, each with the reason.
+A failure names the module, the line and the import.
 """
 from __future__ import annotations
 
@@ -15,22 +16,26 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "channel_engine"
 
 LAYERS = ("base", "log", "queue", "owner", "channel", "tools")  # lowest first
-BASE = frozenset({"errors", "event", "atomic_file", "disk_space", "filenames", "encryption"})
+BASE = frozenset({"errors", "event", "atomic_file", "disk_space", "filenames", "encryption",
+                  "channel_id", "offset_ranges"})
 CHANNEL = frozenset({"channel_engine", "channel_engine.channel", "channel_engine.transaction"})
 FOLDERS = frozenset({"log", "queue", "owner", "tools"})
 
-# What spark may import below the public API, and why.
-SPARK_ALLOWED = {
+DRAINS = ("spark", "kafka_sink")
+# What the drains may import below the public API, and why.
+DRAIN_ALLOWED = {
     # Executors decode a committed batch column by column into Arrow
     # (record_columns, check_batch, unseal); the public API hands out Events one by one.
     "channel_engine.log.record_batch": "columnar decode of committed batches",
     # Executors open sealed batches with the channel's key ring, as the owner does.
     "channel_engine.encryption": "the key ring for encrypted channels",
-    # A base helper with no channel semantics: the export id is written atomically.
-    "channel_engine.atomic_file": "writing the export id atomically",
-    # Every error class lives there, the exporter's own (RangeUnavailableError,
+    # Base helpers with no channel semantics, shared by both drains.
+    "channel_engine.atomic_file": "writing files atomically",
+    "channel_engine.channel_id": "the id the drains' records know a channel by",
+    "channel_engine.offset_ranges": "merging and subtracting offset ranges",
+    # Every error class lives there, the drains' own (RangeUnavailableError,
     # ExportRunningError, ...) among them; the public API exports only the channel's.
-    "channel_engine.errors": "the exporter's error classes",
+    "channel_engine.errors": "the drains' error classes",
 }
 
 
@@ -43,14 +48,14 @@ def module_name(path: Path) -> str:
 
 
 def layer_of(module: str) -> str:
-    """The layer a module of channel_engine belongs to ('spark' for the exporter)."""
+    """The layer a module of channel_engine belongs to (its drain for a drain's)."""
     parts = module.split(".")
     if module in CHANNEL:
         return "channel"
     if module == "channel_engine.__main__":
         return "tools"  # `python -m channel_engine` is the CLI
-    if parts[1] == "spark":
-        return "spark"
+    if parts[1] in DRAINS:
+        return parts[1]
     if parts[1] in FOLDERS:
         return parts[1]
     if len(parts) == 2 and parts[1] in BASE:
@@ -89,10 +94,10 @@ def violations(module: str, is_package: bool, source: str) -> list[str]:
     wrong = []
     for line, target in imported_modules(module, is_package, source):
         there = layer_of(target)
-        if own == "spark":
-            ok = (there == "spark" or target == "channel_engine" or target in SPARK_ALLOWED)
+        if own in DRAINS:
+            ok = (there == own or target == "channel_engine" or target in DRAIN_ALLOWED)
         else:
-            ok = there != "spark" and LAYERS.index(there) <= LAYERS.index(own)
+            ok = there not in DRAINS and LAYERS.index(there) <= LAYERS.index(own)
         if not ok:
             wrong.append(f"{module}:{line} ({own}) imports {target} ({there})")
     return wrong
@@ -105,7 +110,7 @@ def engine_modules() -> list[Path]:
 
 def test_it_places_every_module_in_a_layer() -> None:
     for path in engine_modules():
-        assert layer_of(module_name(path)) in LAYERS + ("spark",)
+        assert layer_of(module_name(path)) in LAYERS + DRAINS
 
 
 def test_nothing_imports_upward() -> None:
