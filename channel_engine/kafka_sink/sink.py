@@ -76,6 +76,7 @@ from channel_engine.offset_ranges import Range, merge, subtract
 
 OPEN_TAKES_WAIT_S = 10.0  # a killed run's take: the owner returns it within moments
 READ_CHUNK = 5_000  # events read from the log at once
+KEY_CACHE = 100_000  # keys whose topic partition a run remembers
 UNKNOWN_TOPIC = 3  # Kafka's error codes in a metadata answer
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ALREADY_EXISTS = 36
@@ -118,6 +119,7 @@ class KafkaSink:
         self.ranges: dict[int, list[Range]] = {}  # what this run sent, by channel partition
         self.steps: dict[str, int] = {}
         self.pending = {"events": 0, "lost": 0}  # of the open Kafka transaction
+        self.key_partitions: dict[bytes, int] = {}
         self.error = ""
         self.connection_log = client.watch_connections()
 
@@ -388,7 +390,12 @@ class KafkaSink:
             return partition
         if key is None:
             return partition % self.topic_partitions
-        return key_partition(key, self.topic_partitions)
+        found = self.key_partitions.get(key)
+        if found is None:  # aiokafka's murmur2 is Python: a third of a run's CPU, uncached
+            if len(self.key_partitions) >= KEY_CACHE:
+                self.key_partitions.clear()
+            found = self.key_partitions[key] = key_partition(key, self.topic_partitions)
+        return found
 
 
 def _sender_error(producer: AIOKafkaProducer) -> BaseException | None:
