@@ -365,6 +365,12 @@ class ExportError(ChannelEngineError, RuntimeError):
     was committed."""
 
 
+class SinkError(ChannelEngineError, RuntimeError):
+    """A run of the Kafka sink cannot go on (kafka_sink/): a topic is missing or too small,
+    its offsets record is damaged, the sink's subscription has takes open; the take it
+    held, if any, was rolled back."""
+
+
 class ExportRunningError(ChannelEngineError, RuntimeError):
     """Another export of the channel holds its export.lock."""
 

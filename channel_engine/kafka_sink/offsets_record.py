@@ -46,15 +46,11 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
-from channel_engine.errors import ChannelEngineError
+from channel_engine.errors import SinkError
 from channel_engine.offset_ranges import Range, merge
 
 FORMAT = "weir-kafka-sink-offsets"
 VERSION = 1
-
-
-class SinkError(ChannelEngineError, RuntimeError):
-    """A run of the Kafka sink cannot go on; nothing it took was committed."""
 
 
 @dataclass

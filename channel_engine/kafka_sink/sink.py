@@ -64,13 +64,9 @@ from aiokafka.admin import NewTopic
 
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
 from channel_engine.channel_id import channel_id
+from channel_engine.errors import SinkError
 from channel_engine.kafka_sink import client
-from channel_engine.kafka_sink.offsets_record import (
-    OffsetsRecord,
-    SinkError,
-    describe_sent,
-    key_partition,
-)
+from channel_engine.kafka_sink.offsets_record import OffsetsRecord, describe_sent, key_partition
 from channel_engine.kafka_sink.settings import SinkSettings
 from channel_engine.offset_ranges import Range, merge, subtract
 
