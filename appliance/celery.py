@@ -3,9 +3,10 @@
 Configured from Django settings (the CELERY_ namespace), Redis as the broker, tasks
 found in appliance/tasks.py. See tasks.py for what runs when, and why.
 
-Two queues. Exports (weir.export_channel, whoever sends it: the exporter dispatcher, the
-UI's "export now") go to WEIR_EXPORT_QUEUE (weir-export), consumed by a worker of their
-own; everything else goes to the default queue (weir). One Spark export runs for minutes:
+Three queues. Exports (weir.export_channel, whoever sends it: the exporter dispatcher, the
+UI's "export now") go to WEIR_EXPORT_QUEUE (weir-export) and Kafka sink runs
+(weir.kafka_sink_channel) to WEIR_KAFKA_QUEUE (weir-kafka), each consumed by a worker of
+their own; everything else goes to the default queue (weir). One Spark export runs for minutes:
 on one shared queue, two of them would hold both of the worker's slots and the flusher
 would wait behind them, and policy mode's loss bound (flush_ms plus the scheduler tick)
 would no longer hold.
@@ -20,6 +21,7 @@ from celery import Celery
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
 EXPORT_TASKS = frozenset({"weir.export_channel"})
+KAFKA_TASKS = frozenset({"weir.kafka_sink_channel"})
 
 app = Celery("weir")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -28,10 +30,13 @@ app.autodiscover_tasks(["appliance"])
 
 def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None,
                **_: Any) -> dict[str, str] | None:
-    """Celery's router (CELERY_TASK_ROUTES): exports to WEIR_EXPORT_QUEUE, the rest to the
-    default queue. Reads the setting at each send, so tests may point it elsewhere."""
+    """Celery's router (CELERY_TASK_ROUTES): exports to WEIR_EXPORT_QUEUE, Kafka sink runs
+    to WEIR_KAFKA_QUEUE, the rest to the default queue. Reads the settings at each send,
+    so tests may point them elsewhere."""
     from django.conf import settings
 
     if name in EXPORT_TASKS:
         return {"queue": settings.WEIR_EXPORT_QUEUE}
+    if name in KAFKA_TASKS:
+        return {"queue": settings.WEIR_KAFKA_QUEUE}
     return None

@@ -59,8 +59,15 @@ SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 SCHEDULE_SETTINGS = {"retention_check_interval_ms": (1_000, 86_400_000),
                      "export_interval_ms": (10_000, 7 * 86_400_000),
                      "export_roll_rows": (1, 2**31 - 1),
-                     "export_roll_bytes": (1 << 10, 1 << 40)}
+                     "export_roll_bytes": (1 << 10, 1 << 40),
+                     "kafka_interval_ms": (1_000, 86_400_000)}
+OPTIONAL_SCHEDULES = ("export_interval_ms", "kafka_interval_ms")  # null: only when asked
 EXPORT_SETTINGS = ("export_format", "export_path", "export_subscription")
+KAFKA_SETTINGS = ("kafka_topic", "kafka_bootstrap", "kafka_subscription",
+                  "kafka_partitioning", "kafka_compression", "kafka_create_topic",
+                  "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
+                  "kafka_sasl_password_file", "kafka_ssl_cafile", "kafka_ssl_certfile",
+                  "kafka_ssl_keyfile")
 _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()
 _lock = threading.Lock()
@@ -88,12 +95,22 @@ def to_config(row: Channel) -> ChannelConfig:
     keys.check_keys(config)
     for name, (low, high) in SCHEDULE_SETTINGS.items():
         value = getattr(row, name)
-        if value is None and name == "export_interval_ms":
+        if value is None and name in OPTIONAL_SCHEDULES:
             continue
         if type(value) is not int or not low <= value <= high:
             raise ValidationError({name: f"must be an integer from {low} to {high}"})
     _check_export(row)
+    _check_kafka(row, config)
     return config
+
+
+def _check_kafka(row: Channel, config: ChannelConfig) -> None:
+    """The Kafka sink's settings, checked as its job checks them (the field named)."""
+    from appliance.kafka_sinks import sink_settings
+
+    if row.kafka_interval_ms is not None and not row.kafka_topic:
+        raise ValidationError({"kafka_interval_ms": "needs kafka_topic (the sink is off)"})
+    sink_settings(row, config)  # ValidationError naming the kafka_ field
 
 
 # One directory of export_path: Flume's %-escapes and characters every filesystem Spark

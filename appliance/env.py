@@ -171,15 +171,22 @@ def env_paths(name: str, default: list[Path]) -> list[Path]:
     return paths
 
 
-def celery_queues() -> tuple[str, str]:
-    """The Celery queues (default, exports): WEIR_CELERY_QUEUE (weir) and WEIR_EXPORT_QUEUE
-    (<default>-export), which must differ: a flush never waits behind an export."""
+def celery_queues() -> tuple[str, str, str]:
+    """The Celery queues (default, exports, Kafka sink): WEIR_CELERY_QUEUE (weir),
+    WEIR_EXPORT_QUEUE (<default>-export) and WEIR_KAFKA_QUEUE (<default>-kafka), which must
+    all differ: a flush never waits behind an export or a Kafka run, nor a Kafka run
+    behind an export."""
     default = (os.environ.get("WEIR_CELERY_QUEUE") or "weir").strip()
     export = (os.environ.get("WEIR_EXPORT_QUEUE") or f"{default}-export").strip()
+    kafka = (os.environ.get("WEIR_KAFKA_QUEUE") or f"{default}-kafka").strip()
     if export == default:
         raise ImproperlyConfigured(f"WEIR_EXPORT_QUEUE must differ from WEIR_CELERY_QUEUE "
                                    f"({default!r}): exports get a worker of their own")
-    return default, export
+    if kafka in (default, export):
+        raise ImproperlyConfigured(f"WEIR_KAFKA_QUEUE ({kafka!r}) must differ from "
+                                   "WEIR_CELERY_QUEUE and WEIR_EXPORT_QUEUE: the Kafka sink "
+                                   "gets a worker of its own")
+    return default, export, kafka
 
 
 def database(var_dir: Path) -> dict[str, object]:

@@ -51,6 +51,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -81,8 +82,15 @@ class BrokerUnavailable(Exception):
 def queue_export(row: Channel) -> str:
     """Queue an export of the channel for the export worker; its task id. BrokerUnavailable,
     at once and with the broker's reason, when the broker does not answer."""
-    from appliance.celery import app
     from appliance.tasks import export_channel
+
+    return queue_now(export_channel, row.name)
+
+
+def queue_now(task: Any, name: str) -> str:
+    """Send a per-channel task ("export now", "drain to Kafka now") for a worker; its task
+    id, or BrokerUnavailable at once when the broker does not answer (module doc)."""
+    from appliance.celery import app
 
     url = str(app.conf.broker_write_url or app.conf.broker_url).split(";")[0]
     try:
@@ -93,7 +101,7 @@ def queue_export(row: Channel) -> str:
     except (redis.RedisError, OSError) as exc:
         raise BrokerUnavailable(f"{type(exc).__name__}: {exc}") from exc
     try:
-        return str(export_channel.apply_async((row.name,), ignore_result=True).id)
+        return str(task.apply_async((name,), ignore_result=True).id)
     except BrokerError as exc:
         raise BrokerUnavailable(str(exc)) from exc
 

@@ -35,8 +35,8 @@ def oldest_untaken_ms(row: Channel, partitions: list[dict[str, Any]]) -> int | N
 
 def subscription_lag(row: Channel, status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per subscription: its figures from `status`, with oldest_untaken_timestamp_ms and
-    oldest_untaken_age_ms (None when it has nothing untaken), and `export` (whether the
-    export drains it)."""
+    oldest_untaken_age_ms (None when it has nothing untaken), `export` and `kafka` (whether
+    the export, the Kafka sink drains it)."""
     now_ms = int(time.time() * 1000)
     lag = {}
     for name, sub in status["subscriptions"].items():
@@ -44,5 +44,6 @@ def subscription_lag(row: Channel, status: dict[str, Any]) -> dict[str, dict[str
         lag[name] = {"name": name, **{k: v for k, v in sub.items() if k != "id"},
                      "oldest_untaken_timestamp_ms": oldest,
                      "oldest_untaken_age_ms": None if oldest is None else max(0, now_ms - oldest),
-                     "export": name == row.export_subscription}
+                     "export": name == row.export_subscription,
+                     "kafka": bool(row.kafka_topic) and name == row.kafka_subscription}
     return lag

@@ -22,12 +22,13 @@ home live there), fewer partitions (keys would move). A refused create or change
 writes nothing: no record, and no directory it made is left. Deleting a channel
 that holds untaken events is refused unless forced; a delete removes only the
 directories the channel owns and no other channel uses (channel_dirs.removable).
-The export drains a subscription of its own (export_subscription). It is added when
-exports are scheduled (a create or change with export_interval_ms; else by the first
-export) at "slowest", where the subscription most behind stands, so that adding it never
-makes the channel fuller (at "earliest" a log longer than the capacity would stop every
-put; a reset to earliest is the operator's, on the channel page). When
-export_subscription changes, the one it drained before is removed (never `default`):
+The export drains a subscription of its own (export_subscription), and so does the Kafka
+sink (kafka_subscription; scheduled: kafka_topic and kafka_interval_ms). Each is added when
+its drain is scheduled (a create or change; else by the drain's first run) at "slowest",
+where the subscription most behind stands, so that adding it never makes the channel
+fuller (at "earliest" a log longer than the capacity would stop every put; a reset to
+earliest is the operator's, on the channel page). When a drain's subscription changes,
+the one it drained before is removed (never `default`, nor one the other drain reads):
 nothing would drain it, and it would hold the channel's capacity; with takes open on it
 the change is refused (409).
 """
@@ -108,7 +109,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
             made = row.owned_dirs = channel_dirs.missing(row)
             row.save()
             channels.open_channel(row, create=True)  # the files; an error rolls it back
-            _follow_export(row, None)
+            _follow_drains(row, None)
     except ValidationError as exc:
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
@@ -140,30 +141,40 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
             row.owned_dirs = [*row.owned_dirs, *made]
             row.save()
             channels.open_channel(row, create=True)
-            _follow_export(row, was.export_subscription)
+            _follow_drains(row, was)
     except ValidationError as exc:
         _restore(row, before)
         raise _invalid(exc) from exc
-    except SubscriptionBusyError as exc:  # the export's old subscription has takes open
+    except SubscriptionBusyError as exc:  # a drain's old subscription has takes open
         _restore(row, before)
-        raise Refused({"export_subscription": [str(exc)]}, status=409) from exc
+        field = ("kafka_subscription" if was.kafka_subscription != changes.get(
+            "kafka_subscription", was.kafka_subscription) else "export_subscription")
+        raise Refused({field: [str(exc)]}, status=409) from exc
     except (OSError, ChannelEngineError) as exc:
         _restore(row, before)
         raise _not_opened(row.name, exc, made) from exc
 
 
-def _follow_export(row: Channel, was: str | None) -> None:
-    """After a create or change: the export's subscription exists when exports are
-    scheduled, and the one it drained before (`was`) is gone (module doc)."""
+def _follow_drains(row: Channel, was: Channel | None) -> None:
+    """After a create or change: each drain's subscription (the export's, the Kafka
+    sink's) exists when the drain is scheduled, and the one it drained before is gone
+    unless something else reads it (module doc)."""
     channel = channels.open_channel(row)
     names = channel.subscriptions()
-    if was not in (None, DEFAULT_SUBSCRIPTION, row.export_subscription) and was in names:
-        channel.remove_subscription(was)  # SubscriptionBusyError: the change is refused
-    if row.export_interval_ms is not None and row.export_subscription not in names:
-        try:
-            channel.add_subscription(row.export_subscription, EXPORT_START)
-        except SubscriptionExistsError:  # the export job added it meanwhile
-            pass
+    in_use = {DEFAULT_SUBSCRIPTION, row.export_subscription, row.kafka_subscription}
+    drains = ((was.export_subscription if was else None, row.export_subscription,
+               row.export_interval_ms is not None),
+              (was.kafka_subscription if was else None, row.kafka_subscription,
+               row.kafka_interval_ms is not None and bool(row.kafka_topic)))
+    for before, now, scheduled in drains:
+        if before is not None and before not in in_use and before in names:
+            channel.remove_subscription(before)  # SubscriptionBusyError: the change is refused
+        if scheduled and now not in names:
+            try:
+                channel.add_subscription(now, EXPORT_START)
+            except SubscriptionExistsError:  # its job added it meanwhile
+                pass
+            names.append(now)
 
 
 def _restore(row: Channel, before: dict[str, Any]) -> None:

@@ -94,4 +94,9 @@ def remove(row: Channel, name: str) -> None:
             raise Refused({"subscription": [
                 f"the channel's scheduled export drains {name!r}: set export_subscription "
                 "to another first (or unschedule the export)"]}, status=409)
+        if (name == current.kafka_subscription and current.kafka_topic
+                and current.kafka_interval_ms is not None):
+            raise Refused({"subscription": [
+                f"the channel's scheduled Kafka sink drains {name!r}: set kafka_subscription "
+                "to another first (or unschedule the sink)"]}, status=409)
         channel.remove_subscription(name)

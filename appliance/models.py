@@ -88,6 +88,53 @@ class Channel(models.Model):
     export_roll_bytes = models.BigIntegerField(
         default=256 << 20, help_text="Most bytes of events (as stored in the log) per exported "
         "file (1 KiB to 1 TiB); a file ends at whichever roll limit comes first.")
+    kafka_topic = models.CharField(
+        max_length=249, blank=True, default="",
+        help_text="The Kafka topic the channel is forwarded into, exactly once (empty: no "
+        "Kafka sink).")
+    kafka_bootstrap = models.CharField(
+        max_length=1000, blank=True, default="",
+        help_text="Kafka's bootstrap.servers, host:port[,host:port] (empty: "
+        "WEIR_KAFKA_BOOTSTRAP).")
+    kafka_interval_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="Forward to Kafka this often (null: only when asked; "
+        "1 second to 1 day).")
+    kafka_subscription = models.CharField(
+        max_length=64, default="kafka",
+        help_text="The subscription the Kafka sink drains (made where the slowest one stands "
+        "when missing): its own, so HTTP consumers and the export each see every event.")
+    kafka_partitioning = models.CharField(
+        max_length=10, default="key", choices=[("key", "key"), ("same", "same")],
+        help_text="key: murmur2 of the key mod the topic's partitions (Kafka's default), a "
+        "keyless event by its partition number; same: channel partition p to topic partition p.")
+    kafka_compression = models.CharField(
+        max_length=10, default="none",
+        choices=[(c, c) for c in ("none", "gzip", "snappy", "lz4", "zstd")],
+        help_text="compression.type of the batches the sink sends.")
+    kafka_create_topic = models.BooleanField(
+        default=False, help_text="Create the topic when it is missing (with as many partitions "
+        "as the channel), instead of failing the run.")
+    kafka_security_protocol = models.CharField(
+        max_length=20, default="PLAINTEXT",
+        choices=[(c, c) for c in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")],
+        help_text="security.protocol of the connection to Kafka.")
+    kafka_sasl_mechanism = models.CharField(
+        max_length=20, default="PLAIN",
+        choices=[(c, c) for c in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")],
+        help_text="sasl.mechanism, with a SASL security protocol.")
+    kafka_sasl_username = models.CharField(max_length=255, blank=True, default="",
+                                           help_text="The SASL user name.")
+    kafka_sasl_password_file = models.CharField(
+        max_length=4096, blank=True, default="",
+        help_text="Path of a file holding the SASL password (read at each run, never stored).")
+    kafka_ssl_cafile = models.CharField(
+        max_length=4096, blank=True, default="",
+        help_text="Path of the CA certificates (PEM) to trust (empty: the system's).")
+    kafka_ssl_certfile = models.CharField(
+        max_length=4096, blank=True, default="",
+        help_text="Path of a client certificate (PEM), for mutual TLS.")
+    kafka_ssl_keyfile = models.CharField(max_length=4096, blank=True, default="",
+                                         help_text="Path of the client certificate's key (PEM).")
     retention_check_interval_ms = models.BigIntegerField(
         default=300_000, help_text="How often the retention task runs for this channel "
         "(Kafka's log.retention.check.interval.ms; 1 second to 1 day).")
@@ -251,3 +298,33 @@ class ExportRun(models.Model):
 
     def __str__(self) -> str:
         return f"export {self.channel} {self.outcome} at {self.started_at:%H:%M:%S}"
+
+
+class KafkaRun(models.Model):
+    """One run of the Kafka sink of a channel: what it committed to Kafka so far while it
+    runs (each committed transaction updates it), then its outcome, or why it failed."""
+
+    RUNNING, OK, FAILED = "running", "ok", "failed"
+    channel = models.CharField(max_length=200)
+    run_id = models.CharField(max_length=40, blank=True, default="")
+    topic = models.CharField(max_length=249, blank=True, default="")
+    started_at = models.DateTimeField()
+    duration_s = models.FloatField(null=True)
+    outcome = models.CharField(max_length=20, default=RUNNING)
+    events = models.BigIntegerField(default=0, help_text="Events committed to Kafka.")
+    skipped = models.BigIntegerField(
+        default=0, help_text="Events taken that Kafka held already (an earlier run's, killed "
+        "after its Kafka commit): not sent again.")
+    lost = models.BigIntegerField(default=0, help_text="Events the log could not read "
+                                  "(damage the engine counted lost).")
+    transactions = models.IntegerField(default=0)
+    ranges = models.JSONField(default=dict, blank=True,
+                              help_text="Offset ranges sent, by channel partition.")
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["channel", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"kafka sink {self.channel} {self.outcome} at {self.started_at:%H:%M:%S}"

@@ -196,10 +196,11 @@ CACHES = {
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
-# Two queues, each with its own worker (scripts/run.sh, docker-compose.yml): exports run
+# Three queues, each with its own worker (scripts/run.sh, docker-compose.yml): exports run
 # for minutes, so on the shared queue two of them would hold every slot and the flusher
-# would wait, breaking policy mode's loss bound. appliance/celery.py routes them.
-CELERY_TASK_DEFAULT_QUEUE, WEIR_EXPORT_QUEUE = celery_queues()
+# would wait, breaking policy mode's loss bound; a Kafka sink run lasts up to a minute and
+# must not wait behind an export either. appliance/celery.py routes them.
+CELERY_TASK_DEFAULT_QUEUE, WEIR_EXPORT_QUEUE, WEIR_KAFKA_QUEUE = celery_queues()
 CELERY_TASK_ROUTES = ("appliance.celery.route_task",)
 CELERY_TASK_ACKS_LATE = True  # a task whose worker died mid-run is delivered again
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -232,11 +233,17 @@ WEIR_SPARK_MASTER = os.environ.get("WEIR_SPARK_MASTER", "local[*]")
 # read segment files from the shared disks. Set: they read ranges over the raw batches
 # endpoint with a short-lived token (appliance/exports.py); its host must be in ALLOWED_HOSTS.
 WEIR_EXPORT_READ_URL = env_http_url("WEIR_EXPORT_READ_URL")
+# The Kafka sink (appliance/kafka_sinks.py): the brokers of a channel without kafka_bootstrap
+# of its own (host:port[,host:port]; empty: such a channel cannot have a sink), and the
+# compacted topic of its offsets records (channel_engine/kafka_sink/offsets_record.py).
+WEIR_KAFKA_BOOTSTRAP = os.environ.get("WEIR_KAFKA_BOOTSTRAP", "").strip()
+WEIR_KAFKA_OFFSETS_TOPIC = os.environ.get("WEIR_KAFKA_OFFSETS_TOPIC", "weir-sink-offsets")
 CELERY_BEAT_SCHEDULE = {
     "flusher": {"task": "weir.flusher", "schedule": WEIR_SCHEDULER_TICK_S},
     "checkpointer": {"task": "weir.checkpointer", "schedule": WEIR_SCHEDULER_TICK_S},
     "retention": {"task": "weir.retention", "schedule": WEIR_SCHEDULER_TICK_S},
     "exporter": {"task": "weir.exporter", "schedule": WEIR_SCHEDULER_TICK_S},
+    "kafka-sinker": {"task": "weir.kafka_sinker", "schedule": WEIR_SCHEDULER_TICK_S},
     "metrics-sampler": {"task": "weir.sample_metrics", "schedule": WEIR_SAMPLE_INTERVAL_S},
     "prune-runs": {"task": "weir.prune_history", "schedule": 600.0},
 }

@@ -15,6 +15,8 @@ the per-channel task:
     weir.retention      weir.retention_...   retention_check_interval_ms (apply_retention)
     weir.exporter       weir.export_channel  export_interval_ms, when set (exports.py);
                                              on the export queue (celery.py)
+    weir.kafka_sinker   weir.kafka_sink_...  kafka_interval_ms, when set with a topic
+                                             (kafka_sinks.py); on the Kafka queue
     weir.sample_metrics (itself)             WEIR_SAMPLE_INTERVAL_S: one ChannelSample each
     weir.prune_history  (itself)             every 10 min: runs and samples older than
                                              WEIR_TASK_RUNS_KEEP_HOURS go
@@ -55,7 +57,7 @@ from appliance.shared_redis import fast, shared_redis
 from appliance.task_runs import run_for_channel
 from channel_engine import Channel as EngineChannel
 
-KINDS = ("flush", "checkpoint", "retention", "export")
+KINDS = ("flush", "checkpoint", "retention", "export", "kafka")
 MIN_EXPIRY_S = 60.0
 
 
@@ -68,7 +70,8 @@ def dispatch(kind: str, task: Task, interval_ms: Callable[[Channel], float | Non
     client, tick_ms = shared_redis(), _tick_ms()
     sent = 0
     for row in Channel.objects.only("name", "checkpoint_interval_ms",
-                                    "retention_check_interval_ms", "export_interval_ms"):
+                                    "retention_check_interval_ms", "export_interval_ms",
+                                    "kafka_interval_ms", "kafka_topic"):
         interval = interval_ms(row)
         # The key lapses half a tick early: a dispatcher that runs a little earlier in its
         # tick than the last one (beat's and the worker's jitter) must not skip the tick,
@@ -136,6 +139,13 @@ def exporter() -> int:
     return dispatch("export", export_channel, lambda row: row.export_interval_ms)
 
 
+@shared_task(name="weir.kafka_sinker", ignore_result=True, time_limit=60)
+def kafka_sinker() -> int:
+    """The Kafka sink's trigger: each channel with a topic and a kafka_interval_ms."""
+    return dispatch("kafka", kafka_sink_channel,
+                    lambda row: row.kafka_interval_ms if row.kafka_topic else None)
+
+
 # -- per-channel work ---------------------------------------------------------------------
 @shared_task(bind=True, name="weir.flush_channel", soft_time_limit=60, time_limit=90)
 def flush_channel(self: Task, name: str, force: bool = False) -> str:
@@ -192,6 +202,30 @@ def export_channel(self: Task, name: str) -> str:
 
 class ExportFailed(Exception):
     """The export job failed (its ExportRun says why)."""
+
+
+@shared_task(bind=True, name="weir.kafka_sink_channel", soft_time_limit=600, time_limit=660)
+def kafka_sink_channel(self: Task, name: str) -> str:
+    """Forward the channel's next events to Kafka (one run per channel at a time: busy
+    while another process runs one, manage.py drain_to_kafka included)."""
+    from appliance.kafka_sinks import SinkBusy, run_sink
+
+    def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
+        try:
+            run = run_sink(Channel.objects.get(name=name))
+        except SinkBusy as exc:
+            return TaskRun.BUSY, {"busy": str(exc)}
+        if run is None:
+            return TaskRun.NOTHING_DUE, {}
+        if run.outcome != "ok":
+            raise KafkaSinkFailed(f"Kafka sink run {run.pk}: {run.error}")
+        return TaskRun.OK, {"kafka_run": run.pk, "events": run.events,
+                            "transactions": run.transactions}
+    return run_for_channel(self, name, work, record_nothing_due=False)
+
+
+class KafkaSinkFailed(Exception):
+    """A run of the Kafka sink failed (its KafkaRun says why)."""
 
 
 @shared_task(bind=True, name="weir.sample_metrics", ignore_result=True, soft_time_limit=60,

@@ -26,12 +26,15 @@ What it runs, in this order (stopped in reverse: redis last):
              --concurrency $WEIR_TASK_WORKERS                   Django imports at once took
     exports  celery -A appliance worker -n exports@%h           web twice as long to answer)
              --queues $WEIR_EXPORT_QUEUE --concurrency 1
+    kafka    celery -A appliance worker -n kafka@%h
+             --queues $WEIR_KAFKA_QUEUE --concurrency 1
     beat     celery -A appliance beat
              --schedule $WEIR_VAR_DIR/celerybeat-schedule
 
-Why two workers: exports run for minutes and have a queue of their own (appliance/celery.py),
-so the flusher's, checkpointer's and retention's tasks never wait behind them. One export at
-a time: a local Spark job already uses every core.
+Why three workers: exports run for minutes and have a queue of their own (appliance/celery.py),
+so the flusher's, checkpointer's and retention's tasks never wait behind them, nor the Kafka
+sink's runs (up to a minute each), which have a queue of their own too. One export at a
+time: a local Spark job already uses every core.
 
 The front: clients reach gunicorn only through nginx (appliance/front.py says why: slow
 clients and per-token concurrency), which listens on WEIR_BIND; gunicorn listens on a unix
@@ -43,9 +46,9 @@ its own (WEIR_TRUSTED_PROXIES then names it).
 Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
 WEIR_FRONT (nginx), WEIR_TOKEN_MAX_IN_FLIGHT (4), WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS
 (2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE (weir), WEIR_EXPORT_QUEUE (<default
-queue>-export); the processes read everything else themselves (appliance/settings.py:
-WEIR_DATA_ROOT (<var>/channels), WEIR_KEY_DIR (<var>/keys, made 0700; they refuse to start
-when others may use it), ...).
+queue>-export), WEIR_KAFKA_QUEUE (<default queue>-kafka); the processes read everything else
+themselves (appliance/settings.py: WEIR_DATA_ROOT (<var>/channels), WEIR_KEY_DIR (<var>/keys,
+made 0700; they refuse to start when others may use it), ...).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
 reaches only the supervisor) and appends its stdout and stderr to
@@ -146,7 +149,7 @@ class Config:
     bind: str
     web_workers: int
     task_workers: int
-    queues: tuple[str, str]  # (default, exports): appliance.env.celery_queues()
+    queues: tuple[str, str, str]  # (default, exports, kafka): appliance.env.celery_queues()
     front: str = "nginx"  # or "none": WEIR_FRONT
     max_in_flight: int = 4  # per token, at the front: WEIR_TOKEN_MAX_IN_FLIGHT
     trusted_proxies: tuple[str, ...] = (UNIX_PEER,)  # WEIR_TRUSTED_PROXIES
@@ -348,9 +351,10 @@ class Supervisor:
         self._manage("admin", "ensure_admin")
         self.start_web()
         python, var = sys.executable, self.config.var_dir
-        default_queue, export_queue = self.config.queues
+        default_queue, export_queue, kafka_queue = self.config.queues
         self._spawn("worker", self._worker("worker", default_queue, self.config.task_workers))
         self._spawn("exports", self._worker("exports", export_queue, 1))
+        self._spawn("kafka", self._worker("kafka", kafka_queue, 1))
         self._spawn("beat", [python, "-m", "celery", "-A", "appliance", "beat",
                              "--loglevel", "INFO",
                              "--schedule", str(var / "celerybeat-schedule")])
@@ -612,8 +616,8 @@ def serve(config: Config, detached: bool) -> int:
             say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "
                 f"in the background, supervisor pid {os.getpid()}")
             say(f"logs: {config.var_dir / 'log'}/"
-                "{web,nginx,worker,exports,beat,redis,supervisor}.log; `scripts/run.sh --stop` "
-                "stops it")
+                "{web,nginx,worker,exports,kafka,beat,redis,supervisor}.log; "
+                "`scripts/run.sh --stop` stops it")
             emit(READY)
             _detach_output(config.log("supervisor"))
             say(f"running (pid {os.getpid()})")
@@ -709,8 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: scripts/run.sh passes its arguments here."""
     parser = argparse.ArgumentParser(prog="scripts/run.sh", description=(
         "Run the Weir appliance: Redis (when none answers at REDIS_URL), migrations, an "
-        "admin user, gunicorn, Celery workers (tasks, exports) and beat. Without a flag it "
-        "runs in the foreground and shows the logs; Ctrl-C stops it."))
+        "admin user, gunicorn, Celery workers (tasks, exports, Kafka sink) and beat. Without "
+        "a flag it runs in the foreground and shows the logs; Ctrl-C stops it."))
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--background", action="store_true",
                       help="start in the background; return once healthy")

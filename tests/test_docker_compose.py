@@ -42,14 +42,16 @@ COMMANDS = {
 }
 # Every long-running service; `migrate` is a one-shot that exits, so it has none.
 NEEDS_HEALTHCHECK = ("redis", "postgres", "namenode", "datanode", "nginx", "web", "worker",
-                     "export-worker", "beat")
+                     "export-worker", "kafka-worker", "beat")
 # Read by the settings, with defaults that do not suit production: compose must set them.
 REQUIRED_IN_PRODUCTION = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS",
                           "WEIR_DATA_ROOT", "WEIR_VAR_DIR"}
 # Read by the settings, with defaults that suit production. A variable the settings start
 # reading must join one of these two sets: the test below fails until someone decides.
 HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_CELERY_QUEUE",
-                          "WEIR_EXPORT_QUEUE",
+                          "WEIR_EXPORT_QUEUE", "WEIR_KAFKA_QUEUE",
+                          # empty: no Kafka sink unless a channel names its brokers
+                          "WEIR_KAFKA_BOOTSTRAP", "WEIR_KAFKA_OFFSETS_TOPIC",
                           "WEIR_SCHEDULER_TICK_S", "WEIR_SAMPLE_INTERVAL_S",
                           "WEIR_TASK_RUNS_KEEP_HOURS", "WEIR_TASK_LOCK_WAIT_S",
                           "WEIR_EXPORT_URI", "WEIR_SPARK_MASTER", "WEIR_UI_REFRESH_S",
@@ -255,16 +257,18 @@ def test_each_worker_consumes_one_of_the_settings_queues(services, monkeypatch):
     from appliance.celery import app, route_task
     from appliance.env import celery_queues
 
-    for name in ("WEIR_CELERY_QUEUE", "WEIR_EXPORT_QUEUE"):
-        monkeypatch.delenv(name, raising=False)  # compose sets neither: the defaults hold
-    default, export = celery_queues()
+    for name in ("WEIR_CELERY_QUEUE", "WEIR_EXPORT_QUEUE", "WEIR_KAFKA_QUEUE"):
+        monkeypatch.delenv(name, raising=False)  # compose sets none: the defaults hold
+    default, export, kafka = celery_queues()
     assert queues(services["worker"]) == {default}, f"worker must consume only {default!r}"
     assert queues(services["export-worker"]) == {export}, (
         f"export-worker must consume only {export!r}")
-    with override_settings(WEIR_EXPORT_QUEUE=export):
+    assert queues(services["kafka-worker"]) == {kafka}, (
+        f"kafka-worker must consume only {kafka!r}")
+    with override_settings(WEIR_EXPORT_QUEUE=export, WEIR_KAFKA_QUEUE=kafka):
         routed = {(route_task(task, (), {}, {}) or {}).get("queue", default)
                   for task in app.tasks if task.startswith("weir.")}
-    assert routed == {default, export}, f"tasks are routed to {routed}"
+    assert routed == {default, export, kafka}, f"tasks are routed to {routed}"
 
 
 @pytest.mark.parametrize("worker", WORKERS)

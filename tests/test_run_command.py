@@ -168,7 +168,7 @@ def run(tmp_path: Path) -> Iterator[Run]:
            "WEIR_DATA_ROOT": str(tmp_path / "channels"), "WEIR_BIND": f"127.0.0.1:{web_port}",
            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "WEIR_SCHEDULER_TICK_S": "0.5"}
     for name in ("DATABASE_URL", "WEIR_ADMIN_PASSWORD", "WEIR_ADMIN_USER", "WEIR_CELERY_QUEUE",
-                 "WEIR_EXPORT_QUEUE"):
+                 "WEIR_EXPORT_QUEUE", "WEIR_KAFKA_QUEUE"):
         env.pop(name, None)
     appliance = Run(env, tmp_path / "var", f"http://127.0.0.1:{web_port}", web_port,
                     redis_port)
@@ -197,18 +197,20 @@ def wait_healthy(run: Run, deadline_s: float, process: subprocess.Popen[bytes],
 
 
 def assert_each_worker_consumes_its_queue(run: Run) -> None:
-    """The task worker consumes only the default queue, the export worker only exports'
-    (each worker's start-up banner lists its queues as `.> <name> exchange=...`)."""
+    """The task worker consumes only the default queue, the export worker only exports',
+    the Kafka worker only the Kafka sink's (each worker's start-up banner lists its queues
+    as `.> <name> exchange=...`)."""
     deadline = time.monotonic() + 30
     banners: dict[str, set[str]] = {}
     while time.monotonic() < deadline:
         banners = {name: set(re.findall(r"\.> (\S+)\s+exchange=",
                                         (run.var / "log" / f"{name}.log").read_text()))
-                   for name in ("worker", "exports")}
+                   for name in ("worker", "exports", "kafka")}
         if all(banners.values()):
             break
         time.sleep(0.3)
-    assert banners == {"worker": {"weir"}, "exports": {"weir-export"}}, banners
+    assert banners == {"worker": {"weir"}, "exports": {"weir-export"},
+                       "kafka": {"weir-kafka"}}, banners
 
 
 def checkpoint_state(run: Run, key: str) -> tuple[int, bool]:
@@ -246,7 +248,7 @@ def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
     # beat
     assert len(started_pids) >= 11
     groups = run.record_groups()
-    assert len(groups) == 7  # supervisor, redis, web, nginx, worker, exports, beat
+    assert len(groups) == 8  # supervisor, redis, web, nginx, worker, exports, kafka, beat
     assert_each_worker_consumes_its_queue(run)
 
     again = run.manage("ensure_admin")
@@ -322,7 +324,7 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
         assert process.pid in started_pids and len(started_pids) >= 11
         assert nginx_master(run) in started_pids
         groups = run.record_groups()
-        assert len(groups) == 7
+        assert len(groups) == 8
         os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         assert process.wait(timeout=30) == 0, output.read_text()
     finally:
@@ -334,7 +336,8 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
     assert not any(group_members(group) for group in groups)
     assert not port_open(run.web_port) and not port_open(run.redis_port)
     lines = text.splitlines()
-    for name in ("redis", "migrate", "admin", "web", "nginx", "worker", "exports", "beat"):
+    for name in ("redis", "migrate", "admin", "web", "nginx", "worker", "exports", "kafka",
+                 "beat"):
         assert any(line.startswith(f"[{name}]") for line in lines), name
     assert any(line.startswith("[nginx]") and f"nginx on 127.0.0.1:{run.web_port} in front "
                "of gunicorn at unix:" in line for line in lines), text

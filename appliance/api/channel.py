@@ -22,7 +22,7 @@ from appliance.api.channel_settings import UPDATE_REQUEST, check_settings
 from appliance.api.runs import RUN, run_json
 from appliance.api.schema import errors
 from appliance.manage_channels import change_channel, delete_channel
-from appliance.models import Channel, ExportRun, TaskRun
+from appliance.models import Channel, ExportRun, KafkaRun, TaskRun
 
 RECENT_RUNS = 20
 FORCE_VALUES = ("",) + tuple(value for word in ("1", "0", "true", "false", "yes", "no")
@@ -35,12 +35,24 @@ def detail(row: Channel) -> dict[str, Any]:
     settings = channels.to_config(row).to_dict()
     settings["encryption_key_file"] = row.encryption_key_file  # its name, as set
     settings.update({name: getattr(row, name)
-                     for name in (*channels.SCHEDULE_SETTINGS, *channels.EXPORT_SETTINGS)})
+                     for name in (*channels.SCHEDULE_SETTINGS, *channels.EXPORT_SETTINGS,
+                                  *channels.KAFKA_SETTINGS)})
     runs = TaskRun.objects.filter(channel=row.name)[:RECENT_RUNS]
     exports = ExportRun.objects.filter(channel=row.name)[:RECENT_RUNS]
+    kafka_runs = KafkaRun.objects.filter(channel=row.name)[:RECENT_RUNS]
     return {"settings": settings, "puts_paused": row.puts_paused, "status": status,
             "recent_runs": [run_json(run) for run in runs],
-            "recent_exports": [export_json(run) for run in exports]}
+            "recent_exports": [export_json(run) for run in exports],
+            "recent_kafka_runs": [kafka_run_json(run) for run in kafka_runs]}
+
+
+def kafka_run_json(run: KafkaRun) -> dict[str, Any]:
+    """A Kafka sink run as the API shows it (what it committed so far while it runs)."""
+    return {"id": run.pk, "run_id": run.run_id, "topic": run.topic,
+            "started_at": run.started_at.isoformat(), "duration_s": run.duration_s,
+            "outcome": run.outcome, "events": run.events, "skipped": run.skipped,
+            "lost": run.lost, "transactions": run.transactions, "ranges": run.ranges,
+            "error": run.error}
 
 
 def export_json(run: ExportRun) -> dict[str, Any]:
@@ -64,15 +76,32 @@ EXPORT = {"type": "object", "additionalProperties": False,
                                         "description": "per partition: ranges, skipped, "
                                                        "files, rows, bytes"},
                          "error": {"type": "string"}}}
+KAFKA_RUN = {"type": "object", "additionalProperties": False,
+             "required": ["id", "run_id", "topic", "started_at", "duration_s", "outcome",
+                          "events", "skipped", "lost", "transactions", "ranges", "error"],
+             "properties": {"id": {"type": "integer"}, "run_id": {"type": "string"},
+                            "topic": {"type": "string"},
+                            "started_at": {"type": "string", "format": "date-time"},
+                            "duration_s": {"type": "number", "nullable": True},
+                            "outcome": {"type": "string", "enum": ["running", "ok", "failed"]},
+                            "events": {"type": "integer"}, "skipped": {"type": "integer"},
+                            "lost": {"type": "integer"}, "transactions": {"type": "integer"},
+                            "ranges": {"type": "object", "description": "channel partition "
+                                       "-> the offset ranges [start, end) sent"},
+                            "error": {"type": "string"}}}
 DETAIL = {"type": "object",
-          "required": ["settings", "puts_paused", "status", "recent_runs", "recent_exports"],
+          "required": ["settings", "puts_paused", "status", "recent_runs", "recent_exports",
+                       "recent_kafka_runs"],
           "additionalProperties": False,
           "properties": {"settings": {"type": "object"}, "puts_paused": {"type": "boolean"},
                          "status": {"type": "object"},
                          "recent_runs": {"type": "array", "items": RUN,
                                          "description": "the last background task runs"},
                          "recent_exports": {"type": "array", "items": EXPORT,
-                                            "description": "the last exports"}}}
+                                            "description": "the last exports"},
+                         "recent_kafka_runs": {"type": "array", "items": KAFKA_RUN,
+                                               "description": "the last runs of the Kafka "
+                                                              "sink that sent or failed"}}}
 
 
 class ChannelView(ApiView):

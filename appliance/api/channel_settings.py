@@ -15,7 +15,7 @@ from appliance.manage_subscriptions import NAME_PATTERN
 from appliance.models import Channel
 
 SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
-            | set(channels.EXPORT_SETTINGS) | {"puts_paused"})
+            | set(channels.EXPORT_SETTINGS) | set(channels.KAFKA_SETTINGS) | {"puts_paused"})
 
 
 def _setting_schema(field: models.Field) -> dict[str, Any]:
@@ -40,6 +40,8 @@ SETTING_SCHEMAS = {name: _setting_schema(Channel._meta.get_field(name))
                    for name in sorted(SETTABLE)}
 SETTING_SCHEMAS["export_path"].update(pattern=channels.EXPORT_PATH, maxLength=200)
 SETTING_SCHEMAS["export_subscription"].update(pattern=NAME_PATTERN, maxLength=64)
+SETTING_SCHEMAS["kafka_subscription"].update(pattern=NAME_PATTERN, maxLength=64)
+SETTING_SCHEMAS["kafka_topic"].update(pattern=r"^[a-zA-Z0-9._-]{0,249}$", maxLength=249)
 SETTING_SCHEMAS["name"].update(pattern=r"^[a-z0-9][a-z0-9_-]{0,199}$", maxLength=200)
 CREATE_REQUEST = {"type": "object", "additionalProperties": False,
                   "required": ["name", "data_dirs", "checkpoint_dir"],

@@ -10,6 +10,10 @@ figure; every other channel is reported as usual. Each subscription of a channel
 weir_subscription_* figures (label `subscription`): lag, in flight, the age of its oldest
 untaken event, lag per partition and its take counters (Kafka's consumer-group lag, as
 kafka-lag-exporter gives it); the channel's own figures are its slowest subscription's.
+A channel with a Kafka sink (a kafka_topic) has weir_kafka_sink_* figures from its recorded
+runs (KafkaRun): which subscription it drains (its lag is that subscription's
+weir_subscription_lag_events), when its last run that sent or failed started, whether
+that run failed, and what it sent.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from rest_framework.request import Request
 from appliance import channels, lag
 from appliance.api.base import ApiView
 from appliance.api.schema import errors
-from appliance.models import Channel
+from appliance.models import Channel, KafkaRun
 from appliance.permissions import allowed
 from channel_engine import ChannelEngineError
 
@@ -155,6 +159,43 @@ def _subscription_lines(statuses: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+KAFKA_GAUGES = (
+    ("weir_kafka_sink_info", "1 for each channel with a Kafka sink: its topic and the "
+     "subscription it drains (its lag: weir_subscription_lag_events)."),
+    ("weir_kafka_sink_last_run_timestamp_seconds", "When the sink's last run that sent or "
+     "failed started (0: none recorded)."),
+    ("weir_kafka_sink_last_run_failed", "1 when that run failed (its error is on the channel "
+     "page), 0 when it went through."),
+    ("weir_kafka_sink_last_run_events", "Events that run committed to Kafka."),
+)
+
+
+def kafka_lines(rows: Sequence[Channel]) -> list[str]:
+    """The weir_kafka_sink_* figures of the channels with a Kafka sink."""
+    sinks = []
+    for row in rows:
+        if row.kafka_topic:
+            last = KafkaRun.objects.filter(channel=row.name).exclude(
+                outcome=KafkaRun.RUNNING).first()
+            sinks.append((row, last))
+    lines = []
+    for metric, help_text in KAFKA_GAUGES:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        for row, last in sinks:
+            labels = f'channel="{label(row.name)}",topic="{label(row.kafka_topic)}"'
+            if metric == "weir_kafka_sink_info":
+                lines.append(f'{metric}{{{labels},subscription='
+                             f'"{label(row.kafka_subscription)}"}} 1')
+            elif metric.endswith("timestamp_seconds"):
+                lines.append(f"{metric}{{{labels}}} "
+                             f"{last.started_at.timestamp() if last else 0}")
+            elif last is not None:
+                value = int(last.outcome == KafkaRun.FAILED) if metric.endswith("failed") \
+                    else last.events
+                lines.append(f"{metric}{{{labels}}} {value}")
+    return lines
+
+
 class MetricsView(ApiView):
     """Prometheus metrics for every channel the caller may see."""
 
@@ -163,9 +204,10 @@ class MetricsView(ApiView):
     @extend_schema(responses={(200, "text/plain"): str, **errors()})
     def get(self, request: Request) -> HttpResponse:
         """Metrics in Prometheus text format."""
-        statuses, down = [], []
+        statuses, down, seen = [], [], []
         for row in Channel.objects.all():
             if allowed(request, self.role, row):
+                seen.append(row)
                 status, _ = channels.status_of(row)
                 if status is None:
                     down.append(row.name)
@@ -176,4 +218,5 @@ class MetricsView(ApiView):
                     down.append(row.name)
                 else:
                     statuses.append({**status, "subscription_lag": subs})
-        return HttpResponse(render(statuses, down), content_type=CONTENT_TYPE)
+        text = render(statuses, down) + "\n".join(kafka_lines(seen)) + "\n"
+        return HttpResponse(text, content_type=CONTENT_TYPE)

@@ -58,7 +58,7 @@ _COUNT = {"type": "integer", "minimum": 0}
 SUBSCRIPTION = {
     "type": "object",
     "required": ["name", "events_untaken", "events_queued", "events_in_flight", "open_takes",
-                 "oldest_untaken_timestamp_ms", "oldest_untaken_age_ms", "export",
+                 "oldest_untaken_timestamp_ms", "oldest_untaken_age_ms", "export", "kafka",
                  "counters", "partitions"],
     "properties": {
         "name": {"type": "string"},
@@ -67,6 +67,7 @@ SUBSCRIPTION = {
         "oldest_untaken_timestamp_ms": {"type": "integer", "nullable": True},
         "oldest_untaken_age_ms": {"type": "integer", "nullable": True},
         "export": {"type": "boolean", "description": "the channel's export drains it"},
+        "kafka": {"type": "boolean", "description": "the channel's Kafka sink drains it"},
         "counters": {"type": "object", "additionalProperties": {"type": "integer"}},
         "partitions": {"type": "array", "items": {
             "type": "object", "properties": {"partition": _COUNT, "taken_through": _COUNT,

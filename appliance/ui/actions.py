@@ -65,6 +65,23 @@ def export_now(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @operator_required
+def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
+    """Queue a run of the channel's Kafka sink for the Kafka worker."""
+    row = get_object_or_404(Channel, name=name)
+    if not row.kafka_topic:
+        messages.error(request, "The channel has no Kafka sink: set its Kafka topic first.")
+        return redirect("ui:channel", name=name)
+    try:
+        exports.queue_now(tasks.kafka_sink_channel, row.name)
+    except exports.BrokerUnavailable as exc:
+        messages.error(request, f"Kafka run not queued: the broker is unreachable ({exc}).")
+    else:
+        messages.success(request, "Kafka run queued; what it sends shows under Kafka sink.")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
 def pause(request: HttpRequest, name: str, paused: bool) -> HttpResponse:
     """Pause puts (producers get 503) or resume them."""
     row = get_object_or_404(Channel, name=name)

@@ -27,6 +27,11 @@ GROUPS = (
     ("Encryption", ("encryption_key_file", "encryption_active_key")),
     ("Export", ("export_interval_ms", "export_subscription", "export_format", "export_path",
                 "export_roll_rows", "export_roll_bytes")),
+    ("Kafka sink", ("kafka_topic", "kafka_bootstrap", "kafka_interval_ms", "kafka_subscription",
+                    "kafka_partitioning", "kafka_compression", "kafka_create_topic",
+                    "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
+                    "kafka_sasl_password_file", "kafka_ssl_cafile", "kafka_ssl_certfile",
+                    "kafka_ssl_keyfile")),
 )
 FIELDS = tuple(name for _, names in GROUPS for name in names)
 # Settings fixed once a channel exists, and why (shown next to the field).
@@ -35,6 +40,9 @@ FIXED = {"name": "the partition directories are named after the channel",
          "checkpoint_dir": "the channel's home (its checkpoints) lives there; move it by "
                            "creating a new channel"}
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
+# Settings with a default that a form left empty keeps (a script posting only what it sets).
+KEEP_WHEN_EMPTY = ("export_subscription", "kafka_subscription", "kafka_partitioning",
+                   "kafka_compression", "kafka_security_protocol", "kafka_sasl_mechanism")
 
 
 class DirectoriesField(forms.CharField):
@@ -64,7 +72,8 @@ class ChannelForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["checkpoint_dir"].required = False
-        self.fields["export_subscription"].required = False  # empty: as it is, or "export"
+        for name in KEEP_WHEN_EMPTY:  # empty: as it is (or its default, on a new channel)
+            self.fields[name].required = False
         self.creating = self.instance.pk is None
         root = Path(settings.WEIR_DATA_ROOTS[0])
         if self.creating:
@@ -84,8 +93,9 @@ class ChannelForm(forms.ModelForm):
             cleaned["data_dirs"] = [str(root / "data")]
         if self.creating and not cleaned.get("checkpoint_dir") and cleaned.get("name"):
             cleaned["checkpoint_dir"] = str(root / "checkpoints" / cleaned["name"])
-        if not cleaned.get("export_subscription"):
-            cleaned["export_subscription"] = self.instance.export_subscription
+        for name in KEEP_WHEN_EMPTY:
+            if not cleaned.get(name):
+                cleaned[name] = getattr(self.instance, name)
         for name in ("backup_checkpoint_dir", "encryption_key_file", "encryption_active_key"):
             if cleaned.get(name) == "":
                 cleaned[name] = None

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from appliance import channels, lag
-from appliance.models import Channel, ExportRun, TaskRun
+from appliance.models import Channel, ExportRun, KafkaRun, TaskRun
 from appliance.ui import charts
 
 RECENT = 20
@@ -56,6 +56,7 @@ def channel_state(row: Channel) -> dict[str, Any]:
         "row": row, "status": status, "error": error, "charts": charts.channel_charts(row.name),
         "runs": list(TaskRun.objects.filter(channel=row.name)[:RECENT]),
         "exports": list(ExportRun.objects.filter(channel=row.name)[:RECENT]),
+        "kafka_runs": list(KafkaRun.objects.filter(channel=row.name)[:RECENT]),
         "last_flush": TaskRun.objects.filter(channel=row.name,
                                              task="weir.flush_channel").first(),
         "last_retention": TaskRun.objects.filter(channel=row.name,

@@ -23,6 +23,7 @@ urlpatterns = [
     path("channels/<str:name>/retention", actions.run_now, {"action": "retention"},
          name="retention"),
     path("channels/<str:name>/export", actions.export_now, name="export"),
+    path("channels/<str:name>/kafka", actions.kafka_now, name="kafka"),
     path("channels/<str:name>/pause", actions.pause, {"paused": True}, name="pause"),
     path("channels/<str:name>/resume", actions.pause, {"paused": False}, name="resume"),
     path("channels/<str:name>/verify", actions.verify, name="verify"),

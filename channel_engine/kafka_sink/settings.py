@@ -64,7 +64,10 @@ class SinkSettings:
                 raise ConfigError(field, f"{value!r} is not a topic name Kafka allows")
         if self.topic == self.offsets_topic:
             raise ConfigError("topic", "must not be the offsets topic")
-        check_subscription_name(self.subscription)
+        try:
+            check_subscription_name(self.subscription)
+        except ValueError as exc:
+            raise ConfigError("subscription", str(exc)) from exc
         _one_of("partitioning", self.partitioning, PARTITIONING)
         _one_of("compression", self.compression, COMPRESSION)
         _one_of("security_protocol", self.security_protocol, SECURITY_PROTOCOLS)

@@ -28,10 +28,12 @@ the topic holds.
 
 Order: within a channel partition, events reach their topic partition in offset order,
 and one key's events are in one channel partition (the channel partitions by key), so a
-key's order holds. A take from a run killed a moment ago may still be open in the
-channel's owner (it returns them once it sees the process gone): a run waits for the
-subscription's open takes to close (OPEN_TAKES_WAIT_S) and fails if they do not, rather
-than send newer events before them. Two runs of one channel never overlap: the job
+key's order holds. A run's take has no lease: the owner returns it the moment the
+run's process is gone (a leased take would outlive it until the lease lapsed). A take from
+a run killed a moment ago may still be open while the owner notices: a run waits for the
+subscription's open takes to close (OPEN_TAKES_WAIT_S) and fails if they do not (a run
+stopped or hung, a consumer using the sink's subscription), rather than send newer events
+before them. Two runs of one channel never overlap: the job
 holds `kafka-sink.lock` in the home (job.py). A run whose process was stopped, not
 killed, past its transaction timeout is fenced or aborted by Kafka: it commits nothing.
 
@@ -258,16 +260,17 @@ class KafkaSink:
                 return
             if time.monotonic() > deadline:
                 raise SinkError(f"subscription {name!r} of channel {self.name!r} has "
-                                f"{open_takes} take(s) open (a run killed before its lease "
-                                "ran out, or a consumer reading the sink's subscription): "
+                                f"{open_takes} take(s) open (a run still going, stopped or "
+                                "hung, or a consumer reading the sink's subscription): "
                                 "the sink waits for them, to keep each partition's order")
             time.sleep(0.1)
 
     # -- steps 4-9 --------------------------------------------------------------------------
     async def _transaction(self, channel: Channel, producer: AIOKafkaProducer) -> bool:
         """One take and one Kafka transaction; False when nothing was left to take."""
-        lease_ms = 2 * self.settings.transaction_timeout_ms
-        take = channel.take(lease_ms=lease_ms, subscription=self.settings.subscription)
+        # No lease: a leased take outlives its process until the lease lapses (so that
+        # another process may commit it); this one must return the moment the run dies.
+        take = channel.take(subscription=self.settings.subscription)
         try:
             reserved = take.reserve(self.settings.max_events)
             if not reserved:

@@ -68,8 +68,10 @@ def worker(request: pytest.FixtureRequest) -> Iterator[None]:
 def _exports_on_the_test_queue(settings: Any) -> None:
     # Each test module's worker consumes one private queue (app.conf.task_default_queue,
     # set by its module-scoped fixture, which runs first); exports go there too instead
-    # of the appliance's export queue. test_task_routing.py checks the real routing.
+    # of the appliance's export queue, and so do Kafka sink runs. test_task_routing.py
+    # checks the real routing.
     settings.WEIR_EXPORT_QUEUE = app.conf.task_default_queue
+    settings.WEIR_KAFKA_QUEUE = app.conf.task_default_queue
 
 
 @pytest.fixture()

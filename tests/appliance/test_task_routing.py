@@ -26,19 +26,24 @@ from appliance.env import celery_queues
 pytestmark = pytest.mark.django_db(transaction=True)
 PER_CHANNEL = ("weir.flush_channel", "weir.checkpoint_channel", "weir.retention_channel")
 DISPATCHERS = ("weir.flusher", "weir.checkpointer", "weir.retention", "weir.exporter",
-               "weir.sample_metrics", "weir.prune_history")
+               "weir.kafka_sinker", "weir.sample_metrics", "weir.prune_history")
 
 
 def queue_of(task: str) -> str:
     return str(app.amqp.router.route({}, task)["queue"].name)
 
 
-def test_the_queues_default_to_weir_and_weir_export(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WEIR_CELERY_QUEUE", raising=False)
-    monkeypatch.delenv("WEIR_EXPORT_QUEUE", raising=False)
-    assert celery_queues() == ("weir", "weir-export")
+def test_the_queues_default_to_weir_weir_export_and_weir_kafka(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("WEIR_CELERY_QUEUE", "WEIR_EXPORT_QUEUE", "WEIR_KAFKA_QUEUE"):
+        monkeypatch.delenv(name, raising=False)
+    assert celery_queues() == ("weir", "weir-export", "weir-kafka")
     monkeypatch.setenv("WEIR_CELERY_QUEUE", "site-a")
-    assert celery_queues() == ("site-a", "site-a-export")
+    assert celery_queues() == ("site-a", "site-a-export", "site-a-kafka")
+    monkeypatch.setenv("WEIR_KAFKA_QUEUE", "site-a-export")
+    with pytest.raises(ImproperlyConfigured, match="WEIR_KAFKA_QUEUE .* must differ"):
+        celery_queues()
+    monkeypatch.delenv("WEIR_KAFKA_QUEUE")
     monkeypatch.setenv("WEIR_EXPORT_QUEUE", "site-a")
     with pytest.raises(ImproperlyConfigured, match="must differ"):
         celery_queues()
@@ -47,8 +52,10 @@ def test_the_queues_default_to_weir_and_weir_export(monkeypatch: pytest.MonkeyPa
 def test_exports_route_to_the_export_queue_and_the_rest_to_the_default() -> None:
     default = settings.CELERY_TASK_DEFAULT_QUEUE  # weir, unless WEIR_CELERY_QUEUE says
     assert app.conf.task_default_queue == default
-    with override_settings(WEIR_EXPORT_QUEUE=f"{default}-export"):
+    with override_settings(WEIR_EXPORT_QUEUE=f"{default}-export",
+                           WEIR_KAFKA_QUEUE=f"{default}-kafka"):
         assert queue_of("weir.export_channel") == f"{default}-export"
+        assert queue_of("weir.kafka_sink_channel") == f"{default}-kafka"
         for task in PER_CHANNEL + DISPATCHERS:
             assert queue_of(task) == default, task
 
@@ -89,3 +96,22 @@ def test_the_dispatchers_send_exports_to_the_export_queue_with_an_expiry(
         expires = datetime.fromisoformat(message["headers"]["expires"])
         left_s = (expires - datetime.now(expires.tzinfo)).total_seconds()
         assert expiry_s - 10 < left_s <= expiry_s, (message["headers"]["task"], left_s)
+
+
+def test_the_kafka_dispatcher_sends_runs_to_the_kafka_queue_for_channels_with_a_topic(
+        tmp_path: Path, broker: tuple[redis.Redis, str, str]) -> None:
+    client, default, _ = broker
+    kafka = f"{default}-kafka"
+    channel_row(tmp_path, kafka_interval_ms=5_000, kafka_topic="orders",
+                kafka_bootstrap="127.0.0.1:9092")
+    channel_row(tmp_path / "b", name="no-topic")  # no sink: never dispatched
+    try:
+        with override_settings(WEIR_KAFKA_QUEUE=kafka):
+            assert tasks.kafka_sinker.apply().get() == 1
+            assert tasks.kafka_sinker.apply().get() == 0  # not due again within 5 s
+        [sent] = messages(client, kafka)
+        assert sent["headers"]["task"] == "weir.kafka_sink_channel"
+        assert json.loads(base64.b64decode(sent["body"]))[0] == ["orders"]
+        assert messages(client, default) == []
+    finally:
+        client.delete(kafka)

@@ -38,7 +38,7 @@ def test_the_beat_schedule_runs_every_task() -> None:
     app.loader.import_default_modules()
     scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert scheduled == {"weir.flusher", "weir.checkpointer", "weir.retention", "weir.exporter",
-                         "weir.sample_metrics", "weir.prune_history"}
+                         "weir.kafka_sinker", "weir.sample_metrics", "weir.prune_history"}
     assert scheduled <= set(app.tasks)
 
 

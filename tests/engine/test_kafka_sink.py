@@ -78,6 +78,27 @@ def test_a_kill_at_any_step_leaves_every_event_in_the_topic_once(tmp_path, kafka
     assert_exactly_once(config, kafka_broker.bootstrap, topic)
 
 
+@pytest.mark.parametrize("step", ["producing", "kafka-committed"])
+def test_a_killed_sink_that_was_a_client_of_the_owner_returns_its_take_at_once(
+        tmp_path, kafka_broker, step):
+    """The appliance's processes own its channels: the sink's job is their client. Its
+    take has no lease, so the owner returns it as soon as the job is gone, and the next
+    run goes on at once (a leased take would hold the events until its lease lapsed)."""
+    config = new_channel(tmp_path)
+    put_events(config, 0, 300)
+    topic = new_topic(kafka_broker.bootstrap)
+    with Channel.open(config) as owner:
+        killed = run_sink(config, kafka_broker.bootstrap, topic, max_events=100,
+                          env={"WEIR_KAFKA_SINK_CRASH_AT": f"{step}@2"})
+        assert killed.returncode == -signal.SIGKILL, killed.output
+        started = time.monotonic()
+        rerun = run_sink(config, kafka_broker.bootstrap, topic, max_events=100)
+        assert rerun.returncode == 0, rerun.output
+        assert time.monotonic() - started < 8  # never waited out OPEN_TAKES_WAIT_S
+        assert owner.status()["subscriptions"]["kafka"]["events_untaken"] == 0
+    assert_exactly_once(config, kafka_broker.bootstrap, topic)
+
+
 @pytest.mark.parametrize("trials", [6, pytest.param(40, marks=pytest.mark.slow)])
 def test_random_kills_while_producers_put(tmp_path, kafka_broker, trials):
     seed = int(os.environ.get("WEIR_SEED", time.time_ns()))
