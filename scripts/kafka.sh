@@ -95,6 +95,40 @@ transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 EOF
 }
 
+# Format fresh storage under new free ports.
+format() {
+  rm -rf "$dir/data"
+  write_config "$(free_port)" "$(free_port)" "$(free_port)"
+  if ! "${java_cmd[@]}" kafka.tools.StorageTool format \
+      -t "$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])')" \
+      -c "$config" >"$dir/format.log" 2>&1; then
+    cat "$dir/format.log" >&2
+    echo "weir: could not format Kafka's storage in $dir/data" >&2
+    return 1
+  fi
+}
+
+# Start the broker on $config; 0 once it answers on $port, 1 when it exited first, 2 when
+# it did not answer within WEIR_KAFKA_START_TIMEOUT seconds.
+launch() {
+  rm -f "$bootstrapfile" "$saslfile" "$pidfile"
+  # setsid: the broker outlives this script and a Ctrl-C in its terminal.
+  setsid "${java_cmd[@]}" kafka.Kafka "$config" >>"$log" 2>&1 </dev/null &
+  local pid=$!
+  echo "$pid" >"$pidfile"
+  local timeout=${WEIR_KAFKA_START_TIMEOUT:-120} waited=0
+  until broker_answers "$port"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$pidfile"
+      return 1
+    fi
+    [ "$waited" -ge $((timeout * 5)) ] && return 2
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  echo "weir: Kafka up (pid $pid, data and log under $dir; SASL/PLAIN on 127.0.0.1:$sasl_port)" >&2
+}
+
 start() {
   local keep=""
   [ "${1:-}" = --keep ] && keep=yes
@@ -104,48 +138,37 @@ start() {
     return 0
   fi
   command -v java >/dev/null || { echo "weir: scripts/kafka.sh needs Java 17 on PATH" >&2; return 1; }
-  local cp
+  local cp port sasl_port
   cp=$(classpath)
-  local java_cmd=(java -Xmx512m -Dlog4j.configuration="file:$root/scripts/jvm/kafka-tools/log4j.properties" -cp "$cp")
-  if [ -z "$keep" ] || [ ! -f "$config" ] || [ ! -d "$dir/data" ]; then
-    rm -rf "$dir/data"
-    write_config "$(free_port)" "$(free_port)" "$(free_port)"
-    if ! "${java_cmd[@]}" kafka.tools.StorageTool format \
-        -t "$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])')" \
-        -c "$config" >"$dir/format.log" 2>&1; then
-      cat "$dir/format.log" >&2
-      echo "weir: could not format Kafka's storage in $dir/data" >&2
-      return 1
+  java_cmd=(java -Xmx512m -Dlog4j.configuration="file:$root/scripts/jvm/kafka-tools/log4j.properties" -cp "$cp")
+  local attempt status
+  for attempt in 1 2 3; do
+    if [ -z "$keep" ] || [ ! -f "$config" ] || [ ! -d "$dir/data" ]; then
+      format || return 1
     fi
-  fi
-  local port sasl_port
-  port=$(sed -n 's|^advertised.listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$config")
-  sasl_port=$(sed -n 's|^advertised.listeners=.*SASL_PLAINTEXT://127.0.0.1:\([0-9]*\)$|\1|p' "$config")
-  rm -f "$bootstrapfile" "$saslfile" "$pidfile"
-  # setsid: the broker outlives this script and a Ctrl-C in its terminal.
-  setsid "${java_cmd[@]}" kafka.Kafka "$config" >>"$log" 2>&1 </dev/null &
-  local pid=$!
-  echo "$pid" >"$pidfile"
-  local timeout=${WEIR_KAFKA_START_TIMEOUT:-120} waited=0
-  until broker_answers "$port"; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 30 "$log" >&2
+    port=$(sed -n 's|^advertised.listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$config")
+    sasl_port=$(sed -n 's|^advertised.listeners=.*SASL_PLAINTEXT://127.0.0.1:\([0-9]*\)$|\1|p' "$config")
+    status=0
+    launch || status=$?
+    [ "$status" -eq 0 ] && break
+    # A free port taken by another process between our pick and the broker's bind: pick
+    # again (a fresh start only; --keep must keep its ports).
+    if [ "$status" -eq 1 ] && [ -z "$keep" ] && [ "$attempt" -lt 3 ] \
+        && grep -q "Address already in use" "$log"; then
+      echo "weir: a port was taken meanwhile; starting Kafka again on others" >&2
+      continue
+    fi
+    tail -n 30 "$log" >&2
+    if [ "$status" -eq 1 ]; then
       echo "weir: Kafka exited before it was up (log: $log)" >&2
-      rm -f "$pidfile"
-      return 1
-    fi
-    if [ "$waited" -ge $((timeout * 5)) ]; then
-      tail -n 30 "$log" >&2
-      echo "weir: Kafka not up after ${timeout}s (log: $log); stopping it" >&2
+    else
+      echo "weir: Kafka not up after ${WEIR_KAFKA_START_TIMEOUT:-120}s (log: $log); stopping it" >&2
       stop >/dev/null
-      return 1
     fi
-    sleep 0.2
-    waited=$((waited + 1))
+    return 1
   done
   echo "127.0.0.1:$sasl_port" >"$saslfile"
   echo "127.0.0.1:$port" >"$bootstrapfile"
-  echo "weir: Kafka up (pid $pid, data and log under $dir; SASL/PLAIN on 127.0.0.1:$sasl_port)" >&2
   echo "127.0.0.1:$port"
 }
 

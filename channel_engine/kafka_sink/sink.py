@@ -118,6 +118,7 @@ class KafkaSink:
         self.steps: dict[str, int] = {}
         self.pending = {"events": 0, "lost": 0}  # of the open Kafka transaction
         self.key_partitions: dict[bytes, int] = {}
+        self.leaderless = False  # a partition of the topics last described had no leader
         self.error = ""
         self.connection_log = client.watch_connections()
 
@@ -181,7 +182,7 @@ class KafkaSink:
             if offsets not in found:
                 await self._create(admin, NewTopic(offsets, 1, replication,
                                                    topic_configs={"cleanup.policy": "compact"}))
-            found = await self._partitions(admin, [topic, offsets])
+            found = await self._ready(admin, [topic, offsets])
             self.topic_partitions, offsets_count = found[topic], found[offsets]
         finally:
             await _quietly(admin.close())
@@ -191,10 +192,27 @@ class KafkaSink:
                             f"{self.topic_partitions}")
         self.record_partition = key_partition(self.record.key, offsets_count)
 
+    async def _ready(self, admin: Any, topics: list[str]) -> dict[str, int]:
+        """Partition count of each topic, once every partition has a leader: a topic made a
+        moment ago (by this run, or another) answers NotLeaderForPartition until then."""
+        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
+        while True:
+            found = await self._partitions(admin, topics)
+            if all(t in found for t in topics) and not self.leaderless:
+                return found
+            if time.monotonic() > deadline:
+                raise SinkError(f"topics {', '.join(sorted(set(topics) - set(found)) or topics)}"
+                                f" have partitions without a leader after request_timeout_ms")
+            await asyncio.sleep(0.1)
+
     async def _partitions(self, admin: Any, topics: list[str]) -> dict[str, int]:
-        """Partition count of each topic that exists; errors other than "unknown" raise."""
+        """Partition count of each topic that exists; errors other than "unknown" raise.
+        Notes in `leaderless` whether a partition has no leader yet."""
         found = {}
+        self.leaderless = False
         for described in await admin.describe_topics(topics):
+            self.leaderless |= any(p["error_code"] != 0 or p["leader"] < 0
+                                   for p in described.get("partitions", []))
             code = described["error_code"]
             if code == TOPIC_AUTHORIZATION_FAILED:
                 from aiokafka.errors import TopicAuthorizationFailedError

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import time
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,28 @@ def test_the_api_sets_the_sink_and_keeps_its_subscription_while_scheduled(root, 
     assert refused.status_code == 409 and "Kafka sink" in str(refused.json())
     admin.patch(f"/api/v1/channels/{row.name}", {"kafka_interval_ms": None}, format="json")
     assert admin.delete(f"/api/v1/channels/{row.name}/subscriptions/kafka").status_code == 204
+
+
+def test_the_channel_page_shows_the_sink_and_sends_now_on_a_worker(worker, root, kafka_broker):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    operator = Client()
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    row = sink_row(root, kafka_broker.bootstrap, events=25)
+    page = operator.get(f"/channels/{row.name}/").content.decode()
+    assert f"Into topic <code>{row.kafka_topic}</code>" in page and 'id="kafka-now"' in page
+    assert "No runs that sent or failed yet." in page
+    answer = operator.post(f"/channels/{row.name}/kafka", follow=True)
+    assert b"Kafka run queued" in answer.content
+    deadline = time.monotonic() + 60
+    while not KafkaRun.objects.filter(channel=row.name, outcome="ok").exists():
+        assert time.monotonic() < deadline, "the worker never ran the sink"
+        time.sleep(0.2)
+    status = operator.get(f"/channels/{row.name}/status").content.decode()
+    assert 'class="kafka-run"' in status and '<td class="n events">25</td>' in status
+    assert 'id="kafka-lag">Lag: <strong>0</strong> events' in status
+    assert '<span class="badge running">kafka sink</span>' in status
+    Channel.objects.filter(pk=row.pk).update(kafka_topic="")
+    page = operator.get(f"/channels/{row.name}/").content.decode()
+    assert 'id="kafka-now"' not in page and "No Kafka sink" in page

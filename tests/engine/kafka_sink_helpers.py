@@ -8,10 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -20,6 +23,17 @@ from channel_engine import Channel, ChannelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_TS = 1_700_000_000_000
+T = TypeVar("T")
+
+
+def run_async(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to its end on an event loop of its own, in a thread of its own: a
+    test process may already run a loop (Playwright's sync API leaves one in the main
+    thread of a worker that ran a browser test), where asyncio.run() refuses."""
+    async def main() -> T:
+        return await make()
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
 
 
 def new_channel(tmp_path: Path, partitions: int = 2, name: str = "orders") -> ChannelConfig:
@@ -112,9 +126,17 @@ def new_topic(bootstrap: str, partitions: int = 2, **configs: str) -> str:
             answer = await admin.create_topics([NewTopic(name, partitions, 1,
                                                          topic_configs=configs)])
             assert all(code == 0 for _, code, _ in answer.topic_errors), answer
+            deadline = time.monotonic() + 30
+            while True:  # until every partition has a leader (a new topic has none at first)
+                [topic] = await admin.describe_topics([name])
+                if topic["error_code"] == 0 and len(topic["partitions"]) == partitions and all(
+                        p["error_code"] == 0 and p["leader"] >= 0 for p in topic["partitions"]):
+                    return
+                assert time.monotonic() < deadline, f"topic {name} has no leaders: {topic}"
+                await asyncio.sleep(0.1)
         finally:
             await admin.close()
-    asyncio.run(create())
+    run_async(create)
     return name
 
 
@@ -144,7 +166,7 @@ def read_topic(bootstrap: str, topic: str) -> dict[int, list[tuple]]:
             raise AssertionError(f"could not read {topic} to its end {ends}")
         finally:
             await consumer.stop()
-    return asyncio.run(read())
+    return run_async(read)
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:

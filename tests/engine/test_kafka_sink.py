@@ -24,6 +24,7 @@ from kafka_sink_helpers import (
     parse_run,
     put_events,
     read_topic,
+    run_async,
     run_sink,
     sink_command,
 )
@@ -271,7 +272,6 @@ def _wait_until_aborted(bootstrap: str, topic: str) -> None:
     """Until the open transaction's records are aborted: a read_committed consumer's end
     offsets (the last stable offset) stay at 0 while it is open, and pass its abort
     marker once the broker aborted it (scripts/kafka.sh checks every second)."""
-    import asyncio
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -284,7 +284,7 @@ def _wait_until_aborted(bootstrap: str, topic: str) -> None:
         finally:
             await consumer.stop()
     deadline = time.monotonic() + 60
-    while asyncio.run(stable_end()) == 0:
+    while run_async(stable_end) == 0:
         assert time.monotonic() < deadline, "the broker never aborted the transaction"
         time.sleep(0.3)
 
@@ -311,7 +311,6 @@ def test_authentication_and_authorization_failures_are_named(tmp_path, kafka_bro
 
 
 def _alter_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
-    import asyncio
 
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -324,7 +323,7 @@ def _alter_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
                                                       configs=configs)])
         finally:
             await admin.close()
-    asyncio.run(alter())
+    run_async(alter)
 
 
 def _deny_writes(bootstrap: str, topic: str, principal: str) -> None:
@@ -403,7 +402,6 @@ def test_a_reset_subscription_sends_nothing_twice(tmp_path, kafka_broker):
 
 
 def test_a_damaged_offsets_record_stops_the_sink_rather_than_send_again(tmp_path, kafka_broker):
-    import asyncio
 
     from aiokafka import AIOKafkaProducer
 
@@ -424,7 +422,7 @@ def test_a_damaged_offsets_record_stops_the_sink_rather_than_send_again(tmp_path
                                          key=record_key(channel_id(config.checkpoint_dir), topic))
         finally:
             await producer.stop()
-    asyncio.run(damage())
+    run_async(damage)
     put_events(config, 30, 10)
     run = run_sink(config, kafka_broker.bootstrap, topic, offsets_topic=offsets)
     assert run.returncode == 1 and "offsets record" in run.error and offsets in run.error
