@@ -63,6 +63,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
+from aiokafka.errors import KafkaError
 
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
 from channel_engine.channel_id import channel_id
@@ -72,6 +73,7 @@ from channel_engine.kafka_sink.offsets_record import OffsetsRecord, describe_sen
 from channel_engine.kafka_sink.settings import SinkSettings
 from channel_engine.offset_ranges import Range, merge, subtract
 
+SEND_ATTEMPTS = 3  # a transaction sent again after a retriable error before its commit
 OPEN_TAKES_WAIT_S = 10.0  # a killed run's take: the owner returns it within moments
 READ_CHUNK = 5_000  # events read from the log at once
 KEY_CACHE = 100_000  # keys whose topic partition a run remembers
@@ -121,22 +123,21 @@ class KafkaSink:
         self.leaderless = False  # a partition of the topics last described had no leader
         self.error = ""
         self.connection_log = client.watch_connections()
+        self.producer: AIOKafkaProducer | None = None
+        self.committing = False  # commit_transaction was called: its outcome is Kafka's
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         """Steps 1-9 until the subscription is drained or max_run_s passed; the report."""
-        producer = None
         try:
             with Channel.open(self.config.home) as channel:
                 self._ensure_subscription(channel)  # first: it keeps events while Kafka is down
-                producer = client.producer(self.settings, self.transactional_id)
-                await producer.start()  # step 1: InitProducerId
+                await self._start_producer()  # step 1: InitProducerId
                 await self._check_topics()
                 self.record = await self._read_record() or self.record
                 self._wait_for_open_takes(channel)
                 deadline = self.started + self.settings.max_run_s
-                while time.monotonic() < deadline and await self._transaction(channel,
-                                                                              producer):
+                while time.monotonic() < deadline and await self._transaction(channel):
                     pass
         except BaseException as exc:
             in_transaction = time.monotonic() - self.transaction_started \
@@ -145,9 +146,17 @@ class KafkaSink:
                                          self.connection_log)
             raise
         finally:
-            if producer is not None:
-                await _quietly(producer.stop())
+            if self.producer is not None:
+                await _quietly(self.producer.stop())
         return self.report("ok")
+
+    async def _start_producer(self) -> AIOKafkaProducer:
+        """A started transactional producer (step 1), in place of the run's last one."""
+        if self.producer is not None:
+            await _quietly(self.producer.stop())
+        self.producer = client.producer(self.settings, self.transactional_id)
+        await self.producer.start()
+        return self.producer
 
     def report(self, outcome: str, error: str | None = None) -> dict[str, Any]:
         """What the run did (also a failed one: what it had committed before failing)."""
@@ -284,7 +293,7 @@ class KafkaSink:
             time.sleep(0.1)
 
     # -- steps 4-9 --------------------------------------------------------------------------
-    async def _transaction(self, channel: Channel, producer: AIOKafkaProducer) -> bool:
+    async def _transaction(self, channel: Channel) -> bool:
         """One take and one Kafka transaction; False when nothing was left to take."""
         # No lease: a leased take outlives its process until the lease lapses (so that
         # another process may commit it); this one must return the moment the run dies.
@@ -297,7 +306,7 @@ class KafkaSink:
             self._step("reserved")
             to_send = self._plan(reserved)
             if to_send:
-                await self._send(producer, to_send)
+                await self._send_with_retries(to_send)
             take.commit()
             self._step("taken")
         except BaseException:
@@ -320,8 +329,30 @@ class KafkaSink:
                 to_send += [(partition, piece) for piece in pieces]
         return to_send
 
+    async def _send_with_retries(self, to_send: list[tuple[int, Range]]) -> None:
+        """_send, again in a new transaction (with a new producer: aiokafka leaves one that
+        met such an error unusable) after an error Kafka calls retriable that came before
+        the commit was asked for — a topic made a moment ago whose leader the transaction
+        coordinator does not know yet answers NotLeaderForPartition. Nothing of an aborted
+        transaction is ever read (read_committed), and the take is still open. An error
+        during the commit is never retried here: its outcome is for the next run's record
+        to say."""
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            assert self.producer is not None
+            try:
+                await self._send(self.producer, to_send)
+                return
+            except KafkaError as exc:
+                if not exc.retriable or self.committing or attempt == SEND_ATTEMPTS:
+                    raise
+                self.progress(f"kafka {self.name}: {type(exc).__name__} before the commit: "
+                              f"transaction aborted, sent again ({attempt})", None)
+                await asyncio.sleep(0.2 * attempt)
+                await self._start_producer()
+
     async def _send(self, producer: AIOKafkaProducer, to_send: list[tuple[int, Range]]) -> None:
         """Steps 6-8: the events and the new offsets record in one Kafka transaction."""
+        self.committing = False
         await producer.begin_transaction()
         self.transaction_started = time.monotonic()
         try:
@@ -333,6 +364,7 @@ class KafkaSink:
                                             key=record.key, partition=self.record_partition))
             await asyncio.gather(*acks)
             self._step("produced")
+            self.committing = True
             await producer.commit_transaction()  # the commit point
         except BaseException as exc:
             cause = _sender_error(producer)

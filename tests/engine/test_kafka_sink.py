@@ -458,3 +458,37 @@ def test_event_fields_round_trip_through_kafka_exactly(tmp_path, kafka_broker):
 
 
 BASE_TS = 1_700_000_000_000
+
+
+def test_a_retriable_error_before_the_commit_sends_the_transaction_again(
+        tmp_path, kafka_broker, monkeypatch):
+    """A retriable error before the commit (a new topic's leader not yet known to the
+    transaction coordinator answers NotLeaderForPartition) aborts the transaction and sends
+    it again on a new producer, in the same run; the aborted records are never read."""
+    from aiokafka.errors import NotLeaderForPartitionError
+
+    from channel_engine.kafka_sink.job import parse
+    from channel_engine.kafka_sink.sink import KafkaSink
+
+    config = new_channel(tmp_path)
+    put_events(config, 0, 100)
+    topic = new_topic(kafka_broker.bootstrap)
+    lines: list[str] = []
+    sink = KafkaSink(parse(["--home", config.checkpoint_dir, "--bootstrap",
+                            kafka_broker.bootstrap, "--topic", topic]),
+                     lambda line, committed: lines.append(line))
+    real, calls = KafkaSink._send, []
+
+    async def flaky(self, producer, to_send):
+        calls.append(len(to_send))
+        if len(calls) == 1:  # records sent in the open transaction, then the error
+            await producer.begin_transaction()
+            await (await producer.send(topic, b"never read", key=b"k1", partition=0))
+            raise NotLeaderForPartitionError()
+        await real(self, producer, to_send)
+
+    monkeypatch.setattr(KafkaSink, "_send", flaky)
+    report = run_async(sink.run)
+    assert report["events"] == 100 and report["transactions"] == 1 and len(calls) == 2
+    assert any("NotLeaderForPartitionError before the commit" in line for line in lines)
+    assert_exactly_once(config, kafka_broker.bootstrap, topic)
