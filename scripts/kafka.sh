@@ -41,6 +41,11 @@ bootstrapfile=$dir/bootstrap
 saslfile=$dir/sasl_bootstrap
 config=$dir/server.properties
 log=$dir/kafka.log
+# The small helpers (free ports, the cluster id, the readiness probe) run on the venv's
+# Python when there is one (scripts/bootstrap.sh makes it), else on the system's.
+py=python3
+[ -x "$root/.venv/bin/python" ] && py=$root/.venv/bin/python
+command -v "$py" >/dev/null || { echo "weir: scripts/kafka.sh needs python3 (or .venv)" >&2; exit 1; }
 
 running_pid() {
   [ -f "$pidfile" ] || return 1
@@ -50,7 +55,7 @@ running_pid() {
 }
 
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 classpath() {
@@ -59,9 +64,9 @@ classpath() {
       || { echo "weir: WEIR_KAFKA_HOME=$WEIR_KAFKA_HOME has no libs/kafka_2.13-*.jar" >&2; return 1; }
     echo "$WEIR_KAFKA_HOME/libs/*"
   else
-    local py=python3
-    [ -x "$root/.venv/bin/python" ] && py=$root/.venv/bin/python
-    echo "$("$py" "$root/scripts/jvm_deps.py" kafka-tools | tail -n 1)/*"
+    local lib
+    lib=$("$py" "$root/scripts/jvm_deps.py" kafka-tools | tail -n 1) || return 1
+    echo "$lib/*"
   fi
 }
 
@@ -100,7 +105,7 @@ format() {
   rm -rf "$dir/data"
   write_config "$(free_port)" "$(free_port)" "$(free_port)"
   if ! "${java_cmd[@]}" kafka.tools.StorageTool format \
-      -t "$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])')" \
+      -t "$("$py" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])')" \
       -c "$config" >"$dir/format.log" 2>&1; then
     cat "$dir/format.log" >&2
     echo "weir: could not format Kafka's storage in $dir/data" >&2
@@ -175,7 +180,7 @@ start() {
 # Exit 0 when the broker on 127.0.0.1:$1 answers an ApiVersions request with a broker
 # registered (a listening port alone is not a broker that takes produce requests).
 broker_answers() {
-  python3 - "$1" <<'EOF' 2>/dev/null
+  "$py" - "$1" <<'EOF' 2>/dev/null
 import socket, struct, sys
 # ApiVersions v0 (api key 18), correlation id 1, client id "weir"
 request = struct.pack(">hhih", 18, 0, 1, 4) + b"weir"

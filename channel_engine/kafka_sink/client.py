@@ -87,9 +87,13 @@ def admin(settings: SinkSettings) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**client_options(settings))
 
 
-def consumer(settings: SinkSettings) -> AIOKafkaConsumer:
-    """A consumer of committed records only, in no group (not started)."""
-    return AIOKafkaConsumer(**client_options(settings), isolation_level="read_committed",
+def consumer(settings: SinkSettings, committed: bool = True) -> AIOKafkaConsumer:
+    """A consumer in no group (not started): of committed records only (read_committed:
+    its end offsets are the last stable offsets), else of every record (its end offsets
+    are the high watermarks)."""
+    return AIOKafkaConsumer(**client_options(settings),
+                            isolation_level="read_committed" if committed
+                            else "read_uncommitted",
                             enable_auto_commit=False, group_id=None,
                             auto_offset_reset="earliest")
 

@@ -75,6 +75,7 @@ from channel_engine.offset_ranges import Range, merge, subtract
 
 SEND_ATTEMPTS = 3  # a transaction sent again after a retriable error before its commit
 OPEN_TAKES_WAIT_S = 10.0  # a killed run's take: the owner returns it within moments
+STABLE_GRACE_S = 15.0  # past a transaction timeout, until the broker has aborted it
 READ_CHUNK = 5_000  # events read from the log at once
 KEY_CACHE = 100_000  # keys whose topic partition a run remembers
 UNKNOWN_TOPIC = 3  # Kafka's error codes in a metadata answer
@@ -244,13 +245,13 @@ class KafkaSink:
 
     async def _read_record(self) -> OffsetsRecord | None:
         """Step 3: the last committed offsets record of this stream, or None."""
+        tp = TopicPartition(self.settings.offsets_topic, self.record_partition)
         consumer = client.consumer(self.settings)
         await consumer.start()
         try:
-            tp = TopicPartition(self.settings.offsets_topic, self.record_partition)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
-            end = (await consumer.end_offsets([tp]))[tp]  # the last stable offset
+            end = await self._stable_end(consumer, tp)
             found = None
             deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
             while await consumer.position(tp) < end:
@@ -265,6 +266,30 @@ class KafkaSink:
             return found
         finally:
             await _quietly(consumer.stop())
+
+    async def _stable_end(self, consumer: Any, tp: TopicPartition) -> int:
+        """Where reading the record's partition may stop: its last stable offset, once that
+        has passed the high watermark as it is now. Other streams share the partition: a
+        transaction of theirs left open (a sink stopped or killed mid-transaction) holds the
+        last stable offset below records committed after it, this stream's last record among
+        them, and stopping there would read an older record of ours and send its events
+        again. Such a transaction ends within its timeout (the broker aborts it)."""
+        every = client.consumer(self.settings, committed=False)
+        await every.start()
+        try:
+            high = (await every.end_offsets([tp]))[tp]
+        finally:
+            await _quietly(every.stop())
+        wait_s = self.settings.transaction_timeout_ms / 1000 + STABLE_GRACE_S
+        deadline = time.monotonic() + wait_s
+        while (end := (await consumer.end_offsets([tp]))[tp]) < high:
+            if time.monotonic() > deadline:
+                raise SinkError(
+                    f"{tp.topic} partition {tp.partition} has a transaction open below offset "
+                    f"{high} for longer than {wait_s:g} s (another sink's, stopped or hung, "
+                    "with a longer transaction timeout?): its record there cannot be read yet")
+            await asyncio.sleep(0.2)
+        return int(end)
 
     # -- step 4 -----------------------------------------------------------------------------
     def _ensure_subscription(self, channel: Channel) -> None:

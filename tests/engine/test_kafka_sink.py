@@ -492,3 +492,33 @@ def test_a_retriable_error_before_the_commit_sends_the_transaction_again(
     assert report["events"] == 100 and report["transactions"] == 1 and len(calls) == 2
     assert any("NotLeaderForPartitionError before the commit" in line for line in lines)
     assert_exactly_once(config, kafka_broker.bootstrap, topic)
+
+
+def test_another_streams_open_transaction_never_hides_this_streams_last_record(
+        tmp_path, kafka_broker):
+    """Streams share the offsets topic's partition. Stream b's sink stopped between writing
+    its record and committing it holds the last stable offset below stream a's record
+    committed after it; a's next run waits for b's transaction to end (the broker aborts
+    it at its timeout) rather than read a's older record and send its events again."""
+    bootstrap = kafka_broker.bootstrap
+    offsets = new_topic(bootstrap, partitions=1)
+    a, b = new_channel(tmp_path, name="a"), new_channel(tmp_path, name="b")
+    put_events(a, 0, 200)
+    put_events(b, 0, 50)
+    topic_a, topic_b = new_topic(bootstrap), new_topic(bootstrap)
+    stale = subprocess.Popen(sink_command(b, bootstrap, topic_b, offsets_topic=offsets,
+                                          transaction_timeout_ms=3_000), cwd=ROOT,
+                             env={**os.environ, "WEIR_KAFKA_SINK_STOP_AT": "produced"},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_stopped(stale.pid)
+        killed = run_sink(a, bootstrap, topic_a, offsets_topic=offsets,
+                          env={"WEIR_KAFKA_SINK_CRASH_AT": "kafka-committed"})
+        assert killed.returncode == -signal.SIGKILL, killed.output
+        rerun = run_sink(a, bootstrap, topic_a, offsets_topic=offsets)
+        assert rerun.returncode == 0, rerun.output
+        assert rerun.report["skipped"] == 200 and rerun.report["events"] == 0
+    finally:
+        stale.send_signal(signal.SIGCONT)
+        stale.communicate(timeout=60)
+    assert_exactly_once(a, bootstrap, topic_a)
