@@ -51,6 +51,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -140,16 +141,23 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
     return run
 
 
-@contextmanager
-def _export_lock(row: Channel) -> Iterator[int]:
+def _export_lock(row: Channel) -> Any:
     path = channels.to_config(row).home / LOCK_FILE
+    return held(path, ExportBusy(f"an export of channel {row.name!r} is already running "
+                                 f"({path} is locked)"))
+
+
+@contextmanager
+def held(path: Path, busy: Exception) -> Iterator[int]:
+    """An exclusive flock on `path` (made if missing) while the block runs, never waited
+    for: `busy` is raised when another process holds it. The descriptor, for a job to
+    inherit; the kernel drops the lock with the last process holding it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ExportBusy(f"an export of channel {row.name!r} is already running "
-                             f"({path} is locked)") from None
+            raise busy from None
         yield fd
     finally:
         os.close(fd)

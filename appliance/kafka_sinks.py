@@ -28,15 +28,11 @@ bury the runs that did something; its TaskRun says "nothing due".
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
@@ -127,21 +123,13 @@ def run_sink(row: Channel, timeout_s: float = 600) -> KafkaRun | None:
     return run
 
 
-@contextmanager
-def _run_lock(row: Channel) -> Iterator[int]:
+def _run_lock(row: Channel) -> Any:
     from appliance import channels
+    from appliance.exports import held
 
     path = channels.to_config(row).home / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SinkBusy(f"the Kafka sink of channel {row.name!r} is already running "
-                           f"({path} is locked)") from None
-        yield fd
-    finally:
-        os.close(fd)
+    return held(path, SinkBusy(f"the Kafka sink of channel {row.name!r} is already running "
+                               f"({path} is locked)"))
 
 
 def _fail_stale_runs(name: str) -> None:
