@@ -6,6 +6,7 @@
         [--create-topic [--topic-partitions N] [--topic-replication N]] \\
         [--offsets-topic weir-sink-offsets] [--max-events 100000] [--max-run-s 60] \\
         [--transaction-timeout-ms 60000] [--batch-bytes 524288] \\
+        [--request-timeout-ms 30000] [--max-block-ms 60000] \\
         [--security-protocol PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL] \\
         [--sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 --sasl-username U \\
          --sasl-password-file F] [--ssl-cafile F] [--ssl-certfile F --ssl-keyfile F]

@@ -3,9 +3,9 @@ and its check; a bad value is a ConfigError naming it. The job's command line (j
 where appliance/kafka_sinks.py passes a channel row's sink settings) is turned into one.
 
 Client settings follow the Java client's names (bootstrap.servers, security.protocol,
-sasl.mechanism, compression.type, transaction.timeout.ms); acks=all and idempotence are
-not settings: a transactional producer has both, always. Secrets never travel as values:
-the SASL password and the TLS key are read from files at each run.
+sasl.mechanism, compression.type, transaction.timeout.ms, max.block.ms); acks=all and
+idempotence are not settings: a transactional producer has both, always. Secrets never
+travel as values: the SASL password and the TLS key are read from files at each run.
 """
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ class SinkSettings:
     transaction_timeout_ms: int = 60_000  # transaction.timeout.ms
     batch_bytes: int = 512 << 10  # the most record bytes in one produced batch
     request_timeout_ms: int = 30_000  # request.timeout.ms
+    # max.block.ms: the longest a run waits for one answer of Kafka's (the producer's
+    # start, a transaction's batches, its commit) before it fails
+    max_block_ms: int = 60_000
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str = ""
@@ -78,6 +81,7 @@ class SinkSettings:
         _within("transaction_timeout_ms", self.transaction_timeout_ms, 1_000, 900_000)
         _within("batch_bytes", self.batch_bytes, 1 << 10, 64 << 20)
         _within("request_timeout_ms", self.request_timeout_ms, 1_000, 600_000)
+        _within("max_block_ms", self.max_block_ms, 1_000, 600_000)
         if not 0 < self.max_run_s <= 86_400:
             raise ConfigError("max_run_s", f"must be from 0 to 86400 s, not {self.max_run_s}")
         if self.sasl and not (self.sasl_username and self.sasl_password_file):

@@ -45,6 +45,13 @@ count; `same` sends channel partition p to topic partition p (the topic needs at
 as many partitions). Each record keeps the event's key, headers (in order) and
 timestamp (CreateTime); its value is the event's body.
 
+Waiting: aiokafka waits for a transaction coordinator, or for a partition leader it knows
+but cannot reach, as long as it takes. A run waits at most max_block_ms (Java's
+max.block.ms) for each such answer — the producer's start, a transaction's begin, its
+batches' acknowledgements, its commit — then fails, its take returned. A commit that got
+no answer in time has an unknown outcome; the next run's step 1 lets the coordinator
+finish it either way, and its step 3 reads which, so its events are never sent twice.
+
 Damage: events of the reserved range that the log can no longer read (damage the
 engine counts as lost) are skipped and counted in the report ("lost"); the rest go out.
 
@@ -59,7 +66,7 @@ import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
@@ -81,6 +88,8 @@ KEY_CACHE = 100_000  # keys whose topic partition a run remembers
 UNKNOWN_TOPIC = 3  # Kafka's error codes in a metadata answer
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ALREADY_EXISTS = 36
+CLOSE_S = 5.0  # a failed run's producer: its stop waits for batches Kafka may never take
+T = TypeVar("T")
 
 
 def crash_point(step: str, count: int) -> None:
@@ -116,6 +125,7 @@ class KafkaSink:
         self.record_partition = 0
         self.started = time.monotonic()
         self.transaction_started = 0.0  # monotonic, while a Kafka transaction is open
+        self.in_transaction_s = 0.0  # how long the transaction that failed had been open
         self.counts = {"events": 0, "skipped": 0, "lost": 0, "transactions": 0}
         self.ranges: dict[int, list[Range]] = {}  # what this run sent, by channel partition
         self.steps: dict[str, int] = {}
@@ -141,23 +151,41 @@ class KafkaSink:
                 while time.monotonic() < deadline and await self._transaction(channel):
                     pass
         except BaseException as exc:
-            in_transaction = time.monotonic() - self.transaction_started \
-                if self.transaction_started else 0.0
-            self.error = client.describe(exc, self.settings, in_transaction,
+            self.error = client.describe(exc, self.settings, self.in_transaction_s,
                                          self.connection_log)
             raise
         finally:
             if self.producer is not None:
-                await _quietly(self.producer.stop())
+                await _quietly(self.producer.stop(), CLOSE_S)
         return self.report("ok")
 
     async def _start_producer(self) -> AIOKafkaProducer:
         """A started transactional producer (step 1), in place of the run's last one."""
         if self.producer is not None:
-            await _quietly(self.producer.stop())
+            await _quietly(self.producer.stop(), CLOSE_S)
         self.producer = client.producer(self.settings, self.transactional_id)
-        await self.producer.start()
+        await self._answer(self.producer.start(), f"broker unreachable: {self.where} did "
+                           "not start the transactional producer (InitProducerId of "
+                           f"{self.transactional_id!r}, from its transaction coordinator)")
         return self.producer
+
+    async def _answer(self, step: Awaitable[T], failure: str, then: str = "") -> T:
+        """`step`'s result, or a SinkError "<failure> within max_block_ms[; <then>]" when
+        Kafka has not answered it in that time."""
+        try:
+            return await asyncio.wait_for(step, self.settings.max_block_ms / 1000)
+        except TimeoutError:
+            raise SinkError(f"{failure} within max_block_ms ({self.settings.max_block_ms} "
+                            f"ms){'; ' + then if then else ''}") from None
+
+    def _unacknowledged(self, number: int) -> str:
+        return (f"broker unreachable: {self.where} did not acknowledge the batches of "
+                f"transaction {number}")
+
+    @property
+    def where(self) -> str:
+        """The cluster, as errors name it."""
+        return f"Kafka at {self.settings.bootstrap}"
 
     def report(self, outcome: str, error: str | None = None) -> dict[str, Any]:
         """What the run did (also a failed one: what it had committed before failing)."""
@@ -378,23 +406,31 @@ class KafkaSink:
     async def _send(self, producer: AIOKafkaProducer, to_send: list[tuple[int, Range]]) -> None:
         """Steps 6-8: the events and the new offsets record in one Kafka transaction."""
         self.committing = False
-        await producer.begin_transaction()
+        number = self.counts["transactions"] + 1
+        await self._answer(producer.begin_transaction(), "broker unreachable: "
+                           f"{self.where} did not let transaction {number} begin")
         self.transaction_started = time.monotonic()
         try:
             acks = await self._send_events(producer, to_send)
-            record = self.record.with_sent(to_send, self.run_id,
-                                           self.counts["transactions"] + 1,
+            record = self.record.with_sent(to_send, self.run_id, number,
                                            self.settings.subscription)
             acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
                                             key=record.key, partition=self.record_partition))
-            await asyncio.gather(*acks)
+            await self._answer(asyncio.gather(*acks), self._unacknowledged(number),
+                               "nothing was taken, and the transaction never commits "
+                               "(the next run's start aborts it)")
             self._step("produced")
             self.committing = True
-            await producer.commit_transaction()  # the commit point
+            await self._answer(  # the commit point
+                producer.commit_transaction(),
+                f"outcome unknown: {self.where} did not answer the commit of transaction "
+                f"{number}", "nothing was taken, and the next run reads from the offsets "
+                "record whether it committed (its events are never sent twice)")
         except BaseException as exc:
+            self.in_transaction_s = time.monotonic() - self.transaction_started
             cause = _sender_error(producer)
-            await _quietly(producer.abort_transaction(), timeout_s=5)
-            if cause is not None and cause is not exc:
+            await _quietly(producer.abort_transaction(), CLOSE_S)
+            if cause is not None and cause is not exc and not isinstance(exc, SinkError):
                 raise cause from exc
             raise
         self.transaction_started = 0.0
@@ -423,7 +459,8 @@ class KafkaSink:
             acks.append(await producer.send_batch(batches.pop(kafka_partition), topic,
                                                   partition=kafka_partition))
             if len(acks) == 1:
-                await acks[0]
+                await self._answer(acks[0], self._unacknowledged(self.counts["transactions"]
+                                                                 + 1))
                 self._step("producing")
 
         with Channel.open(self.config.home, read_only=True) as snapshot:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kafka_sink_helpers import (
@@ -73,6 +72,44 @@ def test_a_broker_restart_mid_transaction_loses_and_duplicates_nothing(tmp_path,
     assert read_topic(bootstrap, topic) == channel_partitions(config)
 
 
+@pytest.mark.parametrize(("step", "error"), [
+    ("producing", "broker unreachable: Kafka at {} did not acknowledge the batches of "
+                  "transaction 1 within max_block_ms (5000 ms); nothing was taken"),
+    ("produced", "outcome unknown: Kafka at {} did not answer the commit of transaction 1 "
+                 "within max_block_ms (5000 ms); nothing was taken")])
+def test_a_broker_gone_mid_transaction_fails_the_run_within_max_block_ms(tmp_path, broker,
+                                                                         step, error):
+    """aiokafka waits for a leader it cannot reach, or for the coordinator's answer to a
+    commit, as long as it takes: the run must not. A commit with no answer has an unknown
+    outcome: the next run learns it from the offsets record and sends nothing twice."""
+    bootstrap, env = broker
+    config = new_channel(tmp_path)
+    put_events(config, 0, 400)
+    topic = new_topic(bootstrap)
+    sink = subprocess.Popen(sink_command(config, bootstrap, topic, max_events=150,
+                                         request_timeout_ms=3_000, max_block_ms=5_000),
+                            cwd=ROOT, env={**os.environ, "WEIR_KAFKA_SINK_STOP_AT": step},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_stopped(sink.pid)  # the first transaction open: sending, or about to commit
+        kafka(env, "stop")
+    finally:
+        sink.send_signal(signal.SIGCONT)
+    try:
+        output, _ = sink.communicate(timeout=60)  # 5 s of max_block_ms, 5 s to close
+        run = parse_run(sink.returncode, output)
+        assert run.returncode == 1, output
+        assert run.error.startswith(error.format(bootstrap)), run.error
+        assert run.report["transactions"] == 0, output
+        with Channel.open(config) as channel:  # the take was returned
+            kafka_queue = channel.status()["subscriptions"]["kafka"]
+            assert (kafka_queue["events_untaken"], kafka_queue["open_takes"]) == (400, 0)
+    finally:
+        kafka(env, "start", "--keep")
+    drain(config, bootstrap, topic, max_events=150)
+    assert read_topic(bootstrap, topic) == channel_partitions(config)
+
+
 def test_the_sink_catches_up_after_the_broker_was_down_for_a_while(tmp_path, broker):
     bootstrap, env = broker
     config = new_channel(tmp_path)
@@ -91,4 +128,3 @@ def test_the_sink_catches_up_after_the_broker_was_down_for_a_while(tmp_path, bro
         kafka(env, "start", "--keep")
     drain(config, bootstrap, topic)
     assert read_topic(bootstrap, topic) == channel_partitions(config)
-    assert Path(env["WEIR_KAFKA_DIR"], "data").is_dir()
