@@ -26,7 +26,8 @@
 # (allow.everyone.if.no.acl.found), so only ACLs a test adds deny anything.
 # Topics are never created by a produce (auto.create.topics.enable=false); the internal
 # topics have one partition and replica each (one node, fast to start); a transaction past
-# its timeout is aborted within a second (the tests of the sink's transaction timeout).
+# its timeout is aborted within a second (the tests of the sink's transaction timeout);
+# the log cleaner looks for work every second, not 15 (the compaction tests).
 #
 # State lives in WEIR_KAFKA_DIR (default var/kafka): pid, bootstrap, sasl_bootstrap,
 # server.properties, kafka.log, data/.
@@ -97,6 +98,7 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.retention.ms=-1
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+log.cleaner.backoff.ms=1000
 EOF
 }
 

@@ -2,10 +2,15 @@
 the very transaction that sends those events (as Kafka Connect's exactly-once source
 connectors write their source offsets, KIP-618), so that Kafka alone says what was sent.
 
-Where: the offsets topic (settings.offsets_topic, default `weir-sink-offsets`; made by
-the first run that misses it, `cleanup.policy=compact`, so Kafka keeps the last record
-of each key). The record's partition is Kafka's murmur2 of its key (the Java client's
-default partitioner), so a reader looks in that one partition only.
+Where: partition 0 of the offsets topic (settings.offsets_topic, default
+`weir-sink-offsets`), whatever its partition count: a partition picked by the key's hash
+would move when an operator adds partitions, and a run looking in the new one would find
+no record and send everything again. The first run that misses the topic makes it
+(TOPIC_CONFIGS): compacted, so Kafka keeps the last record of each key, with segments
+rolled hourly so that compaction, which leaves the active segment alone, keeps the
+partition a run reads from its start small. A run refuses a topic whose cleanup.policy
+lets Kafka delete records (`delete` with a finite retention): an idle stream's record
+would go, and with it the knowledge of what was sent.
 
 Key: UTF-8 `weir-sink/<channel id>/<topic>` (the channel id of channel_id.py: a channel
 deleted and made again under its name is another stream). Value: UTF-8 JSON
@@ -51,6 +56,9 @@ from channel_engine.offset_ranges import Range, merge
 
 FORMAT = "weir-kafka-sink-offsets"
 VERSION = 1
+PARTITION = 0
+TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": str(3_600_000),
+                 "min.cleanable.dirty.ratio": "0.1"}
 
 
 @dataclass
@@ -116,6 +124,14 @@ class OffsetsRecord:
 def record_key(channel_id: str, topic: str) -> bytes:
     """The offsets record's key of a channel's stream into a topic."""
     return f"weir-sink/{channel_id}/{topic}".encode()
+
+
+def keeps_records(configs: dict[str, str]) -> bool:
+    """Whether a topic with these configs (cleanup.policy, retention.ms, retention.bytes)
+    keeps the last record of every key for good."""
+    policies = {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
+    return "delete" not in policies or (configs.get("retention.ms") == "-1"
+                                        and configs.get("retention.bytes", "-1") == "-1")
 
 
 def key_partition(key: bytes, partitions: int) -> int:

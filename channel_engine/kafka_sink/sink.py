@@ -10,7 +10,8 @@ the topic holds.
           the same transactional.id and aborts its open
           transaction
     2     check the topic (made when create_topic says    -
-          so) and the offsets topic (made when missing)
+          so) and the offsets topic (made when missing;
+          its cleanup policy must keep records)
     3     read the offsets record (read_committed)        -
     4     take: reserve the subscription's next events    the take returns (its process
           ("reserved")                                    died): the same events come again
@@ -70,12 +71,13 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError, TopicAuthorizationFailedError, for_code
 
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import SinkError
-from channel_engine.kafka_sink import client
+from channel_engine.kafka_sink import client, offsets_record
 from channel_engine.kafka_sink.offsets_record import OffsetsRecord, describe_sent, key_partition
 from channel_engine.kafka_sink.settings import SinkSettings
 from channel_engine.offset_ranges import Range, merge, subtract
@@ -122,7 +124,6 @@ class KafkaSink:
         self.record = OffsetsRecord(self.name, self.channel_id, settings.topic,
                                     settings.subscription)
         self.topic_partitions = 0
-        self.record_partition = 0
         self.started = time.monotonic()
         self.transaction_started = 0.0  # monotonic, while a Kafka transaction is open
         self.in_transaction_s = 0.0  # how long the transaction that failed had been open
@@ -219,16 +220,34 @@ class KafkaSink:
                 await self._create(admin, NewTopic(topic, count, replication))
             if offsets not in found:
                 await self._create(admin, NewTopic(offsets, 1, replication,
-                                                   topic_configs={"cleanup.policy": "compact"}))
+                                                   topic_configs=offsets_record.TOPIC_CONFIGS))
             found = await self._ready(admin, [topic, offsets])
-            self.topic_partitions, offsets_count = found[topic], found[offsets]
+            self.topic_partitions = found[topic]
+            await self._check_offsets_topic(admin)
         finally:
             await _quietly(admin.close())
         if self.settings.partitioning == "same" and self.topic_partitions < self.config.partitions:
             raise SinkError(f"partitioning 'same' needs topic {topic!r} to have at least "
                             f"{self.config.partitions} partitions (the channel's); it has "
                             f"{self.topic_partitions}")
-        self.record_partition = key_partition(self.record.key, offsets_count)
+
+    async def _check_offsets_topic(self, admin: Any) -> None:
+        """The offsets topic keeps every key's last record (offsets_record.keeps_records)."""
+        name = self.settings.offsets_topic
+        wanted = {"cleanup.policy": None, "retention.ms": None, "retention.bytes": None}
+        [answer] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name, wanted)])
+        [(code, message, _, _, entries)] = answer.resources
+        if code:
+            raise for_code(code)(f"describing the configs of topic {name!r}: {message}")
+        configs = {entry[0]: entry[1] for entry in entries}
+        if not offsets_record.keeps_records(configs):
+            raise SinkError(
+                f"the offsets topic {name!r} has cleanup.policy={configs.get('cleanup.policy')}"
+                f" with retention.ms={configs.get('retention.ms')} and retention.bytes="
+                f"{configs.get('retention.bytes')}: Kafka would delete the offsets record of "
+                "a stream idle that long, and the sink would then send everything again "
+                "(set cleanup.policy=compact on it, as the sink does on the topic it makes)")
 
     async def _ready(self, admin: Any, topics: list[str]) -> dict[str, int]:
         """Partition count of each topic, once every partition has a leader: a topic made a
@@ -253,12 +272,10 @@ class KafkaSink:
                                    for p in described.get("partitions", []))
             code = described["error_code"]
             if code == TOPIC_AUTHORIZATION_FAILED:
-                from aiokafka.errors import TopicAuthorizationFailedError
                 raise TopicAuthorizationFailedError(f"topic {described['topic']!r}")
             if code == 0:
                 found[described["topic"]] = len(described["partitions"])
             elif code != UNKNOWN_TOPIC:
-                from aiokafka.errors import for_code
                 raise for_code(code)(f"topic {described['topic']!r}")
         return found
 
@@ -266,14 +283,13 @@ class KafkaSink:
         answer = await admin.create_topics([topic])
         for name, code, message in answer.topic_errors:
             if code not in (0, TOPIC_ALREADY_EXISTS):
-                from aiokafka.errors import for_code
                 raise for_code(code)(f"creating topic {name!r}: {message}")
         self.progress(f"kafka {self.name}: created topic {topic.name!r} "
                       f"({topic.num_partitions} partitions)", None)
 
     async def _read_record(self) -> OffsetsRecord | None:
         """Step 3: the last committed offsets record of this stream, or None."""
-        tp = TopicPartition(self.settings.offsets_topic, self.record_partition)
+        tp = TopicPartition(self.settings.offsets_topic, offsets_record.PARTITION)
         consumer = client.consumer(self.settings)
         await consumer.start()
         try:
@@ -281,12 +297,17 @@ class KafkaSink:
             await consumer.seek_to_beginning(tp)
             end = await self._stable_end(consumer, tp)
             found = None
-            deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
-            while await consumer.position(tp) < end:
+            stalled_s = self.settings.request_timeout_ms / 1000
+            deadline = time.monotonic() + stalled_s
+            while (position := await consumer.position(tp)) < end:
                 if time.monotonic() > deadline:
                     raise SinkError(f"could not read {tp.topic} partition {tp.partition} up "
-                                    f"to offset {end} within request_timeout_ms")
-                for message in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                                    f"to offset {end}: no record came for request_timeout_ms "
+                                    f"at offset {position}")
+                messages = (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
+                if messages:  # a long partition may take a while: only a stall fails
+                    deadline = time.monotonic() + stalled_s
+                for message in messages:
                     if message.key == self.record.key:
                         found = None if message.value is None else OffsetsRecord.decode(
                             message.value, f"{tp.topic} partition {tp.partition} offset "
@@ -415,7 +436,7 @@ class KafkaSink:
             record = self.record.with_sent(to_send, self.run_id, number,
                                            self.settings.subscription)
             acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
-                                            key=record.key, partition=self.record_partition))
+                                            key=record.key, partition=offsets_record.PARTITION))
             await self._answer(asyncio.gather(*acks), self._unacknowledged(number),
                                "nothing was taken, and the transaction never commits "
                                "(the next run's start aborts it)")

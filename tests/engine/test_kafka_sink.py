@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -522,3 +523,136 @@ def test_another_streams_open_transaction_never_hides_this_streams_last_record(
         stale.send_signal(signal.SIGCONT)
         stale.communicate(timeout=60)
     assert_exactly_once(a, bootstrap, topic_a)
+
+
+def _topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async def describe() -> dict[str, str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            [answer] = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)])
+            return {entry[0]: entry[1] for entry in answer.resources[0][4]}
+        finally:
+            await admin.close()
+    return run_async(describe)
+
+
+def test_the_offsets_topic_it_makes_is_compacted_and_one_that_deletes_is_refused(
+        tmp_path, kafka_broker):
+    """A stream's record must stay for good: the sink makes its offsets topic compacted
+    (segments rolled hourly, so that compaction keeps it short), and refuses one whose
+    retention would delete an idle stream's record, taking nothing."""
+    bootstrap = kafka_broker.bootstrap
+    config = new_channel(tmp_path)
+    put_events(config, 0, 20)
+    topic, offsets = new_topic(bootstrap), f"weir-offsets-{uuid.uuid4().hex[:8]}"
+    assert run_sink(config, bootstrap, topic, offsets_topic=offsets).returncode == 0
+    made = _topic_configs(bootstrap, offsets)
+    assert (made["cleanup.policy"], made["segment.ms"], made["min.cleanable.dirty.ratio"]) \
+        == ("compact", "3600000", "0.1")
+    put_events(config, 20, 10)
+    deleting = new_topic(bootstrap, partitions=1, **{"retention.ms": "600000"})
+    run = run_sink(config, bootstrap, topic, offsets_topic=deleting)
+    assert run.returncode == 1, run.output
+    assert f"the offsets topic {deleting!r} has cleanup.policy=delete with " \
+           "retention.ms=600000" in run.error, run.error
+    assert untaken(config) == 10
+    forever = new_topic(bootstrap, partitions=1, **{"retention.ms": "-1"})
+    assert run_sink(config, bootstrap, forever + "-x", offsets_topic=forever,
+                    create_topic=True).returncode == 0  # a deleting policy that never does
+
+
+def test_partitions_added_to_the_offsets_topic_send_nothing_twice(tmp_path, kafka_broker):
+    """The record lives in partition 0 whatever the partition count: were it placed by its
+    key's hash, adding partitions would move it, and the next run, finding none, would
+    send everything again. The counts are picked so that the hash would move it."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+
+    from channel_engine.channel_id import channel_id
+    from channel_engine.kafka_sink.offsets_record import key_partition, record_key
+
+    bootstrap = kafka_broker.bootstrap
+    config = new_channel(tmp_path)
+    put_events(config, 0, 100)
+    topic, offsets = new_topic(bootstrap), new_topic(bootstrap, partitions=2)
+    assert run_sink(config, bootstrap, topic, offsets_topic=offsets).returncode == 0
+    key = record_key(channel_id(config.checkpoint_dir), topic)
+    grown = next(n for n in range(3, 64) if key_partition(key, n) != key_partition(key, 2))
+
+    async def grow() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_partitions({offsets: NewPartitions(total_count=grown)})
+        finally:
+            await admin.close()
+    run_async(grow)
+    with Channel.open(config) as channel:
+        channel.reset_subscription("kafka", "earliest")
+    put_events(config, 100, 30)
+    run = run_sink(config, bootstrap, topic, offsets_topic=offsets)
+    assert run.returncode == 0, run.output
+    assert (run.report["skipped"], run.report["events"]) == (100, 30)
+    assert_exactly_once(config, bootstrap, topic)
+
+
+def _records_of(bootstrap: str, topic: str, key: bytes) -> int:
+    """How many records of `key` partition 0 of `topic` still holds (every one, committed
+    or not: what compaction left)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def count() -> int:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end, found = (await consumer.end_offsets([tp]))[tp], 0
+            while await consumer.position(tp) < end:
+                found += sum(m.key == key for m in
+                             (await consumer.getmany(tp, timeout_ms=500)).get(tp, []))
+            return found
+        finally:
+            await consumer.stop()
+    return run_async(count)
+
+
+def test_a_compacted_offsets_topic_still_knows_what_was_sent(tmp_path, kafka_broker):
+    """Compaction drops a stream's older records (and aborted transactions' ones); the
+    last committed one stays, and a run killed after its Kafka commit is still followed by
+    one that sends nothing twice."""
+    from channel_engine.channel_id import channel_id
+    from channel_engine.kafka_sink.offsets_record import record_key
+
+    bootstrap = kafka_broker.bootstrap
+    config = new_channel(tmp_path)
+    put_events(config, 0, 100)
+    topic = new_topic(bootstrap)
+    offsets = new_topic(bootstrap, partitions=1, **{
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"})
+    key = record_key(channel_id(config.checkpoint_dir), topic)
+    for _ in range(5):  # five transactions, each in a segment of its own
+        assert run_sink(config, bootstrap, topic, offsets_topic=offsets, max_events=20,
+                        max_run_s=0.001).returncode == 0
+        time.sleep(0.15)
+    put_events(config, 100, 10)
+    killed = run_sink(config, bootstrap, topic, offsets_topic=offsets,
+                      env={"WEIR_KAFKA_SINK_CRASH_AT": "kafka-committed"})
+    assert killed.returncode == -signal.SIGKILL, killed.output
+    deadline = time.monotonic() + 60  # the broker's cleaner looks every second (kafka.sh)
+    while (left := _records_of(bootstrap, offsets, key)) > 3:
+        assert time.monotonic() < deadline, f"{offsets} not compacted: {left} records"
+        time.sleep(1)
+    with Channel.open(config) as channel:
+        channel.reset_subscription("kafka", "earliest")
+    run = run_sink(config, bootstrap, topic, offsets_topic=offsets)
+    assert run.returncode == 0, run.output
+    assert (run.report["skipped"], run.report["events"]) == (110, 0), run.output
+    assert_exactly_once(config, bootstrap, topic)
