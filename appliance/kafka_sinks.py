@@ -8,7 +8,7 @@ process of its own, so a kill of it is a kill of that process only: the protocol
 command line: the SASL password and the TLS key are read by the job from their files.
 
 While the job runs, each Kafka transaction it commits prints a `{"committed": ...}` line,
-and the row is updated from it (events, transactions, ranges): a run killed midway keeps
+and the row is updated from it (events, lost, transactions): a run killed midway keeps
 what it did commit. The next run marks such a row failed (the process died), and its own
 row counts what that run had committed after its last line as "skipped" (the offsets
 record in Kafka says they are there).
@@ -144,7 +144,7 @@ def _run_job(run: KafkaRun, argv: list[str], lock_fd: int,
     """Run the job, recording each committed transaction on the row; its last JSON line."""
     tail: deque[str] = deque(maxlen=20)
     last: dict[str, Any] = {}
-    committed = {"events": 0, "transactions": 0}
+    committed = {"events": 0, "lost": 0, "transactions": 0}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           bufsize=1, pass_fds=(lock_fd,)) as job:
         assert job.stdout is not None
@@ -162,6 +162,7 @@ def _run_job(run: KafkaRun, argv: list[str], lock_fd: int,
                 if line.startswith('{"committed"'):
                     done = json.loads(line)["committed"]
                     committed["events"] += done["events"]
+                    committed["lost"] += done.get("lost", 0)
                     committed["transactions"] = done["transaction"]
                     KafkaRun.objects.filter(pk=run.pk).update(**committed)
                 elif line.startswith('{"report"'):

@@ -40,6 +40,11 @@ class ConnectionLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
 
+    def close(self) -> None:
+        """Stop keeping aiokafka's warnings (a process may run several sinks in turn)."""
+        logging.getLogger("aiokafka").removeHandler(self)
+        super().close()
+
     def mentioning(self, *words: str) -> str | None:
         """The last message holding one of `words`, if any."""
         return next((m for m in reversed(self.messages) if any(w in m for w in words)), None)

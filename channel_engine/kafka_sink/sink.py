@@ -53,8 +53,11 @@ batches' acknowledgements, its commit — then fails, its take returned. A commi
 no answer in time has an unknown outcome; the next run's step 1 lets the coordinator
 finish it either way, and its step 3 reads which, so its events are never sent twice.
 
-Damage: events of the reserved range that the log can no longer read (damage the
-engine counts as lost) are skipped and counted in the report ("lost"); the rest go out.
+Damage: events of the reserved range that the log can no longer read are skipped and
+counted in the report ("lost"); the rest go out. The run reads from a read-only snapshot,
+which cannot write the channel's loss ledger: before its take commits, it has the
+channel's owner read each such gap, whose read meets the damage and counts it there
+(status()["losses"], health "degraded" until acknowledged).
 
 Concurrency contract: a KafkaSink is one run in one thread with its own event loop
 (job.py: asyncio.run); crash_point() is the kill tests' hook.
@@ -131,6 +134,7 @@ class KafkaSink:
         self.ranges: dict[int, list[Range]] = {}  # what this run sent, by channel partition
         self.steps: dict[str, int] = {}
         self.pending = {"events": 0, "lost": 0}  # of the open Kafka transaction
+        self.gaps: list[tuple[int, int, int]] = []  # (partition, start, end) it could not read
         self.key_partitions: dict[bytes, int] = {}
         self.leaderless = False  # a partition of the topics last described had no leader
         self.error = ""
@@ -158,6 +162,7 @@ class KafkaSink:
         finally:
             if self.producer is not None:
                 await _quietly(self.producer.stop(), CLOSE_S)
+            self.connection_log.close()
         return self.report("ok")
 
     async def _start_producer(self) -> AIOKafkaProducer:
@@ -205,8 +210,8 @@ class KafkaSink:
     async def _check_topics(self) -> None:
         """The topic exists (or is made) and so does the offsets topic (made when not)."""
         admin = client.admin(self.settings)
-        await admin.start()
         try:
+            await admin.start()
             topic, offsets = self.settings.topic, self.settings.offsets_topic
             found = await self._partitions(admin, [topic, offsets])
             replication = self.settings.topic_replication or min(
@@ -291,8 +296,8 @@ class KafkaSink:
         """Step 3: the last committed offsets record of this stream, or None."""
         tp = TopicPartition(self.settings.offsets_topic, offsets_record.PARTITION)
         consumer = client.consumer(self.settings)
-        await consumer.start()
         try:
+            await consumer.start()
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             end = await self._stable_end(consumer, tp)
@@ -324,8 +329,8 @@ class KafkaSink:
         them, and stopping there would read an older record of ours and send its events
         again. Such a transaction ends within its timeout (the broker aborts it)."""
         every = client.consumer(self.settings, committed=False)
-        await every.start()
         try:
+            await every.start()
             high = (await every.end_offsets([tp]))[tp]
         finally:
             await _quietly(every.stop())
@@ -381,6 +386,7 @@ class KafkaSink:
             to_send = self._plan(reserved)
             if to_send:
                 await self._send_with_retries(to_send)
+                self._count_gaps(channel)
             take.commit()
             self._step("taken")
         except BaseException:
@@ -459,12 +465,12 @@ class KafkaSink:
         self.counts["transactions"] += 1
         self.counts["events"] += self.pending["events"]
         self.counts["lost"] += self.pending["lost"]
-        sent = sum(e - s for _, (s, e) in to_send)
         for partition, piece in to_send:
             self.ranges[partition] = merge(self.ranges.get(partition, []) + [piece])
+        lost = f", {self.pending['lost']:,} lost" if self.pending["lost"] else ""
         self.progress(f"kafka {self.name}: transaction {self.counts['transactions']} "
-                      f"committed, {sent:,} events", {
-                          "transaction": self.counts["transactions"], "events": sent,
+                      f"committed, {self.pending['events']:,} events{lost}", {
+                          "transaction": self.counts["transactions"], **self.pending,
                           "ranges": describe_sent({p: [r] for p, r in to_send})})
         self._step("kafka-committed")
 
@@ -474,6 +480,7 @@ class KafkaSink:
         acks: list[Awaitable[Any]] = []
         batches: dict[int, Any] = {}
         self.pending = {"events": 0, "lost": 0}  # counted once the transaction commits
+        self.gaps = []
         topic = self.settings.topic
 
         async def ship(kafka_partition: int) -> None:
@@ -512,10 +519,27 @@ class KafkaSink:
             events = [e for e in events if e.offset < end]
             if not events:
                 break
-            self.pending["lost"] += events[0].offset - offset
-            yield from events
-            offset = events[-1].offset + 1
-        self.pending["lost"] += end - offset
+            for event in events:  # a damaged batch inside a chunk leaves a hole in it
+                if event.offset != offset:
+                    self._gap(partition, offset, event.offset)
+                yield event
+                offset = event.offset + 1
+        self._gap(partition, offset, end)
+
+    def _gap(self, partition: int, start: int, end: int) -> None:
+        if end > start:
+            self.pending["lost"] += end - start
+            self.gaps.append((partition, start, end))
+
+    def _count_gaps(self, channel: Channel) -> None:
+        """Have the channel's owner read what the snapshot could not: its read meets the
+        damage and counts it in the loss ledger."""
+        for partition, start, end in self.gaps:
+            channel.read(partition, start, min(end - start, READ_CHUNK))
+            self.progress(f"kafka {self.name}: partition {partition} offsets {start}-"
+                          f"{end - 1} could not be read (damage): not sent, counted lost",
+                          None)
+        self.gaps = []
 
     def _partition_of(self, partition: int, key: bytes | None) -> int:
         if self.settings.partitioning == "same":

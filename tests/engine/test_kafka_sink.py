@@ -656,3 +656,39 @@ def test_a_compacted_offsets_topic_still_knows_what_was_sent(tmp_path, kafka_bro
     assert run.returncode == 0, run.output
     assert (run.report["skipped"], run.report["events"]) == (110, 0), run.output
     assert_exactly_once(config, bootstrap, topic)
+
+
+def test_damage_in_a_segment_is_skipped_counted_lost_and_told_to_the_owner(
+        tmp_path, kafka_broker):
+    """A batch damaged while the channel is open (its owner has not met it yet): the run
+    sends every other event once, counts the batch's events "lost" in its report, and has
+    the owner count them in the channel's loss ledger (the run's read-only snapshot cannot),
+    so that the channel is no longer reported healthy."""
+    from channel_engine import ChannelConfig
+
+    home = tmp_path / "orders"
+    config = ChannelConfig(name="orders", checkpoint_dir=str(home),
+                           data_dirs=[str(home / "data")], partitions=1, segment_bytes=1024)
+    with Channel.open(config) as owner:  # the sink's run is a client of this process
+        for i in range(60):
+            with owner.put() as tx:  # one batch each
+                tx.put(**event_fields(i))
+        owner.add_subscription("kafka", "earliest")
+        segment = sorted(config.partition_dir(0).glob("*.log"))[2]  # sealed
+        data = bytearray(segment.read_bytes())
+        second = 12 + int.from_bytes(data[8:12], "big")  # the segment's second batch
+        batch_events = 1  # put alone
+        data[second + 70] ^= 0x04  # inside its records: only the CRC sees it
+        segment.write_bytes(bytes(data))
+        topic = new_topic(kafka_broker.bootstrap, partitions=1)
+        run = run_sink(config, kafka_broker.bootstrap, topic)
+        assert run.returncode == 0, run.output
+        assert (run.report["events"], run.report["lost"]) == (60 - batch_events, batch_events)
+        assert sum(c["lost"] for c in run.committed) == batch_events
+        status = owner.status()
+        assert status["losses"]["events_lost"] == batch_events, status["losses"]
+        assert status["health"] != "healthy"
+        assert status["subscriptions"]["kafka"]["events_untaken"] == 0
+    sent = read_topic(kafka_broker.bootstrap, topic)[0]
+    assert len(sent) == 60 - batch_events
+    assert sent == channel_partitions(config)[0]  # the intact events, in order, once
