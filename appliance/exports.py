@@ -77,7 +77,12 @@ class ExportBusy(Exception):
 
 
 class BrokerUnavailable(Exception):
-    """The broker did not take the export's message: nothing was queued."""
+    """The broker did not take the task's message: nothing was queued. `what` names the
+    task for people ("export", "Kafka run")."""
+
+    def __init__(self, reason: str, what: str = "export") -> None:
+        super().__init__(reason)
+        self.what = what
 
 
 def queue_export(row: Channel) -> str:
@@ -85,10 +90,10 @@ def queue_export(row: Channel) -> str:
     at once and with the broker's reason, when the broker does not answer."""
     from appliance.tasks import export_channel
 
-    return queue_now(export_channel, row.name)
+    return queue_now(export_channel, row.name, "export")
 
 
-def queue_now(task: Any, name: str) -> str:
+def queue_now(task: Any, name: str, what: str) -> str:
     """Send a per-channel task ("export now", "drain to Kafka now") for a worker; its task
     id, or BrokerUnavailable at once when the broker does not answer (module doc)."""
     from appliance.celery import app
@@ -100,11 +105,11 @@ def queue_now(task: Any, name: str) -> str:
                                   retry=Retry(NoBackoff(), 0)) as client:
             client.ping()
     except (redis.RedisError, OSError) as exc:
-        raise BrokerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        raise BrokerUnavailable(f"{type(exc).__name__}: {exc}", what) from exc
     try:
         return str(task.apply_async((name,), ignore_result=True).id)
     except BrokerError as exc:
-        raise BrokerUnavailable(str(exc)) from exc
+        raise BrokerUnavailable(str(exc), what) from exc
 
 
 def command(row: Channel) -> list[str]:

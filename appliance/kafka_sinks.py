@@ -88,6 +88,15 @@ def sink_settings(row: Channel, config: ChannelConfig | None = None) -> SinkSett
         raise ValidationError({field: exc.reason}) from exc
 
 
+def queue_sink(row: Channel) -> str:
+    """Queue a run of the channel's sink for the Kafka worker ("send to Kafka now"); its
+    task id, or exports.BrokerUnavailable at once when the broker does not answer."""
+    from appliance.exports import queue_now
+    from appliance.tasks import kafka_sink_channel
+
+    return queue_now(kafka_sink_channel, row.name, "Kafka run")
+
+
 def command(row: Channel) -> list[str]:
     """The job's command line for a channel row with a topic."""
     sink = sink_settings(row)

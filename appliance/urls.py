@@ -9,6 +9,7 @@ from appliance.api.channel import ChannelView
 from appliance.api.channels import ChannelsView
 from appliance.api.events import EventsView
 from appliance.api.exports import ExportNowView
+from appliance.api.kafka import KafkaRunNowView
 from appliance.api.losses import LossesAcknowledgeView
 from appliance.api.metrics import MetricsView
 from appliance.api.produce import ProduceView
@@ -53,6 +54,8 @@ urlpatterns = [
     path("api/v1/channels/<str:name>/losses/acknowledge", LossesAcknowledgeView.as_view(),
          name="losses-acknowledge"),
     path("api/v1/channels/<str:name>/exports", ExportNowView.as_view(), name="export-now"),
+    path("api/v1/channels/<str:name>/kafka-runs", KafkaRunNowView.as_view(),
+         name="kafka-run-now"),
     path("api/v1/runs", RunsView.as_view(), name="runs"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # the split view serves Swagger UI's start-up script as a file: no inline script (CSP)

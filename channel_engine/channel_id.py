@@ -15,14 +15,17 @@ channel's events again. (The file keeps the name it had when the export was its 
 reader.)
 
 Concurrency contract: any process may call channel_id() at any time. The first one
-writes a temp file of its own, syncs it and hard-links it to the name, which fails when
-the name exists: two drains starting at once on a new channel agree on one id (the
-loser reads the winner's).
+writes a temp file of its own (`export.id.<8 hex>.tmp`: is_temp_name, which a writable
+open of the channel notes and leaves alone rather than move aside as a stranger), syncs
+it and hard-links it to the name, which fails when the name exists: two drains starting
+at once on a new channel agree on one id (the loser reads the winner's). A temp file
+gone before its link (an older engine moved it aside) is written again.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -33,6 +36,8 @@ from channel_engine.filenames import TMP_SUFFIX
 EXPORT_ID_FILE = "export.id"  # in the channel's home
 EXPORT_ID_FORMAT = "weir-export-id"
 EXPORT_ID_VERSION = 1
+CREATE_ATTEMPTS = 5
+_TEMP_NAME = re.compile(re.escape(EXPORT_ID_FILE) + r"\.[0-9a-f]{8}" + re.escape(TMP_SUFFIX))
 
 
 def channel_id(home: str | Path) -> str:
@@ -40,13 +45,17 @@ def channel_id(home: str | Path) -> str:
     a channel once deleted and then created again under the same name carry another id,
     so its new offsets are not taken for the old channel's."""
     path = Path(home) / EXPORT_ID_FILE
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        _create(path)
-        return channel_id(home)
-    except ValueError as exc:
-        raise ExportError(f"{path}: not valid JSON ({exc})") from exc
+    for _ in range(CREATE_ATTEMPTS):
+        try:
+            document = json.loads(path.read_text())
+            break
+        except FileNotFoundError:
+            _create(path)
+        except ValueError as exc:
+            raise ExportError(f"{path}: not valid JSON ({exc})") from exc
+    else:
+        raise ExportError(f"{path}: could not be made in {CREATE_ATTEMPTS} attempts (its "
+                          "temp file went each time)")
     if not isinstance(document, dict) or document.get("format") != EXPORT_ID_FORMAT \
             or document.get("version") != EXPORT_ID_VERSION \
             or not isinstance(document.get("id"), str):
@@ -70,5 +79,12 @@ def _create(path: Path) -> None:
         fsync_directory(path.parent)
     except FileExistsError:
         pass  # another drain made it first: its id holds
+    except FileNotFoundError:
+        pass  # the temp file went (moved aside): channel_id() writes another
     finally:
-        temp.unlink()
+        temp.unlink(missing_ok=True)
+
+
+def is_temp_name(name: str) -> bool:
+    """Is `name` the temp file of an id being made (_create)?"""
+    return _TEMP_NAME.fullmatch(name) is not None

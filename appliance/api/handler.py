@@ -222,5 +222,5 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
     (EventError, lambda exc: Problem(400, "invalid-event", str(exc), index=exc.index,
                                      field=exc.field)),
     (BrokerUnavailable, lambda exc: retry_later(
-        503, "broker-unavailable", f"export not queued: the broker is unreachable ({exc})")),
+        503, "broker-unavailable", f"{exc.what} not queued: the broker is unreachable ({exc})")),
 ]

@@ -19,7 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from appliance import channels, exports, manage_subscriptions, tasks
+from appliance import channels, exports, kafka_sinks, manage_subscriptions, tasks
 from appliance.manage_channels import Refused, change_channel, delete_channel
 from appliance.models import ApiToken, Channel
 from appliance.ui import state
@@ -72,7 +72,7 @@ def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, "The channel has no Kafka sink: set its Kafka topic first.")
         return redirect("ui:channel", name=name)
     try:
-        exports.queue_now(tasks.kafka_sink_channel, row.name)
+        kafka_sinks.queue_sink(row)
     except exports.BrokerUnavailable as exc:
         messages.error(request, f"Kafka run not queued: the broker is unreachable ({exc}).")
     else:

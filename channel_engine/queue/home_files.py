@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from channel_engine.channel_id import is_temp_name
 from channel_engine.filenames import LOCK_FILE, SOCKET_NAME, TMP_SUFFIX, is_kept_aside
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
@@ -58,7 +59,8 @@ def find_strays(home: Path, config: ChannelConfig | None) -> HomeStrays:
             continue
         if is_kept_aside(name):
             found.notes.append(f"{path}: kept aside by an earlier recover or open")
-        elif name.endswith(TMP_SUFFIX) and is_ours(name[: -len(TMP_SUFFIX)]):
+        elif name.endswith(TMP_SUFFIX) and is_ours(name[: -len(TMP_SUFFIX)]) \
+                or is_temp_name(name):
             found.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
         elif path.is_dir():
             found.notes.append(f"{path}: a directory the engine did not make (left alone)")

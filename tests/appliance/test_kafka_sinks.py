@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, token_client
+from appliance_helpers import channel_row, token_client, wait_for
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.utils import timezone
@@ -139,6 +139,25 @@ def test_the_task_runs_the_sink_on_a_real_worker(worker, root, kafka_broker):
     [run] = KafkaRun.objects.filter(channel=row.name)
     assert run.outcome == "ok" and run.events == 40
     assert tasks.kafka_sink_channel.delay(row.name).get(timeout=120) == TaskRun.NOTHING_DUE
+    assert_in_kafka_once(row, kafka_broker.bootstrap)
+
+
+def test_the_api_sends_to_kafka_now_for_admins_only(worker, root, kafka_broker):
+    row = sink_row(root, kafka_broker.bootstrap, events=30)
+    plain = channel_row(root, name="plain")
+    assert token_client("produce").post(f"/api/v1/channels/{row.name}/kafka-runs") \
+        .status_code == 403
+    assert token_client("admin", channels=[plain]).post(
+        f"/api/v1/channels/{row.name}/kafka-runs").status_code == 403  # another channel's
+    admin = token_client("admin")
+    assert admin.post("/api/v1/channels/nope/kafka-runs").status_code == 404
+    refused = admin.post(f"/api/v1/channels/{plain.name}/kafka-runs")
+    assert refused.status_code == 409 and refused.json()["field"] == "kafka_topic"
+    answer = admin.post(f"/api/v1/channels/{row.name}/kafka-runs")
+    assert answer.status_code == 202 and answer.json()["queued"] is True, answer.json()
+    run = wait_for(lambda: KafkaRun.objects.filter(channel=row.name, outcome="ok").first(),
+                   60, "the Kafka worker ran the queued run")
+    assert run.events == 30
     assert_in_kafka_once(row, kafka_broker.bootstrap)
 
 

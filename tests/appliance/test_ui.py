@@ -67,6 +67,30 @@ def test_a_user_who_is_not_staff_is_refused(root: Path) -> None:
     assert client.get("/").status_code == 403
 
 
+ACTIONS = ["checkpoint", "flush", "retention", "export", "kafka", "pause", "resume", "verify",
+           "losses/acknowledge", "subscriptions", "subscriptions/default/reset",
+           "subscriptions/default/remove", "tokens"]  # delete: a page (GET) before its POST
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_every_action_needs_a_staff_login_a_post_and_csrf(root: Path, action: str) -> None:
+    """Nobody anonymous, nobody without staff, no GET and no forged POST does anything (the
+    send-to-Kafka and export buttons queue work on a worker: the same rule)."""
+    channel_row(root)
+    url = f"/channels/orders/{action}"
+    anonymous = Client().post(url)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/?next=")
+    someone = Client()
+    someone.force_login(User.objects.create_user("someone", password="pw"))
+    assert someone.post(url).status_code == 403
+    staff = Client(enforce_csrf_checks=True)
+    staff.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    assert staff.get(url).status_code == 405
+    assert staff.post(url).status_code == 403  # no CSRF token
+    row = Channel.objects.get(name="orders")
+    assert not row.puts_paused and not TaskRun.objects.exists()
+
+
 def test_actions_are_posts_with_csrf(root: Path) -> None:
     channel_row(root)
     client = Client(enforce_csrf_checks=True)

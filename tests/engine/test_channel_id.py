@@ -34,3 +34,18 @@ def test_drains_starting_at_once_agree_on_one_id(tmp_path: Path) -> None:
         ids = set(pool.map(lambda _: channel_id(tmp_path), range(64)))
     assert len(ids) == 1
     assert [p.name for p in tmp_path.iterdir()] == [EXPORT_ID_FILE]  # no temp file left
+
+
+def test_a_temp_file_moved_away_before_its_link_is_written_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    real_link, moved = os.link, []
+
+    def link_after_a_sweep(src: str, dst: str) -> None:
+        if not moved:  # as an older engine's open moved a stranger aside
+            moved.append(Path(src).rename(Path(src).with_name(Path(src).name + ".stray")))
+        real_link(src, dst)
+    monkeypatch.setattr(os, "link", link_after_a_sweep)
+    made = channel_id(tmp_path)
+    assert len(moved) == 1 and channel_id(tmp_path) == made

@@ -42,6 +42,19 @@ def test_it_leaves_the_engines_files_kept_aside_files_and_directories_alone(
     assert not kept_aside("checkpoint")
 
 
+def test_a_drain_id_being_made_is_not_a_stranger(tmp_path: Path) -> None:
+    """A drain makes the channel's id through a temp file of its own while another process
+    may open the channel: moving that file aside failed the drain (a Kafka sink's first
+    run, as a producer's process opened the channel)."""
+    config = make_config(tmp_path)
+    Channel.open(config).close()
+    (config.home / "export.id.0123abcd.tmp").write_text("{}")
+    (config.home / "export.id.nothex!.tmp").write_text("{}")
+    found = find_strays(config.home, config)
+    assert found.strays == [config.home / "export.id.nothex!.tmp"]
+    assert any("export.id.0123abcd.tmp" in note for note in found.notes)
+
+
 def test_a_read_only_open_moves_nothing(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     Channel.open(config).close()

@@ -120,7 +120,10 @@ def test_random_kills_while_producers_put(tmp_path, kafka_broker, trials):
             step = f"{rng.choice(STEPS)}@{rng.randint(1, 3)}"
             run = run_sink(config, kafka_broker.bootstrap, topic, max_events=rng.randint(50, 400),
                            env={"WEIR_KAFKA_SINK_CRASH_AT": step})
-            assert run.returncode in (0, -signal.SIGKILL), run.output
+            # a run that was the writer's client fails when the writer's process ends
+            # (the owner gone mid-take): named, nothing taken, the next run resumes
+            handed_over = run.returncode == 1 and "owner process" in (run.error or "")
+            assert run.returncode in (0, -signal.SIGKILL) or handed_over, run.output
             kills += run.returncode == -signal.SIGKILL
         assert writer.wait(timeout=120) == 0
     finally:
