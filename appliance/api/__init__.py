@@ -16,6 +16,7 @@ problem (problems.py, answered by handler.py), the OpenAPI kit in schema.py.
     POST           .../subscriptions/{sub}/reset                        admin
     POST           .../{name}/losses/acknowledge           losses       admin
     POST           .../{name}/exports                      exports      admin
+    POST           .../{name}/kafka-runs                   kafka        admin
     GET            /api/v1/runs                            runs         admin
     GET            /metrics (Prometheus text)              metrics      admin
 
