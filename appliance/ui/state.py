@@ -66,6 +66,7 @@ def channel_state(row: Channel) -> dict[str, Any]:
         subscriptions = lag.subscription_lag(row, status)
         state["export"] = export_lag(row, status, subscriptions)
         state["subscriptions"] = list(subscriptions.values())
+        state["kafka_drained"] = any(sub["kafka"] for sub in state["subscriptions"])
         tables = [part.get("segment_table", []) for part in status["partitions"]]
         state["deletable"] = sum(1 for table in tables for seg in table if seg["deletable"])
     return state
