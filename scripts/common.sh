@@ -1,4 +1,4 @@
-# Shell helpers shared by bootstrap.sh, run.sh, test.sh, hdfs.sh and spark_cluster.sh
+# Shell helpers shared by bootstrap.sh, run.sh, test.sh, hdfs.sh, spark_cluster.sh and kafka.sh
 # Functions only: sourcing this changes nothing until one is called.
 
 # Run a command as root (through sudo unless we are root already).
@@ -30,6 +30,23 @@ ensure_nginx() {
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
     as_root systemctl disable --now nginx.service >/dev/null 2>&1 || true
   fi
+}
+
+# state_dir VAR DEFAULT: print a service script's state directory ($VAR, else DEFAULT),
+# made when missing, as an absolute path (hdfs.sh, spark_cluster.sh, kafka.sh).
+state_dir() {
+  local place=${!1:-$2}
+  mkdir -p "$place"
+  (cd "$place" && pwd)
+}
+
+# pid_of PIDFILE PATTERN: print the pid PIDFILE holds when that process runs and its
+# command line holds PATTERN (a pid the kernel gave to another process since is not it).
+pid_of() {
+  [ -f "$1" ] || return 1
+  local pid
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null && grep -q "$2" "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
 }
 
 # terminate PID WHAT [group]: SIGTERM the process (its whole process group with "group":

@@ -25,21 +25,14 @@
 # The data is formatted afresh at each start unless --keep is given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/common.sh"  # terminate
-dir=${WEIR_HDFS_DIR:-$root/var/hdfs}
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
+. "$root/scripts/common.sh"  # state_dir, pid_of, terminate
+dir=$(state_dir WEIR_HDFS_DIR "$root/var/hdfs")
 pidfile=$dir/pid
 urlfile=$dir/url
 controlfile=$dir/control
 log=$dir/hdfs.log
 
-running_pid() {
-  [ -f "$pidfile" ] || return 1
-  local pid
-  pid=$(cat "$pidfile")
-  kill -0 "$pid" 2>/dev/null && grep -q MiniHdfs "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
-}
+running_pid() { pid_of "$pidfile" MiniHdfs; }
 
 start() {
   if pid=$(running_pid); then

@@ -33,10 +33,8 @@
 # server.properties, kafka.log, data/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/common.sh"  # terminate
-dir=${WEIR_KAFKA_DIR:-$root/var/kafka}
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
+. "$root/scripts/common.sh"  # state_dir, pid_of, terminate
+dir=$(state_dir WEIR_KAFKA_DIR "$root/var/kafka")
 pidfile=$dir/pid
 bootstrapfile=$dir/bootstrap
 saslfile=$dir/sasl_bootstrap
@@ -48,12 +46,7 @@ py=python3
 [ -x "$root/.venv/bin/python" ] && py=$root/.venv/bin/python
 command -v "$py" >/dev/null || { echo "weir: scripts/kafka.sh needs python3 (or .venv)" >&2; exit 1; }
 
-running_pid() {
-  [ -f "$pidfile" ] || return 1
-  local pid
-  pid=$(cat "$pidfile")
-  kill -0 "$pid" 2>/dev/null && grep -q kafka.Kafka "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
-}
+running_pid() { pid_of "$pidfile" kafka.Kafka; }
 
 free_port() {
   "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -25,24 +25,17 @@
 # The Python whose pyspark is used: WEIR_PYTHON, else the repo's .venv, else python3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/common.sh"  # terminate
-dir=${WEIR_SPARK_DIR:-$root/var/spark}
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
+. "$root/scripts/common.sh"  # state_dir, pid_of, terminate
+dir=$(state_dir WEIR_SPARK_DIR "$root/var/spark")
 urlfile=$dir/url
 
 python=${WEIR_PYTHON:-$root/.venv/bin/python}
 [ -x "$python" ] || python=python3
 
 running_pid() {  # running_pid master|worker
-  local pidfile=$dir/$1.pid class
-  [ "$1" = master ] && class=org.apache.spark.deploy.master.Master \
-    || class=org.apache.spark.deploy.worker.Worker
-  [ -f "$pidfile" ] || return 1
-  local pid
-  pid=$(cat "$pidfile")
-  kill -0 "$pid" 2>/dev/null && grep -q "$class" "/proc/$pid/cmdline" 2>/dev/null \
-    && echo "$pid"
+  local class=org.apache.spark.deploy.worker.Worker
+  [ "$1" = master ] && class=org.apache.spark.deploy.master.Master
+  pid_of "$dir/$1.pid" "$class"
 }
 
 # launch NAME CLASS ARGS...: a daemon of its own session, its pid in NAME.pid
