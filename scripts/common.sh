@@ -339,9 +339,11 @@ use_test_jvm_services() {
   fi
   if [ -n "$kafka_pid" ]; then
     wait "$kafka_pid" || _service_failed "Kafka (scripts/kafka.sh start)" "$kafka_dir/start.out"
-    export WEIR_TEST_KAFKA_BOOTSTRAP WEIR_TEST_KAFKA_SASL_BOOTSTRAP
+    export WEIR_TEST_KAFKA_BOOTSTRAP WEIR_TEST_KAFKA_SASL_BOOTSTRAP \
+      WEIR_TEST_KAFKA_SSL_BOOTSTRAP WEIR_TEST_KAFKA_TLS_DIR=$kafka_dir/tls
     WEIR_TEST_KAFKA_BOOTSTRAP=$(tail -n 1 "$kafka_dir/start.out")
     WEIR_TEST_KAFKA_SASL_BOOTSTRAP=$(cat "$kafka_dir/sasl_bootstrap")
+    WEIR_TEST_KAFKA_SSL_BOOTSTRAP=$(cat "$kafka_dir/ssl_bootstrap")
   fi
   if [ -n "$spark_pid" ]; then
     wait "$spark_pid" \

@@ -22,6 +22,11 @@
 #   SASL_PLAINTEXT SASL/PLAIN with two users, admin (password admin-secret, a super user)
 #                  and alice (alice-secret), for the authentication and authorization tests;
 #                  its address is in $WEIR_KAFKA_DIR/sasl_bootstrap
+#   SSL            TLS with a certificate for 127.0.0.1 from a CA made at each fresh
+#                  format (scripts/kafka_tls.py: $WEIR_KAFKA_DIR/tls/ca.pem, and a client
+#                  certificate client.pem/client.key that the broker verifies when one is
+#                  presented, ssl.client.auth=requested); its address is in
+#                  $WEIR_KAFKA_DIR/ssl_bootstrap
 # Authorization: KRaft's StandardAuthorizer; a resource without ACLs is open to everyone
 # (allow.everyone.if.no.acl.found), so only ACLs a test adds deny anything.
 # Topics are never created by a produce (auto.create.topics.enable=false); the internal
@@ -30,7 +35,7 @@
 # the log cleaner looks for work every second, not 15 (the compaction tests).
 #
 # State lives in WEIR_KAFKA_DIR (default var/kafka): pid, bootstrap, sasl_bootstrap,
-# server.properties, kafka.log, data/.
+# ssl_bootstrap, server.properties, kafka.log, data/, tls/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/common.sh"  # state_dir, pid_of, terminate
@@ -38,6 +43,8 @@ dir=$(state_dir WEIR_KAFKA_DIR "$root/var/kafka")
 pidfile=$dir/pid
 bootstrapfile=$dir/bootstrap
 saslfile=$dir/sasl_bootstrap
+sslfile=$dir/ssl_bootstrap
+tls=$dir/tls
 config=$dir/server.properties
 log=$dir/kafka.log
 # The small helpers (free ports, the cluster id, the readiness probe) run on the venv's
@@ -65,15 +72,20 @@ classpath() {
 }
 
 write_config() {
-  local port=$1 sasl_port=$2 controller_port=$3
+  local port=$1 sasl_port=$2 ssl_port=$3 controller_port=$4
   cat >"$config" <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
+listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT
+listener.name.ssl.ssl.keystore.type=PEM
+listener.name.ssl.ssl.keystore.location=$tls/server.pem
+listener.name.ssl.ssl.truststore.type=PEM
+listener.name.ssl.ssl.truststore.location=$tls/ca.pem
+listener.name.ssl.ssl.client.auth=requested
 inter.broker.listener.name=PLAINTEXT
 sasl.enabled.mechanisms=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";
@@ -97,8 +109,13 @@ EOF
 
 # Format fresh storage under new free ports.
 format() {
-  rm -rf "$dir/data"
-  write_config "$(free_port)" "$(free_port)" "$(free_port)"
+  rm -rf "$dir/data" "$tls"
+  if ! "$py" "$root/scripts/kafka_tls.py" "$tls"; then
+    echo "weir: could not make the TLS listener's certificates (scripts/kafka_tls.py needs" \
+         "the cryptography package: scripts/bootstrap.sh installs it in .venv)" >&2
+    return 1
+  fi
+  write_config "$(free_port)" "$(free_port)" "$(free_port)" "$(free_port)"
   if ! "${java_cmd[@]}" kafka.tools.StorageTool format \
       -t "$("$py" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])')" \
       -c "$config" >"$dir/format.log" 2>&1; then
@@ -111,7 +128,7 @@ format() {
 # Start the broker on $config; 0 once it answers on $port, 1 when it exited first, 2 when
 # it did not answer within WEIR_KAFKA_START_TIMEOUT seconds.
 launch() {
-  rm -f "$bootstrapfile" "$saslfile" "$pidfile"
+  rm -f "$bootstrapfile" "$saslfile" "$sslfile" "$pidfile"
   # setsid: the broker outlives this script and a Ctrl-C in its terminal.
   setsid "${java_cmd[@]}" kafka.Kafka "$config" >>"$log" 2>&1 </dev/null &
   local pid=$!
@@ -126,7 +143,8 @@ launch() {
     sleep 0.2
     waited=$((waited + 1))
   done
-  echo "weir: Kafka up (pid $pid, data and log under $dir; SASL/PLAIN on 127.0.0.1:$sasl_port)" >&2
+  echo "weir: Kafka up (pid $pid, data and log under $dir; SASL/PLAIN on" \
+       "127.0.0.1:$sasl_port, TLS on 127.0.0.1:$ssl_port)" >&2
 }
 
 start() {
@@ -138,7 +156,7 @@ start() {
     return 0
   fi
   command -v java >/dev/null || { echo "weir: scripts/kafka.sh needs Java 17 on PATH" >&2; return 1; }
-  local cp port sasl_port
+  local cp port sasl_port ssl_port
   cp=$(classpath)
   java_cmd=(java -Xmx512m -Dlog4j.configuration="file:$root/scripts/jvm/kafka-tools/log4j.properties" -cp "$cp")
   local attempt status
@@ -146,8 +164,9 @@ start() {
     if [ -z "$keep" ] || [ ! -f "$config" ] || [ ! -d "$dir/data" ]; then
       format || return 1
     fi
-    port=$(sed -n 's|^advertised.listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$config")
-    sasl_port=$(sed -n 's|^advertised.listeners=.*SASL_PLAINTEXT://127.0.0.1:\([0-9]*\)$|\1|p' "$config")
+    port=$(listener_port PLAINTEXT)
+    sasl_port=$(listener_port SASL_PLAINTEXT)
+    ssl_port=$(listener_port SSL)
     status=0
     launch || status=$?
     [ "$status" -eq 0 ] && break
@@ -168,8 +187,14 @@ start() {
     return 1
   done
   echo "127.0.0.1:$sasl_port" >"$saslfile"
+  echo "127.0.0.1:$ssl_port" >"$sslfile"
   echo "127.0.0.1:$port" >"$bootstrapfile"
   echo "127.0.0.1:$port"
+}
+
+# listener_port NAME: the port of listener NAME in $config's advertised.listeners.
+listener_port() {
+  sed -n "s|^advertised.listeners=\(.*,\)\{0,1\}$1://127.0.0.1:\([0-9]*\).*|\2|p" "$config"
 }
 
 # Exit 0 when the broker on 127.0.0.1:$1 answers an ApiVersions request with a broker
@@ -196,7 +221,7 @@ EOF
 stop() {
   local pid
   if ! pid=$(running_pid); then
-    rm -f "$pidfile" "$bootstrapfile" "$saslfile"
+    rm -f "$pidfile" "$bootstrapfile" "$saslfile" "$sslfile"
     echo "stopped"
     return 0
   fi
@@ -206,14 +231,14 @@ stop() {
   else
     terminate "$pid" Kafka
   fi
-  rm -f "$pidfile" "$bootstrapfile" "$saslfile"
+  rm -f "$pidfile" "$bootstrapfile" "$saslfile" "$sslfile"
   echo "stopped"
 }
 
 status() {
   local pid
   if pid=$(running_pid); then
-    echo "running $(cat "$bootstrapfile" 2>/dev/null || echo "(starting)") sasl $(cat "$saslfile" 2>/dev/null || echo "-") pid $pid"
+    echo "running $(cat "$bootstrapfile" 2>/dev/null || echo "(starting)") sasl $(cat "$saslfile" 2>/dev/null || echo "-") ssl $(cat "$sslfile" 2>/dev/null || echo "-") pid $pid"
   else
     echo "stopped"
     return 3

@@ -138,24 +138,32 @@ def _cache_prefix_of_this_process() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class KafkaBroker:
-    """The run's Kafka broker (scripts/kafka.sh): its PLAINTEXT and SASL/PLAIN addresses."""
+    """The run's Kafka broker (scripts/kafka.sh): its PLAINTEXT, SASL/PLAIN and TLS
+    addresses, and the directory of its TLS material (scripts/kafka_tls.py)."""
 
     bootstrap: str
     sasl_bootstrap: str  # users admin/admin-secret (super user) and alice/alice-secret
+    ssl_bootstrap: str
+    tls_dir: Path | None  # ca.pem, client.pem, client.key, other-ca.pem
 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """The run's Kafka broker: WEIR_TEST_KAFKA_BOOTSTRAP (and _SASL_BOOTSTRAP) when set
+    """The run's Kafka broker: WEIR_TEST_KAFKA_BOOTSTRAP (and _SASL_BOOTSTRAP,
+    _SSL_BOOTSTRAP, _TLS_DIR) when set
     (scripts/test.sh starts one for all its pytest processes), else one started by
     scripts/kafka.sh for this process. Each test uses topics of its own."""
     given = os.environ.get("WEIR_TEST_KAFKA_BOOTSTRAP")
     if given:
-        yield KafkaBroker(given, os.environ.get("WEIR_TEST_KAFKA_SASL_BOOTSTRAP", ""))
+        tls = os.environ.get("WEIR_TEST_KAFKA_TLS_DIR")
+        yield KafkaBroker(given, os.environ.get("WEIR_TEST_KAFKA_SASL_BOOTSTRAP", ""),
+                          os.environ.get("WEIR_TEST_KAFKA_SSL_BOOTSTRAP", ""),
+                          Path(tls) if tls else None)
         return
     state = tmp_path_factory.mktemp("kafka")
     with started_service("kafka.sh", {**os.environ, "WEIR_KAFKA_DIR": str(state)}) as address:
-        yield KafkaBroker(address, (state / "sasl_bootstrap").read_text().strip())
+        yield KafkaBroker(address, (state / "sasl_bootstrap").read_text().strip(),
+                          (state / "ssl_bootstrap").read_text().strip(), state / "tls")
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,9 @@ files). The producer is transactional, so acks=all and idempotence hold whatever
 is set (aiokafka refuses anything else with a transactional.id).
 
 describe() turns what a run met into one sentence an operator can act on: the broker
-unreachable, a topic missing, an authentication or authorization failure, a message
-too large, a transaction that timed out, a fenced (stale) instance.
+unreachable, a TLS handshake refused, a topic missing, an authentication or
+authorization failure, a message too large, a transaction that timed out, a fenced
+(stale) instance.
 """
 from __future__ import annotations
 
@@ -123,7 +124,12 @@ def describe(exc: BaseException, settings: SinkSettings, in_transaction_s: float
         if refused:
             return (f"authentication failed: {where} refused {settings.security_protocol} "
                     f"login of {settings.sasl_username!r} ({refused})")
-        why = log.mentioning("Unable connect", "SSL", "certificate") if log else None
+        tls = log.mentioning("SSL", "certificate") if log else None
+        if tls:
+            return (f"TLS handshake failed: {where} ({tls}); ssl_cafile must hold the CA "
+                    "that signed the broker's certificate (the system's CAs when empty), and "
+                    "for mutual TLS ssl_certfile and ssl_keyfile a certificate it trusts")
+        why = log.mentioning("Unable connect") if log else None
         return f"broker unreachable: {where} did not answer ({why or text})"
     if isinstance(exc, (errors.SaslAuthenticationFailed, errors.AuthenticationFailedError,
                         errors.UnsupportedSaslMechanismError,

@@ -317,6 +317,39 @@ def test_authentication_and_authorization_failures_are_named(tmp_path, kafka_bro
     assert_exactly_once(config, kafka_broker.bootstrap, topic)
 
 
+def test_tls_checks_the_broker_and_can_present_a_client_certificate(tmp_path, kafka_broker):
+    """security_protocol SSL: a broker whose certificate the given CA did not sign is
+    refused, naming the certificate, and nothing is taken; with its CA the run goes; with
+    a client certificate (mutual TLS) the broker knows the sink by it — an ACL on that
+    name denies it — and without one the run is anonymous again."""
+    tls = kafka_broker.tls_dir
+    assert tls is not None, "WEIR_TEST_KAFKA_TLS_DIR must name the broker's TLS material"
+    config = new_channel(tmp_path)
+    put_events(config, 0, 30)
+    topic = new_topic(kafka_broker.bootstrap)
+    ssl = {"security_protocol": "SSL", "request_timeout_ms": 5_000}
+    untrusted = run_sink(config, kafka_broker.ssl_bootstrap, topic,
+                         ssl_cafile=tls / "other-ca.pem", **ssl)
+    assert untrusted.returncode == 1, untrusted.output
+    assert untrusted.error.startswith("TLS handshake failed") and \
+        "CERTIFICATE_VERIFY_FAILED" in untrusted.error, untrusted.error
+    assert untaken(config) == 30
+    run = run_sink(config, kafka_broker.ssl_bootstrap, topic, ssl_cafile=tls / "ca.pem", **ssl)
+    assert run.returncode == 0 and run.report["events"] == 30, run.output
+    mutual = {"ssl_cafile": tls / "ca.pem", "ssl_certfile": tls / "client.pem",
+              "ssl_keyfile": tls / "client.key", **ssl}
+    put_events(config, 30, 10)
+    run = run_sink(config, kafka_broker.ssl_bootstrap, topic, **mutual)
+    assert run.returncode == 0 and run.report["events"] == 10, run.output
+    _deny_writes(kafka_broker.bootstrap, topic, "User:CN=weir-sink")
+    put_events(config, 40, 5)
+    denied = run_sink(config, kafka_broker.ssl_bootstrap, topic, **mutual)
+    assert denied.returncode == 1 and denied.error.startswith("not authorized"), denied.output
+    run = run_sink(config, kafka_broker.ssl_bootstrap, topic, ssl_cafile=tls / "ca.pem", **ssl)
+    assert run.returncode == 0 and run.report["events"] == 5, run.output
+    assert_exactly_once(config, kafka_broker.bootstrap, topic)
+
+
 def _alter_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
 
     from aiokafka.admin import AIOKafkaAdminClient
