@@ -142,8 +142,8 @@ def describe(exc: BaseException, settings: SinkSettings, in_transaction_s: float
                         errors.GroupAuthorizationFailedError)):
         return (f"not authorized: {where} denies {settings.sasl_username or 'this client'} "
                 f"an operation the sink needs (write on topics {settings.topic!r} and "
-                f"{settings.offsets_topic!r}, read on {settings.offsets_topic!r}, write on "
-                f"its transactional id): {text}")
+                f"{settings.offsets_topic!r}, read and describe-configs on "
+                f"{settings.offsets_topic!r}, write on its transactional id): {text}")
     if isinstance(exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError,
                         errors.RecordListTooLargeError)):
         return (f"message too large: {where} refused a batch for topic {settings.topic!r} "

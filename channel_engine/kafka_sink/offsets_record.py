@@ -10,7 +10,9 @@ no record and send everything again. The first run that misses the topic makes i
 rolled hourly so that compaction, which leaves the active segment alone, keeps the
 partition a run reads from its start small. A run refuses a topic whose cleanup.policy
 lets Kafka delete records (`delete` with a finite retention): an idle stream's record
-would go, and with it the knowledge of what was sent.
+would go, and with it the knowledge of what was sent. Every stream shares partition 0: a
+sink stopped mid-transaction holds its last stable offset, and the other streams' runs
+wait for the broker to abort that transaction (sink.py, _stable_end).
 
 Key: UTF-8 `weir-sink/<channel id>/<topic>` (the channel id of channel_id.py: a channel
 deleted and made again under its name is another stream). Value: UTF-8 JSON
@@ -131,7 +133,7 @@ def keeps_records(configs: dict[str, str]) -> bool:
     keeps the last record of every key for good."""
     policies = {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
     return "delete" not in policies or (configs.get("retention.ms") == "-1"
-                                        and configs.get("retention.bytes", "-1") == "-1")
+                                        and configs.get("retention.bytes") == "-1")
 
 
 def key_partition(key: bytes, partitions: int) -> int:

@@ -139,6 +139,7 @@ class KafkaSink:
         self.leaderless = False  # a partition of the topics last described had no leader
         self.error = ""
         self.connection_log = client.watch_connections()
+        self.channel: Channel | None = None  # the run's handle (owner or client of it)
         self.producer: AIOKafkaProducer | None = None
         self.committing = False  # commit_transaction was called: its outcome is Kafka's
 
@@ -147,9 +148,15 @@ class KafkaSink:
         """Steps 1-9 until the subscription is drained or max_run_s passed; the report."""
         try:
             with Channel.open(self.config.home) as channel:
+                self.channel = channel
                 self._ensure_subscription(channel)  # first: it keeps events while Kafka is down
-                await self._start_producer()  # step 1: InitProducerId
+                producer = await self._start_producer()  # step 1: InitProducerId
                 await self._check_topics()
+                for topic in (self.settings.topic, self.settings.offsets_topic):
+                    # their leaders known now, so that no send in a transaction waits for them
+                    await self._answer(producer.partitions_for(topic), "broker "
+                                       f"unreachable: {self.where} gave no metadata of topic "
+                                       f"{topic!r}")
                 self.record = await self._read_record() or self.record
                 self._wait_for_open_takes(channel)
                 deadline = self.started + self.settings.max_run_s
@@ -240,9 +247,15 @@ class KafkaSink:
         """The offsets topic keeps every key's last record (offsets_record.keeps_records)."""
         name = self.settings.offsets_topic
         wanted = {"cleanup.policy": None, "retention.ms": None, "retention.bytes": None}
-        [answer] = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name, wanted)])
-        [(code, message, _, _, entries)] = answer.resources
+        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
+        while True:
+            [answer] = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name, wanted)])
+            [(code, message, _, _, entries)] = answer.resources
+            # a broker other than the controller may not know a topic made a moment ago
+            if code != UNKNOWN_TOPIC or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
         if code:
             raise for_code(code)(f"describing the configs of topic {name!r}: {message}")
         configs = {entry[0]: entry[1] for entry in entries}
@@ -302,16 +315,21 @@ class KafkaSink:
             await consumer.seek_to_beginning(tp)
             end = await self._stable_end(consumer, tp)
             found = None
+            stuck = f"broker unreachable: {self.where} did not serve {tp.topic} partition " \
+                    f"{tp.partition}"
             stalled_s = self.settings.request_timeout_ms / 1000
             deadline = time.monotonic() + stalled_s
-            while (position := await consumer.position(tp)) < end:
+            position = await self._answer(consumer.position(tp), stuck)
+            while position < end:
                 if time.monotonic() > deadline:
                     raise SinkError(f"could not read {tp.topic} partition {tp.partition} up "
-                                    f"to offset {end}: no record came for request_timeout_ms "
-                                    f"at offset {position}")
-                messages = (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
-                if messages:  # a long partition may take a while: only a stall fails
-                    deadline = time.monotonic() + stalled_s
+                                    f"to offset {end}: it stayed at offset {position} for "
+                                    "request_timeout_ms")
+                fetched = await self._answer(consumer.getmany(tp, timeout_ms=500), stuck)
+                messages = fetched.get(tp, [])
+                now = await self._answer(consumer.position(tp), stuck)
+                if now > position:  # a long partition may take a while: only a stall fails
+                    position, deadline = now, time.monotonic() + stalled_s
                 for message in messages:
                     if message.key == self.record.key:
                         found = None if message.value is None else OffsetsRecord.decode(
@@ -386,7 +404,6 @@ class KafkaSink:
             to_send = self._plan(reserved)
             if to_send:
                 await self._send_with_retries(to_send)
-                self._count_gaps(channel)
             take.commit()
             self._step("taken")
         except BaseException:
@@ -447,6 +464,7 @@ class KafkaSink:
                                "nothing was taken, and the transaction never commits "
                                "(the next run's start aborts it)")
             self._step("produced")
+            self._count_gaps()
             self.committing = True
             await self._answer(  # the commit point
                 producer.commit_transaction(),
@@ -456,7 +474,8 @@ class KafkaSink:
         except BaseException as exc:
             self.in_transaction_s = time.monotonic() - self.transaction_started
             cause = _sender_error(producer)
-            await _quietly(producer.abort_transaction(), CLOSE_S)
+            if not self.committing:  # after the commit was asked for, its outcome is Kafka's
+                await _quietly(producer.abort_transaction(), CLOSE_S)
             if cause is not None and cause is not exc and not isinstance(exc, SinkError):
                 raise cause from exc
             raise
@@ -531,15 +550,25 @@ class KafkaSink:
             self.pending["lost"] += end - start
             self.gaps.append((partition, start, end))
 
-    def _count_gaps(self, channel: Channel) -> None:
-        """Have the channel's owner read what the snapshot could not: its read meets the
-        damage and counts it in the loss ledger."""
+    def _count_gaps(self) -> None:
+        """Before the Kafka commit records them sent: have the channel's owner read what the
+        snapshot could not, so that its read meets the damage and counts it in the loss
+        ledger. Should the owner read an event there, the gap was not damage: the
+        transaction aborts rather than record that event sent."""
+        assert self.channel is not None
         for partition, start, end in self.gaps:
-            channel.read(partition, start, min(end - start, READ_CHUNK))
+            # a read skips damage and goes on (log_read.py): it meets every damaged batch of
+            # the gap on its way to the first intact event after it
+            events = self.channel.read(partition, start, min(end - start, READ_CHUNK))
+            inside = [e.offset for e in events if e.offset < end]
+            if inside:
+                raise SinkError(f"channel {self.name!r} partition {partition}: offsets "
+                                f"{start}-{end - 1} were missing from the run's read but its "
+                                f"owner reads offset {inside[0]}: nothing is sent as lost that "
+                                "is not (the next run reads them again)")
             self.progress(f"kafka {self.name}: partition {partition} offsets {start}-"
                           f"{end - 1} could not be read (damage): not sent, counted lost",
                           None)
-        self.gaps = []
 
     def _partition_of(self, partition: int, key: bytes | None) -> int:
         if self.settings.partitioning == "same":

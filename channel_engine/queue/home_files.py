@@ -59,9 +59,11 @@ def find_strays(home: Path, config: ChannelConfig | None) -> HomeStrays:
             continue
         if is_kept_aside(name):
             found.notes.append(f"{path}: kept aside by an earlier recover or open")
-        elif name.endswith(TMP_SUFFIX) and is_ours(name[: -len(TMP_SUFFIX)]) \
-                or is_temp_name(name):
+        elif name.endswith(TMP_SUFFIX) and is_ours(name[: -len(TMP_SUFFIX)]):
             found.notes.append(f"{path}: left by an interrupted write (replaced by the next)")
+        elif is_temp_name(name):
+            found.notes.append(f"{path}: a drain's id being made, or left by a drain killed "
+                               "while making it (export.id holds the id; delete it then)")
         elif path.is_dir():
             found.notes.append(f"{path}: a directory the engine did not make (left alone)")
         else:

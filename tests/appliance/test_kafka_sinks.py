@@ -224,3 +224,16 @@ def test_the_channel_page_shows_the_sink_and_sends_now_on_a_worker(worker, root,
     Channel.objects.filter(pk=row.pk).update(kafka_topic="")
     page = operator.get(f"/channels/{row.name}/").content.decode()
     assert 'id="kafka-now"' not in page and "No Kafka sink" in page
+
+
+def test_send_now_answers_503_naming_the_broker_when_redis_is_down(root, monkeypatch):
+    from appliance.celery import app
+
+    row = channel_row(root, kafka_topic="orders", kafka_bootstrap="127.0.0.1:9092")
+    monkeypatch.setattr(app.conf, "broker_write_url", "redis://127.0.0.1:1/0")
+    answer = token_client("admin").post(f"/api/v1/channels/{row.name}/kafka-runs")
+    assert answer.status_code == 503 and answer["Retry-After"], answer.content
+    assert answer.json()["detail"].startswith("Kafka run not queued: the broker is "
+                                              "unreachable (") and "127.0.0.1:1" in \
+        answer.json()["detail"]
+    assert not KafkaRun.objects.exists()
