@@ -39,6 +39,13 @@ Retry-After, the UI says so): it first asks the
 broker's Redis for a PING with a BROKER_CHECK_S timeout (a hung or stopped Redis would
 otherwise hold the request for Celery's publish retries and socket waits), then publishes
 with Celery's bounded publish retry policy (settings.py), keeping no result.
+
+Nothing new. A drain's task (the export's, the Kafka sink's: appliance/tasks.py) first
+asks the channel whether the drain's subscription holds anything (nothing_new): when it
+holds no untaken event and no open take, the task ends "nothing due" within milliseconds
+instead of starting Spark (seconds of JVM) or the sink's job and its Kafka clients. A
+subscription not there yet is the first run's to make: that run goes. The UI's buttons say
+"nothing new" at once rather than queue such a run.
 """
 from __future__ import annotations
 
@@ -70,6 +77,12 @@ TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
 BROKER_CHECK_S = 0.25
 DIED = ("the process running this export died (a killed or restarted worker) before the "
         "job's outcome was recorded; the next export skips whatever this one committed")
+
+
+def nothing_new(channel: Any, subscription: str) -> bool:
+    """Whether a drain of `subscription` would find nothing to do (module doc)."""
+    found = channel.status()["subscriptions"].get(subscription)
+    return found is not None and found["events_untaken"] == 0 and found["open_takes"] == 0
 
 
 class ExportBusy(Exception):

@@ -187,17 +187,20 @@ def retention_channel(self: Task, name: str) -> str:
 def export_channel(self: Task, name: str) -> str:
     """Export the channel's next events (one export per channel at a time: busy while
     another process runs one, manage.py export_channel included)."""
-    from appliance.exports import ExportBusy, run_export
+    from appliance.exports import ExportBusy, nothing_new, run_export
 
     def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
+        row = Channel.objects.get(name=name)
+        if nothing_new(channel, row.export_subscription):
+            return TaskRun.NOTHING_DUE, {}  # no Spark started for nothing
         try:
-            run = run_export(Channel.objects.get(name=name))
+            run = run_export(row)
         except ExportBusy as exc:
             return TaskRun.BUSY, {"busy": str(exc)}
         if run.outcome != "ok":
             raise ExportFailed(f"export run {run.pk}: {run.error}")
         return TaskRun.OK, {"export_run": run.pk, "rows": run.rows, "bytes": run.bytes}
-    return run_for_channel(self, name, work)
+    return run_for_channel(self, name, work, record_nothing_due=False)
 
 
 class ExportFailed(Exception):
@@ -208,11 +211,15 @@ class ExportFailed(Exception):
 def kafka_sink_channel(self: Task, name: str) -> str:
     """Forward the channel's next events to Kafka (one run per channel at a time: busy
     while another process runs one, manage.py drain_to_kafka included)."""
+    from appliance.exports import nothing_new
     from appliance.kafka_sinks import SinkBusy, run_sink
 
     def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
+        row = Channel.objects.get(name=name)
+        if row.kafka_topic and nothing_new(channel, row.kafka_subscription):
+            return TaskRun.NOTHING_DUE, {}  # no job, no Kafka clients started for nothing
         try:
-            run = run_sink(Channel.objects.get(name=name))
+            run = run_sink(row)
         except SinkBusy as exc:
             return TaskRun.BUSY, {"busy": str(exc)}
         if run is None:

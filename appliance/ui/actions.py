@@ -54,6 +54,10 @@ def run_now(request: HttpRequest, name: str, action: str) -> HttpResponse:
 def export_now(request: HttpRequest, name: str) -> HttpResponse:
     """Queue an export of the channel for a worker."""
     row = get_object_or_404(Channel, name=name)
+    if _nothing_new(row, row.export_subscription):
+        messages.info(request, f"Nothing new to export: subscription "
+                               f"{row.export_subscription!r} holds no untaken event.")
+        return redirect("ui:channel", name=name)
     try:
         exports.queue_export(row)
     except exports.BrokerUnavailable as exc:
@@ -71,6 +75,10 @@ def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
     if not row.kafka_topic:
         messages.error(request, "The channel has no Kafka sink: set its Kafka topic first.")
         return redirect("ui:channel", name=name)
+    if _nothing_new(row, row.kafka_subscription):
+        messages.info(request, f"Nothing new to send to Kafka: subscription "
+                               f"{row.kafka_subscription!r} holds no untaken event.")
+        return redirect("ui:channel", name=name)
     try:
         kafka_sinks.queue_sink(row)
     except exports.BrokerUnavailable as exc:
@@ -78,6 +86,14 @@ def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
     else:
         messages.success(request, "Kafka run queued; what it sends shows under Kafka sink.")
     return redirect("ui:channel", name=name)
+
+
+def _nothing_new(row: Channel, subscription: str) -> bool:
+    """exports.nothing_new on the channel, False when it cannot be asked (the run says why)."""
+    try:
+        return exports.nothing_new(channels.open_channel(row), subscription)
+    except ChannelEngineError:
+        return False
 
 
 @require_POST

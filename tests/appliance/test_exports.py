@@ -137,6 +137,29 @@ def test_it_starts_one_export_of_two_triggered_at_once(
     assert run.outcome == ExportRun.OK and run.rows == 10 and run.run_id == "fake-run"
 
 
+def test_an_export_with_nothing_new_starts_no_spark(worker: None, root: Path,
+                                                    fake_job: FakeJob) -> None:
+    """The export subscription holds nothing untaken and no open take: the task ends
+    "nothing due" without starting the job (seconds of JVM for nothing), and the UI's
+    button says so at once; one new event and the job starts again."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    row = channel_row(root)
+    channel = channels.open_channel(row)
+    channel.add_subscription("export", "latest")  # as a first export left it: drained
+    assert tasks.export_channel.delay("orders").get(timeout=30) == TaskRun.NOTHING_DUE
+    assert fake_job.starts() == [] and not ExportRun.objects.exists()
+    operator = Client()
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    answer = operator.post("/channels/orders/export", follow=True)
+    assert b"Nothing new to export" in answer.content
+    with channel.put() as tx:
+        tx.put(b"new")
+    assert tasks.export_channel.delay("orders").get(timeout=30) == TaskRun.OK
+    assert len(fake_job.starts()) == 1
+
+
 def test_a_task_during_a_manual_export_is_busy_and_starts_nothing(
         worker: None, root: Path, fake_job: FakeJob) -> None:
     home(channel_row(root))  # the Redis lock does not cover manage.py: the flock does

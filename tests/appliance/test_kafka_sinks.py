@@ -132,13 +132,17 @@ def test_a_failed_run_names_the_cause_and_takes_nothing(root, kafka_broker):
     assert status["kafka"]["events_untaken"] == 20
 
 
-def test_the_task_runs_the_sink_on_a_real_worker(worker, root, kafka_broker):
+def test_the_task_runs_the_sink_on_a_real_worker(worker, root, kafka_broker, monkeypatch):
     row = sink_row(root, kafka_broker.bootstrap, events=40)
     result = tasks.kafka_sink_channel.delay(row.name)
     assert result.get(timeout=120) == TaskRun.OK
     [run] = KafkaRun.objects.filter(channel=row.name)
     assert run.outcome == "ok" and run.events == 40
+    started = []  # drained: the next task starts no job (and no Kafka client) at all
+    monkeypatch.setattr(kafka_sinks, "run_sink", lambda row: started.append(row))
     assert tasks.kafka_sink_channel.delay(row.name).get(timeout=120) == TaskRun.NOTHING_DUE
+    assert started == []
+    monkeypatch.undo()
     assert_in_kafka_once(row, kafka_broker.bootstrap)
 
 
