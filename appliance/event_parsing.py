@@ -27,6 +27,12 @@ Accepted bodies:
                                               0 .. MAX_TIMESTAMP = 253402300799999, i.e.
                                               up to 9999-12-31T23:59:59.999Z: the range
                                               every page and export can show as a date
+
+Flume's `timestamp` header. An event without a `timestamp` field whose headers hold
+`timestamp` (Flume's TimestampInterceptor writes it: milliseconds since the epoch, as
+decimal text) takes its time from it, as Flume's HDFS sink buckets by that header; the
+header stays among the headers. A `timestamp` header that is not such a number is
+refused (400, field `headers.timestamp`) rather than silently stamped "now".
 """
 from __future__ import annotations
 
@@ -115,9 +121,11 @@ def _event(index: int, obj: Any) -> PendingEvent:
         raise EventError(index, "event", "must be a JSON object")
     if not obj.keys() <= FIELDS:
         raise EventError(index, sorted(obj.keys() - FIELDS)[0], "unknown field")
-    return PendingEvent(_body(index, obj), _key(index, obj.get("key")),
-                        _headers(index, obj.get("headers")),
-                        _timestamp(index, obj.get("timestamp")))
+    headers = _headers(index, obj.get("headers"))
+    timestamp = _timestamp(index, obj.get("timestamp"))
+    if timestamp is None and headers and "timestamp" in headers:
+        timestamp = _flume_timestamp(index, headers["timestamp"])
+    return PendingEvent(_body(index, obj), _key(index, obj.get("key")), headers, timestamp)
 
 
 def _body(index: int, obj: dict[str, Any]) -> bytes:
@@ -165,6 +173,15 @@ def _headers(index: int, headers: Any) -> dict[str, bytes] | None:
         else:
             raise EventError(index, f"headers.{name}", "must be a string or null")
     return out
+
+
+def _flume_timestamp(index: int, value: bytes) -> int:
+    if not (value.isdigit() and len(value) <= len(str(MAX_TIMESTAMP))) \
+            or int(value) > MAX_TIMESTAMP:
+        raise EventError(index, "headers.timestamp", "Flume's timestamp header is the event's "
+                         "time: milliseconds since the epoch as digits, from 0 to "
+                         f"{MAX_TIMESTAMP} (or give the event a timestamp field)")
+    return int(value)
 
 
 def _timestamp(index: int, timestamp: Any) -> int | None:

@@ -59,7 +59,10 @@ _EVENT_IN = {
                     "additionalProperties": {"type": "string", "nullable": True},
                     "description": "header values are strings; a null value is stored as "
                                    "\"\" (as Flume does), and read back as \"\"; names "
-                                   f"at most {MAX_HEADER_NAME} bytes (UTF-8)"},
+                                   f"at most {MAX_HEADER_NAME} bytes (UTF-8); a "
+                                   "\"timestamp\" header (Flume's: ms since the epoch, as "
+                                   "digits) is the event's time when it has no timestamp "
+                                   "field"},
         "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": MAX_TIMESTAMP,
                       "description": "ms since the epoch, up to 9999-12-31T23:59:59.999Z "
                                      "(default: now)"},

@@ -20,7 +20,29 @@ def test_weir_json_with_every_field() -> None:
 def test_flume_http_source_json() -> None:
     body = b'[{"headers": {"timestamp": "1", "host": "web1"}, "body": "line one"}]'
     assert parse(body, "application/json") == [
-        PendingEvent(b"line one", None, {"timestamp": b"1", "host": b"web1"}, None)]
+        PendingEvent(b"line one", None, {"timestamp": b"1", "host": b"web1"}, 1)]
+
+
+@pytest.mark.parametrize(("event", "time"), [
+    (b'{"body": "x", "headers": {"timestamp": "1764000000000"}}', 1_764_000_000_000),
+    (b'{"body": "x", "headers": {"timestamp": "1764000000000"}, "timestamp": 7}', 7),
+    (b'{"body": "x", "headers": {"Timestamp": "12"}}', None),  # another header
+    (b'{"body": "x", "headers": {"timestamp": "253402300799999"}}', MAX_TIMESTAMP),
+])
+def test_flumes_timestamp_header_is_the_time_of_an_event_without_one(event: bytes,
+                                                                     time: int | None) -> None:
+    """Flume's TimestampInterceptor stamps events so; its HDFS sink buckets by the header."""
+    [parsed] = parse(event, "application/x-ndjson")
+    assert parsed.timestamp == time and parsed.headers is not None
+
+
+@pytest.mark.parametrize("value", ["", "soon", "-5", "1.5", " 12", "253402300800000",
+                                   "1" * 40, "١٢"])
+def test_a_flume_timestamp_header_that_is_no_time_is_refused(value: str) -> None:
+    body = b'{"body": "x", "headers": {"timestamp": ' + f'"{value}"'.encode() + b"}}"
+    with pytest.raises(EventError) as caught:
+        parse(body, "application/x-ndjson")
+    assert caught.value.field == "headers.timestamp" and caught.value.index == 0
 
 
 @pytest.mark.parametrize("content_type, body", [
