@@ -48,6 +48,7 @@ from typing import Any
 from celery import Task, shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -97,11 +98,17 @@ def release(kind: str, name: str) -> None:
 
 
 def settings_changed(sender: Any, instance: Channel, **_: Any) -> None:
-    """A channel's settings changed: its next runs follow the new intervals at once."""
-    try:  # on the request path (a PATCH, a delete): fail fast
-        fast(lambda client: client.delete(*[_due_key(kind, instance.name) for kind in KINDS]))
-    except RedisError:
-        pass  # without Redis there is no broker either: nothing is scheduled meanwhile
+    """A channel's settings changed: its next runs follow the new intervals at once. The
+    due keys go once the change commits: a dispatcher ticking in between reads the old
+    row and would set them again for the old interval."""
+    name = instance.name
+
+    def forget() -> None:
+        try:  # on the request path (a PATCH, a delete): fail fast
+            fast(lambda client: client.delete(*[_due_key(kind, name) for kind in KINDS]))
+        except RedisError:
+            pass  # without Redis there is no broker either: nothing is scheduled meanwhile
+    transaction.on_commit(forget)
 
 
 post_save.connect(settings_changed, sender=Channel, dispatch_uid="tasks_settings_changed")

@@ -201,6 +201,29 @@ class Recorder:
         self.expires.append(expires)
 
 
+def test_a_tick_while_a_change_commits_does_not_keep_the_old_interval(root: Path) -> None:
+    """A dispatcher in another process ticks between the change's save and its commit: it
+    reads the old row and marks the channel not due for the old interval. The change's
+    commit forgets that mark, so the new interval still holds from the next tick."""
+    from django.db import transaction
+
+    from appliance.shared_redis import shared_redis
+
+    row = channel_row(root, checkpoint_interval_ms=3_600_000)
+    task = Recorder()
+
+    def tick() -> int:
+        return tasks.dispatch("checkpoint", task, lambda r: r.checkpoint_interval_ms)  # type: ignore[arg-type]
+
+    assert tick() == 1
+    with transaction.atomic():
+        row.checkpoint_interval_ms = 1_000
+        row.save()
+        # the other process's tick, on the committed (old) row
+        shared_redis().set(tasks._due_key("checkpoint", row.name), 1, px=3_600_000)
+    assert tick() == 1 and task.sent == ["orders"] * 2
+
+
 def test_a_changed_interval_holds_from_the_next_tick_without_restarting_beat(
         root: Path) -> None:
     row = channel_row(root, checkpoint_interval_ms=3_600_000)
