@@ -103,17 +103,21 @@ class Restored:
     lost: list[tuple[int, LostRange, int]]  # (partition, range beyond the log end, events)
 
 
-def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Restored:
-    """Rebuild every partition's queue; see the module doc for the steps."""
+def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog],
+            new: bool = False) -> Restored:
+    """Rebuild every partition's queue; see the module doc for the steps. `new`: the channel
+    is being made by this open (no channel.json before it, every log empty), so a checkpoint
+    file missing is no problem: it never had one."""
     started = time.perf_counter()
     report = ChannelRecovery()
     found = checkpoint_file.read_newest(home, backup)
-    report.problems.extend(found.problems)
+    problems = [p for p in found.problems if not (new and p.endswith(": missing"))]
+    report.problems.extend(problems)
     saved = found.checkpoint
     report.checkpoint_source = found.source
     report.checkpoint_sequence = saved.sequence if saved else 0
     report.checkpoint_version = saved.version if saved else 0
-    if saved is None:
+    if saved is None and (problems or not new):
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")
 
