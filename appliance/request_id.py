@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError
+from django.templatetags.static import static
 from django.utils.html import escape
 from django.views import defaults
 
@@ -111,11 +112,16 @@ def server_error(request: HttpRequest) -> HttpResponse:
         return Problem(500, "internal-error", "the server failed to answer this request; it "
                        f"is logged with its traceback under request id {rid}",
                        request_id=rid).response()
+    # plain HTML, no template: rendering one may be what failed
     return HttpResponseServerError(
         '<!doctype html><html lang="en"><meta charset="utf-8"><title>Server error · Weir'
-        "</title><h1>Server error</h1><p>The server failed to answer this request. It is "
+        f'</title><link rel="stylesheet" href="{escape(static("weir/weir.css"))}">'
+        f'<link rel="icon" href="{escape(static("weir/favicon.svg"))}" type="image/svg+xml">'
+        '<header class="top"><a class="brand" href="/">Weir</a></header><main>'
+        "<h1>Server error</h1><p>The server failed to answer this request. It is "
         f"logged with its traceback under request id <code id=\"request-id\">{escape(rid)}"
-        "</code>: give that id to whoever runs this appliance.</p></html>",
+        "</code>: give that id to whoever runs this appliance.</p>"
+        '<p><a href="/">Back to the channels</a></p></main></html>',
         content_type="text/html; charset=utf-8")
 
 

@@ -1,6 +1,8 @@
 """URL routes of the appliance."""
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from appliance import views
@@ -31,6 +33,7 @@ handler403 = "appliance.request_id.permission_denied"
 
 urlpatterns = [
     path("health", views.health, name="health"),
+    path("favicon.ico", RedirectView.as_view(url=static("weir/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("api/v1/channels", ChannelsView.as_view(), name="channels"),

@@ -8,6 +8,8 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 
 View = Callable[..., HttpResponse]
 
@@ -21,3 +23,10 @@ def operator_required(view: View) -> View:
             raise PermissionDenied("the admin UI is for staff users")
         return view(request, *args, **kwargs)
     return wrapped
+
+
+def page(view: View) -> View:
+    """A page that only shows (GET, HEAD): any other method is answered 405 naming the
+    allowed ones, before the CSRF check would answer a misleading 403 (a page that
+    changes nothing needs no CSRF token); then operator_required."""
+    return csrf_exempt(require_safe(operator_required(view)))

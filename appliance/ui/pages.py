@@ -13,7 +13,7 @@ from appliance import channels
 from appliance.manage_channels import Refused, change_channel, create_channel
 from appliance.models import Channel
 from appliance.ui import state
-from appliance.ui.access import operator_required
+from appliance.ui.access import operator_required, page
 from appliance.ui.forms import ChannelForm, TokenForm
 from appliance.ui.preview import preview
 from channel_engine import OffsetOutOfRangeError
@@ -27,14 +27,14 @@ def _common() -> dict[str, Any]:
     return {"refresh_ms": int(settings.WEIR_UI_REFRESH_S * 1000)}
 
 
-@operator_required
+@page
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every channel with its figures."""
     lines = [state.dashboard_row(row) for row in Channel.objects.all()]
     return render(request, "ui/dashboard.html", {"lines": lines, **_common()})
 
 
-@operator_required
+@page
 def dashboard_status(request: HttpRequest) -> HttpResponse:
     """The dashboard's table alone (it refreshes itself)."""
     lines = [state.dashboard_row(row) for row in Channel.objects.all()]
@@ -57,7 +57,7 @@ def channel_new(request: HttpRequest) -> HttpResponse:
     return render(request, "ui/channel_new.html", {"form": form}, status=status)
 
 
-@operator_required
+@page
 def channel(request: HttpRequest, name: str) -> HttpResponse:
     """One channel: its status parts, settings form, tokens and actions."""
     row = get_object_or_404(Channel, name=name)
@@ -72,7 +72,7 @@ def _channel_page(request: HttpRequest, row: Channel, form: ChannelForm,
         "tokens": row.tokens.order_by("-created_at"), **_common()}, status=status)
 
 
-@operator_required
+@page
 def channel_status(request: HttpRequest, name: str) -> HttpResponse:
     """The channel page's status part alone (it refreshes itself)."""
     row = get_object_or_404(Channel, name=name)
@@ -114,7 +114,7 @@ def _when(text: str) -> int | None:
     return ms if ms >= 0 else None
 
 
-@operator_required
+@page
 def events(request: HttpRequest, name: str) -> HttpResponse:
     """Browse a partition's events by offset or by time, without taking them."""
     row = get_object_or_404(Channel, name=name)

@@ -64,7 +64,34 @@ def test_every_page_needs_a_login(root: Path, path: str) -> None:
 def test_a_user_who_is_not_staff_is_refused(root: Path) -> None:
     client = Client()
     client.force_login(User.objects.create_user("someone", password="pw"))
-    assert client.get("/").status_code == 403
+    refused = client.get("/")
+    assert refused.status_code == 403
+    page = refused.content.decode()
+    assert "the admin UI is for staff users" in page and "someone" in page
+    assert 'href="/static/weir/weir.css"' in page and 'href="/"' in page
+
+
+def test_a_page_that_does_not_exist_is_a_styled_page_with_a_way_back(root: Path) -> None:
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    missing = client.get("/channels/orders/nope")
+    assert missing.status_code == 404
+    page = missing.content.decode()
+    assert "<h1>Not found</h1>" in page and "<code>/channels/orders/nope</code>" in page
+    assert 'href="/static/weir/weir.css"' in page and ">Back to the channels</a>" in page
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 301 and icon["Location"] == "/static/weir/favicon.svg"
+
+
+@pytest.mark.parametrize("path", ["/", "/ui/status", "/channels/orders/",
+                                  "/channels/orders/status", "/channels/orders/events"])
+def test_a_post_to_a_page_is_405_naming_get_not_a_csrf_403(root: Path, path: str) -> None:
+    channel_row(root)
+    staff = Client(enforce_csrf_checks=True)
+    staff.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    answer = staff.post(path)
+    assert answer.status_code == 405 and "GET" in answer["Allow"]
+    assert Client().post(path).status_code == 405  # anonymous: the same, before the login
 
 
 def _action_paths() -> list[str]:
