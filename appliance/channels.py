@@ -68,6 +68,10 @@ KAFKA_SETTINGS = ("kafka_topic", "kafka_bootstrap", "kafka_subscription",
                   "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
                   "kafka_sasl_password_file", "kafka_ssl_cafile", "kafka_ssl_certfile",
                   "kafka_ssl_keyfile")
+# Every setting a create or a change may send, wherever it comes from: the API (POST,
+# PATCH), the UI's forms, manage.py create_channel --set.
+SETTABLE = frozenset(SETTINGS) | frozenset(SCHEDULE_SETTINGS) | frozenset(EXPORT_SETTINGS) \
+    | frozenset(KAFKA_SETTINGS) | {"puts_paused"}
 _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), channel)
 _open_pid = os.getpid()
 _lock = threading.Lock()

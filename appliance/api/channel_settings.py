@@ -14,8 +14,7 @@ from appliance.manage_channels import Refused
 from appliance.manage_subscriptions import NAME_PATTERN
 from appliance.models import Channel
 
-SETTABLE = (set(channels.SETTINGS) | set(channels.SCHEDULE_SETTINGS)
-            | set(channels.EXPORT_SETTINGS) | set(channels.KAFKA_SETTINGS) | {"puts_paused"})
+SETTABLE = channels.SETTABLE
 
 
 def _setting_schema(field: models.Field) -> dict[str, Any]:

@@ -28,10 +28,27 @@ def test_create_channel_makes_the_record_and_the_files(tmp_path: Path) -> None:
     assert "created channel 'orders'" in out.getvalue()
 
 
+def test_create_channel_sets_what_the_api_sets(tmp_path: Path) -> None:
+    """One definition of the settings: the export's, the Kafka sink's, the schedules' and
+    puts_paused too, as POST /api/v1/channels takes them."""
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        call_command("create_channel", "orders", "--set", "minimum_required_space=0",
+                     "--set", "export_interval_ms=60000", "--set", "export_format=json",
+                     "--set", "kafka_topic=orders", "--set", "kafka_bootstrap=k1:9092",
+                     "--set", "kafka_interval_ms=5000", "--set", "puts_paused=true",
+                     stdout=StringIO())
+    row = Channel.objects.get(name="orders")
+    assert (row.export_interval_ms, row.export_format, row.kafka_topic, row.kafka_bootstrap,
+            row.kafka_interval_ms, row.puts_paused) == (60000, "json", "orders", "k1:9092",
+                                                         5000, True)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["Bad"], "name"),
     (["ok", "--set", "capacity=0"], "capacity"),
     (["ok", "--set", "colour=red"], "KEY=VALUE"),
+    (["ok", "--set", "kafka_partitioning=random"], "kafka_partitioning"),
+    (["ok", "--set", "puts_paused=maybe"], "puts_paused"),
 ])
 def test_create_channel_refuses_bad_settings_and_writes_nothing(tmp_path: Path,
                                                                 args: list[str],

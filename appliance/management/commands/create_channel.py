@@ -1,7 +1,9 @@
 """manage.py create_channel NAME [--partitions N] [--set key=value]... — create a channel
-record and its files. Directories default to WEIR_DATA_ROOT/<name>. The same rules as the
-API's create (appliance.manage_channels): directories apart from every other channel's,
-new or empty, and recorded as the channel's own."""
+record and its files. Directories default to WEIR_DATA_ROOT/<name>. The same settings and
+rules as the API's create (appliance.channels.SETTABLE, api/channel_settings.py's type
+check, appliance.manage_channels): the export's, the Kafka sink's and the schedules' too;
+directories apart from every other channel's, new or empty, and recorded as the
+channel's own."""
 from __future__ import annotations
 
 import json
@@ -12,10 +14,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from appliance import channels
+from appliance.api.channel_settings import check_settings
 from appliance.manage_channels import Refused, create_channel
 from appliance.models import Channel
 
-SETTABLE = sorted(set(channels.SETTINGS) - {"name"})
+SETTABLE = sorted(channels.SETTABLE - {"name"})  # the API's, every one
 
 
 class Command(BaseCommand):
@@ -46,7 +49,7 @@ class Command(BaseCommand):
             except ValueError:
                 values[key] = raw
         try:
-            row = create_channel({"name": name, **values})
+            row = create_channel(check_settings({"name": name, **values}))
         except Refused as refused:
             raise CommandError("; ".join(f"{field}: {' '.join(msgs)}"
                                          for field, msgs in refused.errors.items())) from refused
