@@ -155,6 +155,18 @@ def revoke_token(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     return redirect("ui:channel", name=name)
 
 
+@require_POST
+@operator_required
+def revoke_all_channel_token(request: HttpRequest, pk: int) -> HttpResponse:
+    """Revoke a token on every channel, in every web worker."""
+    if pk > 2**63 - 1:  # past any id (PostgreSQL would refuse the query: a 500)
+        raise Http404("no such token")
+    token = get_object_or_404(ApiToken, pk=pk, all_channels=True)
+    token.revoke()
+    messages.success(request, f"Token {token} revoked on every channel.")
+    return redirect("ui:dashboard")
+
+
 @operator_required
 def delete(request: HttpRequest, name: str) -> HttpResponse:
     """Ask, then delete the channel and its files. Untaken events need force, and so does a

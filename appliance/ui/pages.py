@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from appliance import channels
 from appliance.manage_channels import Refused, change_channel, create_channel
-from appliance.models import Channel
+from appliance.models import ApiToken, Channel
 from appliance.ui import state
 from appliance.ui.access import operator_required, page
 from appliance.ui.forms import ChannelForm, TokenForm
@@ -31,7 +31,9 @@ def _common() -> dict[str, Any]:
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every channel with its figures."""
     lines = [state.dashboard_row(row) for row in Channel.objects.all()]
-    return render(request, "ui/dashboard.html", {"lines": lines, **_common()})
+    tokens = ApiToken.objects.filter(all_channels=True).order_by("-created_at")
+    return render(request, "ui/dashboard.html", {"lines": lines, "tokens": tokens,
+                                                 **_common()})
 
 
 @page

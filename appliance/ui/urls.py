@@ -39,4 +39,6 @@ urlpatterns = [
     path("channels/<str:name>/tokens/<int:pk>/revoke", actions.revoke_token,
          name="token-revoke"),
     path("channels/<str:name>/delete", actions.delete, name="delete"),
+    path("tokens/<int:pk>/revoke", actions.revoke_all_channel_token,
+         name="all-channel-token-revoke"),
 ]

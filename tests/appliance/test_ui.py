@@ -542,3 +542,35 @@ def test_it_refuses_out_of_range_integers_in_the_event_browser_with_400(
 def test_it_answers_404_for_a_token_id_past_int64(operator: Client, root: Path) -> None:
     channel_row(root)
     assert operator.post(f"/channels/orders/tokens/{2**64}/revoke").status_code == 404
+
+
+def test_every_channel_tokens_are_listed_on_the_dashboard_and_revocable(root: Path) -> None:
+    scoped_row = channel_row(root)
+    everywhere, _ = ApiToken.issue("shipper", ["produce"])
+    scoped, _ = ApiToken.issue("one", ["consume"], [scoped_row])
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = client.get("/").content.decode()
+    assert f'data-token="{everywhere.prefix}"' in page
+    assert f'data-token="{scoped.prefix}"' not in page  # on its channel's page
+    assert client.post(f"/tokens/{scoped.pk}/revoke").status_code == 404
+    done = client.post(f"/tokens/{everywhere.pk}/revoke", follow=True)
+    assert b"revoked on every channel" in done.content
+    everywhere.refresh_from_db()
+    assert everywhere.revoked_at is not None
+
+
+def test_the_django_admin_shows_channels_and_tokens_and_revokes_tokens(root: Path) -> None:
+    channel_row(root)
+    token, _ = ApiToken.issue("shipper", ["produce"])
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    assert b"orders" in client.get("/admin/appliance/channel/").content
+    listing = client.get("/admin/appliance/apitoken/")
+    assert listing.status_code == 200 and token.prefix.encode() in listing.content
+    assert b"key_hash" not in client.get(f"/admin/appliance/apitoken/{token.pk}/change/").content
+    assert client.get("/admin/appliance/channel/add/").status_code == 403  # not here
+    client.post("/admin/appliance/apitoken/", {"action": "revoke",
+                                               "_selected_action": [token.pk]})
+    token.refresh_from_db()
+    assert token.revoked_at is not None
