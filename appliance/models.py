@@ -50,9 +50,13 @@ class Channel(models.Model):
                                              help_text=_help("backup_checkpoint_dir"))
     durability = models.CharField(max_length=10, **_engine("durability"),
                                   choices=[("fsync", "fsync"), ("policy", "policy")])
-    flush_messages = models.BigIntegerField(null=True, blank=True,
-                                            help_text=_help("flush_messages"))
-    flush_ms = models.BigIntegerField(null=True, blank=True, help_text=_help("flush_ms"))
+    # in the operator's words, not the engine API's (its docs name None and flush_if_due())
+    flush_messages = models.BigIntegerField(
+        null=True, blank=True, help_text="Policy durability: fsync once this many events are "
+        "unflushed (Kafka's flush.messages); unset: no count trigger.")
+    flush_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="Policy durability: the flusher fsyncs once this many "
+        "ms have passed since the last flush (Kafka's flush.ms); unset: no time trigger.")
     segment_bytes = models.BigIntegerField(**_engine("segment_bytes"))
     segment_ms = models.BigIntegerField(**_engine("segment_ms"))
     index_interval_bytes = models.IntegerField(**_engine("index_interval_bytes"))
@@ -62,15 +66,15 @@ class Channel(models.Model):
     compression = models.CharField(max_length=10, **_engine("compression"))
     encryption_key_file = models.CharField(
         max_length=4096, null=True, blank=True,
-        help_text="Name of the key file in WEIR_KEY_DIR (no slashes) for encryption at rest; "
-        "empty: no encryption.")
+        help_text="Name of a key file in the appliance's key directory (no slashes) for "
+        "encryption at rest; empty: no encryption.")
     encryption_active_key = models.CharField(max_length=255, null=True, blank=True,
                                              help_text=_help("encryption_active_key"))
     puts_paused = models.BooleanField(default=False,
                                       help_text="Operators paused puts: producers get 503.")
     export_interval_ms = models.BigIntegerField(
-        null=True, blank=True, help_text="Export to WEIR_EXPORT_URI this often (null: only "
-        "when asked; 10 seconds to 7 days).")
+        null=True, blank=True, help_text="Export this often, to the appliance's export "
+        "location (unset: only when asked; 10 seconds to 7 days).")
     export_format = models.CharField(max_length=10, default="parquet",
                                      choices=[("parquet", "parquet"), ("json", "json"),
                                               ("avro", "avro")],
@@ -84,7 +88,7 @@ class Channel(models.Model):
         "own, so that HTTP consumers and the export each see every event; 'default' shares "
         "the HTTP consumers' queue.")
     export_roll_rows = models.BigIntegerField(
-        default=1_000_000, help_text="Most events per exported file (1 to 2**31-1).")
+        default=1_000_000, help_text="Most events per exported file (1 to 2,147,483,647).")
     export_roll_bytes = models.BigIntegerField(
         default=256 << 20, help_text="Most bytes of events (as stored in the log) per exported "
         "file (1 KiB to 1 TiB); a file ends at whichever roll limit comes first.")
@@ -94,10 +98,10 @@ class Channel(models.Model):
         "Kafka sink).")
     kafka_bootstrap = models.CharField(
         max_length=1000, blank=True, default="",
-        help_text="Kafka's bootstrap.servers, host:port[,host:port] (empty: "
-        "WEIR_KAFKA_BOOTSTRAP).")
+        help_text="Kafka's bootstrap.servers, host:port[,host:port] (empty: the appliance's "
+        "default Kafka cluster).")
     kafka_interval_ms = models.BigIntegerField(
-        null=True, blank=True, help_text="Forward to Kafka this often (null: only when asked; "
+        null=True, blank=True, help_text="Forward to Kafka this often (unset: only when asked; "
         "1 second to 1 day).")
     kafka_subscription = models.CharField(
         max_length=64, default="kafka",

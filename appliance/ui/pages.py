@@ -24,7 +24,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _common() -> dict[str, Any]:
-    return {"refresh_ms": int(settings.WEIR_UI_REFRESH_S * 1000)}
+    return {"refresh_ms": int(settings.WEIR_UI_REFRESH_S * 1000),
+            "refresh_s": settings.WEIR_UI_REFRESH_S, "sample_s": settings.WEIR_SAMPLE_INTERVAL_S,
+            "data_root": settings.WEIR_DATA_ROOTS[0]}
 
 
 @page
@@ -56,7 +58,7 @@ def channel_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Channel {row.name} created.")
             return redirect("ui:channel", name=row.name)
     status = 400 if request.method == "POST" else 200
-    return render(request, "ui/channel_new.html", {"form": form}, status=status)
+    return render(request, "ui/channel_new.html", {"form": form, **_common()}, status=status)
 
 
 @page

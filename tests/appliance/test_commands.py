@@ -119,3 +119,11 @@ def test_channel_tool_recovers_a_damaged_channel_json_from_the_database(tmp_path
         out = StringIO()
         call_command("channel_tool", "verify", "orders", stdout=out)
         assert "sound" in out.getvalue()
+
+
+def test_the_models_have_every_migration() -> None:
+    """A model change (a help text too) without its migration would leave a fresh install's
+    database behind the code."""
+    out = StringIO()
+    call_command("makemigrations", "--check", "--dry-run", stdout=out)  # SystemExit(1) if not
+    assert "No changes detected" in out.getvalue()

@@ -574,3 +574,17 @@ def test_the_django_admin_shows_channels_and_tokens_and_revokes_tokens(root: Pat
                                                "_selected_action": [token.pk]})
     token.refresh_from_db()
     assert token.revoked_at is not None
+
+
+@pytest.mark.parametrize("path", ["/", "/channels/new", "/channels/orders/",
+                                  "/channels/orders/events", "/channels/orders/status"])
+def test_pages_speak_the_operators_language(root: Path, path: str) -> None:
+    """No environment variable, Python call, Python None or power expression in what a page
+    says (its text and help texts, outside its markup)."""
+    channel_row(root)
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    html = client.get(path).content.decode()
+    text = re.sub(r"<script.*?</script>|<[^>]+>", " ", html, flags=re.S)
+    for internal in (r"\bWEIR_[A-Z_]+", r"\w\(\)", r"\bNone\b", r"\d\*\*\d"):
+        assert not re.search(internal, text), (internal, re.search(internal, text))
