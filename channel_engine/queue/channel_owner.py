@@ -45,7 +45,7 @@ from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
 from channel_engine.log.recovery import LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_recovery import ChannelRecovery, restore
 from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.channel_status import ChannelStatus
@@ -103,7 +103,6 @@ class ChannelOwner:
     def _open(self, force_recovery: bool = False, create: bool = True) -> None:
         config = self.config
         home = config.home
-        had_config = (home / CONFIG_FILE).exists()
         strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create)
         log_config = config.log_config()
         keys = None
@@ -125,9 +124,8 @@ class ChannelOwner:
                 if log.unflushed_events:
                     log.flush()
         backup = self.checkpointer.backup_dir()
-        new = not had_config and all(log.log_end_offset == 0 for log in self.state.logs)
         restored = restore(home, backup if backup is not None and backup.is_dir() else None,
-                           self.state.logs, new)
+                           self.state.logs)
         self.state.ends = [log.log_end_offset for log in self.state.logs]
         self.state.subscriptions = {sub.name: sub for sub in restored.subscriptions}
         self.state.next_subscription_id = restored.next_subscription_id

@@ -103,21 +103,17 @@ class Restored:
     lost: list[tuple[int, LostRange, int]]  # (partition, range beyond the log end, events)
 
 
-def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog],
-            new: bool = False) -> Restored:
-    """Rebuild every partition's queue; see the module doc for the steps. `new`: the channel
-    is being made by this open (no channel.json before it, every log empty), so a checkpoint
-    file missing is no problem: it never had one."""
+def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Restored:
+    """Rebuild every partition's queue; see the module doc for the steps."""
     started = time.perf_counter()
     report = ChannelRecovery()
     found = checkpoint_file.read_newest(home, backup)
-    problems = [p for p in found.problems if not (new and p.endswith(": missing"))]
-    report.problems.extend(problems)
+    report.problems.extend(found.problems)
     saved = found.checkpoint
     report.checkpoint_source = found.source
     report.checkpoint_sequence = saved.sequence if saved else 0
     report.checkpoint_version = saved.version if saved else 0
-    if saved is None and (problems or not new):
+    if saved is None:
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")
 

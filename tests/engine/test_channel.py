@@ -406,23 +406,6 @@ def test_without_any_checkpoint_the_logs_are_replayed_and_it_says_so(tmp_path: P
         assert take_all(reopened) == bodies(4)
 
 
-def test_a_new_channel_reports_no_recovery_problem(tmp_path: Path) -> None:
-    """A channel made by this open never had a checkpoint: none missing is a problem. Its
-    checkpoint gone later (with its channel.json, even) is one again."""
-    config = make_config(tmp_path, use_dual_checkpoints=True,
-                         backup_checkpoint_dir=str(tmp_path / "backup"))
-    with Channel.open(config) as channel:
-        assert channel.status()["recovery"]["problems"] == []
-        put(channel, *bodies(2))
-    for place in (config.home, tmp_path / "backup"):
-        (place / checkpoint_file.FILE_NAME).unlink()
-    (config.home / "channel.json").unlink()
-    with Channel.open(config) as reopened:
-        problems = reopened.status()["recovery"]["problems"]
-        assert any("no valid checkpoint" in p for p in problems), problems
-        assert take_all(reopened) == bodies(2)
-
-
 def test_capacity_changes_across_reopen_without_a_rebuild(tmp_path: Path) -> None:
     config = make_config(tmp_path, capacity=100, keep_alive_ms=0)
     with Channel.open(config) as channel:
