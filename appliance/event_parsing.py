@@ -29,10 +29,11 @@ Accepted bodies:
                                               every page and export can show as a date
 
 Flume's `timestamp` header. An event without a `timestamp` field whose headers hold
-`timestamp` (Flume's TimestampInterceptor writes it: milliseconds since the epoch, as
-decimal text) takes its time from it, as Flume's HDFS sink buckets by that header; the
-header stays among the headers. A `timestamp` header that is not such a number is
-refused (400, field `headers.timestamp`) rather than silently stamped "now".
+`timestamp` as milliseconds since the epoch in decimal digits (what Flume's
+TimestampInterceptor writes) takes its time from it, as Flume's HDFS sink buckets by that
+header. Any other value (empty, a date, out of range) is a header like any other: Flume's
+HTTP source takes such events, and so does Weir (the time is then the put's). The header
+always stays among the headers.
 """
 from __future__ import annotations
 
@@ -124,7 +125,7 @@ def _event(index: int, obj: Any) -> PendingEvent:
     headers = _headers(index, obj.get("headers"))
     timestamp = _timestamp(index, obj.get("timestamp"))
     if timestamp is None and headers and "timestamp" in headers:
-        timestamp = _flume_timestamp(index, headers["timestamp"])
+        timestamp = _flume_timestamp(headers["timestamp"])
     return PendingEvent(_body(index, obj), _key(index, obj.get("key")), headers, timestamp)
 
 
@@ -175,13 +176,10 @@ def _headers(index: int, headers: Any) -> dict[str, bytes] | None:
     return out
 
 
-def _flume_timestamp(index: int, value: bytes) -> int:
-    if not (value.isdigit() and len(value) <= len(str(MAX_TIMESTAMP))) \
-            or int(value) > MAX_TIMESTAMP:
-        raise EventError(index, "headers.timestamp", "Flume's timestamp header is the event's "
-                         "time: milliseconds since the epoch as digits, from 0 to "
-                         f"{MAX_TIMESTAMP} (or give the event a timestamp field)")
-    return int(value)
+def _flume_timestamp(value: bytes) -> int | None:
+    if value.isdigit() and len(value) <= len(str(MAX_TIMESTAMP)) and int(value) <= MAX_TIMESTAMP:
+        return int(value)
+    return None  # not Flume's milliseconds: a header like any other (module doc)
 
 
 def _timestamp(index: int, timestamp: Any) -> int | None:

@@ -44,8 +44,12 @@ Nothing new. A drain's task (the export's, the Kafka sink's: appliance/tasks.py)
 asks the channel whether the drain's subscription holds anything (nothing_new): when it
 holds no untaken event and no open take, the task ends "nothing due" within milliseconds
 instead of starting Spark (seconds of JVM) or the sink's job and its Kafka clients. A
-subscription not there yet is the first run's to make: that run goes. The UI's buttons say
-"nothing new" at once rather than queue such a run.
+subscription not there yet is the first run's to make: that run goes. The UI's buttons and the API's
+"now" endpoints say "nothing new" at once (200, queued false) rather than queue such a run.
+A channel with a run row still "running" is never "nothing new": that row may be a dead
+process's, and only a run, holding the lock, marks it failed. A drained channel's Kafka
+sink does not connect at all: a broken sink (a wrong address, a refused login) shows once
+there is something to send.
 """
 from __future__ import annotations
 
@@ -79,10 +83,24 @@ DIED = ("the process running this export died (a killed or restarted worker) bef
         "job's outcome was recorded; the next export skips whatever this one committed")
 
 
-def nothing_new(channel: Any, subscription: str) -> bool:
-    """Whether a drain of `subscription` would find nothing to do (module doc)."""
+def nothing_new(channel: Any, subscription: str, runs: Any) -> bool:
+    """Whether a drain of `subscription` would find nothing to do (module doc). `runs`: the
+    channel's rows of that drain (ExportRun or KafkaRun); one still "running" may be a dead
+    process's, which only a run marks failed (and whose read token it revokes): a run goes."""
+    if runs.filter(outcome=ExportRun.RUNNING).exists():
+        return False
     found = channel.status()["subscriptions"].get(subscription)
     return found is not None and found["events_untaken"] == 0 and found["open_takes"] == 0
+
+
+def drained(row: Channel, subscription: str, run_model: Any) -> bool:
+    """nothing_new for a channel row asked from a request ("export now", "send now"):
+    False when the channel cannot be asked (a run then says why)."""
+    try:
+        return nothing_new(channels.open_channel(row), subscription,
+                           run_model.objects.filter(channel=row.name))
+    except Exception:  # noqa: BLE001 -- a bad setting, a missing file: the run tells it
+        return False
 
 
 class ExportBusy(Exception):

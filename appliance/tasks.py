@@ -53,7 +53,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from appliance.models import Channel, ChannelSample, TaskRun
+from appliance.models import Channel, ChannelSample, ExportRun, KafkaRun, TaskRun
 from appliance.shared_redis import fast, shared_redis
 from appliance.task_runs import run_for_channel
 from channel_engine import Channel as EngineChannel
@@ -77,11 +77,23 @@ def dispatch(kind: str, task: Task, interval_ms: Callable[[Channel], float | Non
         # The key lapses half a tick early: a dispatcher that runs a little earlier in its
         # tick than the last one (beat's and the worker's jitter) must not skip the tick,
         # or the flusher's loss window would grow by a whole tick.
-        if interval is not None and client.set(_due_key(kind, row.name), 1, nx=True,
-                                               px=max(1, int(interval - tick_ms / 2))):
+        if interval is None:
+            continue
+        key, ttl_ms = _due_key(kind, row.name), max(1, int(interval - tick_ms / 2))
+        # The key holds the interval it was set for: one set for another interval (a
+        # tick that read the row before a change committed) is replaced, and the channel
+        # is due at once, whichever of the change and the tick came first.
+        if client.set(key, int(interval), nx=True, px=ttl_ms) or (
+                _stale_mark(client.get(key), interval) and client.set(key, int(interval),
+                                                                      px=ttl_ms)):
             task.apply_async((row.name,), expires=message_expiry_s(interval))
             sent += 1
     return sent
+
+
+def _stale_mark(value: bytes | None, interval: float) -> bool:
+    """Whether a due key's value was set for another interval than `interval`."""
+    return value is not None and value != str(int(interval)).encode()
 
 
 def message_expiry_s(interval_ms: float) -> float:
@@ -198,7 +210,8 @@ def export_channel(self: Task, name: str) -> str:
 
     def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
         row = Channel.objects.get(name=name)
-        if nothing_new(channel, row.export_subscription):
+        if nothing_new(channel, row.export_subscription,
+                       ExportRun.objects.filter(channel=name)):
             return TaskRun.NOTHING_DUE, {}  # no Spark started for nothing
         try:
             run = run_export(row)
@@ -223,7 +236,8 @@ def kafka_sink_channel(self: Task, name: str) -> str:
 
     def work(channel: EngineChannel) -> tuple[str, dict[str, Any]]:
         row = Channel.objects.get(name=name)
-        if row.kafka_topic and nothing_new(channel, row.kafka_subscription):
+        if row.kafka_topic and nothing_new(channel, row.kafka_subscription,
+                                           KafkaRun.objects.filter(channel=name)):
             return TaskRun.NOTHING_DUE, {}  # no job, no Kafka clients started for nothing
         try:
             run = run_sink(row)

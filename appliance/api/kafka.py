@@ -1,6 +1,7 @@
 """POST /api/v1/channels/{name}/kafka-runs — send to Kafka now: queue a run of the channel's
 Kafka sink for the Kafka worker (appliance.kafka_sinks.queue_sink); what it sends shows in
-the channel's recent_kafka_runs. 202 {"queued": true, "task_id"}; a channel without a Kafka
+the channel's recent_kafka_runs. 202 {"queued": true, "task_id"}; 200 {"queued": false,
+"reason"} when its subscription holds nothing new; a channel without a Kafka
 sink (no kafka_topic): 409 channel-conflict naming the field; the broker unreachable: 503
 broker-unavailable, with Retry-After. Admin role, as export now.
 """
@@ -11,9 +12,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from appliance.api.base import ApiView
+from appliance.api.exports import NOTHING_NEW
 from appliance.api.problems import Problem
 from appliance.api.schema import errors
+from appliance.exports import drained
 from appliance.kafka_sinks import queue_sink
+from appliance.models import KafkaRun
 
 
 class KafkaRunNowView(ApiView):
@@ -23,6 +27,7 @@ class KafkaRunNowView(ApiView):
     fresh_row = True
 
     @extend_schema(operation_id="channel_kafka_run_now", request=None, responses={
+        200: NOTHING_NEW,
         202: {"type": "object", "required": ["queued", "task_id"],
               "properties": {"queued": {"type": "boolean", "enum": [True]},
                              "task_id": {"type": "string"}}},
@@ -32,4 +37,8 @@ class KafkaRunNowView(ApiView):
         if not self.row.kafka_topic:
             raise Problem(409, "channel-conflict", f"channel {name!r} has no Kafka sink: set "
                           "its kafka_topic first", field="kafka_topic")
+        subscription = self.row.kafka_subscription
+        if drained(self.row, subscription, KafkaRun):
+            return Response({"queued": False, "reason": f"nothing new: subscription "
+                             f"{subscription!r} holds no untaken event"})
         return Response({"queued": True, "task_id": queue_sink(self.row)}, status=202)

@@ -62,7 +62,7 @@ _EVENT_IN = {
                                    f"at most {MAX_HEADER_NAME} bytes (UTF-8); a "
                                    "\"timestamp\" header (Flume's: ms since the epoch, as "
                                    "digits) is the event's time when it has no timestamp "
-                                   "field"},
+                                   "field; another value is a header only"},
         "timestamp": {"type": "integer", "nullable": True, "minimum": 0, "maximum": MAX_TIMESTAMP,
                       "description": "ms since the epoch, up to 9999-12-31T23:59:59.999Z "
                                      "(default: now)"},

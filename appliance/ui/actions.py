@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 
 from appliance import channels, exports, kafka_sinks, manage_subscriptions, tasks
 from appliance.manage_channels import Refused, change_channel, delete_channel
-from appliance.models import ApiToken, Channel
+from appliance.models import ApiToken, Channel, ExportRun, KafkaRun
 from appliance.ui import state
 from appliance.ui.access import operator_required
 from appliance.ui.forms import TokenForm
@@ -54,7 +54,7 @@ def run_now(request: HttpRequest, name: str, action: str) -> HttpResponse:
 def export_now(request: HttpRequest, name: str) -> HttpResponse:
     """Queue an export of the channel for a worker."""
     row = get_object_or_404(Channel, name=name)
-    if _nothing_new(row, row.export_subscription):
+    if exports.drained(row, row.export_subscription, ExportRun):
         messages.info(request, f"Nothing new to export: subscription "
                                f"{row.export_subscription!r} holds no untaken event.")
         return redirect("ui:channel", name=name)
@@ -75,7 +75,7 @@ def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
     if not row.kafka_topic:
         messages.error(request, "The channel has no Kafka sink: set its Kafka topic first.")
         return redirect("ui:channel", name=name)
-    if _nothing_new(row, row.kafka_subscription):
+    if exports.drained(row, row.kafka_subscription, KafkaRun):
         messages.info(request, f"Nothing new to send to Kafka: subscription "
                                f"{row.kafka_subscription!r} holds no untaken event.")
         return redirect("ui:channel", name=name)
@@ -86,14 +86,6 @@ def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
     else:
         messages.success(request, "Kafka run queued; what it sends shows under Kafka sink.")
     return redirect("ui:channel", name=name)
-
-
-def _nothing_new(row: Channel, subscription: str) -> bool:
-    """exports.nothing_new on the channel, False when it cannot be asked (the run says why)."""
-    try:
-        return exports.nothing_new(channels.open_channel(row), subscription)
-    except ChannelEngineError:
-        return False
 
 
 @require_POST

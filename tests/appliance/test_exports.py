@@ -154,10 +154,31 @@ def test_an_export_with_nothing_new_starts_no_spark(worker: None, root: Path,
     operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
     answer = operator.post("/channels/orders/export", follow=True)
     assert b"Nothing new to export" in answer.content
+    admin = APIClient()
+    admin.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue('a', ['admin'])[1]}")
+    answer = admin.post("/api/v1/channels/orders/exports")
+    assert answer.status_code == 200 and answer.json()["queued"] is False, answer.json()
     with channel.put() as tx:
         tx.put(b"new")
     assert tasks.export_channel.delay("orders").get(timeout=30) == TaskRun.OK
     assert len(fake_job.starts()) == 1
+
+
+def test_a_drained_channel_with_a_dead_runs_row_still_runs_to_clean_it_up(
+        worker: None, root: Path, fake_job: FakeJob) -> None:
+    """A worker killed after its run's last take commit leaves a row "running" and its
+    read token valid; the subscription is drained, but only a run (holding the lock) marks
+    that row failed and revokes the token: "nothing new" must not skip it."""
+    row = channel_row(root)
+    channels.open_channel(row).add_subscription("export", "latest")
+    stale = ExportRun.objects.create(channel="orders", started_at=timezone.now())
+    token, _ = ApiToken.issue(exports._token_name(stale), ["consume"], [row])
+    assert tasks.export_channel.delay("orders").get(timeout=30) == TaskRun.OK
+    stale.refresh_from_db()
+    token.refresh_from_db()
+    assert stale.outcome == ExportRun.FAILED and token.revoked_at is not None
+    assert len(fake_job.starts()) == 1
+    assert tasks.export_channel.delay("orders").get(timeout=30) == TaskRun.NOTHING_DUE
 
 
 def test_a_task_during_a_manual_export_is_busy_and_starts_nothing(

@@ -220,8 +220,11 @@ def test_a_tick_while_a_change_commits_does_not_keep_the_old_interval(root: Path
         row.checkpoint_interval_ms = 1_000
         row.save()
         # the other process's tick, on the committed (old) row
-        shared_redis().set(tasks._due_key("checkpoint", row.name), 1, px=3_600_000)
+        shared_redis().set(tasks._due_key("checkpoint", row.name), 3_600_000, px=3_600_000)
     assert tick() == 1 and task.sent == ["orders"] * 2
+    # a tick that read the old row before the commit and marks it after: the same
+    shared_redis().set(tasks._due_key("checkpoint", row.name), 3_600_000, px=3_600_000)
+    assert tick() == 1 and tick() == 0 and task.sent == ["orders"] * 3
 
 
 def test_a_changed_interval_holds_from_the_next_tick_without_restarting_beat(

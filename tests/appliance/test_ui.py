@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from appliance_helpers import channel_row, wait_for
@@ -568,7 +569,10 @@ def test_the_django_admin_shows_channels_and_tokens_and_revokes_tokens(root: Pat
     assert b"orders" in client.get("/admin/appliance/channel/").content
     listing = client.get("/admin/appliance/apitoken/")
     assert listing.status_code == 200 and token.prefix.encode() in listing.content
-    assert b"key_hash" not in client.get(f"/admin/appliance/apitoken/{token.pk}/change/").content
+    shown = client.get(f"/admin/appliance/apitoken/{token.pk}/change/").content
+    assert b"key_hash" not in shown and token.key_hash.encode() not in shown
+    probe = client.get(f"/admin/appliance/apitoken/?key_hash__startswith={token.key_hash[:2]}")
+    assert probe.status_code in (302, 400) and token.prefix.encode() not in probe.content
     assert client.get("/admin/appliance/channel/add/").status_code == 403  # not here
     client.post("/admin/appliance/apitoken/", {"action": "revoke",
                                                "_selected_action": [token.pk]})
@@ -578,10 +582,11 @@ def test_the_django_admin_shows_channels_and_tokens_and_revokes_tokens(root: Pat
 
 @pytest.mark.parametrize("path", ["/", "/channels/new", "/channels/orders/",
                                   "/channels/orders/events", "/channels/orders/status"])
-def test_pages_speak_the_operators_language(root: Path, path: str) -> None:
+def test_pages_speak_the_operators_language(root: Path, path: str, settings: Any) -> None:
     """No environment variable, Python call, Python None or power expression in what a page
     says (its text and help texts, outside its markup)."""
-    channel_row(root)
+    settings.WEIR_KAFKA_BOOTSTRAP = "kafka1:9092"
+    channel_row(root, kafka_topic="orders")  # the Kafka panel: the default cluster's wording
     client = Client()
     client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
     html = client.get(path).content.decode()

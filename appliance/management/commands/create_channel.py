@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from appliance import channels
-from appliance.api.channel_settings import check_settings
+from appliance.api.channel_settings import SETTING_SCHEMAS, check_settings
 from appliance.manage_channels import Refused, create_channel
 from appliance.models import Channel
 
@@ -44,6 +44,9 @@ class Command(BaseCommand):
             if not sep or key not in SETTABLE:
                 raise CommandError(f"--set {item!r}: expected KEY=VALUE with KEY one of "
                                    f"{', '.join(SETTABLE)}")
+            if SETTING_SCHEMAS[key].get("type") == "string":
+                values[key] = raw  # as typed: --set kafka_topic=2024 is the text "2024"
+                continue
             try:
                 values[key] = json.loads(raw)
             except ValueError:
