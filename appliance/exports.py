@@ -56,6 +56,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -79,6 +80,7 @@ JOB = "channel_engine.spark.export"
 LOCK_FILE = "export-run.lock"
 TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
 BROKER_CHECK_S = 0.25
+TAIL_LINES = 200  # of a job's output, for the cause of a death without a report
 DIED = ("the process running this export died (a killed or restarted worker) before the "
         "job's outcome was recorded; the next export skips whatever this one committed")
 
@@ -199,6 +201,24 @@ def held(path: Path, busy: Exception) -> Iterator[int]:
         os.close(fd)
 
 
+def cause(lines: list[str]) -> str:
+    """What a job that died without its report line says about why, from its last output
+    lines: a Python traceback's exception (with the line that raised it), else the last
+    lines naming an error or exception, else the last lines — never Spark's start-up
+    banner and log noise when something better is there."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if starts:
+        traceback = [line for line in lines[starts[-1] + 1:] if line.strip()]
+        exception = next((line for line in reversed(traceback)
+                          if not line.startswith((" ", "\t"))), "")
+        where = next((line.strip() for line in reversed(traceback)
+                      if line.lstrip().startswith("File ")), "")
+        if exception:
+            return f"{exception} ({where})" if where else exception
+    named = [line for line in lines if re.search(r"(Error|Exception|ERROR|FATAL)\b", line)]
+    return "\n".join((named or lines)[-4 if named else -8:])
+
+
 def _token_name(run: ExportRun) -> str:
     return f"export run {run.pk} of {run.channel}"
 
@@ -215,7 +235,7 @@ def _fail_stale_runs(name: str) -> None:
 def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_fd: int,
              timeout_s: float) -> None:
     """Run the job, following its progress lines; finish the row with its report."""
-    tail: deque[str] = deque(maxlen=20)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
     report = None
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, bufsize=1, env=env, pass_fds=(lock_fd,)) as job:
@@ -262,5 +282,5 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
         run.run_id, run.partitions = failed.get("run_id", ""), failed.get("partitions", [])
         run.error = (report or {}).get("error") or (
             f"the export job ran longer than {timeout_s:g} s and was killed" if expired.is_set()
-            else f"the export job exited with {code}: " + "\n".join(list(tail)[-8:]))
+            else f"the export job exited with {code}: " + cause(list(tail)))
     run.save()

@@ -40,6 +40,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from appliance.exports import TAIL_LINES, cause
 from appliance.models import Channel, KafkaRun
 from channel_engine import ChannelConfig, ConfigError
 from channel_engine.kafka_sink.settings import SinkSettings
@@ -151,7 +152,7 @@ def _fail_stale_runs(name: str) -> None:
 def _run_job(run: KafkaRun, argv: list[str], lock_fd: int,
              timeout_s: float) -> dict[str, Any]:
     """Run the job, recording each committed transaction on the row; its last JSON line."""
-    tail: deque[str] = deque(maxlen=20)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
     last: dict[str, Any] = {}
     committed = {"events": 0, "lost": 0, "transactions": 0}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -191,7 +192,7 @@ def _run_job(run: KafkaRun, argv: list[str], lock_fd: int,
         last = {"report": None, "error": (
             f"the Kafka sink's job ran longer than {timeout_s:g} s and was killed"
             if expired.is_set() else f"the Kafka sink's job exited with {code}: "
-            + "\n".join(list(tail)[-8:]))}
+            + cause(list(tail)))}
     last["code"] = code
     return last
 

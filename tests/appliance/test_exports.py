@@ -439,3 +439,33 @@ def test_it_answers_export_now_with_503_and_the_brokers_reason_at_once(
     assert error.startswith("export not queued: the broker is unreachable (") and \
         "127.0.0.1:1" in error
     assert not ExportRun.objects.exists()
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    (["Setting default log level to \"WARN\".", "26/11/29 00:01 WARN NativeCodeLoader: Unable",
+      "Traceback (most recent call last):", '  File "/x/export.py", line 9, in main',
+      "    run()", "ValueError: the output is not writable"],
+     'ValueError: the output is not writable (File "/x/export.py", line 9, in main)'),
+    (["Using Spark's default log4j profile", "Exception in thread \"main\" "
+      "java.lang.OutOfMemoryError: Java heap space", "\tat org.apache.Foo(Foo.java:1)"],
+     "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space"),
+    (["one", "two"], "one\ntwo"),
+])
+def test_a_job_dead_without_a_report_is_told_by_its_cause_not_its_banner(
+        output: list[str], expected: str) -> None:
+    assert exports.cause(output) == expected
+
+
+def test_a_crashed_job_run_names_its_exception(root: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+    script = ("import sys\nprint('Setting default log level to \"WARN\".', flush=True)\n"
+              "print('WARN NativeCodeLoader: Unable to load native-hadoop library', "
+              "flush=True)\nraise ValueError('the output is not writable')")
+    monkeypatch.setattr(exports, "command", lambda row: [sys.executable, "-c", script])
+    run = exports.run_export(row)
+    assert run.outcome == ExportRun.FAILED
+    assert run.error.startswith("the export job exited with 1: ValueError: the output is not "
+                                "writable ("), run.error
+    assert "NativeCodeLoader" not in run.error
