@@ -95,14 +95,17 @@ def nothing_new(channel: Any, subscription: str, runs: Any) -> bool:
     return found is not None and found["events_untaken"] == 0 and found["open_takes"] == 0
 
 
-def drained(row: Channel, subscription: str, run_model: Any) -> bool:
-    """nothing_new for a channel row asked from a request ("export now", "send now"):
-    False when the channel cannot be asked (a run then says why)."""
+def drained(row: Channel, subscription: str, run_model: Any) -> str | None:
+    """Why a drain asked for from a request ("export now", "send now") has nothing to do
+    (nothing_new), for people; None when it has, or when the channel cannot be asked (a
+    run then says why)."""
     try:
-        return nothing_new(channels.open_channel(row), subscription,
-                           run_model.objects.filter(channel=row.name))
+        if not nothing_new(channels.open_channel(row), subscription,
+                           run_model.objects.filter(channel=row.name)):
+            return None
     except Exception:  # noqa: BLE001 -- a bad setting, a missing file: the run tells it
-        return False
+        return None
+    return f"subscription {subscription!r} holds no untaken event"
 
 
 class ExportBusy(Exception):

@@ -83,17 +83,13 @@ def dispatch(kind: str, task: Task, interval_ms: Callable[[Channel], float | Non
         # The key holds the interval it was set for: one set for another interval (a
         # tick that read the row before a change committed) is replaced, and the channel
         # is due at once, whichever of the change and the tick came first.
-        if client.set(key, int(interval), nx=True, px=ttl_ms) or (
-                _stale_mark(client.get(key), interval) and client.set(key, int(interval),
-                                                                      px=ttl_ms)):
+        marked, held = client.pipeline(transaction=False).set(
+            key, int(interval), nx=True, px=ttl_ms).get(key).execute()  # one round trip
+        if marked or (held != str(int(interval)).encode()
+                      and client.set(key, int(interval), px=ttl_ms)):
             task.apply_async((row.name,), expires=message_expiry_s(interval))
             sent += 1
     return sent
-
-
-def _stale_mark(value: bytes | None, interval: float) -> bool:
-    """Whether a due key's value was set for another interval than `interval`."""
-    return value is not None and value != str(int(interval)).encode()
 
 
 def message_expiry_s(interval_ms: float) -> float:

@@ -12,10 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from appliance.api.base import ApiView
-from appliance.api.exports import NOTHING_NEW
+from appliance.api.exports import NOW_RESPONSES, queue_unless_drained
 from appliance.api.problems import Problem
 from appliance.api.schema import errors
-from appliance.exports import drained
 from appliance.kafka_sinks import queue_sink
 from appliance.models import KafkaRun
 
@@ -26,19 +25,12 @@ class KafkaRunNowView(ApiView):
     role = "admin"
     fresh_row = True
 
-    @extend_schema(operation_id="channel_kafka_run_now", request=None, responses={
-        200: NOTHING_NEW,
-        202: {"type": "object", "required": ["queued", "task_id"],
-              "properties": {"queued": {"type": "boolean", "enum": [True]},
-                             "task_id": {"type": "string"}}},
-        **errors(404, 409, 503)})
+    @extend_schema(operation_id="channel_kafka_run_now", request=None,
+                   responses={**NOW_RESPONSES, **errors(404, 409, 503)})
     def post(self, request: Request, name: str) -> Response:
         """Send to Kafka now: queued for the Kafka worker (BrokerUnavailable: handler.py)."""
         if not self.row.kafka_topic:
             raise Problem(409, "channel-conflict", f"channel {name!r} has no Kafka sink: set "
                           "its kafka_topic first", field="kafka_topic")
-        subscription = self.row.kafka_subscription
-        if drained(self.row, subscription, KafkaRun):
-            return Response({"queued": False, "reason": f"nothing new: subscription "
-                             f"{subscription!r} holds no untaken event"})
-        return Response({"queued": True, "task_id": queue_sink(self.row)}, status=202)
+        return queue_unless_drained(self.row, self.row.kafka_subscription, KafkaRun,
+                                    queue_sink)

@@ -54,9 +54,8 @@ def run_now(request: HttpRequest, name: str, action: str) -> HttpResponse:
 def export_now(request: HttpRequest, name: str) -> HttpResponse:
     """Queue an export of the channel for a worker."""
     row = get_object_or_404(Channel, name=name)
-    if exports.drained(row, row.export_subscription, ExportRun):
-        messages.info(request, f"Nothing new to export: subscription "
-                               f"{row.export_subscription!r} holds no untaken event.")
+    if reason := exports.drained(row, row.export_subscription, ExportRun):
+        messages.info(request, f"Nothing new to export: {reason}.")
         return redirect("ui:channel", name=name)
     try:
         exports.queue_export(row)
@@ -75,9 +74,8 @@ def kafka_now(request: HttpRequest, name: str) -> HttpResponse:
     if not row.kafka_topic:
         messages.error(request, "The channel has no Kafka sink: set its Kafka topic first.")
         return redirect("ui:channel", name=name)
-    if exports.drained(row, row.kafka_subscription, KafkaRun):
-        messages.info(request, f"Nothing new to send to Kafka: subscription "
-                               f"{row.kafka_subscription!r} holds no untaken event.")
+    if reason := exports.drained(row, row.kafka_subscription, KafkaRun):
+        messages.info(request, f"Nothing new to send to Kafka: {reason}.")
         return redirect("ui:channel", name=name)
     try:
         kafka_sinks.queue_sink(row)
