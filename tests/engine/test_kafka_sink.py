@@ -124,7 +124,7 @@ def test_random_kills_while_producers_put(tmp_path, kafka_broker, trials):
             # a run that was the writer's client fails when the writer's process ends
             # (the owner gone mid-take): named, nothing taken, the next run resumes
             handed_over = run.returncode == 1 and "owner process" in (run.error or "") \
-                and writer.poll() is not None
+                and ended(writer, within=30)
             assert run.returncode in (0, -signal.SIGKILL) or handed_over, run.output
             kills += run.returncode == -signal.SIGKILL
         assert writer.wait(timeout=120) == 0
@@ -134,6 +134,15 @@ def test_random_kills_while_producers_put(tmp_path, kafka_broker, trials):
     drain(config, kafka_broker.bootstrap, topic)
     print(f"{trials} runs, {kills} killed")
     assert_exactly_once(config, kafka_broker.bootstrap, topic)
+
+
+def ended(process: subprocess.Popen, within: float) -> bool:
+    """Whether the process ends within the time (it closes its channel before it exits)."""
+    try:
+        process.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 WRITER = """
