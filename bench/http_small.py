@@ -1,0 +1,161 @@
+"""Benchmark: small produce requests (1 and 10 events) over HTTP, next to a bare WSGI app
+on the same gunicorn settings, one run.
+
+    .venv/bin/python bench/http_small.py [--seconds 10] [--connections 8] [--workers 3]
+                                         [--rounds 3]
+
+Work: wrk (Debian's; installed when missing) POSTs the same JSON body over
+--connections keep-alive connections for --seconds, to
+  * weir: the produce endpoint of a real gunicorn (--workers, 2 threads each, as
+    scripts/run.sh runs it), a channel with 3 partitions, fsync durability (a request
+    is answered once its events are on disk), a produce token;
+  * bare WSGI: gunicorn, same workers and threads, serving an app that reads the body
+    and answers 200 with a small JSON (bench/bare_wsgi.py) — the floor of any Python
+    web app on this server; the ratio to it is what issue 18 targets (>= 0.5x at 1 event).
+Both take turns for --rounds rounds; each one's median round is reported with its p50
+and p99 latency (wrk's), and every round's rate. wrk runs on the same 2 CPUs as the
+server: its cost is in both contenders' figures alike.
+After each size the channel's queued events are checked against the 200s wrk counted:
+every acknowledged event is there (at most the requests in flight when wrk stopped more:
+wrk does not count those, the server may have committed them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.http_ingest import free_port, manage, queued_events, wait_port  # noqa: E402
+
+BODY = 200
+LUA = """
+wrk.method = "POST"
+wrk.body = io.open("{body}"):read("*a")
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {key}"
+function response(status, headers, body)
+  if status ~= 200 then
+    io.stderr:write("HTTP " .. status .. " " .. body .. "\\n")
+    os.exit(1)
+  end
+end
+"""
+
+
+def payload(events: int) -> bytes:
+    """A produce request body of `events` 200-byte events."""
+    return json.dumps({"events": [{"body": (f"{i:08d}" + "x" * BODY)[:BODY]}
+                                  for i in range(events)]}).encode()
+
+
+def gunicorn(app: str, port: int, workers: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start gunicorn serving `app` as scripts/run.sh would (workers x 2 threads)."""
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), app, "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--threads", "2", "--no-control-socket"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+
+
+def wrk(url: str, script: Path, seconds: int, connections: int) -> dict[str, float]:
+    """Run wrk; its requests/s, p50 and p99 latency (ms) and request count."""
+    done = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s",
+                           "--latency", "-s", str(script), url],
+                          capture_output=True, text=True)
+    if done.returncode or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
+        raise SystemExit(f"wrk failed:\n{done.stdout}\n{done.stderr}")
+    return {"rate": float(re.search(r"Requests/sec:\s+([\d.]+)", done.stdout).group(1)),
+            "p50": _latency(done.stdout, "50%"), "p99": _latency(done.stdout, "99%"),
+            "requests": int(re.search(r"(\d+) requests in", done.stdout).group(1))}
+
+
+def _latency(out: str, cut: str) -> float:
+    value, unit = re.search(rf"{cut}\s+([\d.]+)(us|ms|s)", out).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def report(name: str, events: int, rounds: list[dict[str, float]]) -> float:
+    """Print a contender's median round; return its requests/s."""
+    middle = sorted(rounds, key=lambda r: r["rate"])[len(rounds) // 2]
+    every = ", ".join(f"{r['rate']:,.0f}" for r in rounds)
+    print(f"  {name:<32} {middle['rate']:>9,.0f} req/s {middle['rate'] * events:>10,.0f} "
+          f"events/s   p50 {middle['p50']:6.2f} ms   p99 {middle['p99']:6.2f} ms   "
+          f"(rounds: {every})")
+    return middle["rate"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        subprocess.run(["bash", "-c", ". scripts/common.sh && apt_install wrk"], cwd=ROOT,
+                       check=True)
+    root = Path(tempfile.mkdtemp(prefix="weir-smallbench-", dir="/var/tmp"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        env = {**os.environ, "WEIR_VAR_DIR": str(root / "var"),
+               "WEIR_DATA_ROOT": str(root / "channels"), "WEIR_API_RATE": "100000000/minute"}
+        env.pop("DATABASE_URL", None)
+        manage(env, "migrate", "--noinput")
+        manage(env, "create_channel", "bench", "--partitions", "3",
+               "--set", "minimum_required_space=0", "--set", "capacity=100000000")
+        key = manage(env, "create_token", "bench", "--role", "produce").split()[-1]
+        admin = manage(env, "create_token", "bench-check", "--role", "admin").split()[-1]
+        weir_port, bare_port = free_port(), free_port()
+        procs.append(gunicorn("appliance.wsgi", weir_port, args.workers, env))
+        procs.append(gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env))
+        wait_port(weir_port)
+        wait_port(bare_port)
+        print(f"{args.connections} connections, {args.seconds} s a round, gunicorn "
+              f"{args.workers} workers x 2 threads, {os.cpu_count()} CPUs, fsync durability, "
+              f"{args.rounds} rounds (median shown)")
+        for events in (1, 10):
+            (root / "body.json").write_bytes(payload(events))
+            script = root / f"produce-{events}.lua"
+            script.write_text(LUA.format(body=root / "body.json", key=key))
+            wrk(f"http://127.0.0.1:{weir_port}/api/v1/channels/bench/events", script, 2,
+                args.connections)  # warm every worker and thread
+            acknowledged = queued_events(weir_port, admin)
+            weir, bare = [], []
+            for _ in range(args.rounds):
+                weir.append(wrk(f"http://127.0.0.1:{weir_port}/api/v1/channels/bench/events",
+                                script, args.seconds, args.connections))
+                acknowledged += int(weir[-1]["requests"]) * events
+                bare.append(wrk(f"http://127.0.0.1:{bare_port}/", script, args.seconds,
+                                args.connections))
+            print(f"{events}-event requests ({events * BODY} B of bodies):")
+            ours = report("weir produce (fsync)", events, weir)
+            floor = report("bare WSGI app", events, bare)
+            print(f"  weir / bare: {ours / floor:.2f}x")
+            queued = queued_events(weir_port, admin)
+            print(f"  check: the channel holds {queued:,} events, {acknowledged:,} "
+                  "acknowledged")
+            in_flight = 2 * args.connections * events * args.rounds  # wrk leaves out late answers
+            if not acknowledged <= queued <= acknowledged + in_flight:
+                raise SystemExit("the channel does not hold every acknowledged event once")
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
