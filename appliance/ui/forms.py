@@ -84,6 +84,7 @@ class ChannelForm(forms.ModelForm):
             if not self.creating:
                 self.fields[name].disabled = True
                 self.fields[name].help_text = f"Fixed: {why}."
+        self.changed_from_default = {name: default for name, _, default in self.differences()}
 
     def clean(self) -> dict[str, Any]:
         """Fill the directories an operator left empty with places under WEIR_DATA_ROOT."""
@@ -119,9 +120,34 @@ class ChannelForm(forms.ModelForm):
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
 
+    def differences(self) -> list[tuple[str, str, str]]:
+        """The saved settings that are not the defaults: (name, value, default), as text."""
+        if self.creating:
+            return []
+        found = []
+        for name in FIELDS:
+            if name in FIXED:  # named after this channel: never a default's
+                continue
+            default = Channel._meta.get_field(name).get_default()
+            value = getattr(self.instance, name)
+            if value != default:
+                found.append((name, setting_text(value), setting_text(default)))
+        return found
+
     def groups(self) -> list[tuple[str, list[forms.BoundField]]]:
         """The fields in their groups, for the template."""
         return [(title, [self[name] for name in names]) for title, names in GROUPS]
+
+
+def setting_text(value: Any) -> str:
+    """A setting's value as the settings table shows it."""
+    if value is None or value == "":
+        return "not set"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(item) for item in value) or "none"
+    return str(value)
 
 
 class TokenForm(forms.Form):

@@ -198,6 +198,33 @@ def test_a_settings_change_applies_live_or_says_why_not(operator: Client, root: 
     assert Channel.objects.get(pk=row.pk).partitions == 2
 
 
+def test_the_settings_show_what_differs_from_the_defaults(operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2, export_interval_ms=60_000)
+    default_capacity = Channel._meta.get_field("capacity").get_default()
+
+    def differences() -> dict[str, tuple[str, str]]:
+        html = operator.get("/channels/orders/").content.decode()
+        table = re.search(r'<table class="data" id="settings-diff">(.*?)</table>', html, re.S)
+        assert table, "no settings diff on the channel page"
+        return {name: (value, default) for name, value, default in re.findall(
+            r'<tr><td><a href="#field-(\w+)">\w+</a></td><td>(.*?)</td>'
+            r'<td class="muted">(.*?)</td></tr>', table.group(1))}
+
+    assert differences() == {"partitions": ("2", "1"), "minimum_required_space": ("0", str(
+        Channel._meta.get_field("minimum_required_space").get_default())),
+        "export_interval_ms": ("60000", "not set")}
+    Channel.objects.filter(pk=row.pk).update(capacity=50_000, partitions=1,
+                                             use_dual_checkpoints=True)
+    found = differences()
+    assert found["capacity"] == ("50000", str(default_capacity))
+    assert found["use_dual_checkpoints"] == ("on", "off") and "partitions" not in found
+    html = operator.get("/channels/orders/").content.decode()
+    assert re.search(r'class="field changed" id="field-capacity">\s*<label[^>]*>capacity '
+                     rf'<span class="default">\(default: {default_capacity}\)</span>', html)
+    assert 'class="field" id="field-partitions"' in html  # back at its default: not marked
+    assert "Changed from the defaults" in html
+
+
 def test_the_channel_page_shows_segments_checkpoint_runs_and_tokens(
         operator: Client, root: Path) -> None:
     row = channel_row(root)
