@@ -23,7 +23,11 @@ from appliance.env import redis_prefix
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent  # whoami_app: the appliance's app and a probe task
 TEST_REDIS_URL = str(app.conf.broker_url).rsplit("/", 1)[0]  # conftest: the server, db 0
-DB = 11  # this file's alone: the key scan below must see every key in it
+# The Redis databases this file may take: the other tests use 0 and 15. One is claimed
+# (a key set NX) in an empty database, so that a pytest process running beside this one
+# (scripts/test.sh's PostgreSQL pass) takes another: the key scan must see only its own.
+FREE_DBS = range(1, 15)
+CLAIM = "weir-test-redis-prefix-claim"
 PINGS = 20  # sent by each appliance: with one shared queue, about half would cross over
 SENDER = """
 import json, django
@@ -39,29 +43,37 @@ cache.set("probe", 1, 300)
 row_cache.current_generation()
 lock = task_runs.lock_key("weir.flush_channel", "orders")
 assert shared_redis().lock(lock, timeout=300).acquire()
-replies = app.control.ping(timeout=3)
+replies = app.control.ping(timeout=5)
 print(json.dumps({{"prefix": settings.WEIR_REDIS_PREFIX, "ids": [r.id for r in sent],
                   "ran_in": ran_in,
                   "pinged": sorted(name for reply in replies for name in reply)}}))
 """
 
 
-def appliance_env(var: Path, **extra: str) -> dict[str, str]:
+def appliance_env(var: Path, db: int = 0, **extra: str) -> dict[str, str]:
     """An appliance's environment: its var dir, the shared Redis database, no prefix,
     queue or cache prefix of the test run's own (the defaults are what is tested)."""
     env = {name: value for name, value in os.environ.items()
            if name not in ("WEIR_CACHE_PREFIX", "WEIR_REDIS_PREFIX", "WEIR_CELERY_QUEUE")}
     path = os.pathsep.join(filter(None, (str(HERE), str(ROOT), env.get("PYTHONPATH"))))
     return {**env, "PYTHONPATH": path, "WEIR_VAR_DIR": str(var),
-            "REDIS_URL": f"{TEST_REDIS_URL}/{DB}", "WEIR_CHANNEL_WATCH_S": "0",
+            "REDIS_URL": f"{TEST_REDIS_URL}/{db}", "WEIR_CHANNEL_WATCH_S": "0",
             "DJANGO_SETTINGS_MODULE": "appliance.settings", **extra}
 
 
 @pytest.fixture(scope="module")
 def shared_db() -> Iterator[redis.Redis]:
-    """The Redis database both appliances use, empty at the start and the end."""
-    client = redis.Redis.from_url(f"{TEST_REDIS_URL}/{DB}")
-    client.flushdb()
+    """The Redis database both appliances use: one of FREE_DBS, empty but for the claim,
+    emptied at the end."""
+    for db in FREE_DBS:
+        client = redis.Redis.from_url(f"{TEST_REDIS_URL}/{db}")
+        if client.set(CLAIM, os.getpid(), nx=True, ex=900):
+            if client.dbsize() == 1:
+                break
+            client.delete(CLAIM)  # ours, in a database something else uses
+        client.close()
+    else:
+        pytest.fail(f"no empty Redis database among {list(FREE_DBS)} at {TEST_REDIS_URL}")
     yield client
     client.flushdb()
     client.close()
@@ -74,6 +86,7 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory,
     each appliance's var dir by name."""
     tmp = tmp_path_factory.mktemp("appliances")
     dirs = {name: tmp / name for name in ("a", "b")}
+    db = db_of(shared_db)
     workers = []
     for name, var in dirs.items():
         var.mkdir()
@@ -82,7 +95,7 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory,
             [sys.executable, "-m", "celery", "-A", "whoami_app", "worker", "-n", f"{name}@%h",
              "--queues", "weir", "--pool", "threads", "--concurrency", "2",
              "--loglevel", "INFO"],
-            cwd=HERE, env=appliance_env(var), stdin=subprocess.DEVNULL, stdout=log,
+            cwd=HERE, env=appliance_env(var, db), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT))
         log.close()
     try:
@@ -101,17 +114,23 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory,
                 worker.wait()
 
 
+def db_of(client: redis.Redis) -> int:
+    """The database number a client uses."""
+    return int(client.connection_pool.connection_kwargs["db"])
+
+
 @pytest.fixture(scope="module")
-def sent(two_workers: dict[str, Path]) -> dict[str, dict[str, object]]:
+def sent(two_workers: dict[str, Path], shared_db: redis.Redis) -> dict[str, dict[str, object]]:
     """What each appliance sent, in turn, and what came back."""
-    return {name: send_from(var) for name, var in two_workers.items()}
+    return {name: send_from(var, db_of(shared_db)) for name, var in two_workers.items()}
 
 
-def send_from(var: Path) -> dict[str, object]:
+def send_from(var: Path, db: int) -> dict[str, object]:
     """Run the sender in appliance `var`'s environment: its pings' ids, its prefix, the
     workers that answered its broadcast ping."""
     done = subprocess.run([sys.executable, "-c", SENDER.format(pings=PINGS)], cwd=ROOT,
-                          env=appliance_env(var), capture_output=True, text=True, timeout=180)
+                          env=appliance_env(var, db), capture_output=True, text=True,
+                          timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -132,7 +151,7 @@ def test_it_runs_each_appliances_tasks_on_its_own_workers_only(
 
 def test_every_key_of_each_appliance_is_under_its_own_prefix(
         sent: dict[str, dict[str, object]], shared_db: redis.Redis) -> None:
-    keys = sorted(key.decode() for key in shared_db.scan_iter(count=1000))
+    keys = sorted(key.decode() for key in shared_db.scan_iter(count=1000) if key != CLAIM.encode())
     mine = {name: [key for key in keys if key.startswith(f"{info['prefix']}:")]
             for name, info in sent.items()}
     assert sorted(mine["a"] + mine["b"]) == keys  # no key outside both prefixes
