@@ -51,12 +51,6 @@ def lines_of(data: bytes) -> list[bytes]:
     return lines if lines[-1] else lines[:-1]
 
 
-def rotated(path: Path) -> list[Path]:
-    """The rotated files of `path` that exist, newest first."""
-    found = [p for p in path.parent.glob(f"{path.name}.*") if p.suffix[1:].isdigit()]
-    return sorted(found, key=lambda p: int(p.suffix[1:]))
-
-
 class RotatingLog:
     """An appended log file rotated by size before a line would take it past the limit."""
 
