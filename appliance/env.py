@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import dj_database_url
@@ -15,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _HTTP_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
+_REDIS_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}")
 # The largest produce request body: Django's own limit and the front's client_max_body_size.
 MAX_PRODUCE_BYTES = 64 * 1024 * 1024
 FRONTS = ("nginx", "none")
@@ -105,25 +107,45 @@ def secret_key(var_dir: Path) -> str:
     """Return SECRET_KEY from the environment, else one generated once and kept in var_dir."""
     if os.environ.get("SECRET_KEY"):
         return os.environ["SECRET_KEY"]
-    key_file = var_dir / "secret_key"
-    if not key_file.exists():
+    return kept_in(var_dir, "secret_key", lambda: secrets.token_urlsafe(50))
+
+
+def redis_prefix(var_dir: Path) -> str:
+    """WEIR_REDIS_PREFIX: what every key this appliance keeps in Redis starts with (Celery's
+    queues, bindings and results, the cache, locks, due keys); default weir-<appliance id>,
+    the id made once and kept in var_dir/appliance_id. Two appliances on one Redis database
+    (each its own var dir) then never share a queue or a key; every process of one appliance
+    shares its var dir, so its id."""
+    raw = (os.environ.get("WEIR_REDIS_PREFIX") or "").strip()
+    if not raw:
+        return "weir-" + kept_in(var_dir, "appliance_id", lambda: secrets.token_hex(6))
+    if not _REDIS_PREFIX.fullmatch(raw):
+        raise ImproperlyConfigured(f"WEIR_REDIS_PREFIX must be 1 to 64 letters, digits, "
+                                   f"'.', '_' or '-', not {raw!r}")
+    return raw
+
+
+def kept_in(var_dir: Path, name: str, make: Callable[[], str]) -> str:
+    """The text of var_dir/name, written once with make() when the file is missing."""
+    kept = var_dir / name
+    if not kept.exists():
         var_dir.mkdir(parents=True, exist_ok=True)
         # Written whole under a name of its own, then linked in: of processes starting
         # at once on a new var dir (parallel test workers, gunicorn's), the first link wins
         # and none reads a half-written file.
-        mine = var_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+        mine = var_dir / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
         fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, secrets.token_urlsafe(50).encode())
+            os.write(fd, make().encode())
         finally:
             os.close(fd)
         try:
-            os.link(mine, key_file)
+            os.link(mine, kept)
         except FileExistsError:
             pass
         finally:
             mine.unlink()
-    return key_file.read_text().strip()
+    return kept.read_text().strip()
 
 
 def private_dir(name: str, path: Path) -> Path:

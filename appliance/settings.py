@@ -14,6 +14,7 @@ from appliance.env import (
     env_paths,
     front,
     private_dir,
+    redis_prefix,
     redis_url,
     secret_key,
     token_max_in_flight,
@@ -122,6 +123,13 @@ WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
 # missing; the appliance refuses to start when group or others may use it.
 WEIR_KEY_DIR = private_dir("WEIR_KEY_DIR", env_path("WEIR_KEY_DIR", VAR_DIR / "keys"))
 REDIS_URL = redis_url()
+# What every key of this appliance in Redis starts with (appliance/env.py: WEIR_REDIS_PREFIX,
+# else weir-<the id kept in WEIR_VAR_DIR/appliance_id>): the broker's queues and bindings
+# (kombu's global_keyprefix), Celery's results, the cache and so every raw key made with
+# cache.make_key (locks, due keys, the row cache's generation, throttle counters). Two
+# appliances on one Redis database never share a queue or a key, even with the same
+# queue names; the processes of one appliance share its var dir, so its prefix.
+WEIR_REDIS_PREFIX = redis_prefix(VAR_DIR)
 # How often each process checks that the channels it has open still exist as it opened
 # them (appliance/channels.py: a deleted or recreated channel is closed); 0: never.
 WEIR_CHANNEL_WATCH_S = env_float("WEIR_CHANNEL_WATCH_S", 0.5, 0, 60)
@@ -184,7 +192,8 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX", "weir"),
+        # WEIR_CACHE_PREFIX, where an operator set one, keeps the cache's keys where they were.
+        "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX") or WEIR_REDIS_PREFIX,
         "TIMEOUT": 300,
         "OPTIONS": {"socket_timeout": WEIR_REDIS_TIMEOUT_S,
                     "socket_connect_timeout": WEIR_REDIS_TIMEOUT_S},
@@ -213,7 +222,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # publish is retried for at most ~0.3 s. "Export now" asks Redis first, with a 0.25 s
 # timeout, and answers 503 at once when it does not answer (appliance/exports.py).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7200, "socket_timeout": 30,
-                                   "socket_connect_timeout": 1}
+                                   "socket_connect_timeout": 1,
+                                   "global_keyprefix": f"{WEIR_REDIS_PREFIX}:"}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": f"{WEIR_REDIS_PREFIX}:"}
 CELERY_BROKER_CONNECTION_TIMEOUT = 1
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0,
                                     "interval_step": 0.1, "interval_max": 0.2}

@@ -46,15 +46,22 @@ its own (WEIR_TRUSTED_PROXIES then names it).
 Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
 WEIR_FRONT (nginx), WEIR_TOKEN_MAX_IN_FLIGHT (4), WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS
 (2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE (weir), WEIR_EXPORT_QUEUE (<default
-queue>-export), WEIR_KAFKA_QUEUE (<default queue>-kafka); the processes read everything else
-themselves (appliance/settings.py: WEIR_DATA_ROOT (<var>/channels), WEIR_KEY_DIR (<var>/keys,
-made 0700; they refuse to start when others may use it), ...).
+queue>-export), WEIR_KAFKA_QUEUE (<default queue>-kafka), WEIR_REDIS_PREFIX (weir-<the id in
+$WEIR_VAR_DIR/appliance_id>), WEIR_LOG_MAX_BYTES (10485760), WEIR_LOG_BACKUPS (5); the
+processes read everything else themselves (appliance/settings.py: WEIR_DATA_ROOT
+(<var>/channels), WEIR_KEY_DIR (<var>/keys, made 0700; they refuse to start when others may
+use it), ...).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
-reaches only the supervisor) and appends its stdout and stderr to
-$WEIR_VAR_DIR/log/<name>.log; it gets SIGTERM should the supervisor die without stopping
-it. Start-up is done when GET http://$WEIR_BIND/health answers 200 and the workers and beat
-are started. Stopping sends SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
+reaches only the supervisor); its stdout and stderr are a pipe to the supervisor, which
+writes them to $WEIR_VAR_DIR/log/<name>.log rotated by size (scripts/log_rotation.py:
+<name>.log.1 ... .WEIR_LOG_BACKUPS, each up to WEIR_LOG_MAX_BYTES; nginx's access log,
+written by nginx, is renamed and reopened by SIGUSR1); it gets SIGTERM should the
+supervisor die without stopping it (PR_SET_PDEATHSIG), so nothing writes to a pipe nobody
+reads. At start it says which Redis it uses (the URL, password masked) and the prefix of
+the appliance's keys there (appliance/env.py: redis_prefix). Start-up is done when GET
+http://$WEIR_BIND/health answers 200 and the workers and beat are started. Stopping sends
+SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
 
     (no flag)     start, then show every log line prefixed with its process's name until
                   Ctrl-C / SIGTERM, or until a process exits (then stop the rest, exit 1)
@@ -72,6 +79,7 @@ import ctypes
 import fcntl
 import http.client
 import os
+import queue
 import re
 import shutil
 import signal
@@ -83,7 +91,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -93,18 +101,22 @@ from appliance import front
 from appliance.env import (
     UNIX_PEER,
     celery_queues,
+    env_int,
+    redis_prefix,
     redis_url,
     token_max_in_flight,
     trusted_proxies,
     var_dir,
 )
 from appliance.env import front as front_kind
+from scripts.log_rotation import PipeLog, RotatingLog, Rotation, rotate_reopened
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 HEALTH_TIMEOUT_S = 60.0
 REDIS_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
+OUTPUT_DRAIN_S = 5.0  # how long an exited child's last lines may take to reach its log
 READY = "weir-supervisor: ready"  # the detached supervisor's last line to its starter
 # Lines the foreground view leaves out (the log files keep them), several a second: beat
 # sending its dispatchers every tick, the worker's receipt of each task, and the runs of
@@ -153,6 +165,7 @@ class Config:
     front: str = "nginx"  # or "none": WEIR_FRONT
     max_in_flight: int = 4  # per token, at the front: WEIR_TOKEN_MAX_IN_FLIGHT
     trusted_proxies: tuple[str, ...] = (UNIX_PEER,)  # WEIR_TRUSTED_PROXIES
+    rotation: Rotation = Rotation()  # WEIR_LOG_MAX_BYTES, WEIR_LOG_BACKUPS
 
     @classmethod
     def from_env(cls) -> Config:
@@ -165,11 +178,13 @@ class Config:
             var, queues = var_dir(), celery_queues()
             kind, max_in_flight = front_kind(), token_max_in_flight()
             proxies = tuple(trusted_proxies())
+            rotation = Rotation(env_int("WEIR_LOG_MAX_BYTES", Rotation.max_bytes, 1024, 2**40),
+                                env_int("WEIR_LOG_BACKUPS", Rotation.backups, 1, 1000))
         except ImproperlyConfigured as exc:
             raise Failed(str(exc)) from exc
         return cls(var, redis_url(), bind,
                    _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2), queues,
-                   kind, max_in_flight, proxies)
+                   kind, max_in_flight, proxies, rotation)
 
     @property
     def url(self) -> str:
@@ -199,6 +214,16 @@ def _count(name: str, default: int) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise Failed(f"{name} must be a whole number of at least 1, not {raw!r}")
     return int(raw)
+
+
+def masked(url: str) -> str:
+    """`url` with its password (if any) shown as ***, fit for a log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}***@{host}").geturl()
 
 
 def redis_error(url: str) -> str | None:
@@ -272,6 +297,7 @@ class Child:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    output: PipeLog  # writes its stdout and stderr to `log`, rotated
 
     def exited(self) -> int | None:
         """Its exit code once it has exited, else None."""
@@ -295,36 +321,35 @@ class Child:
 
 
 class LogTail:
-    """Prints the new lines of the children's logs, each prefixed with the child's name."""
+    """Prints the children's new lines, each prefixed with the child's name: their PipeLog
+    threads hand them over through a queue, printed by pump() in the main thread."""
 
     COLORS = (36, 33, 35, 32, 34)
 
     def __init__(self) -> None:
-        self.files: list[tuple[str, BinaryIO, bytearray]] = []
+        self.lines: queue.SimpleQueue[tuple[str, bytes]] = queue.SimpleQueue()
+        self.count = 0
         self.color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
-    def add(self, name: str, path: Path, offset: int) -> None:
-        """Follow `path` from `offset` (its size before the process started)."""
-        handle = path.open("rb")
-        handle.seek(offset)
+    def add(self, name: str) -> Callable[[bytes], None]:
+        """What the PipeLog of the child `name` calls with each line."""
         prefix = _label(name)
         if self.color:
-            prefix = f"\033[{self.COLORS[len(self.files) % len(self.COLORS)]}m{prefix}\033[0m"
-        self.files.append((prefix, handle, bytearray()))
+            prefix = f"\033[{self.COLORS[self.count % len(self.COLORS)]}m{prefix}\033[0m"
+        self.count += 1
+        return lambda line: self.lines.put((prefix, line))
 
-    def pump(self, final: bool = False) -> None:
-        """Print every complete new line (and, when final, what is left)."""
+    def pump(self) -> None:
+        """Print every line handed over so far but the routine ones."""
         shown = []
-        for prefix, handle, pending in self.files:
-            pending += handle.read()
-            *lines, rest = pending.split(b"\n")
-            if final and rest:
-                lines, rest = [*lines, rest], bytearray()
-            for raw in lines:
-                line = raw.decode(errors="replace").rstrip("\r")
-                if not ROUTINE.search(line):
-                    shown.append(prefix + line)
-            pending[:] = rest
+        while True:
+            try:
+                prefix, raw = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            if not ROUTINE.search(line):
+                shown.append(prefix + line)
         if shown:
             emit("\n".join(shown))
 
@@ -415,15 +440,18 @@ class Supervisor:
     def _ensure_redis(self) -> None:
         url = self.config.redis_url
         why = redis_error(url)
+        say(f"Redis: {masked(url)}, this appliance's keys under {self._prefix()}: "
+            f"(its queues {', '.join(self.config.queues)})")
         if why is None:
-            say(f"using the Redis at {url}")
             return
         parts = urlsplit(url)
         if parts.scheme != "redis" or parts.hostname not in LOCAL_HOSTS:
-            raise Failed(f"no Redis answers at REDIS_URL={url} ({why}); start it, or point "
+            raise Failed(f"no Redis answers at REDIS_URL={masked(url)} ({why}); start it, "
+                         "or point "
                          "REDIS_URL at 127.0.0.1 to have a private one started here")
         if parts.password:
-            raise Failed(f"no Redis answers at REDIS_URL={url} ({why}); a private one is "
+            raise Failed(f"no Redis answers at REDIS_URL={masked(url)} ({why}); a private "
+                         "one is "
                          "started only for a URL without a password")
         binary = shutil.which("redis-server")
         if binary is None:
@@ -448,16 +476,32 @@ class Supervisor:
             raise Failed(f"manage.py {args[0]} failed (exit code {done.returncode}); its "
                          "output is above")
 
+    def _prefix(self) -> str:
+        """The appliance's Redis prefix (appliance/env.py: WEIR_REDIS_PREFIX, else the id
+        kept in the var dir, made here before any child reads it)."""
+        try:
+            return redis_prefix(self.config.var_dir)
+        except ImproperlyConfigured as exc:
+            raise Failed(str(exc)) from exc
+
     def _spawn(self, name: str, argv: list[str]) -> None:
+        """Start a child in a session of its own, its output piped to its rotated log."""
         log = self.config.log(name)
-        with log.open("ab") as out:
-            offset = out.tell()
+        reader, writer = os.pipe()
+        try:
+            # Spawned from the main thread: PR_SET_PDEATHSIG fires when the thread that
+            # forked the child ends, so never from a PipeLog's thread.
             popen = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
-        self.children.append(Child(name, popen, log))
-        if self.tail is not None:
-            self.tail.add(name, log, offset)
+                                     stdout=writer, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        except BaseException:
+            os.close(reader)
+            raise
+        finally:
+            os.close(writer)
+        on_line = self.tail.add(name) if self.tail is not None else None
+        output = PipeLog(reader, RotatingLog(log, self.config.rotation), on_line)
+        self.children.append(Child(name, popen, log, output))
 
     def _wait_for(self, what: str, timeout_s: float, ready: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout_s
@@ -472,25 +516,34 @@ class Supervisor:
 
     # -- run ------------------------------------------------------------------------------
     def watch(self) -> None:
-        """Show the logs (when following) until a stop is asked for or a process exits."""
+        """Show the logs (when following) until a stop is asked for or a process exits;
+        rotate nginx's access log (written by nginx itself) when it is full."""
         while True:
             self._check_children("")
             self._pump()
+            self._rotate_access_log()
             time.sleep(0.2)
+
+    def _rotate_access_log(self) -> None:
+        nginx = [child for child in self.children if child.name == "nginx"]
+        if nginx:  # SIGUSR1: nginx's master reopens its log files (logrotate's postrotate)
+            rotate_reopened(self.config.log("nginx-access"), self.config.rotation,
+                            lambda: os.kill(nginx[0].popen.pid, signal.SIGUSR1))
 
     def _check_children(self, when: str) -> None:
         for child in self.children:
             code = child.exited()
             if code is not None:
-                self._pump(final=True)
+                child.output.join(OUTPUT_DRAIN_S)
+                self._pump()
                 message = f"{child.name} exited {when or 'unexpectedly'} (exit code {code})"
                 if self.tail is None:
                     message += f"; the end of {child.log}:\n{_tail(child.log)}"
                 raise Failed(message)
 
-    def _pump(self, final: bool = False) -> None:
+    def _pump(self) -> None:
         if self.tail is not None:
-            self.tail.pump(final)
+            self.tail.pump()
 
     # -- stop -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -499,7 +552,9 @@ class Supervisor:
         redis_child = [c for c in self.children if c.name == "redis"]
         self._stop_group([c for c in self.children if c.name != "redis"])
         self._stop_group(redis_child)
-        self._pump(final=True)
+        for child in self.children:  # their last lines written before the logs close
+            child.output.join(OUTPUT_DRAIN_S)
+        self._pump()
 
     def _stop_group(self, children: list[Child]) -> None:
         running = [c for c in children if c.group_alive()]

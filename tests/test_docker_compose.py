@@ -64,7 +64,10 @@ HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_C
                           "WEIR_FRONT", "WEIR_TOKEN_MAX_IN_FLIGHT", "WEIR_TRUSTED_PROXIES",
                           # the channel watcher's tick, Redis's request-path timeout and its
                           # breaker (appliance/shared_redis.py): tuned for any deployment
-                          "WEIR_CHANNEL_WATCH_S", "WEIR_REDIS_TIMEOUT_S", "WEIR_REDIS_RETRY_S"}
+                          "WEIR_CHANNEL_WATCH_S", "WEIR_REDIS_TIMEOUT_S", "WEIR_REDIS_RETRY_S",
+                          # weir-<the appliance id in WEIR_VAR_DIR>: the weir-var volume
+                          # gives every service the same one
+                          "WEIR_REDIS_PREFIX"}
 # Set in the compose file although the settings do not read them (none now).
 EXPORTER_VARS: set[str] = set()
 ENV_HELPERS = {"env_bool", "env_list", "env_path", "env_paths", "env_float", "env_http_url",
@@ -241,6 +244,14 @@ def test_urls_point_at_the_compose_services(services, name):
     redis = urlsplit(resolve(env["REDIS_URL"]))
     assert redis.scheme == "redis" and redis.hostname == "redis", (
         f"{name}'s REDIS_URL {env['REDIS_URL']!r} is not redis://redis...")
+
+
+@pytest.mark.parametrize("name", ("migrate", *APPLIANCE, "kafka-worker"))
+def test_every_appliance_service_shares_the_var_volume_so_one_redis_prefix(services, name):
+    env = environment(services[name])
+    assert "WEIR_REDIS_PREFIX" not in env  # the default: the id kept in the var dir
+    assert mounts(services[name]).get(env["WEIR_VAR_DIR"]) == "weir-var", (
+        f"{name} does not mount weir-var at WEIR_VAR_DIR: its Redis prefix would differ")
 
 
 def queues(service: dict) -> set[str]:

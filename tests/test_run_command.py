@@ -230,6 +230,9 @@ def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"Weir is running at {run.url}/" in first.stdout
     assert "starting a private redis-server" in first.stdout
+    prefix = "weir-" + (run.var / "appliance_id").read_text()  # made by the supervisor
+    assert (f"weir: Redis: redis://127.0.0.1:{run.redis_port}/0, this appliance's keys under "
+            f"{prefix}: (its queues weir, weir-export, weir-kafka)") in first.stdout
     passwords = PASSWORD_LINE.findall(first.stdout)
     assert len(passwords) == 1, first.stdout
     assert first.stdout.count(passwords[0]) == 1

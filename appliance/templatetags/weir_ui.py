@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import template
+from django.utils import timezone
 
 register = template.Library()
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -51,6 +52,25 @@ def age(value: Any) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
+
+
+@register.filter
+@_dash_if_blank
+def duration(value: Any) -> str:
+    """How long a run took, from milliseconds: short runs to a tenth of a millisecond
+    ('0.4 ms', '12 ms'), longer ones as age() says ('3.2 s', '4 min')."""
+    ms = float(value)
+    return f"{ms:.1f} ms" if ms < 10 else age(ms)
+
+
+@register.filter
+@_dash_if_blank
+def ago(value: Any) -> str:
+    """How long ago a datetime was ('just now', '40 s ago', '3 min ago')."""
+    ms = (timezone.now() - value).total_seconds() * 1000
+    if ms < 1000:
+        return "just now"
+    return f"{ms / 1000:.0f} s ago" if ms < 120_000 else f"{age(ms)} ago"
 
 
 @register.filter

@@ -7,9 +7,10 @@ from typing import Any
 
 from appliance import channels, lag
 from appliance.models import Channel, ExportRun, KafkaRun, TaskRun
-from appliance.ui import charts
+from appliance.ui import charts, run_records
 
 RECENT = 20
+RUNS_READ = 500  # task runs read for the page: idle ones folded, RECENT busy ones shown
 
 
 def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
@@ -53,8 +54,10 @@ def channel_state(row: Channel) -> dict[str, Any]:
     """Everything the channel page's status part shows."""
     status, error = engine_status(row, segments=True)
     state: dict[str, Any] = {
-        "row": row, "status": status, "error": error, "charts": charts.channel_charts(row.name),
-        "runs": list(TaskRun.objects.filter(channel=row.name)[:RECENT]),
+        "row": row, "status": status, "error": error,
+        "charts": charts.channel_charts(row.name, charts.LARGE),
+        "runs": run_records.recent(TaskRun.objects.filter(channel=row.name)[:RUNS_READ],
+                                   RECENT),
         "exports": list(ExportRun.objects.filter(channel=row.name)[:RECENT]),
         "kafka_runs": list(KafkaRun.objects.filter(channel=row.name)[:RECENT]),
         "last_flush": TaskRun.objects.filter(channel=row.name,

@@ -10,9 +10,11 @@ test is test_slow_clients.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from django.conf import settings
 from front_helpers import CHANNEL, Server, web_server
 
 from appliance import front
+from scripts.log_rotation import Rotation
 from scripts.supervisor import Config, Failed, Supervisor
 
 pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own
@@ -162,6 +165,43 @@ def test_it_refuses_a_body_over_the_produce_limit_before_reading_it(server: Serv
     assert json.loads(body) == {"type": "https://weir.dev/problems/body-too-large",
                                 "title": "Request body too large", "status": 413,
                                 "detail": f"body over WEIR_MAX_PRODUCE_BYTES={limit} bytes"}
+
+
+def test_its_access_log_is_rotated_and_nginx_writes_the_new_file(server: Server) -> None:
+    """The supervisor renames a full access log and has nginx reopen it (SIGUSR1): the
+    requests before land in nginx-access.log.1 (nginx flushes its buffer to the old file
+    on reopen), those after in a new nginx-access.log, none lost."""
+    log = server.var / "log" / "nginx-access.log"
+    marker = f"/health?rotation-{time.monotonic_ns()}"
+    supervisor, before = server.supervisor, server.supervisor.config
+    supervisor.config = dataclasses.replace(before, rotation=Rotation(1024, 2))
+
+    def ask(n: int) -> None:
+        for _ in range(n):
+            with urllib.request.urlopen(f"{server.url}{marker}", timeout=10) as answer:
+                assert answer.status == 200
+
+    def logged() -> int:
+        return sum(path.read_text().count(marker) for path in
+                   (log, log.with_name("nginx-access.log.1"), log.with_name("nginx-access.log.2"))
+                   if path.exists())
+
+    ask(20)  # > 1 KiB of log lines
+    deadline = time.monotonic() + 10  # nginx flushes its log buffer every second
+    while log.stat().st_size < 1024:
+        assert time.monotonic() < deadline, log.stat().st_size
+        time.sleep(0.2)
+    try:
+        supervisor._rotate_access_log()
+    finally:
+        supervisor.config = before
+    assert log.with_name("nginx-access.log.1").exists()
+    ask(5)
+    deadline = time.monotonic() + 10
+    while not (log.exists() and marker in log.read_text()):
+        assert time.monotonic() < deadline, "nginx did not reopen its access log"
+        time.sleep(0.2)
+    assert logged() == 25
 
 
 def test_it_renders_a_config_nginx_accepts_with_every_limit(tmp_path: Path) -> None:

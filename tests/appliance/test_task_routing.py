@@ -71,13 +71,18 @@ def broker() -> Iterator[tuple[redis.Redis, str, str]]:
             yield client, default, export
     finally:
         app.conf.task_default_queue = settings.CELERY_TASK_DEFAULT_QUEUE
-        client.delete(default, export)
+        client.delete(broker_key(default), broker_key(export))
         client.close()
+
+
+def broker_key(queue: str) -> str:
+    """The Redis key of a queue: its name under the appliance's prefix (global_keyprefix)."""
+    return f"{app.conf.broker_transport_options['global_keyprefix']}{queue}"
 
 
 def messages(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
     """The task messages waiting in a queue (kombu's Redis transport: a list of JSON)."""
-    return [json.loads(raw) for raw in client.lrange(queue, 0, -1)]
+    return [json.loads(raw) for raw in client.lrange(broker_key(queue), 0, -1)]
 
 
 def test_the_dispatchers_send_exports_to_the_export_queue_with_an_expiry(
@@ -114,4 +119,4 @@ def test_the_kafka_dispatcher_sends_runs_to_the_kafka_queue_for_channels_with_a_
         assert json.loads(base64.b64decode(sent["body"]))[0] == ["orders"]
         assert messages(client, default) == []
     finally:
-        client.delete(kafka)
+        client.delete(broker_key(kafka))

@@ -227,6 +227,41 @@ def test_a_tick_while_a_change_commits_does_not_keep_the_old_interval(root: Path
     assert tick() == 1 and tick() == 0 and task.sent == ["orders"] * 3
 
 
+def test_a_settings_change_resets_the_schedule_once_it_commits_never_inside(
+        root: Path) -> None:
+    """Through the path every settings change takes (manage_channels.change_channel: the API's
+    PATCH, the UI's form, manage.py): inside its transaction the due key is left alone (a
+    tick there reads the old row and would mark it again); once it commits the key is gone
+    and the next tick dispatches on the new interval."""
+    from django.db.models.signals import post_save
+
+    from appliance.manage_channels import change_channel
+    from appliance.shared_redis import shared_redis
+
+    row = channel_row(root, checkpoint_interval_ms=3_600_000)
+    task, key = Recorder(), tasks._due_key("checkpoint", row.name)
+
+    def tick() -> int:
+        return tasks.dispatch("checkpoint", task, lambda r: r.checkpoint_interval_ms)  # type: ignore[arg-type]
+
+    assert tick() == 1 and tick() == 0
+    inside: list[bool] = []
+
+    def during_the_transaction(instance: Channel, **_: Any) -> None:
+        inside.append(shared_redis().exists(key) == 1)  # not forgotten yet
+        # another process's tick, on the committed (old) row, marks it for the old interval
+        shared_redis().set(key, 3_600_000, px=3_600_000)
+
+    post_save.connect(during_the_transaction, sender=Channel, dispatch_uid="test-tick")
+    try:
+        change_channel(row, {"checkpoint_interval_ms": 1_000})
+    finally:
+        post_save.disconnect(sender=Channel, dispatch_uid="test-tick")
+    assert inside == [True]
+    assert shared_redis().exists(key) == 0  # forgotten at the commit
+    assert tick() == 1 and task.sent == ["orders"] * 2  # the new interval, at once
+
+
 def test_a_changed_interval_holds_from_the_next_tick_without_restarting_beat(
         root: Path) -> None:
     row = channel_row(root, checkpoint_interval_ms=3_600_000)

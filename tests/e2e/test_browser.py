@@ -164,7 +164,7 @@ def test_the_channel_page_shows_a_checkpoint_made_elsewhere_without_a_reload(
     expect(sequence).to_have_text(str(before + 1), timeout=10_000)
     expect(history).to_have_count(rows + 1)
     expect(history.first).to_have_attribute("data-sequence", str(before + 1))
-    expect(page.locator("#runs")).to_contain_text("weir.checkpoint_channel")
+    expect(page.locator("#runs")).to_contain_text("Checkpoint")
     channels.open_channel(row).checkpoint()  # and straight through the engine
     expect(sequence).to_have_text(str(before + 2), timeout=10_000)
     expect(history).to_have_count(rows + 2)

@@ -51,7 +51,7 @@ def test_it_runs_every_ui_page_under_the_policy_without_a_violation(
     strict(page.goto(f"{base}/channels/orders/"))
     expect(page.locator("#channel-status[data-refreshed]")).to_have_count(1)  # it refreshed
     expect(page.locator("#losses")).to_contain_text("not acknowledged")
-    assert page.locator("#channel-status polyline.puts").get_attribute("points")
+    assert page.locator("#channel-status svg.large polyline.puts").get_attribute("points")
     page.once("dialog", lambda dialog: dialog.dismiss())  # weir.js asks first
     page.click("#acknowledge-losses")
     expect(page.locator("#health")).to_have_text("degraded")

@@ -1,7 +1,8 @@
 /* Weir admin UI: the little JavaScript it has.
  * - [data-refresh]: fetch the URL every data-refresh-ms and swap the element's contents
  *   (server-rendered HTML; paused while the tab is hidden or a field in it has focus; a
- *   failed fetch keeps the last contents and marks them stale).
+ *   failed fetch keeps the last contents and marks them stale; an open <details> stays
+ *   open).
  * - form[data-confirm]: ask before a destructive POST (one listener on the document, so
  *   forms inside a part that refreshed itself ask too).
  * No inline script or event handler anywhere: the Content-Security-Policy allows script
@@ -9,6 +10,12 @@
  */
 (function () {
   "use strict";
+
+  // What names a <details> across refreshes: its data-key (a summary whose text changes,
+  // such as a count of folded runs, stays open as it grows), else its summary's text.
+  function detailsKey(d) {
+    return d.getAttribute("data-key") || d.querySelector("summary").textContent;
+  }
 
   function refresh(el) {
     var url = el.getAttribute("data-refresh");
@@ -24,11 +31,10 @@
           return response.text();
         })
         .then(function (html) {
-          var open = Array.prototype.map.call(el.querySelectorAll("details[open]"),
-            function (d) { return d.querySelector("summary").textContent; });
+          var open = Array.prototype.map.call(el.querySelectorAll("details[open]"), detailsKey);
           el.innerHTML = html;
           el.querySelectorAll("details").forEach(function (d) {
-            if (open.indexOf(d.querySelector("summary").textContent) >= 0) { d.open = true; }
+            if (open.indexOf(detailsKey(d)) >= 0) { d.open = true; }
           });
           el.classList.remove("stale");
           el.setAttribute("data-refreshed", String(Date.now()));

@@ -1,0 +1,184 @@
+"""scripts/run.sh's logs, rotated by size (scripts/log_rotation.py) and written by the
+supervisor from each child's pipe (scripts/supervisor.py): a child writing past the limit
+leaves at most WEIR_LOG_BACKUPS rotated files, none over the limit, every line whole and
+none lost across a rotation; a child still gets SIGTERM when the supervisor is killed; a
+file another process writes (nginx's access log) is renamed and reopened; the Redis URL the
+supervisor prints has its password masked."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts.log_rotation import Rotation, rotate_reopened
+from scripts.supervisor import Config, Supervisor, masked
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT, BACKUPS = 4096, 3
+# Lines of varying length, numbered; stdout and stderr both, as a Celery worker writes.
+WRITER = """
+import sys
+for i in range({count}):
+    out = sys.stderr if i % 7 == 0 else sys.stdout
+    out.write(f"{{i:06d}} " + "x" * (i % 113) + "\\n")
+    out.flush()
+"""
+
+
+def supervisor_of(var: Path, rotation: Rotation) -> Supervisor:
+    """A supervisor of no appliance: its _spawn alone is used."""
+    config = Config(var, "redis://127.0.0.1:1/0", "127.0.0.1:1", 1, 1,
+                    ("weir", "weir-export", "weir-kafka"), rotation=rotation)
+    (var / "log").mkdir(parents=True)
+    return Supervisor(config, follow=False)
+
+
+def numbers(path: Path) -> list[int]:
+    """The numbers of a log's lines, each checked whole."""
+    found = []
+    for line in path.read_bytes().split(b"\n")[:-1]:
+        number, _, body = line.partition(b" ")
+        assert body == b"x" * (int(number) % 113), (path, line)
+        found.append(int(number))
+    return found
+
+
+def test_it_rotates_a_childs_log_keeping_n_files_none_over_the_limit_no_line_lost(
+        tmp_path: Path) -> None:
+    supervisor = supervisor_of(tmp_path, Rotation(LIMIT, BACKUPS))
+    count = 3000  # ~190 KB: dozens of rotations
+    supervisor._spawn("writer", [sys.executable, "-c", WRITER.format(count=count)])
+    [child] = supervisor.children
+    assert child.popen.wait(timeout=60) == 0
+    child.output.join(10)
+    log = tmp_path / "log" / "writer.log"
+    files = sorted((tmp_path / "log").iterdir())
+    assert [p.name for p in files] == ["writer.log", "writer.log.1", "writer.log.2",
+                                       "writer.log.3"]
+    kept = [log.with_name(f"writer.log.{n}") for n in (3, 2, 1)] + [log]
+    for path in kept:
+        assert 0 < path.stat().st_size <= LIMIT, path
+    lines = [n for path in kept for n in numbers(path)]
+    assert lines == list(range(lines[0], count))  # in order, none missing, none twice
+    assert len(lines) * 60 > BACKUPS * LIMIT  # the files are full, not one line each
+
+
+def test_an_existing_log_is_appended_to_then_rotated(tmp_path: Path) -> None:
+    supervisor = supervisor_of(tmp_path, Rotation(LIMIT, 2))
+    log = tmp_path / "log" / "writer.log"
+    log.write_bytes(b"999999 " + b"x" * (999999 % 113) + b"\n")  # from an earlier run
+    supervisor._spawn("writer", [sys.executable, "-c", WRITER.format(count=20)])
+    [child] = supervisor.children
+    assert child.popen.wait(timeout=60) == 0
+    child.output.join(10)
+    assert numbers(log) == [999999, *range(20)]
+    assert not log.with_name("writer.log.1").exists()
+
+
+SUPERVISOR = """
+import sys, time
+from pathlib import Path
+from scripts.log_rotation import Rotation
+from scripts.supervisor import Config, Supervisor
+var = Path(sys.argv[1])
+(var / "log").mkdir(parents=True)
+supervisor = Supervisor(Config(var, "redis://127.0.0.1:1/0", "127.0.0.1:1", 1, 1,
+                               ("a", "b", "c"), rotation=Rotation(4096, 2)), follow=False)
+supervisor._spawn("child", [sys.executable, "-c", CHILD])
+print(supervisor.children[0].popen.pid, flush=True)
+time.sleep(600)
+"""
+# Writes a line every 10 ms; says so in its log when SIGTERM comes.
+CHILD = """
+import signal, sys, time
+def stop(*_):
+    print("SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    print("tick", flush=True)
+    time.sleep(0.01)
+"""
+
+
+def test_a_child_gets_sigterm_when_the_supervisor_is_killed(tmp_path: Path) -> None:
+    code = SUPERVISOR.replace("CHILD", repr(CHILD))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        time.sleep(0.5)  # a few ticks through the pipe
+        assert b"tick\n" in (tmp_path / "log" / "child.log").read_bytes()
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child}").exists() and not zombie(child):
+            assert time.monotonic() < deadline, "the child outlived its supervisor"
+            time.sleep(0.05)
+    finally:
+        if Path(f"/proc/{child}").exists():
+            os.kill(child, signal.SIGKILL)
+        parent.stdout.close()
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# Appends a numbered line to a file every 2 ms, reopening it on SIGUSR1, as nginx does.
+REOPENER = """
+import signal, sys, time
+path = sys.argv[1]
+out = open(path, "ab", buffering=0)
+def reopen(*_):
+    global out
+    out = open(path, "ab", buffering=0)
+signal.signal(signal.SIGUSR1, reopen)
+i = 0
+while True:
+    out.write(b"%06d\\n" % i)
+    i += 1
+    time.sleep(0.002)
+"""
+
+
+def test_a_file_another_process_writes_is_renamed_then_reopened(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    writer = subprocess.Popen([sys.executable, "-c", REOPENER, str(log)])
+    rotation = Rotation(1024, 2)
+    try:
+        rotations = 0
+        deadline = time.monotonic() + 30
+        while rotations < 4:
+            assert time.monotonic() < deadline, rotations
+            rotations += rotate_reopened(log, rotation,
+                                         lambda: writer.send_signal(signal.SIGUSR1))
+            time.sleep(0.05)
+        time.sleep(0.2)  # the last reopen done, a few lines in the new file
+    finally:
+        writer.kill()
+        writer.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["access.log", "access.log.1",
+                                                          "access.log.2"]
+    kept = [log.with_name("access.log.2"), log.with_name("access.log.1"), log]
+    lines = [int(line) for path in kept for line in path.read_text().split()]
+    assert lines == list(range(lines[0], lines[-1] + 1))  # none lost in the renames
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("redis://:s3cret@redis.example:6380/2", "redis://:***@redis.example:6380/2"),
+    ("rediss://weir:s3cret@redis.example/0", "rediss://weir:***@redis.example/0"),
+])
+def test_the_redis_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert masked(url) == shown
