@@ -315,6 +315,40 @@ def test_the_event_browser_reads_by_offset_and_by_time_and_escapes_bodies(
     assert operator.get("/channels/orders/events?partition=0&offset=99").status_code == 416
 
 
+def test_the_event_browser_opens_on_the_latest_events_of_every_partition(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=3)
+    for i in range(9):  # keyless: each transaction goes to the next partition
+        put(row, [f"e{i}".encode()], timestamp=1_000 + i)
+    page = operator.get("/channels/orders/events")
+    assert page.status_code == 200
+    shown = [e["event"] for e in page.context["events"]]
+    assert [e.body for e in shown] == [f"e{i}".encode() for i in range(8, -1, -1)]
+    assert {e.partition for e in shown} == {0, 1, 2}
+    html = page.content.decode()
+    assert (f'data-partition="{shown[0].partition}" data-offset="{shown[0].offset}"' in html
+            and 'id="search-older"' not in html)
+    assert page.context["scan"]["done"] == page.context["scan"]["total"] == 9
+
+
+def test_the_event_browser_pages_older_events_with_a_cursor(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    for i in range(60):
+        put(row, [f"e{i}".encode()], timestamp=1_000 + i)
+    first = operator.get("/channels/orders/events")
+    assert [e["event"].body for e in first.context["events"]][:2] == [b"e59", b"e58"]
+    assert len(first.context["events"]) == 50 and first.context["older"]
+    older = operator.get(f"/channels/orders/events?{first.context['older']}")
+    assert [e["event"].body for e in older.context["events"]] == [
+        f"e{i}".encode() for i in range(9, -1, -1)]
+    assert older.context["scan"]["done"] == 60 and "older" not in older.context
+    bad = operator.get("/channels/orders/events?regex=(&limit=0")
+    assert bad.status_code == 400
+    assert "not a regular expression" in bad.context["errors"]["regex"]
+    assert "Hits per page: a whole number from 1 to 1,000" in bad.content.decode()
+
+
 def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Path) -> None:
     row = channel_row(root)
     put(row, [b"e"] * 7)

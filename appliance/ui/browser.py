@@ -1,0 +1,127 @@
+"""The event browser (/channels/<name>/events): the channel's latest events across every
+partition, newest first, searched by key, header and body (appliance/event_search.py, the
+search API's read path); or one partition from an offset or a time. Reading never takes.
+
+    ?                                   the latest events, newest first
+    ?key=&header=&contains=&regex=      a search (appliance/search_query.py), newest first;
+     &partition=&cursor=                cursor: the next page of older events
+    ?partition=P&offset=O | &time=T     one partition from an offset or a time
+"""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from appliance import channels, event_search
+from appliance.models import Channel
+from appliance.search_query import BadQuery, parse_search
+from appliance.ui.access import page
+from appliance.ui.preview import preview
+from channel_engine import Event, OffsetOutOfRangeError
+
+PAGE_EVENTS = 50
+INT64_MAX = 2**63 - 1
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+TEMPLATE = "ui/events.html"
+STOPPED = {"limit": "a page of hits", "scan_limit": "the scan limit",
+           "time_budget": "the time budget"}
+# fields of a search the form has no input for (typed into the address): named for people
+OTHER_FIELDS = {"limit": "Hits per page", "scan_limit": "Scan limit",
+                "budget_ms": "Time budget (ms)", "cursor": "Older events from",
+                "after": "Newer events from"}
+
+
+@page
+def events(request: HttpRequest, name: str) -> HttpResponse:
+    """The latest events or a search, newest first; or a partition from an offset or time."""
+    row = get_object_or_404(Channel, name=name)
+    context: dict[str, Any] = {"row": row, "partitions": range(row.partitions),
+                               "query": request.GET, "events": [], "errors": {}}
+    if "offset" in request.GET or "time" in request.GET:
+        return _browse(request, row, context)
+    return _search(request, row, context)
+
+
+def rows(found: list[Event]) -> list[dict[str, Any]]:
+    """Events as the browser's rows show them (safe previews of key, headers and body)."""
+    return [{"event": e, "key": preview(e.key), "body": preview(e.body),
+             "headers": [(k, preview(v)) for k, v in e.headers.items()]} for e in found]
+
+
+def _search(request: HttpRequest, row: Channel, context: dict[str, Any]) -> HttpResponse:
+    context["mode"] = "search"
+    try:
+        search = parse_search(request.GET, row.partitions)
+    except BadQuery as bad:
+        context["errors"] = bad.errors
+        context["other_errors"] = [(label, bad.errors[field])
+                                   for field, label in OTHER_FIELDS.items()
+                                   if field in bad.errors]
+        return render(request, TEMPLATE, context, status=400)
+    result = event_search.search(channels.open_channel(row), search.partitions,
+                                 search.filters, search.bounds, search.cursor)
+    context["events"] = rows(result.hits)
+    context["scan"] = {**event_search.describe(result),
+                       "done": result.total - result.remaining,
+                       "stopped_at": STOPPED.get(result.stopped or "")}
+    if result.cursor is not None:
+        older = request.GET.copy()
+        older["cursor"] = event_search.cursor_text(result.cursor)
+        context["older"] = older.urlencode()
+    return render(request, TEMPLATE, context)
+
+
+def _browse(request: HttpRequest, row: Channel, context: dict[str, Any]) -> HttpResponse:
+    query = request.GET
+    context["mode"] = "browse"
+    text = query.get("partition", "0")
+    partition = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else -1
+    if not 0 <= partition < row.partitions:
+        context["errors"]["partition"] = f"a partition from 0 to {row.partitions - 1}"
+        return render(request, TEMPLATE, context, status=400)
+    channel = channels.open_channel(row)
+    start: int | None
+    if query.get("time"):
+        at = _when(query["time"])
+        if at is None:
+            context["errors"]["time"] = ("a time like 2026-11-23T19:30:00 (UTC, 1970 to 9999) or "
+                                         "ms since the epoch")
+            return render(request, TEMPLATE, context, status=400)
+        start = channel.offsets_for_time(partition, at)
+        context["found_offset"] = start
+        if start is None:
+            context["note"] = "no event at or after that time"
+            return render(request, TEMPLATE, context)
+    else:
+        text = query.get("offset", "").strip() or "0"
+        if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > INT64_MAX:
+            context["errors"]["offset"] = f"an offset: a whole number from 0 to {INT64_MAX}"
+            return render(request, TEMPLATE, context, status=400)
+        start = int(text)
+    try:
+        found = channel.read(partition, start, PAGE_EVENTS)
+    except OffsetOutOfRangeError as exc:
+        context["errors"]["offset"] = str(exc)
+        return render(request, TEMPLATE, context, status=416)
+    context["events"] = rows(found)
+    context["partition"] = partition
+    context["next_offset"] = found[-1].offset + 1 if len(found) == PAGE_EVENTS else None
+    return render(request, TEMPLATE, context)
+
+
+def _when(text: str) -> int | None:
+    """A time the operator typed (ISO, UTC unless it says otherwise) as ms since the epoch,
+    0 .. INT64_MAX (None: not a time)."""
+    if text.isascii() and text.isdigit():
+        return int(text) if len(text) <= 19 and int(text) <= INT64_MAX else None
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        ms = (moment - EPOCH) // timedelta(milliseconds=1)
+    except (ValueError, OverflowError):  # 9999-12-31T23:59:59-01:00 is past datetime.max
+        return None
+    return ms if ms >= 0 else None
