@@ -91,12 +91,25 @@ class _Backwards:
         while not self.buffer and self.below > self.start:
             low = max(self.start, self.below - CHUNK_EVENTS)
             try:
-                events = self.channel.read(self.partition, low, self.below - low)
+                events = self._read(low)
             except OffsetOutOfRangeError:  # retention removed them meanwhile
                 events, low = [], self.start
-            self.buffer = [e for e in reversed(events) if e.offset < self.below]
+            self.buffer = events[::-1]
             self.below = low
         return self.buffer[0] if self.buffer else None
+
+    def _read(self, low: int) -> list[Event]:
+        """Every event in [low, below): a read stops early at its byte cap, so go on."""
+        events: list[Event] = []
+        at = low
+        while at < self.below:
+            got = [e for e in self.channel.read(self.partition, at, self.below - at)
+                   if e.offset < self.below]
+            if not got:
+                break
+            events += got
+            at = got[-1].offset + 1
+        return events
 
     def pop(self) -> None:
         """The head is scanned."""

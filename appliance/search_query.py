@@ -11,7 +11,8 @@ the search API (GET /api/v1/channels/{name}/events) and the UI's event browser.
     budget_ms=MS       time the scan may take, 100..10,000 (default 2,000)
     cursor=C           go on with older events from a previous scan's cursor
     after=C            a tail: events at or after these positions (a previous tail's
-                       `after`, or a scan's `tail`), oldest first; not with cursor
+                       `after`, or a scan's `tail`; a partition not named: from its
+                       start), oldest first; not with cursor
 
 An empty value is no filter. A bad value raises BadQuery naming each field.
 """
@@ -117,7 +118,7 @@ def _text(query: Query, name: str, errors: dict[str, str]) -> str:
 
 def _number(query: Query, name: str, low: int, high: int, errors: dict[str, str],
             default: int | None) -> int | None:
-    text = (query.get(name) or "").strip()
+    text = query.get(name) or ""
     if not text:
         return default
     if text.isascii() and text.isdigit() and len(text) <= 19 and low <= int(text) <= high:
@@ -128,7 +129,7 @@ def _number(query: Query, name: str, low: int, high: int, errors: dict[str, str]
 
 def _cursor(query: Query, name: str, partitions: int,
             errors: dict[str, str]) -> dict[int, int] | None:
-    text = (query.get(name) or "").strip()
+    text = query.get(name) or ""
     if not text:
         return None
     try:
