@@ -6,20 +6,22 @@ search API's read path); or one partition from an offset or a time. Reading neve
     ?key=&header=&contains=&regex=      a search (appliance/search_query.py), newest first;
      &partition=&cursor=                cursor: the next page of older events
     ?partition=P&offset=O | &time=T     one partition from an offset or a time
+    /<partition>/<offset>               one event's body, raw, as a download
 """
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from appliance import channels, event_search
 from appliance.models import Channel
 from appliance.search_query import BadQuery, parse_search
 from appliance.ui.access import page
-from appliance.ui.preview import preview
+from appliance.ui.json_tree import json_tree
+from appliance.ui.preview import hex_dump, preview
 from channel_engine import Event, OffsetOutOfRangeError
 
 PAGE_EVENTS = 50
@@ -45,10 +47,36 @@ def events(request: HttpRequest, name: str) -> HttpResponse:
     return _search(request, row, context)
 
 
+@page
+def event_body(request: HttpRequest, name: str, partition: int, offset: int) -> HttpResponse:
+    """One event's body as it is stored, as a file to save."""
+    row = get_object_or_404(Channel, name=name)
+    if partition >= row.partitions:
+        raise Http404(f"channel {name} has no partition {partition}")
+    try:
+        found = channels.open_channel(row).read(partition, offset, 1)
+    except OffsetOutOfRangeError as exc:
+        raise Http404(str(exc)) from None
+    if not found or found[0].offset != offset:
+        raise Http404(f"no event at offset {offset} of partition {partition}")
+    response = HttpResponse(found[0].body, content_type="application/octet-stream")
+    response["Content-Disposition"] = (f'attachment; filename="{name}-{partition}-{offset}'
+                                       '.bin"')
+    return response
+
+
 def rows(found: list[Event]) -> list[dict[str, Any]]:
     """Events as the browser's rows show them (safe previews of key, headers and body)."""
-    return [{"event": e, "key": preview(e.key), "body": preview(e.body),
-             "headers": [(k, preview(v)) for k, v in e.headers.items()]} for e in found]
+    return [_row(e) for e in found]
+
+
+def _row(event: Event) -> dict[str, Any]:
+    body = preview(event.body)
+    tree = json_tree(event.body)
+    return {"event": event, "key": preview(event.key), "body": body, "json": tree,
+            "hex": hex_dump(event.body) if body and body.kind == "text" else None,
+            "view": "json" if tree is not None else body.kind if body else "text",
+            "headers": [(k, preview(v)) for k, v in event.headers.items()]}
 
 
 def _search(request: HttpRequest, row: Channel, context: dict[str, Any]) -> HttpResponse:

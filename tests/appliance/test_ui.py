@@ -349,6 +349,22 @@ def test_the_event_browser_pages_older_events_with_a_cursor(
     assert "Hits per page: a whole number from 1 to 1,000" in bad.content.decode()
 
 
+def test_an_event_body_downloads_raw_and_a_missing_event_is_a_404(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"\x00\xffraw", b'{"a": [1]}'])
+    done = operator.get("/channels/orders/events/0/0")
+    assert done.status_code == 200 and done.content == b"\x00\xffraw"
+    assert done["Content-Type"] == "application/octet-stream"
+    assert done["Content-Disposition"] == 'attachment; filename="orders-0-0.bin"'
+    for path in ("/channels/orders/events/0/2", "/channels/orders/events/1/0",
+                 "/channels/orders/events/0/99999", "/channels/nope/events/0/0"):
+        assert operator.get(path).status_code == 404, path
+    html = operator.get("/channels/orders/events").content.decode()
+    assert 'data-view="json"' in html and 'data-view="hex"' in html
+    assert 'href="/channels/orders/events/0/1" download' in html
+
+
 def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Path) -> None:
     row = channel_row(root)
     put(row, [b"e"] * 7)
