@@ -13,6 +13,8 @@ Content-Security-Policy (appliance/csp.py) allows script from those files only.
                                                     runs, exports, tokens
     /channels/<name>/events             browser     latest events and search across
                                                     partitions; a partition by offset/time
+    /channels/<name>/events/tail        browser     the live tail's new rows (polled)
+    /channels/<name>/events/<p>/<o>     browser     one event's raw body (download)
     /channels/<name>/<action>           actions     checkpoint, flush, retention, export,
                                                     pause, resume, verify, tokens, delete
     /ui/status, /channels/<name>/status pages       the parts that refresh themselves

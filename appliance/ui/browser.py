@@ -7,12 +7,15 @@ search API's read path); or one partition from an offset or a time. Reading neve
      &partition=&cursor=                cursor: the next page of older events
     ?partition=P&offset=O | &time=T     one partition from an offset or a time
     /<partition>/<offset>               one event's body, raw, as a download
+    /tail?after=C&<search>              the live tail: rows of the events after C
+                                        (oldest last), the next C in X-Weir-After
 """
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -45,6 +48,24 @@ def events(request: HttpRequest, name: str) -> HttpResponse:
     if "offset" in request.GET or "time" in request.GET:
         return _browse(request, row, context)
     return _search(request, row, context)
+
+
+@page
+def events_tail(request: HttpRequest, name: str) -> HttpResponse:
+    """Rows of the events after the page's positions, newest first (the live tail polls)."""
+    row = get_object_or_404(Channel, name=name)
+    try:
+        search = parse_search(request.GET, row.partitions)
+    except BadQuery as bad:
+        return HttpResponse(str(bad), status=400, content_type="text/plain; charset=utf-8")
+    if search.after is None:
+        return HttpResponse("after: the positions to go on from", status=400,
+                            content_type="text/plain; charset=utf-8")
+    hits, after, _ = event_search.read_after(channels.open_channel(row), search.after,
+                                             search.filters, search.bounds.limit)
+    response = render(request, "ui/_event_rows.html", {"row": row, "events": rows(hits[::-1])})
+    response["X-Weir-After"] = event_search.cursor_text(after)
+    return response
 
 
 @page
@@ -95,6 +116,12 @@ def _search(request: HttpRequest, row: Channel, context: dict[str, Any]) -> Http
     context["scan"] = {**event_search.describe(result),
                        "done": result.total - result.remaining,
                        "stopped_at": STOPPED.get(result.stopped or "")}
+    if search.cursor is None:  # the newest page: the live tail goes on from here
+        tail = request.GET.copy()
+        tail.pop("cursor", None)
+        context["tail_query"] = tail.urlencode()
+        context["tail_after"] = event_search.cursor_text(result.tail)
+        context["tail_ms"] = int(settings.WEIR_UI_REFRESH_S * 1000)
     if result.cursor is not None:
         older = request.GET.copy()
         older["cursor"] = event_search.cursor_text(result.cursor)

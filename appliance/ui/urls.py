@@ -17,6 +17,7 @@ urlpatterns = [
     path("channels/<str:name>/status", pages.channel_status, name="channel-status"),
     path("channels/<str:name>/settings", pages.channel_settings, name="channel-settings"),
     path("channels/<str:name>/events", browser.events, name="events"),
+    path("channels/<str:name>/events/tail", browser.events_tail, name="events-tail"),
     path("channels/<str:name>/events/<int:partition>/<int:offset>", browser.event_body,
          name="event-body"),
     path("channels/<str:name>/checkpoint", actions.run_now, {"action": "checkpoint"},

@@ -365,6 +365,31 @@ def test_an_event_body_downloads_raw_and_a_missing_event_is_a_404(
     assert 'href="/channels/orders/events/0/1" download' in html
 
 
+def test_the_live_tail_answers_rows_after_the_page_positions(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    put(row, [b"old"])
+    page = operator.get("/channels/orders/events?contains=new")
+    after = page.context["tail_after"]
+    assert page.context["tail_query"] == "contains=new" and "data-tail=" in page.content.decode()
+    nothing = operator.get(f"/channels/orders/events/tail?contains=new&after={after}")
+    assert nothing.status_code == 200 and not nothing.content.strip()
+    assert nothing["X-Weir-After"] == after
+    put(row, [b"new 1"])
+    put(row, [b"not this"])
+    put(row, [b"new 2"])
+    tail = operator.get(f"/channels/orders/events/tail?contains=new&after={after}")
+    assert [e["event"].body for e in tail.context["events"]] == [b"new 2", b"new 1"]
+    moved = tail["X-Weir-After"]
+    assert sum(int(p.split(":")[1]) for p in moved.split(",")) == 4
+    again = operator.get(f"/channels/orders/events/tail?contains=new&after={moved}")
+    assert not again.content.strip()
+    assert operator.get("/channels/orders/events/tail").status_code == 400
+    assert operator.get("/channels/orders/events/tail?after=x").status_code == 400
+    older = operator.get(f"/channels/orders/events?cursor={after}")
+    assert "tail_after" not in older.context  # only the newest page tails
+
+
 def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Path) -> None:
     row = channel_row(root)
     put(row, [b"e"] * 7)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,10 @@ def test_a_json_body_is_a_foldable_tree_with_text_and_hex_copy_curl_and_download
     row = make_channel(root, partitions=2)
     body = json.dumps({"order": {"id": 42, "lines": [{"sku": "A-1", "qty": 2}]},
                        "paid": True, "note": "it's <b>fine</b>"}).encode()
-    put_each(row, {"body": body, "key": b"order-42", "headers": {"source": b"shop"}},
-             {"body": b"\x00\x01\xfe binary"})
+    before = int(time.time() * 1000) - 10_000  # older than the event the curl makes
+    put_each(row, {"body": body, "key": b"order-42", "headers": {"source": b"shop"},
+                   "timestamp": before},
+             {"body": b"\x00\x01\xfe binary", "timestamp": before + 1})
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     login(page, live_server.url)
     page.goto(f"{live_server.url}/channels/orders/events")
@@ -137,3 +140,31 @@ def test_a_json_body_is_a_foldable_tree_with_text_and_hex_copy_curl_and_download
     path = download.value.path()
     assert Path(path).read_bytes() == b"\x00\x01\xfe binary"
     assert download.value.suggested_filename.startswith("orders-")
+
+
+def test_the_live_tail_shows_new_events_without_a_reload_and_pauses(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root, partitions=2)
+    put_each(row, {"body": b"already there"})
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/events")
+    rows = page.locator("#events tbody tr")
+    expect(rows).to_have_count(1)
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloaded
+    now = int(time.time() * 1000)  # apart: two puts in one ms would tie across partitions
+    put_each(row, {"body": b"arrived meanwhile 1", "timestamp": now},
+             {"body": b'{"live": true}', "timestamp": now + 1})
+    expect(rows).to_have_count(3)
+    expect(rows.first.locator(".json-tree")).to_contain_text('"live"')
+    expect(rows.nth(1)).to_contain_text("arrived meanwhile 1")
+    shot("live-tail")
+    page.click("#tail-toggle")
+    expect(page.locator("#tail-state")).to_contain_text("Paused")
+    put_each(row, {"body": b"while paused", "timestamp": now + 2})
+    page.wait_for_timeout(1500)  # three polls' worth (WEIR_UI_REFRESH_S is 0.5 here)
+    expect(rows).to_have_count(3)
+    shot("live-tail-paused")
+    page.click("#tail-toggle")
+    expect(rows.first).to_contain_text("while paused")
+    expect(rows).to_have_count(4)
+    assert page.evaluate("window.__sameDocument") is True

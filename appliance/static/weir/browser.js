@@ -3,6 +3,10 @@
  * - .copy-body / .copy-curl: read the event whole from the per-partition events API (the
  *   page shows a cut preview), copy its body (text, or base64 when it is not UTF-8) or a
  *   curl command producing the same key, headers and body to this channel.
+ * - table[data-tail]: the live tail. Every data-tail-ms it asks the server for the rows of
+ *   the events after data-after (per-partition positions; the answer's X-Weir-After is the
+ *   next), puts them on top and keeps at most MAX_ROWS. Paused by #tail-toggle and while
+ *   the tab is hidden; resumed from where it stopped, so nothing is missed.
  * Listeners sit on the document, so rows added later (the live tail) work the same.
  * No inline script anywhere: the Content-Security-Policy allows script from files only.
  */
@@ -75,6 +79,52 @@
       })
       .catch(function (error) { say(cell, "Not copied: " + error.message); });
   }
+
+  var MAX_ROWS = 500;
+
+  function tail(events) {
+    var every = parseInt(events.getAttribute("data-tail-ms") || "3000", 10);
+    var toggle = document.getElementById("tail-toggle");
+    var state = document.getElementById("tail-state");
+    var paused = false;
+    function tick() {
+      if (paused || document.hidden) { return setTimeout(tick, every); }
+      var url = new URL(events.getAttribute("data-tail"), window.location.href);
+      url.searchParams.set("after", events.getAttribute("data-after"));
+      fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then(function (response) {
+          if (response.redirected || !response.ok) { throw new Error(response.status); }
+          var after = response.headers.get("X-Weir-After");
+          return response.text().then(function (html) {
+            if (paused) { return; }  // paused meanwhile: these rows come again on resume
+            var body = events.tBodies[0];
+            if (html.trim()) {
+              body.insertAdjacentHTML("afterbegin", html);
+              var empty = document.getElementById("no-events");
+              if (empty) { empty.remove(); }
+              while (body.rows.length > MAX_ROWS) { body.deleteRow(-1); }
+            }
+            if (after) { events.setAttribute("data-after", after); }
+            events.classList.remove("stale");
+          });
+        })
+        .catch(function () { events.classList.add("stale"); })
+        .finally(function () { setTimeout(tick, every); });
+    }
+    toggle.addEventListener("click", function () {
+      paused = !paused;
+      toggle.setAttribute("aria-pressed", String(!paused));
+      toggle.textContent = paused ? "Resume live tail" : "Pause live tail";
+      state.textContent = paused ? "Paused: new events wait until you resume."
+        : "Live: new events appear at the top as they arrive.";
+    });
+    setTimeout(tick, every);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var events = table();
+    if (events && events.hasAttribute("data-tail")) { tail(events); }
+  });
 
   document.addEventListener("click", function (event) {
     var button = event.target.closest("#events button");
