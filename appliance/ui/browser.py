@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 
 from appliance import channels, event_search
@@ -43,11 +43,22 @@ OTHER_FIELDS = {"limit": "Hits per page", "scan_limit": "Scan limit",
 def events(request: HttpRequest, name: str) -> HttpResponse:
     """The latest events or a search, newest first; or a partition from an offset or time."""
     row = get_object_or_404(Channel, name=name)
-    context: dict[str, Any] = {"row": row, "partitions": range(row.partitions),
-                               "query": request.GET, "events": [], "errors": {}}
     if "offset" in request.GET or "time" in request.GET:
-        return _browse(request, row, context)
-    return _search(request, row, context)
+        return _browse(request, row, _context(row, request.GET))
+    return _search(request, row, _context(row, request.GET), request.GET)
+
+
+def latest_page(request: HttpRequest, row: Channel, extra: dict[str, Any],
+                status: int) -> HttpResponse:
+    """The page of the latest events, with `extra` in its context (a refused form)."""
+    response = _search(request, row, {**_context(row, QueryDict()), **extra}, QueryDict())
+    response.status_code = status
+    return response
+
+
+def _context(row: Channel, query: QueryDict) -> dict[str, Any]:
+    return {"row": row, "partitions": range(row.partitions), "query": query, "events": [],
+            "errors": {}}
 
 
 @page
@@ -100,10 +111,11 @@ def _row(event: Event) -> dict[str, Any]:
             "headers": [(k, preview(v)) for k, v in event.headers.items()]}
 
 
-def _search(request: HttpRequest, row: Channel, context: dict[str, Any]) -> HttpResponse:
+def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
+            query: QueryDict) -> HttpResponse:
     context["mode"] = "search"
     try:
-        search = parse_search(request.GET, row.partitions)
+        search = parse_search(query, row.partitions)
     except BadQuery as bad:
         context["errors"] = bad.errors
         context["other_errors"] = [(label, bad.errors[field])
@@ -117,13 +129,13 @@ def _search(request: HttpRequest, row: Channel, context: dict[str, Any]) -> Http
                        "done": result.total - result.remaining,
                        "stopped_at": STOPPED.get(result.stopped or "")}
     if search.cursor is None:  # the newest page: the live tail goes on from here
-        tail = request.GET.copy()
+        tail = query.copy()
         tail.pop("cursor", None)
         context["tail_query"] = tail.urlencode()
         context["tail_after"] = event_search.cursor_text(result.tail)
         context["tail_ms"] = int(settings.WEIR_UI_REFRESH_S * 1000)
     if result.cursor is not None:
-        older = request.GET.copy()
+        older = query.copy()
         older["cursor"] = event_search.cursor_text(result.cursor)
         context["older"] = older.urlencode()
     return render(request, TEMPLATE, context)

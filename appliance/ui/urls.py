@@ -2,7 +2,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from appliance.ui import actions, browser, pages
+from appliance.ui import actions, browser, pages, produce_form
 
 app_name = "ui"
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("channels/<str:name>/status", pages.channel_status, name="channel-status"),
     path("channels/<str:name>/settings", pages.channel_settings, name="channel-settings"),
     path("channels/<str:name>/events", browser.events, name="events"),
+    path("channels/<str:name>/produce", produce_form.produce, name="produce"),
     path("channels/<str:name>/events/tail", browser.events_tail, name="events-tail"),
     path("channels/<str:name>/events/<int:partition>/<int:offset>", browser.event_body,
          name="event-body"),

@@ -390,6 +390,49 @@ def test_the_live_tail_answers_rows_after_the_page_positions(
     assert "tail_after" not in older.context  # only the newest page tails
 
 
+def test_a_test_event_is_produced_from_the_ui_through_the_api_path(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    done = operator.post("/channels/orders/produce", {
+        "key": "order-7", "headers": "source: ui\n\ntrace:abc", "body": '{"n": 7}'})
+    assert done.status_code == 302 and done["Location"] == "/channels/orders/events"
+    page = operator.get("/channels/orders/events")
+    [shown] = page.context["events"]
+    assert f"Event produced to partition {shown['event'].partition} at offset 0" in \
+        page.content.decode()
+    [event] = channels.open_channel(row).read(shown["event"].partition, 0, 10)
+    assert (event.key, event.headers, event.body) == (
+        b"order-7", {"source": b"ui", "trace": b"abc"}, b'{"n": 7}')
+
+
+@pytest.mark.parametrize(("form", "field", "status", "says"), [
+    ({"headers": "no colon here", "body": "x"}, "headers", 400, "line 1 is not name:value"),
+    ({"headers": f"{'h' * 1025}:v", "body": "x"}, "headers", 400, "1024 bytes"),
+    ({"key": "k", "body": "x", "paused": "1"}, "body", 503, "paused by an operator"),
+])
+def test_a_refused_test_event_writes_nothing_and_says_why_next_to_the_field(
+        operator: Client, root: Path, form: dict[str, str], field: str, status: int,
+        says: str) -> None:
+    row = channel_row(root, puts_paused=bool(form.pop("paused", "")))
+    refused = operator.post("/channels/orders/produce", form)
+    assert refused.status_code == status
+    assert says in refused.context["produce_errors"][field]
+    assert f'id="produce-error-{field}"' in refused.content.decode()
+    assert refused.context["produce"]["body"] == "x"  # the form comes back filled in
+    assert channels.open_channel(row).status()["partitions"][0]["log_end_offset"] == 0
+
+
+def test_producing_from_the_ui_needs_staff_a_post_and_csrf(root: Path) -> None:
+    channel_row(root)
+    plain = Client()
+    plain.force_login(User.objects.create_user("someone", password="pw"))
+    assert plain.post("/channels/orders/produce", {"body": "x"}).status_code == 403
+    staff = Client(enforce_csrf_checks=True)
+    staff.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    assert staff.post("/channels/orders/produce", {"body": "x"}).status_code == 403
+    assert staff.get("/channels/orders/produce").status_code == 405
+
+
 def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Path) -> None:
     row = channel_row(root)
     put(row, [b"e"] * 7)

@@ -168,3 +168,37 @@ def test_the_live_tail_shows_new_events_without_a_reload_and_pauses(
     expect(rows.first).to_contain_text("while paused")
     expect(rows).to_have_count(4)
     assert page.evaluate("window.__sameDocument") is True
+
+
+def test_an_operator_produces_a_test_event_with_key_and_headers_from_the_ui(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    row = make_channel(root, partitions=2)
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/events")
+    expect(page.locator("#no-events")).to_have_text("No events yet.")
+    page.click("#produce-panel summary")
+    page.fill("#produce-key", "order-9")
+    page.fill("#produce-headers", "source: browser\nlevel:debug")
+    page.fill("#produce-body", '{"order": 9, "items": [1, 2]}')
+    shot("produce-form")
+    page.click("#produce-form button[type=submit]")
+    expect(page.locator(".messages")).to_contain_text("Event produced to partition")
+    rows = page.locator("#events tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td").nth(3)).to_have_text("order-9")
+    expect(rows.first.locator("td").nth(4)).to_contain_text("source: browser")
+    expect(rows.first.locator("td").nth(4)).to_contain_text("level: debug")
+    expect(rows.first.locator(".json-tree")).to_contain_text('"items"')
+    shot("produced")
+    [event] = channels.open_channel(row).read(int(rows.first.get_attribute("data-partition")),
+                                              0, 10)
+    assert event.headers == {"source": b"browser", "level": b"debug"}
+
+    page.click("#produce-panel summary")
+    page.fill("#produce-headers", "no colon")
+    page.fill("#produce-body", "kept")
+    page.click("#produce-form button[type=submit]")
+    expect(page.locator("#produce-error-headers")).to_have_text("line 1 is not name:value")
+    expect(page.locator("#produce-body")).to_have_value("kept")
+    expect(rows).to_have_count(1)
+    shot("produce-refused")
