@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -202,3 +203,39 @@ def test_an_operator_produces_a_test_event_with_key_and_headers_from_the_ui(
     expect(page.locator("#produce-body")).to_have_value("kept")
     expect(rows).to_have_count(1)
     shot("produce-refused")
+
+
+def luminance(css_color: str) -> float:
+    """Relative brightness 0..1 of an rgb()/rgba() colour as getComputedStyle gives it."""
+    red, green, blue = (int(v) for v in re.findall(r"\d+", css_color)[:3])
+    return (0.2126 * red + 0.7152 * green + 0.0722 * blue) / 255
+
+
+def test_dark_mode_follows_the_system_and_a_phone_keeps_the_body_in_view(
+        browser: Any, live_server: Any, root: Path, operator: User,
+        request: pytest.FixtureRequest) -> None:
+    row = make_channel(root, partitions=2)
+    put_each(row, {"body": json.dumps({"id": 1, "text": "a long line " * 20}).encode(),
+                   "key": b"customer-000123",
+                   "headers": {"source": b"phone", "trace": b"x" * 60}},
+             {"body": b"plain text body"})
+    for scheme, width in (("dark", 1366), ("light", 390), ("dark", 390)):
+        context = browser.new_context(color_scheme=scheme,
+                                      viewport={"width": width, "height": 844})
+        try:
+            page = context.new_page()
+            login(page, live_server.url)
+            page.goto(f"{live_server.url}/channels/orders/events")
+            background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            card = page.evaluate("getComputedStyle(document.querySelector('#events td.body'))"
+                                 ".color")
+            assert (luminance(background) < 0.2) == (scheme == "dark"), background
+            assert (luminance(card) > 0.6) == (scheme == "dark"), card  # ink readable on it
+            for body in page.locator("#events td.body").all():
+                box = body.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
+                expect(body.locator(".json-tree, pre.body.text").first).to_be_visible()
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            Shots(page, f"{request.node.name}-{scheme}-{width}")("events")
+        finally:
+            context.close()
