@@ -114,6 +114,10 @@ def _row(event: Event) -> dict[str, Any]:
 def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
             query: QueryDict) -> HttpResponse:
     context["mode"] = "search"
+    status, why = channels.status_of(row)
+    if status is None:  # the channel page says the same: the page stands, the reason shown
+        context["unavailable"] = why
+        return render(request, TEMPLATE, context, status=503)
     try:
         search = parse_search(query, row.partitions)
     except BadQuery as bad:
