@@ -146,12 +146,16 @@ def test_a_json_body_is_a_foldable_tree_with_text_and_hex_copy_curl_and_download
 def test_the_live_tail_shows_new_events_without_a_reload_and_pauses(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
     row = make_channel(root, partitions=2)
-    put_each(row, {"body": b"already there"})
     login(page, live_server.url)
     page.goto(f"{live_server.url}/channels/orders/events")
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloaded
+    expect(page.locator("#no-events")).to_have_text("No events yet.")
+    expect(page.locator("#events")).to_be_hidden()
+    put_each(row, {"body": b"the first"})
     rows = page.locator("#events tbody tr")
     expect(rows).to_have_count(1)
-    page.evaluate("window.__sameDocument = true")  # gone if the page reloaded
+    expect(page.locator("#events")).to_be_visible()
+    expect(page.locator("#no-events")).to_have_count(0)
     now = int(time.time() * 1000)  # apart: two puts in one ms would tie across partitions
     put_each(row, {"body": b"arrived meanwhile 1", "timestamp": now},
              {"body": b'{"live": true}', "timestamp": now + 1})

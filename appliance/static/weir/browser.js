@@ -102,6 +102,7 @@
               body.insertAdjacentHTML("afterbegin", html);
               var empty = document.getElementById("no-events");
               if (empty) { empty.remove(); }
+              events.parentNode.classList.remove("empty-table");
               while (body.rows.length > MAX_ROWS) { body.deleteRow(-1); }
             }
             if (after) { events.setAttribute("data-after", after); }
