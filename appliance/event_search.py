@@ -78,38 +78,37 @@ class SearchResult:
 
 @dataclass
 class _Backwards:
-    """One partition read backwards: a chunk buffered newest first above `below`."""
+    """One partition read backwards: a chunk buffered newest first above `below`.
+
+    A read answers about DEFAULT_READ_BYTES (channel_engine's log read) from its start
+    offset on, so a chunk of big events can come back cut short of `below`: the chunk is
+    then read again narrower (`span`, down to one event), so the buffer holds one read's
+    worth at most; after a whole chunk it widens again."""
 
     channel: Channel
     partition: int
     start: int
     below: int
     buffer: list[Event] = field(default_factory=list)
+    span: int = CHUNK_EVENTS
 
     def head(self) -> Event | None:
         """The newest event not yet scanned (reading the next chunk when needed)."""
         while not self.buffer and self.below > self.start:
-            low = max(self.start, self.below - CHUNK_EVENTS)
+            span = min(self.span, self.below - self.start)
+            low = self.below - span
             try:
-                events = self._read(low)
+                got = [e for e in self.channel.read(self.partition, low, span)
+                       if e.offset < self.below]
             except OffsetOutOfRangeError:  # retention removed them meanwhile
-                events, low = [], self.start
-            self.buffer = events[::-1]
+                got, low = [], self.start
+            if got and got[-1].offset + 1 < self.below and span > 1:  # cut short
+                self.span = max(1, min(len(got), span - 1))
+                continue
+            self.span = min(CHUNK_EVENTS, self.span * 2)
+            self.buffer = got[::-1]
             self.below = low
         return self.buffer[0] if self.buffer else None
-
-    def _read(self, low: int) -> list[Event]:
-        """Every event in [low, below): a read stops early at its byte cap, so go on."""
-        events: list[Event] = []
-        at = low
-        while at < self.below:
-            got = [e for e in self.channel.read(self.partition, at, self.below - at)
-                   if e.offset < self.below]
-            if not got:
-                break
-            events += got
-            at = got[-1].offset + 1
-        return events
 
     def pop(self) -> None:
         """The head is scanned."""

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from appliance import channels, event_search
 from appliance.models import Channel
+from channel_engine import Event
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/channels/orders/events"
@@ -174,3 +175,35 @@ def test_it_scans_every_event_when_big_bodies_cut_a_read_short(
     found = search(admin, key="same", scan_limit=100)
     assert [e["body"][-1] for e in found["events"]] == ["5", "4", "3", "2", "1"]
     assert found["scanned"] == found["total"] == 6
+
+
+class CappedLog:
+    """A partition log whose reads stop at a byte cap, as the engine's do (at least one
+    event), recording the bytes each read answered."""
+
+    def __init__(self, sizes: list[int], cap: int) -> None:
+        self.events = [Event(0, i, i, None, {}, bytes([i % 256]) * n)
+                       for i, n in enumerate(sizes)]
+        self.cap, self.answered = cap, []
+
+    def read(self, partition: int, offset: int, max_events: int) -> list[Event]:
+        out: list[Event] = []
+        for event in self.events[offset:offset + max_events]:
+            if out and sum(len(e.body) for e in out) + len(event.body) > self.cap:
+                break
+            out.append(event)
+        self.answered.append(sum(len(e.body) for e in out))
+        return out
+
+
+def test_a_backward_read_holds_one_capped_read_at_most_and_misses_nothing() -> None:
+    sizes = [10] * 300 + [400] * 40 + [10] * 300 + [3000] * 3
+    log = CappedLog(sizes, cap=1000)
+    scan = event_search._Backwards(log, 0, 0, len(sizes))  # type: ignore[arg-type]
+    seen = []
+    while (event := scan.head()) is not None:
+        seen.append(event.offset)
+        scan.pop()
+        assert sum(len(e.body) for e in scan.buffer) <= 3000
+    assert seen == list(range(len(sizes) - 1, -1, -1))
+    assert max(log.answered) <= 3000 and len(log.answered) < 120
