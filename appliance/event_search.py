@@ -78,7 +78,8 @@ class SearchResult:
 
 @dataclass
 class _Backwards:
-    """One partition read backwards: a chunk buffered newest first above `below`.
+    """One partition read backwards: a chunk buffered (in offset order, the head last)
+    above `below`.
 
     A read answers about DEFAULT_READ_BYTES (channel_engine's log read) from its start
     offset on, so a chunk of big events can come back cut short of `below`: the chunk is
@@ -106,17 +107,17 @@ class _Backwards:
                 self.span = max(1, min(len(got), span - 1))
                 continue
             self.span = min(CHUNK_EVENTS, self.span * 2)
-            self.buffer = got[::-1]
+            self.buffer = got
             self.below = low
-        return self.buffer[0] if self.buffer else None
+        return self.buffer[-1] if self.buffer else None
 
     def pop(self) -> None:
         """The head is scanned."""
-        self.buffer.pop(0)
+        self.buffer.pop()
 
     def position(self) -> int:
         """Exclusive bound of what is not yet scanned."""
-        return self.buffer[0].offset + 1 if self.buffer else self.below
+        return self.buffer[-1].offset + 1 if self.buffer else self.below
 
 
 def partition_ranges(channel: Channel) -> list[tuple[int, int]]:
