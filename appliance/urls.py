@@ -14,8 +14,8 @@ from appliance.api.exports import ExportNowView
 from appliance.api.kafka import KafkaRunNowView
 from appliance.api.losses import LossesAcknowledgeView
 from appliance.api.metrics import MetricsView
-from appliance.api.produce import ProduceView
 from appliance.api.runs import RunsView
+from appliance.api.search import ChannelEventsView
 from appliance.api.subscriptions import (
     SubscriptionResetView,
     SubscriptionsView,
@@ -42,7 +42,7 @@ urlpatterns = [
          name="events"),
     path("api/v1/channels/<str:name>/partitions/<int:partition>/batches",
          BatchesView.as_view(), name="batches"),
-    path("api/v1/channels/<str:name>/events", ProduceView.as_view(), name="produce"),
+    path("api/v1/channels/<str:name>/events", ChannelEventsView.as_view(), name="produce"),
     path("api/v1/channels/<str:name>/takes", TakesView.as_view(), name="takes"),
     path("api/v1/channels/<str:name>/takes/<str:take_id>/commit", TakeCommitView.as_view(),
          name="take-commit"),

@@ -7,6 +7,8 @@ problem (problems.py, answered by handler.py), the OpenAPI kit in schema.py.
     GET, PATCH,    /api/v1/channels/{name}                 channel      admin
       DELETE
     POST           /api/v1/channels/{name}/events          produce      produce
+    GET            /api/v1/channels/{name}/events          search       admin
+                   (search newest first, or tail)
     GET            .../{name}/partitions/{p}/events        events       admin
     GET            .../{name}/partitions/{p}/batches       batches      consume
     POST           .../{name}/takes, takes/{id}/commit,    takes        consume

@@ -31,11 +31,11 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from appliance import channels
 from appliance.api.base import ApiView
-from appliance.api.problems import Problem, retry_later
+from appliance.api.problems import Problem
 from appliance.api.schema import RequiredBodySchema, errors
 from appliance.event_parsing import MAX_HEADER_NAME, MAX_HEADERS, MAX_TIMESTAMP, parse
+from appliance.producing import put_events
 
 
 class _Committed(serializers.Serializer):  # for the OpenAPI schema only
@@ -114,16 +114,7 @@ class ProduceView(ApiView):
         # without a body DRF gives {} rather than calling the parser: b"" then
         events = parse(request.data if isinstance(request.data, bytes) else b"",
                        request.content_type or "")
-        if len(events) > row.transaction_capacity:
-            raise Problem(413, "too-many-events",
-                          f"{len(events)} events exceed this channel's "
-                          f"transaction_capacity={row.transaction_capacity}",
-                          field="transaction_capacity")
-        if row.puts_paused:
-            raise retry_later(503, "puts-paused",
-                              f"puts to channel {name!r} are paused by an operator")
-        with channels.open_channel(row).put() as tx:  # engine errors: api/handler.py
-            tx.put_all(events)
+        # engine errors: api/handler.py
         committed = [{"partition": p, "first_offset": first, "last_offset": last}
-                     for p, first, last in tx.committed]
+                     for p, first, last in put_events(row, events)]
         return Response({"events": len(events), "committed": committed})

@@ -11,7 +11,11 @@ Content-Security-Policy (appliance/csp.py) allows script from those files only.
     /channels/<name>/                   pages       settings, partitions, segments,
                                                     checkpoint, flush, retention, task
                                                     runs, exports, tokens
-    /channels/<name>/events             pages       event browser by offset or time
+    /channels/<name>/events             browser     latest events and search across
+                                                    partitions; a partition by offset/time
+    /channels/<name>/events/tail        browser     the live tail's new rows (polled)
+    /channels/<name>/produce            produce_form  produce a test event (POST)
+    /channels/<name>/events/<p>/<o>     browser     one event's raw body (download)
     /channels/<name>/<action>           actions     checkpoint, flush, retention, export,
                                                     pause, resume, verify, tokens, delete
     /ui/status, /channels/<name>/status pages       the parts that refresh themselves

@@ -1,7 +1,6 @@
 """The UI's pages (GET) and the settings forms they hold (POST)."""
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -9,18 +8,11 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from appliance import channels
 from appliance.manage_channels import Refused, change_channel, create_channel
 from appliance.models import ApiToken, Channel
 from appliance.ui import state
 from appliance.ui.access import operator_required, page
 from appliance.ui.forms import ChannelForm, TokenForm
-from appliance.ui.preview import preview
-from channel_engine import OffsetOutOfRangeError
-
-PAGE_EVENTS = 50
-INT64_MAX = 2**63 - 1
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _common() -> dict[str, Any]:
@@ -101,67 +93,3 @@ def channel_settings(request: HttpRequest, name: str) -> HttpResponse:
             messages.success(request, f"Settings saved and applied live: {done}.")
             return redirect("ui:channel", name=name)
     return _channel_page(request, row, form, status=400)
-
-
-def _when(text: str) -> int | None:
-    """A time the operator typed (ISO, UTC unless it says otherwise) as ms since the epoch,
-    0 .. INT64_MAX (None: not a time)."""
-    if text.isascii() and text.isdigit():
-        return int(text) if len(text) <= 19 and int(text) <= INT64_MAX else None
-    try:
-        moment = datetime.fromisoformat(text)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        ms = (moment - EPOCH) // timedelta(milliseconds=1)
-    except (ValueError, OverflowError):  # 9999-12-31T23:59:59-01:00 is past datetime.max
-        return None
-    return ms if ms >= 0 else None
-
-
-@page
-def events(request: HttpRequest, name: str) -> HttpResponse:
-    """Browse a partition's events by offset or by time, without taking them."""
-    row = get_object_or_404(Channel, name=name)
-    query = request.GET
-    context: dict[str, Any] = {"row": row, "partitions": range(row.partitions),
-                               "query": query, "events": [], "errors": {}}
-    if not query:
-        return render(request, "ui/events.html", context)
-    try:
-        text = query.get("partition", "0")
-        partition = int(text) if len(text) <= 10 else -1
-        if not 0 <= partition < row.partitions:
-            raise ValueError
-    except ValueError:
-        context["errors"]["partition"] = f"a partition from 0 to {row.partitions - 1}"
-        return render(request, "ui/events.html", context, status=400)
-    channel = channels.open_channel(row)
-    start: int | None
-    if query.get("time"):
-        at = _when(query["time"])
-        if at is None:
-            context["errors"]["time"] = ("a time like 2026-11-23T19:30:00 (UTC, 1970 to 9999) or "
-                                         "ms since the epoch")
-            return render(request, "ui/events.html", context, status=400)
-        start = channel.offsets_for_time(partition, at)
-        context["found_offset"] = start
-        if start is None:
-            context["note"] = "no event at or after that time"
-            return render(request, "ui/events.html", context)
-    else:
-        text = query.get("offset", "").strip() or "0"
-        if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > INT64_MAX:
-            context["errors"]["offset"] = f"an offset: a whole number from 0 to {INT64_MAX}"
-            return render(request, "ui/events.html", context, status=400)
-        start = int(text)
-    try:
-        found = channel.read(partition, start, PAGE_EVENTS)
-    except OffsetOutOfRangeError as exc:
-        context["errors"]["offset"] = str(exc)
-        return render(request, "ui/events.html", context, status=416)
-    context["events"] = [{"event": e, "key": preview(e.key), "body": preview(e.body),
-                          "headers": [(k, preview(v)) for k, v in e.headers.items()]}
-                         for e in found]
-    context["partition"] = partition
-    context["next_offset"] = found[-1].offset + 1 if len(found) == PAGE_EVENTS else None
-    return render(request, "ui/events.html", context)

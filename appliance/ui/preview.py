@@ -28,10 +28,15 @@ def preview(data: bytes | None) -> Preview | None:
         text = None
     if text is not None and all(c.isprintable() or c in "\n\r\t" for c in text):
         return Preview("text", text[:TEXT_LIMIT], len(data), len(text) > TEXT_LIMIT)
+    return Preview("hex", hex_dump(data), len(data), len(data) > HEX_LIMIT)
+
+
+def hex_dump(data: bytes) -> str:
+    """The first HEX_LIMIT bytes as a hex dump: 16 bytes a line with offsets and ASCII."""
     shown = data[:HEX_LIMIT]
     lines = []
     for at in range(0, len(shown), 16):
         chunk = shown[at:at + 16]
         ascii_part = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{at:08x}  {chunk.hex(' '):<47}  {ascii_part}")
-    return Preview("hex", "\n".join(lines), len(data), len(data) > HEX_LIMIT)
+    return "\n".join(lines)

@@ -2,7 +2,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from appliance.ui import actions, pages
+from appliance.ui import actions, browser, pages, produce_form
 
 app_name = "ui"
 urlpatterns = [
@@ -16,7 +16,11 @@ urlpatterns = [
     path("channels/<str:name>/", pages.channel, name="channel"),
     path("channels/<str:name>/status", pages.channel_status, name="channel-status"),
     path("channels/<str:name>/settings", pages.channel_settings, name="channel-settings"),
-    path("channels/<str:name>/events", pages.events, name="events"),
+    path("channels/<str:name>/events", browser.events, name="events"),
+    path("channels/<str:name>/produce", produce_form.produce, name="produce"),
+    path("channels/<str:name>/events/tail", browser.events_tail, name="events-tail"),
+    path("channels/<str:name>/events/<int:partition>/<int:offset>", browser.event_body,
+         name="event-body"),
     path("channels/<str:name>/checkpoint", actions.run_now, {"action": "checkpoint"},
          name="checkpoint"),
     path("channels/<str:name>/flush", actions.run_now, {"action": "flush"}, name="flush"),

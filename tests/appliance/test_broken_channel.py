@@ -11,6 +11,7 @@ from appliance_helpers import channel_row, token_client
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
+from django.utils.html import escape
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance import channels
@@ -102,3 +103,14 @@ def test_it_shows_a_broken_channel_as_unhealthy_on_the_dashboard(broken: str) ->
         good = html[html.index('<tr data-channel="good">'):]
         good = good[:good.index("</tr>")]
         assert "badge healthy" in good and "cannot be opened" not in good, good
+
+
+def test_the_event_browser_of_a_broken_channel_says_why(broken: str) -> None:
+    operator = Client()
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    response = operator.get("/channels/bad/events")
+    assert response.status_code == 503
+    html = response.content.decode()
+    assert "This channel cannot be opened: " in html and escape(broken) in html
+    assert "No events yet" not in html
+    assert operator.get("/channels/good/events").status_code == 200

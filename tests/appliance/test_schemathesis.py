@@ -49,6 +49,9 @@ EXCLUDED: dict[str, list[CheckFunction]] = {
     "PATCH /api/v1/channels/{name}": [positive_data_acceptance],
     # exactly one of offset / timestamp; the partition must exist in this channel
     "GET /api/v1/channels/{name}/partitions/{partition}/events": [positive_data_acceptance],
+    # the regex must compile; the partition, and those of cursor/after, must exist in this
+    # channel; cursor and after not both
+    "GET /api/v1/channels/{name}/events": [positive_data_acceptance],
     # max_events at most this channel's transaction_capacity
     "POST /api/v1/channels/{name}/takes": [positive_data_acceptance],
     # the partitions of "offsets" must exist in this channel, each offset inside its log

@@ -342,6 +342,124 @@ def test_the_event_browser_reads_by_offset_and_by_time_and_escapes_bodies(
     assert operator.get("/channels/orders/events?partition=0&offset=99").status_code == 416
 
 
+def test_the_event_browser_opens_on_the_latest_events_of_every_partition(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=3)
+    for i in range(9):  # keyless: each transaction goes to the next partition
+        put(row, [f"e{i}".encode()], timestamp=1_000 + i)
+    page = operator.get("/channels/orders/events")
+    assert page.status_code == 200
+    shown = [e["event"] for e in page.context["events"]]
+    assert [e.body for e in shown] == [f"e{i}".encode() for i in range(8, -1, -1)]
+    assert {e.partition for e in shown} == {0, 1, 2}
+    html = page.content.decode()
+    assert (f'data-partition="{shown[0].partition}" data-offset="{shown[0].offset}"' in html
+            and 'id="search-older"' not in html)
+    assert page.context["scan"]["done"] == page.context["scan"]["total"] == 9
+
+
+def test_the_event_browser_pages_older_events_with_a_cursor(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    for i in range(60):
+        put(row, [f"e{i}".encode()], timestamp=1_000 + i)
+    first = operator.get("/channels/orders/events")
+    assert [e["event"].body for e in first.context["events"]][:2] == [b"e59", b"e58"]
+    assert len(first.context["events"]) == 50 and first.context["older"]
+    older = operator.get(f"/channels/orders/events?{first.context['older']}")
+    assert [e["event"].body for e in older.context["events"]] == [
+        f"e{i}".encode() for i in range(9, -1, -1)]
+    assert older.context["scan"]["done"] == 60 and "older" not in older.context
+    bad = operator.get("/channels/orders/events?regex=(&limit=0")
+    assert bad.status_code == 400
+    assert "not a regular expression" in bad.context["errors"]["regex"]
+    assert "Hits per page: a whole number from 1 to 1,000" in bad.content.decode()
+
+
+def test_an_event_body_downloads_raw_and_a_missing_event_is_a_404(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root)
+    put(row, [b"\x00\xffraw", b'{"a": [1]}'])
+    done = operator.get("/channels/orders/events/0/0")
+    assert done.status_code == 200 and done.content == b"\x00\xffraw"
+    assert done["Content-Type"] == "application/octet-stream"
+    assert done["Content-Disposition"] == 'attachment; filename="orders-0-0.bin"'
+    for path in ("/channels/orders/events/0/2", "/channels/orders/events/1/0",
+                 "/channels/orders/events/0/99999", "/channels/nope/events/0/0"):
+        assert operator.get(path).status_code == 404, path
+    html = operator.get("/channels/orders/events").content.decode()
+    assert 'data-view="json"' in html and 'data-view="hex"' in html
+    assert 'href="/channels/orders/events/0/1" download' in html
+
+
+def test_the_live_tail_answers_rows_after_the_page_positions(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    put(row, [b"old"])
+    page = operator.get("/channels/orders/events?contains=new")
+    after = page.context["tail_after"]
+    assert page.context["tail_query"] == "contains=new" and "data-tail=" in page.content.decode()
+    nothing = operator.get(f"/channels/orders/events/tail?contains=new&after={after}")
+    assert nothing.status_code == 200 and not nothing.content.strip()
+    assert nothing["X-Weir-After"] == after
+    put(row, [b"new 1"])
+    put(row, [b"not this"])
+    put(row, [b"new 2"])
+    tail = operator.get(f"/channels/orders/events/tail?contains=new&after={after}")
+    assert [e["event"].body for e in tail.context["events"]] == [b"new 2", b"new 1"]
+    moved = tail["X-Weir-After"]
+    assert sum(int(p.split(":")[1]) for p in moved.split(",")) == 4
+    again = operator.get(f"/channels/orders/events/tail?contains=new&after={moved}")
+    assert not again.content.strip()
+    assert operator.get("/channels/orders/events/tail").status_code == 400
+    assert operator.get("/channels/orders/events/tail?after=x").status_code == 400
+    older = operator.get(f"/channels/orders/events?cursor={after}")
+    assert "tail_after" not in older.context  # only the newest page tails
+
+
+def test_a_test_event_is_produced_from_the_ui_through_the_api_path(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    done = operator.post("/channels/orders/produce", {
+        "key": "order-7", "headers": "source: ui\n\ntrace:abc", "body": '{"n": 7}'})
+    assert done.status_code == 302 and done["Location"] == "/channels/orders/events"
+    page = operator.get("/channels/orders/events")
+    [shown] = page.context["events"]
+    assert f"Event produced to partition {shown['event'].partition} at offset 0" in \
+        page.content.decode()
+    [event] = channels.open_channel(row).read(shown["event"].partition, 0, 10)
+    assert (event.key, event.headers, event.body) == (
+        b"order-7", {"source": b"ui", "trace": b"abc"}, b'{"n": 7}')
+
+
+@pytest.mark.parametrize(("form", "field", "status", "says"), [
+    ({"headers": "no colon here", "body": "x"}, "headers", 400, "line 1 is not name:value"),
+    ({"headers": f"{'h' * 1025}:v", "body": "x"}, "headers", 400, "1024 bytes"),
+    ({"key": "k", "body": "x", "paused": "1"}, "body", 503, "paused by an operator"),
+])
+def test_a_refused_test_event_writes_nothing_and_says_why_next_to_the_field(
+        operator: Client, root: Path, form: dict[str, str], field: str, status: int,
+        says: str) -> None:
+    row = channel_row(root, puts_paused=bool(form.pop("paused", "")))
+    refused = operator.post("/channels/orders/produce", form)
+    assert refused.status_code == status
+    assert says in refused.context["produce_errors"][field]
+    assert f'id="produce-error-{field}"' in refused.content.decode()
+    assert refused.context["produce"]["body"] == "x"  # the form comes back filled in
+    assert channels.open_channel(row).status()["partitions"][0]["log_end_offset"] == 0
+
+
+def test_producing_from_the_ui_needs_staff_a_post_and_csrf(root: Path) -> None:
+    channel_row(root)
+    plain = Client()
+    plain.force_login(User.objects.create_user("someone", password="pw"))
+    assert plain.post("/channels/orders/produce", {"body": "x"}).status_code == 403
+    staff = Client(enforce_csrf_checks=True)
+    staff.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    assert staff.post("/channels/orders/produce", {"body": "x"}).status_code == 403
+    assert staff.get("/channels/orders/produce").status_code == 405
+
+
 def test_the_dashboard_shows_counts_rates_and_health(operator: Client, root: Path) -> None:
     row = channel_row(root)
     put(row, [b"e"] * 7)

@@ -1,0 +1,228 @@
+"""Search a channel's events newest first across partitions, without taking them: the
+message browser's one read path (the UI's latest events, the search API and its UI).
+
+How a scan goes. Each partition is read backwards in chunks (channel.read, the same read
+the per-partition events API uses: committed events only, the queue never moves), from an
+exclusive upper position down to its log start offset. The partitions' heads are merged by
+timestamp (newest first; ties by partition, then offset), so a page of hits is in one
+order across partitions, as Kafdrop's and AKHQ's "newest" views are. Every event merged
+counts as scanned, matching or not.
+
+Bounds. A scan stops at `limit` hits, at `scan_limit` events scanned, or when its time
+budget is spent (checked between events: a single regular expression on one body is not
+interrupted, so patterns are kept short by the callers); it then says why and returns a
+cursor (each partition's position) from which a next scan goes on with older events.
+
+Positions and cursors are `{partition: offset}`: for a backward scan the first offset not
+yet scanned is below the position (exclusive bound); for a tail (`read_after`) the next
+event to show is at the position. As text: "0:120,1:98" (cursor_text / parse_cursor).
+"""
+from __future__ import annotations
+
+import heapq
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from channel_engine import Channel, Event, OffsetOutOfRangeError
+
+CHUNK_EVENTS = 200  # events read from a partition at a time (one owner round trip)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a hit must match; every filter given must match (none given: every event)."""
+
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    contains: bytes | None = None
+    regex: re.Pattern[str] | None = None
+
+    def match(self, event: Event) -> bool:
+        """Does the event pass every filter?"""
+        if self.key is not None and event.key != self.key:
+            return False
+        if any(event.headers.get(name) != value for name, value in self.headers):
+            return False
+        if self.contains is not None and self.contains not in event.body:
+            return False
+        return self.regex is None or bool(
+            self.regex.search(event.body.decode("utf-8", errors="replace")))
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How far one scan may go."""
+
+    limit: int = 50            # hits
+    scan_limit: int = 10_000   # events scanned
+    budget_s: float = 2.0      # wall time
+
+
+@dataclass
+class SearchResult:
+    """One scan: its hits newest first, how much it scanned and of what, why it stopped
+    (None: nothing older is left), where a next scan goes on (None: nowhere) and where a
+    tail of what was searched starts (each partition's end when the scan began)."""
+
+    hits: list[Event]
+    scanned: int
+    total: int
+    remaining: int
+    stopped: str | None
+    cursor: dict[int, int] | None
+    tail: dict[int, int]
+
+
+@dataclass
+class _Backwards:
+    """One partition read backwards: a chunk buffered (in offset order, the head last)
+    above `below`.
+
+    A read answers about DEFAULT_READ_BYTES (channel_engine's log read) from its start
+    offset on, so a chunk of big events can come back cut short of `below`: the chunk is
+    then read again narrower (`span`, down to one event), so the buffer holds one read's
+    worth at most; after a whole chunk it widens again."""
+
+    channel: Channel
+    partition: int
+    start: int
+    below: int
+    buffer: list[Event] = field(default_factory=list)
+    span: int = CHUNK_EVENTS
+
+    def head(self) -> Event | None:
+        """The newest event not yet scanned (reading the next chunk when needed)."""
+        while not self.buffer and self.below > self.start:
+            span = min(self.span, self.below - self.start)
+            low = self.below - span
+            try:
+                got = [e for e in self.channel.read(self.partition, low, span)
+                       if e.offset < self.below]
+            except OffsetOutOfRangeError:  # retention removed them meanwhile
+                got, low = [], self.start
+            if got and got[-1].offset + 1 < self.below and span > 1:  # cut short
+                self.span = max(1, min(len(got), span - 1))
+                continue
+            self.span = min(CHUNK_EVENTS, self.span * 2)
+            self.buffer = got
+            self.below = low
+        return self.buffer[-1] if self.buffer else None
+
+    def pop(self) -> None:
+        """The head is scanned."""
+        self.buffer.pop()
+
+    def position(self) -> int:
+        """Exclusive bound of what is not yet scanned."""
+        return self.buffer[-1].offset + 1 if self.buffer else self.below
+
+
+def partition_ranges(channel: Channel) -> list[tuple[int, int]]:
+    """Each partition's (log start offset, last stable offset): what a reader may see."""
+    return [(p["log_start_offset"], p["last_stable_offset"])
+            for p in channel.status()["partitions"]]
+
+
+def search(channel: Channel, partitions: Sequence[int], filters: Filters, bounds: Bounds,
+           cursor: dict[int, int] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> SearchResult:
+    """Scan `partitions` newest first (from `cursor`, else from their ends) for hits."""
+    ranges = partition_ranges(channel)
+    tail = {p: ranges[p][1] for p in partitions}
+    scans = [_Backwards(channel, p, ranges[p][0],
+                        min(max((cursor or tail).get(p, ranges[p][0]), ranges[p][0]),
+                            ranges[p][1]))
+             for p in partitions]
+    total = sum(ranges[p][1] - ranges[p][0] for p in partitions)
+    hits, scanned, stopped = _merge(scans, filters, bounds, clock)
+    remaining = sum(s.position() - s.start for s in scans)
+    positions = {s.partition: s.position() for s in scans} if remaining else None
+    return SearchResult(hits, scanned, total, remaining, stopped if remaining else None,
+                        positions, tail)
+
+
+def _merge(scans: list[_Backwards], filters: Filters, bounds: Bounds,
+           clock: Callable[[], float]) -> tuple[list[Event], int, str | None]:
+    """Merge the partitions newest first until a bound; (hits, scanned, which bound)."""
+    deadline = clock() + bounds.budget_s
+    heap: list[tuple[int, int, int, int]] = []
+    for i, scan in enumerate(scans):
+        _push(heap, i, scan)
+    hits: list[Event] = []
+    scanned = 0
+    while heap:
+        if len(hits) >= bounds.limit:
+            return hits, scanned, "limit"
+        if scanned >= bounds.scan_limit:
+            return hits, scanned, "scan_limit"
+        if clock() >= deadline:
+            return hits, scanned, "time_budget"
+        *_, i = heapq.heappop(heap)
+        event = scans[i].head()
+        assert event is not None  # pushed because it had one
+        scans[i].pop()
+        scanned += 1
+        if filters.match(event):
+            hits.append(event)
+        _push(heap, i, scans[i])
+    return hits, scanned, None
+
+
+def _push(heap: list[tuple[int, int, int, int]], i: int, scan: _Backwards) -> None:
+    event = scan.head()
+    if event is not None:  # max-heap by (timestamp, partition, offset)
+        heapq.heappush(heap, (-event.timestamp, -event.partition, -event.offset, i))
+
+
+def cursor_text(cursor: dict[int, int] | None) -> str | None:
+    """A cursor as text: "0:120,1:98"."""
+    return None if cursor is None else ",".join(f"{p}:{o}" for p, o in sorted(cursor.items()))
+
+
+def parse_cursor(text: str, partitions: int) -> dict[int, int]:
+    """A cursor from its text; ValueError saying what is wrong."""
+    cursor: dict[int, int] = {}
+    for part in text.split(","):
+        p, sep, o = part.partition(":")
+        if not (sep and p.isascii() and p.isdigit() and o.isascii() and o.isdigit()
+                and len(p) < 7 and len(o) < 20):
+            raise ValueError(f"{part!r} is not partition:offset")
+        if int(p) >= partitions:
+            raise ValueError(f"partition {p} is not in 0..{partitions - 1}")
+        cursor[int(p)] = int(o)
+    return cursor
+
+
+def read_after(channel: Channel, positions: dict[int, int], filters: Filters,
+               limit: int) -> tuple[list[Event], dict[int, int], int]:
+    """The events at or after each partition's position (a tail), up to `limit` matching
+    ones oldest first across partitions; (hits, the next positions, events scanned)."""
+    ranges = partition_ranges(channel)
+    runs: list[list[Event]] = []
+    for p, position in positions.items():
+        start, end = ranges[p]
+        at = min(max(position, start), end)
+        runs.append(channel.read(p, at, min(end - at, limit)) if at < end else [])
+    following = {p: min(max(o, ranges[p][0]), ranges[p][1]) for p, o in positions.items()}
+    hits: list[Event] = []
+    scanned = 0
+    # merge keeps each partition's offset order even where its timestamps go backwards
+    for event in heapq.merge(*runs, key=lambda e: (e.timestamp, e.partition, e.offset)):
+        if len(hits) >= limit:
+            break
+        scanned += 1
+        following[event.partition] = event.offset + 1
+        if filters.match(event):
+            hits.append(event)
+    return hits, following, scanned
+
+
+def describe(result: SearchResult) -> dict[str, Any]:
+    """A scan's figures (without its hits) as the API and the UI show them."""
+    return {"scanned": result.scanned, "total": result.total, "remaining": result.remaining,
+            "stopped": result.stopped,
+            "stopped_early": result.stopped in ("scan_limit", "time_budget"),
+            "cursor": cursor_text(result.cursor), "tail": cursor_text(result.tail)}

@@ -1,0 +1,209 @@
+"""GET /api/v1/channels/{name}/events: search newest first across partitions (key, header,
+body text and regex), bounded by hits, events scanned and time, paged by a cursor; tails
+after positions; bad input is a 400 naming the field; reading never takes."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import pytest
+from appliance_helpers import channel_row, problem, token_client
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from appliance import channels, event_search
+from appliance.models import Channel
+from channel_engine import Event
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/channels/orders/events"
+
+
+@pytest.fixture()
+def orders(tmp_path: Path) -> Iterator[Channel]:
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        yield channel_row(tmp_path, partitions=3, transaction_capacity=5000)
+    channels.close_all()
+
+
+@pytest.fixture()
+def admin() -> APIClient:
+    return token_client("admin")
+
+
+def put(row: Channel, *events: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each event in a transaction of its own (keyless ones go round-robin); where they went."""
+    placed = []
+    for event in events:
+        with channels.open_channel(row).put() as tx:
+            tx.put(**event)
+        placed.append(tx.committed[0][:2])
+    return placed
+
+
+def search(client: APIClient, **query: Any) -> dict[str, Any]:
+    response = client.get(URL, query)
+    assert response.status_code == 200, response.content
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_it_finds_a_hit_on_another_partition_newest_first(
+        orders: Channel, admin: APIClient) -> None:
+    clock = count(1_000)
+    placed = put(orders, {"body": b"the needle", "timestamp": next(clock)},
+                 *({"body": f"hay {i}".encode(), "timestamp": next(clock)} for i in range(8)))
+    latest = search(admin)
+    assert [e["body"] for e in latest["events"]] == [f"hay {i}" for i in range(7, -1, -1)] + [
+        "the needle"]
+    assert {e["partition"] for e in latest["events"]} == {0, 1, 2}
+    assert latest["scanned"] == latest["total"] == 9 and latest["cursor"] is None
+    found = search(admin, contains="needle")
+    assert [(e["partition"], e["offset"]) for e in found["events"]] == [placed[0]]
+    assert placed[0][0] != latest["events"][0]["partition"]  # not where the newest is
+    hit = found["events"][0]
+    assert hit["timestamp"] == 1_000 and hit["body_base64"] == "dGhlIG5lZWRsZQ=="
+
+
+def test_it_filters_by_key_header_text_and_regex(orders: Channel, admin: APIClient) -> None:
+    put(orders, {"body": b'{"user": "ann", "n": 1}', "key": b"ann", "headers": {"kind": b"a"}},
+        {"body": b'{"user": "bob", "n": 22}', "key": b"bob", "headers": {"kind": b"b"}},
+        {"body": b"\xff\x00binary", "key": b"bob", "headers": {"kind": b"a", "x": b"1"}})
+
+    def bodies(**query: Any) -> list[str | None]:
+        return [e["body"] for e in search(admin, **query)["events"]]
+
+    assert bodies(key="bob") == [None, '{"user": "bob", "n": 22}']
+    assert bodies(header="kind:a") == [None, '{"user": "ann", "n": 1}']
+    assert bodies(header=["kind:a", "x:1"], key="bob") == [None]
+    assert bodies(contains='"user"') == ['{"user": "bob", "n": 22}', '{"user": "ann", "n": 1}']
+    assert bodies(regex=r'"n": \d{2}\b') == ['{"user": "bob", "n": 22}']
+    assert bodies(regex="binary$", key="ann") == []
+    assert bodies(key="nobody") == []
+
+
+def test_it_pages_older_events_with_its_cursor(orders: Channel, admin: APIClient) -> None:
+    put(orders, *({"body": f"e{i}".encode(), "timestamp": 1_000 + i} for i in range(10)))
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = search(admin, limit=3, **({"cursor": cursor} if cursor else {}))
+        seen += [e["body"] for e in page["events"]]
+        pages, cursor = pages + 1, page["cursor"]
+        if cursor is None:
+            break
+        assert page["stopped"] == "limit" and not page["stopped_early"]
+    assert seen == [f"e{i}" for i in range(9, -1, -1)] and pages == 4
+    one = search(admin, partition=1)
+    assert {e["partition"] for e in one["events"]} == {1} and one["total"] < 10
+
+
+def test_a_bounded_scan_of_a_big_channel_stops_early_and_says_so(
+        orders: Channel, admin: APIClient) -> None:
+    for _ in range(3):  # 3 transactions of 2,000: one per partition
+        with channels.open_channel(orders).put() as tx:
+            for i in range(2000):
+                tx.put(f"event {i}".encode())
+    first = search(admin, contains="nowhere", scan_limit=1000)
+    assert first["events"] == [] and first["scanned"] == 1000 and first["total"] == 6000
+    assert first["stopped"] == "scan_limit" and first["stopped_early"] is True
+    assert first["remaining"] == 5000 and first["cursor"]
+    second = search(admin, contains="nowhere", scan_limit=1000, cursor=first["cursor"])
+    assert second["scanned"] == 1000 and second["remaining"] == 4000
+    assert sum(int(p.split(":")[1]) for p in second["cursor"].split(",")) == 4000
+    last = search(admin, contains="event 0", scan_limit=1_000_000, cursor=first["cursor"])
+    assert [e["body"] for e in last["events"]] == ["event 0"] * 3
+    assert last["remaining"] == 0 and last["stopped"] is None and last["cursor"] is None
+
+
+def test_the_time_budget_ends_a_scan(orders: Channel) -> None:
+    put(orders, *({"body": b"x"} for _ in range(5)))
+    ticks = count()
+    result = event_search.search(channels.open_channel(orders), [0, 1, 2],
+                                 event_search.Filters(contains=b"y"),
+                                 event_search.Bounds(budget_s=2.5), clock=lambda: next(ticks))
+    assert result.stopped == "time_budget" and result.scanned == 2 and result.remaining == 3
+    assert event_search.describe(result)["stopped_early"] is True
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ({"regex": "(unclosed"}, "regex"), ({"regex": "a" * 257}, "regex"),
+    ({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"limit": "ten"}, "limit"),
+    ({"scan_limit": 0}, "scan_limit"), ({"budget_ms": 50}, "budget_ms"),
+    ({"header": "no-colon"}, "header"), ({"header": ":value"}, "header"),
+    ({"partition": 3}, "partition"), ({"cursor": "0-5"}, "cursor"),
+    ({"cursor": "7:5"}, "cursor"), ({"cursor": "0:1", "after": "0:1"}, "after"),
+    ({"contains": "x" * 1025}, "contains")])
+def test_bad_input_is_a_400_naming_the_field(orders: Channel, admin: APIClient,
+                                             query: dict[str, Any], field: str) -> None:
+    found = problem(admin.get(URL, query), 400, "validation-error")
+    assert found["field"] == field and field in found["errors"]
+
+
+def test_it_tails_after_positions_oldest_first(orders: Channel, admin: APIClient) -> None:
+    put(orders, {"body": b"before"})
+    start = search(admin)["tail"]
+    assert search(admin, after=start) == {"events": [], "scanned": 0, "after": start}
+    put(orders, {"body": b"new 1", "timestamp": 5_000}, {"body": b"new 2", "timestamp": 6_000})
+    tail = search(admin, after=start)
+    assert [e["body"] for e in tail["events"]] == ["new 1", "new 2"]
+    assert search(admin, after=tail["after"])["events"] == []
+    assert [e["body"] for e in search(admin, after=start, contains="2")["events"]] == ["new 2"]
+
+
+def test_reading_takes_nothing_and_needs_the_admin_role(
+        orders: Channel, admin: APIClient) -> None:
+    put(orders, {"body": b"a"}, {"body": b"b"})
+    search(admin, contains="a")
+    assert channels.open_channel(orders).status()["events_untaken"] == 2
+    for role in ("produce", "consume"):
+        problem(token_client(role).get(URL), 403, "permission-denied")
+    assert token_client("produce").post(URL, {"events": [{"body": "c"}]},
+                                         format="json").status_code == 200
+    other = channel_row(Path(orders.checkpoint_dir).parent, name="other")
+    problem(token_client("admin", channels=[other]).get(URL), 403, "permission-denied")
+
+
+def test_it_scans_every_event_when_big_bodies_cut_a_read_short(
+        orders: Channel, admin: APIClient) -> None:
+    big = b"z" * 400_000  # a read returns about 1 MiB: two or three of these
+    with channels.open_channel(orders).put() as tx:  # one partition, one batch each below
+        tx.put(big + b"0")
+    for i in range(1, 6):
+        with channels.open_channel(orders).put() as tx:
+            tx.put(big + str(i).encode(), key=b"same")  # one key: one partition
+    found = search(admin, key="same", scan_limit=100)
+    assert [e["body"][-1] for e in found["events"]] == ["5", "4", "3", "2", "1"]
+    assert found["scanned"] == found["total"] == 6
+
+
+class CappedLog:
+    """A partition log whose reads stop at a byte cap, as the engine's do (at least one
+    event), recording the bytes each read answered."""
+
+    def __init__(self, sizes: list[int], cap: int) -> None:
+        self.events = [Event(0, i, i, None, {}, bytes([i % 256]) * n)
+                       for i, n in enumerate(sizes)]
+        self.cap, self.answered = cap, []
+
+    def read(self, partition: int, offset: int, max_events: int) -> list[Event]:
+        out: list[Event] = []
+        for event in self.events[offset:offset + max_events]:
+            if out and sum(len(e.body) for e in out) + len(event.body) > self.cap:
+                break
+            out.append(event)
+        self.answered.append(sum(len(e.body) for e in out))
+        return out
+
+
+def test_a_backward_read_holds_one_capped_read_at_most_and_misses_nothing() -> None:
+    sizes = [10] * 300 + [400] * 40 + [10] * 300 + [3000] * 3
+    log = CappedLog(sizes, cap=1000)
+    scan = event_search._Backwards(log, 0, 0, len(sizes))  # type: ignore[arg-type]
+    seen = []
+    while (event := scan.head()) is not None:
+        seen.append(event.offset)
+        scan.pop()
+        assert sum(len(e.body) for e in scan.buffer) <= 3000
+    assert seen == list(range(len(sizes) - 1, -1, -1))
+    assert max(log.answered) <= 3000 and len(log.answered) < 120
