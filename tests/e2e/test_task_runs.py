@@ -124,7 +124,10 @@ def test_the_rate_chart_shows_the_last_hour_with_labelled_axes(
     assert box is not None and box["width"] >= 600  # readable, not a thumbnail
     scroll_to(page, "rates")
     shot("rate-chart", full_page=False)
-    chart.screenshot(path=str(shot.directory / "rate-chart-alone.png"))
+    # the status part refreshes itself and may replace the chart mid-shot: clip the page
+    box = chart.bounding_box()
+    assert box is not None
+    page.screenshot(path=str(shot.directory / "rate-chart-alone.png"), clip=box)
 
     page.goto(f"{live_server.url}/")
     small = page.locator("tr[data-channel=orders] svg.chart")
