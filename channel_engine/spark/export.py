@@ -6,10 +6,13 @@
         [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
-It prints progress lines ("export orders: ~120,000 of 300,000 rows (40%)"), then one JSON
-report line on stdout: `{"report": …}` (export_report.py), or `{"report": null, "error":
-…, "run": …}` when it failed (exit status 1; "run" holds what the failed run had
-reserved).
+It prints progress lines ("export orders: ~120,000 of 300,000 rows (40%)"), a commit
+line `{"commit": …}` just before its commit point and another just after (the run's
+report so far, outcome "committing", then "committed": export_report.py), then one JSON
+report line on stdout: `{"report": …}`, or `{"report": null, "error": …, "run": …}` when
+it failed (exit status 1; "run" holds what the failed run had reserved). A job killed
+after its commit point has printed its "committed" line: the appliance records the run
+as what it did (appliance/exports.py), and the next run finishes its moves.
 
 Cluster settings: the master comes from --master (WEIR_SPARK_MASTER); Hadoop's from
 HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the JVM's
@@ -182,7 +185,9 @@ def _export(settings: ExportSettings, master: str | None) -> int:
     spark = spark_session(master)
     exporter = None
     try:
-        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True))
+        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True),
+                            on_commit=lambda run: print(json.dumps({"commit": run}),
+                                                        flush=True))
         report = exporter.run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
         failed = getattr(exporter, "report", None)

@@ -16,7 +16,8 @@ The protocol (each step survives a crash at any point; the output is the source 
     3     skip what a commit record already holds        -
     4     write the rest with Spark to _weir/tmp/<run>   temp files deleted by step 1
     5     sync the temp files; write the commit record   step 1 applies it
-          (temp name, sync, rename, sync the dir)
+          (temp name, sync, rename, sync the dir),
+          between two commit lines (export.py)
     6     move each temp file to its final name; sync    step 1 finishes the moves
           the directories
     7     commit the take                                the take returns; step 3 skips it
@@ -95,10 +96,15 @@ class Exporter:
     """One run of the protocol above for one channel."""
 
     def __init__(self, spark: Any, settings: ExportSettings,
-                 progress: Callable[[str], None] = print) -> None:
+                 progress: Callable[[str], None] = print,
+                 on_commit: Callable[[dict[str, Any]], None] = lambda report: None) -> None:
         self.spark = spark
         self.settings = settings
         self.progress = progress
+        # Told the run's report just before its commit point (outcome "committing") and
+        # just after (outcome "committed"): the appliance's record of a job killed before
+        # it could report (export_report.py)
+        self.on_commit = on_commit
         self.config = ChannelConfig.load(settings.home)
         self.dfs = Dfs(spark, settings.output)
         self.layout = OutputLayout(self.dfs, self.config.name)
@@ -196,6 +202,7 @@ class Exporter:
             "rows": sum(r.rows for r in self.reports.values()),
             "bytes": sum(r.bytes for r in self.reports.values()),
             "duration_s": duration, "recorded": self.recorded,
+            "committed_runs": self.records.runs,
             "missing_files": self.records.missing[:100],
             "partitions": [asdict(r) for _, r in sorted(self.reports.items())]}
         return self.report
@@ -216,17 +223,20 @@ class Exporter:
         for source, _ in moves:  # on disk before a record names them (file:// only)
             self.dfs.sync_file(source)
         self.dfs.sync_dirs_up_to([source for source, _ in moves], self.root)
+        for report in self.reports.values():
+            report.rows = sum(end - start for start, end in report.ranges)
+        self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
                             {p: report.ranges for p, report in self.reports.items()})
         self.recorded = True
-        crash_point("recorded")
+        crash_point("recorded")  # committed, and nobody told yet
+        self.on_commit(self._finish("committed"))
+        crash_point("announced")  # the appliance tests: committed, and its commit line out
         for source, target in moves:
             self.dfs.rename(source, target)
             crash_point("moving")  # the crash tests: one file moved, the others not yet
         self.dfs.sync_dirs_up_to([target for _, target in moves], self.root)
         crash_point("moved")
-        for report in self.reports.values():
-            report.rows = sum(end - start for start, end in report.ranges)
         self.progress(f"export {self.config.name}: {total:,} events in "
                       f"{sum(len(r.files) for r in self.reports.values())} files")
 
