@@ -70,6 +70,7 @@ from typing import Any
 
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
 from channel_engine.channel_id import channel_id
+from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge, subtract
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
@@ -77,7 +78,7 @@ from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.file_formats import writer
-from channel_engine.spark.output_layout import OutputLayout, Pieces, piece_rows
+from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
 
 
 def crash_point(step: str) -> None:
@@ -263,9 +264,14 @@ class Exporter:
 
     def _plan_moves(self, temp: str, pieces: Pieces) -> list[list[str]]:
         """[temp, final] for each of Spark's files, counted in its partition's report."""
+        held = held_offsets(self.spark, temp, self.settings.format)
+        written = sum(count for _, _, count in held.values())
+        expected = sum(end - start for _, (start, end) in pieces.ranges)
+        if written != expected:  # never commit a write that lost or doubled events
+            raise ExportError(f"Spark wrote {written} events to {temp}, not {expected}")
         moves = []
         for file in self.layout.data_files(temp, pieces, self.settings.format,
-                                           self.channel_id):
+                                           self.channel_id, held):
             moves.append([file.temp, file.final])
             self.reports[file.partition].files.append(file.final)
             self.reports[file.partition].bytes += file.size

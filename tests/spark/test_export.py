@@ -182,19 +182,23 @@ def file_rows(spark: Any, uri: str) -> list[dict[str, Any]]:
 
 
 def check_names(spark: Any, output: str, roll: int) -> None:
-    """Each file sits in its hour, is named by partition and offset range, holds only
-    offsets of that range, and no two files of an hour share an offset."""
+    """Each file sits in its hour, is named by partition and the first and last offset it
+    holds, no two files share a name (in any hour) and no two of an hour an offset."""
     seen: dict[str, set[tuple[int, int]]] = {}
+    names: set[str] = set()
     for uri in committed_files(spark, output):
         path = relative(spark, output, uri)
         hour, name = path.rsplit("/", 1)
         match = NAME.fullmatch(name)
         assert re.fullmatch(r"\d{4}/\d{2}/\d{2}/\d{2}", hour) and match, path
+        assert name not in names, path
+        names.add(name)
         first, last = int(match["first"]), int(match["last"])
         assert last - first < roll and first // roll == last // roll, path  # rolled
         rows = file_rows(spark, uri)
         assert {r["partition"] for r in rows} == {int(match["p"])}
-        assert all(first <= r["offset"] <= last for r in rows), path
+        held = [r["offset"] for r in rows]
+        assert (min(held), max(held)) == (first, last), path
         offsets = {(r["partition"], r["offset"]) for r in rows}
         assert not offsets & seen.setdefault(hour, set()), path
         seen[hour] |= offsets
