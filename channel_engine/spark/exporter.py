@@ -79,6 +79,7 @@ from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.file_formats import writer
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
+from channel_engine.spark.write_progress import WRITE_CONF, rows_written
 
 
 def crash_point(step: str) -> None:
@@ -215,7 +216,8 @@ class Exporter:
         self.progress(f"export {self.config.name}: writing {total:,} events "
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
         frame = self._frame(pieces)
-        with self._report_progress(total), self._crash_mid_write(temp):
+        with self._report_progress(total), self._crash_mid_write(temp), \
+                _session_conf(self.spark, WRITE_CONF):
             # each Spark task reads one piece (see Pieces): its files are that piece's,
             # one per time bucket, with no shuffle
             writer(frame, self.settings.format).mode("errorifexists").save(temp)
@@ -300,19 +302,34 @@ class Exporter:
         crash_point("writing")
 
     def _report_progress(self, total: int) -> Any:
-        """Log rows and % while Spark writes (from its task counts), every progress_s."""
-        tracker = self.spark.sparkContext.statusTracker()
-
+        """Log the rows written and % while Spark writes, every progress_s
+        (write_progress.py)."""
         def report() -> None:
-            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            tasks = sum(s.numTasks for s in stages if s)
-            finished = sum(s.numCompletedTasks for s in stages if s)
-            if tasks:
-                share = finished / tasks
-                self.progress(f"export {self.config.name}: ~{int(total * share):,} of "
-                              f"{total:,} rows ({share:.0%})")
+            written = rows_written(self.spark)
+            if written is None:
+                self.progress(f"export {self.config.name}: writing {total:,} rows")
+            else:
+                written = min(written, total)
+                self.progress(f"export {self.config.name}: {written:,} of {total:,} rows "
+                              f"written ({written / max(total, 1):.0%})")
 
         return _every(self.settings.progress_s, report)
+
+
+@contextmanager
+def _session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
+    """`conf` set in the session while the block runs, then as it was."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @contextmanager

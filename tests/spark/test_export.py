@@ -424,19 +424,33 @@ def test_a_channel_created_again_under_its_old_name_is_exported_whole(
     assert sorted(r[5] for r in rows) == sorted([event(i)[3] for i in range(90)] * 2)
 
 
-def test_files_roll_by_bytes_and_progress_is_reported(
-        tmp_path: Path, spark: Any, output: str) -> None:
+def test_files_roll_by_bytes(tmp_path: Path, spark: Any, output: str) -> None:
     config = make_channel(tmp_path, 6000, partitions=1)
     with Channel.open(config) as channel:
         per_event = channel.status()["bytes_on_disk"] // 6000  # log bytes an event
-    report = export_here(spark, config, output, roll_bytes=16 << 10, progress_s=0.05)
+    report = export_here(spark, config, output, roll_bytes=16 << 10)
     sizes = [len(file_rows(spark, uri)) for uri in committed_files(spark, output)]
     assert report["rows"] == 6000 and sum(sizes) == 6000
     assert max(sizes) <= (16 << 10) // per_event < 1000  # rolled by bytes, not rows
     assert len({relative(spark, output, u).rsplit("/", 1)[-1].split("+")[2]
                 for u in committed_files(spark, output)}) >= 6000 * per_event // (16 << 10)
-    assert any(re.search(r"~[\d,]+ of 6,000 rows \(\d+%\)", line) for line in report["log"]), \
-        report["log"]
+
+
+def test_progress_counts_rows_as_they_are_written(tmp_path: Path) -> None:
+    # One Spark task per 200,000 rows: a count of finished tasks would jump from 0 to
+    # 50% to 100%; the rows written so far rise in between.
+    config = make_channel(tmp_path, 0, partitions=1)
+    with Channel.open(config) as channel:
+        for start in range(0, 400_000, 4_000):
+            with channel.put() as tx:
+                for i in range(start, start + 4_000):
+                    tx.put(b"x" * 200, timestamp=BASE_MS + i)
+    code, report, log = export(config, output_uri(tmp_path), "--progress-every", "0.2")
+    assert code == 0 and report is not None and report["report"]["rows"] == 400_000, log
+    counts = [int(found[1].replace(",", "")) for found in re.finditer(
+        r"export orders: ([\d,]+) of 400,000 rows written \(\d+%\)", log)]
+    assert counts == sorted(counts), counts  # never backwards
+    assert [c for c in counts if 0 < c < 400_000 and c % 200_000], (counts, log[-3000:])
 
 
 def test_an_empty_channel_writes_nothing(tmp_path: Path, spark: Any, output: str) -> None:
