@@ -77,7 +77,7 @@ from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
-from channel_engine.spark.file_formats import writer
+from channel_engine.spark.file_formats import SESSION_CONF, readable, writer
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
 from channel_engine.spark.write_progress import WRITE_CONF, rows_written
 
@@ -217,7 +217,7 @@ class Exporter:
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
         frame = self._frame(pieces)
         with self._report_progress(total), self._crash_mid_write(temp), \
-                _session_conf(self.spark, WRITE_CONF):
+                _session_conf(self.spark, {**WRITE_CONF, **SESSION_CONF}):
             # each Spark task reads one piece (see Pieces): its files are that piece's,
             # one per time bucket, with no shuffle
             writer(frame, self.settings.format).mode("errorifexists").save(temp)
@@ -244,8 +244,9 @@ class Exporter:
                       f"{sum(len(r.files) for r in self.reports.values())} files")
 
     def _frame(self, pieces: Pieces) -> Any:
-        """The events of the pieces, read through the "weir" source (source.py), with the
-        columns that place them in files (Pieces.placed)."""
+        """The events of the pieces, read through the "weir" source (source.py), in the
+        columns written (file_formats.readable), with the columns that place them in files
+        (Pieces.placed)."""
         from channel_engine.spark.source import SCHEMA, register
 
         register(self.spark)
@@ -262,7 +263,7 @@ class Exporter:
                  .option("home", str(self.config.home))
                  .option("ranges", json.dumps(ranges)).option("split_align", str(pieces.rows))
                  .options(**remote).load())
-        return pieces.placed(frame, self.settings.path)
+        return readable(pieces.placed(frame, self.settings.path))
 
     def _plan_moves(self, temp: str, pieces: Pieces) -> list[list[str]]:
         """[temp, final] for each of Spark's files, counted in its partition's report."""
