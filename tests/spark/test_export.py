@@ -700,3 +700,29 @@ def test_avro_holds_text_as_strings_and_time_as_timestamp_millis(
     assert (types["body"], types["body_bytes"]) == (StringType(), BinaryType())
     rows = frame.withColumn("timestamp", F.unix_millis("timestamp")).orderBy("offset")
     assert [written(r.asDict()) for r in rows.collect()] == WRITTEN
+
+
+def test_a_piece_over_more_buckets_than_open_writers_makes_one_file_a_bucket(
+        tmp_path: Path, spark: Any) -> None:
+    # The write keeps up to CONCURRENT_WRITERS files open (write_progress.py), then sorts
+    # the rest of its task's rows: each bucket still gets one file, named by its offsets.
+    from channel_engine.spark.write_progress import CONCURRENT_WRITERS
+
+    config = make_channel(tmp_path, 0, partitions=1)
+    buckets = CONCURRENT_WRITERS * 3
+    with Channel.open(config) as channel, channel.put() as tx:
+        for i in range(buckets * 4):  # a bucket a second, visited again every `buckets`
+            tx.put(f"e{i}".encode(), timestamp=BASE_MS + (i % buckets) * 1000)
+    output = output_uri(tmp_path)
+    report = export_here(spark, config, output, path="%Y/%H%M%S")
+    assert report["rows"] == buckets * 4
+    names = [relative(spark, output, uri) for uri in committed_files(spark, output)]
+    assert len(names) == buckets and len({n.rsplit("/", 1)[1] for n in names}) == buckets
+    assert sorted(as_put(exported(spark, output))) == sorted(
+        (BASE_MS + (i % buckets) * 1000, None, {}, f"e{i}".encode()) for i in range(buckets * 4))
+    for uri in committed_files(spark, output):
+        match = NAME.fullmatch(uri.rsplit("/", 1)[1])
+        assert match, uri
+        offsets = sorted(r["offset"] for r in file_rows(spark, uri))
+        assert (offsets[0], offsets[-1], len(offsets)) == (int(match["first"]),
+                                                            int(match["last"]), 4)
