@@ -304,6 +304,9 @@ def test_a_job_killed_at_any_step_then_rerun_exports_each_event_exactly_once(
     if step in ("recorded", "moving", "moved"):  # the first run's record holds the events
         assert report["rows"] == 0
         assert sum(len(p["skipped"]) for p in report["partitions"]) > 0
+        assert len(report["committed_runs"]) == 1  # the killed run committed: its row says
+    else:
+        assert report["committed_runs"] == []
 
 
 # Default run: HDFS, killed while writing; the slow run: every step on both.
