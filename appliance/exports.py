@@ -22,6 +22,16 @@ Once run_export holds it, an ExportRun of the channel still "running" belongs to
 that died with its job (a killed worker): it is marked failed. The kernel drops a dead
 process's flock, so the lock itself is never stale.
 
+A run killed after its commit point is recorded as what it did. The job prints the
+run's report just before its commit point and just after (its commit lines: the ranges,
+files, rows and bytes it commits; channel_engine/spark/export_report.py), and the row
+keeps it while it runs. A job that then ends without its report (killed, timed out, its
+worker gone) leaves a row "ok" with those events and files ("committed …; the next
+export finishes moving its files"), never "failed, 0 events"; one that died between the
+two lines is "failed" until the next run, whose report names every run whose commit
+record it read (committed_runs): those rows become "ok" too. The next run finishes the
+moves and skips the committed ranges (the protocol, channel_engine/spark/exporter.py).
+
 Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
 read ranges from the raw batches endpoint (appliance/api/batches.py, role consume) instead of the
 segment files. Each run issues its own ApiToken: role consume, this channel only, named
@@ -227,12 +237,65 @@ def _token_name(run: ExportRun) -> str:
 
 
 def _fail_stale_runs(name: str) -> None:
-    """Mark failed the channel's runs left "running" by a dead process (the caller holds
-    the lock) and revoke their read tokens."""
+    """Finish the channel's runs left "running" by a dead process (the caller holds the
+    lock): committed when their job had passed its commit point, else failed; revoke
+    their read tokens."""
     for stale in ExportRun.objects.filter(channel=name, outcome=ExportRun.RUNNING):
-        ExportRun.objects.filter(pk=stale.pk).update(outcome=ExportRun.FAILED, error=DIED)
+        _died(stale, DIED)
+        stale.save()
         for token in ApiToken.objects.filter(name=_token_name(stale), revoked_at=None):
             token.revoke()
+
+
+def _stage(run: ExportRun) -> str:
+    """How far a run's job had come by its commit lines: "committed" (its commit record
+    was written), "committing" (it was being written), or "" (no commit line)."""
+    return str(run.partitions[0].get("outcome", "")) if run.partitions else ""
+
+
+def _record_commit(run: ExportRun, report: dict[str, Any]) -> None:
+    """Keep a commit line's report in the row (still running): what the run commits."""
+    files = sum(len(p["files"]) for p in report["partitions"])
+    verb = "committed" if report["outcome"] == "committed" else "committing"
+    ExportRun.objects.filter(pk=run.pk).update(
+        run_id=report["run_id"], output=report["output"], rows=report["rows"],
+        bytes=report["bytes"], partitions=report["partitions"],
+        progress=f"export {run.channel}: {verb} {report['rows']:,} events in {files} files")
+
+
+def _died(run: ExportRun, why: str) -> None:
+    """Finish the row of a run whose job ended without its report (`why`): committed
+    (outcome ok) when its commit line said so, else failed. Not saved."""
+    if _stage(run) == "committed":
+        _committed(run, f"its job then ended before its report ({why})"[:200])
+        return
+    run.outcome, run.error = ExportRun.FAILED, why
+    if _stage(run) == "committing":  # the record may be written: the next run tells
+        run.rows = run.bytes = 0
+        run.error += (" (while it wrote its commit record: if the record is there, the "
+                      "next export says so and this run counts as committed)")
+
+
+def _committed(run: ExportRun, note: str) -> None:
+    """Mark the run committed (outcome ok): the output holds the events its partitions
+    name, from its commit record on, whatever its job did after. Not saved."""
+    run.outcome, run.error = ExportRun.OK, ""
+    run.rows = sum(end - start for p in run.partitions for start, end in p["ranges"])
+    for partition in run.partitions:
+        partition["outcome"] = "committed"
+    run.progress = (f"committed {run.rows:,} events; {note}; the next export finishes "
+                    f"moving its files")[:300]
+
+
+def _confirm_committed(channel: str, runs: list[str], by: str) -> None:
+    """Earlier rows of the channel recorded failed whose runs `by` found committed
+    (its commit records name them: `runs`) count as committed."""
+    for earlier in ExportRun.objects.filter(channel=channel, outcome=ExportRun.FAILED,
+                                            run_id__in=[r for r in runs if r]):
+        if earlier.partitions:  # what it committed, from its commit line
+            _committed(earlier, f"its job died before reporting; run {by} found its "
+                                f"commit record")
+            earlier.save()
 
 
 def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_fd: int,
@@ -256,6 +319,8 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
                 line = line.rstrip("\n")
                 if line.startswith('{"report"'):
                     report = json.loads(line)
+                elif line.startswith('{"commit"'):
+                    _record_commit(run, json.loads(line)["commit"])
                 elif line.startswith("export "):
                     ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
                 else:
@@ -271,19 +336,33 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
             timer.cancel()
     run.refresh_from_db()
     run.duration_s = (timezone.now() - run.started_at).total_seconds()
-    if code == 0 and report and report.get("report"):
-        done = report["report"]
+    _finish_run(run, code, report or {}, expired.is_set() and
+                f"the export job ran longer than {timeout_s:g} s and was killed", list(tail))
+    run.save()
+
+
+def _finish_run(run: ExportRun, code: int, line: dict[str, Any], expired: str | bool,
+                tail: list[str]) -> None:
+    """Finish the row by the job's exit status and report line (`line`; {} without one):
+    ok, committed though its job failed after its commit point, or failed. Not saved."""
+    done = line.get("report") if code == 0 else None
+    if done:
         run.outcome, run.run_id, run.output = ExportRun.OK, done["run_id"], done["output"]
         run.rows, run.bytes, run.partitions = done["rows"], done["bytes"], done["partitions"]
         run.progress = f"exported {done['rows']:,} events"
         if done.get("missing_files"):  # pruned by hand: not an error, but worth seeing
             run.progress += (f"; {len(done['missing_files'])} files of earlier runs are gone "
                              f"from the output, e.g. {done['missing_files'][0]}")[:250]
-    else:
-        run.outcome = ExportRun.FAILED
-        failed = (report or {}).get("run") or {}  # what the failed run had reserved
+    failed = line.get("run") or {}  # what the failed run had reserved, or done
+    error = line.get("error") or expired or f"the export job exited with {code}: " + \
+        cause(tail)
+    if not done and failed.get("recorded"):  # it failed after its commit point
+        run.run_id, run.partitions = failed["run_id"], failed["partitions"]
+        _committed(run, f"its job then failed: {error}"[:200])
+    elif not done and failed:
+        run.outcome, run.error = ExportRun.FAILED, str(error)
         run.run_id, run.partitions = failed.get("run_id", ""), failed.get("partitions", [])
-        run.error = (report or {}).get("error") or (
-            f"the export job ran longer than {timeout_s:g} s and was killed" if expired.is_set()
-            else f"the export job exited with {code}: " + cause(list(tail)))
-    run.save()
+    elif not done:
+        _died(run, str(error))
+    found = (done or failed).get("committed_runs", [])
+    _confirm_committed(run.channel, [r for r in found if r != run.run_id], run.run_id)

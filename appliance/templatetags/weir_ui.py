@@ -103,7 +103,7 @@ PERCENT = re.compile(r"\((\d{1,3})%\)")
 
 @register.filter
 def percent(progress: str) -> int | None:
-    """The share done that a running export's progress line states ('~5 of 10 rows (50%)'),
+    """The share done that a running export's progress line states ('5 of 10 rows written (50%)'),
     else None (the bar then shows that work goes on, not how much)."""
     found = PERCENT.search(progress or "")
     return min(100, int(found.group(1))) if found else None

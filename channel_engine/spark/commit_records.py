@@ -120,6 +120,7 @@ class CommitRecords:
         self.dir = layout.commits
         self.read: list[str] = []  # the records recover() read, by URI
         self.missing: list[str] = []  # committed files gone from the output (pruned?)
+        self.runs: list[str] = []  # the runs whose records recover() read: they committed
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
         """Finish every record's moves and drop half-written records; return the ranges
@@ -138,6 +139,8 @@ class CommitRecords:
                 self._finish_move(temp, final)
             if record.get("channel_id", channel_id) != channel_id:
                 continue  # a channel of this name that was deleted: its offsets are not ours
+            if not name.endswith(".summary.json"):  # a summary is no run of its own
+                self.runs.append(str(record.get("run_id", "")))
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)

@@ -6,10 +6,14 @@
         [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
-It prints progress lines ("export orders: ~120,000 of 300,000 rows (40%)"), then one JSON
-report line on stdout: `{"report": …}` (export_report.py), or `{"report": null, "error":
-…, "run": …}` when it failed (exit status 1; "run" holds what the failed run had
-reserved).
+It prints progress lines ("export orders: 120,000 of 300,000 rows written (40%)":
+write_progress.py), a commit
+line `{"commit": …}` just before its commit point and another just after (the run's
+report so far, outcome "committing", then "committed": export_report.py), then one JSON
+report line on stdout: `{"report": …}`, or `{"report": null, "error": …, "run": …}` when
+it failed (exit status 1; "run" holds what the failed run had reserved). A job killed
+after its commit point has printed its "committed" line: the appliance records the run
+as what it did (appliance/exports.py), and the next run finishes its moves.
 
 Cluster settings: the master comes from --master (WEIR_SPARK_MASTER); Hadoop's from
 HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the JVM's
@@ -29,6 +33,7 @@ Where the rest is written down, each beside the code that owns it:
     export_report.py    the report line's report, and how a failure is described
     ../offset_ranges.py offset ranges [start, end): merged, subtracted
     export_lock.py      export.lock: one export of a channel at a time
+    write_progress.py   the rows written so far, for the progress lines
 
 Two exports of one channel must not run at once: the job holds `export.lock` (flock) in
 the channel's home from before Spark starts until it exits (export_lock.py), and refuses
@@ -61,13 +66,15 @@ HDFS_CLIENT_RETRY = {"dfs.client.retry.policy.enabled": "true",
 
 
 def spark_session(master: str | None = "local[*]") -> Any:
-    """A SparkSession for the export (UTC, no UI), with channel_engine shipped to its
-    executors. Without a master: spark-submit's --master when spark-submit started this
-    process, else local[*]. Only a local master gets this interpreter for its workers and
-    a loopback address: a cluster's executors reach the driver, and run the Python, of
-    their own hosts (spark.driver.host, spark.pyspark.python in spark-defaults.conf).
-    spark.pyspark.python is honoured here too: pyspark reads it only under spark-submit,
-    and without it a `python -m` job's executors would run PATH's python3."""
+    """A SparkSession for the export (UTC, no UI, executors' metrics every HEARTBEAT for the
+    progress lines unless spark-defaults.conf says otherwise: write_progress.py), with
+    channel_engine shipped to its executors. Without a master: spark-submit's --master when
+    spark-submit started this process, else local[*]. Only a local master gets this
+    interpreter for its workers and a loopback address: a cluster's executors reach the
+    driver, and run the Python, of their own hosts (spark.driver.host, spark.pyspark.python
+    in spark-defaults.conf). spark.pyspark.python is honoured here too: pyspark reads it
+    only under spark-submit, and without it a `python -m` job's executors would run PATH's
+    python3."""
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         master = "local[*]"
     if master is not None and master.startswith("local"):
@@ -82,6 +89,13 @@ def spark_session(master: str | None = "local[*]") -> Any:
     builder = SparkSession.builder.appName("weir-export")
     if master is not None:
         builder = builder.master(master)
+    from pyspark import SparkConf, SparkContext
+
+    from channel_engine.spark.write_progress import HEARTBEAT
+
+    SparkContext._ensure_initialized()  # the JVM, which read spark-defaults.conf: honour it
+    if not SparkConf().contains("spark.executor.heartbeatInterval"):
+        builder = builder.config("spark.executor.heartbeatInterval", HEARTBEAT)
     builder = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")  # it prints its own progress
              .config("spark.sql.session.timeZone", "UTC"))
@@ -182,7 +196,9 @@ def _export(settings: ExportSettings, master: str | None) -> int:
     spark = spark_session(master)
     exporter = None
     try:
-        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True))
+        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True),
+                            on_commit=lambda run: print(json.dumps({"commit": run}),
+                                                        flush=True))
         report = exporter.run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
         failed = getattr(exporter, "report", None)

@@ -1,8 +1,26 @@
 """What an export run reports: a PartitionReport per channel partition, and describe(),
 a failure in one line. The run's report (Exporter.run) is JSON: the run's channel,
 run_id, output, format, outcome, error, spark_master, rows, bytes, duration_s, recorded
-(its commit record is written), missing_files, and "partitions", a PartitionReport each.
-The job prints it as its last line (export.py); the appliance keeps it in an ExportRun.
+(its commit record is written), committed_runs (the runs whose commit records its step 1
+read: each of them committed, whatever its own job reported), missing_files, and
+"partitions", a PartitionReport each. The job prints it as its last line (export.py);
+the appliance keeps it in an ExportRun.
+
+The outcome (of the run and of each PartitionReport):
+
+    outcome     when                                         the events of its ranges
+    ----------  -------------------------------------------  -----------------------------
+    running     until the run writes its commit record       not in the output
+    committing  just before the commit record is written     in the output if the record
+                                                              is (committed_runs tells)
+    committed   the commit record is written (commit point)  in the output: exactly once
+    ok          the run is done (files moved, take committed) in the output
+    failed      the run stopped; with `recorded` true it     in the output iff recorded
+                had passed its commit point
+
+The job prints the report when it is "committing" and again when "committed" (its
+commit lines, export.py), so that the appliance knows what a job killed before its last
+line had done.
 """
 from __future__ import annotations
 
@@ -22,7 +40,7 @@ class PartitionReport:
     rows: int = 0
     bytes: int = 0
     # The partitions of a run are written by one Spark job and committed by one take, so
-    # they share the run's outcome ("ok" or "failed"), error and duration.
+    # they share the run's outcome (the table above), error and duration.
     outcome: str = "running"
     error: str | None = None
     duration_s: float = 0.0

@@ -16,7 +16,8 @@ The protocol (each step survives a crash at any point; the output is the source 
     3     skip what a commit record already holds        -
     4     write the rest with Spark to _weir/tmp/<run>   temp files deleted by step 1
     5     sync the temp files; write the commit record   step 1 applies it
-          (temp name, sync, rename, sync the dir)
+          (temp name, sync, rename, sync the dir),
+          between two commit lines (export.py)
     6     move each temp file to its final name; sync    step 1 finishes the moves
           the directories
     7     commit the take                                the take returns; step 3 skips it
@@ -69,14 +70,16 @@ from typing import Any
 
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
 from channel_engine.channel_id import channel_id
+from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge, subtract
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
-from channel_engine.spark.file_formats import writer
-from channel_engine.spark.output_layout import OutputLayout, Pieces, piece_rows
+from channel_engine.spark.file_formats import SESSION_CONF, readable, writer
+from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
+from channel_engine.spark.write_progress import WRITE_CONF, rows_written
 
 
 def crash_point(step: str) -> None:
@@ -95,10 +98,15 @@ class Exporter:
     """One run of the protocol above for one channel."""
 
     def __init__(self, spark: Any, settings: ExportSettings,
-                 progress: Callable[[str], None] = print) -> None:
+                 progress: Callable[[str], None] = print,
+                 on_commit: Callable[[dict[str, Any]], None] = lambda report: None) -> None:
         self.spark = spark
         self.settings = settings
         self.progress = progress
+        # Told the run's report just before its commit point (outcome "committing") and
+        # just after (outcome "committed"): the appliance's record of a job killed before
+        # it could report (export_report.py)
+        self.on_commit = on_commit
         self.config = ChannelConfig.load(settings.home)
         self.dfs = Dfs(spark, settings.output)
         self.layout = OutputLayout(self.dfs, self.config.name)
@@ -196,6 +204,7 @@ class Exporter:
             "rows": sum(r.rows for r in self.reports.values()),
             "bytes": sum(r.bytes for r in self.reports.values()),
             "duration_s": duration, "recorded": self.recorded,
+            "committed_runs": self.records.runs,
             "missing_files": self.records.missing[:100],
             "partitions": [asdict(r) for _, r in sorted(self.reports.items())]}
         return self.report
@@ -207,7 +216,8 @@ class Exporter:
         self.progress(f"export {self.config.name}: writing {total:,} events "
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
         frame = self._frame(pieces)
-        with self._report_progress(total), self._crash_mid_write(temp):
+        with self._report_progress(total), self._crash_mid_write(temp), \
+                _session_conf(self.spark, {**WRITE_CONF, **SESSION_CONF}):
             # each Spark task reads one piece (see Pieces): its files are that piece's,
             # one per time bucket, with no shuffle
             writer(frame, self.settings.format).mode("errorifexists").save(temp)
@@ -216,23 +226,27 @@ class Exporter:
         for source, _ in moves:  # on disk before a record names them (file:// only)
             self.dfs.sync_file(source)
         self.dfs.sync_dirs_up_to([source for source, _ in moves], self.root)
+        for report in self.reports.values():
+            report.rows = sum(end - start for start, end in report.ranges)
+        self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
                             {p: report.ranges for p, report in self.reports.items()})
         self.recorded = True
-        crash_point("recorded")
+        crash_point("recorded")  # committed, and nobody told yet
+        self.on_commit(self._finish("committed"))
+        crash_point("announced")  # the appliance tests: committed, and its commit line out
         for source, target in moves:
             self.dfs.rename(source, target)
             crash_point("moving")  # the crash tests: one file moved, the others not yet
         self.dfs.sync_dirs_up_to([target for _, target in moves], self.root)
         crash_point("moved")
-        for report in self.reports.values():
-            report.rows = sum(end - start for start, end in report.ranges)
         self.progress(f"export {self.config.name}: {total:,} events in "
                       f"{sum(len(r.files) for r in self.reports.values())} files")
 
     def _frame(self, pieces: Pieces) -> Any:
-        """The events of the pieces, read through the "weir" source (source.py), with the
-        columns that place them in files (Pieces.placed)."""
+        """The events of the pieces, read through the "weir" source (source.py), in the
+        columns written (file_formats.readable), with the columns that place them in files
+        (Pieces.placed)."""
         from channel_engine.spark.source import SCHEMA, register
 
         register(self.spark)
@@ -249,13 +263,18 @@ class Exporter:
                  .option("home", str(self.config.home))
                  .option("ranges", json.dumps(ranges)).option("split_align", str(pieces.rows))
                  .options(**remote).load())
-        return pieces.placed(frame, self.settings.path)
+        return readable(pieces.placed(frame, self.settings.path))
 
     def _plan_moves(self, temp: str, pieces: Pieces) -> list[list[str]]:
         """[temp, final] for each of Spark's files, counted in its partition's report."""
+        held = held_offsets(self.spark, temp, self.settings.format)
+        written = sum(count for _, _, count in held.values())
+        expected = sum(end - start for _, (start, end) in pieces.ranges)
+        if written != expected:  # never commit a write that lost or doubled events
+            raise ExportError(f"Spark wrote {written} events to {temp}, not {expected}")
         moves = []
         for file in self.layout.data_files(temp, pieces, self.settings.format,
-                                           self.channel_id):
+                                           self.channel_id, held):
             moves.append([file.temp, file.final])
             self.reports[file.partition].files.append(file.final)
             self.reports[file.partition].bytes += file.size
@@ -284,19 +303,34 @@ class Exporter:
         crash_point("writing")
 
     def _report_progress(self, total: int) -> Any:
-        """Log rows and % while Spark writes (from its task counts), every progress_s."""
-        tracker = self.spark.sparkContext.statusTracker()
-
+        """Log the rows written and % while Spark writes, every progress_s
+        (write_progress.py)."""
         def report() -> None:
-            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            tasks = sum(s.numTasks for s in stages if s)
-            finished = sum(s.numCompletedTasks for s in stages if s)
-            if tasks:
-                share = finished / tasks
-                self.progress(f"export {self.config.name}: ~{int(total * share):,} of "
-                              f"{total:,} rows ({share:.0%})")
+            written = rows_written(self.spark)
+            if written is None:
+                self.progress(f"export {self.config.name}: writing {total:,} rows")
+            else:
+                written = min(written, total)
+                self.progress(f"export {self.config.name}: {written:,} of {total:,} rows "
+                              f"written ({written / max(total, 1):.0%})")
 
         return _every(self.settings.progress_s, report)
+
+
+@contextmanager
+def _session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
+    """`conf` set in the session while the block runs, then as it was."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @contextmanager

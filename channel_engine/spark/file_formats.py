@@ -1,15 +1,47 @@
-"""The file formats of the export's output and the Spark writer of each.
+"""The file formats of the export's output, the columns written, and the Spark writer of
+each format.
+
+The columns (one row per event; readable() makes them from the "weir" source's columns,
+source.py). Text is text, as Flume's HDFS sink (DataStream) and Kafka Connect's
+StringConverter write it: a body, key or header value that is valid UTF-8 is a string
+column, and only one that is not (an image, a protobuf) keeps its raw bytes, in a
+`*_bytes` column, the string column then null. So each event's bytes are in exactly one
+of the two, and a reader of text never decodes base64:
+
+    column         Spark type          Parquet                 Avro                   JSON
+    -------------  ------------------  ----------------------  ---------------------  -------
+    channel        string              BINARY (STRING)         string                 string
+    partition      int                 INT32                   int                    number
+    offset         long                INT64                   long                   number
+    timestamp      timestamp           INT64 TIMESTAMP(MILLIS, long timestamp-millis  ISO 8601
+                                       adjusted to UTC)                               (below)
+    key            string or null      BINARY (STRING)         ["null", "string"]     string
+    key_bytes      binary or null      BINARY                  ["null", "bytes"]      base64
+    headers        map<string,string>  MAP of STRING           map of ["null",        object
+                                                               "string"]
+    headers_bytes  map<string,binary>  MAP of BINARY           ["null", map of        object of
+                   or null                                     bytes]                 base64
+    body           string or null      BINARY (STRING)         ["null", "string"]     string
+    body_bytes     binary or null      BINARY                  ["null", "bytes"]      base64
+
+key: the event's key when it has one and it is UTF-8 (key_bytes when not; both null
+without a key). headers: the header values that are UTF-8 (a null value stays null);
+headers_bytes: the others, null when there are none. body: the body when UTF-8 (an
+empty body is ""), body_bytes when not. timestamp: the event time (milliseconds since
+the epoch, as stored), in UTC; in JSON "2026-11-27T14:05:00.123Z". JSON Lines leave out
+null fields (Spark's ignoreNullFields): a text event has no *_bytes fields.
 
 All three are Spark's own writers (writer()). Avro is the class the `avro` short name
 resolves to for writes, org.apache.spark.sql.avro.AvroFileFormat, named in full: Spark 4
 ships it inside spark-sql, so neither the job nor a spark-submit of it needs the
 spark-avro jar (`--packages org.apache.spark:spark-avro_2.13:<Spark version>` only adds
 the short name and from_avro/to_avro, for other jobs). Avro files carry AVRO_SCHEMA
-(record weir.Event: timestamp a timestamp-millis long, key a union with null, headers a
-map of bytes), deflate-compressed, as Weir's earlier fastavro writer wrote them.
+(record weir.Event: the columns above), deflate-compressed. (Weir's exports before these
+columns had key, headers and body as bytes and the timestamp as a long in Parquet and
+JSON; files written then stay as they are.)
 
 The columns the writer partitions by (_p, _chunk, _bucket) place each event in its file:
-output_layout.py. This module imports no PySpark: the appliance reads FORMATS.
+output_layout.py. This module imports no PySpark at its top: the appliance reads FORMATS.
 """
 from __future__ import annotations
 
@@ -30,11 +62,40 @@ AVRO_SCHEMA = {
     "fields": [{"name": "channel", "type": "string"}, {"name": "partition", "type": "int"},
                {"name": "offset", "type": "long"},
                {"name": "timestamp", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-               {"name": "key", "type": ["null", "bytes"]},
-               {"name": "headers", "type": {"type": "map", "values": "bytes"}},
-               {"name": "body", "type": "bytes"}]}
+               {"name": "key", "type": ["null", "string"]},
+               {"name": "key_bytes", "type": ["null", "bytes"]},
+               {"name": "headers", "type": {"type": "map", "values": ["null", "string"]}},
+               {"name": "headers_bytes", "type": ["null", {"type": "map", "values": "bytes"}]},
+               {"name": "body", "type": ["null", "string"]},
+               {"name": "body_bytes", "type": ["null", "bytes"]}]}
+# Spark SQL settings of the write: Parquet's timestamps as TIMESTAMP(MILLIS) (Spark's
+# default is the legacy INT96, which most readers show as a number or refuse)
+SESSION_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS"}
 WRITER_OPTIONS: dict[str, dict[str, str]] = {
-    "avro": {"avroSchema": json.dumps(AVRO_SCHEMA), "compression": "deflate"}}
+    "avro": {"avroSchema": json.dumps(AVRO_SCHEMA), "compression": "deflate"},
+    "json": {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "ignoreNullFields": "true"}}
+# A binary column as text when it is UTF-8, and the raw bytes when it is not
+_TEXT = "CASE WHEN is_valid_utf8(CAST({0} AS STRING)) THEN CAST({0} AS STRING) END"
+_RAW = "CASE WHEN NOT is_valid_utf8(CAST({0} AS STRING)) THEN {0} END"
+_TEXT_HEADERS = ("transform_values(map_filter(headers, (k, v) -> v IS NULL OR "
+                 "is_valid_utf8(CAST(v AS STRING))), (k, v) -> CAST(v AS STRING))")
+_RAW_HEADERS = "map_filter(headers, (k, v) -> NOT is_valid_utf8(CAST(v AS STRING)))"
+
+
+def readable(frame: Any) -> Any:
+    """The events of the "weir" source's `frame` in the columns written (the table
+    above), with any other column of `frame` (the placing columns) after them."""
+    from pyspark.sql import functions as F
+
+    placing = [c for c in frame.columns if c.startswith("_")]
+    raw_headers = F.expr(_RAW_HEADERS)
+    return frame.select(
+        "channel", "partition", "offset", F.timestamp_millis("timestamp").alias("timestamp"),
+        F.expr(_TEXT.format("key")).alias("key"), F.expr(_RAW.format("key")).alias("key_bytes"),
+        F.expr(_TEXT_HEADERS).alias("headers"),
+        F.when(F.size(raw_headers) > 0, raw_headers).alias("headers_bytes"),
+        F.expr(_TEXT.format("body")).alias("body"),
+        F.expr(_RAW.format("body")).alias("body_bytes"), *placing)
 
 
 def writer(frame: Any, file_format: str) -> Any:

@@ -5,10 +5,11 @@ digits, both ends inclusive):
 
     path                                             what
     -----------------------------------------------  --------------------------------------
-    <time path>/<channel>+<p>+<first>+<last>.<ext>   committed data: the events of
-                                                     partition p with offsets in
-                                                     [first, last] whose event time falls
-                                                     in <time path> (Flume's escapes)
+    <time path>/<channel>+<p>+<first>+<last>.<ext>   committed data: events of
+                                                     partition p whose event time falls
+                                                     in <time path> (Flume's escapes),
+                                                     first and last the lowest and
+                                                     highest offset the file holds
     _weir/commits/<run id>.json                      commit record of one run: the ranges
                                                      it exported and its temp -> final moves
     _weir/commits/<run id>.summary.json              the ranges of the records it replaced
@@ -22,14 +23,26 @@ Files. The reserved ranges of a partition are joined where they touch (a rolled-
 take's events come back beside the newer ones) and cut into pieces at multiples of the
 piece size (roll_rows, fewer when roll_bytes comes first; at most PIECE_ROWS so that big
 ranges are written by several tasks at once). A piece is one Spark task and one file per
-time bucket; its file is named by the piece's first and last offset, so no two files
-of a channel share a name. A name the output holds already (a file of a deleted namesake
-of the channel: channel_id.py) gets "+<first 8 of the channel's export id>" before the
-extension; one that exists even so stops the run before anything moves.
+time bucket. A file is named by the first and last offset it holds (as Kafka Connect's
+HDFS connector names its files): a piece whose events fall in two hours makes two files,
+each named by its own offsets, e.g. for offsets 0-99 whose times alternate between
+hours 14 and 15:
+
+    2026/11/27/14/orders+0+00000000000000000000+00000000000000000098.parquet  0, 2, … 98
+    2026/11/27/15/orders+0+00000000000000000001+00000000000000000099.parquet  1, 3, … 99
+
+Every offset is in one file only and each file holds the first offset of its name, so no
+two files of a channel share a name, in any folder. A name the output holds already (a
+file of a deleted namesake of the channel: channel_id.py) gets "+<first 8 of the
+channel's export id>" before the extension; one that exists even so stops the run before
+anything moves. Recovery never reads a name: the commit records list every move
+(commit_records.py).
 
 Spark writes a run's files to _weir/tmp/<run id>/_p=<p>/_chunk=<first>/_bucket=<time
 path>/part-…: Pieces.placed adds those columns, file_formats.writer partitions by them,
-and OutputLayout.data_files gives each file its final name.
+held_offsets reads back the offsets each file holds (the offset column alone: one more
+Spark job, cheap on Parquet's columns, a parse of the file on JSON and Avro), and
+OutputLayout.data_files gives each file its final name.
 """
 from __future__ import annotations
 
@@ -123,6 +136,26 @@ class Pieces:
         raise ExportError(f"partition {partition}: chunk {chunk} lies in no range written")
 
 
+# The first and last offset, and the number of events, of a file Spark wrote
+Held = tuple[int, int, int]
+
+
+def held_offsets(spark: Any, temp: str, file_format: str) -> dict[tuple[int, int, str], Held]:
+    """What each file Spark wrote under `temp` holds, by its (partition, piece, bucket):
+    its first and last offset and its number of events, read back from the files."""
+    from pyspark.sql import functions as F
+
+    from channel_engine.spark.file_formats import FORMATS
+
+    # The partition columns typed here: inferred, a bucket like "2026" would be an int
+    frame = (spark.read.format(FORMATS[file_format])
+             .schema("offset LONG, _p INT, _chunk LONG, _bucket STRING").load(temp))
+    found = frame.groupBy("_p", "_chunk", "_bucket").agg(
+        F.min("offset"), F.max("offset"), F.count("offset")).collect()
+    return {(int(p), int(chunk), str(bucket)): (int(first), int(last), int(count))
+            for p, chunk, bucket, first, last, count in found}
+
+
 @dataclass(frozen=True)
 class DataFile:
     """A file Spark wrote for a run (`temp`) and the committed name it moves to."""
@@ -147,10 +180,11 @@ class OutputLayout:
         """The temp dir Spark writes run `run_id`'s files to."""
         return self.dfs.join(self.channel, "_weir", "tmp", run_id)
 
-    def data_files(self, temp: str, pieces: Pieces, file_format: str,
-                   channel_id: str) -> Iterator[DataFile]:
+    def data_files(self, temp: str, pieces: Pieces, file_format: str, channel_id: str,
+                   held: dict[tuple[int, int, str], Held]) -> Iterator[DataFile]:
         """Final names for Spark's files in `temp`, one by one: one file per (partition,
-        piece, bucket). An unexpected file or name is an ExportError (nothing moved yet)."""
+        piece, bucket), named by the offsets it holds (`held`: held_offsets). An
+        unexpected file or name is an ExportError (nothing moved yet)."""
         seen: set[tuple[int, int, str]] = set()
         for uri, size in self.dfs.list_files(temp):
             name = uri.rsplit("/", 1)[-1]
@@ -161,11 +195,15 @@ class OutputLayout:
                 raise ExportError(f"unexpected file in the export's temp dir: {uri}")
             partition, chunk = int(match.group(1)), int(match.group(2))
             bucket = unquote(match.group(3))
-            first, last = pieces.bounds(partition, chunk)
             key = (partition, chunk, bucket)
             if key in seen:
                 raise ExportError(f"Spark wrote two files for {key}: cannot name both")
             seen.add(key)
+            low, high = pieces.bounds(partition, chunk)
+            first, last, _ = held.get(key, (-1, -1, 0))
+            if not low <= first <= last <= high:
+                raise ExportError(f"{uri} holds offsets {first} to {last}, not in its "
+                                  f"piece [{low}, {high}] of partition {partition}")
             yield DataFile(uri, self._final(partition, first, last, bucket, file_format,
                                             channel_id), partition, size)
 

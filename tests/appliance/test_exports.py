@@ -469,3 +469,76 @@ def test_a_crashed_job_run_names_its_exception(root: Path,
     assert run.error.startswith("the export job exited with 1: ValueError: the output is not "
                                 "writable ("), run.error
     assert "NativeCodeLoader" not in run.error
+
+
+# -- a job killed after its commit point is recorded as what it did --------------------------
+# argv: the run id, then the outcome of each commit line to print before it kills itself
+COMMIT_THEN_DIE = """
+import json, os, signal, sys
+files = ["file:///out/orders/2026/11/27/14/orders+0+%020d+%020d.parquet" % (0, 9)]
+run = {"run_id": sys.argv[1], "output": "file:///out/orders", "rows": 10, "bytes": 100,
+       "recorded": False, "partitions": [{"partition": 0, "ranges": [[0, 10]],
+       "skipped": [], "files": files, "rows": 10, "bytes": 100, "error": None}]}
+for outcome in sys.argv[2:]:
+    run["outcome"] = run["partitions"][0]["outcome"] = outcome
+    print(json.dumps({"commit": run}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+# argv: the run ids whose commit records this run's step 1 read
+REPORTS_COMMITTED = """
+import json, sys
+print(json.dumps({"report": {"run_id": "r-next", "output": "file:///out/orders", "rows": 0,
+                             "bytes": 0, "partitions": [], "committed_runs": sys.argv[1:]}}))
+"""
+
+
+def job(monkeypatch: pytest.MonkeyPatch, script: str, *args: str) -> None:
+    monkeypatch.setattr(exports, "command", lambda row: [sys.executable, "-c", script, *args])
+
+
+def test_a_job_killed_after_its_commit_point_is_recorded_as_committed(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+    job(monkeypatch, COMMIT_THEN_DIE, "r-killed", "committing", "committed")
+    run = exports.run_export(row)
+    assert run.outcome == ExportRun.OK and run.error == "" and run.run_id == "r-killed"
+    assert run.rows == 10 and run.partitions[0]["ranges"] == [[0, 10]]
+    assert run.partitions[0]["files"][0].endswith("orders+0+00000000000000000000+"
+                                                  "00000000000000000009.parquet")
+    assert run.progress.startswith("committed 10 events; its job then ended before its "
+                                   "report (the export job exited with -9"), run.progress
+    assert "the next export finishes moving its files" in run.progress
+
+
+def test_a_job_killed_in_its_commit_is_confirmed_committed_by_the_next_run(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+    job(monkeypatch, COMMIT_THEN_DIE, "r-killed", "committing")  # the record: unknown
+    killed = exports.run_export(row)
+    assert killed.outcome == ExportRun.FAILED and killed.rows == 0
+    assert "while it wrote its commit record" in killed.error
+    job(monkeypatch, COMMIT_THEN_DIE, "r-other", "committing")
+    other = exports.run_export(row)
+    job(monkeypatch, REPORTS_COMMITTED, "r-killed")  # its record is there; r-other's not
+    assert exports.run_export(row).outcome == ExportRun.OK
+    killed.refresh_from_db()
+    other.refresh_from_db()
+    assert killed.outcome == ExportRun.OK and killed.error == "" and killed.rows == 10
+    assert "run r-next found its commit record" in killed.progress
+    assert other.outcome == ExportRun.FAILED and other.rows == 0
+
+
+def test_a_run_whose_worker_died_after_its_commit_point_is_committed_not_failed(
+        root: Path, fake_job: FakeJob) -> None:
+    row = channel_row(root)
+    home(row)
+    fake_job.seconds = 0
+    partition = {"partition": 0, "ranges": [[0, 7]], "files": ["f"], "outcome": "committed"}
+    dead = ExportRun.objects.create(channel="orders", started_at=timezone.now(),
+                                    run_id="r-dead", partitions=[partition])
+    exports.run_export(row)
+    dead.refresh_from_db()
+    assert dead.outcome == ExportRun.OK and dead.rows == 7 and dead.error == ""
+    assert "the process running this export died" in dead.progress

@@ -62,7 +62,7 @@ def test_the_export_task_writes_every_event_to_hdfs_exactly_once(
         files = [f for p in run.partitions for f in p["files"]]
         assert files and all(f.startswith(f"{output}/orders/") for f in files)
         rows = committed_rows(hdfs_get(f"{output}/orders", root / "copy"))
-        assert sorted(r["body"] for r in rows) == sorted(f"e{i}".encode() for i in range(40))
+        assert sorted(r["body"] for r in rows) == sorted(f"e{i}" for i in range(40))
         assert sorted(r["offset"] for r in rows) == list(range(40))  # each exactly once
         subscriptions = channels.open_channel(row).status()["subscriptions"]
         assert subscriptions["export"]["events_untaken"] == 0  # its own queue:

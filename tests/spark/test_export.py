@@ -16,12 +16,14 @@ import re
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 from channel_engine import Channel, ChannelConfig
 from channel_engine.errors import ExportError
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
 BASE_MS = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # on an hour boundary
 YEAR = 2026  # of BASE_MS
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NAME = re.compile(r"^(?P<channel>[a-z0-9_-]+)\+(?P<p>\d+)\+(?P<first>\d{20})\+(?P<last>\d{20})"
                   r"\.(parquet|json)$")
 
@@ -128,9 +131,28 @@ def local(uri: str) -> Path:
 
 
 def as_row(row: dict[str, Any]) -> tuple[Any, ...]:
-    headers = row["headers"] or []
-    return (row["partition"], row["offset"], row["timestamp"], row["key"],
-            dict(headers.items() if isinstance(headers, dict) else headers), row["body"])
+    """A committed row (read by pyarrow, or by Spark with the timestamp as unix_millis) as
+    the channel stores its event: (partition, offset, timestamp ms, key, headers, body),
+    text and bytes columns joined back into bytes (file_formats.py)."""
+    return (row["partition"], row["offset"], millis(row["timestamp"]), raw(row, "key"),
+            {**{name: None if value is None else value.encode()
+                for name, value in pairs(row["headers"])}, **dict(pairs(row["headers_bytes"]))},
+            raw(row, "body"))
+
+
+def millis(value: Any) -> int:
+    """A timestamp read back (an aware datetime from pyarrow, or millis) as millis."""
+    return value if isinstance(value, int) else (value - EPOCH) // timedelta(milliseconds=1)
+
+
+def raw(row: dict[str, Any], column: str) -> bytes | None:
+    """The bytes of a text column and its *_bytes twin (one of them is null)."""
+    return row[f"{column}_bytes"] if row[column] is None else row[column].encode()
+
+
+def pairs(mapping: Any) -> list[tuple[str, Any]]:
+    """A map column's entries (pyarrow gives a list of pairs, Spark a dict; None: none)."""
+    return list(mapping.items() if isinstance(mapping, dict) else mapping or [])
 
 
 def rows_by_spark(spark: Any, output: str) -> list[tuple[Any, ...]]:
@@ -138,7 +160,8 @@ def rows_by_spark(spark: Any, output: str) -> list[tuple[Any, ...]]:
     files = committed_files(spark, output)
     if not files:
         return []
-    return sorted(as_row(row.asDict()) for row in spark.read.parquet(*files).collect())
+    frame = spark.read.parquet(*files).withColumn("timestamp", F.unix_millis("timestamp"))
+    return sorted(as_row(row.asDict()) for row in frame.collect())
 
 
 def rows_by_pyarrow(spark: Any, output: str) -> list[tuple[Any, ...]]:
@@ -182,19 +205,23 @@ def file_rows(spark: Any, uri: str) -> list[dict[str, Any]]:
 
 
 def check_names(spark: Any, output: str, roll: int) -> None:
-    """Each file sits in its hour, is named by partition and offset range, holds only
-    offsets of that range, and no two files of an hour share an offset."""
+    """Each file sits in its hour, is named by partition and the first and last offset it
+    holds, no two files share a name (in any hour) and no two of an hour an offset."""
     seen: dict[str, set[tuple[int, int]]] = {}
+    names: set[str] = set()
     for uri in committed_files(spark, output):
         path = relative(spark, output, uri)
         hour, name = path.rsplit("/", 1)
         match = NAME.fullmatch(name)
         assert re.fullmatch(r"\d{4}/\d{2}/\d{2}/\d{2}", hour) and match, path
+        assert name not in names, path
+        names.add(name)
         first, last = int(match["first"]), int(match["last"])
         assert last - first < roll and first // roll == last // roll, path  # rolled
         rows = file_rows(spark, uri)
         assert {r["partition"] for r in rows} == {int(match["p"])}
-        assert all(first <= r["offset"] <= last for r in rows), path
+        held = [r["offset"] for r in rows]
+        assert (min(held), max(held)) == (first, last), path
         offsets = {(r["partition"], r["offset"]) for r in rows}
         assert not offsets & seen.setdefault(hour, set()), path
         seen[hour] |= offsets
@@ -277,6 +304,9 @@ def test_a_job_killed_at_any_step_then_rerun_exports_each_event_exactly_once(
     if step in ("recorded", "moving", "moved"):  # the first run's record holds the events
         assert report["rows"] == 0
         assert sum(len(p["skipped"]) for p in report["partitions"]) > 0
+        assert len(report["committed_runs"]) == 1  # the killed run committed: its row says
+    else:
+        assert report["committed_runs"] == []
 
 
 # Default run: HDFS, killed while writing; the slow run: every step on both.
@@ -420,19 +450,33 @@ def test_a_channel_created_again_under_its_old_name_is_exported_whole(
     assert sorted(r[5] for r in rows) == sorted([event(i)[3] for i in range(90)] * 2)
 
 
-def test_files_roll_by_bytes_and_progress_is_reported(
-        tmp_path: Path, spark: Any, output: str) -> None:
+def test_files_roll_by_bytes(tmp_path: Path, spark: Any, output: str) -> None:
     config = make_channel(tmp_path, 6000, partitions=1)
     with Channel.open(config) as channel:
         per_event = channel.status()["bytes_on_disk"] // 6000  # log bytes an event
-    report = export_here(spark, config, output, roll_bytes=16 << 10, progress_s=0.05)
+    report = export_here(spark, config, output, roll_bytes=16 << 10)
     sizes = [len(file_rows(spark, uri)) for uri in committed_files(spark, output)]
     assert report["rows"] == 6000 and sum(sizes) == 6000
     assert max(sizes) <= (16 << 10) // per_event < 1000  # rolled by bytes, not rows
     assert len({relative(spark, output, u).rsplit("/", 1)[-1].split("+")[2]
                 for u in committed_files(spark, output)}) >= 6000 * per_event // (16 << 10)
-    assert any(re.search(r"~[\d,]+ of 6,000 rows \(\d+%\)", line) for line in report["log"]), \
-        report["log"]
+
+
+def test_progress_counts_rows_as_they_are_written(tmp_path: Path) -> None:
+    # One Spark task per 200,000 rows: a count of finished tasks would jump from 0 to
+    # 50% to 100%; the rows written so far rise in between.
+    config = make_channel(tmp_path, 0, partitions=1)
+    with Channel.open(config) as channel:
+        for start in range(0, 400_000, 4_000):
+            with channel.put() as tx:
+                for i in range(start, start + 4_000):
+                    tx.put(b"x" * 200, timestamp=BASE_MS + i)
+    code, report, log = export(config, output_uri(tmp_path), "--progress-every", "0.2")
+    assert code == 0 and report is not None and report["report"]["rows"] == 400_000, log
+    counts = [int(found[1].replace(",", "")) for found in re.finditer(
+        r"export orders: ([\d,]+) of 400,000 rows written \(\d+%\)", log)]
+    assert counts == sorted(counts), counts  # never backwards
+    assert [c for c in counts if 0 < c < 400_000 and c % 200_000], (counts, log[-3000:])
 
 
 def test_an_empty_channel_writes_nothing(tmp_path: Path, spark: Any, output: str) -> None:
@@ -549,10 +593,10 @@ def test_it_writes_avro_with_sparks_writer_in_weirs_schema(
         assert meta["org.apache.spark.version"].decode() == spark.version  # Spark wrote it
     # Spark's reader makes a timestamp of the timestamp-millis long: back to millis
     rows = (spark.read.format(FORMATS["avro"]).load(files)
-            .selectExpr("*", "unix_millis(timestamp) AS millis").orderBy("offset").collect())
+            .withColumn("timestamp", F.unix_millis("timestamp")).orderBy("offset").collect())
     assert [r["offset"] for r in rows] == list(range(31))
     expected = [event(i) for i in range(30)] + [(BASE_MS + 30, None, {}, b"no key")]
-    assert [(r["millis"], r["key"], r["headers"], r["body"]) for r in rows] == expected
+    assert [as_row(r.asDict())[2:] for r in rows] == expected
     assert {(r["channel"], r["partition"]) for r in rows} == {("orders", 0)}
 
 
@@ -568,3 +612,120 @@ def test_bad_settings_are_refused_before_anything_runs(tmp_path: Path) -> None:
                           output_uri(tmp_path))
     assert code == 2 and "no channel.json" in log
     assert untaken(config) == 5
+
+
+# -- the columns written, per format (file_formats.py) ---------------------------------------
+# (body, key, headers, timestamp): text (UTF-8, not ASCII), bytes that are not UTF-8, empty
+MIXED = [(b'caf\xc3\xa9 {"n": 1}', b"k\xc3\xa9", {"h": b"v", "bin": b"\xff\x00"}, BASE_MS + 5),
+         (b"\xff\xfe\x00raw", b"\x80", {}, BASE_MS + 1_006),
+         (b"", None, {}, BASE_MS + 2_007)]
+# each event as written: (timestamp ms, key, key_bytes, headers, headers_bytes, body,
+# body_bytes)
+WRITTEN = [(BASE_MS + 5, "k\u00e9", None, {"h": "v"}, {"bin": b"\xff\x00"},
+            'caf\u00e9 {"n": 1}', None),
+           (BASE_MS + 1_006, None, b"\x80", {}, None, None, b"\xff\xfe\x00raw"),
+           (BASE_MS + 2_007, None, None, {}, None, "", None)]
+
+
+def mixed_export(tmp_path: Path, spark: Any, file_format: str) -> list[str]:
+    """Export MIXED in `file_format` into one file (file://); its URI."""
+    config = make_channel(tmp_path, 0, partitions=1)
+    with Channel.open(config) as channel, channel.put() as tx:
+        for body, key, headers, timestamp in MIXED:
+            tx.put(body, key=key, headers=headers or None, timestamp=timestamp)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, format=file_format, path="%Y")["rows"] == 3
+    return committed_files(spark, output)
+
+
+def written(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row read back as in WRITTEN (timestamps as millis, maps as dicts or None)."""
+    raw_headers = row["headers_bytes"]
+    return (millis(row["timestamp"]), row["key"], row["key_bytes"], dict(pairs(row["headers"])),
+            None if raw_headers is None else dict(pairs(raw_headers)), row["body"],
+            row["body_bytes"])
+
+
+def test_parquet_holds_text_as_strings_and_time_as_timestamp_millis(
+        tmp_path: Path, spark: Any) -> None:
+    import pyarrow as pa
+
+    [uri] = mixed_export(tmp_path, spark, "parquet")
+    parquet = pq.ParquetFile(local(uri))
+    types = {field.name: field.type for field in parquet.schema_arrow}
+    assert types["timestamp"] == pa.timestamp("ms", tz="UTC")
+    assert [types[c] for c in ("key", "body", "key_bytes", "body_bytes")] == \
+        [pa.string(), pa.string(), pa.binary(), pa.binary()]
+    assert types["headers"] == pa.map_(pa.string(), pa.string())
+    assert types["headers_bytes"] == pa.map_(pa.string(), pa.binary())
+    columns = {parquet.metadata.schema.column(i).path: parquet.metadata.schema.column(i)
+               for i in range(parquet.metadata.num_columns)}
+    stamp = columns["timestamp"]
+    assert stamp.physical_type == "INT64"
+    assert "isAdjustedToUTC=true, timeUnit=milliseconds" in str(stamp.logical_type)
+    assert str(columns["body"].logical_type) == "String"
+    rows = sorted(parquet.read().to_pylist(), key=lambda r: r["offset"])
+    assert [written(r) for r in rows] == WRITTEN
+
+
+def test_json_lines_hold_text_as_text_and_only_other_bytes_as_base64(
+        tmp_path: Path, spark: Any) -> None:
+    [uri] = mixed_export(tmp_path, spark, "json")
+    lines = [json.loads(line) for line in local(uri).read_text().splitlines()]
+    lines.sort(key=lambda line: line["offset"])
+    stamps = [datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+              + f"{ms % 1000:03d}Z" for ms, *_ in WRITTEN]
+    assert [line["timestamp"] for line in lines] == stamps
+    assert lines[0] == {"channel": "orders", "partition": 0, "offset": 0,
+                        "timestamp": stamps[0], "key": "k\u00e9", "headers": {"h": "v"},
+                        "headers_bytes": {"bin": "/wA="}, "body": 'caf\u00e9 {"n": 1}'}
+    assert lines[1] == {"channel": "orders", "partition": 0, "offset": 1,
+                        "timestamp": stamps[1], "key_bytes": "gA==", "headers": {},
+                        "body_bytes": "//4AcmF3"}  # base64 of the bytes, no text column
+    assert lines[2] == {"channel": "orders", "partition": 0, "offset": 2,
+                        "timestamp": stamps[2], "headers": {}, "body": ""}
+
+
+def test_avro_holds_text_as_strings_and_time_as_timestamp_millis(
+        tmp_path: Path, spark: Any) -> None:
+    from pyspark.sql.types import BinaryType, StringType, TimestampType
+
+    [uri] = mixed_export(tmp_path, spark, "avro")
+    schema = json.loads(avro_header(local(uri).read_bytes())["avro.schema"])
+    fields = {field["name"]: field["type"] for field in schema["fields"]}
+    assert fields["timestamp"] == {"type": "long", "logicalType": "timestamp-millis"}
+    assert fields["key"] == fields["body"] == ["null", "string"]
+    assert fields["key_bytes"] == fields["body_bytes"] == ["null", "bytes"]
+    assert fields["headers"] == {"type": "map", "values": ["null", "string"]}
+    frame = spark.read.format(FORMATS["avro"]).load(uri)
+    types = {field.name: field.dataType for field in frame.schema}
+    assert types["timestamp"] == TimestampType()
+    assert (types["body"], types["body_bytes"]) == (StringType(), BinaryType())
+    rows = frame.withColumn("timestamp", F.unix_millis("timestamp")).orderBy("offset")
+    assert [written(r.asDict()) for r in rows.collect()] == WRITTEN
+
+
+def test_a_piece_over_more_buckets_than_open_writers_makes_one_file_a_bucket(
+        tmp_path: Path, spark: Any) -> None:
+    # The write keeps up to CONCURRENT_WRITERS files open (write_progress.py), then sorts
+    # the rest of its task's rows: each bucket still gets one file, named by its offsets.
+    from channel_engine.spark.write_progress import CONCURRENT_WRITERS
+
+    config = make_channel(tmp_path, 0, partitions=1)
+    buckets = CONCURRENT_WRITERS * 3
+    with Channel.open(config) as channel, channel.put() as tx:
+        for i in range(buckets * 4):  # a bucket a second, visited again every `buckets`
+            tx.put(f"e{i}".encode(), timestamp=BASE_MS + (i % buckets) * 1000)
+    output = output_uri(tmp_path)
+    report = export_here(spark, config, output, path="%Y/%H%M%S")
+    assert report["rows"] == buckets * 4
+    names = [relative(spark, output, uri) for uri in committed_files(spark, output)]
+    assert len(names) == buckets and len({n.rsplit("/", 1)[1] for n in names}) == buckets
+    assert sorted(as_put(exported(spark, output))) == sorted(
+        (BASE_MS + (i % buckets) * 1000, None, {}, f"e{i}".encode()) for i in range(buckets * 4))
+    for uri in committed_files(spark, output):
+        match = NAME.fullmatch(uri.rsplit("/", 1)[1])
+        assert match, uri
+        offsets = sorted(r["offset"] for r in file_rows(spark, uri))
+        assert (offsets[0], offsets[-1], len(offsets)) == (int(match["first"]),
+                                                            int(match["last"]), 4)

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from spark_cluster import SparkCluster
-from test_export import exported, make_channel, stored, untaken
+from test_export import as_row, exported, make_channel, stored, untaken
 from test_remote_read import appliance, consume_token, put_events  # noqa: F401 -- gunicorn
 
 from channel_engine import Channel, ChannelConfig
@@ -107,8 +107,7 @@ def committed(spark_or_none: Any, output: str) -> list[tuple[Any, ...]]:
     rows = [row for path in root.rglob("*.parquet")
             if not any(part.startswith(("_", ".")) for part in path.relative_to(root).parts)
             for row in pq.read_table(path).to_pylist()]
-    return sorted((r["partition"], r["offset"], r["timestamp"], r["key"],
-                   dict(r["headers"] or []), r["body"]) for r in rows)
+    return sorted(as_row(r) for r in rows)
 
 
 def check_shipped(cluster: SparkCluster, tmp_path: Path) -> None:

@@ -82,11 +82,51 @@ def test_export_channel_writes_every_event_to_hdfs_exactly_once(
             == sorted(files)
         rows = [r for f in files for r in pq.read_table(io.BytesIO(dfs.read_bytes(f)))
                 .to_pylist()]
-        assert sorted(r["body"] for r in rows) == sorted(f"e{i}".encode() for i in range(45))
+        assert sorted(r["body"] for r in rows) == sorted(f"e{i}" for i in range(45))  # text
         ranges = {p["partition"]: p["ranges"] for p in run.partitions}
         assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(
             (p, o) for p, spans in ranges.items() for s, e in spans for o in range(s, e))
         subscriptions = channels.open_channel(row).status()["subscriptions"]
         assert subscriptions["export"]["events_untaken"] == 0  # its own queue:
         assert subscriptions["default"]["events_untaken"] == 45  # HTTP consumers' stays
+    channels.close_all()
+
+
+def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Killed once its commit line is out: its row says committed at once. Killed between
+    # its commit point and that line: failed until the next run finds its commit record.
+    from appliance import exports
+
+    output = tmp_path / "export"
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_EXPORT_URI=output.as_uri(),
+                           WEIR_SPARK_MASTER="local[1]"):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "home"),
+                                     minimum_required_space=0, export_path="%Y-%m-%d")
+        channel = channels.open_channel(row)
+        for first in (0, 20):
+            with channel.put() as tx:
+                for i in range(first, first + 20):
+                    tx.put(f"e{i}".encode())
+            monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "announced" if first else "recorded")
+            exports.run_export(row)
+        monkeypatch.delenv("WEIR_EXPORT_CRASH_AT")
+        unknown, told = ExportRun.objects.order_by("started_at")
+        assert unknown.outcome == "failed" and "commit record" in unknown.error
+        assert told.outcome == "ok" and told.rows == 20 and told.error == ""
+        assert told.progress.startswith("committed 20 events; its job then ended"), told
+        # [0, 20) came back with the take of the killed job: skipped by its commit record
+        assert [(p["ranges"], p["skipped"]) for p in told.partitions] == [([[20, 40]],
+                                                                          [[0, 20]])]
+        last = exports.run_export(row)
+        assert last.outcome == "ok" and last.rows == 0  # both were committed: nothing again
+        unknown.refresh_from_db()
+        assert unknown.outcome == "ok" and unknown.rows == 20 and unknown.error == ""
+        assert f"run {last.run_id} found its commit record" in unknown.progress
+        files = [Path(f.removeprefix("file://")) for run in (unknown, told)
+                 for p in run.partitions for f in p["files"]]
+        bodies = sorted(b for f in files for b in pq.read_table(f).column("body").to_pylist())
+        assert bodies == sorted(f"e{i}" for i in range(40))  # each exactly once
+        assert channel.status()["subscriptions"]["export"]["events_untaken"] == 0
     channels.close_all()
