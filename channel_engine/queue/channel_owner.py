@@ -139,6 +139,8 @@ class ChannelOwner:
         self.state.recovery = restored.report
         if not self.read_only:
             self.state.recovery.problems += strays
+        self.state.counters.update((name, restored.counters.get(name, 0))
+                                   for name in self.state.counters)  # counters.py
         self.state.counters["aborted_events"] += restored.report.aborted_events
         self.state.counters["dropped_events"] += restored.report.dropped_events
         # a checkpoint written before ledgers existed (v1, v2) has none beside it: an upgrade
@@ -146,6 +148,7 @@ class ChannelOwner:
         self.losses.ledger = LossLedger.load(home, not self.read_only, keeps_ledger,
                                              self.state.now_ms())
         self.losses.count(restored.lost, at_open=True)  # before the checkpoint below
+        self.losses.recount_lost()
         self.losses.count_unknown_journals()  # recorded before the checkpoint below hides it
         if not self.read_only:
             self.checkpointer.sequence = restored.next_generation - 1
@@ -194,7 +197,8 @@ class ChannelOwner:
 
     @property
     def counters(self) -> dict[str, int]:
-        """The channel's counters since open (puts, takes, rollbacks, losses, ...)."""
+        """The channel's counters since it was made (puts, takes, rollbacks, losses, ...;
+        kept across opens by the checkpoint: counters.py)."""
         return self.state.counters
 
     @property

@@ -110,6 +110,13 @@ class Losses:
                     f"checkpoint {item['generation']} are unknown: up to {bound} events may "
                     "come back (delivered again, at least once)", self._state.now_ms())
 
+    def recount_lost(self) -> None:
+        """At open: the channel's lost_events is at least what the ledger records (each
+        lost event is recorded before it is counted; a kill may have lost the count)."""
+        recorded = sum(self.ledger.events_by_partition().values())
+        if recorded > self._state.counters["lost_events"]:
+            self._state.counters["lost_events"] = recorded
+
     def save_ledger(self) -> None:
         self._home_lock.check()  # never into the ledger of a channel that replaced ours
         self.ledger.save()
