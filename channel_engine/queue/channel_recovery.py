@@ -69,6 +69,9 @@ class ChannelRecovery:
     """What opening a channel found and did (JSON-serialisable via to_dict)."""
 
     checkpoint_source: str | None = None  # "primary", "backup" or None (rebuilt from logs)
+    created: bool = False  # made by this open (Channel.create): no checkpoint is no problem
+    checkpoint_absent: bool = False  # no copy there at all (not damaged: a wipe leaves no
+    # trace, a damaged copy is kept aside by `recover`)
     checkpoint_sequence: int = 0
     checkpoint_version: int = 0  # format version of the checkpoint used (0: none)
     problems: list[str] = field(default_factory=list)
@@ -111,17 +114,22 @@ class Restored:
     counters: dict[str, int] = field(default_factory=dict)  # the channel's, as restored
 
 
-def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Restored:
-    """Rebuild every partition's queue; see the module doc for the steps."""
+def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog],
+            new: bool = False) -> Restored:
+    """Rebuild every partition's queue; see the module doc for the steps. `new`: a channel
+    made by this open (Channel.create, checked empty first): it has no checkpoint yet."""
     started = time.perf_counter()
-    report = ChannelRecovery()
+    report = ChannelRecovery(created=new)
     found = checkpoint_file.read_newest(home, backup)
-    report.problems.extend(found.problems)
     saved = found.checkpoint
+    if not new:
+        report.problems.extend(found.problems)
     report.checkpoint_source = found.source
     report.checkpoint_sequence = saved.sequence if saved else 0
     report.checkpoint_version = saved.version if saved else 0
-    if saved is None:
+    report.checkpoint_absent = saved is None and all(p.endswith(": missing")
+                                                     for p in found.problems)
+    if saved is None and not new:
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")
 
