@@ -27,9 +27,10 @@ A new channel is made by an open with new=True (Channel.create: the creator's wo
 home is checked to hold no channel first): its first checkpoint is written before the open
 returns, so no open of it ever finds none. Any other open that finds no valid checkpoint
 reports it (recovery problems). A writable one that finds no copy at all (a wipe: a damaged
-copy is damage, kept aside by `recover`) of a channel that existed — its channel.json was
-there, a log holds events, or the caller says so (`existed`: the appliance, whose database
-knows the channel) — records it in the loss ledger (state_missing): health is not
+copy is damage, kept aside by `recover`) of a channel that existed — a log holds events,
+or the caller says so (`existed`: the appliance, whose database knows the channel; a
+channel.json alone may be a config saved for the first open) — records it in the loss
+ledger (state_missing): health is not
 "healthy" until an operator acknowledges it, across reopens. `recover` (force_recovery)
 records nothing: it is the operator's repair, and prints what it cost.
 
@@ -55,7 +56,7 @@ from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
 from channel_engine.log.recovery import LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_recovery import ChannelRecovery, restore
 from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.channel_status import ChannelStatus
@@ -117,7 +118,6 @@ class ChannelOwner:
               existed: bool = False) -> None:
         config = self.config
         home = config.home
-        existed = existed or (home / CONFIG_FILE).is_file()
         strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create,
                                                 new)
         log_config = config.log_config()
