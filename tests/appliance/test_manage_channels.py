@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from appliance_helpers import problem, token_client
+from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.test import APIClient
 
 from appliance import channels
@@ -240,3 +242,7 @@ def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
     assert status["health"] == "degraded"
     channels.close_all()  # not forgotten by a restart
     assert client.get("/api/v1/channels/orders").json()["status"]["health"] == "degraded"
+    operator = Client()  # the channel page names what was lost
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = operator.get("/channels/orders/")
+    assert page.status_code == 200 and "queue state (checkpoints gone)" in page.content.decode()
