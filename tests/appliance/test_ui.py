@@ -179,6 +179,8 @@ def test_creating_a_channel_shows_the_error_next_to_the_field_and_writes_nothing
     row = Channel.objects.get(name="orders")
     assert row.data_dirs == [str(root / "data")] and row.partitions == 2
     assert (root / "data" / "orders-1").is_dir()
+    page = operator.get("/channels/orders/").content.decode()  # a new channel: no problem
+    assert "<ul class=\"problems\">" not in page and "checkpoint: missing" not in page
 
 
 def test_a_settings_change_applies_live_or_says_why_not(operator: Client, root: Path) -> None:
