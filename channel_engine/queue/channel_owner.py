@@ -30,9 +30,9 @@ reports it (recovery problems). A writable one that finds no copy at all (a wipe
 copy is damage, kept aside by `recover`) of a channel that existed — a log holds events,
 or the caller says so (`existed`: the appliance, whose database knows the channel; a
 channel.json alone may be a config saved for the first open) — records it in the loss
-ledger (state_missing): health is not
-"healthy" until an operator acknowledges it, across reopens. `recover` (force_recovery)
-records nothing: it is the operator's repair, and prints what it cost.
+ledger (state_missing): health is not "healthy" until an operator acknowledges it, across
+reopens. `recover` (force_recovery) records nothing: it is the operator's repair, and
+prints what it cost.
 
 Thread-safe. One lock guards the queue state; appends to one partition are
 serialised by that partition's lock; fsyncs happen outside both
