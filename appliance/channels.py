@@ -29,7 +29,10 @@ directories made only by the API's create and change or, for a row without files
 channel_dirs.lock() after checking the row again (never by an open racing a delete, nor
 by the engine's re-election of an owner: see channel_engine/channel.py), and deleted()
 tells a view whether an engine error came from a channel deleted under its request,
-which the API answers with 404 like any channel that does not exist.
+which the API answers with 404 like any channel that does not exist. Only the create
+(manage_channels) makes a channel (Channel.create: it reports nothing missing); files made
+again for a row whose files are gone are a channel that existed (its home or volume
+wiped): the engine reports its lost state until an operator acknowledges it.
 
 status_of() is what views of many channels use (the channel list, /metrics, the
 dashboard): a channel that cannot be opened or asked (its home unreadable, its key
@@ -149,23 +152,27 @@ def _check_export(row: Channel) -> None:
         raise ValidationError({"export_path": str(exc).removeprefix("path: ")}) from exc
 
 
-def open_channel(row: Channel, create: bool = False) -> EngineChannel:
+def open_channel(row: Channel, create: bool = False, new: bool = False) -> EngineChannel:
     """This process's engine channel for a row, opened on first use or after a change;
     ChannelGoneError if the row was deleted (or its channel recreated) meanwhile. `create`
-    (the API's create and change, under channel_dirs.lock()) makes missing directories."""
+    (the API's change, under channel_dirs.lock()) makes missing directories; `new` (the
+    create of manage_channels, under that lock) makes the channel (Channel.create)."""
     try:
-        return _open_row(row, create or row.pk is None)
+        return _open_row(row, create or row.pk is None, new)
     except ChannelGoneError:
-        if create or row.pk is None or deleted(row):
+        if create or new or row.pk is None or deleted(row):
             raise
-    # the row is there, its files are not (a row saved without the API, a home removed by
-    # hand): made under the directory lock, so never after a delete's removal began
+    # the row is there, its files are not (a home removed by hand, a volume wiped: a
+    # channel is made only by manage_channels' create, which makes its files): made again
+    # under the directory lock, so never after a delete's removal began; the engine is
+    # told the channel existed, so the loss of its state is reported until acknowledged
     with transaction.atomic():
         channel_dirs.lock()
-        return _open_row(row, True)
+        return _open_row(row, True, existed=True)
 
 
-def _open_row(row: Channel, create: bool) -> EngineChannel:
+def _open_row(row: Channel, create: bool, new: bool = False,
+              existed: bool = False) -> EngineChannel:
     global _open_pid
     with _lock:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
@@ -183,7 +190,8 @@ def _open_row(row: Channel, create: bool) -> EngineChannel:
         if row.pk is not None and deleted(row):  # never resurrect a deleted channel's files
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         # not create: a delete may have removed the files since the check above
-        channel = EngineChannel.open(to_config(row), create=create)
+        channel = EngineChannel.create(to_config(row)) if new else \
+            EngineChannel.open(to_config(row), create=create, existed=existed)
         _open[row.name] = (version, channel)
         _uncommitted.pop(row.name, None)
         if connection.in_atomic_block:

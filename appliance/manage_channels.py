@@ -108,7 +108,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
             channel_dirs.fresh(row)
             made = row.owned_dirs = channel_dirs.missing(row)
             row.save()
-            channels.open_channel(row, create=True)  # the files; an error rolls it back
+            channels.open_channel(row, new=True)  # the files; an error rolls it back
             _follow_drains(row, None)
     except ValidationError as exc:
         raise _invalid(exc) from exc

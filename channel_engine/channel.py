@@ -25,8 +25,14 @@ checkpoint and journal as after any crash: nothing committed is lost, no
 committed take comes back, in-flight takes return to the head of the queue. A
 request in flight when the owner died raises OwnerLostError (its outcome is
 unknown; a producer retries, as a Kafka producer does after a broker failure).
-Only Channel.open(create=True, the default) makes a missing home or partition
-directory: a re-election never does. When the channel was deleted (its home's
+Channel.create makes a new channel (Kafka's create-topic; ChannelExistsError if one is
+there): the creator's word that no channel was there, so its open reports no missing
+checkpoint and writes the first one at once. Only it and Channel.open(create=True, the
+default) make a missing home or partition directory: a re-election never does. An open
+cannot tell a new channel from one whose home and data were wiped together, so
+Channel.open(create=True) on an empty place reports the checkpoint missing; with
+existed=True (the caller knows the channel was there) it also records the loss of its
+state in the loss ledger (queue/channel_owner.py). When the channel was deleted (its home's
 channel.json or a partition directory gone) the next operation raises
 ChannelGoneError and nothing is written or recreated; the same handle tries the
 election again at its next operation.
@@ -47,6 +53,7 @@ from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.errors import (
     ChannelClosedError,
     ChannelEngineError,
+    ChannelExistsError,
     ChannelLockedError,
     InvalidEventError,
     OwnerLostError,
@@ -91,12 +98,15 @@ class Channel:
     @classmethod
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
              clock: Callable[[], float] = time.time, free_space: FreeSpace = free_bytes,
-             owner_wait_ms: int = 30_000, create: bool = True) -> Channel:
+             owner_wait_ms: int = 30_000, create: bool = True,
+             existed: bool = False) -> Channel:
         """Open the channel of `config` (or of the home holding its channel.json): as its
         owner if no process owns it, else as a client of the owner. read_only=True opens a
         snapshot of the files instead (for inspection while another process owns them).
         create=False: ChannelGoneError if the channel's home (its channel.json) or a
-        partition directory is missing, instead of making a new channel there."""
+        partition directory is missing, instead of making a new channel there.
+        existed=True: the channel was there before, so a missing checkpoint is a lost state,
+        recorded in the loss ledger (module doc)."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space, owner_wait_ms)
@@ -104,7 +114,17 @@ class Channel:
             channel._owner = ChannelOwner.open(config, read_only=True, clock=clock,
                                                free_space=free_space)
         else:
-            channel._elect(create)
+            channel._elect(create, existed=existed)
+        return channel
+
+    @classmethod
+    def create(cls, config: ChannelConfig, *, clock: Callable[[], float] = time.time,
+               free_space: FreeSpace = free_bytes, owner_wait_ms: int = 30_000) -> Channel:
+        """Make a new channel and open it as its owner: its directories, channel.json and
+        first checkpoint. ChannelExistsError (nothing written) if its home or a partition
+        directory holds a channel's files, or another process owns it."""
+        channel = cls(config, False, clock, free_space, owner_wait_ms)
+        channel._elect(True, new=True)
         return channel
 
     @property
@@ -121,7 +141,7 @@ class Channel:
         """The ChannelOwner when this process owns the channel (for tools and tests)."""
         return self._owner
 
-    def _elect(self, create: bool) -> None:
+    def _elect(self, create: bool, new: bool = False, existed: bool = False) -> None:
         """Become the owner if nobody is, else connect to the owner; wait while a new
         owner is still replaying (up to owner_wait_ms). Only `create` makes missing
         directories: ChannelGoneError otherwise (the channel was deleted)."""
@@ -129,8 +149,12 @@ class Channel:
         while True:
             try:
                 owner = ChannelOwner.open(self.config, clock=self._clock,
-                                          free_space=self._free_space, create=create)
+                                          free_space=self._free_space, create=create, new=new,
+                                          existed=existed)
             except ChannelLockedError as exc:
+                if new:
+                    raise ChannelExistsError(self.config.home, f"owned by {exc.holder}") \
+                        from exc
                 locked: ChannelLockedError = exc
             else:
                 try:

@@ -247,6 +247,15 @@ class ChannelGoneError(ChannelEngineError):
     this process opened it: the old handle writes nothing there."""
 
 
+class ChannelExistsError(ChannelEngineError):
+    """Channel.create found a channel, or files of one, where the new channel would go
+    (Kafka's TopicExistsException): nothing was written."""
+
+    def __init__(self, path: object, what: str) -> None:
+        super().__init__(f"{path}: {what}; a new channel is made only where none is")
+        self.path = str(path)
+
+
 class PartitionCountError(ChannelEngineError):
     """A put was encoded for another partition count than the owner's (the channel grew
     and one of them has not reopened it yet); the producer encodes it again for

@@ -4,6 +4,9 @@ Names follow Prometheus conventions (weir_ prefix, _total for counters, base
 units); Flume's channel counters keep their meaning: weir_channel_put_attempts_total
 is Flume's EventPutAttemptCount, weir_channel_events is ChannelSize, and so on.
 Label values are escaped per the text format (backslash, double quote, newline).
+The counters count since the channel was made, kept by its checkpoints across reopens,
+settings changes and restarts, so they never go backwards (after a kill a few may lag
+behind what they were: channel_engine/queue/counters.py says which).
 Admin role (a token or a staff session). A channel that cannot be opened (see
 channels.status_of) has weir_channel_up 0 and weir_channel_healthy 0 and no other
 figure; every other channel is reported as usual. Each subscription of a channel has

@@ -23,6 +23,17 @@ grown channel; a saved partition's missing directory is ChannelGoneError),
 replay the checkpoint and journals (channel_recovery.py), count what was lost,
 and checkpoint the replayed state.
 
+A new channel is made by an open with new=True (Channel.create: the creator's word; the
+home is checked to hold no channel first): its first checkpoint is written before the open
+returns, so no open of it ever finds none. Any other open that finds no valid checkpoint
+reports it (recovery problems). A writable one that finds no copy at all (a wipe: a damaged
+copy is damage, kept aside by `recover`) of a channel that existed — a log holds events,
+or the caller says so (`existed`: the appliance, whose database knows the channel; a
+channel.json alone may be a config saved for the first open) — records it in the loss
+ledger (state_missing): health is not "healthy" until an operator acknowledges it, across
+reopens. `recover` (force_recovery) records nothing: it is the operator's repair, and
+prints what it cost.
+
 Thread-safe. One lock guards the queue state; appends to one partition are
 serialised by that partition's lock; fsyncs happen outside both
 (channel_state.py has the order).
@@ -84,26 +95,31 @@ class ChannelOwner:
     @classmethod
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
              clock: Callable[[], float] = time.time, free_space: FreeSpace = free_bytes,
-             force_recovery: bool = False, create: bool = True) -> ChannelOwner:
+             force_recovery: bool = False, create: bool = True, new: bool = False,
+             existed: bool = False) -> ChannelOwner:
         """Open the channel of `config`, or of the home directory holding its channel.json;
         replay whatever followed the last checkpoint. A writable open with `create` makes
         missing directories (a new channel); create=False raises ChannelGoneError instead
         (the channel was deleted: an owner re-elected after it must not bring it back).
-        force_recovery: CRC-check every batch of every partition (`recover`'s repair)."""
+        force_recovery: CRC-check every batch of every partition (`recover`'s repair).
+        new: make a new channel (ChannelExistsError if one is there); existed: the caller
+        knows the channel existed, so no checkpoint means its state was lost (module doc)."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space)
         try:
-            channel._open(force_recovery, create)
+            channel._open(force_recovery, create or new, new, existed)
         except BaseException:
             channel._abandon()
             raise
         return channel
 
-    def _open(self, force_recovery: bool = False, create: bool = True) -> None:
+    def _open(self, force_recovery: bool = False, create: bool = True, new: bool = False,
+              existed: bool = False) -> None:
         config = self.config
         home = config.home
-        strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create)
+        strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create,
+                                                new)
         log_config = config.log_config()
         keys = None
         if config.encryption_key_file is not None:
@@ -125,7 +141,7 @@ class ChannelOwner:
                     log.flush()
         backup = self.checkpointer.backup_dir()
         restored = restore(home, backup if backup is not None and backup.is_dir() else None,
-                           self.state.logs)
+                           self.state.logs, new)
         self.state.ends = [log.log_end_offset for log in self.state.logs]
         self.state.subscriptions = {sub.name: sub for sub in restored.subscriptions}
         self.state.next_subscription_id = restored.next_subscription_id
@@ -139,6 +155,8 @@ class ChannelOwner:
         self.state.recovery = restored.report
         if not self.read_only:
             self.state.recovery.problems += strays
+        self.state.counters.update((name, restored.counters.get(name, 0))
+                                   for name in self.state.counters)  # counters.py
         self.state.counters["aborted_events"] += restored.report.aborted_events
         self.state.counters["dropped_events"] += restored.report.dropped_events
         # a checkpoint written before ledgers existed (v1, v2) has none beside it: an upgrade
@@ -146,7 +164,11 @@ class ChannelOwner:
         self.losses.ledger = LossLedger.load(home, not self.read_only, keeps_ledger,
                                              self.state.now_ms())
         self.losses.count(restored.lost, at_open=True)  # before the checkpoint below
+        self.losses.recount_lost()
         self.losses.count_unknown_journals()  # recorded before the checkpoint below hides it
+        if restored.report.checkpoint_absent and not (new or self.read_only or force_recovery) \
+                and (existed or any(log.log_end_offset for log in self.state.logs)):
+            self.losses.record_state_missing()  # before the checkpoint below hides it
         if not self.read_only:
             self.checkpointer.sequence = restored.next_generation - 1
             self.takes.start_ids(restored.next_generation)  # ids never repeat across owners
@@ -194,7 +216,8 @@ class ChannelOwner:
 
     @property
     def counters(self) -> dict[str, int]:
-        """The channel's counters since open (puts, takes, rollbacks, losses, ...)."""
+        """The channel's counters since it was made (puts, takes, rollbacks, losses, ...;
+        kept across opens by the checkpoint: counters.py)."""
         return self.state.counters
 
     @property

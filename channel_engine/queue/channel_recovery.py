@@ -41,6 +41,11 @@ checkpoint: at least once, they come back), and records a missing or headerless
 checkpoint journal in its loss ledger (events 0: nothing is lost, but health
 stays degraded until an operator acknowledges it). An intact journal sets no
 bound.
+
+Counters: the checkpoint's (version 5) are the base, for the channel and for each
+subscription; the puts past the checkpoint's log ends and the take commits replayed are
+added (counters.py has the rules, and what a kill can undercount); the report's
+counters_recounted says what was added.
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ from typing import Any
 from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.recovery import LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue import commit_journal
+from channel_engine.queue import commit_journal, counters
 from channel_engine.queue.partition_queue import PartitionQueue
 from channel_engine.queue.subscription import DEFAULT, Subscription, take_out
 
@@ -64,6 +69,9 @@ class ChannelRecovery:
     """What opening a channel found and did (JSON-serialisable via to_dict)."""
 
     checkpoint_source: str | None = None  # "primary", "backup" or None (rebuilt from logs)
+    created: bool = False  # made by this open (Channel.create): no checkpoint is no problem
+    checkpoint_absent: bool = False  # no copy there at all (not damaged: a wipe leaves no
+    # trace, a damaged copy is kept aside by `recover`)
     checkpoint_sequence: int = 0
     checkpoint_version: int = 0  # format version of the checkpoint used (0: none)
     problems: list[str] = field(default_factory=list)
@@ -82,6 +90,8 @@ class ChannelRecovery:
     events_may_come_back_at_most: int = 0  # set by the owner when journals_unknown
     lost_ranges: list[dict[str, Any]] = field(default_factory=list)  # partition, start,
     # end, events, path, position, length, cause of each range counted at this open
+    counters_recounted: dict[str, int] = field(default_factory=dict)  # added by replay to
+    # the checkpoint's counters (counters.py)
     duration_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,19 +111,25 @@ class Restored:
     report: ChannelRecovery
     to_mark: list[tuple[int, int, int]]  # (partition, segment base, position) to stamp
     lost: list[tuple[int, LostRange, int]]  # (partition, range beyond the log end, events)
+    counters: dict[str, int] = field(default_factory=dict)  # the channel's, as restored
 
 
-def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Restored:
-    """Rebuild every partition's queue; see the module doc for the steps."""
+def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog],
+            new: bool = False) -> Restored:
+    """Rebuild every partition's queue; see the module doc for the steps. `new`: a channel
+    made by this open (Channel.create, checked empty first): it has no checkpoint yet."""
     started = time.perf_counter()
-    report = ChannelRecovery()
+    report = ChannelRecovery(created=new)
     found = checkpoint_file.read_newest(home, backup)
-    report.problems.extend(found.problems)
     saved = found.checkpoint
+    if not new:
+        report.problems.extend(found.problems)
     report.checkpoint_source = found.source
     report.checkpoint_sequence = saved.sequence if saved else 0
     report.checkpoint_version = saved.version if saved else 0
-    if saved is None:
+    report.checkpoint_absent = saved is None and all(p.endswith(": missing")
+                                                     for p in found.problems)
+    if saved is None and not new:
         report.problems.append("no valid checkpoint: every event in the logs is queued "
                                "again, takes committed before the last checkpoint included")
 
@@ -126,10 +142,15 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
     aborted_ranges: list[list[tuple[int, int]]] = [
         list(saved.aborted[p]) if saved is not None and p < len(saved.aborted) else []
         for p in range(len(logs))]
+    recount_from = _recount_from(saved, logs)
+    aborted_past = committed_pending = 0  # events, for the put recount (counters.py)
     for batch in undecided:
+        past = batch.start >= recount_from[batch.partition]
         if batch.transaction_id in committed_txns:
             to_mark.append((batch.partition, batch.segment_base_offset, batch.position))
+            committed_pending += 0 if past else batch.end - batch.start
             continue
+        aborted_past += batch.end - batch.start if past else 0
         aborted_ranges[batch.partition].append((batch.start, batch.end))
         aborted = take_out(subs, batch.partition, batch.start, batch.end,
                            logs[batch.partition].log_end_offset,
@@ -139,13 +160,28 @@ def restore(home: Path, backup: Path | None, logs: Sequence[PartitionLog]) -> Re
             report.aborted_puts.append([batch.transaction_id, batch.partition, batch.start,
                                         batch.end, aborted])
     lost = _lost_beyond_log_ends(saved, subs, logs)
+    put_past = sum(max(0, log.log_end_offset - start)
+               for log, start in zip(logs, recount_from, strict=True))
+    counters.add(report.counters_recounted,
+                 counters.recount_puts(put_past, aborted_past, committed_pending))
+    restored_counters = counters.channel_counters(saved)
+    counters.add(restored_counters, report.counters_recounted.items())
 
     generations = commit_journal.generations(home) if home.is_dir() else []
     next_generation = max([report.checkpoint_sequence] + generations) + 1
     report.duration_ms = round((time.perf_counter() - started) * 1000, 3)
     next_id = saved.next_subscription_id if saved is not None else 1
     return Restored(subs, next_id, aborted_ranges, report.checkpoint_sequence,
-                    next_generation, report, to_mark, lost)
+                    next_generation, report, to_mark, lost, restored_counters)
+
+
+def _recount_from(saved: checkpoint_file.Checkpoint | None,
+                  logs: Sequence[PartitionLog]) -> list[int]:
+    """Per partition, the offset from which the logs' events are recounted as puts: the
+    checkpoint's log end, or the log start where the checkpoint has no such partition."""
+    return [saved.partitions[p].log_end_offset
+            if saved is not None and p < len(saved.partitions) else log.log_start_offset
+            for p, log in enumerate(logs)]
 
 
 def _lost_beyond_log_ends(saved: checkpoint_file.Checkpoint | None,
@@ -193,7 +229,8 @@ def _queues_from(saved: checkpoint_file.Checkpoint | None, logs: Sequence[Partit
     batches: a stamp is written only after the commit record, and may reach the disk
     without it in policy durability (the record is not synced there)."""
     saved_queues = saved.queues() if saved is not None else {(0, DEFAULT): ()}
-    subs = [Subscription(sub_id, name, []) for sub_id, name in saved_queues]
+    subs = [Subscription(sub_id, name, [], counters=counters.subscription_counters(saved, sub_id))
+            for sub_id, name in saved_queues]
     undecided: list[_Undecided] = []
     stamped: set[int] = set()
     for partition, log in enumerate(logs):
@@ -264,10 +301,16 @@ def _replay_journals(home: Path, sequence: int, subs: list[Subscription],
                 report.put_commits_replayed += 1
                 continue
             report.take_commits_replayed += 1
+            taken_by = _taken_by(commit, subs)
             for partition, start, end in commit.entries:
-                for sub in _taken_by(commit, subs):
+                for sub in taken_by:
                     if partition < len(sub.queues):
                         sub.queues[partition].mark_committed([(start, end)])
+            if commit.commit_id != 0:  # a take (take id 0 marks a loss, not a take)
+                recount = counters.recount_take(sum(e - s for _, s, e in commit.entries))
+                counters.add(report.counters_recounted, recount)
+                for sub in taken_by:
+                    counters.add(sub.counters, recount)
     return committed
 
 

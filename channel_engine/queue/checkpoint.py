@@ -34,13 +34,23 @@ offsets of puts that never committed (their batches stay in the log, unstamped),
 every queue holds as taken; a subscription added or reset later starts with them taken
 too, so it never delivers them. Ranges below the log start are not kept.
 
+Counters (version 5): the channel's counters (put_attempts, put_successes, takes, rollbacks,
+dropped, lost, ...: channel_state.COUNTERS) and each subscription's take counters
+(subscription.COUNTERS) as they stood when the snapshot was taken, so that they count
+since the channel was made, not since it was opened: a close writes a final checkpoint
+(checkpoint_on_close), so a reopen or a settings change keeps them exactly; after a kill
+the open restores them from the checkpoint and adds what replay recounts from durable
+records (counters.py says what, and what a kill can undercount). Each counter is named,
+so a counter added later reads as 0 from an older file and one unknown to the reader is
+ignored. A v1-v4 checkpoint has none: every counter starts at 0.
+
 File layout (big-endian), `checkpoint` in the checkpoint dir, `checkpoint` in
 the backup dir when dual checkpoints are on:
 
     offset  size  field
     ------  ----  -------------------------------------------------------------
          0     4  magic               b"WCKP"
-         4     1  version             4 (1-3 are still read; 1: no pending puts)
+         4     1  version             5 (1-4 are still read; 1: no pending puts)
          5     3  reserved            0
          8     8  sequence            increases by one per checkpoint (<= 2**31 - 1)
         16     8  written_at_ms       wall clock
@@ -60,6 +70,12 @@ the backup dir when dual checkpoints are on:
                     L  name             UTF-8
                     P queue records:    8 taken_through, 4 C + C ranges, 4 F + F ranges
          -     -  P aborted records:    4 A, then A x (8 start, 8 end)                 [v4]
+         -     -  channel counters:     4 N, then N counter records                    [v5]
+         -     4  subscription counter sets S (one per subscription, `default` too)    [v5]
+                    4  subscription id  0 (`default`) or an id of the records above
+                    -  4 N, then N counter records
+                  counter record:       1 name length L (1..64), L name (ASCII),
+                                        8 value (0 .. 2**63 - 1)
        end     4  crc                 CRC-32C of every byte before it
 
 Writing: primary first (temp file, fsync, rename, fsync dir), then the backup
@@ -80,8 +96,8 @@ from channel_engine.atomic_file import write_atomically
 from channel_engine.errors import CorruptStateError
 
 MAGIC = b"WCKP"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 LEDGER_VERSION = 3  # the first version written by channels that keep losses.json
 FILE_NAME = "checkpoint"
 HEADER = struct.Struct(">4sB3xqqi")
@@ -90,6 +106,8 @@ COUNT = struct.Struct(">i")
 RANGE = struct.Struct(">qq")
 PENDING = struct.Struct(">qqq")
 SUBSCRIPTION = struct.Struct(">iB")  # id, name length
+VALUE = struct.Struct(">q")  # a counter's value, after its name
+COUNTER_NAME = 64  # longest counter name
 NAME_LENGTH = 1 << 8
 CRC = struct.Struct(">I")
 # The owner numbers its take ids generation << 32 in a signed 64-bit field, so no channel
@@ -99,6 +117,7 @@ assert HEADER.size == 28 and PARTITION.size == 32 and RANGE.size == 16
 
 Range = tuple[int, int]
 PendingPut = tuple[int, int, int]  # transaction id, start, end
+Counters = tuple[tuple[str, int], ...]  # (name, value), as saved
 DEFAULT_SUBSCRIPTION = "default"  # id 0: its queues are in the partition records
 
 
@@ -144,6 +163,8 @@ class Checkpoint:
     subscriptions: tuple[SubscriptionCheckpoint, ...] = ()  # besides `default`
     next_subscription_id: int = 1
     aborted: tuple[tuple[Range, ...], ...] = ()  # per partition (none: every one empty)
+    counters: Counters = ()  # the channel's (v5; older: none, every counter 0)
+    subscription_counters: tuple[tuple[int, Counters], ...] = ()  # (id, counters) (v5)
 
     def queues(self) -> dict[tuple[int, str], tuple[QueueCheckpoint, ...]]:
         """Every subscription's queues by (id, name), `default` first."""
@@ -189,6 +210,10 @@ def encode(checkpoint: Checkpoint) -> bytes:
         aborted = checkpoint.aborted[index] if index < len(checkpoint.aborted) else ()
         parts.append(COUNT.pack(len(aborted)))
         parts.extend(RANGE.pack(start, end) for start, end in aborted)
+    parts.append(_encode_counters(checkpoint.counters))
+    parts.append(COUNT.pack(len(checkpoint.subscription_counters)))
+    for sub_id, counters in checkpoint.subscription_counters:
+        parts.append(COUNT.pack(sub_id) + _encode_counters(counters))
     body = b"".join(parts)
     return body + CRC.pack(crc32c.crc32c(body))
 
@@ -237,12 +262,69 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
         except struct.error as exc:
             raise CorruptStateError(path, f"aborted ranges end early ({exc})",
                                     position) from exc
+    counters: Counters = ()
+    by_subscription: tuple[tuple[int, Counters], ...] = ()
+    if version >= 5:
+        known = {0} | {s.id for s in subscriptions}
+        counters, by_subscription, position = _all_counters(data, position, known, path)
     if position != len(data) - CRC.size:
         raise CorruptStateError(path, f"{len(data) - CRC.size - position} stray bytes", position)
     if not any(aborted):
         aborted = []
     return Checkpoint(sequence, written_at, tuple(partitions), version, subscriptions, next_id,
-                      tuple(aborted))
+                      tuple(aborted), counters, by_subscription)
+
+
+def _encode_counters(counters: Counters) -> bytes:
+    parts = [COUNT.pack(len(counters))]
+    for name, value in counters:
+        raw = name.encode("ascii")
+        parts.append(bytes([len(raw)]) + raw + VALUE.pack(value))
+    return b"".join(parts)
+
+
+def _all_counters(data: bytes, position: int, known: set[int], path: Path | str,
+                  ) -> tuple[Counters, tuple[tuple[int, Counters], ...], int]:
+    """The v5 counters: the channel's, each subscription's (`known`: the ids there are),
+    and the position after them."""
+    try:
+        counters, position = _counters(data, position, path)
+        (count,) = COUNT.unpack_from(data, position)
+        if not 0 <= count <= len(known):
+            raise CorruptStateError(path, f"{count} subscription counter sets for "
+                                          f"{len(known)} subscriptions", position)
+        position += COUNT.size
+        sets: list[tuple[int, Counters]] = []
+        for _ in range(count):
+            (sub_id,) = COUNT.unpack_from(data, position)
+            if sub_id not in known or any(i == sub_id for i, _ in sets):
+                raise CorruptStateError(path, f"counters of subscription id {sub_id}: "
+                                              "unknown or twice", position)
+            its, position = _counters(data, position + COUNT.size, path)
+            sets.append((sub_id, its))
+    except struct.error as exc:
+        raise CorruptStateError(path, f"counter records end early ({exc})", position) from exc
+    return counters, tuple(sets), position
+
+
+def _counters(data: bytes, position: int, path: Path | str) -> tuple[Counters, int]:
+    """One list of counter records (name, value), and the position after it."""
+    (count,) = COUNT.unpack_from(data, position)
+    position += COUNT.size
+    if count < 0:
+        raise struct.error(f"negative counter count {count}")
+    found: list[tuple[str, int]] = []
+    for _ in range(count):
+        length = data[position] if position < len(data) else 0
+        raw = data[position + 1:position + 1 + length]
+        (value,) = VALUE.unpack_from(data, position + 1 + length)
+        if not 0 < length <= COUNTER_NAME or len(raw) != length or not raw.isascii() \
+                or value < 0 or any(n == raw.decode() for n, _ in found):
+            raise CorruptStateError(path, f"counter record {len(found)}: name {raw!r}, "
+                                          f"value {value}", position)
+        found.append((raw.decode(), value))
+        position += 1 + length + VALUE.size
+    return tuple(found), position
 
 
 def _subscriptions(data: bytes, position: int, partitions: int, path: Path | str,

@@ -30,7 +30,7 @@ from typing import Any
 
 from channel_engine.errors import StorageError
 from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue import commit_journal
+from channel_engine.queue import commit_journal, counters
 from channel_engine.queue.channel_state import ChannelState, UnresolvedPut
 from channel_engine.queue.home_lock import HomeLock
 from channel_engine.queue.losses import Losses
@@ -180,10 +180,15 @@ class Checkpointer:
             kept = [r for r in self._state.aborted[p] if r[1] > log.log_start_offset]
             self._state.aborted[p] = kept
             aborted.append(tuple(sorted(kept)))
+        subscription_counters = tuple((s.id, counters.saved(s.counters))
+                                      for s in self._state.subscriptions.values()
+                                      if not s.removing)
         return checkpoint_file.Checkpoint(
             sequence, saved_at, tuple(parts), subscriptions=others,
             next_subscription_id=self._state.next_subscription_id,
-            aborted=tuple(aborted) if any(aborted) else ()), journalled
+            aborted=tuple(aborted) if any(aborted) else (),
+            counters=counters.saved(self._state.counters),
+            subscription_counters=subscription_counters), journalled
 
     def _sync_commit_marks(self, journalled: list[tuple[int, UnresolvedPut]]) -> None:
         """Before journals go: every multi-partition put whose record is in them has its

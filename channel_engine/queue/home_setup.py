@@ -11,23 +11,34 @@ fails to load (its crc32c, say) aside as `channel.json.damaged` and saves the
 given config; moves strays aside. Each move is a line for the recovery report;
 nothing is ever deleted. A read-only open only checks that the home exists.
 
+A new channel (Channel.create: the creator's word, `new`) is checked to be one, under the
+lock and before anything is written: no channel.json, checkpoint (either copy), commit
+journal or losses.json in its home, and nothing in its partition directories; else
+ChannelExistsError. Only then does its open report no missing checkpoint: an open cannot
+tell a channel made now from one whose home and data were wiped together.
+
 Concurrency: runs once per open, before any other thread can use the owner;
 the home lock (home_lock.py) keeps a second owner out.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from channel_engine.atomic_file import move_aside
-from channel_engine.errors import ConfigError, UnusableFileError
+from channel_engine.errors import ChannelExistsError, ConfigError, UnusableFileError
 from channel_engine.filenames import DAMAGED_SUFFIX, STRAY_SUFFIX
+from channel_engine.queue import checkpoint as checkpoint_file
+from channel_engine.queue import commit_journal
 from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
-from channel_engine.queue.home_files import find_strays, not_regular
+from channel_engine.queue.home_files import LOSSES_FILE, find_strays, not_regular
 from channel_engine.queue.home_lock import HomeLock
 
 
 def prepare_home(config: ChannelConfig, home_lock: HomeLock, read_only: bool,
-                 create: bool) -> tuple[list[str], int]:
-    """Make (with `create`), lock and tidy the home; return the recovery report's lines and
-    how many partitions were saved before (their directories must exist)."""
+                 create: bool, new: bool = False) -> tuple[list[str], int]:
+    """Make (with `create`), lock and tidy the home (with `new`, check that no channel is
+    there first); return the recovery report's lines and how many partitions were saved
+    before (their directories must exist)."""
     home = config.home
     strays: list[str] = []
     saved_partitions = config.partitions  # partitions whose directory must exist
@@ -40,6 +51,8 @@ def prepare_home(config: ChannelConfig, home_lock: HomeLock, read_only: bool,
         except OSError as exc:  # a file in its place, say
             raise UnusableFileError(home, "the channel's home directory", exc) from exc
         strays = home_lock.take()
+        if new:
+            _check_new(config)
     else:
         home_lock.check_not_deleted()
         try:
@@ -59,6 +72,23 @@ def prepare_home(config: ChannelConfig, home_lock: HomeLock, read_only: bool,
             raise
         strays += _move_home_strays(config)
     return strays, saved_partitions
+
+
+def _check_new(config: ChannelConfig) -> None:
+    """ChannelExistsError naming the first file of a channel found where a new one goes."""
+    home = config.home
+    names = [CONFIG_FILE, checkpoint_file.FILE_NAME, LOSSES_FILE]
+    found = [home / name for name in names if (home / name).exists()]
+    found += [commit_journal.journal_path(home, g) for g in commit_journal.generations(home)]
+    backup = config.backup_checkpoint_dir
+    if config.use_dual_checkpoints and backup:
+        found += [p for p in [Path(backup) / checkpoint_file.FILE_NAME] if p.exists()]
+    for partition in range(config.partitions):
+        directory = config.partition_dir(partition)
+        if directory.is_dir() and any(directory.iterdir()):
+            found.append(directory)
+    if found:
+        raise ChannelExistsError(found[0], "a channel's files are there")
 
 
 def _check_against_saved(config: ChannelConfig) -> tuple[list[str], int]:

@@ -22,7 +22,9 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
                                      headless, or `recover` cut a replayed journal at a
                                      damaged record (take commits may come back; the
                                      events of put commits cut are recorded by partition,
-                                     cause "journal_cut: ..."), see cause
+                                     cause "journal_cut: ..."), see cause; -3: an open found no
+                                     checkpoint of a channel that existed (its home wiped:
+                                     the queue state is gone, cause "state_missing: ...")
       start, end        int          offsets [start, end) the log can no longer deliver
                                      (partition -2: both the journal's generation)
       events            int          how many of them were not yet taken when the channel
@@ -90,6 +92,7 @@ FORMAT = "weir-loss-ledger"
 VERSION = 1
 LEDGER_PARTITION = -1  # a record about the ledger itself
 JOURNAL_PARTITION = -2  # a record about a commit journal whose content is unknown
+STATE_PARTITION = -3  # a record about a channel whose checkpoints were gone at open
 
 
 @dataclass
@@ -236,6 +239,14 @@ class LossLedger:
             self._append(record)
             return record
 
+    def record_state_missing(self, home: str, cause: str, now_ms: int) -> LossRecord:
+        """Record that an open found no checkpoint of a channel that existed: events 0 (the
+        ones the logs still hold are queued again; the cause says what cannot be counted)."""
+        with self._lock:
+            record = LossRecord(0, STATE_PARTITION, 0, 0, 0, home, 0, 0, cause, now_ms)
+            self._append(record)
+            return record
+
     def record_all(self, lost: Sequence[tuple[int, LostRange, int]],
                    now_ms: int) -> list[LossRecord]:
         """Record (partition, range, events) each; return the records new here (a range
@@ -319,6 +330,8 @@ def _where(record: LossRecord) -> str:
         return "the loss ledger"
     if record.partition == JOURNAL_PARTITION:
         return f"commit journal {Path(record.path).name} (taken events may come back)"
+    if record.partition == STATE_PARTITION:
+        return f"the queue state of {record.path} (its checkpoints were gone)"
     return f"partition {record.partition} offsets {record.start}..{record.end - 1}"
 
 

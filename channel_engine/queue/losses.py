@@ -110,6 +110,25 @@ class Losses:
                     f"checkpoint {item['generation']} are unknown: up to {bound} events may "
                     "come back (delivered again, at least once)", self._state.now_ms())
 
+    def record_state_missing(self) -> None:
+        """At open: no valid checkpoint of a channel that existed (channel_owner.py): its
+        queue state is gone; recorded in the ledger (saved by the checkpoint that ends the
+        open), so health says so until an operator acknowledges it."""
+        home = self._state.config.home
+        self.ledger.record_state_missing(
+            str(home), f"state_missing: no valid checkpoint in {home} (nor its backup) for a "
+            "channel that existed: its queue state is gone; every event its logs still hold "
+            "is queued again (takes committed before may come back: at least once), and "
+            "events of partitions whose files are gone too cannot be counted",
+            self._state.now_ms())
+
+    def recount_lost(self) -> None:
+        """At open: the channel's lost_events is at least what the ledger records (each
+        lost event is recorded before it is counted; a kill may have lost the count)."""
+        recorded = sum(self.ledger.events_by_partition().values())
+        if recorded > self._state.counters["lost_events"]:
+            self._state.counters["lost_events"] = recorded
+
     def save_ledger(self) -> None:
         self._home_lock.check()  # never into the ledger of a channel that replaced ours
         self.ledger.save()

@@ -91,7 +91,10 @@ def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
                              "subscriptions": [{"id": s.id, "name": s.name,
                                                 "queues": [vars(q) for q in s.queues]}
                                                for s in saved.subscriptions],
-                             "next_subscription_id": saved.next_subscription_id},
+                             "next_subscription_id": saved.next_subscription_id,
+                             "counters": dict(saved.counters),
+                             "subscription_counters": {str(i): dict(c) for i, c
+                                                       in saved.subscription_counters}},
               f"{source} checkpoint {path}: version {saved.version} sequence "
               f"{saved.sequence} written_at {saved.written_at_ms}")
         if not as_json:
@@ -105,6 +108,9 @@ def _dump_channel(home: Path, as_json: bool, out: TextIO) -> int:
                     print(f"| subscription {sub.name} (id {sub.id}) partition {i}: taken "
                           f"through {q.taken_through} committed {list(q.committed)} in "
                           f"flight {list(q.in_flight)}", file=out)
+            print(f"| counters {dict(saved.counters)}", file=out)
+            for sub_id, counters in saved.subscription_counters:
+                print(f"| subscription id {sub_id} counters {dict(counters)}", file=out)
     for generation in commit_journal.generations(home):
         damaged |= _dump_journal(commit_journal.journal_path(home, generation), as_json, out)
     for i in range(config.partitions):

@@ -7,21 +7,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from rest_framework.test import APIClient
 
-from appliance import channel_dirs
+from appliance import channel_dirs, channels
 from appliance.models import ApiToken, Channel
+from channel_engine import Channel as EngineChannel
 
 
-def channel_row(root: Path, name: str = "orders", **settings: object) -> Channel:
-    """Create a channel record with its dirs under `root` (the disk guard off); the
-    directories its first open makes are its own, as after a create."""
+def channel_row(root: Path, name: str = "orders", files: bool = True,
+                **settings: object) -> Channel:
+    """Create a channel record with its dirs under `root` (the disk guard off), and its
+    files as manage_channels' create makes them (unless not `files`); the directories are
+    its own."""
     settings.setdefault("minimum_required_space", 0)
     row = Channel(name=name, data_dirs=[str(root / "data")], checkpoint_dir=str(root / name),
                   **settings)
     row.owned_dirs = channel_dirs.missing(row)
     row.save()
+    if files:
+        make_files(row)
     return row
+
+
+def make_files(row: Channel) -> None:
+    """A saved row's channel files, made as manage_channels' create makes them (a new
+    channel: Channel.create), when its settings are allowed here (a row only a refusal is
+    tested with has none; its first open makes them as for a wiped channel)."""
+    try:
+        config = channels.to_config(row)
+    except ValidationError:
+        return
+    EngineChannel.create(config).close()
 
 
 def token_client(*roles: str, channels: list[Channel] | None = None) -> APIClient:

@@ -65,7 +65,7 @@ def broken(request: pytest.FixtureRequest, tmp_path: Path,
         with channels.open_channel(good).put() as tx:
             for i in range(10):
                 tx.put(b"e", key=str(i).encode())
-        bad = channel_row(tmp_path, "bad")  # never opened before it breaks
+        bad = channel_row(tmp_path, "bad", files=False)  # never opened before it breaks
         yield BREAKAGES[request.param](tmp_path, bad, monkeypatch)
     channels.close_all()
 

@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from appliance import channels
 from appliance.models import ApiToken, Channel, hash_key
 
 pytestmark = pytest.mark.django_db
@@ -26,6 +27,13 @@ def test_create_channel_makes_the_record_and_the_files(tmp_path: Path) -> None:
     assert (row.partitions, row.capacity, row.durability) == (2, 50000, "policy")
     assert (tmp_path / "orders" / "checkpoint" / "channel.json").is_file()
     assert "created channel 'orders'" in out.getvalue()
+    # a new channel (Channel.create): its first checkpoint is there at once, so no open
+    # of it has anything to report
+    assert (tmp_path / "orders" / "checkpoint" / "checkpoint").is_file()
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
+        status = channels.open_channel(row).status()
+    assert (status["recovery"]["problems"], status["health"]) == ([], "healthy")
+    channels.close_all()
 
 
 def test_create_channel_sets_what_the_api_sets(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import problem, token_client
+from appliance_helpers import make_files, problem, token_client
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -50,6 +50,7 @@ def test_it_answers_507_counts_it_and_is_degraded_until_space_returns(tiny: Path
     row = Channel.objects.create(name="tiny", data_dirs=[str(tiny / "data")],
                                  checkpoint_dir=str(tiny / "home"), minimum_required_space=0,
                                  preallocate=False, segment_bytes=1 << 20)
+    make_files(row)
     assert produce(row, 10).status_code == 200
     filler = tiny / "filler"
     stats = os.statvfs(tiny)

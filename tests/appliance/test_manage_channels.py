@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from appliance_helpers import problem, token_client
+from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.test import APIClient
 
 from appliance import channels
@@ -212,3 +214,35 @@ def test_it_accepts_plain_export_paths(root: Path, path: str) -> None:
     assert create(client, root).status_code == 201
     assert client.patch("/api/v1/channels/orders", {"export_path": path}, format="json"
                         ).status_code == 200
+
+
+def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
+        root: Path) -> None:
+    """The create is the creator's word (Channel.create): the new channel has a checkpoint at
+    once and nothing to report. A channel whose home and data are wiped (its volume lost)
+    is made again by the next use, and reports the loss of its state until acknowledged."""
+    client = admin()
+    assert create(client, root, partitions=2).status_code == 201
+    status = client.get("/api/v1/channels/orders").json()["status"]
+    assert status["recovery"]["problems"] == [] and status["recovery"]["created"]
+    assert (status["health"], status["losses"]["records"]) == ("healthy", [])
+    assert (root / "orders" / "checkpoint").is_file()
+    channels.close_all()  # a restart: the next open finds the checkpoint
+    status = client.get("/api/v1/channels/orders").json()["status"]
+    assert (status["recovery"]["problems"], status["health"]) == ([], "healthy")
+    produced = client.post("/api/v1/channels/orders/events",
+                           {"events": [{"body": "a"}, {"body": "b"}]}, format="json")
+    assert produced.status_code == 200, produced.content
+    channels.close_all()
+    shutil.rmtree(root / "orders")
+    shutil.rmtree(root / "data")
+    status = client.get("/api/v1/channels/orders").json()["status"]
+    assert any("no valid checkpoint" in p for p in status["recovery"]["problems"]), status
+    assert [r["partition"] for r in status["losses"]["records"]] == [-3]
+    assert status["health"] == "degraded"
+    channels.close_all()  # not forgotten by a restart
+    assert client.get("/api/v1/channels/orders").json()["status"]["health"] == "degraded"
+    operator = Client()  # the channel page names what was lost
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = operator.get("/channels/orders/")
+    assert page.status_code == 200 and "queue state (checkpoints gone)" in page.content.decode()

@@ -64,3 +64,32 @@ def test_it_escapes_label_values_so_every_channel_stays_parseable() -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     names = {s.labels["channel"] for s in families["weir_partition_lag_events"].samples}
     assert names == {'odd\n"\\name', "orders"}
+
+
+def _counter_samples(client: APIClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of every counter family in /metrics, by name and labels."""
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(response.content.decode())
+            if f.type == "counter" for s in f.samples}
+
+
+def test_a_settings_change_never_takes_a_counter_backwards(orders: Channel) -> None:
+    """A change reopens the channel (its owner closes, writing a final checkpoint, and the
+    channel opens again with the new settings): its counters go on from where they were."""
+    admin = token_client("admin")
+    before = _counter_samples(admin)
+    channel = (("channel", "orders"),)
+    assert before[("weir_channel_put_successes_total", channel)] == 10
+    assert before[("weir_channel_take_successes_total", channel)] == 4
+    for capacity in (200, 300):
+        changed = admin.patch("/api/v1/channels/orders", {"capacity": capacity},
+                              format="json")
+        assert changed.status_code == 200, changed.content
+        after = _counter_samples(admin)
+        assert after == before, {k: (before.get(k), v) for k, v in after.items()
+                                 if before.get(k) != v}
+    with channels.open_channel(Channel.objects.get(name="orders")).put() as tx:
+        tx.put(b"y")
+    assert _counter_samples(admin)[("weir_channel_put_successes_total", channel)] == 11

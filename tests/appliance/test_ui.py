@@ -179,6 +179,22 @@ def test_creating_a_channel_shows_the_error_next_to_the_field_and_writes_nothing
     row = Channel.objects.get(name="orders")
     assert row.data_dirs == [str(root / "data")] and row.partitions == 2
     assert (root / "data" / "orders-1").is_dir()
+    page = operator.get("/channels/orders/").content.decode()  # a new channel: no problem
+    assert "<ul class=\"problems\">" not in page and "checkpoint: missing" not in page
+    assert "none: a new channel" in page
+
+
+def test_a_channel_whose_home_was_wiped_shows_the_lost_state_and_the_recount(
+        operator: Client, root: Path) -> None:
+    """Its logs are left: their events are queued again and recounted as puts; the loss of
+    its queue state is a record to acknowledge."""
+    row = channel_row(root, partitions=1)
+    put(row, [b"a", b"b", b"c"])
+    channels.close_all()
+    shutil.rmtree(root / "orders")
+    page = operator.get("/channels/orders/").content.decode()
+    assert "no valid checkpoint" in page and "queue state (checkpoints gone)" in page
+    assert "Counters recounted" in page and "put_successes +3" in page
 
 
 def test_a_settings_change_applies_live_or_says_why_not(operator: Client, root: Path) -> None:

@@ -17,18 +17,20 @@ from playwright.sync_api import Page, expect
 
 from appliance import channel_dirs, channels, tasks
 from appliance.models import ApiToken, Channel
+from channel_engine import Channel as EngineChannel
 from channel_engine.queue.checkpointer import CHECKPOINT_HISTORY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_channel(root: Path, name: str = "orders", **settings: Any) -> Channel:
-    """A channel record whose directories (made at its first open) are its own."""
+    """A channel record and its files, made as manage_channels' create makes them."""
     settings.setdefault("minimum_required_space", 0)
     row = Channel(name=name, data_dirs=[str(root / "data")], checkpoint_dir=str(root / name),
                   **settings)
     row.owned_dirs = channel_dirs.missing(row)
     row.save()
+    EngineChannel.create(channels.to_config(row)).close()  # as manage_channels' create
     return row
 
 

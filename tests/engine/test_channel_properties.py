@@ -26,7 +26,10 @@ its open takes and take counters; the channel's, which are its slowest subscript
 log end offsets, open takes, the counters, the losses and health; a reopen also checks
 what recovery reports (nothing lost, aborted or dropped at open; the journal commits it
 replayed). A subscription change is durable when it returns (it writes a checkpoint), so
-the subscriptions and their positions after a crash are the model's.
+the subscriptions and their positions after a crash are the model's. The counters count
+since the channel was made: a close that checkpoints keeps them exactly; after a crash (or
+a close without checkpoint_on_close) they are the last checkpoint's plus the puts and take
+commits since (what replay recounts), the channel's lost events the ledger's.
 
 Every event body is unique (a counter), so an event taken twice by one subscription, lost,
 or coming back after its take committed shows up as a mismatch. Keyed events must land
@@ -165,7 +168,9 @@ class ModelSubscription:
     lost: set[Place] = field(default_factory=set)  # untaken by it when their range was lost
     # before the position it was placed at, or lost before it got there: never its to take
     skipped: set[Place] = field(default_factory=set)
-    counters: Counter[str] = field(default_factory=Counter)  # its take counters, this owner's
+    counters: Counter[str] = field(default_factory=Counter)  # its take counters
+    saved: Counter[str] = field(default_factory=Counter)  # as the last checkpoint saved them
+    replayed: Counter[str] = field(default_factory=Counter)  # what replay recounts since
 
     def forget(self, partition: int) -> None:
         """Forget where the offsets of a partition went (a reset places it again)."""
@@ -233,7 +238,9 @@ class ChannelMachine(RuleBasedStateMachine):
         self.loss_records: dict[tuple[int, int, int], bool] = {}  # key -> acknowledged
         self.takes: dict[int, ModelTake] = {}
         self.take_ids = 0
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter()  # since the channel was made
+        self.saved_counters: Counter[str] = Counter()  # as the last checkpoint saved them
+        self.replayed: Counter[str] = Counter()  # what an open after a crash recounts
         self.journal_takes = 0  # take commits journalled since the last checkpoint
         self.journal_puts = 0  # multi-partition put commits journalled since then
         self.last_checkpoint_ms = 0
@@ -267,14 +274,31 @@ class ChannelMachine(RuleBasedStateMachine):
             self.log_start.append(0)
             for sub in self.subscriptions.values():
                 sub.queued.append([])
-        self.counters = Counter()  # a new owner counts from zero
-        for sub in self.subscriptions.values():
-            sub.counters = Counter()
         self.steps_since_open = 0
 
     def checkpointed(self) -> None:
         self.journal_takes = self.journal_puts = 0
         self.last_checkpoint_ms = self.now_ms()
+        self.saved_counters, self.replayed = Counter(self.counters), Counter()
+        for sub in self.subscriptions.values():
+            sub.saved, sub.replayed = Counter(sub.counters), Counter()
+
+    def restored_counters(self) -> None:
+        """An open without a final checkpoint (a crash, or checkpoint_on_close off): the
+        last checkpoint's counters, plus what replay recounts from the logs and journals
+        (the puts and take commits since); the channel's lost events are the ledger's."""
+        lost = self.counters["lost_events"]
+        self.counters = self.saved_counters + self.replayed
+        self.counters["lost_events"] = lost
+        for sub in self.subscriptions.values():
+            sub.counters = sub.saved + sub.replayed
+
+    def committed_take(self, subscription: str, events: int) -> None:
+        """A take committed `events` events: journalled, so replay recounts them."""
+        self.count(subscription, "take_successes", events)
+        for counters in (self.replayed, self.subscriptions[subscription].replayed):
+            counters["take_attempts"] += events
+            counters["take_successes"] += events
 
     def live_takes(self, subscription: str | None = None) -> list[ModelTake]:
         """The open takes whose lease has not run out, of one subscription or of all."""
@@ -374,6 +398,8 @@ class ChannelMachine(RuleBasedStateMachine):
             changes["partitions"] = self.cfg.partitions + 1
             event("reopened with one more partition")
         self.config = self.cfg.replace(**changes)
+        if how == "crash" or not self.cfg.checkpoint_on_close:
+            self.restored_counters()
         self.open()
         assert self.ch.subscriptions() == list(self.subscriptions)
         recovery = self.ch.status()["recovery"]
@@ -436,8 +462,9 @@ class ChannelMachine(RuleBasedStateMachine):
             assert tx.committed == []
             return
         assert untaken + len(sent) <= self.cfg.capacity, "the put should not have fitted"
-        self.counters["put_attempts"] += len(sent)
-        self.counters["put_successes"] += len(sent)
+        for counters in (self.counters, self.replayed):
+            counters["put_attempts"] += len(sent)
+            counters["put_successes"] += len(sent)
         self.record_put(events[:len(sent)], sent, tx.committed)
 
     def put_events(self, tx: PutTransaction, events: list[Spec], sent: list[Sent]) -> None:
@@ -550,7 +577,7 @@ class ChannelMachine(RuleBasedStateMachine):
         else:
             take.tx.commit()
             self.subscriptions[take.subscription].consumed.update(take.reserved)
-            self.count(take.subscription, "take_successes", len(take.reserved))  # lost ones
+            self.committed_take(take.subscription, len(take.reserved))  # lost ones
             self.journal_takes += 1 if take.reserved else 0  # left it
         with pytest.raises(TransactionStateError):
             take.tx.take(1)
@@ -597,7 +624,7 @@ class ChannelMachine(RuleBasedStateMachine):
         if how == "commit":
             self.subscriptions[subscription].consumed.update(
                 (e.partition, e.offset) for e in got)
-            self.count(subscription, "take_successes", len(got))
+            self.committed_take(subscription, len(got))
             self.journal_takes += 1 if got else 0
         else:
             self.count(subscription, "rollbacks")

@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from channel_engine.queue import checkpoint as cp
 
 GOLDEN = Path(__file__).parent / "golden" / "checkpoint-v1"
 GOLDEN_V2 = Path(__file__).parent / "golden" / "checkpoint-v2"
+GOLDEN_V4 = Path(__file__).parent / "golden" / "checkpoint-v4"
 
 ranges = st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=5)
 partitions = st.builds(
@@ -46,6 +48,10 @@ def sample(sequence: int = 7) -> cp.Checkpoint:
 
 queue = st.builds(cp.QueueCheckpoint, st.integers(0, 2**62), ranges.map(tuple),
                   ranges.map(tuple))
+counter_names = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
+                        max_size=cp.COUNTER_NAME)
+counter_sets = st.dictionaries(counter_names, st.integers(0, 2**63 - 1), max_size=6).map(
+    lambda found: tuple(found.items()))
 names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
                 max_size=20).filter(lambda n: n != cp.DEFAULT_SUBSCRIPTION)
 
@@ -62,9 +68,13 @@ def checkpoints(draw: st.DrawFn) -> cp.Checkpoint:
                  for i, name in zip(ids, chosen, strict=True))
     next_id = max(ids, default=0) + 1 + draw(st.integers(0, 5))
     aborted = tuple(draw(ranges.map(tuple)) for _ in parts)
+    counted = draw(st.lists(st.sampled_from([0, *ids]), unique=True)) if draw(st.booleans()) \
+        else []
     return cp.Checkpoint(draw(st.integers(0, cp.MAX_SEQUENCE)), draw(st.integers(0, 2**62)),
                          tuple(parts), subscriptions=subs, next_subscription_id=next_id,
-                         aborted=aborted if any(aborted) else ())
+                         aborted=aborted if any(aborted) else (),
+                         counters=draw(counter_sets),
+                         subscription_counters=tuple((i, draw(counter_sets)) for i in counted))
 
 
 @given(checkpoints())
@@ -243,12 +253,57 @@ def test_a_released_version_2_checkpoint_stays_readable() -> None:
     # version 3 has version 2's layout; version 4 adds the subscription records after it
     # (next id 1, none besides `default`, whose queues are in the partition records), then
     # each partition's aborted ranges (none)
+    # version 5 then the counters (none: 0 channel counters, 0 subscription sets)
     written = cp.encode(sample_v2())
-    assert written[4] == 4 and written[:4] == golden[:4]
-    assert written[5:-4] == golden[5:-4] + struct.pack(">ii", 1, 0) + struct.pack(">ii", 0, 0)
+    assert written[4] == 5 and written[:4] == golden[:4]
+    assert written[5:-4] == golden[5:-4] + struct.pack(">ii", 1, 0) + struct.pack(">ii", 0, 0) \
+        + struct.pack(">ii", 0, 0)
 
 
-def test_it_writes_version_4_a_version_that_keeps_a_loss_ledger(tmp_path: Path) -> None:
+def sample_v4() -> cp.Checkpoint:
+    """Version 4 adds subscriptions and aborted ranges; it has no counters."""
+    base = with_subscriptions()
+    return cp.Checkpoint(base.sequence, base.written_at_ms, base.partitions,
+                         subscriptions=base.subscriptions, next_subscription_id=4,
+                         aborted=(((100, 104),), ()))
+
+
+def test_a_released_version_4_checkpoint_stays_readable_and_has_no_counters() -> None:
+    golden = (GOLDEN_V4 / cp.FILE_NAME).read_bytes()
+    decoded = cp.decode(golden)
+    assert decoded == sample_v4() and decoded.version == 4
+    assert decoded.counters == () and decoded.subscription_counters == ()
+    # version 5 is version 4 and then the counters
+    written = cp.encode(replace(sample_v4(), counters=(("put_successes", 7),),
+                                subscription_counters=((0, (("take_successes", 3),)),)))
+    assert written[4] == 5 and written[5:len(golden) - 4] == golden[5:-4]
+    assert written[len(golden) - 4:-4] == struct.pack(">i", 1) + b"\x0dput_successes" \
+        + struct.pack(">qi", 7, 1) + struct.pack(">ii", 0, 1) + b"\x0etake_successes" \
+        + struct.pack(">q", 3)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda b: b.replace(b"\x0dput_successes", b"\x00put_successes"), "counter record 0"),
+    (lambda b: b.replace(b"\x0dput_successes", b"\x0dput_successe\xff"), "counter record 0"),
+    (lambda b: b.replace(struct.pack(">q", 777), struct.pack(">q", -777)), "value -777"),
+    (lambda b: b.replace(b"\x0etake_successes", b"\x0dput_successes"), "name b'put_"),
+    (lambda b: b.replace(struct.pack(">ii", 0, 1) + b"\x0etake",
+                         struct.pack(">ii", 9, 1) + b"\x0etake"), "subscription id 9"),
+    (lambda b: b.replace(struct.pack(">qi", 2, 1) + struct.pack(">i", 0),
+                         struct.pack(">qi", 2, 9) + struct.pack(">i", 0)), "9 subscription"),
+])
+def test_it_refuses_counters_that_cannot_be_true_even_with_a_valid_crc(change: object,
+                                                                       why: str) -> None:
+    checkpoint = replace(sample(), counters=(("put_successes", 777), ("take_successes", 2)),
+                         subscription_counters=((0, (("take_successes", 3),)),))
+    body = cp.encode(checkpoint)[:-4]
+    damaged = change(body)  # type: ignore[operator]
+    assert damaged != body
+    with pytest.raises(CorruptStateError, match=why):
+        cp.decode(damaged + cp.CRC.pack(__import__("crc32c").crc32c(damaged)))
+
+
+def test_it_writes_version_5_a_version_that_keeps_a_loss_ledger(tmp_path: Path) -> None:
     cp.write(sample(), tmp_path, None)
-    assert (tmp_path / cp.FILE_NAME).read_bytes()[4] == 4
+    assert (tmp_path / cp.FILE_NAME).read_bytes()[4] == 5
     assert cp.read(tmp_path / cp.FILE_NAME).version >= cp.LEDGER_VERSION == 3

@@ -34,13 +34,21 @@ def test_a_channel_of_the_release_before_subscriptions_opens_unchanged(tmp_path:
         status = channel.status()
         assert status["events_untaken"] == len(expected) == 11
         assert status["recovery"]["take_commits_replayed"] == 1
+        # a v3 checkpoint has no counters: from 0, plus what replay recounts (the take of 4
+        # committed after the checkpoint; every put came before it)
+        assert status["recovery"]["counters_recounted"] == {"take_attempts": 4,
+                                                            "take_successes": 4}
+        assert (status["counters"]["take_successes"], status["counters"]["put_successes"]) \
+            == (4, 0)
         # the take left in flight began after the checkpoint: its events were never taken
         with channel.take() as tx:
             got = tx.take(100)
         assert sorted([e.partition, e.offset, e.body.decode()] for e in got) == expected
         assert channel.status()["events_untaken"] == 0
+    with Channel.open(config) as channel:  # counters written in the new format, kept
+        assert channel.status()["counters"]["take_successes"] == 4 + 11
     home = config.home
     assert checkpoint_file.read(home / checkpoint_file.FILE_NAME).version \
-        == checkpoint_file.VERSION == 4
+        == checkpoint_file.VERSION == 5
     journals = sorted(home.glob("commits-*.journal"))
     assert journals and all(j.read_bytes()[4] == commit_journal.VERSION for j in journals)

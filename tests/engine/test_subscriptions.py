@@ -231,7 +231,9 @@ def test_the_tools_show_every_subscription(tmp_path: Path) -> None:
     assert dump.returncode == 0, dump.stderr
     records = [json.loads(line) for line in dump.stdout.splitlines() if line.startswith("{")]
     saved = next(r for r in records if r.get("checkpoint") == "primary")
-    assert saved["version"] == 4 and saved["next_subscription_id"] == 2
+    assert saved["version"] == 5 and saved["next_subscription_id"] == 2
+    assert saved["counters"]["put_successes"] == saved["counters"]["put_attempts"] > 0
+    assert set(saved["subscription_counters"]) == {"0", "1"}
     assert saved["subscriptions"] == [{"id": 1, "name": "archive", "queues": [
         {"taken_through": 4, "committed": [], "in_flight": []}]}]
 
