@@ -1,12 +1,14 @@
 """scripts/run.sh's logs, rotated by size (scripts/log_rotation.py) and written by the
 supervisor from each child's pipe (scripts/supervisor.py): a child writing past the limit
 leaves at most WEIR_LOG_BACKUPS rotated files, none over the limit, every line whole and
-none lost across a rotation; a child still gets SIGTERM when the supervisor is killed; a
-file another process writes (nginx's access log) is renamed and reopened; the Redis URL the
-supervisor prints has its password masked."""
+none lost across a rotation; a full disk drops and counts lines without stopping the child
+and the log resumes saying so; a failed rotation keeps no closed fd; a child still gets
+SIGTERM when the supervisor is killed; a file another process writes (nginx's access log)
+is renamed and reopened; the Redis URL the supervisor prints has its password masked."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.log_rotation import Rotation, rotate_reopened
+from scripts.log_rotation import RotatingLog, Rotation, rotate_reopened
 from scripts.supervisor import Config, Supervisor, masked
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +80,63 @@ def test_an_existing_log_is_appended_to_then_rotated(tmp_path: Path) -> None:
     child.output.join(10)
     assert numbers(log) == [999999, *range(20)]
     assert not log.with_name("writer.log.1").exists()
+
+
+# Writes a numbered line every 2 ms until the file argv[1] exists, then "last"; a write
+# to a broken pipe (its log's reader gone) ends it with an error.
+TICKER = """
+import os, sys, time
+i = 0
+while not os.path.exists(sys.argv[1]):
+    print(f"{i:06d}", flush=True)
+    i += 1
+    time.sleep(0.002)
+print("last", flush=True)
+"""
+
+
+def test_a_full_disk_drops_and_counts_lines_and_the_log_resumes(tmp_path: Path) -> None:
+    supervisor = supervisor_of(tmp_path, Rotation(LIMIT, BACKUPS))
+    log, stop = tmp_path / "log" / "ticker.log", tmp_path / "stop"
+    log.symlink_to("/dev/full")  # every write: ENOSPC
+    supervisor._spawn("ticker", [sys.executable, "-c", TICKER, str(stop)])
+    [child] = supervisor.children
+    time.sleep(1)  # a few hundred lines dropped, several retries failed
+    assert child.exited() is None
+    log.unlink()  # space again: the retry reopens a file of its own
+    deadline = time.monotonic() + 15
+    while b"dropped" not in (log.read_bytes() if log.exists() else b""):
+        assert time.monotonic() < deadline, "the log never resumed"
+        time.sleep(0.05)
+    stop.touch()
+    assert child.popen.wait(timeout=10) == 0  # it never met a broken pipe
+    child.output.join(10)
+    first, *rest = log.read_bytes().decode().splitlines()
+    assert re.fullmatch(r"weir: [0-9]+ bytes of this log dropped: "
+                        r"\[Errno 28\] No space left on device", first), first
+    assert int(first.split()[1]) % 7 == 0 and int(first.split()[1]) > 7 * 100  # whole lines
+    assert rest[-1] == "last"
+    numbers = [int(line) for line in rest[:-1]]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
+def test_a_failed_rotation_keeps_no_closed_fd_and_retries(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    (tmp_path / "a.log.1").mkdir()  # shift cannot rename a.log over a directory
+    (tmp_path / "a.log.1" / "x").touch()
+    log = RotatingLog(path, Rotation(1024, 1))
+    log.write([b"x" * 1000 + b"\n"])
+    log.write([b"y" * 100 + b"\n"])  # rotation fails: dropped, not raised
+    assert log.fd == -1 and log.dropped == 101
+    log.close()  # nothing closed twice (it could be another file's fd by then)
+    (tmp_path / "a.log.1" / "x").unlink()
+    (tmp_path / "a.log.1").rmdir()
+    log.retry_at = 0  # the retry is due
+    log.write([b"z\n"])
+    assert (tmp_path / "a.log.1").read_bytes() == b"x" * 1000 + b"\n"
+    assert path.read_bytes().startswith(b"weir: 101 bytes of this log dropped: ")
+    assert path.read_bytes().endswith(b"\nz\n")
+    log.close()
 
 
 SUPERVISOR = """
