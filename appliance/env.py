@@ -125,6 +125,14 @@ def redis_prefix(var_dir: Path) -> str:
     return raw
 
 
+def cache_prefix(appliance_prefix: str) -> str:
+    """The cache's KEY_PREFIX: the appliance's prefix, with WEIR_CACHE_PREFIX (where set)
+    nested under it, never in its place: locks, due keys and throttle counters are cache
+    keys (cache.make_key) and must stay under the appliance's prefix."""
+    extra = (os.environ.get("WEIR_CACHE_PREFIX") or "").strip()
+    return f"{appliance_prefix}:{extra}" if extra else appliance_prefix
+
+
 def kept_in(var_dir: Path, name: str, make: Callable[[], str]) -> str:
     """The text of var_dir/name, written once with make() when the file is missing."""
     kept = var_dir / name

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from appliance.env import (
     MAX_PRODUCE_BYTES,
+    cache_prefix,
     celery_queues,
     database,
     env_bool,
@@ -192,8 +193,7 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        # WEIR_CACHE_PREFIX, where an operator set one, keeps the cache's keys where they were.
-        "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX") or WEIR_REDIS_PREFIX,
+        "KEY_PREFIX": cache_prefix(WEIR_REDIS_PREFIX),  # WEIR_CACHE_PREFIX nested under it
         "TIMEOUT": 300,
         "OPTIONS": {"socket_timeout": WEIR_REDIS_TIMEOUT_S,
                     "socket_connect_timeout": WEIR_REDIS_TIMEOUT_S},
