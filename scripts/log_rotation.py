@@ -1,6 +1,6 @@
 """The supervisor's log files, rotated by size: each child's stdout and stderr come to the
-supervisor through a pipe, and one thread per child writes them, line by line, to
-$WEIR_VAR_DIR/log/<name>.log.
+log writer (scripts/log_writer.py) through a pipe, and one thread per child writes them,
+line by line, to $WEIR_VAR_DIR/log/<name>.log.
 
 Rotation (as Python's RotatingFileHandler and logrotate name the files): before a line
 that would take <name>.log past WEIR_LOG_MAX_BYTES (10 MiB), <name>.log.N-1 becomes
@@ -68,7 +68,9 @@ class RotatingLog:
 
     RETRY_MIN_S, RETRY_MAX_S = 0.1, 5.0
 
-    def __init__(self, path: Path, rotation: Rotation) -> None:
+    def __init__(self, path: Path, rotation: Rotation, fd: int | None = None) -> None:
+        """Append to `path`, or to `fd` when given (`path` opened by the caller, who can
+        so tell it cannot be opened before starting a child)."""
         self.path, self.rotation = path, rotation
         self.fd = -1  # -1: closed (after a failure, until a retry reopens it)
         self.size = 0
@@ -77,7 +79,10 @@ class RotatingLog:
         self.error = ""  # why the first of them was dropped
         self.retry_s = 0.0
         self.retry_at = 0.0
-        self._open()  # raises: a log that cannot be opened at all is the caller's to report
+        if fd is None:
+            self._open()  # raises: a log that cannot be opened is the caller's to report
+        else:
+            self.fd, self.size = fd, os.fstat(fd).st_size
 
     def _open(self) -> None:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -150,11 +155,12 @@ class RotatingLog:
 class PipeLog:
     """A thread copying a child's output pipe, line by line, into its RotatingLog and
     handing each line to `on_line` (the foreground view); ends at the pipe's end (every
-    process holding its write end gone)."""
+    process holding its write end gone), then closes both and calls `on_end`."""
 
     def __init__(self, pipe_fd: int, log: RotatingLog,
-                 on_line: Callable[[bytes], None] | None = None) -> None:
-        self.pipe_fd, self.log, self.on_line = pipe_fd, log, on_line
+                 on_line: Callable[[bytes], None] | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
+        self.pipe_fd, self.log, self.on_line, self.on_end = pipe_fd, log, on_line, on_end
         self.thread = threading.Thread(target=self._copy, name=f"log {log.path.name}",
                                        daemon=True)
         self.thread.start()
@@ -175,6 +181,8 @@ class PipeLog:
         finally:
             os.close(self.pipe_fd)
             self.log.close()
+            if self.on_end is not None:
+                self.on_end()
 
     def _lines(self, lines: list[bytes]) -> None:
         self.log.write(lines)
@@ -182,7 +190,7 @@ class PipeLog:
             for line in lines:
                 self.on_line(line)
 
-    def join(self, timeout_s: float) -> None:
+    def join(self, timeout_s: float | None) -> None:
         """Wait until the child's last line is written (or timeout_s passes)."""
         self.thread.join(timeout_s)
 

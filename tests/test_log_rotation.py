@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from scripts.log_rotation import RotatingLog, Rotation, rotate_reopened
-from scripts.supervisor import Config, Supervisor, masked
+from scripts.supervisor import Config, Failed, LogTail, Supervisor, masked
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT, BACKUPS = 4096, 3
@@ -59,7 +59,7 @@ def test_it_rotates_a_childs_log_keeping_n_files_none_over_the_limit_no_line_los
     assert child.popen.wait(timeout=60) == 0
     child.output.join(10)
     log = tmp_path / "log" / "writer.log"
-    files = sorted((tmp_path / "log").iterdir())
+    files = sorted((tmp_path / "log").glob("writer.log*"))  # beside supervisor.log
     assert [p.name for p in files] == ["writer.log", "writer.log.1", "writer.log.2",
                                        "writer.log.3"]
     kept = [log.with_name(f"writer.log.{n}") for n in (3, 2, 1)] + [log]
@@ -139,6 +139,30 @@ def test_a_failed_rotation_keeps_no_closed_fd_and_retries(tmp_path: Path) -> Non
     log.close()
 
 
+def test_a_child_whose_log_cannot_be_opened_is_never_started(tmp_path: Path) -> None:
+    supervisor = supervisor_of(tmp_path, Rotation(LIMIT, BACKUPS))
+    (tmp_path / "log" / "marker.log").mkdir()  # opening it for writing: EISDIR
+    marker = tmp_path / "started"
+    with pytest.raises(Failed, match="cannot open the log .*marker.log: Is a directory"):
+        supervisor._spawn("marker", [sys.executable, "-c",
+                                     f"open({str(marker)!r}, 'w')"])
+    time.sleep(1)  # time enough to start Python had it been started
+    assert not marker.exists() and not supervisor.children
+
+
+def test_the_foreground_view_drops_and_counts_lines_past_its_queue(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    tail = LogTail()
+    tail.add("web")
+    for i in range(LogTail.QUEUE_MAX + 5):  # the terminal printed none meanwhile
+        tail.put("web", b"line %d\n" % i)
+    tail.dropped(2)  # lines the log writer could not send
+    tail.pump()
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].endswith("line 0") and shown[-2].endswith(f"line {LogTail.QUEUE_MAX - 1}")
+    assert shown[-1] == "weir: 7 lines not shown (the terminal was behind); the logs have them"
+
+
 SUPERVISOR = """
 import sys, time
 from pathlib import Path
@@ -149,14 +173,19 @@ var = Path(sys.argv[1])
 supervisor = Supervisor(Config(var, "redis://127.0.0.1:1/0", "127.0.0.1:1", 1, 1,
                                ("a", "b", "c"), rotation=Rotation(4096, 2)), follow=False)
 supervisor._spawn("child", [sys.executable, "-c", CHILD])
-print(supervisor.children[0].popen.pid, flush=True)
+print(supervisor.children[0].popen.pid, supervisor.logs.process.pid, flush=True)
 time.sleep(600)
 """
-# Writes a line every 10 ms; says so in its log when SIGTERM comes.
+# Writes a line every 10 ms; at SIGTERM, takes a second to stop, saying so, as gunicorn's
+# graceful stop or a Celery warm shutdown do.
 CHILD = """
 import signal, sys, time
 def stop(*_):
     print("SIGTERM", flush=True)
+    for i in range(20):
+        time.sleep(0.05)
+        print(f"stopping {i}", flush=True)
+    print("stopped", flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 while True:
@@ -165,25 +194,34 @@ while True:
 """
 
 
-def test_a_child_gets_sigterm_when_the_supervisor_is_killed(tmp_path: Path) -> None:
+def test_a_killed_supervisors_children_get_sigterm_and_their_last_lines_are_logged(
+        tmp_path: Path) -> None:
     code = SUPERVISOR.replace("CHILD", repr(CHILD))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
-    child = int(parent.stdout.readline())
+    child, writer = map(int, parent.stdout.readline().split())
     try:
         time.sleep(0.5)  # a few ticks through the pipe
         assert b"tick\n" in (tmp_path / "log" / "child.log").read_bytes()
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while Path(f"/proc/{child}").exists() and not zombie(child):
+        while not zombie(child):
             assert time.monotonic() < deadline, "the child outlived its supervisor"
+            assert not zombie(writer), "the log writer went before the child"
             time.sleep(0.05)
+        while not zombie(writer):  # every pipe ended: it goes too
+            assert time.monotonic() < deadline, "the log writer outlived the child"
+            time.sleep(0.05)
+        logs = [tmp_path / "log" / name for name in ("child.log.1", "child.log")]
+        lines = [line for log in logs if log.exists() for line in log.read_text().splitlines()]
+        assert lines[-22:] == ["SIGTERM", *(f"stopping {i}" for i in range(20)), "stopped"]
     finally:
-        if Path(f"/proc/{child}").exists():
-            os.kill(child, signal.SIGKILL)
+        for pid in (child, writer):
+            if not zombie(pid):
+                os.kill(pid, signal.SIGKILL)
         parent.stdout.close()
 
 
