@@ -54,15 +54,16 @@ use it), ...).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
 reaches only the supervisor); it gets SIGTERM should the supervisor die without stopping it
-(PR_SET_PDEATHSIG). Its stdout and stderr are a pipe to the log writer (scripts/log_writer.py),
-a process started before any child, in a session of its own and without that death signal:
-it writes them to $WEIR_VAR_DIR/log/<name>.log rotated by size (scripts/log_rotation.py:
-<name>.log.1 ... .WEIR_LOG_BACKUPS, each up to WEIR_LOG_MAX_BYTES; nginx's access log,
-written by nginx, is renamed and reopened by SIGUSR1), and it outlives a killed supervisor
-until the last child is gone, so what the children write while they stop is kept. It
-hands the lines back to the supervisor for the foreground view; its own errors go to
-supervisor.log. At start it says which Redis it uses (the URL, password masked) and the prefix of
-the appliance's keys there (appliance/env.py: redis_prefix). Start-up is done when GET
+(PR_SET_PDEATHSIG). Its stdout and stderr are a pipe to the log writer
+(scripts/log_writer.py), a process started before any child, in a session of its own and
+without that death signal: it writes them to $WEIR_VAR_DIR/log/<name>.log rotated by size
+(scripts/log_rotation.py: <name>.log.1 ... .WEIR_LOG_BACKUPS, each up to
+WEIR_LOG_MAX_BYTES; nginx's access log, written by nginx, is renamed and reopened by
+SIGUSR1), and it outlives a killed supervisor until the last child is gone, so what the
+children write while they stop is kept. It hands the lines back to the supervisor for the
+foreground view; its own errors go to supervisor.log. At start the supervisor says which
+Redis it uses (the URL, password masked) and the prefix of the appliance's keys there
+(appliance/env.py: redis_prefix says what is under it). Start-up is done when GET
 http://$WEIR_BIND/health answers 200 and the workers and beat are started. Stopping sends
 SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
 
