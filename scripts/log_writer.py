@@ -26,7 +26,9 @@ The writer's own errors go to its stderr (the supervisor gives it supervisor.log
 from __future__ import annotations
 
 import argparse
+import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -106,6 +108,10 @@ def serve(control: Control, rotation: Rotation) -> None:
         data, fds = control.receive()
         if not data:
             break
+        if len(fds) != 2:  # not ours (no such message is sent): nothing to write
+            for fd in fds:
+                os.close(fd)
+            continue
         name, _, path = data.decode().partition("\0")
         pipe_fd, log_fd = fds
         pipes.append(PipeLog(pipe_fd, RotatingLog(Path(path), rotation, log_fd),
@@ -122,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backups", type=int, default=Rotation.backups)
     parser.add_argument("--follow", action="store_true")
     args = parser.parse_args(argv)
+    # It ends by itself once every pipe has ended: a SIGTERM sent to every process (a
+    # service manager stopping them all) must not cut off the lines the children write
+    # while they stop. SIGKILL still ends it.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     serve(Control(args.control, args.follow), Rotation(args.max_bytes, args.backups))
     return 0
 
@@ -177,7 +188,7 @@ class LogWriter:
                 self.on_unsent(int(body))
             elif kind == b"E" and body.decode() in self.written:
                 self.written[body.decode()].event.set()
-        for written in self.written.values():  # the writer is gone: nothing comes
+        for written in list(self.written.values()):  # the writer is gone: nothing comes
             written.event.set()
 
     def _receive(self) -> bytes:

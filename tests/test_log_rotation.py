@@ -206,6 +206,7 @@ def test_a_killed_supervisors_children_get_sigterm_and_their_last_lines_are_logg
         time.sleep(0.5)  # a few ticks through the pipe
         assert b"tick\n" in (tmp_path / "log" / "child.log").read_bytes()
         parent.send_signal(signal.SIGKILL)
+        os.kill(writer, signal.SIGTERM)  # as a service manager stopping every process: kept
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
         while not zombie(child):
