@@ -59,13 +59,14 @@ reaches only the supervisor); it gets SIGTERM should the supervisor die without 
 without that death signal: it writes them to $WEIR_VAR_DIR/log/<name>.log rotated by size
 (scripts/log_rotation.py: <name>.log.1 ... .WEIR_LOG_BACKUPS, each up to
 WEIR_LOG_MAX_BYTES; nginx's access log, written by nginx, is renamed and reopened by
-SIGUSR1), and it outlives a killed supervisor until the last child is gone, so what the
-children write while they stop is kept. It hands the lines back to the supervisor for the
-foreground view; its own errors go to supervisor.log. At start the supervisor says which
-Redis it uses (the URL, password masked) and the prefix of the appliance's keys there
-(appliance/env.py: redis_prefix says what is under it). Start-up is done when GET
-http://$WEIR_BIND/health answers 200 and the workers and beat are started. Stopping sends
-SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
+SIGUSR1, and the detached supervisor's own supervisor.log so by itself), and it outlives a
+killed supervisor until the last child is gone, so what the children write while they stop
+is kept. It hands the lines back to the supervisor for the foreground view; its own errors
+go to supervisor.log. At start the supervisor says which Redis it uses (the URL, password
+masked) and the prefix of the appliance's keys there (appliance/env.py: redis_prefix says
+what is under it). Start-up is done when GET http://$WEIR_BIND/health answers 200 and the
+workers and beat are started. Stopping sends SIGTERM to each group, waits up to
+STOP_TIMEOUT_S, then SIGKILL.
 
     (no flag)     start, then show every log line prefixed with its process's name until
                   Ctrl-C / SIGTERM, or until a process exits (then stop the rest, exit 1)
@@ -400,6 +401,7 @@ class Supervisor:
         self.children: list[Child] = []  # in start order; redis first when private
         self.tail = LogTail() if follow else None
         self.logs: LogWriter | None = None  # started with the first child
+        self.own_log: Path | None = None  # supervisor.log once detached (stdout, stderr)
         self.stopping = False
         self.hurry = False  # a second Ctrl-C: kill what is left now
 
@@ -578,14 +580,19 @@ class Supervisor:
         while True:
             self._check_children("")
             self._pump()
-            self._rotate_access_log()
+            self.rotate_reopened_logs()
             time.sleep(0.2)
 
-    def _rotate_access_log(self) -> None:
+    def rotate_reopened_logs(self) -> None:
+        """Rotate the full logs whose writers keep them open: nginx's access log and, when
+        detached, supervisor.log (the log writer's own rare errors stay in the old file)."""
         nginx = [child for child in self.children if child.name == "nginx"]
         if nginx:  # SIGUSR1: nginx's master reopens its log files (logrotate's postrotate)
             rotate_reopened(self.config.log("nginx-access"), self.config.rotation,
                             lambda: os.kill(nginx[0].popen.pid, signal.SIGUSR1))
+        own = self.own_log
+        if own is not None:
+            rotate_reopened(own, self.config.rotation, lambda: _detach_output(own))
 
     def _check_children(self, when: str) -> None:
         if self.logs is not None and self.logs.process.poll() is not None:
@@ -738,6 +745,7 @@ def serve(config: Config, detached: bool) -> int:
                 "`scripts/run.sh --stop` stops it")
             emit(READY)
             _detach_output(config.log("supervisor"))
+            supervisor.own_log = config.log("supervisor")
             say(f"running (pid {os.getpid()})")
         else:
             say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "

@@ -1,10 +1,13 @@
-"""scripts/run.sh's logs, rotated by size (scripts/log_rotation.py) and written by the
-supervisor from each child's pipe (scripts/supervisor.py): a child writing past the limit
+"""scripts/run.sh's logs, rotated by size (scripts/log_rotation.py) and written by the log
+writer (scripts/log_writer.py) from each child's pipe: a child writing past the limit
 leaves at most WEIR_LOG_BACKUPS rotated files, none over the limit, every line whole and
 none lost across a rotation; a full disk drops and counts lines without stopping the child
-and the log resumes saying so; a failed rotation keeps no closed fd; a child still gets
-SIGTERM when the supervisor is killed; a file another process writes (nginx's access log)
-is renamed and reopened; the Redis URL the supervisor prints has its password masked."""
+and the log resumes saying so; a failed rotation keeps no closed fd; a log that cannot be
+opened starts no child; the foreground view drops and counts lines past its queue; a killed
+supervisor's child gets SIGTERM and the lines it writes while it stops are logged, the
+writer exiting after it; a file another process writes (nginx's access log) is renamed and
+reopened, and so is a detached supervisor's own log; the Redis URL the supervisor prints
+has its password masked."""
 from __future__ import annotations
 
 import os
@@ -231,6 +234,38 @@ def zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
     except OSError:
         return True
+
+
+# A detached supervisor's own output: supervisor.log, rotated as it fills.
+DETACHED = """
+import sys
+from pathlib import Path
+from scripts.log_rotation import Rotation
+from scripts.supervisor import Config, Supervisor, _detach_output, say
+var = Path(sys.argv[1])
+(var / "log").mkdir(parents=True)
+config = Config(var, "redis://127.0.0.1:1/0", "127.0.0.1:1", 1, 1, ("a", "b", "c"),
+                rotation=Rotation(1024, 2))
+supervisor = Supervisor(config, follow=False)
+_detach_output(config.log("supervisor"))
+supervisor.own_log = config.log("supervisor")
+for i in range(200):
+    say(f"{i:06d}")
+    supervisor.rotate_reopened_logs()
+"""
+
+
+def test_a_detached_supervisors_own_log_is_rotated(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", DETACHED, str(tmp_path)], cwd=ROOT, env=env,
+                   check=True, timeout=60)
+    log = tmp_path / "log" / "supervisor.log"
+    kept = [log.with_name("supervisor.log.2"), log.with_name("supervisor.log.1"), log]
+    assert sorted(p.name for p in (tmp_path / "log").iterdir()) == sorted(p.name for p in kept)
+    lines = [int(line.split()[1]) for path in kept for line in path.read_text().splitlines()]
+    assert lines == list(range(lines[0], 200))  # none lost in the renames
+    # rotated once it reaches the limit: past it by one line at most
+    assert all(path.stat().st_size < 1024 + len("weir: 000000\n") for path in kept)
 
 
 # Appends a numbered line to a file every 2 ms, reopening it on SIGUSR1, as nginx does.
