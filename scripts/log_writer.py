@@ -53,7 +53,7 @@ class Control:
         self.sock.setblocking(False)
         self.follow = follow
         self.unsent = 0  # lines not sent since the last one that was
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # for `unsent` (a message is sent whole or not at all)
 
     def receive(self) -> tuple[bytes, list[int]]:
         """The next message from the supervisor (b"" once it is gone) and its fds."""
@@ -83,8 +83,7 @@ class Control:
 
     def ended(self, name: str) -> None:
         """Tell the supervisor that the last line of `name` is written."""
-        with self.lock:
-            self._send(b"E" + name.encode(), END_WAIT_S)
+        self._send(b"E" + name.encode(), END_WAIT_S)  # no lock: the others' lines go on
 
     def _send(self, message: bytes, wait_s: float) -> bool:
         deadline = time.monotonic() + wait_s
