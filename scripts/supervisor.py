@@ -558,6 +558,8 @@ class Supervisor:
                 self.logs = LogWriter(self.config.rotation, output,
                                       tail.put if tail is not None else None,
                                       tail.dropped if tail is not None else None)
+            except OSError as exc:
+                raise Failed(f"cannot start the log writer: {exc}") from exc
             finally:
                 os.close(output)
         return self.logs
