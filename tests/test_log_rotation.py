@@ -153,6 +153,17 @@ def test_a_child_whose_log_cannot_be_opened_is_never_started(tmp_path: Path) -> 
     assert not marker.exists() and not supervisor.children
 
 
+def test_a_log_writer_that_cannot_start_fails_the_start_saying_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_writer(*args: object) -> None:
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr("scripts.supervisor.LogWriter", no_writer)
+    supervisor = supervisor_of(tmp_path, Rotation(LIMIT, BACKUPS))
+    with pytest.raises(Failed, match="cannot start the log writer: .*Too many open files"):
+        supervisor._spawn("writer", [sys.executable, "-c", "pass"])
+    assert not supervisor.children
+
+
 def test_the_foreground_view_drops_and_counts_lines_past_its_queue(
         capsys: pytest.CaptureFixture[str]) -> None:
     tail = LogTail()
