@@ -111,11 +111,22 @@ def secret_key(var_dir: Path) -> str:
 
 
 def redis_prefix(var_dir: Path) -> str:
-    """WEIR_REDIS_PREFIX: what every key this appliance keeps in Redis starts with (Celery's
-    queues, bindings and results, the cache, locks, due keys); default weir-<appliance id>,
-    the id made once and kept in var_dir/appliance_id. Two appliances on one Redis database
-    (each its own var dir) then never share a queue or a key; every process of one appliance
-    shares its var dir, so its id."""
+    """WEIR_REDIS_PREFIX: what every key this appliance keeps in Redis starts with.
+
+    The one description of the prefix (settings.py, the supervisor, docker-compose.yml and
+    the README point here). Default weir-<appliance id>, the id made once and kept in
+    var_dir/appliance_id; every process of one appliance shares its var dir (docker-compose:
+    the weir-var volume, made by migrate, which runs first), so its id. Under it: Celery's
+    queues and bindings (kombu's global_keyprefix; the queue names stay what
+    WEIR_CELERY_QUEUE and the others say), Celery's results, and the cache (KEY_PREFIX, with
+    WEIR_CACHE_PREFIX nested under it: cache_prefix), so every raw key made with
+    cache.make_key: task locks, due keys, the row cache's generation, throttle counters. Two
+    appliances on one Redis database (each its own var dir) then never share a queue or a
+    key, even with the same queue names. Not under it: kombu 5.7 sends EXISTS unprefixed,
+    so a passive queue declare (queue_declare(passive=True)) looks for the bare queue name
+    (the appliance makes none; a tool that does sees no queue, or an old one left behind);
+    the lengths it reports (LLEN) are prefixed. README's "Upgrading to the prefix" says what
+    an upgrade leaves behind."""
     raw = (os.environ.get("WEIR_REDIS_PREFIX") or "").strip()
     if not raw:
         return "weir-" + kept_in(var_dir, "appliance_id", lambda: secrets.token_hex(6))
@@ -123,6 +134,14 @@ def redis_prefix(var_dir: Path) -> str:
         raise ImproperlyConfigured(f"WEIR_REDIS_PREFIX must be 1 to 64 letters, digits, "
                                    f"'.', '_' or '-', not {raw!r}")
     return raw
+
+
+def cache_prefix(appliance_prefix: str) -> str:
+    """The cache's KEY_PREFIX: the appliance's prefix, with WEIR_CACHE_PREFIX (where set)
+    nested under it, never in its place: locks, due keys and throttle counters are cache
+    keys (cache.make_key) and must stay under the appliance's prefix."""
+    extra = (os.environ.get("WEIR_CACHE_PREFIX") or "").strip()
+    return f"{appliance_prefix}:{extra}" if extra else appliance_prefix
 
 
 def kept_in(var_dir: Path, name: str, make: Callable[[], str]) -> str:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from appliance.env import (
     MAX_PRODUCE_BYTES,
+    cache_prefix,
     celery_queues,
     database,
     env_bool,
@@ -123,12 +124,8 @@ WEIR_DATA_ROOTS = env_paths("WEIR_DATA_ROOT", [VAR_DIR / "channels"])
 # missing; the appliance refuses to start when group or others may use it.
 WEIR_KEY_DIR = private_dir("WEIR_KEY_DIR", env_path("WEIR_KEY_DIR", VAR_DIR / "keys"))
 REDIS_URL = redis_url()
-# What every key of this appliance in Redis starts with (appliance/env.py: WEIR_REDIS_PREFIX,
-# else weir-<the id kept in WEIR_VAR_DIR/appliance_id>): the broker's queues and bindings
-# (kombu's global_keyprefix), Celery's results, the cache and so every raw key made with
-# cache.make_key (locks, due keys, the row cache's generation, throttle counters). Two
-# appliances on one Redis database never share a queue or a key, even with the same
-# queue names; the processes of one appliance share its var dir, so its prefix.
+# What every key of this appliance in Redis starts with: appliance/env.py redis_prefix says
+# what is under it and why.
 WEIR_REDIS_PREFIX = redis_prefix(VAR_DIR)
 # How often each process checks that the channels it has open still exist as it opened
 # them (appliance/channels.py: a deleted or recreated channel is closed); 0: never.
@@ -192,8 +189,7 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        # WEIR_CACHE_PREFIX, where an operator set one, keeps the cache's keys where they were.
-        "KEY_PREFIX": os.environ.get("WEIR_CACHE_PREFIX") or WEIR_REDIS_PREFIX,
+        "KEY_PREFIX": cache_prefix(WEIR_REDIS_PREFIX),  # WEIR_CACHE_PREFIX nested under it
         "TIMEOUT": 300,
         "OPTIONS": {"socket_timeout": WEIR_REDIS_TIMEOUT_S,
                     "socket_connect_timeout": WEIR_REDIS_TIMEOUT_S},

@@ -53,15 +53,20 @@ processes read everything else themselves (appliance/settings.py: WEIR_DATA_ROOT
 use it), ...).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
-reaches only the supervisor); its stdout and stderr are a pipe to the supervisor, which
-writes them to $WEIR_VAR_DIR/log/<name>.log rotated by size (scripts/log_rotation.py:
-<name>.log.1 ... .WEIR_LOG_BACKUPS, each up to WEIR_LOG_MAX_BYTES; nginx's access log,
-written by nginx, is renamed and reopened by SIGUSR1); it gets SIGTERM should the
-supervisor die without stopping it (PR_SET_PDEATHSIG), so nothing writes to a pipe nobody
-reads. At start it says which Redis it uses (the URL, password masked) and the prefix of
-the appliance's keys there (appliance/env.py: redis_prefix). Start-up is done when GET
-http://$WEIR_BIND/health answers 200 and the workers and beat are started. Stopping sends
-SIGTERM to each group, waits up to STOP_TIMEOUT_S, then SIGKILL.
+reaches only the supervisor); it gets SIGTERM should the supervisor die without stopping it
+(PR_SET_PDEATHSIG). Its stdout and stderr are a pipe to the log writer
+(scripts/log_writer.py), a process started before any child, in a session of its own and
+without that death signal: it writes them to $WEIR_VAR_DIR/log/<name>.log rotated by size
+(scripts/log_rotation.py: <name>.log.1 ... .WEIR_LOG_BACKUPS, each up to
+WEIR_LOG_MAX_BYTES; nginx's access log, written by nginx, is renamed and reopened by
+SIGUSR1, and the detached supervisor's own supervisor.log so by itself), and it outlives a
+killed supervisor until the last child is gone, so what the children write while they stop
+is kept. It hands the lines back to the supervisor for the foreground view; its own errors
+go to supervisor.log. At start the supervisor says which Redis it uses (the URL, password
+masked) and the prefix of the appliance's keys there (appliance/env.py: redis_prefix says
+what is under it). Start-up is done when GET http://$WEIR_BIND/health answers 200 and the
+workers and beat are started. Stopping sends SIGTERM to each group, waits up to
+STOP_TIMEOUT_S, then SIGKILL.
 
     (no flag)     start, then show every log line prefixed with its process's name until
                   Ctrl-C / SIGTERM, or until a process exits (then stop the rest, exit 1)
@@ -86,6 +91,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -109,7 +115,8 @@ from appliance.env import (
     var_dir,
 )
 from appliance.env import front as front_kind
-from scripts.log_rotation import PipeLog, RotatingLog, Rotation, rotate_reopened
+from scripts.log_rotation import Rotation, rotate_reopened
+from scripts.log_writer import LogWriter, Written
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
@@ -281,6 +288,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
+def _open_log(path: Path) -> int:
+    """An fd appending to the log `path`; Failed when it cannot be opened."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise Failed(f"cannot open the log {path}: {exc.strerror or exc}") from exc
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     """The last lines of a log, indented, for an error message."""
     try:
@@ -297,7 +312,7 @@ class Child:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
-    output: PipeLog  # writes its stdout and stderr to `log`, rotated
+    output: Written  # set once the log writer has written its last line to `log`
 
     def exited(self) -> int | None:
         """Its exit code once it has exited, else None."""
@@ -321,35 +336,57 @@ class Child:
 
 
 class LogTail:
-    """Prints the children's new lines, each prefixed with the child's name: their PipeLog
-    threads hand them over through a queue, printed by pump() in the main thread."""
+    """Prints the children's lines, each prefixed with the child's name: the log writer's
+    lines arrive in LogWriter's thread (put) and wait in a bounded queue for pump() in the
+    main thread. Should the terminal fall behind, lines past QUEUE_MAX are dropped and
+    counted (the logs keep them): the writer never waits for the view."""
 
     COLORS = (36, 33, 35, 32, 34)
+    QUEUE_MAX = 10000
 
     def __init__(self) -> None:
-        self.lines: queue.SimpleQueue[tuple[str, bytes]] = queue.SimpleQueue()
-        self.count = 0
+        self.lines: queue.Queue[tuple[str, bytes]] = queue.Queue(self.QUEUE_MAX)
+        self.prefixes: dict[str, str] = {}
+        self.unshown = 0  # lines dropped since the last pump (here or by the writer)
+        self.lock = threading.Lock()
         self.color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
-    def add(self, name: str) -> Callable[[bytes], None]:
-        """What the PipeLog of the child `name` calls with each line."""
+    def add(self, name: str) -> None:
+        """Show the lines of the child `name` from now on."""
         prefix = _label(name)
         if self.color:
-            prefix = f"\033[{self.COLORS[self.count % len(self.COLORS)]}m{prefix}\033[0m"
-        self.count += 1
-        return lambda line: self.lines.put((prefix, line))
+            color = self.COLORS[len(self.prefixes) % len(self.COLORS)]
+            prefix = f"\033[{color}m{prefix}\033[0m"
+        self.prefixes[name] = prefix
+
+    def put(self, name: str, line: bytes) -> None:
+        """A line of `name` to show (dropped and counted when the queue is full)."""
+        try:
+            self.lines.put_nowait((name, line))
+        except queue.Full:
+            self.dropped(1)
+
+    def dropped(self, count: int) -> None:
+        """`count` lines will not be shown."""
+        with self.lock:
+            self.unshown += count
 
     def pump(self) -> None:
         """Print every line handed over so far but the routine ones."""
         shown = []
-        while True:
+        for _ in range(self.QUEUE_MAX):  # no longer than a full queue, however fast they come
             try:
-                prefix, raw = self.lines.get_nowait()
+                name, raw = self.lines.get_nowait()
             except queue.Empty:
                 break
             line = raw.decode(errors="replace").rstrip("\r\n")
             if not ROUTINE.search(line):
-                shown.append(prefix + line)
+                shown.append(self.prefixes.get(name, _label(name)) + line)
+        with self.lock:
+            unshown, self.unshown = self.unshown, 0
+        if unshown:
+            shown.append(f"weir: {unshown} lines not shown (the terminal was behind); "
+                         "the logs have them")
         if shown:
             emit("\n".join(shown))
 
@@ -363,6 +400,8 @@ class Supervisor:
         self.env = env  # the children's environment (None: this process's)
         self.children: list[Child] = []  # in start order; redis first when private
         self.tail = LogTail() if follow else None
+        self.logs: LogWriter | None = None  # started with the first child
+        self.own_log: Path | None = None  # supervisor.log once detached (stdout, stderr)
         self.stopping = False
         self.hurry = False  # a second Ctrl-C: kill what is left now
 
@@ -485,23 +524,45 @@ class Supervisor:
             raise Failed(str(exc)) from exc
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        """Start a child in a session of its own, its output piped to its rotated log."""
+        """Start a child in a session of its own, its output piped to the log writer, which
+        writes its rotated log. The log is opened and handed over first: a child whose
+        output has nowhere to go is never started."""
         log = self.config.log(name)
+        log_fd = _open_log(log)
         reader, writer = os.pipe()
         try:
+            if self.tail is not None:
+                self.tail.add(name)
+            try:
+                output = self._log_writer().add(name, log, reader, log_fd)
+            except OSError as exc:
+                raise Failed(f"the log writer is gone ({exc}); see "
+                             f"{self.config.log('supervisor')}") from exc
             # Spawned from the main thread: PR_SET_PDEATHSIG fires when the thread that
-            # forked the child ends, so never from a PipeLog's thread.
+            # forked the child ends, so never from another thread.
             popen = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=writer, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=_die_with_parent)
-        except BaseException:
-            os.close(reader)
-            raise
-        finally:
-            os.close(writer)
-        on_line = self.tail.add(name) if self.tail is not None else None
-        output = PipeLog(reader, RotatingLog(log, self.config.rotation), on_line)
+        finally:  # the writer has its own copies; should the child not start, it sees EOF
+            for fd in (log_fd, reader, writer):
+                os.close(fd)
         self.children.append(Child(name, popen, log, output))
+
+    def _log_writer(self) -> LogWriter:
+        """The log writer process (scripts/log_writer.py), started at the first call; its
+        own errors go to supervisor.log."""
+        if self.logs is None:
+            output = _open_log(self.config.log("supervisor"))
+            try:
+                tail = self.tail
+                self.logs = LogWriter(self.config.rotation, output,
+                                      tail.put if tail is not None else None,
+                                      tail.dropped if tail is not None else None)
+            except OSError as exc:
+                raise Failed(f"cannot start the log writer: {exc}") from exc
+            finally:
+                os.close(output)
+        return self.logs
 
     def _wait_for(self, what: str, timeout_s: float, ready: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout_s
@@ -521,16 +582,24 @@ class Supervisor:
         while True:
             self._check_children("")
             self._pump()
-            self._rotate_access_log()
+            self.rotate_reopened_logs()
             time.sleep(0.2)
 
-    def _rotate_access_log(self) -> None:
+    def rotate_reopened_logs(self) -> None:
+        """Rotate the full logs whose writers keep them open: nginx's access log and, when
+        detached, supervisor.log (the log writer's own rare errors stay in the old file)."""
         nginx = [child for child in self.children if child.name == "nginx"]
         if nginx:  # SIGUSR1: nginx's master reopens its log files (logrotate's postrotate)
             rotate_reopened(self.config.log("nginx-access"), self.config.rotation,
                             lambda: os.kill(nginx[0].popen.pid, signal.SIGUSR1))
+        own = self.own_log
+        if own is not None:
+            rotate_reopened(own, self.config.rotation, lambda: _detach_output(own))
 
     def _check_children(self, when: str) -> None:
+        if self.logs is not None and self.logs.process.poll() is not None:
+            raise Failed(f"the log writer exited {when or 'unexpectedly'} (exit code "
+                         f"{self.logs.process.returncode}); see {self.config.log('supervisor')}")
         for child in self.children:
             code = child.exited()
             if code is not None:
@@ -552,8 +621,11 @@ class Supervisor:
         redis_child = [c for c in self.children if c.name == "redis"]
         self._stop_group([c for c in self.children if c.name != "redis"])
         self._stop_group(redis_child)
-        for child in self.children:  # their last lines written before the logs close
-            child.output.join(OUTPUT_DRAIN_S)
+        deadline = time.monotonic() + OUTPUT_DRAIN_S  # one for all: their last lines
+        for child in self.children:
+            child.output.join(max(0.0, deadline - time.monotonic()))
+        if self.logs is not None:  # it exits once the pipes it has are done
+            self.logs.close(max(0.0, deadline - time.monotonic()))
         self._pump()
 
     def _stop_group(self, children: list[Child]) -> None:
@@ -675,6 +747,7 @@ def serve(config: Config, detached: bool) -> int:
                 "`scripts/run.sh --stop` stops it")
             emit(READY)
             _detach_output(config.log("supervisor"))
+            supervisor.own_log = config.log("supervisor")
             say(f"running (pid {os.getpid()})")
         else:
             say(f"Weir is running at {config.url}/ (admin: /admin/, API docs: /api/docs/) "

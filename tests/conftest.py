@@ -33,8 +33,9 @@ pytest-dev/pytest-xdist#1386).
 Redis: the processes sharing the test Redis — the xdist workers, the PostgreSQL pass,
 and the gunicorn, Celery and manage.py processes their tests start — must never see each
 other's throttle counters, task locks or row-cache generation. Each pytest process takes
-a cache key prefix of its own (`weir-test-<pid>`): its children inherit it through
-WEIR_CACHE_PREFIX, and its own Django settings use it (tests/appliance/conftest.py puts
+a cache key prefix of its own (`weir-test-<pid>`, nested under the appliance prefix as
+appliance/env.py cache_prefix does): its children inherit it through WEIR_CACHE_PREFIX,
+and its own Django settings use it (tests/appliance/conftest.py puts
 its tests on a Redis database of their own, with the same prefix).
 """
 from __future__ import annotations
@@ -50,6 +51,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.test import override_settings
 from services import started_service
+
+from appliance.env import cache_prefix
 
 # The units that took longest in a run of scripts/test.sh (November 2026), longest
 # first: handed out before the rest. A hint only: a stale one costs balance.
@@ -131,7 +134,7 @@ def is_heavy(unit: str) -> bool:
 def _cache_prefix_of_this_process() -> Iterator[None]:
     # The settings were read before this file (pytest-django loads them first).
     caches = copy.deepcopy(django_settings.CACHES)
-    caches["default"]["KEY_PREFIX"] = CACHE_PREFIX
+    caches["default"]["KEY_PREFIX"] = cache_prefix(django_settings.WEIR_REDIS_PREFIX)
     with override_settings(CACHES=caches):
         yield
 

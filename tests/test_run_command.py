@@ -251,7 +251,8 @@ def test_background_run_serves_checkpoints_and_stops(run: Run) -> None:
     # beat
     assert len(started_pids) >= 11
     groups = run.record_groups()
-    assert len(groups) == 8  # supervisor, redis, web, nginx, worker, exports, kafka, beat
+    # supervisor, log writer, redis, web, nginx, worker, exports, kafka, beat
+    assert len(groups) == 9
     assert_each_worker_consumes_its_queue(run)
 
     again = run.manage("ensure_admin")
@@ -327,7 +328,7 @@ def test_foreground_run_shows_the_logs_and_stops_on_ctrl_c(run: Run, tmp_path: P
         assert process.pid in started_pids and len(started_pids) >= 11
         assert nginx_master(run) in started_pids
         groups = run.record_groups()
-        assert len(groups) == 8
+        assert len(groups) == 9
         os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         assert process.wait(timeout=30) == 0, output.read_text()
     finally:

@@ -6,6 +6,11 @@ A rate is the difference of a counter between two samples over the time between 
 Counters restart when a channel's owner changes (a worker restarted): a falling counter
 is a restart, and that interval's rate is the counter's new value over the interval.
 
+"Rates now" is the last interval's rate only while the last sample is recent (within
+STALE_AFTER sampler intervals, WEIR_SAMPLE_INTERVAL_S): a sampler stopped for most of the
+hour would otherwise show a rate that old as the current one. Else a note says why there is
+none (no samples, one sample, or the time of the last).
+
 Two sizes, one drawing: SMALL in the dashboard's table, LARGE on a channel's page. The
 geometry (the plot inside its margins, the ticks) is computed here; _chart.html draws it.
 """
@@ -14,14 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from appliance.models import ChannelSample
 
 WINDOW = timedelta(hours=1)
 TICK = timedelta(minutes=15)
+STALE_AFTER = 2  # sampler intervals after which the last sample's rate is no longer "now"
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,19 @@ def rates(samples: Sequence[ChannelSample], counter: str, start: datetime) -> Se
     return Series(times, values)
 
 
+def no_rate_now(samples: Sequence[ChannelSample], now: datetime,
+                interval_s: float) -> str | None:
+    """Why the samples (oldest first) give no current rate; None when they do."""
+    if not samples:
+        return "no samples yet"
+    if len(samples) == 1:
+        return "one sample: a rate needs two"
+    last = samples[-1].at
+    if now - last > timedelta(seconds=STALE_AFTER * interval_s):
+        return f"no sample since {last.astimezone(UTC):%H:%M} UTC"
+    return None
+
+
 def round_top(rate: float) -> float:
     """The axis top: the smallest 1, 2 or 5 times a power of ten at or above `rate` (1 for
     no traffic)."""
@@ -135,6 +155,13 @@ def channel_charts(name: str, frame: Frame = SMALL) -> dict[str, object]:
     samples = list(ChannelSample.objects.filter(channel=name, at__gte=start).order_by("at"))
     puts, takes = rates(samples, "put_successes", start), rates(samples, "take_successes", start)
     chart = drawing(puts, takes, frame, start, len(samples))
+    # a rate the last two samples make, while they are recent; else why not
+    note = no_rate_now(samples, now, settings.WEIR_SAMPLE_INTERVAL_S)
+    if puts.last is None:  # two samples at one instant make none either
+        note = note or "one sample: a rate needs two"
+    if note:
+        chart.update(put_rate=None, take_rate=None)
+    chart["note"] = note
     if frame is LARGE:
         chart["phone"] = drawing(puts, takes, SMALL, start, len(samples))
     return chart
@@ -144,7 +171,9 @@ def drawing(puts: Series, takes: Series, frame: Frame, start: datetime,
             samples: int) -> dict[str, object]:
     """One chart of the two series in `frame`: what _chart.html draws."""
     top = round_top(max([*puts.rates, *takes.rates, 0.0]))
+    empty = "no samples yet" if not samples else "one sample: a rate needs two"
     return {"frame": frame, "top": top, "samples": samples, "large": frame is LARGE,
+            "empty": empty,  # shown instead of the lines when there are none
             "put_points": puts.points(frame, top), "take_points": takes.points(frame, top),
             "put_rate": puts.last, "take_rate": takes.last,
             "time_ticks": time_ticks(frame, start), "rate_ticks": rate_ticks(frame, top),

@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from appliance import channels, shared_redis
 from appliance.celery import app
+from appliance.env import cache_prefix
 
 
 def _server(url: str) -> str:
@@ -48,7 +49,7 @@ def _test_cache(settings: Any) -> None:
     settings.CACHES = {"default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": f"{TEST_REDIS_URL}/15",
-        "KEY_PREFIX": f"weir-test-{os.getpid()}",
+        "KEY_PREFIX": cache_prefix(django_settings.WEIR_REDIS_PREFIX),  # as its children
     }}
 
 

@@ -199,7 +199,7 @@ def settings_of(env: dict[str, str]) -> dict[str, str]:
     return dict(json.loads(done.stdout))
 
 
-def test_the_settings_put_everything_under_the_prefix_and_keep_an_operators_names(
+def test_the_settings_put_everything_under_the_prefix_even_an_operators_cache_prefix(
         tmp_path: Path) -> None:
     default = settings_of(appliance_env(tmp_path))
     prefix = "weir-" + (tmp_path / "appliance_id").read_text()
@@ -207,5 +207,5 @@ def test_the_settings_put_everything_under_the_prefix_and_keep_an_operators_name
                        "broker": f"{prefix}:", "results": f"{prefix}:"}
     chosen = settings_of(appliance_env(tmp_path, WEIR_REDIS_PREFIX="site-a",
                                        WEIR_CELERY_QUEUE="site-a-q", WEIR_CACHE_PREFIX="old"))
-    assert chosen == {"prefix": "site-a", "cache": "old", "queue": "site-a-q",
+    assert chosen == {"prefix": "site-a", "cache": "site-a:old", "queue": "site-a-q",
                       "broker": "site-a:", "results": "site-a:"}

@@ -38,7 +38,9 @@ def start_worker(tmp_path: Path, hold_s: float) -> subprocess.Popen[str]:
     """A process that holds the task's lock on channel orders, as a worker running it."""
     cache = django_settings.CACHES["default"]
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "appliance.settings",
-           "REDIS_URL": cache["LOCATION"], "WEIR_CACHE_PREFIX": cache["KEY_PREFIX"],
+           # the cache's prefix as this process's: its WEIR_CACHE_PREFIX (conftest) under
+           # this appliance prefix, not the one of the child's own var dir
+           "REDIS_URL": cache["LOCATION"], "WEIR_REDIS_PREFIX": django_settings.WEIR_REDIS_PREFIX,
            "WEIR_VAR_DIR": str(tmp_path / "var")}
     child = subprocess.Popen([sys.executable, "-c", WORKER, TASK, "orders", str(hold_s)],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
