@@ -158,10 +158,25 @@ def test_reading_takes_nothing_and_needs_the_admin_role(
     assert channels.open_channel(orders).status()["events_untaken"] == 2
     for role in ("produce", "consume"):
         problem(token_client(role).get(URL), 403, "permission-denied")
+        assert token_client(role).head(URL, {"regex": "a"}).status_code == 403
+    assert admin.head(URL).status_code == 200
     assert token_client("produce").post(URL, {"events": [{"body": "c"}]},
                                          format="json").status_code == 200
     other = channel_row(Path(orders.checkpoint_dir).parent, name="other")
     problem(token_client("admin", channels=[other]).get(URL), 403, "permission-denied")
+
+
+def test_head_needs_the_role_get_needs_on_every_api_view() -> None:
+    from django.urls import get_resolver
+
+    from appliance.api.base import ApiView
+    views = {getattr(p.callback, "cls", None) for p in get_resolver().url_patterns
+             if hasattr(p, "callback")}
+    checked = [v for v in views if isinstance(v, type) and issubclass(v, ApiView)]
+    assert len(checked) > 5
+    for view in checked:
+        if "GET" in view.method_roles:
+            assert view().role_for("HEAD") == view.method_roles["GET"] != view.role, view
 
 
 def test_it_scans_every_event_when_big_bodies_cut_a_read_short(
