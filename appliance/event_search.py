@@ -9,9 +9,10 @@ order across partitions, as Kafdrop's and AKHQ's "newest" views are. Every event
 counts as scanned, matching or not.
 
 Bounds. A scan stops at `limit` hits, at `scan_limit` events scanned, or when its time
-budget is spent (checked between events: a single regular expression on one body is not
-interrupted, so patterns are kept short by the callers); it then says why and returns a
-cursor (each partition's position) from which a next scan goes on with older events.
+budget is spent (checked between events); it then says why and returns a cursor (each
+partition's position) from which a next scan goes on with older events. One event's match
+is bounded too: a regular expression is RE2's (linear in the text, no backtracking) and
+`contains` and the regex see a body's first MATCH_BYTES only.
 
 Positions and cursors are `{partition: offset}`: for a backward scan the first offset not
 yet scanned is below the position (exclusive bound); for a tail (`read_after`) the next
@@ -20,15 +21,21 @@ event to show is at the position. As text: "0:120,1:98" (cursor_text / parse_cur
 from __future__ import annotations
 
 import heapq
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from channel_engine import Channel, Event, OffsetOutOfRangeError
 
 CHUNK_EVENTS = 200  # events read from a partition at a time (one owner round trip)
+MATCH_BYTES = 1024 * 1024  # the part of a body `contains` and a regex look at
+
+
+class Pattern(Protocol):
+    """A compiled regular expression (RE2's: search_query.py compiles it)."""
+
+    def search(self, text: str) -> object: ...  # noqa: D102
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class Filters:
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     contains: bytes | None = None
-    regex: re.Pattern[str] | None = None
+    regex: Pattern | None = None
 
     def match(self, event: Event) -> bool:
         """Does the event pass every filter?"""
@@ -46,10 +53,10 @@ class Filters:
             return False
         if any(event.headers.get(name) != value for name, value in self.headers):
             return False
-        if self.contains is not None and self.contains not in event.body:
+        if self.contains is not None and event.body.find(self.contains, 0, MATCH_BYTES) < 0:
             return False
-        return self.regex is None or bool(
-            self.regex.search(event.body.decode("utf-8", errors="replace")))
+        return self.regex is None or bool(self.regex.search(
+            event.body[:MATCH_BYTES].decode("utf-8", errors="replace")))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ POST is produce (appliance/api/produce.py); this view adds GET to it, in the adm
     &cursor=C   go on with older events (a previous answer's cursor)
     &after=C    a tail: events at or after these positions, oldest first
       -> 200 {"events": [...], "scanned", "after"}   (poll again with the new after)
-    400 [validation-error] field: a bad regex, a limit out of range, a header without ':'
+    400 [validation-error] field: a regex RE2 cannot compile, a limit out of range, a header
+        without ':'
 
 The query's fields: appliance/search_query.py; the scan and its bounds (hits, events
 scanned, time): appliance/event_search.py. `total` is the events the searched partitions
@@ -76,9 +77,10 @@ PARAMETERS = [
     OpenApiParameter("header", {"type": "array", "items": {
         "type": "string", "pattern": "^[^:]+:", "maxLength": MAX_TEXT}}, explode=True,
         description="name:value: a header of that name and value (repeat: all must match)"),
-    _text("contains", "the body holds this text"),
-    _text("regex", "the body (UTF-8 text) matches this Python regular expression",
-          MAX_PATTERN),
+    _text("contains", "the body holds this text (in its first MiB)"),
+    _text("regex", "the body (its first MiB, as UTF-8 text) matches this regular expression, "
+          "in RE2 syntax (https://github.com/google/re2/wiki/Syntax: no backreferences or "
+          "lookaround)", MAX_PATTERN),
     OpenApiParameter("partition", {"anyOf": [{"type": "integer", "minimum": 0}, EMPTY]},
                      description="only this partition (default: every one)"),
     _int("limit", 1, MAX_LIMIT, "hits at most"),

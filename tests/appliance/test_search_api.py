@@ -3,6 +3,7 @@ body text and regex), bounded by hits, events scanned and time, paged by a curso
 after positions; bad input is a 400 naming the field; reading never takes."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
@@ -10,11 +11,13 @@ from typing import Any
 
 import pytest
 from appliance_helpers import channel_row, problem, token_client
+from django.http import QueryDict
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from appliance import channels, event_search
 from appliance.models import Channel
+from appliance.search_query import parse_search
 from channel_engine import Event
 
 pytestmark = pytest.mark.django_db
@@ -126,8 +129,26 @@ def test_the_time_budget_ends_a_scan(orders: Channel) -> None:
     assert event_search.describe(result)["stopped_early"] is True
 
 
+def test_a_catastrophic_regex_on_long_bodies_stays_within_the_budget(
+        orders: Channel, admin: APIClient) -> None:
+    put(orders, {"body": b"a" * 30 + b"!"}, *({"body": b"a" * 500_000 + b"!"} for _ in range(3)))
+    started = time.monotonic()
+    found = search(admin, regex="^(a+)+$", budget_ms=1000)
+    assert time.monotonic() - started < 2 and found["events"] == []
+    assert found["scanned"] == 4 and found["stopped"] is None
+
+
+def test_text_and_regex_look_at_a_bodys_first_mib_only() -> None:
+    cap = event_search.MATCH_BYTES
+    inside, outside = (Event(0, 0, 0, None, {}, b"x" * (cap - n) + b"needle") for n in (6, 5))
+    for filters in (event_search.Filters(contains=b"needle"),
+                    parse_search(QueryDict("regex=needle"), 1).filters):
+        assert filters.match(inside) and not filters.match(outside)
+
+
 @pytest.mark.parametrize(("query", "field"), [
     ({"regex": "(unclosed"}, "regex"), ({"regex": "a" * 257}, "regex"),
+    ({"regex": "(?=lookahead)"}, "regex"), ({"regex": r"(a)\1"}, "regex"),
     ({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"limit": "ten"}, "limit"),
     ({"scan_limit": 0}, "scan_limit"), ({"budget_ms": 50}, "budget_ms"),
     ({"header": "no-colon"}, "header"), ({"header": ":value"}, "header"),

@@ -372,7 +372,7 @@ def test_the_event_browser_pages_older_events_with_a_cursor(
     assert older.context["scan"]["done"] == 60 and "older" not in older.context
     bad = operator.get("/channels/orders/events?regex=(&limit=0")
     assert bad.status_code == 400
-    assert "not a regular expression" in bad.context["errors"]["regex"]
+    assert "not an RE2 regular expression" in bad.context["errors"]["regex"]
     assert "Hits per page: a whole number from 1 to 1,000" in bad.content.decode()
 
 
