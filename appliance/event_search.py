@@ -6,7 +6,9 @@ the per-partition events API uses: committed events only, the queue never moves)
 exclusive upper position down to its log start offset. The partitions' heads are merged by
 timestamp (newest first; ties by partition, then offset), so a page of hits is in one
 order across partitions, as Kafdrop's and AKHQ's "newest" views are. Every event merged
-counts as scanned, matching or not.
+counts as scanned, matching or not. When retention deletes a partition's oldest events
+while it is scanned or tailed, the read goes on from the new log start (the error says
+where it is): nothing still kept is skipped.
 
 Bounds. A scan stops at `limit` hits, at `scan_limit` events scanned, or when its time
 budget is spent (checked between events); it then says why and returns a cursor (each
@@ -108,8 +110,12 @@ class _Backwards:
             try:
                 got = [e for e in self.channel.read(self.partition, low, span)
                        if e.offset < self.below]
-            except OffsetOutOfRangeError:  # retention removed them meanwhile
-                got, low = [], self.start
+            except OffsetOutOfRangeError as exc:
+                if exc.log_start_offset <= self.start:  # not retention: nothing to go on with
+                    raise
+                # retention removed the oldest meanwhile: what is left above is still here
+                self.start = min(exc.log_start_offset, self.below)
+                continue
             if got and got[-1].offset + 1 < self.below and span > 1:  # cut short
                 self.span = max(1, min(len(got), span - 1))
                 continue
@@ -212,7 +218,7 @@ def read_after(channel: Channel, positions: dict[int, int], filters: Filters,
     for p, position in positions.items():
         start, end = ranges[p]
         at = min(max(position, start), end)
-        runs.append(channel.read(p, at, min(end - at, limit)) if at < end else [])
+        runs.append(_read_kept(channel, p, at, min(end - at, limit)) if at < end else [])
     following = {p: min(max(o, ranges[p][0]), ranges[p][1]) for p, o in positions.items()}
     hits: list[Event] = []
     scanned = 0
@@ -225,6 +231,18 @@ def read_after(channel: Channel, positions: dict[int, int], filters: Filters,
         if filters.match(event):
             hits.append(event)
     return hits, following, scanned
+
+
+def _read_kept(channel: Channel, partition: int, offset: int, max_events: int) -> list[Event]:
+    """channel.read from `offset`, or from the log start when retention has passed it since
+    the ranges were fetched."""
+    while True:
+        try:
+            return channel.read(partition, offset, max_events)
+        except OffsetOutOfRangeError as exc:
+            if exc.log_start_offset <= offset:  # not retention (beyond the end): a real error
+                raise
+            offset = exc.log_start_offset
 
 
 def describe(result: SearchResult) -> dict[str, Any]:

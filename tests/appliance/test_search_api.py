@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from appliance import channels, event_search
 from appliance.models import Channel
 from appliance.search_query import parse_search
-from channel_engine import Event
+from channel_engine import Event, OffsetOutOfRangeError
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/channels/orders/events"
@@ -243,3 +243,43 @@ def test_a_backward_read_holds_one_capped_read_at_most_and_misses_nothing() -> N
         assert sum(len(e.body) for e in scan.buffer) <= 3000
     assert seen == list(range(len(sizes) - 1, -1, -1))
     assert max(log.answered) <= 3000 and len(log.answered) < 120
+
+
+class RetainedLog(CappedLog):
+    """A capped log whose retention deletes everything below `start` when `retain` is
+    called (from a read, as a deletion between two reads would)."""
+
+    def __init__(self, sizes: list[int], cap: int, retain_at_read: int, start: int) -> None:
+        super().__init__(sizes, cap)
+        self.start, self.reads, self.retain_at_read, self.new_start = 0, 0, retain_at_read, start
+
+    def status(self) -> dict[str, Any]:
+        return {"partitions": [{"log_start_offset": self.start,
+                                "last_stable_offset": len(self.events)}]}
+
+    def read(self, partition: int, offset: int, max_events: int) -> list[Event]:
+        self.reads += 1
+        if self.reads == self.retain_at_read:
+            self.start = self.new_start
+        if not self.start <= offset <= len(self.events):
+            raise OffsetOutOfRangeError(offset, self.start, len(self.events))
+        return super().read(partition, offset, max_events)
+
+
+def test_a_scan_goes_on_from_the_new_log_start_when_retention_deletes_meanwhile() -> None:
+    log = RetainedLog([10] * 400, cap=10_000, retain_at_read=2, start=150)
+    result = event_search.search(log, [0], event_search.Filters(),  # type: ignore[arg-type]
+                                 event_search.Bounds(limit=1000, scan_limit=1000))
+    assert [e.offset for e in result.hits] == list(range(399, 149, -1))
+    assert result.remaining == 0 and result.cursor is None
+    gone = RetainedLog([10] * 400, cap=10_000, retain_at_read=2, start=400)
+    result = event_search.search(gone, [0], event_search.Filters(),  # type: ignore[arg-type]
+                                 event_search.Bounds(limit=1000, scan_limit=1000))
+    assert len(result.hits) == 200 and result.remaining == 0
+
+
+def test_a_tail_reads_from_the_new_log_start_when_retention_passed_its_position() -> None:
+    log = RetainedLog([10] * 400, cap=10_000, retain_at_read=1, start=100)
+    hits, after, scanned = event_search.read_after(
+        log, {0: 50}, event_search.Filters(), 20)  # type: ignore[arg-type]
+    assert [e.offset for e in hits] == list(range(100, 120)) and after == {0: 120}
