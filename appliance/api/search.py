@@ -15,7 +15,8 @@ POST is produce (appliance/api/produce.py); this view adds GET to it, in the adm
 The query's fields: appliance/search_query.py; the scan and its bounds (hits, events
 scanned, time): appliance/event_search.py. `total` is the events the searched partitions
 hold, `remaining` those older than the cursor not scanned yet; `stopped` says which bound
-ended the scan ("limit", "scan_limit", "time_budget"; null: nothing older is left), and
+ended the scan ("limit"; "bytes": the hits hold about 1 MiB, as the per-partition events
+API answers at most; "scan_limit", "time_budget"; null: nothing older is left), and
 `stopped_early` whether it was the scan limit or the time budget. `tail` is where a tail of
 the same partitions starts (their ends when the scan began).
 """
@@ -54,7 +55,7 @@ class _SearchPage(serializers.Serializer):  # for the OpenAPI schema
                                      help_text="events the searched partitions hold")
     remaining = serializers.IntegerField(required=False,
                                          help_text="older events not scanned yet")
-    stopped = serializers.ChoiceField(["limit", "scan_limit", "time_budget"],
+    stopped = serializers.ChoiceField(event_search.STOPPED,
                                       allow_null=True, required=False)
     stopped_early = serializers.BooleanField(required=False)
     cursor = serializers.CharField(allow_null=True, required=False,

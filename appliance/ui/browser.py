@@ -31,7 +31,8 @@ PAGE_EVENTS = 50
 INT64_MAX = 2**63 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TEMPLATE = "ui/events.html"
-STOPPED = {"limit": "a page of hits", "scan_limit": "the scan limit",
+STOPPED = {"limit": "a page of hits", "bytes": "a page's worth of bytes (1 MiB)",
+           "scan_limit": "the scan limit",
            "time_budget": "the time budget"}
 # fields of a search the form has no input for (typed into the address): named for people
 OTHER_FIELDS = {"limit": "Hits per page", "scan_limit": "Scan limit",

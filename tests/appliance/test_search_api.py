@@ -121,12 +121,53 @@ def test_a_bounded_scan_of_a_big_channel_stops_early_and_says_so(
 
 def test_the_time_budget_ends_a_scan(orders: Channel) -> None:
     put(orders, *({"body": b"x"} for _ in range(5)))
-    ticks = count()
+    ticks = count()  # a tick a look: the start, a read of each partition, then each event
     result = event_search.search(channels.open_channel(orders), [0, 1, 2],
                                  event_search.Filters(contains=b"y"),
-                                 event_search.Bounds(budget_s=2.5), clock=lambda: next(ticks))
+                                 event_search.Bounds(budget_s=5.5), clock=lambda: next(ticks))
     assert result.stopped == "time_budget" and result.scanned == 2 and result.remaining == 3
     assert event_search.describe(result)["stopped_early"] is True
+
+
+def test_the_time_budget_is_checked_before_each_partitions_first_read(
+        orders: Channel) -> None:
+    put(orders, *({"body": b"x"} for _ in range(5)))
+    channel, reads = channels.open_channel(orders), []
+
+    class Counted:
+        def status(self) -> dict[str, Any]:
+            return channel.status()
+
+        def read(self, partition: int, offset: int, max_events: int) -> list[Event]:
+            reads.append(partition)
+            return channel.read(partition, offset, max_events)
+
+    ticks = count()  # the start, p0's read; then the time is up before p1's
+    result = event_search.search(Counted(), [0, 1, 2],  # type: ignore[arg-type]
+                                 event_search.Filters(), event_search.Bounds(budget_s=1.5),
+                                 clock=lambda: next(ticks))
+    assert reads == [0] and result.stopped == "time_budget"
+    assert result.scanned == 0 and result.remaining == 5
+    assert result.cursor == result.tail  # nothing skipped: the next page starts over
+
+
+def test_a_page_of_hits_stops_at_a_reads_worth_of_bytes(orders: Channel,
+                                                          admin: APIClient) -> None:
+    put(orders, *({"body": b"b" * 300_000, "key": b"k"} for _ in range(5)))
+    first = search(admin, limit=1000)
+    assert len(first["events"]) == 4 and first["stopped"] == "bytes"
+    assert first["stopped_early"] is False and first["remaining"] == 1
+    assert len(search(admin, cursor=first["cursor"])["events"]) == 1
+
+
+def test_a_tail_shares_a_reads_worth_of_bytes_across_partitions(orders: Channel) -> None:
+    placed = put(orders, *({"body": b"b" * 300_000} for _ in range(12)))  # 4 a partition
+    start = {p: 0 for p in range(3)}
+    hits, after, _ = event_search.read_after(channels.open_channel(orders), start,
+                                             event_search.Filters(), 1000)
+    assert sum(len(e.body) for e in hits) < 1.5 * 1024 * 1024
+    assert all(after[p] >= 1 for p in range(3))  # every partition moved on
+    assert len({p for p, _ in placed}) == 3
 
 
 def test_a_catastrophic_regex_on_long_bodies_stays_within_the_budget(
@@ -208,8 +249,8 @@ def test_it_scans_every_event_when_big_bodies_cut_a_read_short(
     for i in range(1, 6):
         with channels.open_channel(orders).put() as tx:
             tx.put(big + str(i).encode(), key=b"same")  # one key: one partition
-    found = search(admin, key="same", scan_limit=100)
-    assert [e["body"][-1] for e in found["events"]] == ["5", "4", "3", "2", "1"]
+    found = search(admin, key="same", regex="[15]$", scan_limit=100)
+    assert [e["body"][-1] for e in found["events"]] == ["5", "1"]
     assert found["scanned"] == found["total"] == 6
 
 
