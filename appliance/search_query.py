@@ -66,12 +66,13 @@ class Search:
     after: dict[int, int] | None
 
 
-def parse_search(query: Query, partitions: int) -> Search:
-    """The search a query string asks for on a channel of `partitions`; BadQuery if bad."""
+def parse_search(query: Query, partitions: int, max_limit: int = MAX_LIMIT) -> Search:
+    """The search a query string asks for on a channel of `partitions` (hits per page at
+    most `max_limit`: the UI's page is smaller than the API's); BadQuery if bad."""
     errors: dict[str, str] = {}
     filters = _filters(query, errors)
-    numbers = {name: _number(query, name, low, high, errors, DEFAULTS[name])
-               for name, low, high in (("limit", 1, MAX_LIMIT), ("scan_limit", 1, MAX_SCAN),
+    numbers = {name: _number(query, name, low, high, errors, min(DEFAULTS[name], high))
+               for name, low, high in (("limit", 1, max_limit), ("scan_limit", 1, MAX_SCAN),
                                        ("budget_ms", *BUDGET_MS))}
     only = _number(query, "partition", 0, partitions - 1, errors, None)
     where = [only] if only is not None else list(range(partitions))

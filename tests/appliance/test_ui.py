@@ -373,7 +373,9 @@ def test_the_event_browser_pages_older_events_with_a_cursor(
     bad = operator.get("/channels/orders/events?regex=(&limit=0")
     assert bad.status_code == 400
     assert "not an RE2 regular expression" in bad.context["errors"]["regex"]
-    assert "Hits per page: a whole number from 1 to 1,000" in bad.content.decode()
+    assert "Hits per page: a whole number from 1 to 50" in bad.content.decode()
+    assert operator.get("/channels/orders/events?limit=51").status_code == 400
+    assert operator.get("/channels/orders/events/tail?after=0:0&limit=51").status_code == 400
 
 
 def test_an_event_body_downloads_raw_and_a_missing_event_is_a_404(
