@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -145,17 +145,20 @@ class _Backwards:
         return self.buffer[-1].offset + 1 if self.buffer else self.below
 
 
-def partition_ranges(channel: Channel) -> list[tuple[int, int]]:
-    """Each partition's (log start offset, last stable offset): what a reader may see."""
-    return [(p["log_start_offset"], p["last_stable_offset"])
-            for p in channel.status()["partitions"]]
+def partition_ranges(status: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """Each partition's (log start offset, last stable offset) in a channel's status():
+    what a reader may see. (The engine has no lighter way to ask; a caller that has the
+    status already passes these on, so one search asks once.)"""
+    return [(p["log_start_offset"], p["last_stable_offset"]) for p in status["partitions"]]
 
 
 def search(channel: Channel, partitions: Sequence[int], filters: Filters, bounds: Bounds,
            cursor: dict[int, int] | None = None,
-           clock: Callable[[], float] = time.monotonic) -> SearchResult:
-    """Scan `partitions` newest first (from `cursor`, else from their ends) for hits."""
-    ranges = partition_ranges(channel)
+           clock: Callable[[], float] = time.monotonic,
+           ranges: list[tuple[int, int]] | None = None) -> SearchResult:
+    """Scan `partitions` newest first (from `cursor`, else from their ends) for hits;
+    `ranges`: partition_ranges when the caller has them, else they are asked for."""
+    ranges = ranges or partition_ranges(channel.status())
     tail = {p: ranges[p][1] for p in partitions}
     scans = [_Backwards(channel, p, ranges[p][0],
                         min(max((cursor or tail).get(p, ranges[p][0]), ranges[p][0]),
@@ -254,7 +257,7 @@ def read_after(channel: Channel, positions: dict[int, int], filters: Filters,
     first is asked for as many events as fit in what is left, going by the biggest event
     read so far, and for one at least, so every partition still moves on (the engine's read
     has an event count, not a byte count: the bound is an estimate, within one read)."""
-    ranges = partition_ranges(channel)
+    ranges = partition_ranges(channel.status())
     runs: list[list[Event]] = []
     biggest = 0
     for p, position in positions.items():

@@ -130,7 +130,8 @@ def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
                                    if field in bad.errors]
         return render(request, TEMPLATE, context, status=400)
     result = event_search.search(channels.open_channel(row), search.partitions,
-                                 search.filters, search.bounds, search.cursor)
+                                 search.filters, search.bounds, search.cursor,
+                                 ranges=event_search.partition_ranges(status))
     context["events"] = rows(result.hits)
     context["scan"] = {**event_search.describe(result),
                        "done": result.total - result.remaining,

@@ -358,6 +358,17 @@ def test_the_event_browser_opens_on_the_latest_events_of_every_partition(
     assert page.context["scan"]["done"] == page.context["scan"]["total"] == 9
 
 
+def test_a_browser_search_asks_the_engine_for_its_status_once(
+        operator: Client, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root, partitions=2)
+    put(row, [b"e"], timestamp=1_000)
+    channel, asked = channels.open_channel(row), []
+    status = channel.status
+    monkeypatch.setattr(channel, "status", lambda *a, **k: asked.append(1) or status(*a, **k))
+    assert operator.get("/channels/orders/events?contains=e").status_code == 200
+    assert len(asked) == 1
+
+
 def test_the_event_browser_pages_older_events_with_a_cursor(
         operator: Client, root: Path) -> None:
     row = channel_row(root, partitions=2)
