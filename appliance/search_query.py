@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import re2
 
-from appliance.event_parsing import MAX_HEADER_NAME
+from appliance.event_parsing import MAX_HEADER_NAME, header_pair
 from appliance.event_search import Bounds, Filters, parse_cursor
 
 MAX_LIMIT = 1000
@@ -94,12 +94,14 @@ def _filters(query: Query, errors: dict[str, str]) -> Filters:
                                                                       "regex"))
     headers = []
     for given in query.getlist("header"):
-        name, sep, value = given.partition(":")
         if not given:
             continue
-        if not sep or not name:
+        try:
+            name, value = header_pair(given)
+        except ValueError:
             errors["header"] = f"{given!r}: a header as name:value"
-        elif len(name.encode()) > MAX_HEADER_NAME:
+            continue
+        if len(name.encode()) > MAX_HEADER_NAME:
             errors["header"] = f"a header name of at most {MAX_HEADER_NAME} bytes"
         else:
             headers.append((name, value.encode()))

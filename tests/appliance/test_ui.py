@@ -434,7 +434,8 @@ def test_a_test_event_is_produced_from_the_ui_through_the_api_path(
         operator: Client, root: Path) -> None:
     row = channel_row(root, partitions=2)
     done = operator.post("/channels/orders/produce", {
-        "key": "order-7", "headers": "source: ui\n\ntrace:abc", "body": '{"n": 7}'})
+        "key": "order-7", "headers": "source:ui\r\n\r\ntrace: a:b \r\n",
+        "body": '{"n": 7,\r\n "s": "x"}'})
     assert done.status_code == 302 and done["Location"] == "/channels/orders/events"
     page = operator.get("/channels/orders/events")
     [shown] = page.context["events"]
@@ -442,7 +443,7 @@ def test_a_test_event_is_produced_from_the_ui_through_the_api_path(
         page.content.decode()
     [event] = channels.open_channel(row).read(shown["event"].partition, 0, 10)
     assert (event.key, event.headers, event.body) == (
-        b"order-7", {"source": b"ui", "trace": b"abc"}, b'{"n": 7}')
+        b"order-7", {"source": b"ui", "trace": b" a:b "}, b'{"n": 7,\n "s": "x"}')
 
 
 @pytest.mark.parametrize(("form", "field", "status", "says"), [
