@@ -1,7 +1,9 @@
 """GET /api/v1/channels/{name}/events — search a channel's events newest first across its
 partitions, or tail it; reading never takes (the queue does not move). The same path's
-POST is produce (appliance/api/produce.py); this view adds GET to it, in the admin role
-(as the per-partition events API, appliance/api/events.py).
+POST is produce (appliance/api/produce.py, in the produce role); GET (and HEAD) is this
+search, in the admin role (as the per-partition events API, appliance/api/events.py).
+ChannelEventsView serves both on the one path (as the OpenAPI schema needs one view class
+per path), with admin as its default: a method not named needs the strongest role.
 
     ?key=&header=name:value&contains=&regex=&partition=&limit=&scan_limit=&budget_ms=
       -> 200 {"events": [event, ...] newest first, "scanned", "total", "remaining",
@@ -29,6 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from appliance import channels, event_search
+from appliance.api.base import ApiView
 from appliance.api.events import EventOut, event_json
 from appliance.api.produce import ProduceView
 from appliance.api.schema import errors
@@ -93,10 +96,10 @@ PARAMETERS = [
 ]
 
 
-class ChannelEventsView(ProduceView):
-    """Produce events (POST), or search or tail them (GET)."""
+class SearchView(ApiView):
+    """Search or tail a channel's events (GET), in the admin role."""
 
-    method_roles = {"GET": "admin"}
+    role = "admin"
 
     @extend_schema(parameters=PARAMETERS, responses={200: _SearchPage, **errors(400, 404, 503)},
                    description=__doc__)
@@ -116,3 +119,11 @@ class ChannelEventsView(ProduceView):
                                      search.bounds, search.cursor)
         return Response({"events": [event_json(e) for e in result.hits],
                          **event_search.describe(result)})
+
+
+class ChannelEventsView(SearchView, ProduceView):
+    """Search or tail events (GET, HEAD: admin, SearchView), or produce them (POST: produce,
+    ProduceView, with its parser and schema); any other method needs admin."""
+
+    role = "admin"
+    method_roles = {"POST": "produce"}
