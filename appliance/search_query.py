@@ -7,7 +7,7 @@ the search API (GET /api/v1/channels/{name}/events) and the UI's event browser.
     regex=PATTERN      the body's first MiB, as UTF-8 text, matches PATTERN (RE2 syntax,
                        searched: no backreferences or lookaround; linear time)
     partition=P        only partition P (default: every partition)
-    limit=N            hits per page, 1..1000 (default 50)
+    limit=N            hits per page, 1..1000 (default 50; the UI's: 1..50, its page)
     scan_limit=N       events scanned at most, 1..1,000,000 (default 10,000)
     budget_ms=MS       time the scan may take, 100..10,000 (default 2,000)
     cursor=C           go on with older events from a previous scan's cursor
