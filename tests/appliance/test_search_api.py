@@ -70,9 +70,12 @@ def test_it_finds_a_hit_on_another_partition_newest_first(
 
 
 def test_it_filters_by_key_header_text_and_regex(orders: Channel, admin: APIClient) -> None:
-    put(orders, {"body": b'{"user": "ann", "n": 1}', "key": b"ann", "headers": {"kind": b"a"}},
-        {"body": b'{"user": "bob", "n": 22}', "key": b"bob", "headers": {"kind": b"b"}},
-        {"body": b"\xff\x00binary", "key": b"bob", "headers": {"kind": b"a", "x": b"1"}})
+    put(orders, {"body": b'{"user": "ann", "n": 1}', "key": b"ann", "headers": {"kind": b"a"},
+                 "timestamp": 1_000},  # one ms apart: puts in the same ms tie by partition
+        {"body": b'{"user": "bob", "n": 22}', "key": b"bob", "headers": {"kind": b"b"},
+         "timestamp": 1_001},
+        {"body": b"\xff\x00binary", "key": b"bob", "headers": {"kind": b"a", "x": b"1"},
+         "timestamp": 1_002})
 
     def bodies(**query: Any) -> list[str | None]:
         return [e["body"] for e in search(admin, **query)["events"]]
