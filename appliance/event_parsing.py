@@ -65,6 +65,15 @@ class EventError(ValueError):
         self.reason = reason
 
 
+def header_pair(text: str) -> tuple[str, str]:
+    """A header typed as name:value (the search's header=, the UI's produce form): split at
+    the first ':', name and value as typed; ValueError without a ':' or a name."""
+    name, sep, value = text.partition(":")
+    if not sep or not name:
+        raise ValueError(f"{text!r} is not name:value")
+    return name, value
+
+
 def parse(body: bytes, content_type: str) -> list[PendingEvent]:
     """Parse a produce request body into events; EventError on the first bad thing."""
     kind = content_type.split(";", 1)[0].strip().lower()

@@ -3,10 +3,11 @@ the search API (GET /api/v1/channels/{name}/events) and the UI's event browser.
 
     key=K              the event's key is K (UTF-8), exactly
     header=NAME:VALUE  a header NAME whose value is VALUE (repeat: every one must match)
-    contains=TEXT      the body holds TEXT (UTF-8 bytes; binary bodies too)
-    regex=PATTERN      the body, as UTF-8 text, matches PATTERN (Python's re, searched)
+    contains=TEXT      the body holds TEXT (UTF-8 bytes; binary bodies too) in its first MiB
+    regex=PATTERN      the body's first MiB, as UTF-8 text, matches PATTERN (RE2 syntax,
+                       searched: no backreferences or lookaround; linear time)
     partition=P        only partition P (default: every partition)
-    limit=N            hits per page, 1..1000 (default 50)
+    limit=N            hits per page, 1..1000 (default 50; the UI's: 1..50, its page)
     scan_limit=N       events scanned at most, 1..1,000,000 (default 10,000)
     budget_ms=MS       time the scan may take, 100..10,000 (default 2,000)
     cursor=C           go on with older events from a previous scan's cursor
@@ -18,20 +19,25 @@ An empty value is no filter. A bad value raises BadQuery naming each field.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from appliance.event_parsing import MAX_HEADER_NAME
+import re2
+
+from appliance.event_parsing import MAX_HEADER_NAME, header_pair
 from appliance.event_search import Bounds, Filters, parse_cursor
 
 MAX_LIMIT = 1000
 MAX_SCAN = 1_000_000
-MAX_PATTERN = 256  # characters: a regex runs uninterrupted on a body (no timeout in re)
+MAX_PATTERN = 256  # characters (RE2's time is linear in the text, its memory in the pattern)
 MAX_TEXT = 1024
 BUDGET_MS = (100, 10_000)
 DEFAULTS = {"limit": 50, "scan_limit": 10_000, "budget_ms": 2_000}
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the caller's 400, not the server's log
 
 
 class Query(Protocol):
@@ -60,12 +66,13 @@ class Search:
     after: dict[int, int] | None
 
 
-def parse_search(query: Query, partitions: int) -> Search:
-    """The search a query string asks for on a channel of `partitions`; BadQuery if bad."""
+def parse_search(query: Query, partitions: int, max_limit: int = MAX_LIMIT) -> Search:
+    """The search a query string asks for on a channel of `partitions` (hits per page at
+    most `max_limit`: the UI's page is smaller than the API's); BadQuery if bad."""
     errors: dict[str, str] = {}
     filters = _filters(query, errors)
-    numbers = {name: _number(query, name, low, high, errors, DEFAULTS[name])
-               for name, low, high in (("limit", 1, MAX_LIMIT), ("scan_limit", 1, MAX_SCAN),
+    numbers = {name: _number(query, name, low, high, errors, min(DEFAULTS[name], high))
+               for name, low, high in (("limit", 1, max_limit), ("scan_limit", 1, MAX_SCAN),
                                        ("budget_ms", *BUDGET_MS))}
     only = _number(query, "partition", 0, partitions - 1, errors, None)
     where = [only] if only is not None else list(range(partitions))
@@ -87,12 +94,14 @@ def _filters(query: Query, errors: dict[str, str]) -> Filters:
                                                                       "regex"))
     headers = []
     for given in query.getlist("header"):
-        name, sep, value = given.partition(":")
         if not given:
             continue
-        if not sep or not name:
+        try:
+            name, value = header_pair(given)
+        except ValueError:
             errors["header"] = f"{given!r}: a header as name:value"
-        elif len(name.encode()) > MAX_HEADER_NAME:
+            continue
+        if len(name.encode()) > MAX_HEADER_NAME:
             errors["header"] = f"a header name of at most {MAX_HEADER_NAME} bytes"
         else:
             headers.append((name, value.encode()))
@@ -102,9 +111,11 @@ def _filters(query: Query, errors: dict[str, str]) -> Filters:
             errors["regex"] = f"a regular expression of at most {MAX_PATTERN} characters"
         else:
             try:
-                regex = re.compile(pattern)
-            except re.error as exc:
-                errors["regex"] = f"not a regular expression: {exc}"
+                regex = re2.compile(pattern, _RE2_OPTIONS)
+            except re2.error as exc:
+                reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
+                    else str(exc)
+                errors["regex"] = f"not an RE2 regular expression: {reason}"
     return Filters(key=key.encode() if key else None, headers=tuple(headers),
                    contains=contains.encode() if contains else None, regex=regex)
 

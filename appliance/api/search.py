@@ -1,7 +1,9 @@
 """GET /api/v1/channels/{name}/events — search a channel's events newest first across its
 partitions, or tail it; reading never takes (the queue does not move). The same path's
-POST is produce (appliance/api/produce.py); this view adds GET to it, in the admin role
-(as the per-partition events API, appliance/api/events.py).
+POST is produce (appliance/api/produce.py, in the produce role); GET (and HEAD) is this
+search, in the admin role (as the per-partition events API, appliance/api/events.py).
+ChannelEventsView serves both on the one path (as the OpenAPI schema needs one view class
+per path), with admin as its default: a method not named needs the strongest role.
 
     ?key=&header=name:value&contains=&regex=&partition=&limit=&scan_limit=&budget_ms=
       -> 200 {"events": [event, ...] newest first, "scanned", "total", "remaining",
@@ -9,12 +11,14 @@ POST is produce (appliance/api/produce.py); this view adds GET to it, in the adm
     &cursor=C   go on with older events (a previous answer's cursor)
     &after=C    a tail: events at or after these positions, oldest first
       -> 200 {"events": [...], "scanned", "after"}   (poll again with the new after)
-    400 [validation-error] field: a bad regex, a limit out of range, a header without ':'
+    400 [validation-error] field: a regex RE2 cannot compile, a limit out of range, a header
+        without ':'
 
 The query's fields: appliance/search_query.py; the scan and its bounds (hits, events
 scanned, time): appliance/event_search.py. `total` is the events the searched partitions
 hold, `remaining` those older than the cursor not scanned yet; `stopped` says which bound
-ended the scan ("limit", "scan_limit", "time_budget"; null: nothing older is left), and
+ended the scan ("limit"; "bytes": the hits hold about 1 MiB, as the per-partition events
+API answers at most; "scan_limit", "time_budget"; null: nothing older is left), and
 `stopped_early` whether it was the scan limit or the time budget. `tail` is where a tail of
 the same partitions starts (their ends when the scan began).
 """
@@ -27,6 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from appliance import channels, event_search
+from appliance.api.base import ApiView
 from appliance.api.events import EventOut, event_json
 from appliance.api.produce import ProduceView
 from appliance.api.schema import errors
@@ -53,7 +58,7 @@ class _SearchPage(serializers.Serializer):  # for the OpenAPI schema
                                      help_text="events the searched partitions hold")
     remaining = serializers.IntegerField(required=False,
                                          help_text="older events not scanned yet")
-    stopped = serializers.ChoiceField(["limit", "scan_limit", "time_budget"],
+    stopped = serializers.ChoiceField(event_search.STOPPED,
                                       allow_null=True, required=False)
     stopped_early = serializers.BooleanField(required=False)
     cursor = serializers.CharField(allow_null=True, required=False,
@@ -76,9 +81,10 @@ PARAMETERS = [
     OpenApiParameter("header", {"type": "array", "items": {
         "type": "string", "pattern": "^[^:]+:", "maxLength": MAX_TEXT}}, explode=True,
         description="name:value: a header of that name and value (repeat: all must match)"),
-    _text("contains", "the body holds this text"),
-    _text("regex", "the body (UTF-8 text) matches this Python regular expression",
-          MAX_PATTERN),
+    _text("contains", "the body holds this text (in its first MiB)"),
+    _text("regex", "the body (its first MiB, as UTF-8 text) matches this regular expression, "
+          "in RE2 syntax (https://github.com/google/re2/wiki/Syntax: no backreferences or "
+          "lookaround)", MAX_PATTERN),
     OpenApiParameter("partition", {"anyOf": [{"type": "integer", "minimum": 0}, EMPTY]},
                      description="only this partition (default: every one)"),
     _int("limit", 1, MAX_LIMIT, "hits at most"),
@@ -90,10 +96,10 @@ PARAMETERS = [
 ]
 
 
-class ChannelEventsView(ProduceView):
-    """Produce events (POST), or search or tail them (GET)."""
+class SearchView(ApiView):
+    """Search or tail a channel's events (GET), in the admin role."""
 
-    method_roles = {"GET": "admin"}
+    role = "admin"
 
     @extend_schema(parameters=PARAMETERS, responses={200: _SearchPage, **errors(400, 404, 503)},
                    description=__doc__)
@@ -113,3 +119,11 @@ class ChannelEventsView(ProduceView):
                                      search.bounds, search.cursor)
         return Response({"events": [event_json(e) for e in result.hits],
                          **event_search.describe(result)})
+
+
+class ChannelEventsView(SearchView, ProduceView):
+    """Search or tail events (GET, HEAD: admin, SearchView), or produce them (POST: produce,
+    ProduceView, with its parser and schema); any other method needs admin."""
+
+    role = "admin"
+    method_roles = {"POST": "produce"}

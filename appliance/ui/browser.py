@@ -23,7 +23,7 @@ from appliance import channels, event_search
 from appliance.models import Channel
 from appliance.search_query import BadQuery, parse_search
 from appliance.ui.access import page
-from appliance.ui.json_tree import json_tree
+from appliance.ui.json_tree import Budget, json_tree
 from appliance.ui.preview import hex_dump, preview
 from channel_engine import Event, OffsetOutOfRangeError
 
@@ -31,7 +31,8 @@ PAGE_EVENTS = 50
 INT64_MAX = 2**63 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TEMPLATE = "ui/events.html"
-STOPPED = {"limit": "a page of hits", "scan_limit": "the scan limit",
+STOPPED = {"limit": "a page of hits", "bytes": "a page's worth of bytes (1 MiB)",
+           "scan_limit": "the scan limit",
            "time_budget": "the time budget"}
 # fields of a search the form has no input for (typed into the address): named for people
 OTHER_FIELDS = {"limit": "Hits per page", "scan_limit": "Scan limit",
@@ -66,7 +67,7 @@ def events_tail(request: HttpRequest, name: str) -> HttpResponse:
     """Rows of the events after the page's positions, newest first (the live tail polls)."""
     row = get_object_or_404(Channel, name=name)
     try:
-        search = parse_search(request.GET, row.partitions)
+        search = parse_search(request.GET, row.partitions, max_limit=PAGE_EVENTS)
     except BadQuery as bad:
         return HttpResponse(str(bad), status=400, content_type="text/plain; charset=utf-8")
     if search.after is None:
@@ -98,13 +99,15 @@ def event_body(request: HttpRequest, name: str, partition: int, offset: int) -> 
 
 
 def rows(found: list[Event]) -> list[dict[str, Any]]:
-    """Events as the browser's rows show them (safe previews of key, headers and body)."""
-    return [_row(e) for e in found]
+    """Events as the browser's rows show them (safe previews of key, headers and body; JSON
+    trees out of one page budget)."""
+    page = Budget()
+    return [_row(e, page) for e in found]
 
 
-def _row(event: Event) -> dict[str, Any]:
+def _row(event: Event, page: Budget) -> dict[str, Any]:
     body = preview(event.body)
-    tree = json_tree(event.body)
+    tree = json_tree(event.body, page)
     return {"event": event, "key": preview(event.key), "body": body, "json": tree,
             "hex": hex_dump(event.body) if body and body.kind == "text" else None,
             "view": "json" if tree is not None else body.kind if body else "text",
@@ -119,7 +122,7 @@ def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
         context["unavailable"] = why
         return render(request, TEMPLATE, context, status=503)
     try:
-        search = parse_search(query, row.partitions)
+        search = parse_search(query, row.partitions, max_limit=PAGE_EVENTS)
     except BadQuery as bad:
         context["errors"] = bad.errors
         context["other_errors"] = [(label, bad.errors[field])
@@ -127,7 +130,8 @@ def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
                                    if field in bad.errors]
         return render(request, TEMPLATE, context, status=400)
     result = event_search.search(channels.open_channel(row), search.partitions,
-                                 search.filters, search.bounds, search.cursor)
+                                 search.filters, search.bounds, search.cursor,
+                                 ranges=event_search.partition_ranges(status))
     context["events"] = rows(result.hits)
     context["scan"] = {**event_search.describe(result),
                        "done": result.total - result.remaining,

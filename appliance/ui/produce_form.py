@@ -1,5 +1,7 @@
 """Produce a test event from the event browser (POST /channels/<name>/produce, staff, CSRF):
-a key, headers (one name:value a line) and a text body, put through the API's own path —
+a key, headers (one name:value a line, split at the first ':', kept as typed: a space
+after the ':' is part of the value, as in a search's header=) and a text body, put through
+the API's own path —
 the JSON an API producer would send, parsed by appliance/event_parsing.py and put by
 appliance/producing.py — so the UI accepts and refuses exactly what the API does.
 
@@ -7,6 +9,9 @@ Done: back to the latest events, where it shows on top, with a message naming it
 partition and offset. Refused: the latest events again with the form filled in and the
 reason next to the field, answered with the API's status (400 for bad input); nothing is
 written.
+
+Browsers send a textarea's line breaks as CRLF whatever was typed (HTML's form
+submission normalises them): the body's CRLFs become LF, as they were typed.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
 from appliance.api.handler import to_problem
-from appliance.event_parsing import parse
+from appliance.event_parsing import header_pair, parse
 from appliance.models import Channel
 from appliance.producing import put_events
 from appliance.ui.access import operator_required
@@ -40,7 +45,7 @@ def produce(request: HttpRequest, name: str) -> HttpResponse:
     row = get_object_or_404(Channel, name=name)
     form = {k: request.POST.get(k, "") for k in ("key", "headers", "body")}
     try:
-        event = {"body": form["body"], "key": form["key"] or None,
+        event = {"body": form["body"].replace("\r\n", "\n"), "key": form["key"] or None,
                  "headers": _headers(form["headers"])}
         events = parse(json.dumps({"events": [event]}).encode(), "application/json")
         (partition, offset, _), = put_events(row, events)
@@ -58,15 +63,16 @@ def produce(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _headers(text: str) -> dict[str, str]:
-    """Headers from lines of name:value (blank lines skipped)."""
+    """Headers from lines of name:value (header_pair; blank lines skipped)."""
     headers = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        name, sep, value = line.partition(":")
-        if not sep or not name.strip():
-            raise _BadForm("headers", f"line {number} is not name:value")
-        headers[name.strip()] = value.strip()
+        try:
+            name, value = header_pair(line)
+        except ValueError:
+            raise _BadForm("headers", f"line {number} is not name:value") from None
+        headers[name] = value
     return headers
 
 

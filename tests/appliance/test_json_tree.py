@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from appliance.ui.json_tree import MAX_BYTES, MAX_DEPTH, MAX_NODES, json_tree
+from appliance.ui.json_tree import MAX_BYTES, MAX_DEPTH, MAX_NODES, PAGE_NODES, Budget, json_tree
 
 
 def test_it_shows_an_object_as_nested_details_with_every_value_escaped() -> None:
@@ -28,3 +28,12 @@ def test_a_huge_tree_stops_at_its_node_budget() -> None:
     tree = json_tree(json.dumps(list(range(MAX_NODES * 2))).encode())
     assert tree is not None and tree.count("<li>") < MAX_NODES + 1
     assert '<li class="json-more">…</li>' in tree
+
+
+def test_a_pages_trees_share_one_budget_and_then_show_as_text() -> None:
+    page = Budget()
+    body = json.dumps(list(range(MAX_NODES * 2))).encode()
+    trees = [json_tree(body, page) for _ in range(PAGE_NODES // MAX_NODES + 2)]
+    assert all(t is not None for t in trees[:PAGE_NODES // MAX_NODES])
+    assert trees[-1] is None and page.left <= 0
+    assert sum(t.count("<li>") for t in trees if t is not None) <= PAGE_NODES

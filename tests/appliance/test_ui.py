@@ -374,6 +374,17 @@ def test_the_event_browser_opens_on_the_latest_events_of_every_partition(
     assert page.context["scan"]["done"] == page.context["scan"]["total"] == 9
 
 
+def test_a_browser_search_asks_the_engine_for_its_status_once(
+        operator: Client, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root, partitions=2)
+    put(row, [b"e"], timestamp=1_000)
+    channel, asked = channels.open_channel(row), []
+    status = channel.status
+    monkeypatch.setattr(channel, "status", lambda *a, **k: asked.append(1) or status(*a, **k))
+    assert operator.get("/channels/orders/events?contains=e").status_code == 200
+    assert len(asked) == 1
+
+
 def test_the_event_browser_pages_older_events_with_a_cursor(
         operator: Client, root: Path) -> None:
     row = channel_row(root, partitions=2)
@@ -388,8 +399,10 @@ def test_the_event_browser_pages_older_events_with_a_cursor(
     assert older.context["scan"]["done"] == 60 and "older" not in older.context
     bad = operator.get("/channels/orders/events?regex=(&limit=0")
     assert bad.status_code == 400
-    assert "not a regular expression" in bad.context["errors"]["regex"]
-    assert "Hits per page: a whole number from 1 to 1,000" in bad.content.decode()
+    assert "not an RE2 regular expression" in bad.context["errors"]["regex"]
+    assert "Hits per page: a whole number from 1 to 50" in bad.content.decode()
+    assert operator.get("/channels/orders/events?limit=51").status_code == 400
+    assert operator.get("/channels/orders/events/tail?after=0:0&limit=51").status_code == 400
 
 
 def test_an_event_body_downloads_raw_and_a_missing_event_is_a_404(
@@ -437,7 +450,8 @@ def test_a_test_event_is_produced_from_the_ui_through_the_api_path(
         operator: Client, root: Path) -> None:
     row = channel_row(root, partitions=2)
     done = operator.post("/channels/orders/produce", {
-        "key": "order-7", "headers": "source: ui\n\ntrace:abc", "body": '{"n": 7}'})
+        "key": "order-7", "headers": "source:ui\r\n\r\ntrace: a:b \r\n",
+        "body": '{"n": 7,\r\n "s": "x"}'})
     assert done.status_code == 302 and done["Location"] == "/channels/orders/events"
     page = operator.get("/channels/orders/events")
     [shown] = page.context["events"]
@@ -445,7 +459,7 @@ def test_a_test_event_is_produced_from_the_ui_through_the_api_path(
         page.content.decode()
     [event] = channels.open_channel(row).read(shown["event"].partition, 0, 10)
     assert (event.key, event.headers, event.body) == (
-        b"order-7", {"source": b"ui", "trace": b"abc"}, b'{"n": 7}')
+        b"order-7", {"source": b"ui", "trace": b" a:b "}, b'{"n": 7,\n "s": "x"}')
 
 
 @pytest.mark.parametrize(("form", "field", "status", "says"), [

@@ -79,7 +79,10 @@ def test_search_finds_a_hit_on_another_partition_and_goes_on_with_older_events(
 
     page.fill("#search-regex", "(unclosed")
     page.click("#search-form button[type=submit]")
-    expect(page.locator("#error-regex")).to_contain_text("not a regular expression")
+    expect(page.locator("#error-regex")).to_contain_text("not an RE2 regular expression")
+    page.fill("#search-regex", "(?=lookahead)")  # Python's re, not RE2
+    page.click("#search-form button[type=submit]")
+    expect(page.locator("#error-regex")).to_contain_text("not an RE2 regular expression")
 
 
 def test_a_json_body_is_a_foldable_tree_with_text_and_hex_copy_curl_and_download(
@@ -183,8 +186,8 @@ def test_an_operator_produces_a_test_event_with_key_and_headers_from_the_ui(
     expect(page.locator("#no-events")).to_have_text("No events yet.")
     page.click("#produce-panel summary")
     page.fill("#produce-key", "order-9")
-    page.fill("#produce-headers", "source: browser\nlevel:debug")
-    page.fill("#produce-body", '{"order": 9, "items": [1, 2]}')
+    page.fill("#produce-headers", "source:browser\nlevel: debug")  # the value as typed
+    page.fill("#produce-body", '{"order": 9,\n "items": [1, 2]}')  # sent with CRLF
     shot("produce-form")
     page.click("#produce-form button[type=submit]")
     expect(page.locator(".messages")).to_contain_text("Event produced to partition")
@@ -197,7 +200,8 @@ def test_an_operator_produces_a_test_event_with_key_and_headers_from_the_ui(
     shot("produced")
     [event] = channels.open_channel(row).read(int(rows.first.get_attribute("data-partition")),
                                               0, 10)
-    assert event.headers == {"source": b"browser", "level": b"debug"}
+    assert event.headers == {"source": b"browser", "level": b" debug"}
+    assert event.body == b'{"order": 9,\n "items": [1, 2]}'  # CRLF back to LF
 
     page.click("#produce-panel summary")
     page.fill("#produce-headers", "no colon")
