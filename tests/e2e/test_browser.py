@@ -366,3 +366,22 @@ def test_subscriptions_are_added_reset_and_removed_from_the_channel_page(
     expect(page.locator(".messages")).to_contain_text("Subscription archive removed")
     expect(page.locator('#subscription-table tr[data-subscription="archive"]')).to_have_count(0)
     assert channels.open_channel(row).subscriptions() == ["default"]
+
+
+def test_a_changed_setting_shows_against_its_default(
+        page: Page, live_server: Any, root: Path, operator: User, shot: Shots) -> None:
+    make_channel(root)
+    default = Channel._meta.get_field("capacity").get_default()
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/")
+    expect(page.locator("#settings-diff tbody tr")).to_have_count(1)  # minimum_required_space
+    expect(page.locator("#field-capacity")).not_to_have_class("field changed")
+    page.fill("#id_capacity", "50000")
+    page.click("#settings button[type=submit]")
+    expect(page.locator(".messages")).to_contain_text("Settings saved and applied live: capacity")
+    row = page.locator("#settings-diff tbody tr", has_text="capacity")
+    expect(row.locator("td")).to_have_text(["capacity", "50000", str(default)])
+    expect(page.locator("#field-capacity")).to_have_class("field changed")
+    expect(page.locator("#field-capacity .default")).to_have_text(f"(default: {default})")
+    scroll_to(page, "settings")
+    shot("settings-against-defaults")

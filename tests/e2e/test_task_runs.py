@@ -15,7 +15,7 @@ from conftest import Shots, login
 from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import Page, expect
-from test_browser import make_channel
+from test_browser import make_channel, scroll_to
 
 from appliance.models import ChannelSample, TaskRun
 
@@ -53,12 +53,6 @@ def an_hour_of_runs_and_samples() -> None:
                                      events_untaken=0, events_in_flight=0, put_successes=puts,
                                      take_successes=puts // 2, unflushed_events=0,
                                      bytes_on_disk=0, checkpoint_age_ms=0)
-
-
-def scroll_to(page: Page, element_id: str) -> None:
-    """Scroll to an element in one step in the page: a refresh may replace it between a
-    locator's lookup and its scroll."""
-    page.evaluate(f"document.getElementById('{element_id}').scrollIntoView()")
 
 
 def test_task_runs_read_plainly_and_idle_runs_fold_away(
