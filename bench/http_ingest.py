@@ -153,6 +153,16 @@ def engine_alone(root: Path, requests: int) -> float:
         return time.perf_counter() - started
 
 
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group, SIGKILL the ones still there after 30 s."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -215,12 +225,7 @@ def main() -> None:
               f"{weir:,.0f} ({weir / redis_rate:.2f}x redis, {weir / alone:.2f}x the engine "
               "alone)")
     finally:
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_all(procs)
         shutil.rmtree(root, ignore_errors=True)
 
 

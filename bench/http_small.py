@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.http_ingest import free_port, manage, queued_events, wait_port  # noqa: E402
+from bench.http_ingest import free_port, manage, queued_events, stop_all, wait_port  # noqa: E402
 
 BODY = 200
 LUA = """
@@ -148,12 +147,7 @@ def main() -> None:
             if not acknowledged <= queued <= acknowledged + in_flight:
                 raise SystemExit("the channel does not hold every acknowledged event once")
     finally:
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_all(procs)
         shutil.rmtree(root, ignore_errors=True)
 
 
