@@ -192,7 +192,7 @@ def test_its_access_log_is_rotated_and_nginx_writes_the_new_file(server: Server)
         assert time.monotonic() < deadline, log.stat().st_size
         time.sleep(0.2)
     try:
-        supervisor._rotate_access_log()
+        supervisor.rotate_reopened_logs()
     finally:
         supervisor.config = before
     assert log.with_name("nginx-access.log.1").exists()
