@@ -158,7 +158,10 @@ def open_channel(row: Channel, create: bool = False, new: bool = False) -> Engin
     (the API's change, under channel_dirs.lock()) makes missing directories; `new` (the
     create of manage_channels, under that lock) makes the channel (Channel.create)."""
     try:
-        return _open_row(row, create or row.pk is None, new)
+        # a saved row's channel existed (made by its create): a change's open that finds
+        # its files gone reports the lost state, as the fallback below does
+        return _open_row(row, create or row.pk is None, new,
+                         existed=row.pk is not None and not new)
     except ChannelGoneError:
         if create or new or row.pk is None or deleted(row):
             raise

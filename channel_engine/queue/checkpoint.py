@@ -108,6 +108,7 @@ PENDING = struct.Struct(">qqq")
 SUBSCRIPTION = struct.Struct(">iB")  # id, name length
 VALUE = struct.Struct(">q")  # a counter's value, after its name
 COUNTER_NAME = 64  # longest counter name
+MAX_COUNTER = (1 << 63) - 1  # a counter record's value saturates here
 NAME_LENGTH = 1 << 8
 CRC = struct.Struct(">I")
 # The owner numbers its take ids generation << 32 in a signed 64-bit field, so no channel
@@ -276,10 +277,12 @@ def decode(data: bytes, path: Path | str = FILE_NAME) -> Checkpoint:
 
 
 def _encode_counters(counters: Counters) -> bytes:
+    """Counter records; a value past the field saturates (a take may ask for any count,
+    and one absurd ask must never make every later checkpoint unwritable)."""
     parts = [COUNT.pack(len(counters))]
     for name, value in counters:
         raw = name.encode("ascii")
-        parts.append(bytes([len(raw)]) + raw + VALUE.pack(value))
+        parts.append(bytes([len(raw)]) + raw + VALUE.pack(min(max(value, 0), MAX_COUNTER)))
     return b"".join(parts)
 
 

@@ -28,7 +28,17 @@ the backup's older journals replayed) and adds what the durable records recount:
                                  the loss ledger (each lost event is recorded there
                                  before it is counted)
 
-What a kill can undercount, since the last checkpoint, and why (nothing is overcounted):
+What a kill can overcount, and why:
+  * take_attempts of a take open across the checkpoint and committed after it (its ask
+    was counted when it reserved, its commit is recounted by replay), and put_attempts of
+    a put waiting for room across the snapshot;
+  * take_attempts and take_successes of take commits journaled between a snapshot whose
+    primary write failed and its retry (the retry reuses that journal generation, and
+    its snapshot already counts them). Losses are never overcounted.
+Prometheus sees a counter that went down after a kill as a reset; one that went up by
+an attempt as one more attempt.
+
+What a kill can undercount, since the last checkpoint, and why:
   * put_errors, rollbacks, take_errors, takes_expired, checkpoint_write_errors,
     checkpoint_backup_write_errors, disk_full_errors, and take_attempts beyond the
     events committed: a failure, a rollback or an ask leaves no durable record;

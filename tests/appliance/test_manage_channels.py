@@ -246,3 +246,22 @@ def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
     operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
     page = operator.get("/channels/orders/")
     assert page.status_code == 200 and "queue state (checkpoints gone)" in page.content.decode()
+
+
+def test_a_settings_change_that_finds_the_files_wiped_reports_the_lost_state(
+        root: Path) -> None:
+    """A change's open makes missing files too: it must not make a wiped channel look new
+    (its first checkpoint would hide the wipe for good)."""
+    client = admin()
+    assert create(client, root).status_code == 201
+    produced = client.post("/api/v1/channels/orders/events", {"events": [{"body": "a"}]},
+                           format="json")
+    assert produced.status_code == 200, produced.content
+    channels.close_all()
+    shutil.rmtree(root / "orders")
+    shutil.rmtree(root / "data")
+    changed = client.patch("/api/v1/channels/orders", {"capacity": 5_000_000}, format="json")
+    assert changed.status_code == 200, changed.content
+    status = client.get("/api/v1/channels/orders").json()["status"]
+    assert [r["partition"] for r in status["losses"]["records"]] == [-3], status
+    assert status["health"] == "degraded"

@@ -303,6 +303,15 @@ def test_it_refuses_counters_that_cannot_be_true_even_with_a_valid_crc(change: o
         cp.decode(damaged + cp.CRC.pack(__import__("crc32c").crc32c(damaged)))
 
 
+def test_a_counter_past_its_field_saturates_rather_than_make_the_checkpoint_unwritable(
+        ) -> None:
+    checkpoint = replace(sample(), counters=(("take_attempts", 1 << 70),),
+                         subscription_counters=((0, (("take_attempts", (1 << 63) + 5),)),))
+    read = cp.decode(cp.encode(checkpoint))
+    assert read.counters == (("take_attempts", cp.MAX_COUNTER),)
+    assert read.subscription_counters == ((0, (("take_attempts", cp.MAX_COUNTER),)),)
+
+
 def test_it_writes_version_5_a_version_that_keeps_a_loss_ledger(tmp_path: Path) -> None:
     cp.write(sample(), tmp_path, None)
     assert (tmp_path / cp.FILE_NAME).read_bytes()[4] == 5
