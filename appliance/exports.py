@@ -317,10 +317,11 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
         try:
             for line in job.stdout:
                 line = line.rstrip("\n")
-                if line.startswith('{"report"'):
-                    report = json.loads(line)
-                elif line.startswith('{"commit"'):
-                    _record_commit(run, json.loads(line)["commit"])
+                found = _json_line(line)
+                if found and "report" in found:
+                    report = found
+                elif found and "commit" in found:
+                    _record_commit(run, found["commit"])
                 elif line.startswith("export "):
                     ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
                 else:
@@ -328,9 +329,8 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
             code = job.wait()
         except BaseException as exc:  # a time limit, a lost database: no orphan job
             job.kill()
-            ExportRun.objects.filter(pk=run.pk).update(
-                outcome=ExportRun.FAILED, error=f"the export was interrupted and its job "
-                                                f"killed: {type(exc).__name__}: {exc}")
+            _interrupted(run, f"the export was interrupted and its job killed: "
+                              f"{type(exc).__name__}: {exc}")
             raise
         finally:
             timer.cancel()
@@ -339,6 +339,30 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
     _finish_run(run, code, report or {}, expired.is_set() and
                 f"the export job ran longer than {timeout_s:g} s and was killed", list(tail))
     run.save()
+
+
+def _json_line(line: str) -> dict[str, Any] | None:
+    """A report or commit line of the job, or None for any other line. The JVM writes to
+    the same pipe, so a long line may arrive cut by its output: such a line is not one
+    (it goes to the tail) and never stops the job at its commit point."""
+    if not line.startswith(('{"report"', '{"commit"')):
+        return None
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _interrupted(run: ExportRun, why: str) -> None:
+    """Finish the row of a run whose job this worker killed (a time limit, a lost
+    database): by how far its commit lines say it came, as for a job that died."""
+    try:
+        run.refresh_from_db()
+        _died(run, why)
+        run.save()
+    except Exception:  # the database may be what failed: the next run finishes the row
+        pass
 
 
 def _finish_run(run: ExportRun, code: int, line: dict[str, Any], expired: str | bool,

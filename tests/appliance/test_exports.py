@@ -542,3 +542,22 @@ def test_a_run_whose_worker_died_after_its_commit_point_is_committed_not_failed(
     dead.refresh_from_db()
     assert dead.outcome == ExportRun.OK and dead.rows == 7 and dead.error == ""
     assert "the process running this export died" in dead.progress
+
+
+# A commit line cut by the JVM's output on the shared pipe, then the job goes on and reports.
+CUT_COMMIT_LINE = """
+import json
+print('{"commit": {"run_id": "r-cut", "output": "file:///out/orders", "ro' +
+      '26/11/29 03:00:00 INFO DAGScheduler: Job 3 finished', flush=True)
+print(json.dumps({"report": {"run_id": "r-cut", "output": "file:///out/orders", "rows": 10,
+                             "bytes": 100, "partitions": []}}), flush=True)
+"""
+
+
+def test_a_commit_line_cut_by_other_output_never_stops_the_job(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+    job(monkeypatch, CUT_COMMIT_LINE)
+    run = exports.run_export(row)
+    assert (run.outcome, run.run_id, run.rows, run.error) == (ExportRun.OK, "r-cut", 10, "")
