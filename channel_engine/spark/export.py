@@ -93,7 +93,12 @@ def spark_session(master: str | None = "local[*]") -> Any:
 
     from channel_engine.spark.write_progress import HEARTBEAT
 
-    SparkContext._ensure_initialized()  # the JVM, which read spark-defaults.conf: honour it
+    # Start the JVM now to read what spark-defaults.conf sets (honoured below), with the
+    # master and name the builder gives: spark-submit sets a cluster up from them (YARN's
+    # Python archives), as getOrCreate's own start would.
+    launch = SparkConf(loadDefaults=False).setAppName("weir-export")
+    SparkContext._ensure_initialized(
+        conf=launch.setMaster(master) if master is not None else launch)
     if not SparkConf().contains("spark.executor.heartbeatInterval"):
         builder = builder.config("spark.executor.heartbeatInterval", HEARTBEAT)
     builder = (builder.config("spark.ui.enabled", "false")
