@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import subprocess
@@ -86,6 +87,7 @@ from redis.retry import Retry
 from appliance import channels
 from appliance.models import ApiToken, Channel, ExportRun
 
+log = logging.getLogger(__name__)
 JOB = "channel_engine.spark.export"
 LOCK_FILE = "export-run.lock"
 TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
@@ -362,7 +364,7 @@ def _interrupted(run: ExportRun, why: str) -> None:
         _died(run, why)
         run.save()
     except Exception:  # the database may be what failed: the next run finishes the row
-        pass
+        log.exception("export of %s: could not record why its job was killed", run.channel)
 
 
 def _finish_run(run: ExportRun, code: int, line: dict[str, Any], expired: str | bool,

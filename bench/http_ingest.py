@@ -153,6 +153,22 @@ def engine_alone(root: Path, requests: int) -> float:
         return time.perf_counter() - started
 
 
+def bench_appliance(root: Path, *settings: str) -> tuple[dict[str, str], str, str]:
+    """An appliance's database under root (SQLite) with channel `bench` (3 partitions,
+    fsync durability, no disk guard, `settings` too) and no rate limit to speak of: its
+    environment, a produce token and an admin token."""
+    env = {**os.environ, "WEIR_VAR_DIR": str(root / "var"),
+           "WEIR_DATA_ROOT": str(root / "channels"), "WEIR_API_RATE": "100000000/minute"}
+    env.pop("DATABASE_URL", None)
+    manage(env, "migrate", "--noinput")
+    extra = [arg for setting in settings for arg in ("--set", setting)]
+    manage(env, "create_channel", "bench", "--partitions", "3", "--set",
+           "minimum_required_space=0", "--set", "capacity=100000000", *extra)
+    key = manage(env, "create_token", "bench", "--role", "produce").split()[-1]
+    admin = manage(env, "create_token", "bench-check", "--role", "admin").split()[-1]
+    return env, key, admin
+
+
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM each process group, SIGKILL the ones still there after 30 s."""
     for proc in procs:
@@ -176,15 +192,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="weir-httpbench-", dir="/var/tmp"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        env = {**os.environ, "WEIR_VAR_DIR": str(root / "var"),
-               "WEIR_DATA_ROOT": str(root / "channels"), "WEIR_API_RATE": "1000000/minute"}
-        env.pop("DATABASE_URL", None)
-        manage(env, "migrate", "--noinput")
-        manage(env, "create_channel", "bench", "--partitions", "3",
-               "--set", "minimum_required_space=0", "--set", "capacity=100000000",
-               "--set", "transaction_capacity=10000")
-        key = manage(env, "create_token", "bench", "--role", "produce").split()[-1]
-        admin = manage(env, "create_token", "bench-check", "--role", "admin").split()[-1]
+        env, key, admin = bench_appliance(root, "transaction_capacity=10000")
         port = free_port()
         procs.append(subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",

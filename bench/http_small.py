@@ -33,7 +33,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.http_ingest import free_port, manage, queued_events, stop_all, wait_port  # noqa: E402
+from bench.http_ingest import (  # noqa: E402
+    bench_appliance,
+    free_port,
+    queued_events,
+    stop_all,
+    wait_port,
+)
 
 BODY = 200
 LUA = """
@@ -106,14 +112,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="weir-smallbench-", dir="/var/tmp"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        env = {**os.environ, "WEIR_VAR_DIR": str(root / "var"),
-               "WEIR_DATA_ROOT": str(root / "channels"), "WEIR_API_RATE": "100000000/minute"}
-        env.pop("DATABASE_URL", None)
-        manage(env, "migrate", "--noinput")
-        manage(env, "create_channel", "bench", "--partitions", "3",
-               "--set", "minimum_required_space=0", "--set", "capacity=100000000")
-        key = manage(env, "create_token", "bench", "--role", "produce").split()[-1]
-        admin = manage(env, "create_token", "bench-check", "--role", "admin").split()[-1]
+        env, key, admin = bench_appliance(root)
         weir_port, bare_port = free_port(), free_port()
         procs.append(gunicorn("appliance.wsgi", weir_port, args.workers, env))
         procs.append(gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env))
