@@ -38,15 +38,20 @@ class TokenAuthentication(authentication.BaseAuthentication):
         token = row_cache.token(hash_key(key))
         if token is None:
             raise exceptions.AuthenticationFailed("unknown or revoked token")
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now  # the cached row too: one write a minute, not a request
+        touch(token)
         return TokenUser(token), token
 
     def authenticate_header(self, request: Request) -> str:
         """Ask for a bearer token in 401 responses."""
         return 'Bearer realm="weir"'
+
+
+def touch(token: ApiToken) -> None:
+    """Record that `token` is in use, at most once per LAST_USED_RESOLUTION."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now  # the cached row too: one write a minute, not a request
 
 
 class TokenUser:

@@ -16,7 +16,8 @@ not: a process that has channels open runs the row cache's generation watch
 every save or delete of a channel replaces, every WEIR_CHANNEL_WATCH_S, 0.5 s; 0 turns
 it off), and this module's channel watcher, called with each reading in that thread,
 asks the database which of its open channels still exist as the rows it opened when the
-generation changed (or every row_cache.MAX_AGE_S, or every tick while Redis cannot say).
+generation changed (or every row_cache.MAX_AGE_S, or every tick while the generation
+cannot be read).
 It reads on a database connection of its own, so a row saved in a transaction not yet
 committed (the API's create opens the channel before its commit; a test's transaction)
 is not there for it: a handle opened inside a transaction is left alone until that
@@ -255,7 +256,7 @@ def close_channel(name: str) -> None:
         _close(known[1])
 
 
-def _watcher(generation: str | None) -> None:
+def _watcher(generation: bytes | None) -> None:
     """The channel watcher (module doc), called by the row cache's generation watch."""
     if generation is not None and generation == _seen[0] and \
             time.monotonic() - _seen[1] < row_cache.MAX_AGE_S:

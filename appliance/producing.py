@@ -14,6 +14,8 @@ from appliance.api.problems import Problem, retry_later
 from appliance.models import Channel
 from channel_engine import PendingEvent
 
+PUT_ERROR = "weir.put_error"  # environ key: the fast path's put failed with this (to answer)
+
 
 def put_events(row: Channel, events: list[PendingEvent]) -> list[tuple[int, int, int]]:
     """Commit `events` in one transaction; (partition, first offset, last offset) of each."""

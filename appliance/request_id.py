@@ -51,6 +51,17 @@ def current() -> str:
     return _current.get()
 
 
+def bind(rid: str) -> contextvars.Token[str]:
+    """Make `rid` the current request id of this thread (for a request served outside
+    Django's middleware: appliance/fast_produce.py); unbind() with what it returns."""
+    return _current.set(rid)
+
+
+def unbind(token: contextvars.Token[str]) -> None:
+    """Restore the request id bind() replaced."""
+    _current.reset(token)
+
+
 def request_id_of(incoming: str | None) -> str:
     """The incoming id when well-formed, else a new one."""
     if incoming and _WELL_FORMED.fullmatch(incoming):
@@ -68,11 +79,11 @@ class RequestIdMiddleware:
         """Handle the request with its id set; name the id on the answer."""
         rid = request_id_of(request.headers.get(HEADER))
         request.request_id = rid  # type: ignore[attr-defined]
-        token = _current.set(rid)
+        token = bind(rid)
         try:
             response = self.get_response(request)
         finally:
-            _current.reset(token)
+            unbind(token)
         response[HEADER] = rid
         if response.status_code >= 500:
             _name_in_json_body(response, rid)

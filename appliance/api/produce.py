@@ -35,7 +35,7 @@ from appliance.api.base import ApiView
 from appliance.api.problems import Problem
 from appliance.api.schema import RequiredBodySchema, errors
 from appliance.event_parsing import MAX_HEADER_NAME, MAX_HEADERS, MAX_TIMESTAMP, parse
-from appliance.producing import put_events
+from appliance.producing import PUT_ERROR, put_events
 
 
 class _Committed(serializers.Serializer):  # for the OpenAPI schema only
@@ -103,6 +103,9 @@ class ProduceView(ApiView):
         description=__doc__)
     def post(self, request: Request, name: str) -> Response:
         """Produce events."""
+        failed = request.META.get(PUT_ERROR)
+        if failed is not None:  # the fast path's put failed: answer what it raised
+            raise failed
         row, limit = self.row, settings.WEIR_MAX_PRODUCE_BYTES
         length = request.META.get("CONTENT_LENGTH") or "0"
         if not (length.isascii() and length.isdigit()):  # gunicorn checks; others may not

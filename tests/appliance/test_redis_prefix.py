@@ -34,13 +34,12 @@ import json, django
 django.setup()
 from django.conf import settings
 from django.core.cache import cache
-from appliance import row_cache, task_runs
+from appliance import task_runs
 from appliance.celery import app
 from appliance.shared_redis import shared_redis
 sent = [app.send_task("weir-test.whoami") for _ in range({pings})]
 ran_in = sorted({{result.get(timeout=60) for result in sent}})
 cache.set("probe", 1, 300)
-row_cache.current_generation()
 lock = task_runs.lock_key("weir.flush_channel", "orders")
 assert shared_redis().lock(lock, timeout=300).acquire()
 replies = app.control.ping(timeout=5)
@@ -162,7 +161,6 @@ def test_every_key_of_each_appliance_is_under_its_own_prefix(
         assert f"{prefix}:1:probe" in mine[name]  # the cache
         assert f"{prefix}:_kombu.binding.weir" in mine[name]  # the broker's queue binding
         assert f"{prefix}:1:task-lock:weir.flush_channel:orders" in mine[name]  # a raw key
-        assert f"{prefix}:1:row-generation" in mine[name]  # the row cache's
 
 
 def test_the_prefix_is_made_once_per_var_dir_and_kept(

@@ -1,10 +1,12 @@
-"""The row cache (appliance/row_cache.py) under a Redis outage: a token revoked while Redis
-was away, by a process that could never announce it, is refused by an idle worker once
-Redis is back — the worker's generation watch emptied its cache meanwhile. And that watch
-is the process's one reader of the generation: one thread, one Redis read a tick, for
-the row cache and the channel watcher (appliance/channels.py) alike."""
+"""The row cache (appliance/row_cache.py) and its generation file: a cached row costs no
+query and no Redis round trip, and a change is seen at the next lookup (across processes:
+tests/appliance/test_gunicorn.py revokes with manage.py under a real gunicorn); a
+generation file that cannot be read turns the cache off rather than serve rows it cannot
+vouch for. And the generation watch is the process's one background reader, for the row
+cache and the channel watcher (appliance/channels.py) alike."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -12,55 +14,82 @@ from typing import Any
 
 import pytest
 from appliance_helpers import channel_row, wait_for
-from django.utils import timezone
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from redis.exceptions import RedisError
 
-from appliance import channels, row_cache
+from appliance import channels, generation_file, row_cache, shared_redis
 from appliance.models import ApiToken
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_it_refuses_a_token_revoked_unannounced_during_an_outage_it_slept_through(
-        settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings.WEIR_CHANNEL_WATCH_S = 0.05
-    row, key = ApiToken.issue("idle", ["produce"], None)
+def test_a_cached_token_costs_no_query_and_no_redis_and_a_change_is_seen_at_once(
+        settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path  # a generation file no other test process replaces
+    row, _ = ApiToken.issue("hot", ["produce"], None)
     key_hash = ApiToken.objects.get(pk=row.pk).key_hash
-    assert row_cache.token(key_hash) is not None  # cached; the generation watch starts
-    real_fast = row_cache.fast
+    assert row_cache.token(key_hash) is not None
 
-    def redis_away(op: Any) -> Any:
-        raise RedisError("paused")
-    monkeypatch.setattr(row_cache, "fast", redis_away)
-    # revoked behind the cache's back, as by manage.py revoke_token exiting meanwhile
-    ApiToken.objects.filter(pk=row.pk).update(revoked_at=timezone.now())
-    # the worker serves no request during the outage; its watch empties the cache
-    wait_for(lambda: not row_cache._rows, 10, "the watch emptying the cache in the outage")
-    monkeypatch.setattr(row_cache, "fast", real_fast)
-    assert row_cache.token(key_hash) is None
-    settings.WEIR_CHANNEL_WATCH_S = 0
-    time.sleep(0.1)  # the watch sees it is turned off and ends
+    def no_redis(*_: Any, **__: Any) -> Any:
+        raise RedisError("Redis must not be on the request path")
+    monkeypatch.setattr(shared_redis, "fast", no_redis)
+    with CaptureQueriesContext(connection) as queries:
+        assert row_cache.token(key_hash) is not None
+    assert not queries.captured_queries, "a cached row is read without a query"
+    ApiToken.objects.filter(pk=row.pk).update(name="renamed")  # behind the cache's back
+    assert row_cache.token(key_hash).name == "hot"  # type: ignore[union-attr]
+    row_cache.changed()  # what any process's save does: a new generation in the file
+    assert row_cache.token(key_hash).name == "renamed"  # type: ignore[union-attr]
+
+
+def test_an_unreadable_generation_file_turns_the_cache_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    row, _ = ApiToken.issue("t", ["produce"], None)
+    key_hash = ApiToken.objects.get(pk=row.pk).key_hash
+    assert row_cache.token(key_hash) is not None and row_cache._rows
+    real_pread = os.pread
+
+    def failing(fd: int, size: int, offset: int) -> bytes:
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(generation_file.os, "pread", failing)
+    ApiToken.objects.filter(pk=row.pk).update(revoked_at=row.created_at)  # unannounced
+    assert row_cache.token(key_hash) is None, "read from the database"
+    assert not row_cache._rows
+    monkeypatch.setattr(generation_file.os, "pread", real_pread)
+
+
+@pytest.mark.parametrize("content", [b"", b"WRG1abc", b"XXXX" + b"0" * 16])
+def test_a_missing_short_or_foreign_generation_file_is_a_new_generation(
+        tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "row-generation"
+    if content:
+        path.write_bytes(content)
+    file = generation_file.GenerationFile(path)
+    first = file.read()
+    assert first is not None and first.startswith(b"WRG1") and len(first) == 20
+    assert file.read() == first, "stable until replaced"
+    assert generation_file.GenerationFile(path).read() == first, "one value for everyone"
+    assert file.replace() != first
 
 
 def test_it_reads_the_generation_in_one_thread_for_the_row_cache_and_the_channels(
         settings: Any, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     settings.WEIR_CHANNEL_WATCH_S = 0.05
     readers: list[int] = []  # the thread of every read of the generation but the test's
-    checks: list[str | None] = []  # the generation each run of close_stale() came after
-    real_fast, real_close_stale = row_cache.fast, channels.close_stale
+    checks: list[bytes | None] = []  # the generation each run of close_stale() came after
+    real_read, real_close_stale = generation_file.GenerationFile.read, channels.close_stale
     away = [False]
 
-    def counted(op: Any) -> Any:
+    def counted(self: generation_file.GenerationFile) -> bytes | None:
         if threading.current_thread() is not threading.main_thread():
             readers.append(threading.get_ident())
-        if away[0]:
-            raise RedisError("paused")
-        return real_fast(op)
+        return None if away[0] else real_read(self)
 
     def close_stale() -> list[str]:
-        checks.append(real_fast(row_cache._read_generation))
+        checks.append(real_read(row_cache._file()))
         return real_close_stale()
-    monkeypatch.setattr(row_cache, "fast", counted)
+    monkeypatch.setattr(generation_file.GenerationFile, "read", counted)
     monkeypatch.setattr(channels, "close_stale", close_stale)
     row, _ = ApiToken.issue("idle", ["produce"], None)
     assert row_cache.token(ApiToken.objects.get(pk=row.pk).key_hash) is not None
@@ -74,7 +103,7 @@ def test_it_reads_the_generation_in_one_thread_for_the_row_cache_and_the_channel
     before = len(checks)
     away[0] = True
     wait_for(lambda: not row_cache._rows and len(checks) >= before + 2, 5,
-             "an emptied cache and a check every tick while Redis cannot say")
+             "an emptied cache and a check every tick while the generation cannot be read")
     assert len(set(readers)) == 1 and len(readers) > ticks
     settings.WEIR_CHANNEL_WATCH_S = 0
     wait_for(lambda: not row_cache._watching[0], 2, "the watch's end")

@@ -1,6 +1,8 @@
 """Per-token throttling: over the rate, 429 with Retry-After; other tokens unaffected."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -34,4 +36,29 @@ def test_a_token_over_its_rate_gets_429(monkeypatch: pytest.MonkeyPatch) -> None
     throttled = client_with(busy).get("/api/v1/channels")
     assert throttled.status_code == 429 and int(throttled["Retry-After"]) > 0
     assert client_with(calm).get("/api/v1/channels").status_code == 200
+    cache.clear()
+
+
+def test_processes_lease_the_window_s_allowance_and_never_exceed_it_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1024 a minute a lease is 4 requests: two processes asking in turn (two lease
+    tables) are let through 1024 times in all, with a Redis round trip per lease, and
+    once the window is spent they refuse without asking Redis again."""
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": "1024/minute"})
+    monkeypatch.setattr(TokenRateThrottle, "timer", lambda self: 1_795_000_150.0)
+    trips = [0]
+
+    def counted(op: Any) -> Any:
+        trips[0] += 1
+        return op(shared_redis.shared_redis())
+    monkeypatch.setattr(throttling, "fast", counted)
+    cache.clear()
+    token, _ = ApiToken.issue("busy", ["produce"])
+    tables: list[dict[str, int]] = [{}, {}]  # each process's leases
+    allowed = 0
+    for i in range(1400):
+        monkeypatch.setattr(throttling, "_leases", tables[i % 2])
+        allowed += TokenRateThrottle().allow_token(token)
+    assert allowed == 1024
+    assert trips[0] == 1024 // 4 + 2, "a trip a lease, and one per process to learn it is spent"
     cache.clear()
