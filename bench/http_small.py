@@ -62,11 +62,12 @@ def payload(events: int) -> bytes:
                                   for i in range(events)]}).encode()
 
 
-def gunicorn(app: str, port: int, workers: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def gunicorn(app: str, port: int, workers: int, env: dict[str, str], threads: int = 2
+             ) -> subprocess.Popen[bytes]:
     """Start gunicorn serving `app` as scripts/run.sh would (workers x 2 threads)."""
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), app, "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", "2", "--no-control-socket"],
+         "--workers", str(workers), "--threads", str(threads), "--no-control-socket"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
 
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="gunicorn threads a worker")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         subprocess.run(["bash", "-c", ". scripts/common.sh && apt_install wrk"], cwd=ROOT,
@@ -114,12 +116,13 @@ def main() -> None:
     try:
         env, key, admin = bench_appliance(root)
         weir_port, bare_port = free_port(), free_port()
-        procs.append(gunicorn("appliance.wsgi", weir_port, args.workers, env))
-        procs.append(gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env))
+        procs.append(gunicorn("appliance.wsgi", weir_port, args.workers, env, args.threads))
+        procs.append(gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env,
+                              args.threads))
         wait_port(weir_port)
         wait_port(bare_port)
         print(f"{args.connections} connections, {args.seconds} s a round, gunicorn "
-              f"{args.workers} workers x 2 threads, {os.cpu_count()} CPUs, fsync durability, "
+              f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs, fsync durability, "
               f"{args.rounds} rounds (median shown)")
         for events in (1, 10):
             (root / "body.json").write_bytes(payload(events))
