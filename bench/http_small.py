@@ -13,7 +13,9 @@ Work: wrk (Debian's; installed when missing) POSTs the same JSON body over
     and answers 200 with a small JSON (bench/bare_wsgi.py) — the floor of any Python
     web app on this server; the ratio to it is what issue 18 targets (>= 0.5x at 1 event).
 Both take turns for --rounds rounds; each one's median round is reported with its p50
-and p99 latency (wrk's), and every round's rate. wrk runs on the same 2 CPUs as the
+and p99 latency (wrk's), the server's CPU time a request (user + system, all its
+processes: what the rate costs, which a loaded machine changes less than the rate), and
+every round's rate. wrk runs on the same 2 CPUs as the
 server: its cost is in both contenders' figures alike.
 After each size the channel's queued events are checked against the 200s wrk counted:
 every acknowledged event is there (at most the requests in flight when wrk stopped more:
@@ -72,16 +74,37 @@ def gunicorn(app: str, port: int, workers: int, env: dict[str, str], threads: in
         start_new_session=True)
 
 
-def wrk(url: str, script: Path, seconds: int, connections: int) -> dict[str, float]:
-    """Run wrk; its requests/s, p50 and p99 latency (ms) and request count."""
+def cpu_seconds(server: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """User and system CPU seconds of every process of a gunicorn (its process group)."""
+    user = system = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == server.pid:  # the process group: gunicorn and its workers
+            user, system = user + int(fields[11]), system + int(fields[12])
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
+
+
+def wrk(url: str, script: Path, seconds: int, connections: int,
+        server: subprocess.Popen[bytes] | None = None) -> dict[str, float]:
+    """Run wrk; its requests/s, p50 and p99 latency (ms) and request count, and the
+    server's CPU a request (us, user and system) when given the server."""
+    before = cpu_seconds(server) if server else (0.0, 0.0)
     done = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s",
                            "--latency", "-s", str(script), url],
                           capture_output=True, text=True)
+    after = cpu_seconds(server) if server else (0.0, 0.0)
     if done.returncode or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise SystemExit(f"wrk failed:\n{done.stdout}\n{done.stderr}")
+    requests = int(re.search(r"(\d+) requests in", done.stdout).group(1))
     return {"rate": float(re.search(r"Requests/sec:\s+([\d.]+)", done.stdout).group(1)),
             "p50": _latency(done.stdout, "50%"), "p99": _latency(done.stdout, "99%"),
-            "requests": int(re.search(r"(\d+) requests in", done.stdout).group(1))}
+            "requests": requests,
+            "user_us": 1e6 * (after[0] - before[0]) / max(1, requests),
+            "system_us": 1e6 * (after[1] - before[1]) / max(1, requests)}
 
 
 def _latency(out: str, cut: str) -> float:
@@ -95,6 +118,7 @@ def report(name: str, events: int, rounds: list[dict[str, float]]) -> float:
     every = ", ".join(f"{r['rate']:,.0f}" for r in rounds)
     print(f"  {name:<32} {middle['rate']:>9,.0f} req/s {middle['rate'] * events:>10,.0f} "
           f"events/s   p50 {middle['p50']:6.2f} ms   p99 {middle['p99']:6.2f} ms   "
+          f"CPU {middle['user_us']:4.0f}+{middle['system_us']:3.0f} us/request   "
           f"(rounds: {every})")
     return middle["rate"]
 
@@ -116,14 +140,16 @@ def main() -> None:
     try:
         env, key, admin = bench_appliance(root)
         weir_port, bare_port = free_port(), free_port()
-        procs.append(gunicorn("appliance.wsgi", weir_port, args.workers, env, args.threads))
-        procs.append(gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env,
-                              args.threads))
+        weir_server = gunicorn("appliance.wsgi", weir_port, args.workers, env, args.threads)
+        bare_server = gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env,
+                               args.threads)
+        procs += [weir_server, bare_server]
         wait_port(weir_port)
         wait_port(bare_port)
         print(f"{args.connections} connections, {args.seconds} s a round, gunicorn "
-              f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs, fsync durability, "
-              f"{args.rounds} rounds (median shown)")
+              f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs, "
+              f"fsync durability, {args.rounds} rounds (median shown); CPU: the server's "
+              "user+system time a request")
         for events in (1, 10):
             (root / "body.json").write_bytes(payload(events))
             script = root / f"produce-{events}.lua"
@@ -134,10 +160,10 @@ def main() -> None:
             weir, bare = [], []
             for _ in range(args.rounds):
                 weir.append(wrk(f"http://127.0.0.1:{weir_port}/api/v1/channels/bench/events",
-                                script, args.seconds, args.connections))
+                                script, args.seconds, args.connections, weir_server))
                 acknowledged += int(weir[-1]["requests"]) * events
                 bare.append(wrk(f"http://127.0.0.1:{bare_port}/", script, args.seconds,
-                                args.connections))
+                                args.connections, bare_server))
             print(f"{events}-event requests ({events * BODY} B of bodies):")
             ours = report("weir produce (fsync)", events, weir)
             floor = report("bare WSGI app", events, bare)
