@@ -24,9 +24,9 @@ handed to Django with the request (environ[PUT_ERROR]); the produce view raises 
 of putting again, so it is answered, logged and counted like any other. Django's
 request_started and request_finished receivers' work is done around the fast path's own
 (request_boundary: database connections, the row cache's per-request generation), and
-log lines carry the request id. The 200 has the headers Django's middleware would add (request id, CSP,
-security headers, Vary, Allow): tests/appliance/test_fast_produce.py compares the two
-answers header by header.
+log lines carry the request id. The 200 has the headers Django's middleware would add
+(request id, CSP, security headers, Vary, Allow): tests/appliance/test_fast_produce.py
+compares the two answers header by header.
 """
 from __future__ import annotations
 
@@ -76,7 +76,9 @@ class FastProduce:
 
     def __init__(self, django: WsgiApp) -> None:
         self.django = django
-        self.allow = ""  # the produce URL's Allow header, from its view, at first use
+        self.headers: list[tuple[str, str]] = []  # a 200's fixed headers, at first use
+        self.hosts: dict[str, bool] = {}  # Host header -> ALLOWED_HOSTS accepts it
+        self.throttle: TokenRateThrottle | None = None  # at first use: the rate then
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse
                  ) -> Iterable[bytes]:
@@ -94,12 +96,10 @@ class FastProduce:
             request_boundary(row_cache.request_finished)
         if answer is None:
             return self.django(environ, start_response)
-        if not self.allow:
-            from appliance.api.search import ChannelEventsView  # Django's apps are ready now
-            view = ChannelEventsView()
-            view.setup(HttpRequest())  # as Django's view() does: a GET view answers HEAD too
-            self.allow = ", ".join(view._allowed_methods())
-        start_response("200 OK", self._headers(environ, answer, rid, self.allow))
+        if not self.headers:
+            self.headers = self._fixed_headers(environ["PATH_INFO"])
+        start_response("200 OK", [*self.headers, ("Content-Length", str(len(answer))),
+                                  (request_id.HEADER, rid)])
         return [answer]
 
     def _plain(self, environ: dict[str, Any]) -> bool:
@@ -113,8 +113,13 @@ class FastProduce:
                           for part in accept.split(",")):
             return False
         host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
-        domain, _ = split_domain_port(host)
-        return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+        valid = self.hosts.get(host)
+        if valid is None:
+            domain, _ = split_domain_port(host)
+            valid = bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+            if len(self.hosts) < 64:  # a client may send any Host: remember a few
+                self.hosts[host] = valid
+        return valid
 
     def _produce(self, environ: dict[str, Any], name: str) -> bytes | None:
         """Put the request's events and return the answer's body; None to hand the request
@@ -130,7 +135,9 @@ class FastProduce:
         if token is None or row is None or not token.allows("produce", None) or \
                 not token.allows("produce", row):
             return None
-        if not TokenRateThrottle().allow_token(token):
+        if self.throttle is None:
+            self.throttle = TokenRateThrottle()
+        if not self.throttle.allow_token(token):
             return None  # Django counts it again, and refuses it as the window is spent
         environ[COUNTED] = True  # Django, answering instead, must not count it again
         try:
@@ -161,13 +168,16 @@ class FastProduce:
         return token
 
     @staticmethod
-    def _headers(environ: dict[str, Any], body: bytes, rid: str, allow: str
-                 ) -> list[tuple[str, str]]:
-        """The headers Django, DRF and the middleware put on a produce 200."""
-        headers = [("Content-Type", "application/json"), ("Vary", "Accept"), ("Allow", allow),
+    def _fixed_headers(path: str) -> list[tuple[str, str]]:
+        """The headers Django, DRF and the middleware put on every produce 200, but its
+        Content-Length and request id."""
+        from appliance.api.search import ChannelEventsView  # Django's apps are ready now
+        view = ChannelEventsView()
+        view.setup(HttpRequest())  # as Django's view() does: a GET view answers HEAD too
+        headers = [("Content-Type", "application/json"), ("Vary", "Accept"),
+                   ("Allow", ", ".join(view._allowed_methods())),
                    ("X-Frame-Options", settings.X_FRAME_OPTIONS),
-                   ("Content-Length", str(len(body))),
-                   (csp.HEADER, csp.policy_for(environ["PATH_INFO"]))]
+                   (csp.HEADER, csp.policy_for(path))]
         if settings.SECURE_CONTENT_TYPE_NOSNIFF:
             headers.append(("X-Content-Type-Options", "nosniff"))
         if settings.SECURE_REFERRER_POLICY:
@@ -175,5 +185,4 @@ class FastProduce:
         if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
             headers.append(("Cross-Origin-Opener-Policy",
                             settings.SECURE_CROSS_ORIGIN_OPENER_POLICY))
-        headers.append((request_id.HEADER, rid))
         return headers

@@ -52,16 +52,20 @@ _rows_generation: list[bytes | None] = [None]  # the generation _rows were read 
 _lock = threading.Lock()
 _request = threading.local()  # the generation this thread's request runs under
 _files: dict[Path, GenerationFile] = {}  # by path: tests change the var dir
+_last_file: list[Any] = []  # [settings.VAR_DIR, its GenerationFile] of the last lookup
 _watching = [0]  # the pid whose generation watch runs
 _subscribers: list[Callable[[bytes | None], None]] = []  # told every tick's generation
 
 
 def _file() -> GenerationFile:
-    path = Path(settings.VAR_DIR) / GENERATION_FILE
-    found = _files.get(path)
-    if found is None:
-        with _lock:
-            found = _files.setdefault(path, GenerationFile(path))
+    var_dir = settings.VAR_DIR
+    last = _last_file
+    if last and last[0] is var_dir:  # the common case, without building a path per request
+        return last[1]
+    path = Path(var_dir) / GENERATION_FILE
+    with _lock:
+        found = _files.setdefault(path, GenerationFile(path))
+    _last_file[:] = [var_dir, found]
     return found
 
 
