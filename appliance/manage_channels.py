@@ -34,7 +34,9 @@ the change is refused (409).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
     ChannelEngineError,
+    ChannelExistsError,
     ConfigError,
     SubscriptionBusyError,
     SubscriptionExistsError,
@@ -62,11 +65,13 @@ PATH_SETTINGS = ("data_dirs", "checkpoint_dir", "backup_checkpoint_dir")
 
 
 class Refused(Exception):
-    """A create, change or delete that was not done: errors by field, and the HTTP status."""
+    """A create, change or delete that was not done: errors by field, the HTTP status, and
+    optionally the problem's slug and extension members (api/handler.py)."""
 
-    def __init__(self, errors: dict[str, list[str]], status: int = 400) -> None:
+    def __init__(self, errors: dict[str, list[str]], status: int = 400,
+                 slug: str | None = None, **extra: Any) -> None:
         super().__init__(errors)
-        self.errors, self.status = errors, status
+        self.errors, self.status, self.slug, self.extra = errors, status, slug, extra
 
 
 def _invalid(exc: ValidationError) -> Refused:
@@ -81,15 +86,36 @@ def _cannot_open(name: str, exc: Exception) -> Refused:
                               f"{exc}"]}, status=503)
 
 
-def _not_opened(name: str, exc: Exception, made: list[str]) -> Refused:
+def _not_opened(row: Channel, exc: Exception, made: list[str]) -> Refused:
     """Why a create or change the engine could not open was refused; removes the
     directories it made (a refused create or change leaves nothing behind)."""
+    name = row.name
     channels.close_channel(name)  # a handle opened on the way holds the files
     for directory in made:
-        shutil.rmtree(directory, ignore_errors=True)
+        if isinstance(exc, ChannelExistsError):  # files of another are there: keep them
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
     if isinstance(exc, ConfigError):  # a setting only the open could judge
         return Refused({exc.field: [exc.reason]})
+    if isinstance(exc, ChannelExistsError):
+        return _exists(row, exc)
     return _cannot_open(name, exc)
+
+
+def _exists(row: Channel, exc: ChannelExistsError) -> Refused:
+    """A create that found a channel's files where the new one goes (put there after the
+    directories were checked, or a channel of them still open elsewhere): 409 naming the
+    path, under the setting whose directory holds it."""
+    path = Path(exc.path).resolve()
+    setting = next(("data_dirs" if name == "partitions" else name
+                    for name, place in channel_dirs.dirs_of(row).own
+                    if path.is_relative_to(place)), "error")
+    return Refused({setting: [f"a channel's files are already at {exc.path} (nothing was "
+                              "created): choose another directory, or delete that "
+                              "channel first"]}, status=409, slug="channel-exists",
+                   path=exc.path)
 
 
 def create_channel(settings: dict[str, Any]) -> Channel:
@@ -113,7 +139,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
     except ValidationError as exc:
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
-        raise _not_opened(row.name, exc, made) from exc
+        raise _not_opened(row, exc, made) from exc
     return row
 
 
@@ -152,7 +178,7 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
         raise Refused({field: [str(exc)]}, status=409) from exc
     except (OSError, ChannelEngineError) as exc:
         _restore(row, before)
-        raise _not_opened(row.name, exc, made) from exc
+        raise _not_opened(row, exc, made) from exc
 
 
 def _follow_drains(row: Channel, was: Channel | None) -> None:

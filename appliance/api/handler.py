@@ -35,8 +35,10 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
       OwnerLostError                                      changing
     CorruptRecordError, CorruptIndexError,        500     channel-damaged      logged with
       CorruptStateError                                                        its traceback
+    ChannelExistsError                            409     channel-exists       path
     Refused (appliance.manage_channels)           400     invalid-setting      field
                                                   409     channel-conflict     field, if one
+                                                  409     channel-exists       field, path
                                                   503     channel-cannot-open
     EventError (appliance.event_parsing)          400     invalid-event        index, field
     BrokerUnavailable (appliance.exports)         503     broker-unavailable   retry_after
@@ -72,6 +74,7 @@ from channel_engine import (
     BatchTooLargeError,
     ChannelClosedError,
     ChannelEngineError,
+    ChannelExistsError,
     ChannelFullError,
     ChannelGoneError,
     ChannelLockedError,
@@ -183,8 +186,8 @@ def _refused(exc: Refused) -> Problem:
     fields = {k: v for k, v in exc.errors.items() if k not in ("error", "__all__")}
     detail = "; ".join(f"{name}: {' '.join(messages)}" if name in fields
                        else " ".join(messages) for name, messages in exc.errors.items())
-    return Problem(exc.status, REFUSED.get(exc.status, "channel-conflict"), detail,
-                   field=next(iter(fields), None), errors=fields or None)
+    return Problem(exc.status, exc.slug or REFUSED.get(exc.status, "channel-conflict"),
+                   detail, field=next(iter(fields), None), errors=fields or None, **exc.extra)
 
 
 _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
@@ -209,6 +212,7 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
     (SubscriptionExistsError, lambda exc: Problem(409, "subscription-exists", str(exc),
                                                   field="name")),
     (SubscriptionBusyError, lambda exc: Problem(409, "subscription-busy", str(exc))),
+    (ChannelExistsError, lambda exc: Problem(409, "channel-exists", str(exc), path=exc.path)),
     (ChannelFullError, _engine_busy(503, "channel-full", "")),
     (DiskSpaceError, _engine_busy(503, "disk-space-low", "")),
     (DiskFullError, _engine_busy(507, "disk-full", "the disk is full, nothing was written: ")),

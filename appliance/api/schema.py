@@ -34,6 +34,8 @@ class ProblemSerializer(serializers.Serializer):
                                            help_text="seconds to wait (as Retry-After)")
     request_id = serializers.CharField(required=False,
                                        help_text="5xx: the id the appliance logged it under")
+    path = serializers.CharField(required=False,
+                                 help_text="the file or directory at fault on the appliance")
 
     class Meta:
         ref_name = "Problem"

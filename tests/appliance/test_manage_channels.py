@@ -265,3 +265,73 @@ def test_a_settings_change_that_finds_the_files_wiped_reports_the_lost_state(
     status = client.get("/api/v1/channels/orders").json()["status"]
     assert [r["partition"] for r in status["losses"]["records"]] == [-3], status
     assert status["health"] == "degraded"
+
+
+def _files_appear_after_the_check(monkeypatch: pytest.MonkeyPatch, root: Path) -> Path:
+    """Another writer puts a channel's checkpoint in the new channel's home between the
+    directory check and the engine's create (the race Channel.create guards against)."""
+    from appliance import channel_dirs
+
+    real_missing = channel_dirs.missing
+    home = root / "orders"
+
+    def missing_then_raced(row: Channel) -> list[str]:
+        missing = real_missing(row)  # the home among them: the create would make it
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "checkpoint").write_bytes(b"someone else's")
+        return missing
+
+    monkeypatch.setattr(channel_dirs, "missing", missing_then_raced)
+    return home / "checkpoint"
+
+
+def test_a_create_finding_a_channels_files_is_a_409_naming_the_path(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = _files_appear_after_the_check(monkeypatch, root)
+    body = problem(create(admin(), root), 409, "channel-exists", field="checkpoint_dir")
+    assert body["path"] == str(found) and str(found) in body["detail"]
+    assert not Channel.objects.exists()
+    assert found.read_bytes() == b"someone else's"  # what was there is left alone
+
+
+def test_create_channel_command_exits_non_zero_naming_the_files_found(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.core.management import CommandError, call_command
+
+    found = _files_appear_after_the_check(monkeypatch, root)
+    with pytest.raises(CommandError, match=f"checkpoint_dir: a channel's files are already "
+                                           f"at {found}"):
+        call_command("create_channel", "orders", "--set", f"checkpoint_dir={root / 'orders'}",
+                     "--set", f"data_dirs={json_list(root / 'data')}",
+                     "--set", "minimum_required_space=0")
+    assert not Channel.objects.exists() and found.read_bytes() == b"someone else's"
+
+
+def test_the_new_channel_form_shows_files_found_as_a_form_error(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    ui = Client()
+    ui.login(username="ops", password="pw")
+    found = _files_appear_after_the_check(monkeypatch, root)
+    response = ui.post("/channels/new", {**ui_form(), "name": "orders",
+                                         "checkpoint_dir": str(root / "orders"),
+                                         "data_dirs": str(root / "data")})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert f"a channel's files are already at {found}" in " ".join(errors["checkpoint_dir"])
+    assert not Channel.objects.exists()
+
+
+def json_list(path: Path) -> str:
+    return f'["{path}"]'
+
+
+def ui_form() -> dict[str, object]:
+    return {"partitions": 1, "capacity": 1000, "transaction_capacity": 100,
+            "keep_alive_ms": 3000, "minimum_required_space": 0,
+            "checkpoint_interval_ms": 30000, "checkpoint_on_close": "on",
+            "durability": "fsync", "segment_bytes": 1 << 20, "segment_ms": 604800000,
+            "index_interval_bytes": 4096, "retention_ms": -1, "retention_bytes": -1,
+            "retention_check_interval_ms": 300000, "compression": "none",
+            "export_format": "parquet", "export_path": "%Y/%m/%d/%H",
+            "export_roll_rows": 1000000, "export_roll_bytes": 268435456}
