@@ -122,7 +122,9 @@ class Channel:
                free_space: FreeSpace = free_bytes, owner_wait_ms: int = 30_000) -> Channel:
         """Make a new channel and open it as its owner: its directories, channel.json and
         first checkpoint. ChannelExistsError (nothing written) if its home or a partition
-        directory holds a channel's files, or another process owns it."""
+        directory holds a channel's files, or another process owns it; any other failure
+        removes what it wrote, so a retry is a create like the first
+        (queue/new_channel.py)."""
         channel = cls(config, False, clock, free_space, owner_wait_ms)
         channel._elect(True, new=True)
         return channel
@@ -160,8 +162,11 @@ class Channel:
                 try:
                     server = OwnerServer(owner)
                     server.start()
-                except BaseException:
-                    owner.close()
+                except BaseException as exc:
+                    if new:  # a create that failed leaves nothing to block a retry
+                        owner.discard_created(exc)
+                    else:
+                        owner.close()
                     raise
                 self._owner, self._server, self._client = owner, server, None
                 return

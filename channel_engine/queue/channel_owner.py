@@ -65,6 +65,7 @@ from channel_engine.queue.home_lock import HomeLock
 from channel_engine.queue.home_setup import prepare_home
 from channel_engine.queue.loss_ledger import LossLedger
 from channel_engine.queue.losses import Losses
+from channel_engine.queue.new_channel import NewChannel
 from channel_engine.queue.put_batch import Batches
 from channel_engine.queue.puts import Puts
 from channel_engine.queue.subscription import DEFAULT
@@ -90,6 +91,7 @@ class ChannelOwner:
                                      self.losses, self.checkpointer)
         self._subscriptions = Subscriptions(self.state, self.takes, self.checkpointer,
                                             self.losses)
+        self._made: NewChannel | None = None  # this open created the channel
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -107,19 +109,31 @@ class ChannelOwner:
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space)
+        made = NewChannel(config) if new else None  # a failed create leaves nothing
         try:
-            channel._open(force_recovery, create or new, new, existed)
-        except BaseException:
-            channel._abandon()
+            channel._open(force_recovery, create or new, made, existed)
+        except BaseException as exc:
+            channel._abandon(undo=made, error=exc)
             raise
+        channel._made = made
         return channel
 
-    def _open(self, force_recovery: bool = False, create: bool = True, new: bool = False,
-              existed: bool = False) -> None:
+    def discard_created(self, error: BaseException) -> None:
+        """Close a channel this open has just created and remove its files, as a failed
+        create does (Channel.create, when what follows the open fails)."""
+        assert self._made is not None, "only a channel this open created is discarded"
+        with self.state.lock:
+            self.state.closing = True
+        self.state.closed = True
+        self._abandon(undo=self._made, error=error)
+
+    def _open(self, force_recovery: bool = False, create: bool = True,
+              made: NewChannel | None = None, existed: bool = False) -> None:
         config = self.config
         home = config.home
+        new = made is not None
         strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create,
-                                                new)
+                                                made)
         log_config = config.log_config()
         keys = None
         if config.encryption_key_file is not None:
@@ -174,8 +188,11 @@ class ChannelOwner:
             self.takes.start_ids(restored.next_generation)  # ids never repeat across owners
             self.checkpoint()  # the replayed state becomes the new base; old journals go
 
-    def _abandon(self, clean: bool = True) -> None:
-        """Release what a failed open acquired (clean=False: write nothing while at it)."""
+    def _abandon(self, clean: bool = True, undo: NewChannel | None = None,
+                 error: BaseException | None = None) -> None:
+        """Release what a failed open acquired (clean=False: write nothing while at it);
+        `undo`: a failed create, whose files go before the lock does (new_channel.py), what
+        cannot be removed noted on `error`."""
         for log in self.state.logs:
             try:
                 log.close(clean=clean)
@@ -183,6 +200,11 @@ class ChannelOwner:
                 pass
         if self.state.journal is not None:
             self.state.journal.close()
+        if undo is not None:
+            left = undo.undo()
+            if left and error is not None:
+                error.add_note("the failed create left (remove by hand before retrying): "
+                               + "; ".join(left))
         self.home_lock.release()
 
     def __enter__(self) -> ChannelOwner:
