@@ -47,7 +47,8 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -84,6 +85,7 @@ _seen: list[Any] = [None, 0.0]  # the generation close_stale() last ran under, w
 # connection of its own, cannot tell "not yet there" from "deleted" (module doc).
 _uncommitted: dict[str, tuple[Any, Any]] = {}
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def to_config(row: Channel) -> ChannelConfig:
@@ -225,12 +227,22 @@ def _maybe_uncommitted(name: str, version: Any) -> bool:
 def status_of(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
     """The engine's status of a channel, or None and why it cannot be had (whatever the
     open or the status raised: one broken channel must not break a page of them all)."""
+    return _asked(row, "status", lambda channel: channel.status(segments=segments))
+
+
+def offsets_of(row: Channel) -> tuple[list[tuple[int, int]] | None, str]:
+    """Each partition's (log start offset, last stable offset), or None and why (as
+    status_of): what a reader of the channel may see, without its whole status."""
+    return _asked(row, "offsets", lambda channel: channel.list_offsets())
+
+
+def _asked(row: Channel, what: str, ask: Callable[[EngineChannel], T]) -> tuple[T | None, str]:
     try:
-        return open_channel(row).status(segments=segments), ""
+        return ask(open_channel(row)), ""
     except ValidationError as exc:  # the row's settings are no longer allowed
         return None, "; ".join(exc.messages)
     except Exception as exc:
-        log.warning("channel %r: no status", row.name, exc_info=True)
+        log.warning("channel %r: no %s", row.name, what, exc_info=True)
         return None, f"{type(exc).__name__}: {exc}"
 
 

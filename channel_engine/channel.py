@@ -359,6 +359,11 @@ class Channel:
         """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""
         return self._retrying(lambda b: b.offsets_for_time(partition, timestamp))
 
+    def list_offsets(self) -> list[tuple[int, int]]:
+        """Each partition's (log start offset, last stable offset): the offsets a read may
+        ask for, at the cost of one small round trip (not status())."""
+        return self._retrying(lambda b: b.list_offsets())
+
     # -- closing ----------------------------------------------------------------------------
     def __enter__(self) -> Channel:
         return self

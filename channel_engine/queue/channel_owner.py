@@ -312,6 +312,14 @@ class ChannelOwner:
         self.state.check_partition(partition)
         return self.state.logs[partition].offsets_for_time(timestamp)
 
+    def list_offsets(self) -> list[tuple[int, int]]:
+        """Each partition's (log start offset, last stable offset), as `read` bounds it: a
+        reader's range, without the rest of status() (Kafka's ListOffsets, read committed)."""
+        with self.state.lock:
+            return [(log.log_start_offset,
+                     log.high_watermark if self.read_only else self.state.visible_end(p))
+                    for p, log in enumerate(self.state.logs)]
+
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at (ChannelStatus.status)."""
         return self._status.status(segments)
