@@ -68,6 +68,7 @@ from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.checkpointer import CheckpointResult
+from channel_engine.queue.home_files import missing_places
 from channel_engine.queue.operations import OwnerOperations
 from channel_engine.queue.put_batch import EncodedPut, Partitioner, encode
 from channel_engine.transaction import PutTransaction, TakeTransaction
@@ -128,6 +129,14 @@ class Channel:
         channel = cls(config, False, clock, free_space, owner_wait_ms)
         channel._elect(True, new=True)
         return channel
+
+    @staticmethod
+    def missing_places(config: ChannelConfig) -> list[Path]:
+        """What this channel, if it exists, must have and has not: its home (or its
+        channel.json) and each partition directory (queue/home_files.py). A caller that
+        knows the channel exists refuses to open it with create=True while any is missing:
+        that would make an empty channel in their place (a volume not mounted, say)."""
+        return missing_places(config)
 
     @property
     def role(self) -> str:

@@ -31,6 +31,9 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
     DiskSpaceError                                503     disk-space-low       retry_after
     DiskFullError                                 507     disk-full            retry_after
     StorageError, LogOfflineError                 503     channel-write-failed retry_after
+    StorageMissing (appliance.channels), and     503     channel-storage-     paths
+      ChannelGoneError, LogDirectoryError of a            missing
+      channel whose row is there and files not
     ChannelLockedError, ChannelClosedError,       503     channel-owner-       retry_after
       OwnerLostError                                      changing
     CorruptRecordError, CorruptIndexError,        500     channel-damaged      logged with
@@ -84,6 +87,7 @@ from channel_engine import (
     DiskFullError,
     DiskSpaceError,
     InvalidEventError,
+    LogDirectoryError,
     LogOfflineError,
     OffsetOutOfRangeError,
     OwnerLostError,
@@ -95,6 +99,7 @@ from channel_engine import (
     TransactionCapacityError,
     UnknownSubscriptionError,
 )
+from channel_engine import Channel as EngineChannel
 
 log = logging.getLogger(__name__)
 NON_FIELD = "non_field_errors"  # DRF's key for errors of no one field
@@ -121,6 +126,12 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
     # an engine error, or the OSError of a file path a delete just renamed away
     if isinstance(exc, (ChannelEngineError, OSError)) and _channel_gone(exc, view):
         return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
+    if isinstance(exc, (ChannelGoneError, LogDirectoryError)):  # its row is there: its
+        missing = _missing_under(view)  # files went under an open handle
+        if missing is not None:
+            return _storage_missing(missing)
+        if isinstance(exc, ChannelGoneError):  # all there: replaced by a new channel
+            return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
     for kind, convert in _CONVERTERS:
         if isinstance(exc, kind):
             return convert(exc)
@@ -130,13 +141,31 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
 def _channel_gone(exc: Exception, view: Any) -> bool:
     """Was the channel of the request deleted (or recreated) under it? Then any engine
     error is answered as for a channel there is not."""
-    if isinstance(exc, ChannelGoneError):
-        return True
     row = getattr(view, "row", None)
     if isinstance(row, Channel):
         return channels.deleted(row)
     name = getattr(view, "kwargs", {}).get("name")
-    return isinstance(name, str) and not Channel.objects.filter(name=name).exists()
+    if isinstance(name, str):
+        return not Channel.objects.filter(name=name).exists()
+    return isinstance(exc, ChannelGoneError)
+
+
+def _missing_under(view: Any) -> channels.StorageMissing | None:
+    """The storage missing of the view's channel, whose files went while this process had
+    it open (the handle is let go of: the next request's open says the same)."""
+    row = getattr(view, "row", None)
+    if not isinstance(row, Channel):
+        return None
+    missing = EngineChannel.missing_places(channels.to_config(row))
+    if not missing:
+        return None
+    channels.close_channel(row.name)
+    return channels.StorageMissing(row.name, missing)
+
+
+def _storage_missing(exc: channels.StorageMissing) -> Problem:
+    log.warning("%s", exc)
+    return Problem(503, "channel-storage-missing", str(exc), paths=exc.paths)
 
 
 def _validation(exc: exceptions.ValidationError) -> Problem:
@@ -223,6 +252,7 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
         503, "channel-owner-changing", "the channel is changing owner, try again: ", loud=True)),
     ((CorruptRecordError, CorruptIndexError, CorruptStateError), _damaged),
     (Refused, _refused),
+    (channels.StorageMissing, _storage_missing),
     (EventError, lambda exc: Problem(400, "invalid-event", str(exc), index=exc.index,
                                      field=exc.field)),
     (BrokerUnavailable, lambda exc: retry_later(

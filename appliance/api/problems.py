@@ -12,7 +12,8 @@ status), `detail` (this occurrence, in words). Extension members, only where the
 batch, 0-based), `errors` (every field at fault: name -> messages), `retry_after` (seconds;
 the `Retry-After` header says the same), `request_id` (5xx: appliance/request_id.py), and
 for an offset range `log_start_offset`, `log_end_offset`, `last_stable_offset`; `path`
-(the file or directory at fault: channel-exists).
+(the file or directory at fault: channel-exists), `paths` (those missing:
+channel-storage-missing).
 
 A view refuses by raising Problem; appliance/api/handler.py turns every other exception
 into one. The slugs and titles below are the whole catalogue (README, "API errors").
@@ -65,6 +66,7 @@ TITLES = {
     "channel-write-failed": "Channel write failed",
     "channel-owner-changing": "Channel owner changing",
     "channel-cannot-open": "Channel cannot be opened",
+    "channel-storage-missing": "Channel storage missing",
     "channel-damaged": "Channel damaged",
     # the appliance
     "broker-unavailable": "Task broker unavailable",

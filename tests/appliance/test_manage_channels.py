@@ -236,6 +236,9 @@ def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
     channels.close_all()
     shutil.rmtree(root / "orders")
     shutil.rmtree(root / "data")
+    # never made again by itself (test_storage_missing.py): the operator's recreate
+    problem(client.get("/api/v1/channels/orders"), 503, "channel-storage-missing")
+    assert client.post("/api/v1/channels/orders/recreate").status_code == 200
     status = client.get("/api/v1/channels/orders").json()["status"]
     assert any("no valid checkpoint" in p for p in status["recovery"]["problems"]), status
     assert [r["partition"] for r in status["losses"]["records"]] == [-3]
@@ -248,10 +251,11 @@ def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
     assert page.status_code == 200 and "queue state (checkpoints gone)" in page.content.decode()
 
 
-def test_a_settings_change_that_finds_the_files_wiped_reports_the_lost_state(
+def test_a_settings_change_that_finds_the_files_wiped_is_refused_until_recreated(
         root: Path) -> None:
-    """A change's open makes missing files too: it must not make a wiped channel look new
-    (its first checkpoint would hide the wipe for good)."""
+    """A change's open makes missing files: it must not make a wiped channel again (nor
+    look new: its first checkpoint would hide the wipe for good). Refused until the
+    operator's recreate, which reports the lost state."""
     client = admin()
     assert create(client, root).status_code == 201
     produced = client.post("/api/v1/channels/orders/events", {"events": [{"body": "a"}]},
@@ -260,6 +264,10 @@ def test_a_settings_change_that_finds_the_files_wiped_reports_the_lost_state(
     channels.close_all()
     shutil.rmtree(root / "orders")
     shutil.rmtree(root / "data")
+    refused = client.patch("/api/v1/channels/orders", {"capacity": 5_000_000}, format="json")
+    problem(refused, 503, "channel-storage-missing")
+    assert not (root / "orders").exists() and not (root / "data").exists()
+    assert client.post("/api/v1/channels/orders/recreate").status_code == 200
     changed = client.patch("/api/v1/channels/orders", {"capacity": 5_000_000}, format="json")
     assert changed.status_code == 200, changed.content
     status = client.get("/api/v1/channels/orders").json()["status"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from appliance_helpers import make_files
 from django.core.handlers.wsgi import WSGIHandler
 from django.test import override_settings
 from drf_spectacular.generators import SchemaGenerator
@@ -65,9 +66,9 @@ EXCLUDED: dict[str, list[CheckFunction]] = {
 @pytest.fixture()
 def admin_key(tmp_path: Path) -> Iterator[str]:
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
-        Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                               checkpoint_dir=str(tmp_path / "orders"),
-                               minimum_required_space=0)
+        make_files(Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                          checkpoint_dir=str(tmp_path / "orders"),
+                                          minimum_required_space=0))
         yield ApiToken.issue("fuzz", ["admin"])[1]
     channels.close_all()
 

@@ -192,7 +192,8 @@ def test_a_channel_whose_home_was_wiped_shows_the_lost_state_and_the_recount(
     put(row, [b"a", b"b", b"c"])
     channels.close_all()
     shutil.rmtree(root / "orders")
-    page = operator.get("/channels/orders/").content.decode()
+    assert 'id="storage-missing"' in operator.get("/channels/orders/").content.decode()
+    page = operator.post("/channels/orders/recreate", follow=True).content.decode()
     assert "no valid checkpoint" in page and "queue state (checkpoints gone)" in page
     assert "Counters recounted" in page and "put_successes +3" in page
 
