@@ -178,3 +178,20 @@ def test_storage_that_goes_under_an_open_channel_is_refused_the_same_way(root: P
         assert problem(answer, 503, "channel-storage-missing")["paths"] == [
             str(root / "orders"), str(root / "a" / "orders-0")]
     assert not (root / "orders").exists() and not (root / "a").exists()
+
+
+def test_recreating_a_lost_data_dir_counts_the_events_it_held_as_lost(root: Path) -> None:
+    two_volumes(root)
+    admin = token_client("admin")
+    held = {p["partition"]: p["log_end_offset"]
+            for p in admin.get("/api/v1/channels/orders").json()["status"]["partitions"]}
+    assert held[1] > 0, held
+    channels.close_all()
+    unmount(root / "b", root / "b-away")  # partition 1's volume; the home is intact
+    recreated = admin.post("/api/v1/channels/orders/recreate").json()
+    assert recreated["recreated"] == [str(root / "b" / "orders-1")]
+    status = recreated["status"]
+    assert status["health"] == "degraded", status
+    assert status["losses"]["events_lost"] == held[1]
+    assert {r["partition"] for r in status["losses"]["records"]} == {1}
+    assert status["events_untaken"] == 4 - held[1]  # partition 0's, intact, all still there
