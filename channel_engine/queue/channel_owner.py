@@ -31,8 +31,10 @@ copy is damage, kept aside by `recover`) of a channel that existed — a log hol
 or the caller says so (`existed`: the appliance, whose database knows the channel; a
 channel.json alone may be a config saved for the first open) — records it in the loss
 ledger (state_missing): health is not "healthy" until an operator acknowledges it, across
-reopens. `recover` (force_recovery) records nothing: it is the operator's repair, and
-prints what it cost.
+reopens. One that finds a copy but none readable (every copy damaged: a CRC, a torn write)
+rebuilds the queue from the logs and records that too (state_damaged: committed takes may
+be delivered again, up to every event the rebuilt queue holds). `recover` (force_recovery)
+records nothing: it is the operator's repair, and prints what it cost.
 
 Thread-safe. One lock guards the queue state; appends to one partition are
 serialised by that partition's lock; fsyncs happen outside both
@@ -180,9 +182,12 @@ class ChannelOwner:
         self.losses.count(restored.lost, at_open=True)  # before the checkpoint below
         self.losses.recount_lost()
         self.losses.count_unknown_journals()  # recorded before the checkpoint below hides it
-        if restored.report.checkpoint_absent and not (new or self.read_only or force_recovery) \
-                and (existed or any(log.log_end_offset for log in self.state.logs)):
-            self.losses.record_state_missing()  # before the checkpoint below hides it
+        report = restored.report
+        if report.checkpoint_source is None and not (new or self.read_only or force_recovery):
+            if not report.checkpoint_absent:  # a copy is there, none readable: damage
+                self.losses.record_state_damaged()  # before the checkpoint below hides it
+            elif existed or any(log.log_end_offset for log in self.state.logs):
+                self.losses.record_state_missing()
         if not self.read_only:
             self.checkpointer.sequence = restored.next_generation - 1
             self.takes.start_ids(restored.next_generation)  # ids never repeat across owners
