@@ -151,16 +151,15 @@ def _channel_gone(exc: Exception, view: Any) -> bool:
 
 
 def _missing_under(view: Any) -> channels.StorageMissing | None:
-    """The storage missing of the view's channel, whose files went while this process had
-    it open (the handle is let go of: the next request's open says the same)."""
+    """The storage missing of the view's channel, whose files went (or were made again)
+    while this process had it open. The handle is let go of either way: the next request
+    opens the channel afresh (and says the same while its files are missing)."""
     row = getattr(view, "row", None)
     if not isinstance(row, Channel):
         return None
-    missing = EngineChannel.missing_places(channels.to_config(row))
-    if not missing:
-        return None
     channels.close_channel(row.name)
-    return channels.StorageMissing(row.name, missing)
+    missing = EngineChannel.missing_places(channels.to_config(row))
+    return channels.StorageMissing(row.name, missing) if missing else None
 
 
 def _storage_missing(exc: channels.StorageMissing) -> Problem:
