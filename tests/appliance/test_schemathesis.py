@@ -58,6 +58,8 @@ EXCLUDED: dict[str, list[CheckFunction]] = {
     # the partitions of "offsets" must exist in this channel, each offset inside its log
     "POST /api/v1/channels/{name}/subscriptions": [positive_data_acceptance],
     "POST /api/v1/channels/{name}/subscriptions/{sub}/reset": [positive_data_acceptance],
+    # 409 unless the channel's files are missing (a volume not mounted)
+    "POST /api/v1/channels/{name}/recreate": [positive_data_acceptance],
     # end > start; the partition must exist in this channel
     "GET /api/v1/channels/{name}/partitions/{partition}/batches": [positive_data_acceptance],
 }
