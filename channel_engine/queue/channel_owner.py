@@ -32,8 +32,9 @@ or the caller says so (`existed`: the appliance, whose database knows the channe
 channel.json alone may be a config saved for the first open) — records it in the loss
 ledger (state_missing): health is not "healthy" until an operator acknowledges it, across
 reopens. One that finds a copy but none readable (every copy damaged: a CRC, a torn write)
-rebuilds the queue from the logs and records that too (state_damaged: committed takes may
-be delivered again, up to every event the rebuilt queue holds). `recover` (force_recovery)
+rebuilds the queue from the logs, keeps each damaged copy aside (`checkpoint.damaged`) and
+records that too (state_damaged: committed takes may be delivered again, up to every event
+the rebuilt queue holds). `recover` (force_recovery)
 records nothing: it is the operator's repair, and prints what it cost.
 
 Thread-safe. One lock guards the queue state; appends to one partition are
@@ -49,10 +50,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from channel_engine.atomic_file import move_aside
 from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import ChannelEngineError, OffsetOutOfRangeError
 from channel_engine.event import Event
+from channel_engine.filenames import DAMAGED_SUFFIX
 from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData, fetch
 from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
@@ -185,13 +188,24 @@ class ChannelOwner:
         report = restored.report
         if report.checkpoint_source is None and not (new or self.read_only or force_recovery):
             if not report.checkpoint_absent:  # a copy is there, none readable: damage
-                self.losses.record_state_damaged()  # before the checkpoint below hides it
+                kept = self._keep_damaged_checkpoints()  # the checkpoint below replaces them
+                self.losses.record_state_damaged(kept)
             elif existed or any(log.log_end_offset for log in self.state.logs):
                 self.losses.record_state_missing()
         if not self.read_only:
             self.checkpointer.sequence = restored.next_generation - 1
             self.takes.start_ids(restored.next_generation)  # ids never repeat across owners
             self.checkpoint()  # the replayed state becomes the new base; old journals go
+
+    def _keep_damaged_checkpoints(self) -> list[str]:
+        """Move every checkpoint copy there (all damaged) aside as `checkpoint.damaged`
+        (never deleted, for an operator to look at); return where each went."""
+        places = [self.config.home, self.checkpointer.backup_dir()]
+        copies = [d / checkpoint_file.FILE_NAME for d in places if d is not None]
+        kept = [f"{path} kept aside as {move_aside(path, DAMAGED_SUFFIX)}"
+                for path in copies if path.is_file()]
+        self.state.recovery.problems.extend(kept)
+        return kept
 
     def _abandon(self, clean: bool = True, undo: NewChannel | None = None,
                  error: BaseException | None = None) -> None:

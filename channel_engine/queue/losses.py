@@ -111,7 +111,7 @@ class Losses:
                     f"checkpoint {item['generation']} are unknown: up to {bound} events may "
                     "come back (delivered again, at least once)", self._state.now_ms())
 
-    def record_state_damaged(self) -> None:
+    def record_state_damaged(self, kept: list[str]) -> None:
         """At open: every checkpoint copy there is damaged (channel_recovery.py queued every
         event of the logs again): the takes committed before may be delivered again, at most
         every event the rebuilt queue holds; recorded in the ledger (saved by the checkpoint
@@ -121,9 +121,10 @@ class Losses:
         recovery.events_may_come_back_at_most = max(recovery.events_may_come_back_at_most,
                                                     bound)
         damaged = "; ".join(p for p in recovery.problems if not p.endswith(": missing")
-                            and checkpoint_file.FILE_NAME in p)
+                            and checkpoint_file.FILE_NAME in p and p not in kept)
         self.ledger.record_state(
-            str(self._state.config.home), f"state_damaged: no readable checkpoint ({damaged}): "
+            str(self._state.config.home), f"state_damaged: no readable checkpoint ({damaged}; "
+            f"{'; '.join(kept)}): "
             "the queue is rebuilt from the logs, so takes committed before may come back: up "
             f"to {bound} events may be delivered again (at least once)", self._state.now_ms())
 

@@ -44,8 +44,10 @@ def _state_records(status: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_both_copies_damaged_records_the_takes_that_may_come_back(tmp_path: Path) -> None:
     config = _channel(tmp_path)
+    damaged = {}
     for path in _copies(config, tmp_path):
         _flip(path)
+        damaged[path] = path.read_bytes()
     with Channel.open(config) as channel:
         status = channel.status()
         problems = status["recovery"]["problems"]
@@ -58,6 +60,10 @@ def test_both_copies_damaged_records_the_takes_that_may_come_back(tmp_path: Path
         assert str(_copies(config, tmp_path)[0]) in record["cause"]
         assert status["health"] == "degraded" and "checkpoints were damaged" in \
             status["health_reason"]
+    for path, data in damaged.items():  # kept for the operator, never overwritten
+        aside = path.with_name(path.name + ".damaged")
+        assert aside.read_bytes() == data and str(aside) in record["cause"]
+        assert checkpoint_file.read(path).sequence  # the open's own, new checkpoint
     with Channel.open(config) as channel:  # recorded durably: a reopen is not healthy
         status = channel.status()
         assert len(_state_records(status)) == 1 and status["health"] == "degraded"
