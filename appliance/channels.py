@@ -31,9 +31,22 @@ channel_dirs.lock() after checking the row again (never by an open racing a dele
 by the engine's re-election of an owner: see channel_engine/channel.py), and deleted()
 tells a view whether an engine error came from a channel deleted under its request,
 which the API answers with 404 like any channel that does not exist. Only the create
-(manage_channels) makes a channel (Channel.create: it reports nothing missing); files made
-again for a row whose files are gone are a channel that existed (its home or volume
-wiped): the engine reports its lost state until an operator acknowledges it.
+(manage_channels) makes a channel (Channel.create: it reports nothing missing).
+
+Storage that vanished. A row whose channel's files are missing (its home or channel.json,
+a partition directory: Channel.missing_places) is never made again by an open: a volume
+not mounted (yet, or for a moment) would get a fresh, empty channel written on the root
+filesystem, hidden once the volume is back. The open raises StorageMissing naming the
+missing paths instead, and writes nothing: puts, takes and reads answer 503
+channel-storage-missing, the channel list and /metrics show the channel unhealthy with
+the reason, its page says what to do. Nothing is read either, even where one of several
+data dirs is intact: the engine opens a channel whole (a partition of it missing, it
+cannot say what the checkpoint's positions mean), and every intact file stays untouched,
+so a volume mounted again brings the channel back as it was, at its next request. Only the
+operator's word makes it again, empty where files are missing (recreate_storage, behind
+the API's, the UI's and manage.py's recreate): the engine is told the channel existed, so
+the loss of what was missing is recorded in the loss ledger and health is degraded until
+acknowledged.
 
 status_of() is what views of many channels use (the channel list, /metrics, the
 dashboard): a channel that cannot be opened or asked (its home unreadable, its key
@@ -48,7 +61,9 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -85,6 +100,7 @@ _seen: list[Any] = [None, 0.0]  # the generation close_stale() last ran under, w
 # connection of its own, cannot tell "not yet there" from "deleted" (module doc).
 _uncommitted: dict[str, tuple[Any, Any]] = {}
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def to_config(row: Channel) -> ChannelConfig:
@@ -153,26 +169,61 @@ def _check_export(row: Channel) -> None:
         raise ValidationError({"export_path": str(exc).removeprefix("path: ")}) from exc
 
 
+class StorageMissing(Exception):
+    """A channel's row is there and some of its files are not (module doc): nothing was
+    opened or written."""
+
+    def __init__(self, name: str, paths: list[Path]) -> None:
+        self.name, self.paths = name, [str(p) for p in paths]
+        super().__init__(f"channel {name!r}: its storage is missing: {', '.join(self.paths)} "
+                         "(a volume not mounted, or a directory removed); nothing is written "
+                         f"there until then. {STORAGE_ADVICE}")
+
+
+STORAGE_ADVICE = ("Mount the volume back (the channel comes back as it was), or recreate the "
+                  "channel empty, recording the loss.")
+
+
 def open_channel(row: Channel, create: bool = False, new: bool = False) -> EngineChannel:
     """This process's engine channel for a row, opened on first use or after a change;
-    ChannelGoneError if the row was deleted (or its channel recreated) meanwhile. `create`
-    (the API's change, under channel_dirs.lock()) makes missing directories; `new` (the
-    create of manage_channels, under that lock) makes the channel (Channel.create)."""
+    ChannelGoneError if the row was deleted (or its channel recreated) meanwhile,
+    StorageMissing if its files are missing (module doc). `create` (the API's change,
+    under channel_dirs.lock(), once its files were found there) makes missing directories;
+    `new` (the create of manage_channels, under that lock) makes the channel
+    (Channel.create)."""
     try:
         # a saved row's channel existed (made by its create): a change's open that finds
-        # its files gone reports the lost state, as the fallback below does
+        # its files gone reports the lost state
         return _open_row(row, create or row.pk is None, new,
                          existed=row.pk is not None and not new)
     except ChannelGoneError:
         if create or new or row.pk is None or deleted(row):
             raise
-    # the row is there, its files are not (a home removed by hand, a volume wiped: a
-    # channel is made only by manage_channels' create, which makes its files): made again
-    # under the directory lock, so never after a delete's removal began; the engine is
-    # told the channel existed, so the loss of its state is reported until acknowledged
+    missing = EngineChannel.missing_places(to_config(row))
+    if not missing:  # back meanwhile (a volume mounted again)
+        return _open_row(row, False, existed=True)
+    raise StorageMissing(row.name, missing)
+
+
+def recreate_storage(row: Channel) -> list[Path]:
+    """The operator's word: make a channel whose files are missing again, empty where they
+    are missing, and open it; return what was missing (nothing: nothing done). The engine
+    is told the channel existed, so it records the loss in the loss ledger. Under the
+    directory lock, so never racing a delete."""
+    close_channel(row.name)
     with transaction.atomic():
         channel_dirs.lock()
-        return _open_row(row, True, existed=True)
+        if deleted(row):
+            raise ChannelGoneError(f"channel {row.name!r} was deleted")
+        config = to_config(row)
+        missing = EngineChannel.missing_places(config)
+        if missing:
+            _open_row(row, True, existed=True)
+    still = EngineChannel.missing_places(config)
+    if still:  # another process owns it and makes nothing: it must let go first
+        close_channel(row.name)
+        raise StorageMissing(row.name, still)
+    return missing
 
 
 def _open_row(row: Channel, create: bool, new: bool = False,
@@ -226,13 +277,44 @@ def _maybe_uncommitted(name: str, version: Any) -> bool:
 def status_of(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
     """The engine's status of a channel, or None and why it cannot be had (whatever the
     open or the status raised: one broken channel must not break a page of them all)."""
+    status, why, _ = status_detail(row, segments)
+    return status, why
+
+
+def status_detail(row: Channel, segments: bool = False
+                  ) -> tuple[dict[str, Any] | None, str, list[str]]:
+    """status_of, and the paths missing when the reason is storage missing (else [])."""
+    return _asked(row, "status", lambda channel: channel.status(segments=segments))
+
+
+def offsets_of(row: Channel) -> tuple[list[tuple[int, int]] | None, str]:
+    """Each partition's (log start offset, last stable offset), or None and why (as
+    status_of): what a reader of the channel may see, without its whole status."""
+    offsets, why, _ = _asked(row, "offsets", lambda channel: channel.list_offsets())
+    return offsets, why
+
+
+def _asked(row: Channel, what: str, ask: Callable[[EngineChannel], T]
+           ) -> tuple[T | None, str, list[str]]:
     try:
-        return open_channel(row).status(segments=segments), ""
+        return ask(open_channel(row)), "", []
     except ValidationError as exc:  # the row's settings are no longer allowed
-        return None, "; ".join(exc.messages)
+        return None, "; ".join(exc.messages), []
+    except StorageMissing as exc:  # expected until the operator acts: no traceback
+        return None, str(exc), exc.paths
     except Exception as exc:
-        log.warning("channel %r: no status", row.name, exc_info=True)
-        return None, f"{type(exc).__name__}: {exc}"
+        log.warning("channel %r: no %s", row.name, what, exc_info=True)
+        return None, f"{type(exc).__name__}: {exc}", []
+
+
+def missing_storage(row: Channel) -> list[str]:
+    """The channel's files that are missing (Channel.missing_places), for manage.py's
+    recreate; none for a row whose settings are no longer allowed (it says that)."""
+    try:
+        config = to_config(row)
+    except ValidationError:
+        return []
+    return [str(p) for p in EngineChannel.missing_places(config)]
 
 
 def deleted(row: Channel) -> bool:

@@ -10,6 +10,10 @@ counts as scanned, matching or not. When retention deletes a partition's oldest 
 while it is scanned or tailed, the read goes on from the new log start (the error says
 where it is): nothing still kept is skipped.
 
+What a reader may see of each partition, from its log start offset up to its last stable
+offset, comes from channel.list_offsets(): one small round trip to the owner per search or
+tail request, never the channel's whole status().
+
 Bounds. A scan stops at `limit` hits, at `scan_limit` events scanned, once its hits hold
 `max_bytes` (keys, headers and bodies: a read's worth, DEFAULT_READ_BYTES, as the
 per-partition events API answers at most), or when its time budget is spent (checked
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -145,20 +149,13 @@ class _Backwards:
         return self.buffer[-1].offset + 1 if self.buffer else self.below
 
 
-def partition_ranges(status: Mapping[str, Any]) -> list[tuple[int, int]]:
-    """Each partition's (log start offset, last stable offset) in a channel's status():
-    what a reader may see. (The engine has no lighter way to ask; a caller that has the
-    status already passes these on, so one search asks once.)"""
-    return [(p["log_start_offset"], p["last_stable_offset"]) for p in status["partitions"]]
-
-
 def search(channel: Channel, partitions: Sequence[int], filters: Filters, bounds: Bounds,
            cursor: dict[int, int] | None = None,
            clock: Callable[[], float] = time.monotonic,
            ranges: list[tuple[int, int]] | None = None) -> SearchResult:
     """Scan `partitions` newest first (from `cursor`, else from their ends) for hits;
-    `ranges`: partition_ranges when the caller has them, else they are asked for."""
-    ranges = ranges or partition_ranges(channel.status())
+    `ranges`: channel.list_offsets() when the caller has them, else they are asked for."""
+    ranges = ranges or channel.list_offsets()
     tail = {p: ranges[p][1] for p in partitions}
     scans = [_Backwards(channel, p, ranges[p][0],
                         min(max((cursor or tail).get(p, ranges[p][0]), ranges[p][0]),
@@ -257,7 +254,7 @@ def read_after(channel: Channel, positions: dict[int, int], filters: Filters,
     first is asked for as many events as fit in what is left, going by the biggest event
     read so far, and for one at least, so every partition still moves on (the engine's read
     has an event count, not a byte count: the bound is an estimate, within one read)."""
-    ranges = partition_ranges(channel.status())
+    ranges = channel.list_offsets()
     runs: list[list[Event]] = []
     biggest = 0
     for p, position in positions.items():

@@ -4,6 +4,7 @@ API (appliance/api/channels.py, channel.py), the UI and manage.py create_channel
     create_channel(settings)     POST   /api/v1/channels
     change_channel(row, changes) PATCH  /api/v1/channels/{name}
     delete_channel(row, force)   DELETE /api/v1/channels/{name}?force=1
+    recreate_channel(row)        POST   /api/v1/channels/{name}/recreate
 
 A refusal is Refused (errors by field, and the HTTP status the API answers it with:
 appliance/api/handler.py makes it a problem; "error" is the key of what concerns no one
@@ -18,7 +19,10 @@ A change is applied live: every process reopens its handle on the channel
 when it sees the new settings, and ownership moves to a process that has
 them (channel_engine/channel.py). Changes that would strand events are refused
 with the reason: name, data_dirs and checkpoint_dir (the partition logs and the
-home live there), fewer partitions (keys would move). A refused create or change
+home live there), fewer partitions (keys would move); any change while the channel's
+files are missing (503 channel-storage-missing: its open would make them again).
+Recreating a channel whose files are missing (appliance.channels, "Storage that vanished")
+is the operator's explicit word, refused (409) when nothing is missing. A refused create or change
 writes nothing: no record, and no directory it made is left. Deleting a channel
 that holds untaken events is refused unless forced; a delete removes only the
 directories the channel owns and no other channel uses (channel_dirs.removable).
@@ -34,7 +38,9 @@ the change is refused (409).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,10 +53,12 @@ from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
     ChannelEngineError,
+    ChannelExistsError,
     ConfigError,
     SubscriptionBusyError,
     SubscriptionExistsError,
 )
+from channel_engine import Channel as EngineChannel
 
 EXPORT_START = "slowest"  # where a new export subscription starts (module doc)
 
@@ -62,11 +70,13 @@ PATH_SETTINGS = ("data_dirs", "checkpoint_dir", "backup_checkpoint_dir")
 
 
 class Refused(Exception):
-    """A create, change or delete that was not done: errors by field, and the HTTP status."""
+    """A create, change or delete that was not done: errors by field, the HTTP status, and
+    optionally the problem's slug and extension members (api/handler.py)."""
 
-    def __init__(self, errors: dict[str, list[str]], status: int = 400) -> None:
+    def __init__(self, errors: dict[str, list[str]], status: int = 400,
+                 slug: str | None = None, **extra: Any) -> None:
         super().__init__(errors)
-        self.errors, self.status = errors, status
+        self.errors, self.status, self.slug, self.extra = errors, status, slug, extra
 
 
 def _invalid(exc: ValidationError) -> Refused:
@@ -81,15 +91,36 @@ def _cannot_open(name: str, exc: Exception) -> Refused:
                               f"{exc}"]}, status=503)
 
 
-def _not_opened(name: str, exc: Exception, made: list[str]) -> Refused:
+def _not_opened(row: Channel, exc: Exception, made: list[str]) -> Refused:
     """Why a create or change the engine could not open was refused; removes the
     directories it made (a refused create or change leaves nothing behind)."""
+    name = row.name
     channels.close_channel(name)  # a handle opened on the way holds the files
     for directory in made:
-        shutil.rmtree(directory, ignore_errors=True)
+        if isinstance(exc, ChannelExistsError):  # files of another are there: keep them
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
     if isinstance(exc, ConfigError):  # a setting only the open could judge
         return Refused({exc.field: [exc.reason]})
+    if isinstance(exc, ChannelExistsError):
+        return _exists(row, exc)
     return _cannot_open(name, exc)
+
+
+def _exists(row: Channel, exc: ChannelExistsError) -> Refused:
+    """A create that found a channel's files where the new one goes (put there after the
+    directories were checked, or a channel of them still open elsewhere): 409 naming the
+    path, under the setting whose directory holds it."""
+    path = Path(exc.path).resolve()
+    setting = next(("data_dirs" if name == "partitions" else name
+                    for name, place in channel_dirs.dirs_of(row).own
+                    if path.is_relative_to(place)), "error")
+    return Refused({setting: [f"a channel's files are already at {exc.path} (nothing was "
+                              "created): choose another directory, or delete that "
+                              "channel first"]}, status=409, slug="channel-exists",
+                   path=exc.path)
 
 
 def create_channel(settings: dict[str, Any]) -> Channel:
@@ -113,7 +144,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
     except ValidationError as exc:
         raise _invalid(exc) from exc
     except (OSError, ChannelEngineError) as exc:
-        raise _not_opened(row.name, exc, made) from exc
+        raise _not_opened(row, exc, made) from exc
     return row
 
 
@@ -135,6 +166,7 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
         channels.to_config(row)
         with transaction.atomic():  # the change stands only if the channel opens with it
             channel_dirs.lock()
+            _check_storage(was)
             channel_dirs.check_others(row)
             channel_dirs.fresh(row, was)
             made = [d for d in channel_dirs.missing(row) if d not in row.owned_dirs]
@@ -150,9 +182,38 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
         field = ("kafka_subscription" if was.kafka_subscription != changes.get(
             "kafka_subscription", was.kafka_subscription) else "export_subscription")
         raise Refused({field: [str(exc)]}, status=409) from exc
+    except channels.StorageMissing as exc:
+        _restore(row, before)
+        raise Refused({"error": [str(exc)]}, status=503, slug="channel-storage-missing",
+                      paths=exc.paths) from exc
     except (OSError, ChannelEngineError) as exc:
         _restore(row, before)
-        raise _not_opened(row.name, exc, made) from exc
+        raise _not_opened(row, exc, made) from exc
+
+
+def _check_storage(was: Channel) -> None:
+    """Refuse a change of a channel whose files are missing: its open, which makes missing
+    directories, would make them again without the operator's word."""
+    try:
+        config = channels.to_config(was)
+    except ValidationError:
+        return  # settings no longer allowed: the change's own checks say so
+    missing = EngineChannel.missing_places(config)
+    if missing:
+        raise channels.StorageMissing(was.name, missing)
+
+
+def recreate_channel(row: Channel) -> list[Path]:
+    """Make a channel whose files are missing again, empty, recording the loss (module
+    doc); return the paths that were missing. Refused (409) when none is."""
+    try:
+        missing = channels.recreate_storage(row)
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
+    if not missing:
+        raise Refused({"error": [f"channel {row.name!r} has all its files: nothing to "
+                                 "recreate"]}, status=409)
+    return missing
 
 
 def _follow_drains(row: Channel, was: Channel | None) -> None:
@@ -195,7 +256,8 @@ def delete_channel(row: Channel, force: bool) -> list[Path]:
                           status=409) from exc
     try:
         untaken = channels.open_channel(row).status()["events_untaken"]
-    except (ChannelEngineError, OSError, ValidationError) as exc:  # a key file gone, say
+    except (ChannelEngineError, OSError, ValidationError,
+            channels.StorageMissing) as exc:  # a key file gone, say
         if not force:
             why = ("; ".join(exc.messages) if isinstance(exc, ValidationError)
                    else f"{type(exc).__name__}: {exc}")

@@ -16,6 +16,7 @@ from appliance.api.losses import LossesAcknowledgeView
 from appliance.api.metrics import MetricsView
 from appliance.api.runs import RunsView
 from appliance.api.search import ChannelEventsView
+from appliance.api.storage import ChannelRecreateView
 from appliance.api.subscriptions import (
     SubscriptionResetView,
     SubscriptionsView,
@@ -56,6 +57,8 @@ urlpatterns = [
          SubscriptionResetView.as_view(), name="subscription-reset"),
     path("api/v1/channels/<str:name>/losses/acknowledge", LossesAcknowledgeView.as_view(),
          name="losses-acknowledge"),
+    path("api/v1/channels/<str:name>/recreate", ChannelRecreateView.as_view(),
+         name="channel-recreate"),
     path("api/v1/channels/<str:name>/exports", ExportNowView.as_view(), name="export-now"),
     path("api/v1/channels/<str:name>/kafka-runs", KafkaRunNowView.as_view(),
          name="kafka-run-now"),

@@ -98,6 +98,7 @@ def main() -> None:
                                      checkpoint_dir=str(var / "channels/idle"),
                                      minimum_required_space=0, kafka_topic="idle",
                                      kafka_bootstrap="127.0.0.1:9")
+        channels.open_channel(row, new=True)  # its files, as manage_channels' create
         channel = channels.open_channel(row)
         with channel.put() as tx:
             for i in range(1_000):

@@ -68,6 +68,7 @@ from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.checkpointer import CheckpointResult
+from channel_engine.queue.home_files import missing_places
 from channel_engine.queue.operations import OwnerOperations
 from channel_engine.queue.put_batch import EncodedPut, Partitioner, encode
 from channel_engine.transaction import PutTransaction, TakeTransaction
@@ -122,10 +123,20 @@ class Channel:
                free_space: FreeSpace = free_bytes, owner_wait_ms: int = 30_000) -> Channel:
         """Make a new channel and open it as its owner: its directories, channel.json and
         first checkpoint. ChannelExistsError (nothing written) if its home or a partition
-        directory holds a channel's files, or another process owns it."""
+        directory holds a channel's files, or another process owns it; any other failure
+        removes what it wrote, so a retry is a create like the first
+        (queue/new_channel.py)."""
         channel = cls(config, False, clock, free_space, owner_wait_ms)
         channel._elect(True, new=True)
         return channel
+
+    @staticmethod
+    def missing_places(config: ChannelConfig) -> list[Path]:
+        """What this channel, if it exists, must have and has not: its home (or its
+        channel.json) and each partition directory (queue/home_files.py). A caller that
+        knows the channel exists refuses to open it with create=True while any is missing:
+        that would make an empty channel in their place (a volume not mounted, say)."""
+        return missing_places(config)
 
     @property
     def role(self) -> str:
@@ -160,8 +171,11 @@ class Channel:
                 try:
                     server = OwnerServer(owner)
                     server.start()
-                except BaseException:
-                    owner.close()
+                except BaseException as exc:
+                    if new:  # a create that failed leaves nothing to block a retry
+                        owner.discard_created(exc)
+                    else:
+                        owner.close()
                     raise
                 self._owner, self._server, self._client = owner, server, None
                 return
@@ -353,6 +367,11 @@ class Channel:
     def offsets_for_time(self, partition: int, timestamp: int) -> int | None:
         """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""
         return self._retrying(lambda b: b.offsets_for_time(partition, timestamp))
+
+    def list_offsets(self) -> list[tuple[int, int]]:
+        """Each partition's (log start offset, last stable offset): the offsets a read may
+        ask for, at the cost of one small round trip (not status())."""
+        return self._retrying(lambda b: b.list_offsets())
 
     # -- closing ----------------------------------------------------------------------------
     def __enter__(self) -> Channel:

@@ -17,6 +17,7 @@ problem (problems.py, answered by handler.py), the OpenAPI kit in schema.py.
     GET, DELETE    .../subscriptions/{sub},                             (reading),
     POST           .../subscriptions/{sub}/reset                        admin
     POST           .../{name}/losses/acknowledge           losses       admin
+    POST           .../{name}/recreate (files missing)     storage      admin
     POST           .../{name}/exports                      exports      admin
     POST           .../{name}/kafka-runs                   kafka        admin
     GET            /api/v1/runs                            runs         admin

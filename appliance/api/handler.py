@@ -31,12 +31,17 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
     DiskSpaceError                                503     disk-space-low       retry_after
     DiskFullError                                 507     disk-full            retry_after
     StorageError, LogOfflineError                 503     channel-write-failed retry_after
+    StorageMissing (appliance.channels), and     503     channel-storage-     paths
+      ChannelGoneError, LogDirectoryError of a            missing
+      channel whose row is there and files not
     ChannelLockedError, ChannelClosedError,       503     channel-owner-       retry_after
       OwnerLostError                                      changing
     CorruptRecordError, CorruptIndexError,        500     channel-damaged      logged with
       CorruptStateError                                                        its traceback
+    ChannelExistsError                            409     channel-exists       path
     Refused (appliance.manage_channels)           400     invalid-setting      field
                                                   409     channel-conflict     field, if one
+                                                  409     channel-exists       field, path
                                                   503     channel-cannot-open
     EventError (appliance.event_parsing)          400     invalid-event        index, field
     BrokerUnavailable (appliance.exports)         503     broker-unavailable   retry_after
@@ -72,6 +77,7 @@ from channel_engine import (
     BatchTooLargeError,
     ChannelClosedError,
     ChannelEngineError,
+    ChannelExistsError,
     ChannelFullError,
     ChannelGoneError,
     ChannelLockedError,
@@ -81,6 +87,7 @@ from channel_engine import (
     DiskFullError,
     DiskSpaceError,
     InvalidEventError,
+    LogDirectoryError,
     LogOfflineError,
     OffsetOutOfRangeError,
     OwnerLostError,
@@ -92,6 +99,7 @@ from channel_engine import (
     TransactionCapacityError,
     UnknownSubscriptionError,
 )
+from channel_engine import Channel as EngineChannel
 
 log = logging.getLogger(__name__)
 NON_FIELD = "non_field_errors"  # DRF's key for errors of no one field
@@ -118,6 +126,12 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
     # an engine error, or the OSError of a file path a delete just renamed away
     if isinstance(exc, (ChannelEngineError, OSError)) and _channel_gone(exc, view):
         return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
+    if isinstance(exc, (ChannelGoneError, LogDirectoryError)):  # its row is there: its
+        missing = _missing_under(view)  # files went under an open handle
+        if missing is not None:
+            return _storage_missing(missing)
+        if isinstance(exc, ChannelGoneError):  # all there: replaced by a new channel
+            return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
     for kind, convert in _CONVERTERS:
         if isinstance(exc, kind):
             return convert(exc)
@@ -127,13 +141,30 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
 def _channel_gone(exc: Exception, view: Any) -> bool:
     """Was the channel of the request deleted (or recreated) under it? Then any engine
     error is answered as for a channel there is not."""
-    if isinstance(exc, ChannelGoneError):
-        return True
     row = getattr(view, "row", None)
     if isinstance(row, Channel):
         return channels.deleted(row)
     name = getattr(view, "kwargs", {}).get("name")
-    return isinstance(name, str) and not Channel.objects.filter(name=name).exists()
+    if isinstance(name, str):
+        return not Channel.objects.filter(name=name).exists()
+    return isinstance(exc, ChannelGoneError)
+
+
+def _missing_under(view: Any) -> channels.StorageMissing | None:
+    """The storage missing of the view's channel, whose files went (or were made again)
+    while this process had it open. The handle is let go of either way: the next request
+    opens the channel afresh (and says the same while its files are missing)."""
+    row = getattr(view, "row", None)
+    if not isinstance(row, Channel):
+        return None
+    channels.close_channel(row.name)
+    missing = EngineChannel.missing_places(channels.to_config(row))
+    return channels.StorageMissing(row.name, missing) if missing else None
+
+
+def _storage_missing(exc: channels.StorageMissing) -> Problem:
+    log.warning("%s", exc)
+    return Problem(503, "channel-storage-missing", str(exc), paths=exc.paths)
 
 
 def _validation(exc: exceptions.ValidationError) -> Problem:
@@ -183,8 +214,8 @@ def _refused(exc: Refused) -> Problem:
     fields = {k: v for k, v in exc.errors.items() if k not in ("error", "__all__")}
     detail = "; ".join(f"{name}: {' '.join(messages)}" if name in fields
                        else " ".join(messages) for name, messages in exc.errors.items())
-    return Problem(exc.status, REFUSED.get(exc.status, "channel-conflict"), detail,
-                   field=next(iter(fields), None), errors=fields or None)
+    return Problem(exc.status, exc.slug or REFUSED.get(exc.status, "channel-conflict"),
+                   detail, field=next(iter(fields), None), errors=fields or None, **exc.extra)
 
 
 _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
@@ -209,6 +240,7 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
     (SubscriptionExistsError, lambda exc: Problem(409, "subscription-exists", str(exc),
                                                   field="name")),
     (SubscriptionBusyError, lambda exc: Problem(409, "subscription-busy", str(exc))),
+    (ChannelExistsError, lambda exc: Problem(409, "channel-exists", str(exc), path=exc.path)),
     (ChannelFullError, _engine_busy(503, "channel-full", "")),
     (DiskSpaceError, _engine_busy(503, "disk-space-low", "")),
     (DiskFullError, _engine_busy(507, "disk-full", "the disk is full, nothing was written: ")),
@@ -219,6 +251,7 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
         503, "channel-owner-changing", "the channel is changing owner, try again: ", loud=True)),
     ((CorruptRecordError, CorruptIndexError, CorruptStateError), _damaged),
     (Refused, _refused),
+    (channels.StorageMissing, _storage_missing),
     (EventError, lambda exc: Problem(400, "invalid-event", str(exc), index=exc.index,
                                      field=exc.field)),
     (BrokerUnavailable, lambda exc: retry_later(

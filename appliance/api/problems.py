@@ -11,7 +11,9 @@ status), `detail` (this occurrence, in words). Extension members, only where the
 `field` (the request field or setting at fault), `index` (the event at fault in a produce
 batch, 0-based), `errors` (every field at fault: name -> messages), `retry_after` (seconds;
 the `Retry-After` header says the same), `request_id` (5xx: appliance/request_id.py), and
-for an offset range `log_start_offset`, `log_end_offset`, `last_stable_offset`.
+for an offset range `log_start_offset`, `log_end_offset`, `last_stable_offset`; `path`
+(the file or directory at fault: channel-exists), `paths` (those missing:
+channel-storage-missing).
 
 A view refuses by raising Problem; appliance/api/handler.py turns every other exception
 into one. The slugs and titles below are the whole catalogue (README, "API errors").
@@ -51,6 +53,7 @@ TITLES = {
     # the channel's state
     "channel-not-found": "Channel not found",
     "channel-conflict": "Conflict with the channel's state",
+    "channel-exists": "A channel's files are there already",
     "take-expired": "Take no longer open",
     "take-committed": "Take already committed",
     "subscription-not-found": "Subscription not found",
@@ -63,6 +66,7 @@ TITLES = {
     "channel-write-failed": "Channel write failed",
     "channel-owner-changing": "Channel owner changing",
     "channel-cannot-open": "Channel cannot be opened",
+    "channel-storage-missing": "Channel storage missing",
     "channel-damaged": "Channel damaged",
     # the appliance
     "broker-unavailable": "Task broker unavailable",

@@ -34,6 +34,10 @@ class ProblemSerializer(serializers.Serializer):
                                            help_text="seconds to wait (as Retry-After)")
     request_id = serializers.CharField(required=False,
                                        help_text="5xx: the id the appliance logged it under")
+    path = serializers.CharField(required=False,
+                                 help_text="the file or directory at fault on the appliance")
+    paths = serializers.ListField(child=serializers.CharField(), required=False,
+                                  help_text="the channel's files or directories missing")
 
     class Meta:
         ref_name = "Problem"

@@ -4,8 +4,8 @@ back to the channel page with a message saying what happened.
 Checkpoint, flush and retention run here and now through the same Celery task bodies the
 scheduler uses (task.apply): the same single-flight lock, TaskRun record and retries.
 An export runs for minutes, so it is queued for a worker and its progress shows on the
-page. Destructive actions ask first: revoking, resetting or removing a subscription in the
-browser, deleting on its own page.
+page. Destructive actions ask first: revoking, resetting or removing a subscription and
+recreating a channel whose files are missing in the browser, deleting on its own page.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from appliance import channels, exports, kafka_sinks, manage_subscriptions, tasks
-from appliance.manage_channels import Refused, change_channel, delete_channel
+from appliance.manage_channels import Refused, change_channel, delete_channel, recreate_channel
 from appliance.models import ApiToken, Channel, ExportRun, KafkaRun
 from appliance.ui import state
 from appliance.ui.access import operator_required
@@ -119,6 +119,25 @@ def acknowledge_losses(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @operator_required
+def recreate(request: HttpRequest, name: str) -> HttpResponse:
+    """Make a channel whose files are missing again, empty, recording the loss (asked first
+    in the browser; appliance.channels, "Storage that vanished")."""
+    row = get_object_or_404(Channel, name=name)
+    try:
+        missing = recreate_channel(row)
+    except Refused as refused:
+        messages.error(request, " ".join(m for ms in refused.errors.values() for m in ms))
+    except channels.StorageMissing as exc:
+        messages.error(request, f"Not recreated: {exc}")
+    else:
+        messages.success(request, f"Channel recreated empty where its files were missing "
+                                  f"({', '.join(map(str, missing))}); the loss is recorded: "
+                                  "acknowledge it once dealt with.")
+    return redirect("ui:channel", name=name)
+
+
+@require_POST
+@operator_required
 def create_token(request: HttpRequest, name: str) -> HttpResponse:
     """Issue a token on this channel; its key is shown once."""
     row = get_object_or_404(Channel, name=name)
@@ -162,7 +181,7 @@ def delete(request: HttpRequest, name: str) -> HttpResponse:
     """Ask, then delete the channel and its files. Untaken events need force, and so does a
     channel that cannot be opened (its untaken events cannot be counted)."""
     row = get_object_or_404(Channel, name=name)
-    status, unreadable = state.engine_status(row)
+    status, unreadable, _ = state.engine_status(row)
     context: dict[str, Any] = {"row": row, "unreadable": unreadable,
                                "untaken": status["events_untaken"] if status else None}
     if request.method != "POST":

@@ -117,8 +117,8 @@ def _row(event: Event, page: Budget) -> dict[str, Any]:
 def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
             query: QueryDict) -> HttpResponse:
     context["mode"] = "search"
-    status, why = channels.status_of(row)
-    if status is None:  # the channel page says the same: the page stands, the reason shown
+    ranges, why = channels.offsets_of(row)
+    if ranges is None:  # the channel page says the same: the page stands, the reason shown
         context["unavailable"] = why
         return render(request, TEMPLATE, context, status=503)
     try:
@@ -131,7 +131,7 @@ def _search(request: HttpRequest, row: Channel, context: dict[str, Any],
         return render(request, TEMPLATE, context, status=400)
     result = event_search.search(channels.open_channel(row), search.partitions,
                                  search.filters, search.bounds, search.cursor,
-                                 ranges=event_search.partition_ranges(status))
+                                 ranges=ranges)
     context["events"] = rows(result.hits)
     context["scan"] = {**event_search.describe(result),
                        "done": result.total - result.remaining,

@@ -13,9 +13,11 @@ RECENT = 20
 RUNS_READ = 500  # task runs read for the page: idle ones folded, RECENT busy ones shown
 
 
-def engine_status(row: Channel, segments: bool = False) -> tuple[dict[str, Any] | None, str]:
-    """The engine's status of a channel, or None and why it could not be had."""
-    return channels.status_of(row, segments)
+def engine_status(row: Channel, segments: bool = False
+                  ) -> tuple[dict[str, Any] | None, str, list[str]]:
+    """The engine's status of a channel, or None and why it could not be had, and the
+    paths missing when its storage is (channels.status_detail)."""
+    return channels.status_detail(row, segments)
 
 
 def export_lag(row: Channel, status: dict[str, Any],
@@ -42,8 +44,8 @@ def export_lag(row: Channel, status: dict[str, Any],
 
 def dashboard_row(row: Channel) -> dict[str, Any]:
     """One line of the dashboard."""
-    status, error = engine_status(row)
-    line: dict[str, Any] = {"row": row, "status": status, "error": error,
+    status, error, missing = engine_status(row)
+    line: dict[str, Any] = {"row": row, "status": status, "error": error, "missing": missing,
                             "charts": charts.channel_charts(row.name)}
     if status is not None:
         line["export"] = export_lag(row, status)
@@ -52,9 +54,10 @@ def dashboard_row(row: Channel) -> dict[str, Any]:
 
 def channel_state(row: Channel) -> dict[str, Any]:
     """Everything the channel page's status part shows."""
-    status, error = engine_status(row, segments=True)
+    status, error, missing = engine_status(row, segments=True)
     state: dict[str, Any] = {
-        "row": row, "status": status, "error": error,
+        "row": row, "status": status, "error": error, "missing": missing,
+        "advice": channels.STORAGE_ADVICE,
         "charts": charts.channel_charts(row.name, charts.LARGE),
         "runs": run_records.recent(TaskRun.objects.filter(channel=row.name)[:RUNS_READ],
                                    RECENT),

@@ -33,6 +33,7 @@ urlpatterns = [
     path("channels/<str:name>/verify", actions.verify, name="verify"),
     path("channels/<str:name>/losses/acknowledge", actions.acknowledge_losses,
          name="losses-acknowledge"),
+    path("channels/<str:name>/recreate", actions.recreate, name="recreate"),
     path("channels/<str:name>/subscriptions", actions.subscription_add,
          name="subscription-add"),
     path("channels/<str:name>/subscriptions/<str:sub>/reset", actions.subscription_reset,

@@ -209,6 +209,10 @@ class OwnerClient:
         """Kafka's offsetsForTimes for one partition."""
         return self._request(protocol.OFFSETS_FOR_TIME, partition, timestamp)
 
+    def list_offsets(self) -> list[tuple[int, int]]:
+        """Kafka's ListOffsets (earliest, and latest read-committed) of every partition."""
+        return self._request(protocol.LIST_OFFSETS)
+
     def status(self, segments: bool = False) -> dict[str, Any]:
         """The owner's status (with segment tables when `segments`)."""
         return self._request(protocol.STATUS, segments)

@@ -40,6 +40,8 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     status            [segments]                         the status map (channel_status.py)
     read              [partition, offset, max events]    events as for take_events
     offsets_for_time  [partition, timestamp]             offset or None
+    list_offsets      []                                 [[log start offset, last stable
+                                                          offset], ...] per partition
     acknowledge_losses
                       []                                 loss records acknowledged (int)
     subscriptions     []                                 names, `default` first
@@ -163,6 +165,11 @@ def _nothing(_value: Any) -> None:
     return None
 
 
+def _pairs(rows: list[list[Any]]) -> list[tuple[int, int]]:
+    """(a, b) pairs back from a reply."""
+    return [(int(a), int(b)) for a, b in rows]
+
+
 def _ranges(rows: list[list[Any]]) -> list[tuple[int, int, int]]:
     """(partition, a, b) triples back from a reply."""
     return [(int(p), int(a), int(b)) for p, a, b in rows]
@@ -220,6 +227,7 @@ COMMIT_TAKE = Op("commit_take", _nothing, takes="ends")
 ROLLBACK_TAKE = Op("rollback_take", _nothing, takes="ends")
 READ = Op("read", events_from_wire, events_to_wire)
 OFFSETS_FOR_TIME = Op("offsets_for_time", _optional_int)
+LIST_OFFSETS = Op("list_offsets", _pairs)
 STATUS = Op("status", dict)
 FLUSH = Op("flush", _nothing)
 FLUSH_IF_DUE = Op("flush_if_due", bool)
@@ -234,6 +242,6 @@ RESET_SUBSCRIPTION = Op("reset_subscription", _nothing)
 
 OPERATIONS: dict[str, Op[Any]] = {op.name: op for op in (
     COMMIT_BATCHES, COUNT_ROLLBACK, COUNT_FAILED_PUT, BEGIN_TAKE, TAKE_EVENTS, RESERVE_RANGES,
-    COMMIT_TAKE, ROLLBACK_TAKE, READ, OFFSETS_FOR_TIME, STATUS, FLUSH, FLUSH_IF_DUE,
+    COMMIT_TAKE, ROLLBACK_TAKE, READ, OFFSETS_FOR_TIME, LIST_OFFSETS, STATUS, FLUSH, FLUSH_IF_DUE,
     CHECKPOINT, CHECKPOINT_IF_DUE, APPLY_RETENTION, ACKNOWLEDGE_LOSSES, SUBSCRIPTIONS,
     ADD_SUBSCRIPTION, REMOVE_SUBSCRIPTION, RESET_SUBSCRIPTION)}

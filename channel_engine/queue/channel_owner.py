@@ -31,8 +31,11 @@ copy is damage, kept aside by `recover`) of a channel that existed — a log hol
 or the caller says so (`existed`: the appliance, whose database knows the channel; a
 channel.json alone may be a config saved for the first open) — records it in the loss
 ledger (state_missing): health is not "healthy" until an operator acknowledges it, across
-reopens. `recover` (force_recovery) records nothing: it is the operator's repair, and
-prints what it cost.
+reopens. One that finds a copy but none readable (every copy damaged: a CRC, a torn write)
+rebuilds the queue from the logs, keeps each damaged copy aside (`checkpoint.damaged`) and
+records that too (state_damaged: committed takes may be delivered again, up to every event
+the rebuilt queue holds). `recover` (force_recovery)
+records nothing: it is the operator's repair, and prints what it cost.
 
 Thread-safe. One lock guards the queue state; appends to one partition are
 serialised by that partition's lock; fsyncs happen outside both
@@ -47,10 +50,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from channel_engine.atomic_file import move_aside
 from channel_engine.disk_space import FreeSpace, free_bytes
 from channel_engine.encryption import BatchSealer, KeyRing
 from channel_engine.errors import ChannelEngineError, OffsetOutOfRangeError
 from channel_engine.event import Event
+from channel_engine.filenames import DAMAGED_SUFFIX
 from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData, fetch
 from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
@@ -65,6 +70,7 @@ from channel_engine.queue.home_lock import HomeLock
 from channel_engine.queue.home_setup import prepare_home
 from channel_engine.queue.loss_ledger import LossLedger
 from channel_engine.queue.losses import Losses
+from channel_engine.queue.new_channel import NewChannel
 from channel_engine.queue.put_batch import Batches
 from channel_engine.queue.puts import Puts
 from channel_engine.queue.subscription import DEFAULT
@@ -90,6 +96,7 @@ class ChannelOwner:
                                      self.losses, self.checkpointer)
         self._subscriptions = Subscriptions(self.state, self.takes, self.checkpointer,
                                             self.losses)
+        self._made: NewChannel | None = None  # this open created the channel
 
     # -- opening and closing ----------------------------------------------------------------
     @classmethod
@@ -107,19 +114,31 @@ class ChannelOwner:
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space)
+        made = NewChannel(config) if new else None  # a failed create leaves nothing
         try:
-            channel._open(force_recovery, create or new, new, existed)
-        except BaseException:
-            channel._abandon()
+            channel._open(force_recovery, create or new, made, existed)
+        except BaseException as exc:
+            channel._abandon(undo=made, error=exc)
             raise
+        channel._made = made
         return channel
 
-    def _open(self, force_recovery: bool = False, create: bool = True, new: bool = False,
-              existed: bool = False) -> None:
+    def discard_created(self, error: BaseException) -> None:
+        """Close a channel this open has just created and remove its files, as a failed
+        create does (Channel.create, when what follows the open fails)."""
+        assert self._made is not None, "only a channel this open created is discarded"
+        with self.state.lock:
+            self.state.closing = True
+        self.state.closed = True
+        self._abandon(undo=self._made, error=error)
+
+    def _open(self, force_recovery: bool = False, create: bool = True,
+              made: NewChannel | None = None, existed: bool = False) -> None:
         config = self.config
         home = config.home
+        new = made is not None
         strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create,
-                                                new)
+                                                made)
         log_config = config.log_config()
         keys = None
         if config.encryption_key_file is not None:
@@ -166,16 +185,33 @@ class ChannelOwner:
         self.losses.count(restored.lost, at_open=True)  # before the checkpoint below
         self.losses.recount_lost()
         self.losses.count_unknown_journals()  # recorded before the checkpoint below hides it
-        if restored.report.checkpoint_absent and not (new or self.read_only or force_recovery) \
-                and (existed or any(log.log_end_offset for log in self.state.logs)):
-            self.losses.record_state_missing()  # before the checkpoint below hides it
+        report = restored.report
+        if report.checkpoint_source is None and not (new or self.read_only or force_recovery):
+            if not report.checkpoint_absent:  # a copy is there, none readable: damage
+                kept = self._keep_damaged_checkpoints()  # the checkpoint below replaces them
+                self.losses.record_state_damaged(kept)
+            elif existed or any(log.log_end_offset for log in self.state.logs):
+                self.losses.record_state_missing()
         if not self.read_only:
             self.checkpointer.sequence = restored.next_generation - 1
             self.takes.start_ids(restored.next_generation)  # ids never repeat across owners
             self.checkpoint()  # the replayed state becomes the new base; old journals go
 
-    def _abandon(self, clean: bool = True) -> None:
-        """Release what a failed open acquired (clean=False: write nothing while at it)."""
+    def _keep_damaged_checkpoints(self) -> list[str]:
+        """Move every checkpoint copy there (all damaged) aside as `checkpoint.damaged`
+        (never deleted, for an operator to look at); return where each went."""
+        places = [self.config.home, self.checkpointer.backup_dir()]
+        copies = [d / checkpoint_file.FILE_NAME for d in places if d is not None]
+        kept = [f"{path} kept aside as {move_aside(path, DAMAGED_SUFFIX)}"
+                for path in copies if path.is_file()]
+        self.state.recovery.problems.extend(kept)
+        return kept
+
+    def _abandon(self, clean: bool = True, undo: NewChannel | None = None,
+                 error: BaseException | None = None) -> None:
+        """Release what a failed open acquired (clean=False: write nothing while at it);
+        `undo`: a failed create, whose files go before the lock does (new_channel.py), what
+        cannot be removed noted on `error`."""
         for log in self.state.logs:
             try:
                 log.close(clean=clean)
@@ -183,6 +219,11 @@ class ChannelOwner:
                 pass
         if self.state.journal is not None:
             self.state.journal.close()
+        if undo is not None:
+            left = undo.undo()
+            if left and error is not None:
+                error.add_note("the failed create left (remove by hand before retrying): "
+                               + "; ".join(left))
         self.home_lock.release()
 
     def __enter__(self) -> ChannelOwner:
@@ -289,6 +330,14 @@ class ChannelOwner:
         """Earliest offset of a partition with a timestamp >= `timestamp` (Kafka's)."""
         self.state.check_partition(partition)
         return self.state.logs[partition].offsets_for_time(timestamp)
+
+    def list_offsets(self) -> list[tuple[int, int]]:
+        """Each partition's (log start offset, last stable offset), as `read` bounds it: a
+        reader's range, without the rest of status() (Kafka's ListOffsets, read committed)."""
+        with self.state.lock:
+            return [(log.log_start_offset,
+                     log.high_watermark if self.read_only else self.state.visible_end(p))
+                    for p, log in enumerate(self.state.logs)]
 
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at (ChannelStatus.status)."""

@@ -83,6 +83,18 @@ def not_regular(config: ChannelConfig) -> list[Path]:
     return [p for p in places if os.path.lexists(p) and not p.is_file()]
 
 
+def missing_places(config: ChannelConfig) -> list[Path]:
+    """What a channel that exists must have and has not: its home (or the home's
+    channel.json) and each partition directory. A backup checkpoint directory is not among
+    them (the primary checkpoint is the channel's; the backup is rewritten at each
+    checkpoint). Reads, changes nothing."""
+    home = config.home
+    missing = [home] if not home.is_dir() else \
+        [home / CONFIG_FILE] if not (home / CONFIG_FILE).is_file() else []
+    return missing + [d for d in map(config.partition_dir, range(config.partitions))
+                      if not d.is_dir()]
+
+
 def _our_directories(config: ChannelConfig | None) -> set[Path]:
     if config is None:
         return set()

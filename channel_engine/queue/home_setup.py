@@ -15,7 +15,8 @@ A new channel (Channel.create: the creator's word, `new`) is checked to be one, 
 lock and before anything is written: no channel.json, checkpoint (either copy), commit
 journal or losses.json in its home, and nothing in its partition directories; else
 ChannelExistsError. Only then does its open report no missing checkpoint: an open cannot
-tell a channel made now from one whose home and data were wiped together.
+tell a channel made now from one whose home and data were wiped together. A create that
+fails after this check removes what it wrote (new_channel.py), so a retry is not refused.
 
 Concurrency: runs once per open, before any other thread can use the owner;
 the home lock (home_lock.py) keeps a second owner out.
@@ -32,13 +33,15 @@ from channel_engine.queue import commit_journal
 from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.queue.home_files import LOSSES_FILE, find_strays, not_regular
 from channel_engine.queue.home_lock import HomeLock
+from channel_engine.queue.new_channel import NewChannel
 
 
 def prepare_home(config: ChannelConfig, home_lock: HomeLock, read_only: bool,
-                 create: bool, new: bool = False) -> tuple[list[str], int]:
+                 create: bool, new: NewChannel | None = None) -> tuple[list[str], int]:
     """Make (with `create`), lock and tidy the home (with `new`, check that no channel is
-    there first); return the recovery report's lines and how many partitions were saved
-    before (their directories must exist)."""
+    there first, and mark the create as one whose files a failure may remove); return the
+    recovery report's lines and how many partitions were saved before (their directories
+    must exist)."""
     home = config.home
     strays: list[str] = []
     saved_partitions = config.partitions  # partitions whose directory must exist
@@ -51,8 +54,9 @@ def prepare_home(config: ChannelConfig, home_lock: HomeLock, read_only: bool,
         except OSError as exc:  # a file in its place, say
             raise UnusableFileError(home, "the channel's home directory", exc) from exc
         strays = home_lock.take()
-        if new:
+        if new is not None:
             _check_new(config)
+            new.checked = True  # from here on, what is written in these places is ours
     else:
         home_lock.check_not_deleted()
         try:

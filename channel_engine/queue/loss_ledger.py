@@ -24,7 +24,9 @@ losses.json, in the channel home, written atomically (atomic_file) on every chan
                                      events of put commits cut are recorded by partition,
                                      cause "journal_cut: ..."), see cause; -3: an open found no
                                      checkpoint of a channel that existed (its home wiped:
-                                     the queue state is gone, cause "state_missing: ...")
+                                     the queue state is gone, cause "state_missing: ..."),
+                                     or none readable (every copy damaged: committed
+                                     takes may come back, cause "state_damaged: ...")
       start, end        int          offsets [start, end) the log can no longer deliver
                                      (partition -2: both the journal's generation)
       events            int          how many of them were not yet taken when the channel
@@ -239,9 +241,10 @@ class LossLedger:
             self._append(record)
             return record
 
-    def record_state_missing(self, home: str, cause: str, now_ms: int) -> LossRecord:
-        """Record that an open found no checkpoint of a channel that existed: events 0 (the
-        ones the logs still hold are queued again; the cause says what cannot be counted)."""
+    def record_state(self, home: str, cause: str, now_ms: int) -> LossRecord:
+        """Record that an open found no checkpoint of a channel that existed, or none
+        readable: events 0 (the ones the logs still hold are queued again; the cause says
+        what cannot be counted, or how many may be delivered again)."""
         with self._lock:
             record = LossRecord(0, STATE_PARTITION, 0, 0, 0, home, 0, 0, cause, now_ms)
             self._append(record)
@@ -330,6 +333,9 @@ def _where(record: LossRecord) -> str:
         return "the loss ledger"
     if record.partition == JOURNAL_PARTITION:
         return f"commit journal {Path(record.path).name} (taken events may come back)"
+    if record.partition == STATE_PARTITION and record.cause.startswith("state_damaged"):
+        return f"the queue state of {record.path} (its checkpoints were damaged: taken " \
+               "events may come back)"
     if record.partition == STATE_PARTITION:
         return f"the queue state of {record.path} (its checkpoints were gone)"
     return f"partition {record.partition} offsets {record.start}..{record.end - 1}"

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from operator import methodcaller
 
 from channel_engine.log.recovery import LostRange
+from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
 from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.home_lock import HomeLock
@@ -110,12 +111,29 @@ class Losses:
                     f"checkpoint {item['generation']} are unknown: up to {bound} events may "
                     "come back (delivered again, at least once)", self._state.now_ms())
 
+    def record_state_damaged(self, kept: list[str]) -> None:
+        """At open: every checkpoint copy there is damaged (channel_recovery.py queued every
+        event of the logs again): the takes committed before may be delivered again, at most
+        every event the rebuilt queue holds; recorded in the ledger (saved by the checkpoint
+        that ends the open), so health says so until an operator acknowledges it."""
+        recovery = self._state.recovery
+        bound = self._state.backlog()  # the most any one subscription may see again
+        recovery.events_may_come_back_at_most = max(recovery.events_may_come_back_at_most,
+                                                    bound)
+        damaged = "; ".join(p for p in recovery.problems if not p.endswith(": missing")
+                            and checkpoint_file.FILE_NAME in p and p not in kept)
+        self.ledger.record_state(
+            str(self._state.config.home), f"state_damaged: no readable checkpoint ({damaged}; "
+            f"{'; '.join(kept)}): "
+            "the queue is rebuilt from the logs, so takes committed before may come back: up "
+            f"to {bound} events may be delivered again (at least once)", self._state.now_ms())
+
     def record_state_missing(self) -> None:
         """At open: no valid checkpoint of a channel that existed (channel_owner.py): its
         queue state is gone; recorded in the ledger (saved by the checkpoint that ends the
         open), so health says so until an operator acknowledges it."""
         home = self._state.config.home
-        self.ledger.record_state_missing(
+        self.ledger.record_state(
             str(home), f"state_missing: no valid checkpoint in {home} (nor its backup) for a "
             "channel that existed: its queue state is gone; every event its logs still hold "
             "is queued again (takes committed before may come back: at least once), and "

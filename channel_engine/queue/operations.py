@@ -71,6 +71,10 @@ class OwnerOperations(Protocol):
         """Earliest offset of a partition with a timestamp >= `timestamp`."""
         ...
 
+    def list_offsets(self) -> list[tuple[int, int]]:
+        """Each partition's (log start offset, last stable offset): what a reader may see."""
+        ...
+
     def status(self, segments: bool = False) -> dict[str, Any]:
         """Everything an operator looks at, as JSON-serialisable data."""
         ...

@@ -245,7 +245,7 @@ def _api_routes() -> list[tuple[str, Any]]:
 
 def test_every_api_view_is_an_api_view() -> None:
     routes = _api_routes()
-    assert len(routes) == 16, routes
+    assert len(routes) == 17, routes
     for route, view in routes:
         assert issubclass(view, ApiView), route
         assert view.role in ("produce", "consume", "admin"), route
@@ -254,7 +254,7 @@ def test_every_api_view_is_an_api_view() -> None:
 def test_every_route_naming_a_channel_answers_404_problem_for_an_unknown_one() -> None:
     client = token_client("admin")
     named = [route for route, _ in _api_routes() if "<str:name>" in route]
-    assert len(named) == 13, named
+    assert len(named) == 14, named
     for route, view in _api_routes():
         if "<str:name>" not in route:
             continue

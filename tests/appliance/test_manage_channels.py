@@ -236,6 +236,9 @@ def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
     channels.close_all()
     shutil.rmtree(root / "orders")
     shutil.rmtree(root / "data")
+    # never made again by itself (test_storage_missing.py): the operator's recreate
+    problem(client.get("/api/v1/channels/orders"), 503, "channel-storage-missing")
+    assert client.post("/api/v1/channels/orders/recreate").status_code == 200
     status = client.get("/api/v1/channels/orders").json()["status"]
     assert any("no valid checkpoint" in p for p in status["recovery"]["problems"]), status
     assert [r["partition"] for r in status["losses"]["records"]] == [-3]
@@ -248,10 +251,11 @@ def test_a_new_channel_shows_no_recovery_problem_and_a_wiped_one_is_not_healthy(
     assert page.status_code == 200 and "queue state (checkpoints gone)" in page.content.decode()
 
 
-def test_a_settings_change_that_finds_the_files_wiped_reports_the_lost_state(
+def test_a_settings_change_that_finds_the_files_wiped_is_refused_until_recreated(
         root: Path) -> None:
-    """A change's open makes missing files too: it must not make a wiped channel look new
-    (its first checkpoint would hide the wipe for good)."""
+    """A change's open makes missing files: it must not make a wiped channel again (nor
+    look new: its first checkpoint would hide the wipe for good). Refused until the
+    operator's recreate, which reports the lost state."""
     client = admin()
     assert create(client, root).status_code == 201
     produced = client.post("/api/v1/channels/orders/events", {"events": [{"body": "a"}]},
@@ -260,8 +264,82 @@ def test_a_settings_change_that_finds_the_files_wiped_reports_the_lost_state(
     channels.close_all()
     shutil.rmtree(root / "orders")
     shutil.rmtree(root / "data")
+    refused = client.patch("/api/v1/channels/orders", {"capacity": 5_000_000}, format="json")
+    problem(refused, 503, "channel-storage-missing")
+    assert not (root / "orders").exists() and not (root / "data").exists()
+    assert client.post("/api/v1/channels/orders/recreate").status_code == 200
     changed = client.patch("/api/v1/channels/orders", {"capacity": 5_000_000}, format="json")
     assert changed.status_code == 200, changed.content
     status = client.get("/api/v1/channels/orders").json()["status"]
     assert [r["partition"] for r in status["losses"]["records"]] == [-3], status
     assert status["health"] == "degraded"
+
+
+def _files_appear_after_the_check(monkeypatch: pytest.MonkeyPatch, root: Path) -> Path:
+    """Another writer puts a channel's checkpoint in the new channel's home between the
+    directory check and the engine's create (the race Channel.create guards against)."""
+    from appliance import channel_dirs
+
+    real_missing = channel_dirs.missing
+    home = root / "orders"
+
+    def missing_then_raced(row: Channel) -> list[str]:
+        missing = real_missing(row)  # the home among them: the create would make it
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "checkpoint").write_bytes(b"someone else's")
+        return missing
+
+    monkeypatch.setattr(channel_dirs, "missing", missing_then_raced)
+    return home / "checkpoint"
+
+
+def test_a_create_finding_a_channels_files_is_a_409_naming_the_path(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = _files_appear_after_the_check(monkeypatch, root)
+    body = problem(create(admin(), root), 409, "channel-exists", field="checkpoint_dir")
+    assert body["path"] == str(found) and str(found) in body["detail"]
+    assert not Channel.objects.exists()
+    assert found.read_bytes() == b"someone else's"  # what was there is left alone
+
+
+def test_create_channel_command_exits_non_zero_naming_the_files_found(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.core.management import CommandError, call_command
+
+    found = _files_appear_after_the_check(monkeypatch, root)
+    with pytest.raises(CommandError, match=f"checkpoint_dir: a channel's files are already "
+                                           f"at {found}"):
+        call_command("create_channel", "orders", "--set", f"checkpoint_dir={root / 'orders'}",
+                     "--set", f"data_dirs={json_list(root / 'data')}",
+                     "--set", "minimum_required_space=0")
+    assert not Channel.objects.exists() and found.read_bytes() == b"someone else's"
+
+
+def test_the_new_channel_form_shows_files_found_as_a_form_error(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    ui = Client()
+    ui.login(username="ops", password="pw")
+    found = _files_appear_after_the_check(monkeypatch, root)
+    response = ui.post("/channels/new", {**ui_form(), "name": "orders",
+                                         "checkpoint_dir": str(root / "orders"),
+                                         "data_dirs": str(root / "data")})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert f"a channel's files are already at {found}" in " ".join(errors["checkpoint_dir"])
+    assert not Channel.objects.exists()
+
+
+def json_list(path: Path) -> str:
+    return f'["{path}"]'
+
+
+def ui_form() -> dict[str, object]:
+    return {"partitions": 1, "capacity": 1000, "transaction_capacity": 100,
+            "keep_alive_ms": 3000, "minimum_required_space": 0,
+            "checkpoint_interval_ms": 30000, "checkpoint_on_close": "on",
+            "durability": "fsync", "segment_bytes": 1 << 20, "segment_ms": 604800000,
+            "index_interval_bytes": 4096, "retention_ms": -1, "retention_bytes": -1,
+            "retention_check_interval_ms": 300000, "compression": "none",
+            "export_format": "parquet", "export_path": "%Y/%m/%d/%H",
+            "export_roll_rows": 1000000, "export_roll_bytes": 268435456}

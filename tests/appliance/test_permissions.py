@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import problem
+from appliance_helpers import make_files, problem
 from django.test import override_settings
 from rest_framework.test import APIClient
 
@@ -51,6 +51,7 @@ def rows(tmp_path: Path) -> Iterator[tuple[Channel, Channel]]:
             made.append(Channel.objects.create(
                 name=name, data_dirs=[str(tmp_path / "data")],
                 checkpoint_dir=str(tmp_path / name), minimum_required_space=0))
+            make_files(made[-1])  # as manage_channels' create makes them
         yield made[0], made[1]
     channels.close_all()
 

@@ -138,8 +138,8 @@ def test_the_time_budget_is_checked_before_each_partitions_first_read(
     channel, reads = channels.open_channel(orders), []
 
     class Counted:
-        def status(self) -> dict[str, Any]:
-            return channel.status()
+        def list_offsets(self) -> list[tuple[int, int]]:
+            return channel.list_offsets()
 
         def read(self, partition: int, offset: int, max_events: int) -> list[Event]:
             reads.append(partition)
@@ -299,9 +299,8 @@ class RetainedLog(CappedLog):
         super().__init__(sizes, cap)
         self.start, self.reads, self.retain_at_read, self.new_start = 0, 0, retain_at_read, start
 
-    def status(self) -> dict[str, Any]:
-        return {"partitions": [{"log_start_offset": self.start,
-                                "last_stable_offset": len(self.events)}]}
+    def list_offsets(self) -> list[tuple[int, int]]:
+        return [(self.start, len(self.events))]
 
     def read(self, partition: int, offset: int, max_events: int) -> list[Event]:
         self.reads += 1
@@ -329,3 +328,20 @@ def test_a_tail_reads_from_the_new_log_start_when_retention_passed_its_position(
     hits, after, scanned = event_search.read_after(
         log, {0: 50}, event_search.Filters(), 20)  # type: ignore[arg-type]
     assert [e.offset for e in hits] == list(range(100, 120)) and after == {0: 120}
+
+
+def test_search_and_tail_ask_the_engine_for_offsets_not_its_status(
+        orders: Channel, admin: APIClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """status() reads every partition's figures, subscriptions and losses: a search or a
+    tail needs each partition's readable range only (one small call)."""
+    put(orders, {"body": b"the needle", "timestamp": 1_000})
+    channel = channels.open_channel(orders)
+    asked = {"status": 0, "list_offsets": 0}
+    for name in asked:
+        real = getattr(channel, name)
+        monkeypatch.setattr(channel, name, lambda *a, _n=name, _r=real, **k: (
+            asked.__setitem__(_n, asked[_n] + 1), _r(*a, **k))[1])
+    assert search(admin, contains="needle")["events"]
+    assert asked == {"status": 0, "list_offsets": 1}
+    assert search(admin, after="0:0,1:0,2:0")["events"]
+    assert asked == {"status": 0, "list_offsets": 2}

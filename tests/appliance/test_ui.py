@@ -192,7 +192,8 @@ def test_a_channel_whose_home_was_wiped_shows_the_lost_state_and_the_recount(
     put(row, [b"a", b"b", b"c"])
     channels.close_all()
     shutil.rmtree(root / "orders")
-    page = operator.get("/channels/orders/").content.decode()
+    assert 'id="storage-missing"' in operator.get("/channels/orders/").content.decode()
+    page = operator.post("/channels/orders/recreate", follow=True).content.decode()
     assert "no valid checkpoint" in page and "queue state (checkpoints gone)" in page
     assert "Counters recounted" in page and "put_successes +3" in page
 
@@ -374,15 +375,33 @@ def test_the_event_browser_opens_on_the_latest_events_of_every_partition(
     assert page.context["scan"]["done"] == page.context["scan"]["total"] == 9
 
 
-def test_a_browser_search_asks_the_engine_for_its_status_once(
+def count_engine_calls(monkeypatch: pytest.MonkeyPatch, channel: object,
+                       *names: str) -> dict[str, int]:
+    """Count the calls of the engine channel's methods `names` (still answered)."""
+    asked = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(channel, name)
+
+        def counting(*args: object, _name: str = name, _real: Any = real,
+                     **kwargs: object) -> object:
+            asked[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(channel, name, counting)
+    return asked
+
+
+def test_a_browser_search_and_tail_ask_the_engine_for_offsets_not_its_status(
         operator: Client, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     row = channel_row(root, partitions=2)
     put(row, [b"e"], timestamp=1_000)
-    channel, asked = channels.open_channel(row), []
-    status = channel.status
-    monkeypatch.setattr(channel, "status", lambda *a, **k: asked.append(1) or status(*a, **k))
+    asked = count_engine_calls(monkeypatch, channels.open_channel(row), "status",
+                               "list_offsets")
     assert operator.get("/channels/orders/events?contains=e").status_code == 200
-    assert len(asked) == 1
+    assert asked == {"status": 0, "list_offsets": 1}
+    tail = operator.get("/channels/orders/events/tail?after=0:0,1:0&contains=e")
+    assert tail.status_code == 200 and tail["X-Weir-After"]
+    assert asked == {"status": 0, "list_offsets": 2}
 
 
 def test_the_event_browser_pages_older_events_with_a_cursor(

@@ -538,12 +538,23 @@ def test_a_read_that_reports_a_loss_and_raises_does_not_wedge_the_queue(
 
 
 def _as_version_2(checkpoint: Path) -> None:
-    """Rewrite a checkpoint as a release before loss ledgers wrote it (v2, same layout)."""
+    """Rewrite a checkpoint as a release before loss ledgers wrote it: version 2, whose
+    layout is version 5's without the records versions 4 and 5 append (no subscriptions
+    besides `default`, no aborted ranges, no counters: test_checkpoint.py's golden v2)."""
+    import dataclasses
+
     import crc32c
 
-    data = bytearray(checkpoint.read_bytes())
+    from channel_engine.queue import checkpoint as checkpoint_file
+
+    saved = checkpoint_file.read(checkpoint)
+    bare = dataclasses.replace(saved, subscriptions=(), aborted=(), counters=(),
+                               subscription_counters=())
+    appended = 8 + 4 * len(saved.partitions) + 8  # v4: subscriptions, aborted; v5: counters
+    data = bytearray(checkpoint_file.encode(bare)[:-4 - appended])
     data[4] = 2
-    data[-4:] = crc32c.crc32c(bytes(data[:-4])).to_bytes(4, "big")
+    data += crc32c.crc32c(bytes(data)).to_bytes(4, "big")
+    assert checkpoint_file.decode(bytes(data)).version == 2
     checkpoint.write_bytes(bytes(data))
 
 

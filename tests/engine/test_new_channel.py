@@ -127,3 +127,68 @@ def test_an_open_that_cannot_tell_new_from_wiped_still_reports_the_missing_check
     with Channel.open(make_config(tmp_path)) as channel:
         problems = channel.status()["recovery"]["problems"]
         assert any("no valid checkpoint" in p for p in problems), problems
+
+
+def _failing_first_checkpoint(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    """The disk fails the first write of the checkpoint file (ENOSPC, EIO)."""
+    import errno
+    import os
+
+    from channel_engine.queue import checkpoint as module
+
+    real = module.write_atomically
+
+    def failing(path: Path, data: bytes) -> None:
+        if path.name == checkpoint_file.FILE_NAME:
+            raise OSError(code, os.strerror(code), str(path))
+        real(path, data)
+
+    assert code in (errno.ENOSPC, errno.EIO)
+    monkeypatch.setattr(module, "write_atomically", failing)
+
+
+@pytest.mark.parametrize("code", [28, 5])  # ENOSPC, EIO
+def test_a_create_whose_first_checkpoint_fails_leaves_nothing_to_block_a_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    config = _dual(tmp_path)
+    _failing_first_checkpoint(monkeypatch, code)
+    with pytest.raises(Exception, match="checkpoint") as failed:
+        Channel.create(config)
+    assert not isinstance(failed.value, ChannelExistsError)
+    # nothing of it is left: not its directories (none were there), nor channel.json
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.rglob("*"))
+    monkeypatch.undo()
+    with Channel.create(config) as channel:  # the retry is a create like any other
+        _fill(channel)
+        status = channel.status()
+        assert (status["recovery"]["problems"], status["health"]) == ([], "healthy")
+
+
+def test_a_failed_create_keeps_the_directories_that_were_there_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=2)
+    for place in (config.home, *map(Path, config.data_dirs)):
+        place.mkdir(parents=True)  # an operator's mount points
+    _failing_first_checkpoint(monkeypatch, 28)
+    with pytest.raises(Exception, match="checkpoint"):
+        Channel.create(config)
+    for place in (config.home, *map(Path, config.data_dirs)):
+        assert place.is_dir() and not any(place.iterdir()), sorted(place.iterdir())
+    monkeypatch.undo()
+    Channel.create(config).close()
+
+
+def test_a_create_whose_owner_socket_fails_leaves_nothing_to_block_a_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from channel_engine.owner import server
+
+    def no_socket(self: object) -> None:
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(server.OwnerServer, "start", no_socket)
+    config = make_config(tmp_path, partitions=2)
+    with pytest.raises(OSError, match="in use"):
+        Channel.create(config)
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.rglob("*"))
+    monkeypatch.undo()
+    Channel.create(config).close()

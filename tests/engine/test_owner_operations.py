@@ -52,7 +52,7 @@ def test_the_owner_offers_every_operation_with_the_same_parameters() -> None:
 def test_it_covers_the_operations_that_move_the_queue() -> None:
     assert {"commit_batches", "begin_take", "take_events", "reserve_ranges", "commit_take",
             "rollback_take", "flush", "flush_if_due", "checkpoint", "checkpoint_if_due",
-            "apply_retention", "status", "read", "offsets_for_time",
+            "apply_retention", "status", "read", "offsets_for_time", "list_offsets",
             "acknowledge_losses"} <= set(operations())
 
 
@@ -77,6 +77,10 @@ def test_the_client_answers_every_operation_as_the_owner_does(tmp_path: Path) ->
             assert client.read(0, 0, 10) == owner.read(0, 0, 10)
             assert client.read(1, 0, 10) == owner.read(1, 0, 10)
             assert client.offsets_for_time(0, 0) == owner.offsets_for_time(0, 0) == 0
+            partitions = owner.status()["partitions"]
+            assert client.list_offsets() == owner.list_offsets() == [
+                (p["log_start_offset"], p["last_stable_offset"]) for p in partitions]
+            assert sum(end - start for start, end in owner.list_offsets()) == 6
             assert client.offsets_for_time(0, 10**12) is owner.offsets_for_time(0, 10**12)
             take = client.begin_take()
             taken = client.take_events(take, 2)

@@ -17,18 +17,26 @@ from rest_framework.test import APIClient
 
 from appliance import channels
 from appliance.models import ApiToken, Channel, ExportRun
+from channel_engine import Channel as EngineChannel
 from channel_engine.spark.dfs import Dfs
 
 pytestmark = pytest.mark.django_db
+
+
+def created(**settings: Any) -> Channel:
+    """A channel record and its files, as manage_channels' create makes them."""
+    row = Channel.objects.create(**settings)
+    EngineChannel.create(channels.to_config(row)).close()
+    return row
 
 
 def test_export_channel_runs_the_job_and_records_it(tmp_path: Path) -> None:
     output = tmp_path / "export"
     with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_EXPORT_URI=output.as_uri(),
                            WEIR_SPARK_MASTER="local[1]"):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "home"),
-                                     minimum_required_space=0, export_path="%Y-%m-%d")
+        row = created(name="orders", data_dirs=[str(tmp_path / "data")],
+                      checkpoint_dir=str(tmp_path / "home"),
+                      minimum_required_space=0, export_path="%Y-%m-%d")
         with channels.open_channel(row).put() as tx:
             for i in range(25):
                 tx.put(f"e{i}".encode())
@@ -64,9 +72,9 @@ def test_export_channel_writes_every_event_to_hdfs_exactly_once(
     output = f"{hdfs_url}/{uuid.uuid4().hex}"
     with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_EXPORT_URI=output,
                            WEIR_SPARK_MASTER="local[1]"):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "home"), partitions=2,
-                                     minimum_required_space=0, export_roll_rows=10)
+        row = created(name="orders", data_dirs=[str(tmp_path / "data")],
+                      checkpoint_dir=str(tmp_path / "home"), partitions=2,
+                      minimum_required_space=0, export_roll_rows=10)
         with channels.open_channel(row).put() as tx:
             for i in range(45):
                 tx.put(f"e{i}".encode(), key=f"k{i}".encode())
@@ -101,9 +109,9 @@ def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
     output = tmp_path / "export"
     with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_EXPORT_URI=output.as_uri(),
                            WEIR_SPARK_MASTER="local[1]"):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "home"),
-                                     minimum_required_space=0, export_path="%Y-%m-%d")
+        row = created(name="orders", data_dirs=[str(tmp_path / "data")],
+                      checkpoint_dir=str(tmp_path / "home"),
+                      minimum_required_space=0, export_path="%Y-%m-%d")
         channel = channels.open_channel(row)
         for first in (0, 20):
             with channel.put() as tx:

@@ -1,0 +1,49 @@
+"""manage.py recreate_channel NAME --yes — make a channel whose files are missing (a volume
+not mounted, a directory removed) again, empty where they are missing, recording the loss
+in its loss ledger (appliance/channels.py, "Storage that vanished"). The appliance never
+does this by itself: mount the volume back instead if you can. Without --yes it only says
+what is missing. Exits non-zero when nothing is missing or it cannot be done."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from appliance import channels
+from appliance.manage_channels import Refused, recreate_channel
+from appliance.models import Channel
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--yes", action="store_true",
+                            help="recreate it (the loss is recorded); without it, only tell")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        row = Channel.objects.filter(name=options["name"]).first()
+        if row is None:
+            raise CommandError(f"no channel {options['name']!r}")
+        try:
+            if not options["yes"]:
+                missing = channels.missing_storage(row)
+                if not missing:
+                    raise CommandError(f"channel {row.name!r} has all its files: nothing to "
+                                       "recreate")
+                self.stdout.write(f"channel {row.name!r}: missing {', '.join(missing)}\n"
+                                  f"{channels.STORAGE_ADVICE} Run again with --yes to "
+                                  "recreate it empty.")
+                return
+            made = recreate_channel(row)
+        except Refused as refused:
+            raise CommandError("; ".join(" ".join(m) for m in refused.errors.values())) \
+                from refused
+        except channels.StorageMissing as exc:
+            raise CommandError(str(exc)) from exc
+        finally:
+            channels.close_all()
+        self.stdout.write(f"recreated channel {row.name!r} empty where its files were "
+                          f"missing ({', '.join(map(str, made))}); the loss is recorded in "
+                          "its loss ledger: acknowledge it once dealt with")
