@@ -2,9 +2,9 @@
 
 Keys are random secrets shown once at creation; only their SHA-256 is stored,
 so a lookup is one indexed query and a leaked database leaks no usable key. Lookups go
-through row_cache: a per-process cache, exact via a Redis generation; with Redis away
-(no answer within WEIR_REDIS_TIMEOUT_S) straight from the database, so a revoked token is
-refused from the next request whatever Redis does.
+through row_cache: a per-process cache, exact via a generation file in the var dir (no
+Redis on this path), so a revoked token is refused from the next request in every
+process.
 """
 from __future__ import annotations
 

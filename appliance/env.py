@@ -120,7 +120,7 @@ def redis_prefix(var_dir: Path) -> str:
     queues and bindings (kombu's global_keyprefix; the queue names stay what
     WEIR_CELERY_QUEUE and the others say), Celery's results, and the cache (KEY_PREFIX, with
     WEIR_CACHE_PREFIX nested under it: cache_prefix), so every raw key made with
-    cache.make_key: task locks, due keys, the row cache's generation, throttle counters. Two
+    cache.make_key: task locks, due keys, throttle counters. Two
     appliances on one Redis database (each its own var dir) then never share a queue or a
     key, even with the same queue names. Not under it: kombu 5.7 sends EXISTS unprefixed,
     so a passive queue declare (queue_declare(passive=True)) looks for the bare queue name

@@ -9,16 +9,19 @@ without the framework around them.
 
 It serves a request only when it can tell, without Django, that Django would answer it
 200:
-  * POST to /api/v1/channels/<name>/events (no SCRIPT_NAME), a Host ALLOWED_HOSTS accepts,
-    an Accept that takes JSON (none, */*, application/* or application/json), a
-    Content-Length (not chunked) within WEIR_MAX_PRODUCE_BYTES;
+  * POST to /api/v1/channels/<name>/events (no SCRIPT_NAME, no query string, no cookie), a
+    Host ALLOWED_HOSTS accepts, an Accept that takes JSON (none, */*, application/* or
+    application/json, without parameters), a Content-Length (not chunked) within
+    WEIR_MAX_PRODUCE_BYTES and a body that long;
   * a `Bearer` (or `Token`) key of a live token (appliance/auth.py, appliance/row_cache.py)
     allowed to produce on an existing channel (appliance/permissions.py);
   * within the token's rate (appliance/throttling.py, which counts it once);
   * a body appliance/event_parsing.py accepts, within the channel's transaction_capacity,
     puts not paused (appliance/producing.py).
-Anything else goes on to Django as it came (the body read here handed on), which answers
-it as before: every refusal (400, 401, 403, 404, 413, 429, 503) keeps one implementation.
+Anything else goes on to Django as it came (the body read here handed on, and the request
+id), which answers it as before: every refusal (400, 401, 403, 404, 413, 429, 503) keeps
+one implementation, and so does any failure before the put (a database error reading a
+token, say: Django's 500, logged under the request id).
 An exception from the put itself (channel full, disk full, an owner change, a bug) is
 handed to Django with the request (environ[PUT_ERROR]); the produce view raises it instead
 of putting again, so it is answered, logged and counted like any other. Django's
@@ -31,6 +34,7 @@ compares the two answers header by header.
 from __future__ import annotations
 
 import io
+import logging
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -44,10 +48,12 @@ from django.http.request import split_domain_port, validate_host
 from appliance import csp, request_id, row_cache
 from appliance.auth import TokenAuthentication, touch
 from appliance.event_parsing import EventError, parse
-from appliance.models import hash_key
+from appliance.models import ApiToken, Channel, hash_key
 from appliance.producing import PUT_ERROR, put_events
 from appliance.throttling import COUNTED, TokenRateThrottle
+from channel_engine import PendingEvent
 
+log = logging.getLogger(__name__)
 _PATH = re.compile(r"/api/v1/channels/([A-Za-z0-9._-]+)/events")
 _JSON_RANGES = {"*/*", "application/*", "application/json"}
 # what request_boundary stands for: tests/appliance/test_fast_produce.py checks that these
@@ -76,7 +82,7 @@ class FastProduce:
 
     def __init__(self, django: WsgiApp) -> None:
         self.django = django
-        self.headers: list[tuple[str, str]] = []  # a 200's fixed headers, at first use
+        self.headers = self._fixed_headers("/api/v1/channels/-/events")  # a 200's, fixed
         self.hosts: dict[str, bool] = {}  # Host header -> ALLOWED_HOSTS accepts it
         self.throttle: TokenRateThrottle | None = None  # at first use: the rate then
 
@@ -87,32 +93,38 @@ class FastProduce:
         if match is None or environ.get("REQUEST_METHOD") != "POST" or not self._plain(environ):
             return self.django(environ, start_response)
         rid = request_id.request_id_of(environ.get("HTTP_X_REQUEST_ID"))
-        request_boundary(row_cache.request_started)
+        environ["HTTP_X_REQUEST_ID"] = rid  # Django, answering instead, keeps the same id
         bound = request_id.bind(rid)
         try:
             answer = self._produce(environ, match.group(1))
         finally:
             request_id.unbind(bound)
-            request_boundary(row_cache.request_finished)
+            try:
+                request_boundary(row_cache.request_finished)
+            except Exception:  # noqa: BLE001 - a committed put's 200 must not become a 500
+                log.warning("after a produce request: the database connection's clean-up "
+                            "failed", exc_info=True)
         if answer is None:
             return self.django(environ, start_response)
-        if not self.headers:
-            self.headers = self._fixed_headers(environ["PATH_INFO"])
         start_response("200 OK", [*self.headers, ("Content-Length", str(len(answer))),
                                   (request_id.HEADER, rid)])
         return [answer]
 
     def _plain(self, environ: dict[str, Any]) -> bool:
-        """A request whose answer no middleware changes beyond the headers added here."""
-        if environ.get("SCRIPT_NAME") or "HTTP_TRANSFER_ENCODING" in environ or \
+        """A request whose answer no middleware, renderer or cookie changes beyond the
+        headers added here (no query string: ?format=; no cookie: CSRF's; no Accept
+        parameter: indent=)."""
+        if environ.get("SCRIPT_NAME") or environ.get("QUERY_STRING") or \
+                "HTTP_COOKIE" in environ or "HTTP_TRANSFER_ENCODING" in environ or \
                 settings.SECURE_SSL_REDIRECT or settings.SECURE_HSTS_SECONDS or \
                 settings.USE_X_FORWARDED_HOST:
             return False
         accept = environ.get("HTTP_ACCEPT", "")
-        if accept and any(part.split(";")[0].strip() not in _JSON_RANGES
-                          for part in accept.split(",")):
+        if accept and (";" in accept or any(part.strip() not in _JSON_RANGES
+                                            for part in accept.split(","))):
             return False
-        host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
+        # as Django's get_host: an empty Host header is a Host, refused
+        host = environ["HTTP_HOST"] if "HTTP_HOST" in environ else environ.get("SERVER_NAME", "")
         valid = self.hosts.get(host)
         if valid is None:
             domain, _ = split_domain_port(host)
@@ -124,12 +136,35 @@ class FastProduce:
     def _produce(self, environ: dict[str, Any], name: str) -> bytes | None:
         """Put the request's events and return the answer's body; None to hand the request
         to Django (its body restored), which answers it."""
+        try:
+            request_boundary(row_cache.request_started)
+            checked = self._checked(environ, name)
+        except Exception:  # noqa: BLE001 - nothing is written yet: Django answers (and logs)
+            log.debug("produce fast path: handed to Django", exc_info=True)
+            return None
+        if checked is None:
+            return None
+        row, events = checked
+        try:
+            committed = put_events(row, events)
+        except Exception as exc:  # noqa: BLE001 - every kind is Django's to answer
+            environ[PUT_ERROR] = exc
+            return None
+        return orjson.dumps({"events": len(events), "committed": [
+            {"partition": p, "first_offset": first, "last_offset": last}
+            for p, first, last in committed]})
+
+    def _checked(self, environ: dict[str, Any], name: str
+                 ) -> tuple[Channel, list[PendingEvent]] | None:
+        """The channel and the events of a request that may be put; None for any other."""
         length = environ.get("CONTENT_LENGTH") or "0"
         if not (length.isascii() and length.isdigit()) or \
                 int(length) > settings.WEIR_MAX_PRODUCE_BYTES:
             return None
         body = environ["wsgi.input"].read(int(length)) if int(length) else b""
         environ["wsgi.input"] = io.BytesIO(body)  # for Django, should it answer instead
+        if len(body) != int(length):  # the client went away mid-body
+            return None
         token = self._token(environ.get("HTTP_AUTHORIZATION", ""))
         row = row_cache.channel(name)
         if token is None or row is None or not token.allows("produce", None) or \
@@ -146,23 +181,17 @@ class FastProduce:
             return None
         if len(events) > row.transaction_capacity or row.puts_paused:
             return None
-        try:
-            committed = put_events(row, events)
-        except Exception as exc:  # noqa: BLE001 - every kind is Django's to answer
-            environ[PUT_ERROR] = exc
-            return None
-        return orjson.dumps({"events": len(events), "committed": [
-            {"partition": p, "first_offset": first, "last_offset": last}
-            for p, first, last in committed]})
+        return row, events
 
     @staticmethod
-    def _token(header: str) -> Any:
+    def _token(header: str) -> ApiToken | None:
         """The live token of an Authorization header TokenAuthentication accepts, else
-        None."""
-        parts = header.split()
-        if len(parts) != 2 or parts[0].lower() not in TokenAuthentication.keywords:
+        None; split as DRF splits it (bytes, ASCII whitespace only)."""
+        parts = header.encode("latin-1").split()  # WSGI headers are latin-1 text
+        if len(parts) != 2 or \
+                parts[0].decode(errors="replace").lower() not in TokenAuthentication.keywords:
             return None
-        token = row_cache.token(hash_key(parts[1]))
+        token = row_cache.token(hash_key(parts[1].decode(errors="replace")))
         if token is not None:
             touch(token)
         return token

@@ -5,9 +5,9 @@ Read from the database they cost three ORM queries, about 1.5 ms of a 1000-event
 request's CPU. A cached row is used only while the shared generation is the one it
 was read under: a random value in the var dir's generation file
 (appliance/generation_file.py) that every save or delete of a token, a channel or a
-token's channel list replaces (Django signals, once at once and once when the transaction
-commits). So a revoked token, a paused channel or a changed setting takes effect in every
-process of the appliance at its next request, as without the cache. Reading the
+token's channel list replaces (Django signals, once before the write and once when the
+transaction commits). So a revoked token, a paused channel or a changed setting takes
+effect in every process of the appliance at its next request, as without the cache. Reading the
 generation is a pread from the page cache (about a microsecond), once per request
 (request_started clears the thread's copy; outside requests it is read at every lookup):
 no network round trip, and Redis being away changes nothing here. Only rows that exist
@@ -15,9 +15,14 @@ are cached, and a new generation empties the cache, so unknown keys cannot grow 
 
 When the generation file cannot be read (a var dir gone read-only, say) nothing is
 cached: every row comes from the database, and the cache is emptied so that no row read
-before is used once the file is back. A change whose new generation cannot be written is
-logged as an error; other processes then read the row again within MAX_AGE_S, as after
-changes made behind Django's back (QuerySet.update sends no signals).
+before is used once the file is back. A change whose new generation cannot be written
+fails: the first announcement is made before the write (pre_save, pre_delete), which
+ChangeNotAnnounced stops, as unannounced other processes would go on using the old row;
+the second, at commit, raises it from the commit (the change is made; other processes read
+the row again within MAX_AGE_S). A file removed or replaced under a running
+process (a restored var dir) is opened again at the generation watch's next tick. Rows
+are also read again after MAX_AGE_S, as after changes made behind Django's back
+(QuerySet.update sends no signals).
 
 The generation watch is one thread per process (started by watch(): by the first cached
 row, and by appliance/channels.py at its first open; a forked child starts its own)
@@ -39,7 +44,13 @@ from typing import Any
 from django.conf import settings
 from django.core import signals
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.db.models.signals import (
+    m2m_changed,
+    post_delete,
+    post_save,
+    pre_delete,
+    pre_save,
+)
 
 from appliance.generation_file import GenerationFile
 from appliance.models import ApiToken, Channel
@@ -111,19 +122,44 @@ def request_finished(**_: Any) -> None:
     _request.active = False
 
 
+class ChangeNotAnnounced(RuntimeError):
+    """A token or channel change whose new generation could not be written: raised inside
+    the change's transaction, so the change does not happen unannounced."""
+
+
 def _bump() -> None:
     _request.generation = None
     with _lock:
         _rows.clear()
     if _file().replace() is None:
-        log.error("row cache: a token or channel change could not be announced; other "
-                  "processes use their cached row for up to %.0f s more", MAX_AGE_S)
+        raise ChangeNotAnnounced(
+            f"the row generation file {_file().path} cannot be written: other processes "
+            "would go on using the old token or channel; the change is refused")
 
 
 def changed(**_: Any) -> None:
-    """A token or channel row changed: every process must read rows again."""
+    """A token or channel row changed behind the signals' back (QuerySet.update): every
+    process must read rows again; announced at once, and again when the transaction
+    commits."""
     _bump()
-    transaction.on_commit(_bump)  # readers in between may have cached the old row
+    transaction.on_commit(_bump)
+
+
+def _before_write(**_: Any) -> None:
+    """pre_save, pre_delete, a channel list's pre_*: announced before the write, so that a
+    change that cannot be announced (ChangeNotAnnounced) is not made."""
+    _bump()
+
+
+def _after_write(**_: Any) -> None:
+    """post_save, post_delete, a channel list's post_*: announced again once the transaction
+    commits (at once outside one), as readers in between may have cached the old row under
+    the first announcement."""
+    transaction.on_commit(_bump)
+
+
+def _channel_list_changed(action: str, **_: Any) -> None:
+    (_before_write if action.startswith("pre_") else _after_write)()
 
 
 def _cached(kind: str, ident: str, load: Any) -> Any:
@@ -168,6 +204,7 @@ def watch() -> None:
 def _watch() -> None:
     while settings.WEIR_CHANNEL_WATCH_S:
         time.sleep(settings.WEIR_CHANNEL_WATCH_S)
+        _file().reopen_if_replaced()
         generation = current_generation()  # empties the cache when it cannot be read
         for callback in tuple(_subscribers):
             try:
@@ -194,9 +231,12 @@ def channel(name: str) -> Channel | None:
 
 
 for model in (ApiToken, Channel):
-    post_save.connect(changed, sender=model, dispatch_uid=f"row_cache_save_{model.__name__}")
-    post_delete.connect(changed, sender=model,
-                        dispatch_uid=f"row_cache_delete_{model.__name__}")
-m2m_changed.connect(changed, sender=ApiToken.channels.through, dispatch_uid="row_cache_m2m")
+    for kind, signal, when in (("pre_save", pre_save, _before_write),
+                               ("save", post_save, _after_write),
+                               ("pre_delete", pre_delete, _before_write),
+                               ("delete", post_delete, _after_write)):
+        signal.connect(when, sender=model, dispatch_uid=f"row_cache_{kind}_{model.__name__}")
+m2m_changed.connect(_channel_list_changed, sender=ApiToken.channels.through,
+                    dispatch_uid="row_cache_m2m")
 signals.request_started.connect(request_started, dispatch_uid="row_cache_started")
 signals.request_finished.connect(request_finished, dispatch_uid="row_cache_finished")

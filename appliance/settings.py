@@ -181,10 +181,10 @@ REST_FRAMEWORK = {
 
 # Redis on the request path fails fast (appliance/shared_redis.py): a call times out
 # after WEIR_REDIS_TIMEOUT_S, and after a failure Redis is not tried for WEIR_REDIS_RETRY_S;
-# every such call has a fallback (throttling fails open, rows come from the database).
+# every such call has a fallback (throttling fails open).
 WEIR_REDIS_TIMEOUT_S = env_float("WEIR_REDIS_TIMEOUT_S", 0.05, 0.005, 5)
 WEIR_REDIS_RETRY_S = env_float("WEIR_REDIS_RETRY_S", 1.0, 0, 60)
-# The shared cache: throttling counters, the row cache's generation, task locks.
+# The shared cache: throttling counters, task locks, due keys.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",

@@ -4,12 +4,12 @@ for the few things that talk to Redis directly.
 Two clients per process and location, made on first use (redis-py clients are
 thread-safe and reconnect after fork):
 
-- fast(): the request path's (the row cache's generation, the throttle's counters).
+- fast(): the request path's (the throttle's counters).
   Connect and read time out after WEIR_REDIS_TIMEOUT_S (50 ms), with no retry, and after a
   failure fast() does not try again for WEIR_REDIS_RETRY_S (1 s): it raises RedisError at
   once, so a hung (paused) or stopped Redis costs a request at most one timeout per
-  process per second, not one per call. Every caller has a fallback (row_cache reads the
-  database, throttling lets the request through).
+  process per second, not one per call. Every caller has a fallback (throttling lets the
+  request through).
 - shared_redis(): the background tasks' (single-flight locks, the dispatchers' due
   keys): 2 s timeouts, since a task that waits a little beats one that fails.
 """

@@ -96,7 +96,8 @@ class TokenRateThrottle(SimpleRateThrottle):
             with _lock:
                 if len(_leases) > 10_000:  # buckets of windows gone by
                     _leases.clear()
-                _leases[key] = granted - 1 if granted else _SPENT
+                left = max(0, _leases.get(key, 0))  # another thread's lease meanwhile
+                _leases[key] = left + granted - 1 if granted else (left or _SPENT)
         return granted > 0
 
     def wait(self) -> float:

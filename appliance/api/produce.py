@@ -6,6 +6,8 @@ serializer per event); the response lists where the events went. Errors are prob
 
     200 {"events": N, "committed": [{"partition", "first_offset", "last_offset"}]}
     400 [invalid-event] index, field            bad input: nothing written
+    400 [parse-error] content_length            a body shorter than its Content-Length (the
+                                                client went away): nothing written
     401 / 403                                   no token / not allowed here
     404 [channel-not-found]                     no such channel
     413 [body-too-large, too-many-events,       body over WEIR_MAX_PRODUCE_BYTES, more events
@@ -115,8 +117,12 @@ class ProduceView(ApiView):
             raise Problem(413, "body-too-large", f"body over WEIR_MAX_PRODUCE_BYTES={limit} "
                                                  "bytes")
         # without a body DRF gives {} rather than calling the parser: b"" then
-        events = parse(request.data if isinstance(request.data, bytes) else b"",
-                       request.content_type or "")
+        body = request.data if isinstance(request.data, bytes) else b""
+        if len(body) != int(length):  # the client went away mid-body: a cut NDJSON parses
+            raise Problem(400, "parse-error", f"the body ended after {len(body)} of the "
+                                              f"{int(length)} bytes its Content-Length says",
+                          field="content_length")
+        events = parse(body, request.content_type or "")
         # engine errors: api/handler.py
         committed = [{"partition": p, "first_offset": first, "last_offset": last}
                      for p, first, last in put_events(row, events)]

@@ -18,6 +18,7 @@ import pytest
 from appliance_helpers import channel_row
 from django.core import signals
 from django.core.cache import cache
+from django.db.utils import OperationalError
 
 from appliance import channels, fast_produce, producing, shared_redis, throttling
 from appliance.models import ApiToken, Channel
@@ -128,7 +129,8 @@ def test_the_request_id_a_client_sends_is_kept(
 @pytest.mark.parametrize("case", [
     "bad-json", "no-token", "unknown-token", "consume-token", "other-channel", "no-channel",
     "too-many-events", "body-too-large", "paused", "html", "bad-host", "chunked",
-    "bad-length", "revoked"])
+    "bad-length", "revoked", "query-string", "cookie", "accept-parameter", "empty-host",
+    "nbsp-in-authorization", "short-body"])
 def test_every_refusal_is_django_s_answer(
         case: str, orders: Channel, root: Path, fast: fast_produce.FastProduce,
         handed: list[str], settings: Any) -> None:
@@ -166,9 +168,22 @@ def test_every_refusal_is_django_s_answer(
         make = lambda: {**environ(key=key), "CONTENT_LENGTH": "12x"}  # noqa: E731
     elif case == "revoked":
         row.revoke()
+    elif case == "query-string":
+        make = lambda: {**environ(key=key), "QUERY_STRING": "format=api"}  # noqa: E731
+    elif case == "cookie":
+        make = lambda: {**environ(key=key), "HTTP_COOKIE": "csrftoken=bad"}  # noqa: E731
+    elif case == "accept-parameter":
+        make = lambda: environ(key=key, accept="application/json; indent=4")  # noqa: E731
+    elif case == "empty-host":
+        make = lambda: {**environ(key=key), "HTTP_HOST": ""}  # noqa: E731
+    elif case == "nbsp-in-authorization":
+        make = lambda: {**environ(), "HTTP_AUTHORIZATION": f"Bearer\xa0{key}"}  # noqa: E731
+    elif case == "short-body":  # the client went away mid-body
+        make = lambda: {**environ(key=key), "CONTENT_LENGTH": str(len(EVENT) + 10)}  # noqa: E731
     served, plain = both(fast, make)
     assert handed == [make()["PATH_INFO"]], "answered by Django"
-    if case in ("html", "chunked"):  # Django serves these: the browsable API, a chunked body
+    if case in ("html", "chunked", "query-string", "cookie", "accept-parameter"):
+        # Django serves these: the browsable API, a chunked body, a cookie, indented JSON
         assert served.status == plain.status == 200
         assert served.headers["content-type"] == plain.headers["content-type"]
         return
@@ -231,3 +246,36 @@ def test_the_fast_path_does_what_every_receiver_of_django_s_request_signals_does
         assert receivers == fast_produce.RECEIVERS[name], (
             f"a receiver of request_{name} changed: make fast_produce.request_boundary do "
             "what it does, then update RECEIVERS")
+
+
+def test_a_lease_of_the_rate_is_spent_on_the_fast_path_and_django_refuses_beyond_it(
+        orders: Channel, fast: fast_produce.FastProduce, handed: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": "8/minute"})
+    monkeypatch.setattr(TokenRateThrottle, "timer", lambda self: 1_795_000_210.0)
+    monkeypatch.setattr(throttling, "LEASE_SHARE", 2)  # leases of 4: two trips to Redis
+    monkeypatch.setattr(throttling, "fast", lambda op: op(shared_redis.shared_redis()))
+    monkeypatch.setattr(throttling, "_leases", {})
+    cache.clear()
+    _, key = ApiToken.issue("p", ["produce"], [orders])
+    answers = [Answer(fast, environ(key=key)).status for _ in range(10)]
+    assert answers == [200] * 8 + [429] * 2
+    assert len(handed) == 2
+    cache.clear()
+
+
+def test_a_failure_before_the_put_is_django_s_500_naming_the_request(
+        orders: Channel, fast: fast_produce.FastProduce, handed: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, key = ApiToken.issue("p", ["produce"], [orders])
+
+    def locked(token: ApiToken) -> None:
+        raise OperationalError("database is locked")
+    monkeypatch.setattr(fast_produce, "touch", locked)
+    monkeypatch.setattr("appliance.auth.touch", locked)
+    served = Answer(fast, environ(key=key, x_request_id="rid-7"))
+    assert served.status == 500 and handed == [URL]
+    assert served.headers["content-type"] == "application/problem+json"
+    assert json.loads(served.body)["request_id"] == served.headers["x-request-id"] == "rid-7"
+    assert channels.open_channel(orders).status()["events_queued"] == 0
+

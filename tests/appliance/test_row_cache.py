@@ -16,7 +16,6 @@ import pytest
 from appliance_helpers import channel_row, wait_for
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from redis.exceptions import RedisError
 
 from appliance import channels, generation_file, row_cache, shared_redis
 from appliance.models import ApiToken
@@ -32,8 +31,8 @@ def test_a_cached_token_costs_no_query_and_no_redis_and_a_change_is_seen_at_once
     assert row_cache.token(key_hash) is not None
 
     def no_redis(*_: Any, **__: Any) -> Any:
-        raise RedisError("Redis must not be on the request path")
-    monkeypatch.setattr(shared_redis, "fast", no_redis)
+        raise AssertionError("Redis must not be on the request path")
+    monkeypatch.setattr(shared_redis, "_client", no_redis)  # what every Redis use goes through
     with CaptureQueriesContext(connection) as queries:
         assert row_cache.token(key_hash) is not None
     assert not queries.captured_queries, "a cached row is read without a query"
@@ -107,3 +106,27 @@ def test_it_reads_the_generation_in_one_thread_for_the_row_cache_and_the_channel
     assert len(set(readers)) == 1 and len(readers) > ticks
     settings.WEIR_CHANNEL_WATCH_S = 0
     wait_for(lambda: not row_cache._watching[0], 2, "the watch's end")
+
+
+def test_a_change_that_cannot_be_announced_does_not_happen(
+        settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    row, _ = ApiToken.issue("t", ["produce"], None)
+    monkeypatch.setattr(generation_file.GenerationFile, "replace", lambda self: None)
+    with pytest.raises(row_cache.ChangeNotAnnounced):
+        ApiToken.objects.get(pk=row.pk).revoke()
+    assert ApiToken.objects.get(pk=row.pk).revoked_at is None, "rolled back, not half-done"
+
+
+def test_a_generation_file_replaced_under_a_process_is_opened_again(tmp_path: Path) -> None:
+    path = tmp_path / "row-generation"
+    mine, theirs = generation_file.GenerationFile(path), generation_file.GenerationFile(path)
+    first = mine.read()
+    path.unlink()  # a restored var dir, say: another process makes and bumps a new file
+    bumped = theirs.replace()
+    assert mine.read() == first, "the old file is still held"
+    mine.reopen_if_replaced()  # the generation watch's tick
+    assert mine.read() == bumped
+    mine.reopen_if_replaced()
+    assert mine.read() == bumped, "kept when it is the same file"
+
