@@ -85,6 +85,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from appliance import channels
+from appliance.export_schema import folder
 from appliance.models import ApiToken, Channel, ExportRun
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ def command(row: Channel) -> list[str]:
             "--path", row.export_path, "--roll-rows", str(row.export_roll_rows),
             "--roll-bytes", str(row.export_roll_bytes),
             "--subscription", row.export_subscription,
+            "--schema-version", str(row.export_schema_version),
             "--master", settings.WEIR_SPARK_MASTER]
     if settings.WEIR_EXPORT_READ_URL:
         argv += ["--read-url", settings.WEIR_EXPORT_READ_URL]
@@ -181,7 +183,8 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
         argv = command(row)
         _fail_stale_runs(row.name)
         run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),
-                                       progress="starting Spark")
+                                       progress="starting Spark", path=folder(row.export_path),
+                                       schema_version=row.export_schema_version)
         env, token = None, None
         if settings.WEIR_EXPORT_READ_URL:
             token, key = ApiToken.issue(_token_name(run), ["consume"], [row])

@@ -59,7 +59,7 @@ from channel_engine.spark.dfs import Dfs  # noqa: E402
 from channel_engine.spark.export import spark_session  # noqa: E402
 from channel_engine.spark.export_settings import ExportSettings  # noqa: E402
 from channel_engine.spark.exporter import Exporter  # noqa: E402
-from channel_engine.spark.file_formats import FORMATS, writer  # noqa: E402
+from channel_engine.spark.file_formats import FORMATS, LATEST_SCHEMA, writer  # noqa: E402
 from channel_engine.spark.output_layout import Pieces, piece_rows  # noqa: E402
 
 
@@ -124,7 +124,8 @@ def export(spark: Any, clock: Clock, config: ChannelConfig, output: str, file_fo
 
 def channel_frame(spark: Any, config: ChannelConfig, output: str, file_format: str) -> Any:
     """The DataFrame an export of the whole channel writes (without taking anything)."""
-    exporter = Exporter(spark, ExportSettings(str(config.home), output, file_format),
+    exporter = Exporter(spark, ExportSettings(str(config.home), output, file_format,
+                                              schema_version=LATEST_SCHEMA),
                         progress=lambda line: None)
     with Channel.open(config.home) as channel:
         status = channel.status()

@@ -3,7 +3,8 @@
     spark-submit channel_engine/spark/export.py --home /data/orders/checkpoint \\
         --output hdfs://namenode:8020/weir [--format parquet|json|avro] \\
         [--path %Y/%m/%d/%H] [--roll-rows 1000000] [--roll-bytes 268435456] \\
-        [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL]
+        [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL] \\
+        [--schema-version 1|2]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
 It prints progress lines ("export orders: 120,000 of 300,000 rows written (40%)":
@@ -54,7 +55,7 @@ from typing import Any
 from channel_engine.spark.export_report import describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.exporter import Exporter
-from channel_engine.spark.file_formats import FORMATS
+from channel_engine.spark.file_formats import FORMATS, SCHEMA_VERSIONS
 
 # HDFS's client retries a NameNode that does not answer (a restart: an upgrade, a config
 # change) for up to 10 x 2 s instead of failing the run at its first call; without it, a
@@ -168,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default=os.environ.get("WEIR_SPARK_MASTER"),
                         help="local[*], spark://host:7077, yarn (default: WEIR_SPARK_MASTER, "
                              "else spark-submit's --master, else local[*])")
+    parser.add_argument("--schema-version", type=int, choices=sorted(SCHEMA_VERSIONS),
+                        help="the columns' layout: 1 bytes (Weir's before the versions), 2 "
+                             "readable (default: the version of the output's newest commit "
+                             "record, else 2)")
     parser.add_argument("--read-url", help="executors read over this appliance URL (token "
                                            "in WEIR_EXPORT_READ_TOKEN) instead of from files")
     args = parser.parse_args(argv)
@@ -175,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = ExportSettings(args.home, args.output, args.format, args.path,
                                   args.roll_rows, args.max_events, args.read_url,
                                   os.environ.get("WEIR_EXPORT_READ_TOKEN"), args.roll_bytes,
-                                  args.progress_every, args.subscription)
+                                  args.progress_every, args.subscription,
+                                  args.schema_version)
     except ValueError as exc:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():

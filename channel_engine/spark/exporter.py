@@ -77,7 +77,7 @@ from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
-from channel_engine.spark.file_formats import SESSION_CONF, readable, writer
+from channel_engine.spark.file_formats import LATEST_SCHEMA, SESSION_CONF, columns, writer
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
 from channel_engine.spark.write_progress import WRITE_CONF, rows_written
 
@@ -117,12 +117,15 @@ class Exporter:
         self.started = time.time()
         self.channel_id = ""  # set under the export lock (run)
         self.recorded = False  # this run's commit record is written
+        self.schema_version = settings.schema_version  # resolved by recover() when None
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
         """Finish every recorded run's moves, drop temp dirs and half-written records,
         compact the records; return this channel's exported ranges by partition."""
         exported = self.records.recover(self.channel_id)
+        if self.schema_version is None:  # a job told none keeps the output's layout
+            self.schema_version = self.records.schema_version or LATEST_SCHEMA
         missing = self.records.missing
         if missing:
             self.progress(f"export {self.config.name}: {len(missing)} committed files "
@@ -199,7 +202,8 @@ class Exporter:
             report.outcome, report.error, report.duration_s = outcome, error, duration
         self.report = {
             "channel": self.config.name, "run_id": self.run_id, "output": self.root,
-            "format": self.settings.format, "outcome": outcome, "error": error,
+            "format": self.settings.format, "schema_version": self.schema_version,
+            "outcome": outcome, "error": error,
             "spark_master": self.spark.sparkContext.master,
             "rows": sum(r.rows for r in self.reports.values()),
             "bytes": sum(r.bytes for r in self.reports.values()),
@@ -220,7 +224,8 @@ class Exporter:
                 _session_conf(self.spark, {**WRITE_CONF, **SESSION_CONF}):
             # each Spark task reads one piece (see Pieces): its files are that piece's,
             # one per time bucket, with no shuffle
-            writer(frame, self.settings.format).mode("errorifexists").save(temp)
+            writer(frame, self.settings.format, self._version()) \
+                .mode("errorifexists").save(temp)
         crash_point("written")
         moves = self._plan_moves(temp, pieces)
         for source, _ in moves:  # on disk before a record names them (file:// only)
@@ -230,7 +235,8 @@ class Exporter:
             report.rows = sum(end - start for start, end in report.ranges)
         self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
-                            {p: report.ranges for p, report in self.reports.items()})
+                            {p: report.ranges for p, report in self.reports.items()},
+                            self._version())
         self.recorded = True
         crash_point("recorded")  # committed, and nobody told yet
         self.on_commit(self._finish("committed"))
@@ -245,8 +251,8 @@ class Exporter:
 
     def _frame(self, pieces: Pieces) -> Any:
         """The events of the pieces, read through the "weir" source (source.py), in the
-        columns written (file_formats.readable), with the columns that place them in files
-        (Pieces.placed)."""
+        columns of the run's schema version (file_formats.columns), with the columns that
+        place them in files (Pieces.placed)."""
         from channel_engine.spark.source import SCHEMA, register
 
         register(self.spark)
@@ -263,7 +269,13 @@ class Exporter:
                  .option("home", str(self.config.home))
                  .option("ranges", json.dumps(ranges)).option("split_align", str(pieces.rows))
                  .options(**remote).load())
-        return readable(pieces.placed(frame, self.settings.path))
+        return columns(pieces.placed(frame, self.settings.path), self._version())
+
+    def _version(self) -> int:
+        """The schema version this run writes (known once recover() ran)."""
+        if self.schema_version is None:
+            raise ExportError("the schema version is not known before step 1 (recover)")
+        return self.schema_version
 
     def _plan_moves(self, temp: str, pieces: Pieces) -> list[list[str]]:
         """[temp, final] for each of Spark's files, counted in its partition's report."""
