@@ -7,14 +7,18 @@
         [--schema-version 1|2]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
-It prints progress lines ("export orders: 120,000 of 300,000 rows written (40%)":
+It prints a recovered line `{"recovered": {"run_id": …, "committed_runs": […]}}` once
+step 1 has read the output's commit records (the runs they name committed, whatever
+their jobs reported; printed before the records are compacted, which forgets their run
+ids), progress lines ("export orders: 120,000 of 300,000 rows written (40%)":
 write_progress.py), a commit
 line `{"commit": …}` just before its commit point and another just after (the run's
 report so far, outcome "committing", then "committed": export_report.py), then one JSON
 report line on stdout: `{"report": …}`, or `{"report": null, "error": …, "run": …}` when
 it failed (exit status 1; "run" holds what the failed run had reserved). A job killed
 after its commit point has printed its "committed" line: the appliance records the run
-as what it did (appliance/exports.py), and the next run finishes its moves.
+as what it did (appliance/exports.py), and the next run finishes its moves; one killed
+between its two commit lines is confirmed by the next job's recovered line.
 
 Cluster settings: the master comes from --master (WEIR_SPARK_MASTER); Hadoop's from
 HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the JVM's
@@ -209,7 +213,9 @@ def _export(settings: ExportSettings, master: str | None) -> int:
     try:
         exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True),
                             on_commit=lambda run: print(json.dumps({"commit": run}),
-                                                        flush=True))
+                                                        flush=True),
+                            on_recover=lambda found: print(json.dumps({"recovered": found}),
+                                                           flush=True))
         report = exporter.run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
         failed = getattr(exporter, "report", None)

@@ -10,7 +10,9 @@ The protocol (each step survives a crash at any point; the output is the source 
     ----  ---------------------------------------------  --------------------------------------
     1     recover: redo the moves of every commit        finishes the moves; the range counts
           record, delete every temp dir and cut-short    as exported
-          record; fold > COMPACT_AFTER records into one
+          record; tell the runs they name (the job's
+          recovered line); fold > COMPACT_AFTER records
+          into one
     2     take: reserve the next ranges of each          the take rolled back (its process
           partition (a take transaction, no lease)       died): the same ranges come again
     3     skip what a commit record already holds        -
@@ -99,7 +101,8 @@ class Exporter:
 
     def __init__(self, spark: Any, settings: ExportSettings,
                  progress: Callable[[str], None] = print,
-                 on_commit: Callable[[dict[str, Any]], None] = lambda report: None) -> None:
+                 on_commit: Callable[[dict[str, Any]], None] = lambda report: None,
+                 on_recover: Callable[[dict[str, Any]], None] = lambda found: None) -> None:
         self.spark = spark
         self.settings = settings
         self.progress = progress
@@ -107,6 +110,9 @@ class Exporter:
         # just after (outcome "committed"): the appliance's record of a job killed before
         # it could report (export_report.py)
         self.on_commit = on_commit
+        # Told what step 1 found once it read the commit records, before it compacts them
+        # (which drops their run ids): {"run_id", "committed_runs"} (export_report.py)
+        self.on_recover = on_recover
         self.config = ChannelConfig.load(settings.home)
         self.dfs = Dfs(spark, settings.output)
         self.layout = OutputLayout(self.dfs, self.config.name)
@@ -126,6 +132,8 @@ class Exporter:
         exported = self.records.recover(self.channel_id)
         if self.schema_version is None:  # a job told none keeps the output's layout
             self.schema_version = self.records.schema_version or LATEST_SCHEMA
+        self.on_recover({"run_id": self.run_id, "committed_runs": self.records.runs})
+        crash_point("recovered")  # the appliance tests: its recovered line out, nothing more
         missing = self.records.missing
         if missing:
             self.progress(f"export {self.config.name}: {len(missing)} committed files "

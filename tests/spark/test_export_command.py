@@ -130,3 +130,33 @@ def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
         assert bodies == sorted(f"e{i}" for i in range(40))  # each exactly once
         assert channel.status()["subscriptions"]["export"]["events_untaken"] == 0
     channels.close_all()
+
+
+def test_a_run_killed_in_its_commit_is_confirmed_by_the_next_jobs_recovered_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real job, killed once its commit record is written but before its "committed"
+    # line; the next job killed right after its recovered line (before any compaction,
+    # commit line or report): the first row is confirmed by that line alone.
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path],
+                           WEIR_EXPORT_URI=(tmp_path / "export").as_uri(),
+                           WEIR_SPARK_MASTER="local[1]"):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "home"),
+                                     minimum_required_space=0)
+        with channels.open_channel(row).put() as tx:
+            for i in range(25):
+                tx.put(f"e{i}".encode())
+        channels.close_all()  # the job owns the channel, as in production's worker
+        monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "recorded")
+        with pytest.raises(CommandError):
+            call_command("export_channel", "orders", stdout=StringIO())
+        killed = ExportRun.objects.get()
+        assert killed.outcome == "failed" and "while it wrote its commit record" in killed.error
+        monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "recovered")
+        with pytest.raises(CommandError):
+            call_command("export_channel", "orders", stdout=StringIO())
+        killed.refresh_from_db()
+        assert (killed.outcome, killed.rows, killed.error) == ("ok", 25, "")
+        assert "found its commit record" in killed.progress
+        assert ExportRun.objects.latest("started_at").outcome == "failed"  # the next one
+    channels.close_all()
