@@ -56,6 +56,7 @@ from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
 from channel_engine import ChannelConfig, ChannelGoneError, ConfigError, check_subscription_name
+from channel_engine.spark.file_formats import MAX_OPEN_FILES_LIMIT
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 # Settings only the appliance uses (the scheduler's), with their allowed range.
@@ -63,8 +64,10 @@ SCHEDULE_SETTINGS = {"retention_check_interval_ms": (1_000, 86_400_000),
                      "export_interval_ms": (10_000, 7 * 86_400_000),
                      "export_roll_rows": (1, 2**31 - 1),
                      "export_roll_bytes": (1 << 10, 1 << 40),
+                     "export_max_open_files": (1, MAX_OPEN_FILES_LIMIT),
                      "kafka_interval_ms": (1_000, 86_400_000)}
-OPTIONAL_SCHEDULES = ("export_interval_ms", "kafka_interval_ms")  # null: only when asked
+# null: only when asked (an interval), the format's own (export_max_open_files)
+OPTIONAL_SCHEDULES = ("export_interval_ms", "kafka_interval_ms", "export_max_open_files")
 EXPORT_SETTINGS = ("export_format", "export_schema_version", "export_path",
                    "export_subscription")
 KAFKA_SETTINGS = ("kafka_topic", "kafka_bootstrap", "kafka_subscription",

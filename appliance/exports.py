@@ -175,6 +175,8 @@ def command(row: Channel) -> list[str]:
             "--subscription", row.export_subscription,
             "--schema-version", str(row.export_schema_version),
             "--master", settings.WEIR_SPARK_MASTER]
+    if row.export_max_open_files is not None:  # else the job's default for the format
+        argv += ["--max-open-files", str(row.export_max_open_files)]
     if settings.WEIR_EXPORT_READ_URL:
         argv += ["--read-url", settings.WEIR_EXPORT_READ_URL]
     return argv

@@ -99,6 +99,10 @@ class Channel(models.Model):
     export_roll_bytes = models.BigIntegerField(
         default=256 << 20, help_text="Most bytes of events (as stored in the log) per exported "
         "file (1 KiB to 1 TiB); a file ends at whichever roll limit comes first.")
+    export_max_open_files = models.IntegerField(
+        null=True, blank=True, help_text="Most exported files one Spark task keeps open at "
+        "once (1 to 1,024; as Flume's hdfs.maxOpenFiles); each open Parquet file buffers a "
+        "row group in the executor's memory. Unset: 4 for Parquet, 16 for JSON and Avro.")
     kafka_topic = models.CharField(
         max_length=249, blank=True, default="",
         help_text="The Kafka topic the channel is forwarded into, exactly once (empty: no "

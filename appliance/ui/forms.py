@@ -27,7 +27,7 @@ GROUPS = (
     ("Encryption", ("encryption_key_file", "encryption_active_key")),
     ("Export", ("export_interval_ms", "export_subscription", "export_format",
                 "export_schema_version", "export_path", "export_roll_rows",
-                "export_roll_bytes")),
+                "export_roll_bytes", "export_max_open_files")),
     ("Kafka sink", ("kafka_topic", "kafka_bootstrap", "kafka_interval_ms", "kafka_subscription",
                     "kafka_partitioning", "kafka_compression", "kafka_create_topic",
                     "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",

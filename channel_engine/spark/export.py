@@ -4,7 +4,7 @@
         --output hdfs://namenode:8020/weir [--format parquet|json|avro] \\
         [--path %Y/%m/%d/%H] [--roll-rows 1000000] [--roll-bytes 268435456] \\
         [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL] \\
-        [--schema-version 1|2]
+        [--schema-version 1|2] [--max-open-files N]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
 It prints a recovered line `{"recovered": {"run_id": …, "committed_runs": […]}}` once
@@ -59,7 +59,7 @@ from typing import Any
 from channel_engine.spark.export_report import describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.exporter import Exporter
-from channel_engine.spark.file_formats import FORMATS, SCHEMA_VERSIONS
+from channel_engine.spark.file_formats import FORMATS, MAX_OPEN_FILES, SCHEMA_VERSIONS
 
 # HDFS's client retries a NameNode that does not answer (a restart: an upgrade, a config
 # change) for up to 10 x 2 s instead of failing the run at its first call; without it, a
@@ -177,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the columns' layout: 1 bytes (Weir's before the versions), 2 "
                              "readable (default: the version of the output's newest commit "
                              "record, else 2)")
+    parser.add_argument("--max-open-files", type=int,
+                        help="the most files one Spark task holds open at once (default: "
+                             + ", ".join(f"{n} for {f}" for f, n in MAX_OPEN_FILES.items())
+                             + ")")
     parser.add_argument("--read-url", help="executors read over this appliance URL (token "
                                            "in WEIR_EXPORT_READ_TOKEN) instead of from files")
     args = parser.parse_args(argv)
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                                   args.roll_rows, args.max_events, args.read_url,
                                   os.environ.get("WEIR_EXPORT_READ_TOKEN"), args.roll_bytes,
                                   args.progress_every, args.subscription,
-                                  args.schema_version)
+                                  args.schema_version, args.max_open_files)
     except ValueError as exc:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():

@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from channel_engine import DEFAULT_SUBSCRIPTION, check_subscription_name
-from channel_engine.spark.file_formats import FORMATS, check_schema_version
+from channel_engine.spark.file_formats import (
+    FORMATS,
+    MAX_OPEN_FILES,
+    MAX_OPEN_FILES_LIMIT,
+    check_schema_version,
+)
 from channel_engine.spark.output_layout import spark_pattern
 
 
@@ -29,6 +34,8 @@ class ExportSettings:
     # the columns' layout (file_formats.py); None: that of the output's newest commit
     # record, file_formats.LATEST_SCHEMA for an output without one
     schema_version: int | None = None
+    # the most files one Spark task holds open; None: the format's (MAX_OPEN_FILES)
+    max_open_files: int | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -45,3 +52,12 @@ class ExportSettings:
         check_subscription_name(self.subscription)
         if self.schema_version is not None:
             check_schema_version(self.schema_version)
+        if self.max_open_files is not None and \
+                not 1 <= self.max_open_files <= MAX_OPEN_FILES_LIMIT:
+            raise ValueError(f"max_open_files must be from 1 to {MAX_OPEN_FILES_LIMIT}, not "
+                             f"{self.max_open_files}")
+
+    @property
+    def open_files(self) -> int:
+        """The most files one Spark task of the run holds open at once."""
+        return self.max_open_files or MAX_OPEN_FILES[self.format]

@@ -81,7 +81,7 @@ from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.file_formats import LATEST_SCHEMA, SESSION_CONF, columns, writer
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
-from channel_engine.spark.write_progress import WRITE_CONF, rows_written
+from channel_engine.spark.write_progress import rows_written, write_conf
 
 
 def crash_point(step: str) -> None:
@@ -229,7 +229,8 @@ class Exporter:
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
         frame = self._frame(pieces)
         with self._report_progress(total), self._crash_mid_write(temp), \
-                _session_conf(self.spark, {**WRITE_CONF, **SESSION_CONF}):
+                _session_conf(self.spark, {**write_conf(self.settings.open_files),
+                                           **SESSION_CONF}):
             # each Spark task reads one piece (see Pieces): its files are that piece's,
             # one per time bucket, with no shuffle
             writer(frame, self.settings.format, self._version()) \

@@ -62,6 +62,12 @@ spark-avro jar (`--packages org.apache.spark:spark-avro_2.13:<Spark version>` on
 the short name and from_avro/to_avro, for other jobs). Avro files carry the version's
 schema (AVRO_SCHEMAS: record weir.Event, the columns above), deflate-compressed.
 
+Open files. A Spark task writes its piece's events to one file per time bucket, each
+writer open until its task is done with it: MAX_OPEN_FILES caps them per task (the
+export's max_open_files setting; Parquet lowest, its row groups being the biggest
+buffers). A task with more buckets than that sorts its remaining rows and writes those
+one file at a time.
+
 The columns the writer partitions by (_p, _chunk, _bucket) place each event in its file:
 output_layout.py. This module imports no PySpark at its top: the appliance reads FORMATS.
 """
@@ -104,6 +110,14 @@ AVRO_SCHEMA = {
                {"name": "headers_bytes", "type": ["null", {"type": "map", "values": "bytes"}]},
                {"name": "body", "type": ["null", "string"]},
                {"name": "body_bytes", "type": ["null", "bytes"]}]}
+# The most files of a format one Spark task holds open at once (the export's default
+# max_open_files, as Flume's HDFS sink has hdfs.maxOpenFiles; write_progress.write_conf).
+# An open writer's buffers live on the executor's heap, outside Spark's managed memory,
+# until its file closes: a Parquet writer holds its whole row group (parquet.block.size,
+# 128 MiB by default, scaled down only once the writers near 95% of the heap), an Avro
+# writer one block (about 64 KiB, deflated as it fills), a JSON writer a stream buffer.
+MAX_OPEN_FILES = {"parquet": 4, "json": 16, "avro": 16}
+MAX_OPEN_FILES_LIMIT = 1024
 # Spark SQL settings of the write: Parquet's timestamps as TIMESTAMP(MILLIS) (Spark's
 # default is the legacy INT96, which most readers show as a number or refuse)
 SESSION_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS"}

@@ -593,3 +593,18 @@ def test_a_commit_line_cut_by_other_output_never_stops_the_job(
     run = exports.run_export(row)
     assert (run.outcome, run.run_id, run.rows, run.error) == (ExportRun.OK, "r-cut", 10, "")
 
+
+def test_the_job_is_told_max_open_files_only_when_set(root: Path) -> None:
+    row = channel_row(root)
+    assert "--max-open-files" not in exports.command(row)  # the job's default per format
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + ApiToken.issue("ops", ["admin"])[1])
+    for bad in (0, 1025, "4"):
+        refused = client.patch("/api/v1/channels/orders", {"export_max_open_files": bad},
+                               format="json")
+        problem(refused, 400, "invalid-setting", field="export_max_open_files")
+    changed = client.patch("/api/v1/channels/orders", {"export_max_open_files": 2},
+                           format="json")
+    assert changed.status_code == 200, changed.content
+    argv = exports.command(Channel.objects.get(name="orders"))
+    assert argv[argv.index("--max-open-files") + 1] == "2"

@@ -15,7 +15,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,12 @@ from channel_engine.spark import commit_records, exporter
 from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.exporter import Exporter
-from channel_engine.spark.file_formats import AVRO_SCHEMA, AVRO_SCHEMA_V1, FORMATS
+from channel_engine.spark.file_formats import (
+    AVRO_SCHEMA,
+    AVRO_SCHEMA_V1,
+    FORMATS,
+    MAX_OPEN_FILES,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
@@ -709,12 +717,10 @@ def test_avro_holds_text_as_strings_and_time_as_timestamp_millis(
 
 def test_a_piece_over_more_buckets_than_open_writers_makes_one_file_a_bucket(
         tmp_path: Path, spark: Any) -> None:
-    # The write keeps up to CONCURRENT_WRITERS files open (write_progress.py), then sorts
+    # The write keeps up to max_open_files files open (write_progress.py), then sorts
     # the rest of its task's rows: each bucket still gets one file, named by its offsets.
-    from channel_engine.spark.write_progress import CONCURRENT_WRITERS
-
     config = make_channel(tmp_path, 0, partitions=1)
-    buckets = CONCURRENT_WRITERS * 3
+    buckets = 48  # over every format's default max_open_files
     with Channel.open(config) as channel, channel.put() as tx:
         for i in range(buckets * 4):  # a bucket a second, visited again every `buckets`
             tx.put(f"e{i}".encode(), timestamp=BASE_MS + (i % buckets) * 1000)
@@ -839,3 +845,67 @@ def test_a_commit_record_of_an_unknown_schema_version_stops_the_run(
     with pytest.raises(ExportError, match="schema_version must be one of 1, 2, not 3"):
         export_here(spark, config, output)
     assert untaken(config) == 10
+
+
+# -- open files per task (file_formats.MAX_OPEN_FILES, write_progress.write_conf) ---------------
+@contextmanager
+def open_files_peak(spark: Any) -> Iterator[list[int]]:
+    """The most data files of an export's temp dir the tests' JVM (local mode: its
+    executors too) held open for writing at once while the block ran, looked at every
+    2 ms ([peak]). (The read-back of the offsets opens them too, read-only.)"""
+    proc = Path(f"/proc/{spark.sparkContext._gateway.proc.pid}")
+    peak, done = [0], threading.Event()
+
+    def writing(fd: Path) -> bool:
+        try:
+            target = os.readlink(fd)
+            flags = (proc / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0]
+        except (OSError, IndexError):
+            return False  # closed meanwhile
+        name = target.rsplit("/", 1)[-1]  # a socket or pipe has no "/"
+        return "/_weir/tmp/" in target and name.startswith("part-") and \
+            int(flags, 8) & (os.O_WRONLY | os.O_RDWR) != 0
+
+    def watch() -> None:
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], sum(map(writing, (proc / "fd").iterdir())))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        watcher.join()
+
+
+@pytest.mark.parametrize(("file_format", "cap"), [("parquet", None), ("json", 2),
+                                                  ("avro", 1)])
+def test_a_task_never_holds_more_files_open_than_max_open_files(
+        tmp_path: Path, spark: Any, file_format: str, cap: int | None) -> None:
+    # One piece (one task) over 24 buckets, the first met being the last in Spark's sort:
+    # once its open writers are all taken it sorts the rest and writes them one file at a
+    # time, while the writers it has not come to in that order stay open.
+    config = make_channel(tmp_path, 0, partitions=1)
+    buckets, per_bucket = 24, 2_000
+    with Channel.open(config) as channel:
+        for start in range(0, buckets * per_bucket, 1_000):
+            with channel.put() as tx:
+                for i in range(start, start + 1_000):
+                    tx.put(b"x" * 100,
+                           timestamp=BASE_MS + (buckets - 1 - i % buckets) * 1000)
+    output = output_uri(tmp_path)
+    with open_files_peak(spark) as peak:
+        report = export_here(spark, config, output, format=file_format, path="%Y/%H%M%S",
+                             max_open_files=cap)
+    assert report["rows"] == buckets * per_bucket
+    assert len(committed_files(spark, output)) == buckets  # still one file a bucket
+    limit = cap or MAX_OPEN_FILES[file_format]
+    assert 0 < peak[0] <= limit, (peak[0], limit)
+
+
+def test_max_open_files_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    config = make_channel(tmp_path, 5)
+    code, _, log = export(config, output_uri(tmp_path), "--max-open-files", "0")
+    assert code == 2 and "max_open_files must be from 1 to 1024, not 0" in log, log
+    assert untaken(config) == 5
