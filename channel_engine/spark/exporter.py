@@ -227,14 +227,9 @@ class Exporter:
         total = sum(end - start for _, (start, end) in pieces.ranges)
         self.progress(f"export {self.config.name}: writing {total:,} events "
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
-        frame = self._frame(pieces)
-        with self._report_progress(total), self._crash_mid_write(temp), \
-                _session_conf(self.spark, {**write_conf(self.settings.open_files),
-                                           **SESSION_CONF}):
-            # each Spark task reads one piece (see Pieces): its files are that piece's,
-            # one per time bucket, with no shuffle
-            writer(frame, self.settings.format, self._version()) \
-                .mode("errorifexists").save(temp)
+        frame = self.frame(pieces)
+        with self._report_progress(total), self._crash_mid_write(temp):
+            write_files(self.spark, frame, self.settings, self._version(), temp)
         crash_point("written")
         moves = self._plan_moves(temp, pieces)
         for source, _ in moves:  # on disk before a record names them (file:// only)
@@ -258,7 +253,7 @@ class Exporter:
         self.progress(f"export {self.config.name}: {total:,} events in "
                       f"{sum(len(r.files) for r in self.reports.values())} files")
 
-    def _frame(self, pieces: Pieces) -> Any:
+    def frame(self, pieces: Pieces) -> Any:
         """The events of the pieces, read through the "weir" source (source.py), in the
         columns of the run's schema version (file_formats.columns), with the columns that
         place them in files (Pieces.placed)."""
@@ -336,6 +331,17 @@ class Exporter:
                               f"written ({written / max(total, 1):.0%})")
 
         return _every(self.settings.progress_s, report)
+
+
+def write_files(spark: Any, frame: Any, settings: ExportSettings, version: int,
+                target: str) -> None:
+    """Step 4's write: `frame` (Exporter.frame) to `target`, a directory that must not
+    exist, with Spark's writer of the format in schema `version`, under the write's
+    session settings (write_progress.write_conf, file_formats.SESSION_CONF). Each Spark
+    task reads one piece (see Pieces): its files are that piece's, one per time bucket,
+    with no shuffle. (bench/export.py times Spark writing through this too.)"""
+    with _session_conf(spark, {**write_conf(settings.open_files), **SESSION_CONF}):
+        writer(frame, settings.format, version).mode("errorifexists").save(target)
 
 
 @contextmanager
