@@ -50,11 +50,12 @@ the run's commit point: from then on its files count, and recover() finishes its
 
 Reading them (recover, step 1) redoes the moves of every record (a crash may have cut
 them short), deletes the records cut short and returns the ranges this channel's records
-hold, and the schema version of the newest of them (`schema_version`: a run told no
-version writes that one, so a job run again by hand after an upgrade keeps the folder's
-layout). A committed file gone when its record is redone (an operator pruned old output)
-is counted in `missing`, not recreated, and stops nothing. Once there are more than
-COMPACT_AFTER records, compact() folds them into one summary.
+hold, and the schema version of the newest record (`schema_version`; of any channel of
+the name, whose files share the folders: a run told no version writes that one, so a job
+run again by hand after an upgrade keeps the folders' layout). A committed file gone
+when its record is redone (an operator pruned old output) is counted in `missing`, not
+recreated, and stops nothing. Once there are more than COMPACT_AFTER records, compact()
+folds them into one summary.
 
 Concurrency contract: not thread-safe; the caller holds the channel's export lock
 (export_lock.py), so no other run writes records meanwhile.
@@ -141,7 +142,7 @@ class CommitRecords:
         self.read: list[str] = []  # the records recover() read, by URI
         self.missing: list[str] = []  # committed files gone from the output (pruned?)
         self.runs: list[str] = []  # the runs whose records recover() read: they committed
-        # the schema version of this channel's newest record; None: it has none
+        # the schema version of the newest record (recover()); None: there is none
         self.schema_version: int | None = None
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
@@ -160,11 +161,12 @@ class CommitRecords:
             self.read.append(uri)
             for temp, final in record["moves"]:
                 self._finish_move(temp, final)
+            # a deleted namesake's files share the folders: its version counts too
+            self.schema_version = schema_version(record)
             if record.get("channel_id", channel_id) != channel_id:
                 continue  # a channel of this name that was deleted: its offsets are not ours
             if not name.endswith(".summary.json"):  # a summary is no run of its own
                 self.runs.append(str(record.get("run_id", "")))
-            self.schema_version = schema_version(record)
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)

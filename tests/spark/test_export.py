@@ -833,6 +833,22 @@ def test_a_run_told_no_version_keeps_the_version_of_the_outputs_records(
     assert [r["schema_version"] for r in records(fresh)] == [2]
 
 
+def test_a_channel_made_again_under_its_name_keeps_the_folders_version(
+        tmp_path: Path, spark: Any) -> None:
+    # Its files go to the same folders as the deleted one's: a job told no version writes
+    # theirs, though none of the records left is of the new channel
+    import shutil
+
+    config = make_channel(tmp_path, 10, partitions=1)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, schema_version=1)["rows"] == 10
+    shutil.rmtree(tmp_path / "home")
+    shutil.rmtree(tmp_path / "data")
+    config = make_channel(tmp_path, 10, partitions=1)
+    report = export_here(spark, config, output)
+    assert (report["rows"], report["schema_version"]) == (10, 1)
+
+
 def test_a_commit_record_of_an_unknown_schema_version_stops_the_run(
         tmp_path: Path, spark: Any) -> None:
     config = make_channel(tmp_path, 10, partitions=1)
