@@ -127,8 +127,9 @@ class Exporter:
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
-        """Finish every recorded run's moves, drop temp dirs and half-written records,
-        compact the records; return this channel's exported ranges by partition."""
+        """Finish every recorded run's moves, drop temp dirs and half-written records, tell
+        on_recover the runs the records name, then compact the records; return this
+        channel's exported ranges by partition."""
         exported = self.records.recover(self.channel_id)
         if self.schema_version is None:  # a job told none keeps the output's layout
             self.schema_version = self.records.schema_version or LATEST_SCHEMA
