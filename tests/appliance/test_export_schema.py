@@ -151,6 +151,11 @@ def test_a_run_keeps_the_version_and_the_path_it_was_told(
     assert (run.outcome, run.schema_version, run.path) == (ExportRun.OK, 1, "v1/%Y")
     shown = token_client("admin").get("/api/v1/channels/orders").json()["recent_exports"]
     assert (shown[0]["schema_version"], shown[0]["path"]) == (1, "v1/%Y")
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = client.get("/channels/orders/status").content.decode()
+    assert '<span class="muted layout" title="the layout of its files\' columns">schema version 1' \
+        in page.replace("&#x27;", "'")
 
 
 def test_the_settings_page_shows_the_version_and_its_refusal(root: Path) -> None:
