@@ -72,6 +72,7 @@ from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
 from channel_engine import ChannelConfig, ChannelGoneError, ConfigError, check_subscription_name
+from channel_engine.spark.file_formats import MAX_OPEN_FILES_LIMIT
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 # Settings only the appliance uses (the scheduler's), with their allowed range.
@@ -79,9 +80,12 @@ SCHEDULE_SETTINGS = {"retention_check_interval_ms": (1_000, 86_400_000),
                      "export_interval_ms": (10_000, 7 * 86_400_000),
                      "export_roll_rows": (1, 2**31 - 1),
                      "export_roll_bytes": (1 << 10, 1 << 40),
+                     "export_max_open_files": (1, MAX_OPEN_FILES_LIMIT),
                      "kafka_interval_ms": (1_000, 86_400_000)}
-OPTIONAL_SCHEDULES = ("export_interval_ms", "kafka_interval_ms")  # null: only when asked
-EXPORT_SETTINGS = ("export_format", "export_path", "export_subscription")
+# null: only when asked (an interval), the format's own (export_max_open_files)
+OPTIONAL_SCHEDULES = ("export_interval_ms", "kafka_interval_ms", "export_max_open_files")
+EXPORT_SETTINGS = ("export_format", "export_schema_version", "export_path",
+                   "export_subscription")
 KAFKA_SETTINGS = ("kafka_topic", "kafka_bootstrap", "kafka_subscription",
                   "kafka_partitioning", "kafka_compression", "kafka_create_topic",
                   "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
@@ -145,11 +149,15 @@ EXPORT_PATH = rf"^{_EXPORT_DIR}(?:/{_EXPORT_DIR})*/?$"  # for the OpenAPI schema
 
 
 def _check_export(row: Channel) -> None:
-    from channel_engine.spark.file_formats import FORMATS
+    from channel_engine.spark.file_formats import FORMATS, SCHEMA_VERSIONS
     from channel_engine.spark.output_layout import spark_pattern
 
     if row.export_format not in FORMATS:
         raise ValidationError({"export_format": f"must be one of {', '.join(FORMATS)}"})
+    if type(row.export_schema_version) is not int or \
+            row.export_schema_version not in SCHEMA_VERSIONS:
+        raise ValidationError({"export_schema_version": "must be one of "
+                               f"{', '.join(map(str, SCHEMA_VERSIONS))}"})
     try:
         check_subscription_name(row.export_subscription)
     except ValueError as exc:

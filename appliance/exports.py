@@ -28,9 +28,13 @@ files, rows and bytes it commits; channel_engine/spark/export_report.py), and th
 keeps it while it runs. A job that then ends without its report (killed, timed out, its
 worker gone) leaves a row "ok" with those events and files ("committed …; the next
 export finishes moving its files"), never "failed, 0 events"; one that died between the
-two lines is "failed" until the next run, whose report names every run whose commit
-record it read (committed_runs): those rows become "ok" too. The next run finishes the
-moves and skips the committed ranges (the protocol, channel_engine/spark/exporter.py).
+two lines is "failed" until the next run tells which runs' commit records it read
+(committed_runs): those rows become "ok" too. The next job tells it three times: in the
+line it prints once its step 1 has read the records (`{"recovered": …}`, before it
+compacts them and forgets their run ids), in its commit lines and in its report; the
+first to arrive confirms the rows, so they are right however that job ends (killed
+after its compaction, say). The next run finishes the moves and skips the committed
+ranges (the protocol, channel_engine/spark/exporter.py).
 
 Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
 read ranges from the raw batches endpoint (appliance/api/batches.py, role consume) instead of the
@@ -85,6 +89,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from appliance import channels
+from appliance.export_schema import folder
 from appliance.models import ApiToken, Channel, ExportRun
 
 log = logging.getLogger(__name__)
@@ -168,7 +173,10 @@ def command(row: Channel) -> list[str]:
             "--path", row.export_path, "--roll-rows", str(row.export_roll_rows),
             "--roll-bytes", str(row.export_roll_bytes),
             "--subscription", row.export_subscription,
+            "--schema-version", str(row.export_schema_version),
             "--master", settings.WEIR_SPARK_MASTER]
+    if row.export_max_open_files is not None:  # else the job's default for the format
+        argv += ["--max-open-files", str(row.export_max_open_files)]
     if settings.WEIR_EXPORT_READ_URL:
         argv += ["--read-url", settings.WEIR_EXPORT_READ_URL]
     return argv
@@ -181,7 +189,8 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
         argv = command(row)
         _fail_stale_runs(row.name)
         run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),
-                                       progress="starting Spark")
+                                       progress="starting Spark", path=folder(row.export_path),
+                                       schema_version=row.export_schema_version)
         env, token = None, None
         if settings.WEIR_EXPORT_READ_URL:
             token, key = ApiToken.issue(_token_name(run), ["consume"], [row])
@@ -324,6 +333,9 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
                     report = found
                 elif found and "commit" in found:
                     _record_commit(run, found["commit"])
+                    _confirm_found(run, found["commit"])
+                elif found and "recovered" in found:
+                    _confirm_found(run, found["recovered"])
                 elif line.startswith("export "):
                     ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
                 else:
@@ -347,7 +359,7 @@ def _json_line(line: str) -> dict[str, Any] | None:
     """A report or commit line of the job, or None for any other line. The JVM writes to
     the same pipe, so a long line may arrive cut by its output: such a line is not one
     (it goes to the tail) and never stops the job at its commit point."""
-    if not line.startswith(('{"report"', '{"commit"')):
+    if not line.startswith(('{"report"', '{"commit"', '{"recovered"')):
         return None
     try:
         found = json.loads(line)
@@ -390,5 +402,13 @@ def _finish_run(run: ExportRun, code: int, line: dict[str, Any], expired: str | 
         run.run_id, run.partitions = failed.get("run_id", ""), failed.get("partitions", [])
     elif not done:
         _died(run, str(error))
-    found = (done or failed).get("committed_runs", [])
-    _confirm_committed(run.channel, [r for r in found if r != run.run_id], run.run_id)
+    _confirm_found(run, done or failed)
+
+
+def _confirm_found(run: ExportRun, found: dict[str, Any]) -> None:
+    """Confirm the earlier rows whose commit records the job of `run` found (a recovered
+    line, a commit line or the report: `found` has run_id and committed_runs)."""
+    by = str(found.get("run_id") or run.run_id)
+    runs = found.get("committed_runs")
+    if isinstance(runs, list):
+        _confirm_committed(run.channel, [str(r) for r in runs if r != by], by)

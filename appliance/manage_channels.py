@@ -34,7 +34,8 @@ fuller (at "earliest" a log longer than the capacity would stop every put; a res
 earliest is the operator's, on the channel page). When a drain's subscription changes,
 the one it drained before is removed (never `default`, nor one the other drain reads):
 nothing would drain it, and it would hold the channel's capacity; with takes open on it
-the change is refused (409).
+the change is refused (409). An export folder never gets files of a second schema
+version: appliance/export_schema.py refuses such a create or change (400).
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from appliance import channel_dirs, channels
+from appliance.export_schema import check_schema_version
 from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
@@ -131,6 +133,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
     made: list[str] = []
     try:
         channels.to_config(row)
+        check_schema_version(row, None)
         with transaction.atomic():
             channel_dirs.lock()
             if Channel.objects.filter(name=row.name).exists():
@@ -164,6 +167,7 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
     made: list[str] = []
     try:
         channels.to_config(row)
+        check_schema_version(row, was)
         with transaction.atomic():  # the change stands only if the channel opens with it
             channel_dirs.lock()
             _check_storage(was)

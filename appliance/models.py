@@ -18,6 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from channel_engine import ChannelConfig, check_subscription_name
+from channel_engine.spark.file_formats import LATEST_SCHEMA, SCHEMA_VERSIONS
 
 ROLES = ("produce", "consume", "admin")
 _ENGINE = ChannelConfig.__dataclass_fields__
@@ -79,6 +80,12 @@ class Channel(models.Model):
                                      choices=[("parquet", "parquet"), ("json", "json"),
                                               ("avro", "avro")],
                                      help_text="File format of exported events.")
+    export_schema_version = models.PositiveSmallIntegerField(
+        default=LATEST_SCHEMA,
+        choices=[(version, f"{version}: {what}") for version, what in SCHEMA_VERSIONS.items()],
+        help_text="Layout of the exported files' columns. Exports made before the versions "
+        "keep 1, so that their folders never mix two layouts; to change it once files are "
+        "exported, change the export path with it.")
     export_path = models.CharField(max_length=200, default="%Y/%m/%d/%H",
                                    help_text="Directories by event time, with Flume's escapes "
                                    "(%Y %m %d %H %M %S %y %j), in UTC.")
@@ -92,6 +99,10 @@ class Channel(models.Model):
     export_roll_bytes = models.BigIntegerField(
         default=256 << 20, help_text="Most bytes of events (as stored in the log) per exported "
         "file (1 KiB to 1 TiB); a file ends at whichever roll limit comes first.")
+    export_max_open_files = models.IntegerField(
+        null=True, blank=True, help_text="Most exported files one Spark task keeps open at "
+        "once (1 to 1,024; as Flume's hdfs.maxOpenFiles); each open Parquet file buffers a "
+        "row group in the executor's memory. Unset: 4 for Parquet, 16 for JSON and Avro.")
     kafka_topic = models.CharField(
         max_length=249, blank=True, default="",
         help_text="The Kafka topic the channel is forwarded into, exactly once (empty: no "
@@ -295,6 +306,10 @@ class ExportRun(models.Model):
     bytes = models.BigIntegerField(default=0)
     partitions = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True, default="")
+    # What the run was told to write: its files' schema version and the export path they
+    # went under (runs from before these were kept: version 1, path unknown "")
+    schema_version = models.PositiveSmallIntegerField(default=1)
+    path = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["-started_at"]

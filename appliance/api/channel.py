@@ -60,12 +60,14 @@ def export_json(run: ExportRun) -> dict[str, Any]:
     return {"id": run.pk, "run_id": run.run_id, "started_at": run.started_at.isoformat(),
             "duration_s": run.duration_s, "outcome": run.outcome, "progress": run.progress,
             "output": run.output, "rows": run.rows, "bytes": run.bytes,
-            "partitions": run.partitions, "error": run.error}
+            "partitions": run.partitions, "error": run.error,
+            "schema_version": run.schema_version, "path": run.path}
 
 
 EXPORT = {"type": "object", "additionalProperties": False,
           "required": ["id", "run_id", "started_at", "duration_s", "outcome", "progress",
-                       "output", "rows", "bytes", "partitions", "error"],
+                       "output", "rows", "bytes", "partitions", "error", "schema_version",
+                   "path"],
           "properties": {"id": {"type": "integer"}, "run_id": {"type": "string"},
                          "started_at": {"type": "string", "format": "date-time"},
                          "duration_s": {"type": "number", "nullable": True},
@@ -75,7 +77,11 @@ EXPORT = {"type": "object", "additionalProperties": False,
                          "partitions": {"type": "array", "items": {"type": "object"},
                                         "description": "per partition: ranges, skipped, "
                                                        "files, rows, bytes"},
-                         "error": {"type": "string"}}}
+                         "error": {"type": "string"},
+                         "schema_version": {"type": "integer", "description": "the layout "
+                                            "of its files' columns (1 bytes, 2 readable)"},
+                         "path": {"type": "string", "description": "the export path (time "
+                                  "folders) it wrote under"}}}
 KAFKA_RUN = {"type": "object", "additionalProperties": False,
              "required": ["id", "run_id", "topic", "started_at", "duration_s", "outcome",
                           "events", "skipped", "lost", "transactions", "ranges", "error"],

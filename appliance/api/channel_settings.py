@@ -38,6 +38,8 @@ def _setting_schema(field: models.Field) -> dict[str, Any]:
 SETTING_SCHEMAS = {name: _setting_schema(Channel._meta.get_field(name))
                    for name in sorted(SETTABLE)}
 SETTING_SCHEMAS["export_path"].update(pattern=channels.EXPORT_PATH, maxLength=200)
+SETTING_SCHEMAS["export_schema_version"].update(
+    enum=[value for value, _ in Channel._meta.get_field("export_schema_version").choices])
 SETTING_SCHEMAS["export_subscription"].update(pattern=NAME_PATTERN, maxLength=64)
 SETTING_SCHEMAS["kafka_subscription"].update(pattern=NAME_PATTERN, maxLength=64)
 SETTING_SCHEMAS["kafka_topic"].update(pattern=r"^[a-zA-Z0-9._-]{0,249}$", maxLength=249)

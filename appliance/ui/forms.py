@@ -25,8 +25,9 @@ GROUPS = (
                        "segment_ms", "index_interval_bytes", "preallocate", "compression")),
     ("Retention", ("retention_ms", "retention_bytes", "retention_check_interval_ms")),
     ("Encryption", ("encryption_key_file", "encryption_active_key")),
-    ("Export", ("export_interval_ms", "export_subscription", "export_format", "export_path",
-                "export_roll_rows", "export_roll_bytes")),
+    ("Export", ("export_interval_ms", "export_subscription", "export_format",
+                "export_schema_version", "export_path", "export_roll_rows",
+                "export_roll_bytes", "export_max_open_files")),
     ("Kafka sink", ("kafka_topic", "kafka_bootstrap", "kafka_interval_ms", "kafka_subscription",
                     "kafka_partitioning", "kafka_compression", "kafka_create_topic",
                     "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
@@ -41,8 +42,9 @@ FIXED = {"name": "the partition directories are named after the channel",
                            "creating a new channel"}
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 # Settings with a default that a form left empty keeps (a script posting only what it sets).
-KEEP_WHEN_EMPTY = ("export_subscription", "kafka_subscription", "kafka_partitioning",
-                   "kafka_compression", "kafka_security_protocol", "kafka_sasl_mechanism")
+KEEP_WHEN_EMPTY = ("export_subscription", "export_schema_version", "kafka_subscription",
+                   "kafka_partitioning", "kafka_compression", "kafka_security_protocol",
+                   "kafka_sasl_mechanism")
 
 
 class DirectoriesField(forms.CharField):
@@ -128,10 +130,12 @@ class ChannelForm(forms.ModelForm):
         for name in FIELDS:
             if name in FIXED:  # named after this channel: never a default's
                 continue
-            default = Channel._meta.get_field(name).get_default()
-            value = getattr(self.instance, name)
-            if value != default:
-                found.append((name, setting_text(value), setting_text(default)))
+            field = Channel._meta.get_field(name)
+            default, value = field.get_default(), getattr(self.instance, name)
+            if value != default:  # a choice by its label (say a schema version's)
+                labels = dict(field.choices or ())
+                found.append((name, setting_text(labels.get(value, value)),
+                              setting_text(labels.get(default, default))))
         return found
 
     def groups(self) -> list[tuple[str, list[forms.BoundField]]]:

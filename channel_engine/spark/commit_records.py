@@ -21,14 +21,19 @@ A record is a JSON object:
                 their ranges are not skipped
     moves       [[temp, final], ...]: the run's temp -> final renames
     ranges      {"<partition>": [[start, end], ...]}: what it exported (end exclusive)
+    schema_version
+                the schema version of the columns its files hold (file_formats.py: 1
+                bytes, 2 readable); a summary's is that of the newest record it folds
 
 Records of runs from before the marker have no format and version (read as version 1)
-and may have no channel_id (they count for the channel). Keys a reader does not know are
-ignored. A record that does not parse or has another shape is damage: the run stops with
-an ExportError naming it (read_record), since skipping it would export its ranges again
-and trusting it is impossible. Example:
+and may have no channel_id (they count for the channel). Records written before the
+schema versions have no schema_version: their files are of schema version 1 (what Weir
+wrote then). Keys a reader does not know are ignored. A record that does not parse or
+has another shape, or names a schema version this code does not know, is damage: the run
+stops with an ExportError naming it (read_record), since skipping it would export its
+ranges again and trusting it is impossible. Example:
 
-    {"format": "weir-export-commit", "version": 1,
+    {"format": "weir-export-commit", "version": 1, "schema_version": 2,
      "run_id": "1795788300000-1a2b3c4d", "channel_id": "5f0c9e…", "moves": [[
       "hdfs://nn:8020/weir/orders/_weir/tmp/1795788300000-1a2b3c4d/_p=0/_chunk=0/
        _bucket=2026%2F11%2F27%2F14/part-00000-….parquet",
@@ -45,9 +50,12 @@ the run's commit point: from then on its files count, and recover() finishes its
 
 Reading them (recover, step 1) redoes the moves of every record (a crash may have cut
 them short), deletes the records cut short and returns the ranges this channel's records
-hold. A committed file gone when its record is redone (an operator pruned old output)
-is counted in `missing`, not recreated, and stops nothing. Once there are more than
-COMPACT_AFTER records, compact() folds them into one summary.
+hold, and the schema version of the newest record (`schema_version`; of any channel of
+the name, whose files share the folders: a run told no version writes that one, so a job
+run again by hand after an upgrade keeps the folders' layout). A committed file gone
+when its record is redone (an operator pruned old output) is counted in `missing`, not
+recreated, and stops nothing. Once there are more than COMPACT_AFTER records, compact()
+folds them into one summary.
 
 Concurrency contract: not thread-safe; the caller holds the channel's export lock
 (export_lock.py), so no other run writes records meanwhile.
@@ -59,20 +67,29 @@ from typing import Any
 
 from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge
+from channel_engine.spark.file_formats import check_schema_version
 from channel_engine.spark.output_layout import OutputLayout
 
 # recover() folds the commit records into one summary once there are more than this many
 COMPACT_AFTER = 32
 RECORD_FORMAT = "weir-export-commit"
 RECORD_VERSION = 1
+# The schema version of the files of a record without one (written before the versions)
+UNVERSIONED_SCHEMA = 1
 
 
 def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
-                  ranges: dict[int, list[Range]]) -> dict[str, Any]:
+                  ranges: dict[int, list[Range]], schema_version: int) -> dict[str, Any]:
     """A commit record (the format above), its partitions in the order of `ranges`."""
-    return {"format": RECORD_FORMAT, "version": RECORD_VERSION, "run_id": run_id,
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+            "schema_version": schema_version, "run_id": run_id,
             "channel_id": channel_id, "moves": moves,
             "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+
+
+def schema_version(record: dict[str, Any]) -> int:
+    """The schema version of the files a checked record names (the format above)."""
+    return int(record.get("schema_version", UNVERSIONED_SCHEMA))
 
 
 def read_record(uri: str, data: bytes) -> dict[str, Any]:
@@ -95,6 +112,10 @@ def read_record(uri: str, data: bytes) -> dict[str, Any]:
     if not _well_formed(record):
         raise ExportError(f"{uri}: a damaged commit record (moves or ranges malformed); "
                           f"{advice}")
+    try:
+        check_schema_version(record.get("schema_version", UNVERSIONED_SCHEMA))
+    except ValueError as exc:
+        raise ExportError(f"{uri}: {exc} (a newer Weir wrote it?); {advice}") from exc
     return record
 
 
@@ -121,12 +142,15 @@ class CommitRecords:
         self.read: list[str] = []  # the records recover() read, by URI
         self.missing: list[str] = []  # committed files gone from the output (pruned?)
         self.runs: list[str] = []  # the runs whose records recover() read: they committed
+        # the schema version of the newest record (recover()); None: there is none
+        self.schema_version: int | None = None
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
         """Finish every record's moves and drop half-written records; return the ranges
         the records of `channel_id` hold, by partition, merged."""
         exported: dict[int, list[Range]] = {}
-        for uri, _ in self.dfs.list_files(self.dir):
+        # by name: run ids start with their start time, so the newest record comes last
+        for uri, _ in sorted(self.dfs.list_files(self.dir)):
             name = uri.rsplit("/", 1)[-1]
             if name.startswith("."):  # a record whose write was cut short: never a commit
                 self.dfs.delete(uri)
@@ -137,6 +161,8 @@ class CommitRecords:
             self.read.append(uri)
             for temp, final in record["moves"]:
                 self._finish_move(temp, final)
+            # a deleted namesake's files share the folders: its version counts too
+            self.schema_version = schema_version(record)
             if record.get("channel_id", channel_id) != channel_id:
                 continue  # a channel of this name that was deleted: its offsets are not ours
             if not name.endswith(".summary.json"):  # a summary is no run of its own
@@ -165,15 +191,18 @@ class CommitRecords:
         the last compaction."""
         if len(self.read) <= COMPACT_AFTER:
             return
-        summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())))
+        summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())),
+                                self.schema_version or UNVERSIONED_SCHEMA)
         self._write(f"{run_id}.summary.json", summary)
         for uri in self.read:  # a crash here leaves ranges recorded twice: harmless
             self.dfs.delete(uri)
 
     def commit(self, run_id: str, channel_id: str, moves: list[list[str]],
-               ranges: dict[int, list[Range]]) -> None:
-        """Write run `run_id`'s commit record: the commit point of the run."""
-        self._write(f"{run_id}.json", commit_record(run_id, channel_id, moves, ranges))
+               ranges: dict[int, list[Range]], schema_version: int) -> None:
+        """Write run `run_id`'s commit record (its files of `schema_version`): the commit
+        point of the run."""
+        self._write(f"{run_id}.json",
+                    commit_record(run_id, channel_id, moves, ranges, schema_version))
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
         """Write a record under _weir/commits atomically: temp name, sync, rename."""

@@ -3,17 +3,22 @@
     spark-submit channel_engine/spark/export.py --home /data/orders/checkpoint \\
         --output hdfs://namenode:8020/weir [--format parquet|json|avro] \\
         [--path %Y/%m/%d/%H] [--roll-rows 1000000] [--roll-bytes 268435456] \\
-        [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL]
+        [--max-events 10000000] [--master local[*]|spark://…|yarn] [--read-url URL] \\
+        [--schema-version 1|2] [--max-open-files N]
     (or: python -m channel_engine.spark.export …; manage.py export_channel NAME)
 
-It prints progress lines ("export orders: 120,000 of 300,000 rows written (40%)":
+It prints a recovered line `{"recovered": {"run_id": …, "committed_runs": […]}}` once
+step 1 has read the output's commit records (the runs they name committed, whatever
+their jobs reported; printed before the records are compacted, which forgets their run
+ids), progress lines ("export orders: 120,000 of 300,000 rows written (40%)":
 write_progress.py), a commit
 line `{"commit": …}` just before its commit point and another just after (the run's
 report so far, outcome "committing", then "committed": export_report.py), then one JSON
 report line on stdout: `{"report": …}`, or `{"report": null, "error": …, "run": …}` when
 it failed (exit status 1; "run" holds what the failed run had reserved). A job killed
 after its commit point has printed its "committed" line: the appliance records the run
-as what it did (appliance/exports.py), and the next run finishes its moves.
+as what it did (appliance/exports.py), and the next run finishes its moves; one killed
+between its two commit lines is confirmed by the next job's recovered line.
 
 Cluster settings: the master comes from --master (WEIR_SPARK_MASTER); Hadoop's from
 HADOOP_CONF_DIR (core-site.xml, hdfs-site.xml), which spark-submit puts on the JVM's
@@ -54,7 +59,7 @@ from typing import Any
 from channel_engine.spark.export_report import describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.exporter import Exporter
-from channel_engine.spark.file_formats import FORMATS
+from channel_engine.spark.file_formats import FORMATS, MAX_OPEN_FILES, SCHEMA_VERSIONS
 
 # HDFS's client retries a NameNode that does not answer (a restart: an upgrade, a config
 # change) for up to 10 x 2 s instead of failing the run at its first call; without it, a
@@ -168,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default=os.environ.get("WEIR_SPARK_MASTER"),
                         help="local[*], spark://host:7077, yarn (default: WEIR_SPARK_MASTER, "
                              "else spark-submit's --master, else local[*])")
+    parser.add_argument("--schema-version", type=int, choices=sorted(SCHEMA_VERSIONS),
+                        help="the columns' layout: 1 bytes (Weir's before the versions), 2 "
+                             "readable (default: the version of the output's newest commit "
+                             "record, else 2)")
+    parser.add_argument("--max-open-files", type=int,
+                        help="the most files one Spark task holds open at once (default: "
+                             + ", ".join(f"{n} for {f}" for f, n in MAX_OPEN_FILES.items())
+                             + ")")
     parser.add_argument("--read-url", help="executors read over this appliance URL (token "
                                            "in WEIR_EXPORT_READ_TOKEN) instead of from files")
     args = parser.parse_args(argv)
@@ -175,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = ExportSettings(args.home, args.output, args.format, args.path,
                                   args.roll_rows, args.max_events, args.read_url,
                                   os.environ.get("WEIR_EXPORT_READ_TOKEN"), args.roll_bytes,
-                                  args.progress_every, args.subscription)
+                                  args.progress_every, args.subscription,
+                                  args.schema_version, args.max_open_files)
     except ValueError as exc:
         parser.error(str(exc))
     if not (Path(args.home) / "channel.json").is_file():
@@ -203,7 +217,9 @@ def _export(settings: ExportSettings, master: str | None) -> int:
     try:
         exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True),
                             on_commit=lambda run: print(json.dumps({"commit": run}),
-                                                        flush=True))
+                                                        flush=True),
+                            on_recover=lambda found: print(json.dumps({"recovered": found}),
+                                                           flush=True))
         report = exporter.run()
     except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
         failed = getattr(exporter, "report", None)

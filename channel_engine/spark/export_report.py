@@ -1,6 +1,7 @@
 """What an export run reports: a PartitionReport per channel partition, and describe(),
 a failure in one line. The run's report (Exporter.run) is JSON: the run's channel,
-run_id, output, format, outcome, error, spark_master, rows, bytes, duration_s, recorded
+run_id, output, format, schema_version (the layout of its columns:
+file_formats.py), outcome, error, spark_master, rows, bytes, duration_s, recorded
 (its commit record is written), committed_runs (the runs whose commit records its step 1
 read: each of them committed, whatever its own job reported), missing_files, and
 "partitions", a PartitionReport each. The job prints it as its last line (export.py);

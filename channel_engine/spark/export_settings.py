@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from channel_engine import DEFAULT_SUBSCRIPTION, check_subscription_name
-from channel_engine.spark.file_formats import FORMATS
+from channel_engine.spark.file_formats import (
+    FORMATS,
+    MAX_OPEN_FILES,
+    MAX_OPEN_FILES_LIMIT,
+    check_schema_version,
+)
 from channel_engine.spark.output_layout import spark_pattern
 
 
@@ -26,6 +31,11 @@ class ExportSettings:
     roll_bytes: int = 256 << 20  # the most log bytes of events in one file (estimated)
     progress_s: float = 2.0  # a progress line this often while Spark writes
     subscription: str = DEFAULT_SUBSCRIPTION  # the queue it drains (made at earliest if new)
+    # the columns' layout (file_formats.py); None: that of the output's newest commit
+    # record, file_formats.LATEST_SCHEMA for an output without one
+    schema_version: int | None = None
+    # the most files one Spark task holds open; None: the format's (MAX_OPEN_FILES)
+    max_open_files: int | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -40,3 +50,14 @@ class ExportSettings:
             raise ValueError(f"max_events must be positive, not {self.max_events}")
         spark_pattern(self.path)  # raises on an unknown escape
         check_subscription_name(self.subscription)
+        if self.schema_version is not None:
+            check_schema_version(self.schema_version)
+        if self.max_open_files is not None and \
+                not 1 <= self.max_open_files <= MAX_OPEN_FILES_LIMIT:
+            raise ValueError(f"max_open_files must be from 1 to {MAX_OPEN_FILES_LIMIT}, not "
+                             f"{self.max_open_files}")
+
+    @property
+    def open_files(self) -> int:
+        """The most files one Spark task of the run holds open at once."""
+        return self.max_open_files or MAX_OPEN_FILES[self.format]

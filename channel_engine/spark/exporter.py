@@ -10,7 +10,9 @@ The protocol (each step survives a crash at any point; the output is the source 
     ----  ---------------------------------------------  --------------------------------------
     1     recover: redo the moves of every commit        finishes the moves; the range counts
           record, delete every temp dir and cut-short    as exported
-          record; fold > COMPACT_AFTER records into one
+          record; tell the runs they name (the job's
+          recovered line); fold > COMPACT_AFTER records
+          into one
     2     take: reserve the next ranges of each          the take rolled back (its process
           partition (a take transaction, no lease)       died): the same ranges come again
     3     skip what a commit record already holds        -
@@ -77,9 +79,9 @@ from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
-from channel_engine.spark.file_formats import SESSION_CONF, readable, writer
+from channel_engine.spark.file_formats import LATEST_SCHEMA, SESSION_CONF, columns, writer
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
-from channel_engine.spark.write_progress import WRITE_CONF, rows_written
+from channel_engine.spark.write_progress import rows_written, write_conf
 
 
 def crash_point(step: str) -> None:
@@ -99,7 +101,8 @@ class Exporter:
 
     def __init__(self, spark: Any, settings: ExportSettings,
                  progress: Callable[[str], None] = print,
-                 on_commit: Callable[[dict[str, Any]], None] = lambda report: None) -> None:
+                 on_commit: Callable[[dict[str, Any]], None] = lambda report: None,
+                 on_recover: Callable[[dict[str, Any]], None] = lambda found: None) -> None:
         self.spark = spark
         self.settings = settings
         self.progress = progress
@@ -107,6 +110,9 @@ class Exporter:
         # just after (outcome "committed"): the appliance's record of a job killed before
         # it could report (export_report.py)
         self.on_commit = on_commit
+        # Told what step 1 found once it read the commit records, before it compacts them
+        # (which drops their run ids): {"run_id", "committed_runs"} (export_report.py)
+        self.on_recover = on_recover
         self.config = ChannelConfig.load(settings.home)
         self.dfs = Dfs(spark, settings.output)
         self.layout = OutputLayout(self.dfs, self.config.name)
@@ -117,12 +123,18 @@ class Exporter:
         self.started = time.time()
         self.channel_id = ""  # set under the export lock (run)
         self.recorded = False  # this run's commit record is written
+        self.schema_version = settings.schema_version  # resolved by recover() when None
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
-        """Finish every recorded run's moves, drop temp dirs and half-written records,
-        compact the records; return this channel's exported ranges by partition."""
+        """Finish every recorded run's moves, drop temp dirs and half-written records, tell
+        on_recover the runs the records name, then compact the records; return this
+        channel's exported ranges by partition."""
         exported = self.records.recover(self.channel_id)
+        if self.schema_version is None:  # a job told none keeps the output's layout
+            self.schema_version = self.records.schema_version or LATEST_SCHEMA
+        self.on_recover({"run_id": self.run_id, "committed_runs": self.records.runs})
+        crash_point("recovered")  # the appliance tests: its recovered line out, nothing more
         missing = self.records.missing
         if missing:
             self.progress(f"export {self.config.name}: {len(missing)} committed files "
@@ -199,7 +211,8 @@ class Exporter:
             report.outcome, report.error, report.duration_s = outcome, error, duration
         self.report = {
             "channel": self.config.name, "run_id": self.run_id, "output": self.root,
-            "format": self.settings.format, "outcome": outcome, "error": error,
+            "format": self.settings.format, "schema_version": self.schema_version,
+            "outcome": outcome, "error": error,
             "spark_master": self.spark.sparkContext.master,
             "rows": sum(r.rows for r in self.reports.values()),
             "bytes": sum(r.bytes for r in self.reports.values()),
@@ -215,12 +228,9 @@ class Exporter:
         total = sum(end - start for _, (start, end) in pieces.ranges)
         self.progress(f"export {self.config.name}: writing {total:,} events "
                       f"({', '.join(f'p{p} [{s}, {e})' for p, (s, e) in pieces.ranges)})")
-        frame = self._frame(pieces)
-        with self._report_progress(total), self._crash_mid_write(temp), \
-                _session_conf(self.spark, {**WRITE_CONF, **SESSION_CONF}):
-            # each Spark task reads one piece (see Pieces): its files are that piece's,
-            # one per time bucket, with no shuffle
-            writer(frame, self.settings.format).mode("errorifexists").save(temp)
+        frame = self.frame(pieces)
+        with self._report_progress(total), self._crash_mid_write(temp):
+            write_files(self.spark, frame, self.settings, self._version(), temp)
         crash_point("written")
         moves = self._plan_moves(temp, pieces)
         for source, _ in moves:  # on disk before a record names them (file:// only)
@@ -230,7 +240,8 @@ class Exporter:
             report.rows = sum(end - start for start, end in report.ranges)
         self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
-                            {p: report.ranges for p, report in self.reports.items()})
+                            {p: report.ranges for p, report in self.reports.items()},
+                            self._version())
         self.recorded = True
         crash_point("recorded")  # committed, and nobody told yet
         self.on_commit(self._finish("committed"))
@@ -243,10 +254,10 @@ class Exporter:
         self.progress(f"export {self.config.name}: {total:,} events in "
                       f"{sum(len(r.files) for r in self.reports.values())} files")
 
-    def _frame(self, pieces: Pieces) -> Any:
+    def frame(self, pieces: Pieces) -> Any:
         """The events of the pieces, read through the "weir" source (source.py), in the
-        columns written (file_formats.readable), with the columns that place them in files
-        (Pieces.placed)."""
+        columns of the run's schema version (file_formats.columns), with the columns that
+        place them in files (Pieces.placed)."""
         from channel_engine.spark.source import SCHEMA, register
 
         register(self.spark)
@@ -263,7 +274,13 @@ class Exporter:
                  .option("home", str(self.config.home))
                  .option("ranges", json.dumps(ranges)).option("split_align", str(pieces.rows))
                  .options(**remote).load())
-        return readable(pieces.placed(frame, self.settings.path))
+        return columns(pieces.placed(frame, self.settings.path), self._version())
+
+    def _version(self) -> int:
+        """The schema version this run writes (known once recover() ran)."""
+        if self.schema_version is None:
+            raise ExportError("the schema version is not known before step 1 (recover)")
+        return self.schema_version
 
     def _plan_moves(self, temp: str, pieces: Pieces) -> list[list[str]]:
         """[temp, final] for each of Spark's files, counted in its partition's report."""
@@ -315,6 +332,17 @@ class Exporter:
                               f"written ({written / max(total, 1):.0%})")
 
         return _every(self.settings.progress_s, report)
+
+
+def write_files(spark: Any, frame: Any, settings: ExportSettings, version: int,
+                target: str) -> None:
+    """Step 4's write: `frame` (Exporter.frame) to `target`, a directory that must not
+    exist, with Spark's writer of the format in schema `version`, under the write's
+    session settings (write_progress.write_conf, file_formats.SESSION_CONF). Each Spark
+    task reads one piece (see Pieces): its files are that piece's, one per time bucket,
+    with no shuffle. (bench/export.py times Spark writing through this too.)"""
+    with _session_conf(spark, {**write_conf(settings.open_files), **SESSION_CONF}):
+        writer(frame, settings.format, version).mode("errorifexists").save(target)
 
 
 @contextmanager

@@ -9,11 +9,12 @@ with their heartbeats (spark.executor.heartbeatInterval: the job sets HEARTBEAT)
 driver's SQL status store sums it. That counts rows written only if each row is written
 as it is read. Spark's planned write first sorts a task's rows by their output folder
 (reading them all, then writing them all), so the export's write runs unplanned
-(WRITE_CONF), with up to CONCURRENT_WRITERS files of a task open at once instead of the
-sort; a task with more time buckets than that sorts the rest, as Spark always did, and
-keeps one file per bucket (output_layout.py checks it). Rows are counted when a writer
-takes them: the format may still buffer them (a Parquet row group) until the file
-closes.
+(write_conf), with a few files of a task open at once instead of the sort (the export's
+max_open_files: file_formats.MAX_OPEN_FILES); a task with more time buckets than that
+sorts the rest, as Spark always did, and keeps one file per bucket (output_layout.py
+checks it). Rows are counted when a writer takes them: the format may still buffer them
+(a Parquet row group) until the file closes. With max_open_files 1 every task sorts
+first: its rows count only once the sort hands them on.
 
 The status store is Spark's internal API (py4j; no public one has the metric): should a
 Spark version change it, rows_written answers None and the progress line says only that
@@ -25,13 +26,21 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-CONCURRENT_WRITERS = 16
-WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false",
-              "spark.sql.maxConcurrentOutputFileWriters": str(CONCURRENT_WRITERS)}
 # How often executors send their metrics (Spark's default is 10 s): the progress's pace
 HEARTBEAT = "1s"
 _ROWS = "number of output rows"
 _COUNT = re.compile(r"[0-9][0-9,]*")
+
+
+def write_conf(max_open_files: int) -> dict[str, str]:
+    """The Spark SQL settings of an export's write: unplanned, so that rows are written as
+    they are read, and never more than `max_open_files` files of a task open at once.
+    Spark keeps up to maxConcurrentOutputFileWriters writers open; past them it sorts the
+    task's other rows and writes them one file at a time, while the concurrent writers it
+    has not reached in that order stay open: one more than the setting. 0 turns the
+    concurrent writers off (a sort first, one file open)."""
+    return {"spark.sql.optimizer.plannedWrite.enabled": "false",
+            "spark.sql.maxConcurrentOutputFileWriters": str(max_open_files - 1)}
 
 
 def rows_written(spark: Any) -> int | None:

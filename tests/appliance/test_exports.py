@@ -530,6 +530,37 @@ def test_a_job_killed_in_its_commit_is_confirmed_committed_by_the_next_run(
     assert other.outcome == ExportRun.FAILED and other.rows == 0
 
 
+# The next run finds r-killed's record, tells it in `line`, then dies: killed once its step 1
+# compacted the records (the run id is gone from them), or in its own commit.
+RECOVERED_THEN_DIE = """
+import json, os, signal, sys
+found = {"run_id": "r-next", "committed_runs": ["r-earlier", "r-killed"]}
+if sys.argv[1] == "recovered":
+    print(json.dumps({"recovered": found}), flush=True)
+else:
+    print(json.dumps({"commit": {"run_id": "r-next", "output": "file:///out/orders",
+                                 "rows": 0, "bytes": 0, "outcome": "committing",
+                                 "partitions": [], **found}}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("line", ["recovered", "commit"])
+def test_a_run_killed_in_its_commit_is_confirmed_even_when_the_next_job_dies_too(
+        root: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> None:
+    row = channel_row(root)
+    home(row)
+    job(monkeypatch, COMMIT_THEN_DIE, "r-killed", "committing")
+    killed = exports.run_export(row)
+    assert killed.outcome == ExportRun.FAILED and killed.rows == 0
+    job(monkeypatch, RECOVERED_THEN_DIE, line)
+    next_run = exports.run_export(row)
+    assert next_run.outcome == ExportRun.FAILED  # it died: no report
+    killed.refresh_from_db()
+    assert (killed.outcome, killed.rows, killed.error) == (ExportRun.OK, 10, "")
+    assert "run r-next found its commit record" in killed.progress
+
+
 def test_a_run_whose_worker_died_after_its_commit_point_is_committed_not_failed(
         root: Path, fake_job: FakeJob) -> None:
     row = channel_row(root)
@@ -561,3 +592,19 @@ def test_a_commit_line_cut_by_other_output_never_stops_the_job(
     job(monkeypatch, CUT_COMMIT_LINE)
     run = exports.run_export(row)
     assert (run.outcome, run.run_id, run.rows, run.error) == (ExportRun.OK, "r-cut", 10, "")
+
+
+def test_the_job_is_told_max_open_files_only_when_set(root: Path) -> None:
+    row = channel_row(root)
+    assert "--max-open-files" not in exports.command(row)  # the job's default per format
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer " + ApiToken.issue("ops", ["admin"])[1])
+    for bad in (0, 1025, "4"):
+        refused = client.patch("/api/v1/channels/orders", {"export_max_open_files": bad},
+                               format="json")
+        problem(refused, 400, "invalid-setting", field="export_max_open_files")
+    changed = client.patch("/api/v1/channels/orders", {"export_max_open_files": 2},
+                           format="json")
+    assert changed.status_code == 200, changed.content
+    argv = exports.command(Channel.objects.get(name="orders"))
+    assert argv[argv.index("--max-open-files") + 1] == "2"

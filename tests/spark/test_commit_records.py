@@ -14,6 +14,7 @@ from channel_engine.spark.commit_records import (
     RECORD_VERSION,
     commit_record,
     read_record,
+    schema_version,
 )
 
 URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
@@ -21,8 +22,9 @@ URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
 
 def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
     record = commit_record("1795788300000-1a2b3c4d", "5f0c9e", [["tmp/a", "final/a"]],
-                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]})
+                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]}, 2)
     assert record["format"] == RECORD_FORMAT and record["version"] == RECORD_VERSION == 1
+    assert record["schema_version"] == schema_version(record) == 2
     assert list(record["ranges"]) == ["2", "0"]  # in the order given
     assert read_record(URI, json.dumps(record).encode()) == record
 
@@ -30,6 +32,7 @@ def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
 def test_a_record_from_before_the_marker_still_reads() -> None:
     legacy = {"run_id": "r", "moves": [], "ranges": {"0": [[0, 10]]}}  # no channel_id either
     assert read_record(URI, json.dumps(legacy).encode()) == legacy
+    assert schema_version(legacy) == 1  # its files are of the layout Weir wrote then
 
 
 @pytest.mark.parametrize(("data", "says"), [
@@ -45,6 +48,8 @@ def test_a_record_from_before_the_marker_still_reads() -> None:
     (b'{"moves": [], "ranges": {"p0": [[0, 10]]}}', "malformed"),
     (b'{"moves": [["only-one"]], "ranges": {}}', "malformed"),
     (b'{"ranges": {}}', "malformed"),
+    (b'{"moves": [], "ranges": {}, "schema_version": 3}', "schema_version must be one of"),
+    (b'{"moves": [], "ranges": {}, "schema_version": "2"}', "schema_version must be one of"),
 ])
 def test_a_damaged_or_unknown_record_is_an_error_naming_it(data: bytes, says: str) -> None:
     with pytest.raises(ExportError, match=says) as raised:

@@ -15,7 +15,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,12 @@ from channel_engine.spark import commit_records, exporter
 from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.exporter import Exporter
-from channel_engine.spark.file_formats import AVRO_SCHEMA, FORMATS
+from channel_engine.spark.file_formats import (
+    AVRO_SCHEMA,
+    AVRO_SCHEMA_V1,
+    FORMATS,
+    MAX_OPEN_FILES,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
@@ -627,14 +635,16 @@ WRITTEN = [(BASE_MS + 5, "k\u00e9", None, {"h": "v"}, {"bin": b"\xff\x00"},
            (BASE_MS + 2_007, None, None, {}, None, "", None)]
 
 
-def mixed_export(tmp_path: Path, spark: Any, file_format: str) -> list[str]:
+def mixed_export(tmp_path: Path, spark: Any, file_format: str,
+                 **settings: Any) -> list[str]:
     """Export MIXED in `file_format` into one file (file://); its URI."""
     config = make_channel(tmp_path, 0, partitions=1)
     with Channel.open(config) as channel, channel.put() as tx:
         for body, key, headers, timestamp in MIXED:
             tx.put(body, key=key, headers=headers or None, timestamp=timestamp)
     output = output_uri(tmp_path)
-    assert export_here(spark, config, output, format=file_format, path="%Y")["rows"] == 3
+    report = export_here(spark, config, output, format=file_format, path="%Y", **settings)
+    assert report["rows"] == 3
     return committed_files(spark, output)
 
 
@@ -707,12 +717,10 @@ def test_avro_holds_text_as_strings_and_time_as_timestamp_millis(
 
 def test_a_piece_over_more_buckets_than_open_writers_makes_one_file_a_bucket(
         tmp_path: Path, spark: Any) -> None:
-    # The write keeps up to CONCURRENT_WRITERS files open (write_progress.py), then sorts
+    # The write keeps up to max_open_files files open (write_progress.py), then sorts
     # the rest of its task's rows: each bucket still gets one file, named by its offsets.
-    from channel_engine.spark.write_progress import CONCURRENT_WRITERS
-
     config = make_channel(tmp_path, 0, partitions=1)
-    buckets = CONCURRENT_WRITERS * 3
+    buckets = 48  # over every format's default max_open_files
     with Channel.open(config) as channel, channel.put() as tx:
         for i in range(buckets * 4):  # a bucket a second, visited again every `buckets`
             tx.put(f"e{i}".encode(), timestamp=BASE_MS + (i % buckets) * 1000)
@@ -729,3 +737,191 @@ def test_a_piece_over_more_buckets_than_open_writers_makes_one_file_a_bucket(
         offsets = sorted(r["offset"] for r in file_rows(spark, uri))
         assert (offsets[0], offsets[-1], len(offsets)) == (int(match["first"]),
                                                             int(match["last"]), 4)
+
+
+# -- schema version 1: the layout of the exports from before the versions ----------------------
+# each MIXED event as version 1 writes it: (timestamp ms, key, headers, body), all bytes
+WRITTEN_V1 = [(timestamp, key, headers, body) for body, key, headers, timestamp in MIXED]
+
+
+def records(output: str) -> list[dict[str, Any]]:
+    """The commit records of a file:// output, oldest first."""
+    return [json.loads(path.read_text())
+            for path in sorted((local(output) / "orders" / "_weir" / "commits").glob("*.json"))]
+
+
+def rewrite(path: Path, record: dict[str, Any]) -> None:
+    """Replace a file:// commit record as a hand (or an older Weir) would: without the
+    .crc sidecar of Hadoop's local filesystem, which would then not match."""
+    path.write_text(json.dumps(record))
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+
+
+def test_schema_version_1_parquet_holds_bytes_and_time_as_a_long(
+        tmp_path: Path, spark: Any) -> None:
+    import pyarrow as pa
+
+    [uri] = mixed_export(tmp_path, spark, "parquet", schema_version=1)
+    parquet = pq.ParquetFile(local(uri))
+    types = {field.name: field.type for field in parquet.schema_arrow}
+    assert set(types) == {"channel", "partition", "offset", "timestamp", "key", "headers",
+                          "body"}
+    assert (types["timestamp"], types["key"], types["body"]) == \
+        (pa.int64(), pa.binary(), pa.binary())
+    assert types["headers"] == pa.map_(pa.string(), pa.binary())
+    column = next(parquet.metadata.schema.column(i) for i in
+                  range(parquet.metadata.num_columns)
+                  if parquet.metadata.schema.column(i).path == "timestamp")
+    assert column.physical_type == "INT64" and column.logical_type.type == "NONE"
+    rows = sorted(parquet.read().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["timestamp"], r["key"], dict(r["headers"]), r["body"]) for r in rows] == \
+        WRITTEN_V1
+    assert [r["schema_version"] for r in records(output_uri(tmp_path))] == [1]
+
+
+def test_schema_version_1_json_lines_hold_base64_and_time_as_a_number(
+        tmp_path: Path, spark: Any) -> None:
+    import base64
+
+    [uri] = mixed_export(tmp_path, spark, "json", schema_version=1)
+    lines = sorted((json.loads(line) for line in local(uri).read_text().splitlines()),
+                   key=lambda line: line["offset"])
+    assert lines[0] == {"channel": "orders", "partition": 0, "offset": 0,
+                        "timestamp": BASE_MS + 5, "key": base64.b64encode(b"k\xc3\xa9").decode(),
+                        "headers": {"h": "dg==", "bin": "/wA="},
+                        "body": base64.b64encode('caf\u00e9 {"n": 1}'.encode()).decode()}
+    assert [(line["timestamp"], line.get("key"), line["body"]) for line in lines[1:]] == [
+        (BASE_MS + 1_006, "gA==", "//4AcmF3"), (BASE_MS + 2_007, None, "")]
+
+
+def test_schema_version_1_avro_holds_bytes_in_the_old_schema(
+        tmp_path: Path, spark: Any) -> None:
+    from pyspark.sql.types import BinaryType
+
+    [uri] = mixed_export(tmp_path, spark, "avro", schema_version=1)
+    schema = json.loads(avro_header(local(uri).read_bytes())["avro.schema"])
+    assert schema["fields"] == AVRO_SCHEMA_V1["fields"]
+    frame = spark.read.format(FORMATS["avro"]).load(uri)
+    assert {f.name: f.dataType for f in frame.schema}["body"] == BinaryType()
+    rows = frame.withColumn("timestamp", F.unix_millis("timestamp")).orderBy("offset")
+    assert [(r["timestamp"], r["key"], dict(r["headers"]), r["body"])
+            for r in rows.collect()] == WRITTEN_V1
+
+
+def test_a_run_told_no_version_keeps_the_version_of_the_outputs_records(
+        tmp_path: Path, spark: Any) -> None:
+    # An output whose only record is from before the versions (no schema_version): its
+    # files are version 1, and a job run again by hand after the upgrade keeps that.
+    config = make_channel(tmp_path, 10, partitions=1)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, schema_version=1)["schema_version"] == 1
+    [path] = (local(output) / "orders" / "_weir" / "commits").glob("*.json")
+    old = json.loads(path.read_text())
+    del old["schema_version"]
+    rewrite(path, old)
+    with Channel.open(config) as channel:
+        put_events(channel, 10, 20)
+    report = export_here(spark, config, output)
+    assert report["rows"] == 10 and report["schema_version"] == 1
+    assert [r.get("schema_version") for r in records(output)] == [None, 1]
+    new = next(u for u in committed_files(spark, output) if "+00000000000000000010+" in u)
+    assert pq.read_schema(local(new)).field("body").type == "binary"
+    # a new output gets the readable layout, and its record says so
+    fresh = (tmp_path / "fresh").as_uri()
+    other = make_channel(tmp_path / "other", 5, partitions=1)
+    assert export_here(spark, other, fresh)["schema_version"] == 2
+    assert [r["schema_version"] for r in records(fresh)] == [2]
+
+
+def test_a_channel_made_again_under_its_name_keeps_the_folders_version(
+        tmp_path: Path, spark: Any) -> None:
+    # Its files go to the same folders as the deleted one's: a job told no version writes
+    # theirs, though none of the records left is of the new channel
+    import shutil
+
+    config = make_channel(tmp_path, 10, partitions=1)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, schema_version=1)["rows"] == 10
+    shutil.rmtree(tmp_path / "home")
+    shutil.rmtree(tmp_path / "data")
+    config = make_channel(tmp_path, 10, partitions=1)
+    report = export_here(spark, config, output)
+    assert (report["rows"], report["schema_version"]) == (10, 1)
+
+
+def test_a_commit_record_of_an_unknown_schema_version_stops_the_run(
+        tmp_path: Path, spark: Any) -> None:
+    config = make_channel(tmp_path, 10, partitions=1)
+    output = output_uri(tmp_path)
+    export_here(spark, config, output)
+    [path] = (local(output) / "orders" / "_weir" / "commits").glob("*.json")
+    rewrite(path, {**json.loads(path.read_text()), "schema_version": 3})
+    with Channel.open(config) as channel:
+        put_events(channel, 10, 20)
+    with pytest.raises(ExportError, match="schema_version must be one of 1, 2, not 3"):
+        export_here(spark, config, output)
+    assert untaken(config) == 10
+
+
+# -- open files per task (file_formats.MAX_OPEN_FILES, write_progress.write_conf) ---------------
+@contextmanager
+def open_files_peak(spark: Any) -> Iterator[list[int]]:
+    """The most data files of an export's temp dir the tests' JVM (local mode: its
+    executors too) held open for writing at once while the block ran, looked at every
+    2 ms ([peak]). (The read-back of the offsets opens them too, read-only.)"""
+    proc = Path(f"/proc/{spark.sparkContext._gateway.proc.pid}")
+    peak, done = [0], threading.Event()
+
+    def writing(fd: Path) -> bool:
+        try:
+            target = os.readlink(fd)
+            flags = (proc / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0]
+        except (OSError, IndexError):
+            return False  # closed meanwhile
+        name = target.rsplit("/", 1)[-1]  # a socket or pipe has no "/"
+        return "/_weir/tmp/" in target and name.startswith("part-") and \
+            int(flags, 8) & (os.O_WRONLY | os.O_RDWR) != 0
+
+    def watch() -> None:
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], sum(map(writing, (proc / "fd").iterdir())))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        watcher.join()
+
+
+@pytest.mark.parametrize(("file_format", "cap"), [("parquet", None), ("json", 2),
+                                                  ("avro", 1)])
+def test_a_task_never_holds_more_files_open_than_max_open_files(
+        tmp_path: Path, spark: Any, file_format: str, cap: int | None) -> None:
+    # One piece (one task) over 24 buckets, the first met being the last in Spark's sort:
+    # once its open writers are all taken it sorts the rest and writes them one file at a
+    # time, while the writers it has not come to in that order stay open.
+    config = make_channel(tmp_path, 0, partitions=1)
+    buckets, per_bucket = 24, 2_000
+    with Channel.open(config) as channel:
+        for start in range(0, buckets * per_bucket, 1_000):
+            with channel.put() as tx:
+                for i in range(start, start + 1_000):
+                    tx.put(b"x" * 100,
+                           timestamp=BASE_MS + (buckets - 1 - i % buckets) * 1000)
+    output = output_uri(tmp_path)
+    with open_files_peak(spark) as peak:
+        report = export_here(spark, config, output, format=file_format, path="%Y/%H%M%S",
+                             max_open_files=cap)
+    assert report["rows"] == buckets * per_bucket
+    assert len(committed_files(spark, output)) == buckets  # still one file a bucket
+    limit = cap or MAX_OPEN_FILES[file_format]
+    assert 0 < peak[0] <= limit, (peak[0], limit)
+
+
+def test_max_open_files_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    config = make_channel(tmp_path, 5)
+    code, _, log = export(config, output_uri(tmp_path), "--max-open-files", "0")
+    assert code == 2 and "max_open_files must be from 1 to 1024, not 0" in log, log
+    assert untaken(config) == 5

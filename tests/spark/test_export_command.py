@@ -103,7 +103,8 @@ def test_export_channel_writes_every_event_to_hdfs_exactly_once(
 def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Killed once its commit line is out: its row says committed at once. Killed between
-    # its commit point and that line: failed until the next run finds its commit record.
+    # its commit point and that line: failed until the next job finds its commit record
+    # (its recovered line says so, though that job is killed too).
     from appliance import exports
 
     output = tmp_path / "export"
@@ -121,7 +122,8 @@ def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
             exports.run_export(row)
         monkeypatch.delenv("WEIR_EXPORT_CRASH_AT")
         unknown, told = ExportRun.objects.order_by("started_at")
-        assert unknown.outcome == "failed" and "commit record" in unknown.error
+        assert unknown.outcome == "ok" and unknown.rows == 20 and unknown.error == ""
+        assert f"run {told.run_id} found its commit record" in unknown.progress
         assert told.outcome == "ok" and told.rows == 20 and told.error == ""
         assert told.progress.startswith("committed 20 events; its job then ended"), told
         # [0, 20) came back with the take of the killed job: skipped by its commit record
@@ -129,12 +131,39 @@ def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
                                                                           [[0, 20]])]
         last = exports.run_export(row)
         assert last.outcome == "ok" and last.rows == 0  # both were committed: nothing again
-        unknown.refresh_from_db()
-        assert unknown.outcome == "ok" and unknown.rows == 20 and unknown.error == ""
-        assert f"run {last.run_id} found its commit record" in unknown.progress
         files = [Path(f.removeprefix("file://")) for run in (unknown, told)
                  for p in run.partitions for f in p["files"]]
         bodies = sorted(b for f in files for b in pq.read_table(f).column("body").to_pylist())
         assert bodies == sorted(f"e{i}" for i in range(40))  # each exactly once
         assert channel.status()["subscriptions"]["export"]["events_untaken"] == 0
+    channels.close_all()
+
+
+def test_a_run_killed_in_its_commit_is_confirmed_by_the_next_jobs_recovered_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real job, killed once its commit record is written but before its "committed"
+    # line; the next job killed right after its recovered line (before any compaction,
+    # commit line or report): the first row is confirmed by that line alone.
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path],
+                           WEIR_EXPORT_URI=(tmp_path / "export").as_uri(),
+                           WEIR_SPARK_MASTER="local[1]"):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "home"),
+                                     minimum_required_space=0)
+        with channels.open_channel(row).put() as tx:
+            for i in range(25):
+                tx.put(f"e{i}".encode())
+        channels.close_all()  # the job owns the channel, as in production's worker
+        monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "recorded")
+        with pytest.raises(CommandError):
+            call_command("export_channel", "orders", stdout=StringIO())
+        killed = ExportRun.objects.get()
+        assert killed.outcome == "failed" and "while it wrote its commit record" in killed.error
+        monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "recovered")
+        with pytest.raises(CommandError):
+            call_command("export_channel", "orders", stdout=StringIO())
+        killed.refresh_from_db()
+        assert (killed.outcome, killed.rows, killed.error) == ("ok", 25, "")
+        assert "found its commit record" in killed.progress
+        assert ExportRun.objects.latest("started_at").outcome == "failed"  # the next one
     channels.close_all()

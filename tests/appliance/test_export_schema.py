@@ -1,0 +1,172 @@
+"""The export's schema version (appliance/export_schema.py, migration 0009): exports that
+exist at the upgrade keep version 1, new ones get 2; the job is told the row's version
+and each run keeps what it was told; a change of version under an export path that holds
+committed files is refused naming the field, unless the path changes too."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from appliance_helpers import channel_row, problem, token_client
+from django.contrib.auth.models import User
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.test import Client, override_settings
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from appliance import exports
+from appliance.models import Channel, ExportRun
+
+pytestmark = pytest.mark.django_db
+BEFORE = ("appliance", "0008_operator_help_texts")
+AFTER = ("appliance", "0009_export_schema_version")
+
+
+def committed(name: str, path: str, version: int, outcome: str = ExportRun.OK,
+              rows: int = 10) -> ExportRun:
+    """An export run of channel `name` that committed `rows` events under `path`."""
+    return ExportRun.objects.create(channel=name, started_at=timezone.now(), outcome=outcome,
+                                    rows=rows, path=path, schema_version=version)
+
+
+def change(client: APIClient, **settings: object) -> object:
+    return client.patch("/api/v1/channels/orders", settings, format="json")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_version_1_for_the_exports_that_exist_at_the_upgrade(tmp_path: Path) -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])
+    old = executor.loader.project_state([BEFORE]).apps
+    for name in ("ran", "recorded", "fresh", "failed"):
+        old.get_model("appliance", "Channel").objects.create(
+            name=name, data_dirs=[str(tmp_path / "d")], checkpoint_dir=str(tmp_path / name),
+            export_path="%Y/%m/")
+    for name, outcome in (("ran", "ok"), ("failed", "failed")):
+        old.get_model("appliance", "ExportRun").objects.create(
+            channel=name, started_at=timezone.now(), outcome=outcome, rows=5)
+    commits = tmp_path / "out" / "recorded" / "_weir" / "commits"  # no run row kept
+    commits.mkdir(parents=True)
+    (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(
+        {"run_id": "1795788300000-1a2b3c4d", "moves": [], "ranges": {"0": [[0, 5]]}}))
+    with override_settings(WEIR_EXPORT_URI=(tmp_path / "out").as_uri()):
+        executor = MigrationExecutor(connection)
+        executor.migrate([AFTER])
+    versions = dict(Channel.objects.values_list("name", "export_schema_version"))
+    assert versions == {"ran": 1, "recorded": 1, "fresh": 2, "failed": 1}
+    run = ExportRun.objects.get(channel="ran")
+    assert (run.schema_version, run.path) == (1, "%Y/%m")  # the path as it stands
+    assert Channel(name="new").export_schema_version == 2
+
+
+def test_the_job_is_told_the_rows_version_and_the_run_keeps_it(root: Path) -> None:
+    row = channel_row(root, export_schema_version=1, export_path="v1/%Y/")
+    argv = exports.command(row)
+    assert argv[argv.index("--schema-version") + 1] == "1"
+    row.export_schema_version = 2
+    assert exports.command(row)[argv.index("--schema-version") + 1] == "2"
+
+
+def test_a_change_of_version_under_a_path_holding_files_is_refused(root: Path) -> None:
+    client = token_client("admin")
+    channel_row(root, export_schema_version=1)
+    committed("orders", "%Y/%m/%d/%H", 1)
+    body = problem(change(client, export_schema_version=2), 400, "invalid-setting",
+                   field="export_schema_version")
+    [message] = body["errors"]["export_schema_version"]
+    assert "'%Y/%m/%d/%H' holds files of schema version 1" in message
+    assert "change export_path with it (say to 'v2/%Y/%m/%d/%H')" in message
+    assert Channel.objects.get(name="orders").export_schema_version == 1  # nothing written
+    # with the path: the new folders hold no file of another version
+    changed = change(client, export_schema_version=2, export_path="v2/%Y/%m/%d/%H")
+    assert changed.status_code == 200, changed.content
+    row = Channel.objects.get(name="orders")
+    assert (row.export_schema_version, row.export_path) == (2, "v2/%Y/%m/%d/%H")
+    committed("orders", "v2/%Y/%m/%d/%H", 2)  # the new folders now hold version 2
+    problem(change(client, export_schema_version=1), 400, "invalid-setting",
+            field="export_schema_version")
+    settings = client.get("/api/v1/channels/orders").json()["settings"]
+    assert settings["export_schema_version"] == 2
+
+
+def test_a_path_back_into_a_folder_of_another_version_is_refused(root: Path) -> None:
+    client = token_client("admin")
+    channel_row(root, export_schema_version=2, export_path="v2/%Y")
+    committed("orders", "%Y/%m/%d/%H", 1)  # before the upgrade, under the old path
+    committed("orders", "v2/%Y", 2)
+    problem(change(client, export_path="%Y/%m/%d/%H/"), 400, "invalid-setting",
+            field="export_path")
+    assert change(client, export_path="%Y/%m/%d/%H/", export_schema_version=1) \
+        .status_code == 200
+    # a run going on (it may be at its commit point) holds its folder too
+    committed("orders", "%Y/%m/%d/%H", 1, outcome=ExportRun.RUNNING, rows=0)
+    problem(change(client, export_schema_version=2), 400, "invalid-setting",
+            field="export_schema_version")
+
+
+def test_files_of_no_committed_run_hold_nothing_back(root: Path) -> None:
+    client = token_client("admin")
+    channel_row(root, export_schema_version=1)
+    committed("orders", "%Y/%m/%d/%H", 1, outcome=ExportRun.FAILED, rows=0)
+    committed("orders", "%Y/%m/%d/%H", 1, rows=0)  # ok, nothing new
+    assert change(client, export_schema_version=2).status_code == 200
+
+
+def test_a_channel_made_again_under_its_name_is_checked_against_its_old_files(
+        root: Path) -> None:
+    committed("orders", "%Y/%m/%d/%H", 1)  # a deleted channel's, its files still there
+    client = token_client("admin")
+    body = {"name": "orders", "data_dirs": [str(root / "data")],
+            "checkpoint_dir": str(root / "orders"), "minimum_required_space": 0}
+    refused = client.post("/api/v1/channels", body, format="json")
+    [message] = problem(refused, 400, "invalid-setting",
+                        field="export_schema_version")["errors"]["export_schema_version"]
+    assert "set export_schema_version to 1, or another export_path" in message
+    assert not Channel.objects.exists() and not (root / "orders").exists()
+    made = client.post("/api/v1/channels", {**body, "export_schema_version": 1}, format="json")
+    assert made.status_code == 201, made.content
+
+
+def test_an_unknown_version_is_refused_naming_the_field(root: Path) -> None:
+    client = token_client("admin")
+    channel_row(root)
+    for value in (3, 0, "2", None):
+        problem(change(client, export_schema_version=value), 400, "invalid-setting",
+                field="export_schema_version")
+
+
+# A job that reports at once (the real one needs Spark: tests/spark/test_export.py)
+REPORTS = ("import json; print(json.dumps({'report': {'run_id': 'r', 'output': 'file:///o', "
+           "'rows': 0, 'bytes': 0, 'partitions': []}}))")
+
+
+def test_a_run_keeps_the_version_and_the_path_it_was_told(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root, export_schema_version=1, export_path="v1/%Y/")
+    monkeypatch.setattr(exports, "command", lambda row: [sys.executable, "-c", REPORTS])
+    run = exports.run_export(row)
+    assert (run.outcome, run.schema_version, run.path) == (ExportRun.OK, 1, "v1/%Y")
+    shown = token_client("admin").get("/api/v1/channels/orders").json()["recent_exports"]
+    assert (shown[0]["schema_version"], shown[0]["path"]) == (1, "v1/%Y")
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = client.get("/channels/orders/status").content.decode()
+    assert '<span class="muted layout" title="the layout of its files\' columns">schema version 1' \
+        in page.replace("&#x27;", "'")
+
+
+def test_the_settings_page_shows_the_version_and_its_refusal(root: Path) -> None:
+    channel_row(root, export_schema_version=1)
+    committed("orders", "%Y/%m/%d/%H", 1)
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = client.get("/channels/orders/").content.decode()
+    field = page[page.index('id="field-export_schema_version"'):]
+    field = field[:field.index("</div>")]
+    assert '<option value="1" selected>1: bytes' in field and "2: readable" in field
+    # in the table of settings changed from their defaults, by their labels
+    assert 'export_schema_version</a></td><td>1: bytes' in page
+    assert '<td class="muted">2: readable' in page
