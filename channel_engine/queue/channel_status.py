@@ -85,7 +85,8 @@ class ChannelStatus:
             "open_takes": open_takes,
             "fill_percent": round(100 * untaken / capacity, 3),
             "unflushed_events": sum(p["unflushed_events"] for p in partitions),
-            "bytes_on_disk": sum(p["size_bytes"] for p in partitions),
+            "bytes_on_disk": sum(p["size_bytes"] + p["preallocated_bytes"] for p in partitions),
+            "bytes_preallocated": sum(p["preallocated_bytes"] for p in partitions),
             "counters": counters,
             "checkpoint": self._checkpointer.status(),
             "recovery": self._state.recovery.to_dict(),
@@ -134,6 +135,7 @@ class ChannelStatus:
             "unflushed_events": log.unflushed_events,
             **{k: v for k, v in self._queue_status(p, queue).items() if k != "partition"},
             "size_bytes": log.size_bytes,
+            "preallocated_bytes": stats["preallocated_bytes"],  # zeros ahead: disk, not data
             "segments": len(log.segments),
             "offline": stats["offline"],
             "index_rebuilds": stats["index_rebuilds"],  # derived files found wrong at use
