@@ -71,6 +71,7 @@ class ChannelStatus:
             for part, log in zip(partitions, self._state.logs, strict=True):
                 part["segment_table"] = [vars(info) for info in log.segment_infos()]
         capacity = self.config.capacity
+        journal = self._state.journal  # its zeros ahead (fsync durability), in the home
         health, reason = self.health()
         return {
             "name": self.name,
@@ -87,6 +88,7 @@ class ChannelStatus:
             "unflushed_events": sum(p["unflushed_events"] for p in partitions),
             "bytes_on_disk": sum(p["size_bytes"] + p["preallocated_bytes"] for p in partitions),
             "bytes_preallocated": sum(p["preallocated_bytes"] for p in partitions),
+            "journal_bytes_preallocated": journal.preallocated_bytes if journal else 0,
             "counters": counters,
             "checkpoint": self._checkpointer.status(),
             "recovery": self._state.recovery.to_dict(),

@@ -237,6 +237,11 @@ class CommitJournal:
             self._appended += 1
             return self._appended
 
+    @property
+    def preallocated_bytes(self) -> int:
+        """Zero bytes written ahead of the records (see the module doc)."""
+        return max(self._zeroed_to - self._end, 0)
+
     def _fill_ahead(self, end: int) -> None:
         """Keep zeros written ahead of a record ending at `end` (best effort: a disk too
         full for them cuts them off and the record is written without)."""

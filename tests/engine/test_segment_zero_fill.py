@@ -107,6 +107,10 @@ def test_a_channel_keeps_zeros_ahead_of_its_journal_and_reopens_after_a_crash_cl
             assert len(tx.take(5)) == 5
     journal = channel.owner.state.live_journal()
     assert journal.path.stat().st_size >= cj.ZERO_FILL_BYTES  # zeros ahead of 3 records
+    status = channel.status()
+    assert status["journal_bytes_preallocated"] == journal.path.stat().st_size - 16 - 3 * 41
+    assert status["bytes_on_disk"] == status["partitions"][0]["size_bytes"] \
+        + status["bytes_preallocated"] and status["bytes_preallocated"] > 0
     crash(channel)
     with Channel.open(config) as channel:
         recovery = channel.status()["recovery"]
@@ -126,3 +130,5 @@ def test_a_policy_channel_keeps_no_zeros_ahead_of_its_journal(tmp_path: Path) ->
             tx.take(3)
         journal = channel.owner.state.live_journal()
         assert journal.path.stat().st_size < 1024
+        status = channel.status()
+        assert status["journal_bytes_preallocated"] == status["bytes_preallocated"] == 0
