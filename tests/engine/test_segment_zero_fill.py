@@ -12,6 +12,7 @@ from channel_helpers import crash, make_config
 from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent
 from channel_engine.log import segment_file
 from channel_engine.log.recovery import ZERO_TAIL_CUT
+from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.queue import commit_journal as cj
 
 AHEAD = segment_file.ZERO_FILL_BYTES + segment_file.PAGE  # the most zeros ever ahead
@@ -81,6 +82,26 @@ def test_it_recovers_every_acked_batch_and_no_loss_from_a_crash_with_zeros_ahead
         assert log.log_end_offset == end and list(log.iter_events(0)) == expected
         log.append(events(1, tag="after"))  # appends land at the valid end, zeros ahead
         assert [e.body for e in log.iter_events(end)] == [b"after0" * 20]
+
+
+def test_a_crash_between_a_rolls_create_and_its_trim_is_no_log_end_mismatch(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig())
+    for i in range(5):
+        log.append(events(100, tag=f"b{i}-"))
+    expected, end = list(log.iter_events(0)), log.log_end_offset
+    log.checkpoint_recovery_point()  # log.state: everything up to `end` is on disk
+    old = log.segments[-1]
+    assert old.file_size > old.size  # its zeros ahead, which the roll would trim
+    new = LogSegment.create(tmp_path, end, SegmentConfig.of(LogConfig()))  # then the kill
+    new.close()
+    log.state.release_dir_lock()
+    for seg in log.segments:
+        seg.close()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        report = log.last_recovery
+        assert [a.kind for a in report.actions] == [ZERO_TAIL_CUT], report.summary()
+        assert not report.lost_data and list(log.iter_events(0)) == expected
 
 
 def test_it_appends_without_zeros_when_the_disk_cannot_hold_them(
