@@ -10,8 +10,9 @@ import pytest
 from channel_helpers import crash, make_config
 
 from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent
+from channel_engine.log import record_batch as rb
 from channel_engine.log import segment_file
-from channel_engine.log.recovery import ZERO_TAIL_CUT
+from channel_engine.log.recovery import TRUNCATED, ZERO_TAIL_CUT
 from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.queue import commit_journal as cj
 
@@ -102,6 +103,38 @@ def test_a_crash_between_a_rolls_create_and_its_trim_is_no_log_end_mismatch(
         report = log.last_recovery
         assert [a.kind for a in report.actions] == [ZERO_TAIL_CUT], report.summary()
         assert not report.lost_data and list(log.iter_events(0)) == expected
+
+
+def test_a_write_a_kill_cut_short_into_the_zeros_ahead_is_torn_not_lost(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig())
+    for i in range(3):
+        log.append(events(100, tag=f"b{i}-"))
+    expected, end = list(log.iter_events(0)), log.log_end_offset
+    active = log.segments[-1]
+    batch = log.build_batch(events(100, tag="torn-"))
+    rb.set_base_offset(batch, end)
+    batch_end = active.size + len(batch)
+    last_sector = (batch_end - 1) // 512 * 512
+    if batch_end - last_sector < 20:  # keep the unwritten part within one sector piece
+        batch = log.build_batch(events(101, tag="torn-"))
+        rb.set_base_offset(batch, end)
+        batch_end = active.size + len(batch)
+        last_sector = (batch_end - 1) // 512 * 512
+    cut = last_sector + 1 - active.size  # the rest never written: no all-zero sector piece
+    assert batch_end - last_sector >= 20 and 0 < cut < len(batch)
+    assert active.size + len(batch) < active.file_size  # it lands in the zeros ahead
+    with open(active.log_path, "r+b") as f:  # the kill came in the middle of its pwrite
+        f.seek(active.size)
+        f.write(bytes(batch[:cut]))
+    log.state.release_dir_lock()
+    for seg in log.segments:
+        seg.close()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        report = log.last_recovery
+        assert report.lost_ranges == [], report.summary()  # never acknowledged: no loss
+        assert [a.kind for a in report.actions] == [TRUNCATED], report.summary()
+        assert log.log_end_offset == end and list(log.iter_events(0)) == expected
 
 
 def test_it_appends_without_zeros_when_the_disk_cannot_hold_them(
