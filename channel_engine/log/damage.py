@@ -16,7 +16,10 @@ is itself damaged when an intact batch follows).
 Damage or a torn write (damaged_batches_end, is_torn): a complete batch none of
 whose pieces between 512-byte sector boundaries is all zeros was written whole:
 damage. Power loss loses whole sectors, so an unwritten part of a write reads as
-zeros or lies past the end of the file: a torn write.
+zeros or lies past the end of the file: a torn write. So does a write cut short
+by a kill into preallocated zeros (Kafka's preallocate, fsync durability's zeros
+ahead): a batch inside which the file's non-zero bytes end (more than the
+TRAILING_ZEROS a batch may end with before its end) is torn, not complete.
 
 A damaged base offset field alone (fixable_base_offset): the field lies outside
 the CRC, so an intact batch where the expected batch belongs, not contradicted by
@@ -83,7 +86,11 @@ def damaged_batches_end(buf: BytesLike, position: int, data_end: int,
         header = _header_or_whole_rest(buf, position, data_end)
         if header is None:
             break
-        if position + header.size > limit or is_torn(buf, position, header.size) or (
+        # a batch the non-zero bytes end inside of (past the few zeros a batch may end
+        # with) is a write cut short into preallocated zeros, as one past the end of a
+        # growing file would be: torn
+        if position + header.size > min(limit, data_end + TRAILING_ZEROS) or \
+                is_torn(buf, position, header.size) or (
                 end is not None and header.base_offset != expected) or \
                 header.record_count > header.batch_length:
             break

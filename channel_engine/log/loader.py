@@ -40,6 +40,9 @@ Load sequence (steps 1, 3 and 4: strays.py; step 2: known_end.py):
      - without a readable log.state, for a segment split off in this open, or one a
        read found damaged (a `<base>.repair` marker): every batch CRC-checked.
      A zero tail after the last batch is cut and reported as no data (ZERO_TAIL_CUT).
+     A trusted segment whose batches end at the next segment's base with only zeros
+     after them is a roll a crash stopped before its trim (preallocated, or fsync
+     durability's zeros ahead): ZERO_TAIL_CUT alone, not LOG_END_MISMATCH.
      A batch whose base offset field alone is damaged is rewritten in place
      (BASE_OFFSET_REPAIRED, nothing lost; a reader's view counts it lost).
      Damage (an invalid batch that is not a zero tail) never cuts intact batches:
@@ -322,8 +325,15 @@ def _load_trusted(seg: LogSegment, report: RecoveryReport, limits: _Limits, chec
         problem = ("end", f"log ends at offset {seg.next_offset}, past {limits.bound}")
     if problem is None:
         return None
-    report.add(RecoveryAction(LOG_END_MISMATCH, str(seg.log_path), problem[1]))
-    return _recover(seg, seg.base_offset, limits, report)
+    before = len(report.actions)
+    split = _recover(seg, seg.base_offset, limits, report)
+    found = [action.kind for action in report.actions[before:]]
+    if (problem[0] == "log" and split is None and found == [ZERO_TAIL_CUT]
+            and seg.next_offset == limits.bound):
+        return None  # a roll's trim that a crash came before: the zeros of preallocation
+    report.actions.insert(before, RecoveryAction(LOG_END_MISMATCH, str(seg.log_path),
+                                                 problem[1]))
+    return split
 
 
 def _recover(seg: LogSegment, verify_from: int, limits: _Limits,

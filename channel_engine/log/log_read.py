@@ -48,6 +48,7 @@ from channel_engine.log.recovery import LostRange
 from channel_engine.log.segment import LogSegment
 
 DEFAULT_READ_BYTES = 1 << 20
+_new_tuple = tuple.__new__
 
 
 class LogReader:
@@ -129,16 +130,25 @@ class LogReader:
         state = self.state
         stop = header.next_offset if end is None else min(end, header.next_offset)
         partition = state.partition
+        append = out.append
         try:
             plain = record_batch.unseal(data, state.sealer)
-            for offset, timestamp, key, value, headers in record_batch.records(plain):
-                if offset < start:
-                    continue
-                if offset >= stop or len(out) >= limit:
-                    return
-                out.append(Event(partition, offset, timestamp, key,
-                                 dict(headers) if headers else {},  # type: ignore[arg-type]
-                                 value if value is not None else b""))
+            records = record_batch.record_objects(plain)
+            try:
+                # the codec's records read in place (records() without its tuples), and
+                # tuple.__new__ (Event's own __new__ is a Python frame): the take path's loop
+                for record in records:
+                    offset = record.offset
+                    if offset < start:
+                        continue
+                    if offset >= stop or len(out) >= limit:
+                        return
+                    headers, value = record.headers, record.value
+                    append(_new_tuple(Event, (partition, offset, record.timestamp, record.key,
+                                              dict(headers) if headers else {},
+                                              value if value is not None else b"")))
+            except Exception as exc:  # the codec is third-party: see record_batch.records
+                raise record_batch.undecodable(exc) from exc
         except InvalidBatch as exc:
             position = segment.find_position(header.base_offset, segment.size) or 0
             raise CorruptRecordError(segment.log_path, position, exc.reason) from exc

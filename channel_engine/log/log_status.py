@@ -82,6 +82,7 @@ class LogStatus:
             "recovery_point": state.recovery_point,
             "unflushed_events": state.unflushed_events,
             "size_bytes": state.size_bytes,
+            "preallocated_bytes": state.preallocated_bytes,
             "segments": len(state.segments),
             "last_flush_ms": state.last_flush_ms,
             "offline": str(state.offline) if state.offline else None,

@@ -140,6 +140,12 @@ class PartitionState:
         """Valid bytes in all segments."""
         return sum(seg.size for seg in self.segments)
 
+    @property
+    def preallocated_bytes(self) -> int:
+        """Zero bytes written or allocated past the valid bytes (preallocation; on disk, not
+        data): file lengths beyond the segments' sizes."""
+        return sum(max(seg.file_size - seg.size, 0) for seg in self.segments)
+
     def now_ms(self) -> int:
         """The log's clock, in milliseconds."""
         return int(self.clock() * 1000)

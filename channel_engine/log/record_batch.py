@@ -59,7 +59,7 @@ import mmap
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import crc32c as _crc32c
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -343,11 +343,19 @@ def _plain_batch(batch: bytes) -> DefaultRecordBatch:
     return DefaultRecordBatch(batch)
 
 
-def _undecodable(exc: Exception) -> InvalidBatch:
+def undecodable(exc: Exception) -> InvalidBatch:
+    """The InvalidBatch for an exception the codec raised while decoding records."""
     # The codec is third-party: behind a valid CRC a damaged records section raises
     # CorruptRecordException, a decompressor's own error (zlib.error, EOFError,
     # cramjam.DecompressionError, ...), UnicodeDecodeError (a header key) or struct.error.
     return InvalidBatch("corrupt", f"records do not decode: {type(exc).__name__}: {exc}")
+
+
+def record_objects(batch: bytes) -> Iterator[Any]:
+    """The codec's record objects (.offset, .timestamp, .key, .value, .headers) of a valid
+    plain batch, for a hot loop that reads them in place; the caller turns any exception
+    while iterating into undecodable(exc), as records() does."""
+    return iter(_plain_batch(batch))
 
 
 def records(batch: bytes) -> Iterator[Record]:
@@ -359,7 +367,7 @@ def records(batch: bytes) -> Iterator[Record]:
     except (InvalidBatch, EncryptedBatchError):
         raise
     except Exception as exc:
-        raise _undecodable(exc) from exc
+        raise undecodable(exc) from exc
 
 
 Headers = list[tuple[str, bytes | None]]
@@ -388,5 +396,5 @@ def record_columns(batch: bytes) -> RecordColumns:
     except (InvalidBatch, EncryptedBatchError):
         raise
     except Exception as exc:
-        raise _undecodable(exc) from exc
+        raise undecodable(exc) from exc
     return offsets, timestamps, keys, values, headers

@@ -13,8 +13,9 @@ filenames.segment_file (20-digit zero-padded B):
 
 No header of its own: the version is each batch's magic byte, and the indexes are
 derived data, rebuilt from the `.log` whenever they disagree with it. With
-preallocation the `.log` is longer than its valid bytes; the rest is zeros until a
-roll or a clean close trims it.
+preallocation (Kafka's `preallocate`, or the zero-fill ahead of fsync durability:
+segment_file.py) the `.log` is longer than its valid bytes; the rest is zeros until
+a roll or a clean close trims it, or a recovery after a crash cuts it.
 
 A LogSegment owns its parts, each in its module, and delegates to them:
   * segment_file.py: SegmentFile, the state they share: the files, the walk that
@@ -84,6 +85,7 @@ class LogSegment:
         segment is unchanged (the partial write is undone) and the error is raised."""
         file = self.file
         position = file.size
+        file.zero_fill_ahead(position + len(batch))
         try:
             _pwrite_all(file.fd, batch, position)
         except OSError as exc:
@@ -96,6 +98,7 @@ class LogSegment:
         with file.index_lock:
             file.track(header, position)
         file.file_size = max(file.file_size, file.size)
+        file.zeroed_to = max(file.zeroed_to, file.size)
         return position
 
     def _undo_write(self, position: int, length: int) -> None:

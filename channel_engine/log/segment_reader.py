@@ -38,7 +38,12 @@ from pathlib import Path
 from channel_engine.errors import CorruptRecordError, InvalidBatch
 from channel_engine.log.damage import fixable_base_offset
 from channel_engine.log.record_batch import HEADER_SIZE, BatchHeader, check_crc, check_header
-from channel_engine.log.segment_file import NO_TIMESTAMP, SegmentFile
+from channel_engine.log.segment_file import (
+    FIRST_READ_CHUNK,
+    NO_TIMESTAMP,
+    READ_CHUNK,
+    SegmentFile,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -195,10 +200,13 @@ class SegmentReader:
         total = 0
         buf, buf_start = b"", position
         expected = first_base
+        chunk = FIRST_READ_CHUNK  # doubled at each read: small reads stay small, scans grow
         while position < size_bound:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
-                buf, buf_start, rel = file.read_at(position, HEADER_SIZE, size_bound), position, 0
+                buf, buf_start, rel = file.read_at(position, HEADER_SIZE, size_bound, chunk), \
+                    position, 0
+                chunk = min(2 * chunk, READ_CHUNK)
             try:
                 header = stored = check_header(buf, rel, None)
                 if expected is not None:
@@ -209,8 +217,10 @@ class SegmentReader:
                 if position + header.size > size_bound:
                     raise InvalidBatch("partial", f"batch runs past byte {size_bound}")
                 if rel + header.size > len(buf):
-                    buf, buf_start = file.read_at(position, header.size, size_bound), position
+                    buf, buf_start = file.read_at(position, header.size, size_bound, chunk), \
+                        position
                     rel = 0
+                    chunk = min(2 * chunk, READ_CHUNK)
                 check_crc(buf, rel, header)
             except InvalidBatch as exc:
                 raise CorruptRecordError(file.log_path, position, exc.reason) from exc

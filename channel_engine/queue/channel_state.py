@@ -20,6 +20,7 @@ ReadOnlyLogError for a write to a read-only open.
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,5 +144,5 @@ class ChannelState:
     def guarded_dirs(self) -> list[Path]:
         """The directories the disk-space guard checks (those that exist)."""
         dirs = [Path(d) for d in self.config.data_dirs] + [self.config.home]
-        return [d for d in dirs if d.is_dir()]
+        return [d for d in dirs if os.path.isdir(d)]
 

@@ -71,6 +71,7 @@ class ChannelStatus:
             for part, log in zip(partitions, self._state.logs, strict=True):
                 part["segment_table"] = [vars(info) for info in log.segment_infos()]
         capacity = self.config.capacity
+        journal = self._state.journal  # its zeros ahead (fsync durability), in the home
         health, reason = self.health()
         return {
             "name": self.name,
@@ -85,7 +86,9 @@ class ChannelStatus:
             "open_takes": open_takes,
             "fill_percent": round(100 * untaken / capacity, 3),
             "unflushed_events": sum(p["unflushed_events"] for p in partitions),
-            "bytes_on_disk": sum(p["size_bytes"] for p in partitions),
+            "bytes_on_disk": sum(p["size_bytes"] + p["preallocated_bytes"] for p in partitions),
+            "bytes_preallocated": sum(p["preallocated_bytes"] for p in partitions),
+            "journal_bytes_preallocated": journal.preallocated_bytes if journal else 0,
             "counters": counters,
             "checkpoint": self._checkpointer.status(),
             "recovery": self._state.recovery.to_dict(),
@@ -134,6 +137,7 @@ class ChannelStatus:
             "unflushed_events": log.unflushed_events,
             **{k: v for k, v in self._queue_status(p, queue).items() if k != "partition"},
             "size_bytes": log.size_bytes,
+            "preallocated_bytes": stats["preallocated_bytes"],  # zeros ahead: disk, not data
             "segments": len(log.segments),
             "offline": stats["offline"],
             "index_rebuilds": stats["index_rebuilds"],  # derived files found wrong at use

@@ -108,7 +108,9 @@ class Checkpointer:
             started = time.perf_counter()
             self._losses.save_ledger()  # a loss record is durable before the marking it counts
             sequence = self.sequence + 1
-            next_journal = commit_journal.CommitJournal(home, sequence)  # before the lock
+            zero_fill = commit_journal.ZERO_FILL_BYTES if self.config.durability == "fsync" \
+                else 0  # each take commit's fdatasync then overwrites zeros
+            next_journal = commit_journal.CommitJournal(home, sequence, zero_fill)  # unlocked
             locked = time.perf_counter()
             with self._state.lock:
                 self._takes.expire()

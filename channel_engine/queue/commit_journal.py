@@ -16,7 +16,7 @@ S and replays every journal with G >= S, in order (a journal newer than the
 checkpoint exists when the process died between rotating the journal and
 writing the checkpoint). Replaying a commit twice is harmless.
 
-    file    := header record*
+    file    := header record* zero*
     header  := magic "WCJN" (4) | version 2 (1; 1 is still read) | reserved (3)
                | generation i64
     record  := length i32 (bytes after crc) | crc u32 (CRC-32C of the bytes after it)
@@ -29,6 +29,18 @@ writing the checkpoint). Replaying a commit twice is harmless.
              | 3 a take commit of the subscription whose id follows (checkpoint.py
                gives ids; a record of an id no checkpoint knows is of a subscription
                removed since, or never saved: replay ignores it) [version 2]
+
+Zero tail (preallocation, version 2 as before: a reader that predates it took
+those zeros for a torn tail, and reported them). A journal opened with zero_fill
+(the owner's, in fsync durability) keeps up to that many zero bytes written ahead
+of its last record (at most zero_fill + 4 KiB), so that the fdatasync of each take
+commit overwrites blocks already written instead of growing the file (its size
+and extents need no journal commit of the filesystem: see log/segment_file.py's
+zero-fill ahead). close() trims them. Reading takes an all-zero rest of the file
+after the last valid record for that space: no record, nothing ignored (scan's
+zero_tail). A power loss that dropped appends wholly within it looks the same;
+every commit there was appended after the last fdatasync that returned, as
+for a torn tail below.
 
 A record is valid when its length fits the file, its CRC matches, its kind is
 1, 2 or 3 and its count agrees with its length. The header has no CRC: a magic,
@@ -75,9 +87,10 @@ loss it is a commit that never returned, and the bytes alone cannot tell it
 from a cut. A journal newer than the checkpoint with no whole header is a crash
 while creating it: no commit is in it.
 
-Group commit: append() writes the record (one write(2), serialised by the
-caller's lock) and returns a ticket; sync(ticket) returns once that record is
-on disk, and one fdatasync serves every record appended before it started.
+Group commit: append() writes the record (one pwrite(2) at the end of the
+records, serialised by the caller's lock) and returns a ticket; sync(ticket)
+returns once that record is on disk, and one fdatasync serves every record
+appended before it started.
 """
 from __future__ import annotations
 
@@ -109,6 +122,8 @@ RECORD_BODY = struct.Struct(">Bqi")
 SUBSCRIPTION = struct.Struct(">i")
 ENTRY = struct.Struct(">iqq")
 SECTOR = 512  # the unit power loss tears writes at (as log/damage.py)
+PAGE = 4096
+ZERO_FILL_BYTES = 256 * 1024  # zeros the owner keeps ahead in fsync durability (~6,000 takes)
 assert HEADER.size == 16 and RECORD_HEAD.size == 8 and RECORD_BODY.size == 13
 assert ENTRY.size == 20
 
@@ -177,9 +192,10 @@ def is_journal_name(name: str) -> bool:
 
 
 class CommitJournal:
-    """An open journal file for appending commits, with group fdatasync."""
+    """An open journal file for appending commits, with group fdatasync; with zero_fill,
+    that many zero bytes kept written ahead of the records (see the module doc)."""
 
-    def __init__(self, directory: Path, generation: int) -> None:
+    def __init__(self, directory: Path, generation: int, zero_fill: int = 0) -> None:
         self.directory = directory
         self.generation = generation
         self.path = journal_path(directory, generation)
@@ -187,12 +203,19 @@ class CommitJournal:
         self._appended = 0  # tickets handed out
         self._synced = 0  # tickets known to be on disk
         self._syncing = False
+        self._zero_fill = zero_fill
         created = not self.path.exists()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        if created or os.fstat(self._fd).st_size == 0:
-            os.write(self._fd, HEADER.pack(MAGIC, VERSION, generation))
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._zeroed_to = os.fstat(self._fd).st_size  # bytes written: records or zeros
+        if created or self._zeroed_to == 0:
+            os.pwrite(self._fd, HEADER.pack(MAGIC, VERSION, generation), 0)
+            self._end = self._zeroed_to = HEADER.size
+            self._fill_ahead(HEADER.size)
             os.fsync(self._fd)
             fsync_directory(directory)
+        else:  # appended to again (a refused checkpoint; an upgrade): after its records
+            found = scan(self.path)  # and after any bytes that are no record, as before
+            self._end = self._zeroed_to if found.problem else found.valid_bytes
 
     def append(self, kind: int, commit_id: int, entries: Sequence[Entry],
                subscription: int = 0) -> int:
@@ -203,10 +226,39 @@ class CommitJournal:
         extra = SUBSCRIPTION.pack(subscription) if kind == TAKE_OF else b""
         body = RECORD_BODY.pack(kind, commit_id, len(entries)) + extra + b"".join(
             ENTRY.pack(*entry) for entry in entries)
-        os.write(self._fd, RECORD_HEAD.pack(len(body), crc32c.crc32c(body)) + body)
+        record = RECORD_HEAD.pack(len(body), crc32c.crc32c(body)) + body
+        end = self._end + len(record)
+        self._fill_ahead(end)
+        if os.pwrite(self._fd, record, self._end) != len(record):
+            raise OSError(f"{self.path}: short write of a commit record at byte {self._end}")
+        self._end = end
+        self._zeroed_to = max(self._zeroed_to, end)
         with self._sync_cond:
             self._appended += 1
             return self._appended
+
+    @property
+    def preallocated_bytes(self) -> int:
+        """Zero bytes written ahead of the records (see the module doc)."""
+        return max(self._zeroed_to - self._end, 0)
+
+    def _fill_ahead(self, end: int) -> None:
+        """Keep zeros written ahead of a record ending at `end` (best effort: a disk too
+        full for them cuts them off and the record is written without)."""
+        chunk = self._zero_fill
+        if not chunk or end + chunk // 2 <= self._zeroed_to:
+            return
+        start = max(self._zeroed_to, end)
+        target = -(-(end + chunk) // PAGE) * PAGE
+        try:
+            os.pwrite(self._fd, bytes(target - start), start)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, max(self._end, self._zeroed_to))
+            except OSError:
+                pass  # zeros after the records: read as preallocated space
+            return
+        self._zeroed_to = target
 
     def sync(self, ticket: int | None = None) -> None:
         """Return once the record with `ticket` (default: every record) is on disk."""
@@ -240,6 +292,8 @@ class CommitJournal:
             while self._syncing:
                 self._sync_cond.wait()
             if self._fd >= 0:
+                if self._zeroed_to > self._end:  # the zeros ahead: no longer needed
+                    os.ftruncate(self._fd, self._end)
                 os.fdatasync(self._fd)
                 self._synced = self._appended
                 os.close(self._fd)
@@ -258,11 +312,12 @@ class JournalScan:
     header_damaged: bool = False  # the file is unreadable from byte 0
     after: list[Commit] = field(default_factory=list)  # intact records after the damage
     unreadable_bytes: int = 0  # bytes after the cut that are no intact record
+    zero_tail: int = 0  # zeros after the valid records: preallocated space, no record
 
     @property
     def ignored(self) -> int:
-        """Bytes after the valid prefix (not replayed)."""
-        return self.file_size - self.valid_bytes
+        """Bytes after the valid prefix (not replayed), the zero tail excepted."""
+        return self.file_size - self.valid_bytes - self.zero_tail
 
     @property
     def torn_tail(self) -> bool:
@@ -299,16 +354,23 @@ def scan(path: Path) -> JournalScan:
     if problem:
         found.problem, found.header_damaged = problem, True
         generation = _named_generation(path) or generation
-        found.after, found.unreadable_bytes = _salvage(data, HEADER.size, generation)
+        found.after, found.unreadable_bytes, found.zero_tail = _salvage(data, HEADER.size,
+                                                                         generation)
         found.unreadable_bytes += HEADER.size
         return found
     found.commits, found.valid_bytes, found.problem = _records(data, HEADER.size, generation)
+    if found.problem and not data[found.valid_bytes:].strip(b"\0"):
+        found.problem, found.zero_tail = "", len(data) - found.valid_bytes  # preallocated
     if found.problem:
         first = _next_intact(data, found.valid_bytes, generation)
         if first >= 0 and _unsynced(data, found.valid_bytes, first):
+            end = _records(data, first, generation)[1]
+            if not data[end:].strip(b"\0"):
+                found.zero_tail = len(data) - end  # preallocated space after them
             found.unreadable_bytes = found.ignored  # unsynced appends: nothing after returned
         else:
-            found.after, found.unreadable_bytes = _salvage(data, found.valid_bytes, generation)
+            found.after, found.unreadable_bytes, found.zero_tail = _salvage(
+                data, found.valid_bytes, generation)
     return found
 
 
@@ -380,19 +442,31 @@ def _next_intact(data: bytes, position: int, generation: int) -> int:
     return -1
 
 
-def _salvage(data: bytes, position: int, generation: int) -> tuple[list[Commit], int]:
-    """Intact records from `position` on, searched byte by byte past damage, and how many
-    bytes are no intact record."""
+def _salvage(data: bytes, position: int, generation: int) -> tuple[list[Commit], int, int]:
+    """Intact records from `position` on, searched byte by byte past damage, how many
+    bytes are no intact record, and how many zeros end the file after the last of them
+    (preallocated space: neither)."""
     found: list[Commit] = []
     unreadable = 0
     while position < len(data):
         intact = _next_intact(data, position, generation)
         if intact < 0:
-            return found, unreadable + len(data) - position
+            zeros = _zero_tail(data, position)
+            return found, unreadable + len(data) - position - zeros, zeros
         unreadable += intact - position
         commits, position, _ = _records(data, intact, generation)
         found += commits
-    return found, unreadable
+    return found, unreadable, 0
+
+
+def _zero_tail(data: bytes, position: int) -> int:
+    """How many zeros end the file after the bytes from `position`, a torn or damaged
+    record's there up to where its length says it ends included: preallocated space."""
+    end = position + len(data[position:].rstrip(b"\0"))
+    if end > position and position + RECORD_HEAD.size <= len(data):
+        length = RECORD_HEAD.unpack_from(data, position)[0]
+        end = max(end, min(len(data), position + RECORD_HEAD.size + max(length, 0)))
+    return len(data) - end
 
 
 def _unsynced(data: bytes, position: int, intact: int) -> bool:

@@ -33,6 +33,7 @@ class HomeLock:
         self.config = config
         self.path = config.home / LOCK_FILE
         self.fd = -1  # the locked file, while held
+        self.identity = (0, 0)  # its (st_dev, st_ino): a held file's never change
 
     def take(self) -> list[str]:
         """Take `.lock`; return a line for the recovery report if a non-regular file in its
@@ -53,7 +54,8 @@ class HomeLock:
             os.close(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
-        self.fd = fd
+        held = os.fstat(fd)
+        self.fd, self.identity = fd, (held.st_dev, held.st_ino)
         return [] if moved is None else [f"{path}: not a regular file, moved aside to {moved}; "
                                          "the engine writes a new one"]
 
@@ -76,8 +78,7 @@ class HomeLock:
             current = os.stat(self.path)
         except FileNotFoundError:
             return True
-        held = os.fstat(self.fd)
-        return (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino)
+        return (current.st_dev, current.st_ino) != self.identity  # one stat per commit
 
     def check(self) -> None:
         """ChannelGoneError if the home was deleted or replaced since the lock was taken."""

@@ -116,8 +116,9 @@ class Puts:
                         count: int) -> list[tuple[int, int, int]]:
         if count > self.config.transaction_capacity:  # clients check too; the owner decides
             raise TransactionCapacityError(self.name, count, self.config.transaction_capacity)
-        check_free_space(self._state.guarded_dirs(), self.config.minimum_required_space,
-                         self._state.free_space)
+        if self.config.minimum_required_space > 0:  # else no stat per put for nothing
+            check_free_space(self._state.guarded_dirs(), self.config.minimum_required_space,
+                             self._state.free_space)
         ready = [(p, self._state.logs[p].prepare_batch(bytearray(batch))) for p, batch in batches]
         self._wait_for_room(count)
         written: list[tuple[int, int]] = []  # (partition, put id)

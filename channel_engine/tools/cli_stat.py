@@ -47,8 +47,8 @@ def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
         return 0
     checkpoint = status["checkpoint"]
     print(f"channel {status['name']!r}: {status['events_untaken']} events untaken of capacity "
-          f"{status['capacity']} ({status['fill_percent']}%), {status['bytes_on_disk']} bytes, "
-          f"checkpoint "
+          f"{status['capacity']} ({status['fill_percent']}%), {status['bytes_on_disk']} bytes "
+          f"on disk ({status['bytes_preallocated']} of them preallocated), checkpoint "
           f"sequence {checkpoint['sequence']}; health {status['health']} "
           f"({status['health_reason']})", file=out)
     for part in status["partitions"]:  # the queue figures: the slowest subscription's

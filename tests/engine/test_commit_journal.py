@@ -351,3 +351,44 @@ def test_every_acknowledged_commit_survives_kill_9(tmp_path: Path, acks: int) ->
         writer.wait()
     takes, _ = tj.replay(tj.journal_path(tmp_path, 0))
     assert [t.commit_id for t in takes][:acked] == list(range(1, acked + 1))
+
+
+def test_it_keeps_zeros_ahead_and_replays_them_as_no_record(tmp_path: Path) -> None:
+    journal = tj.CommitJournal(tmp_path, 0, zero_fill=8192)
+    for take in range(300):  # 12,300 bytes of records: the zeros move ahead twice
+        journal.append(tj.TAKE, take, [(0, take, take + 1)])
+        size = journal.path.stat().st_size
+        assert 16 + 41 * (take + 1) < size <= 16 + 41 * (take + 1) + 8192 + tj.PAGE
+    journal.sync()
+    found = tj.scan(journal.path)  # as a kill leaves it: zeros after the last record
+    assert [c.commit_id for c in found.commits] == list(range(300))
+    assert found.valid_bytes == 16 + 41 * 300 and found.zero_tail == size - found.valid_bytes
+    assert found.ignored == 0 and not found.problem and not found.damaged
+    assert tj.replay(journal.path)[1] == 0
+    journal.close()
+    assert journal.path.stat().st_size == 16 + 41 * 300  # close trims them
+
+
+def test_it_counts_a_torn_record_before_the_zeros_ahead_as_ignored(tmp_path: Path) -> None:
+    journal = tj.CommitJournal(tmp_path, 0, zero_fill=8192)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])
+    journal.append(tj.TAKE, 2, [(0, 10, 20)])
+    journal.sync()
+    with open(journal.path, "r+b") as f:  # the second record's last sector never written
+        f.seek(16 + 41 + 30)
+        f.write(bytes(11))
+    takes, ignored = tj.replay(journal.path)
+    assert [t.commit_id for t in takes] == [1] and ignored == 41
+    found = tj.scan(journal.path)
+    assert found.torn_tail and found.zero_tail == found.file_size - 16 - 82
+
+
+def test_it_appends_after_the_records_of_a_journal_with_zeros_ahead(tmp_path: Path) -> None:
+    journal = tj.CommitJournal(tmp_path, 4, zero_fill=8192)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])
+    journal.sync()
+    again = tj.CommitJournal(tmp_path, 4, zero_fill=8192)  # a refused checkpoint's retry
+    again.append(tj.TAKE, 2, [(0, 10, 20)])
+    again.close()
+    takes, ignored = tj.replay(tj.journal_path(tmp_path, 4))
+    assert [t.commit_id for t in takes] == [1, 2] and ignored == 0

@@ -132,7 +132,14 @@ def test_it_rolls_segments_at_segment_bytes(tmp_path):
             assert seg.next_offset == nxt.base_offset
         for seg in segments:
             assert 0 < seg.size <= SMALL.segment_bytes
+        for seg in segments[:-1]:  # rolled: trimmed to their batches
             assert seg.log_path.stat().st_size == seg.size
+        # the active one keeps zeros ahead (fsync durability), never past segment_bytes
+        active = segments[-1]
+        assert active.size < active.log_path.stat().st_size == active.file_size \
+            <= SMALL.segment_bytes
+        with open(active.log_path, "rb") as f:
+            assert not f.read()[active.size:].strip(b"\0")
         assert sorted({r.segment_base_offset for r in results}) == [s.base_offset for s in
                                                                      segments]
         assert list(log.iter_events(0)) == expected

@@ -1,0 +1,188 @@
+"""Zero-fill ahead (segment_file.py, commit_journal.py): in fsync durability zeros are kept
+written ahead of the append point, bounded and counted, and every reader and recovery
+takes them for preallocated space, never for data or loss."""
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+from channel_helpers import crash, make_config
+
+from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent
+from channel_engine.log import record_batch as rb
+from channel_engine.log import segment_file
+from channel_engine.log.recovery import TRUNCATED, ZERO_TAIL_CUT
+from channel_engine.log.segment import LogSegment, SegmentConfig
+from channel_engine.queue import commit_journal as cj
+
+AHEAD = segment_file.ZERO_FILL_BYTES + segment_file.PAGE  # the most zeros ever ahead
+
+
+def events(count: int, tag: str = "e") -> list[PendingEvent]:
+    return [PendingEvent(f"{tag}{i}".encode() * 20) for i in range(count)]
+
+
+def tail(path: Path, start: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read()
+
+
+def test_it_keeps_zeros_ahead_of_an_fsync_segment_bounded_and_counted(tmp_path: Path) -> None:
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        for _ in range(50):
+            log.append(events(100))
+            active = log.segments[-1]
+            file_size = active.log_path.stat().st_size
+            assert active.size < file_size == active.file_size <= active.size + AHEAD
+            assert file_size - active.size >= segment_file.ZERO_FILL_BYTES // 2
+            assert not tail(active.log_path, active.size).strip(b"\0")
+        assert log.stats()["preallocated_bytes"] == active.file_size - active.size > 0
+        assert log.stats()["size_bytes"] == active.size
+        [info] = log.segment_infos()
+        assert info.preallocated and info.file_size == active.file_size
+        path, size = active.log_path, active.size
+    assert path.stat().st_size == size  # a clean close trims them
+
+
+def test_it_trims_the_zeros_of_a_segment_it_rolls(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=64 * 1024)
+    with PartitionLog.open(tmp_path, config) as log:
+        while len(log.segments) < 3:
+            log.append(events(50))
+        for sealed in log.segments[:-1]:
+            assert sealed.log_path.stat().st_size == sealed.size == sealed.file_size
+        active = log.segments[-1]
+        assert active.size < active.file_size <= config.segment_bytes  # never past it
+        assert log.stats()["preallocated_bytes"] == active.file_size - active.size
+
+
+def test_it_writes_no_zeros_ahead_in_policy_durability(tmp_path: Path) -> None:
+    with PartitionLog.open(tmp_path, LogConfig(durability="policy", flush_ms=1000)) as log:
+        log.append(events(100))
+        active = log.segments[-1]
+        assert active.log_path.stat().st_size == active.size
+        assert log.stats()["preallocated_bytes"] == 0
+
+
+def test_it_recovers_every_acked_batch_and_no_loss_from_a_crash_with_zeros_ahead(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig())
+    for i in range(20):
+        log.append(events(100, tag=f"b{i}-"))
+    expected = list(log.iter_events(0))
+    end = log.log_end_offset
+    log.state.release_dir_lock()  # the process dies: no close, the zeros stay
+    for seg in log.segments:
+        seg.close()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        report = log.last_recovery
+        assert not report.lost_data and report.bytes_dropped == 0, report.summary()
+        assert [a.kind for a in report.actions] == [ZERO_TAIL_CUT]
+        assert log.log_end_offset == end and list(log.iter_events(0)) == expected
+        log.append(events(1, tag="after"))  # appends land at the valid end, zeros ahead
+        assert [e.body for e in log.iter_events(end)] == [b"after0" * 20]
+
+
+def test_a_crash_between_a_rolls_create_and_its_trim_is_no_log_end_mismatch(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig())
+    for i in range(5):
+        log.append(events(100, tag=f"b{i}-"))
+    expected, end = list(log.iter_events(0)), log.log_end_offset
+    log.checkpoint_recovery_point()  # log.state: everything up to `end` is on disk
+    old = log.segments[-1]
+    assert old.file_size > old.size  # its zeros ahead, which the roll would trim
+    new = LogSegment.create(tmp_path, end, SegmentConfig.of(LogConfig()))  # then the kill
+    new.close()
+    log.state.release_dir_lock()
+    for seg in log.segments:
+        seg.close()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        report = log.last_recovery
+        assert [a.kind for a in report.actions] == [ZERO_TAIL_CUT], report.summary()
+        assert not report.lost_data and list(log.iter_events(0)) == expected
+
+
+def test_a_write_a_kill_cut_short_into_the_zeros_ahead_is_torn_not_lost(
+        tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig())
+    for i in range(3):
+        log.append(events(100, tag=f"b{i}-"))
+    expected, end = list(log.iter_events(0)), log.log_end_offset
+    active = log.segments[-1]
+    batch = log.build_batch(events(100, tag="torn-"))
+    rb.set_base_offset(batch, end)
+    batch_end = active.size + len(batch)
+    last_sector = (batch_end - 1) // 512 * 512
+    if batch_end - last_sector < 20:  # keep the unwritten part within one sector piece
+        batch = log.build_batch(events(101, tag="torn-"))
+        rb.set_base_offset(batch, end)
+        batch_end = active.size + len(batch)
+        last_sector = (batch_end - 1) // 512 * 512
+    cut = last_sector + 1 - active.size  # the rest never written: no all-zero sector piece
+    assert batch_end - last_sector >= 20 and 0 < cut < len(batch)
+    assert active.size + len(batch) < active.file_size  # it lands in the zeros ahead
+    with open(active.log_path, "r+b") as f:  # the kill came in the middle of its pwrite
+        f.seek(active.size)
+        f.write(bytes(batch[:cut]))
+    log.state.release_dir_lock()
+    for seg in log.segments:
+        seg.close()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        report = log.last_recovery
+        assert report.lost_ranges == [], report.summary()  # never acknowledged: no loss
+        assert [a.kind for a in report.actions] == [TRUNCATED], report.summary()
+        assert log.log_end_offset == end and list(log.iter_events(0)) == expected
+
+
+def test_it_appends_without_zeros_when_the_disk_cannot_hold_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_space(fd: int, data: object, position: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segment_file, "pwrite_all", no_space)  # the zeros' write only
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        result = log.append(events(10))
+        active = log.segments[-1]
+        assert active.log_path.stat().st_size == active.size == active.file_size
+        assert [e.offset for e in log.iter_events(0)] == list(range(result.next_offset))
+
+
+def test_a_channel_keeps_zeros_ahead_of_its_journal_and_reopens_after_a_crash_clean(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1)
+    channel = Channel.open(config)
+    with channel.put() as tx:
+        tx.put_all(events(30))
+    for _ in range(3):
+        with channel.take() as tx:
+            assert len(tx.take(5)) == 5
+    journal = channel.owner.state.live_journal()
+    assert journal.path.stat().st_size >= cj.ZERO_FILL_BYTES  # zeros ahead of 3 records
+    status = channel.status()
+    assert status["journal_bytes_preallocated"] == journal.path.stat().st_size - 16 - 3 * 41
+    assert status["bytes_on_disk"] == status["partitions"][0]["size_bytes"] \
+        + status["bytes_preallocated"] and status["bytes_preallocated"] > 0
+    crash(channel)
+    with Channel.open(config) as channel:
+        recovery = channel.status()["recovery"]
+        assert recovery["journal_bytes_ignored"] == 0 and not recovery["problems"]
+        assert recovery["journals_unknown"] == []
+        assert channel.status()["health"] == "healthy"
+        with channel.take() as tx:
+            assert [e.offset for e in tx.take(100)] == list(range(15, 30))
+
+
+def test_a_policy_channel_keeps_no_zeros_ahead_of_its_journal(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1, durability="policy", flush_ms=1000)
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            tx.put_all(events(3))
+        with channel.take() as tx:
+            tx.take(3)
+        journal = channel.owner.state.live_journal()
+        assert journal.path.stat().st_size < 1024
+        status = channel.status()
+        assert status["journal_bytes_preallocated"] == status["bytes_preallocated"] == 0
