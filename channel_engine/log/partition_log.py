@@ -336,6 +336,10 @@ class PartitionLog:
         """Remove every event at or after `offset`; the new log end (LogTruncation)."""
         return self.truncation.truncate_to(offset)
 
+    def start_at(self, offset: int) -> int:
+        """Hand out `offset` next when the log ends below it; the new log end (LogTruncation)."""
+        return self.truncation.start_at(offset)
+
     # -- status (log_status.py) ----------------------------------------------------
     @property
     def last_recovery(self) -> RecoveryReport:
