@@ -247,6 +247,19 @@ class ChannelGoneError(ChannelEngineError):
     this process opened it: the old handle writes nothing there."""
 
 
+class StorageMissingError(ChannelGoneError):
+    """An open that must not make a channel (create=False: a drain, a tool, a re-election)
+    found some of its files missing: its home (or channel.json), a partition directory.
+    Nothing was opened or written; the paths are named."""
+
+    def __init__(self, name: str, paths: list[Path]) -> None:
+        self.name, self.paths = name, [str(p) for p in paths]
+        super().__init__(f"channel {name!r}: its storage is missing: {', '.join(self.paths)} "
+                         "(a volume not mounted, a directory removed, or the channel "
+                         "deleted); nothing is written there until the volume is back or an "
+                         "operator recreates the channel")
+
+
 class ChannelExistsError(ChannelEngineError):
     """Channel.create found a channel, or files of one, where the new channel would go
     (Kafka's TopicExistsException): nothing was written."""
