@@ -49,6 +49,7 @@ from channel_engine.errors import (
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
+    UnknownOperationError,
     UnknownSubscriptionError,
 )
 from channel_engine.event import Event, PendingEvent
@@ -120,5 +121,6 @@ __all__ = [
     "SUBSCRIPTION_NAME_PATTERN",
     "ChannelClosedError",
     "TransactionStateError",
+    "UnknownOperationError",
     "__version__",
 ]

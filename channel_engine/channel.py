@@ -61,6 +61,7 @@ from channel_engine.errors import (
     PartitionCountError,
     StorageMissingError,
     TransactionStateError,
+    UnknownOperationError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData
@@ -378,7 +379,11 @@ class Channel:
     def list_offsets(self) -> list[tuple[int, int]]:
         """Each partition's (log start offset, last stable offset): the offsets a read may
         ask for, at the cost of one small round trip (not status())."""
-        return self._retrying(lambda b: b.list_offsets())
+        try:
+            return self._retrying(lambda b: b.list_offsets())
+        except UnknownOperationError:  # an owner older than the op (a rolling upgrade)
+            return [(p["log_start_offset"], p["last_stable_offset"])
+                    for p in self.status()["partitions"]]
 
     # -- closing ----------------------------------------------------------------------------
     def __enter__(self) -> Channel:

@@ -2,7 +2,8 @@
 
 Every layer raises these (a base module, it imports nothing of the engine). An error
 that callers caught as a builtin before it had a class of its own keeps that builtin
-as a second base (ConfigError and InvalidEventError are ValueErrors,
+as a second base (ConfigError, InvalidEventError and UnknownOperationError (an older
+owner's ValueError) are ValueErrors,
 OffsetOutOfRangeError and RangeUnavailableError LookupErrors, ExportError and
 ExportRunningError RuntimeErrors). Arguments a caller gets wrong (a negative
 max_events, an unknown partition in a put) are plain ValueError, as Python's own
@@ -329,6 +330,16 @@ class OwnerUnreachableError(OwnerLostError):
 
 
 # --- the tools -------------------------------------------------------------------------
+
+class UnknownOperationError(ChannelEngineError, ValueError):
+    """The channel's owner does not know an operation a client asked for: an owner of an
+    older version, during a rolling upgrade (owner/protocol.py). Nothing was done."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__(f"the channel's owner does not know the operation {op!r} (an owner "
+                         "of an older version); nothing was done")
+        self.op = op
+
 
 class UsageError(ChannelEngineError):
     """Bad command-line input: the CLI exits 2 with the message."""
