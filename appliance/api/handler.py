@@ -14,8 +14,8 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
     NotAcceptable                                 406     not-acceptable
     UnsupportedMediaType                          415     unsupported-media-type
     Throttled                                     429     throttled            retry_after
-    any engine error, the view's channel gone     404     channel-not-found    deleted or
-      (deleted or recreated under the request)                                 recreated
+    any engine error, the view's channel's row    404     channel-not-found    deleted or
+      gone (deleted or recreated under the request)                            recreated
     InvalidEventError                             400     invalid-event        index, field
     BatchTooLargeError                            413     batch-too-large      field (setting)
     TransactionCapacityError                      413     too-many-events
@@ -35,7 +35,9 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
       ChannelGoneError, LogDirectoryError of a            missing
       channel whose row is there and files not
     ChannelLockedError, ChannelClosedError,       503     channel-owner-       retry_after
-      OwnerLostError                                      changing
+      OwnerLostError, and ChannelGoneError of a           changing
+      channel whose row and files are there (made
+      again meanwhile by another process)
     CorruptRecordError, CorruptIndexError,        500     channel-damaged      logged with
       CorruptStateError                                                        its traceback
     ChannelExistsError                            409     channel-exists       path
@@ -130,8 +132,8 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
         missing = _missing_under(view)  # files went under an open handle
         if missing is not None:
             return _storage_missing(missing)
-        if isinstance(exc, ChannelGoneError):  # all there: replaced by a new channel
-            return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
+        if isinstance(exc, ChannelGoneError):  # all there: made again by another process
+            return _OWNER_CHANGING(exc)
     for kind, convert in _CONVERTERS:
         if isinstance(exc, kind):
             return convert(exc)
@@ -203,6 +205,10 @@ def _engine_busy(status: int, slug: str, what: str, loud: bool = False) -> Any:
     return convert
 
 
+_OWNER_CHANGING = _engine_busy(503, "channel-owner-changing",
+                               "the channel is changing owner, try again: ", loud=True)
+
+
 def _damaged(exc: Exception) -> Problem:
     log.error("channel damaged: %s", exc, exc_info=exc)
     return Problem(500, "channel-damaged", f"the channel's files fail a check: {exc}")
@@ -247,8 +253,7 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
     ((StorageError, LogOfflineError), _engine_busy(
         503, "channel-write-failed", "the channel could not write, nothing was "
                                      "acknowledged: ", loud=True)),
-    ((ChannelLockedError, ChannelClosedError, OwnerLostError), _engine_busy(
-        503, "channel-owner-changing", "the channel is changing owner, try again: ", loud=True)),
+    ((ChannelLockedError, ChannelClosedError, OwnerLostError), _OWNER_CHANGING),
     ((CorruptRecordError, CorruptIndexError, CorruptStateError), _damaged),
     (Refused, _refused),
     (channels.StorageMissing, _storage_missing),

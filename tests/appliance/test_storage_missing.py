@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from appliance_helpers import make_files, problem, token_client
@@ -19,6 +20,8 @@ from rest_framework.test import APIClient
 
 from appliance import channel_dirs, channels
 from appliance.models import Channel
+from channel_engine import Channel as EngineChannel
+from channel_engine import ChannelGoneError
 
 pytestmark = pytest.mark.django_db
 EVENTS = "/api/v1/channels/orders/events"
@@ -195,3 +198,33 @@ def test_recreating_a_lost_data_dir_counts_the_events_it_held_as_lost(root: Path
     assert status["losses"]["events_lost"] == held[1]
     assert {r["partition"] for r in status["losses"]["records"]} == {1}
     assert status["events_untaken"] == 4 - held[1]  # partition 0's, intact, all still there
+
+
+# -- an engine error on this process's handle ------------------------------------------------
+def _take_fails_with(monkeypatch: pytest.MonkeyPatch, error: Exception) -> Any:
+    """The channel's handle in this process, whose takes now raise `error`; the answer."""
+    row = Channel.objects.get(name="orders")
+    handle = channels.open_channel(row)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(EngineChannel, "take", failing)
+    answer = token_client("consume").post("/api/v1/channels/orders/takes",
+                                          {"max_events": 1}, format="json")
+    monkeypatch.undo()
+    return handle, answer
+
+
+def test_a_channel_made_again_by_another_process_answers_retry_not_404(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row and files there, the handle's channel replaced (recreated by another process):
+    503 channel-owner-changing with retry_after, the stale handle let go of."""
+    two_volumes(root)
+    handle, answer = _take_fails_with(monkeypatch, ChannelGoneError(
+        f"{root / 'orders'}: the channel was replaced by a new one"))
+    body = problem(answer, 503, "channel-owner-changing")
+    assert body["retry_after"] > 0
+    again = channels.open_channel(Channel.objects.get(name="orders"))
+    assert again is not handle  # the next request opens the channel afresh
+    assert again.status()["events_untaken"] == 4
