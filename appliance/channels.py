@@ -71,7 +71,13 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
-from channel_engine import ChannelConfig, ChannelGoneError, ConfigError, check_subscription_name
+from channel_engine import (
+    ChannelConfig,
+    ChannelGoneError,
+    ConfigError,
+    LogDirectoryError,
+    check_subscription_name,
+)
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
 # Settings only the appliance uses (the scheduler's), with their allowed range.
@@ -308,13 +314,8 @@ def _asked(row: Channel, what: str, ask: Callable[[EngineChannel], T]
 
 
 def missing_storage(row: Channel) -> list[str]:
-    """The channel's files that are missing (Channel.missing_places), for manage.py's
-    recreate; none for a row whose settings are no longer allowed (it says that)."""
-    try:
-        config = to_config(row)
-    except ValidationError:
-        return []
-    return [str(p) for p in EngineChannel.missing_places(config)]
+    """missing_now as text, for manage.py's recreate."""
+    return [str(p) for p in missing_now(row)]
 
 
 def deleted(row: Channel) -> bool:
@@ -327,6 +328,30 @@ def _close(channel: EngineChannel) -> None:
         channel.close()  # writes nothing if the channel was deleted (ChannelGoneError)
     except Exception:  # a handle on a deleted channel: nothing of it is worth keeping
         log.warning("closing channel %r failed", channel.name, exc_info=True)
+
+
+def missing_now(row: Channel) -> list[Path]:
+    """The row's channel files missing now (Channel.missing_places); none for a row whose
+    settings are no longer allowed (its open says that)."""
+    try:
+        config = to_config(row)
+    except ValidationError:
+        return []
+    return EngineChannel.missing_places(config)
+
+
+def let_go_if_gone(row: Channel, exc: BaseException) -> list[Path]:
+    """After an engine error on this process's handle of a row's channel: the files missing
+    now. The handle is let go of when some are, or when the error says the channel went or
+    was made again under it (ChannelGoneError), so that the next use opens it afresh and
+    the operator's recreate is not refused for this process holding it; an error of a
+    directory that is all there (read-only, permissions: LogDirectoryError) keeps it."""
+    if not isinstance(exc, (ChannelGoneError, LogDirectoryError)):
+        return []
+    missing = missing_now(row)
+    if missing or isinstance(exc, ChannelGoneError):
+        close_channel(row.name)
+    return missing
 
 
 def close_channel(name: str) -> None:

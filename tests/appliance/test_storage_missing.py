@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 from appliance import channel_dirs, channels
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
-from channel_engine import ChannelGoneError
+from channel_engine import ChannelGoneError, LogDirectoryError
 
 pytestmark = pytest.mark.django_db
 EVENTS = "/api/v1/channels/orders/events"
@@ -228,3 +228,28 @@ def test_a_channel_made_again_by_another_process_answers_retry_not_404(
     again = channels.open_channel(Channel.objects.get(name="orders"))
     assert again is not handle  # the next request opens the channel afresh
     assert again.status()["events_untaken"] == 4
+
+
+def test_a_read_only_data_dir_keeps_the_handle(root: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LogDirectoryError where nothing is missing (EROFS, EACCES): reopening cannot help,
+    so the handle is kept; the answer is the write failure, not storage missing."""
+    two_volumes(root)
+    handle, answer = _take_fails_with(monkeypatch, LogDirectoryError(
+        root / "a" / "orders-0", "[Errno 30] Read-only file system"))
+    problem(answer, 503, "channel-write-failed")
+    assert channels.open_channel(Channel.objects.get(name="orders")) is handle
+
+
+def test_a_data_dir_gone_under_the_handle_lets_it_go(root: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    two_volumes(root)
+    opened = channels.open_channel(Channel.objects.get(name="orders"))
+    unmount(root / "b", root / "b-away")  # under the open handle
+    handle, answer = _take_fails_with(monkeypatch, LogDirectoryError(
+        root / "b" / "orders-1", "the directory was deleted"))
+    assert problem(answer, 503, "channel-storage-missing")["paths"] == [
+        str(root / "b" / "orders-1")]
+    assert handle is opened
+    shutil.move(root / "b-away", root / "b")
+    assert channels.open_channel(Channel.objects.get(name="orders")) is not handle
