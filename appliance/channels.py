@@ -190,6 +190,20 @@ STORAGE_ADVICE = ("Mount the volume back (the channel comes back as it was), or 
                   "channel empty, recording the loss.")
 
 
+class RecreateBlocked(StorageMissing):
+    """A recreate found the channel owned by another process, which does not make missing
+    files again (only an owner's own open does): nothing was made."""
+
+    def __init__(self, name: str, paths: list[Path], owner_pid: int | None) -> None:
+        super().__init__(name, paths)
+        who = f"another process (pid {owner_pid})" if owner_pid else "another process"
+        self.args = (f"{who} still has channel {name!r} open, so its missing files "
+                     f"({', '.join(self.paths)}) were not made again. That "
+                     "process must let go of the channel first: a web or task worker does at "
+                     "its next request or task on the channel, any other process when it "
+                     "stops. Then recreate it again.",)
+
+
 def open_channel(row: Channel, create: bool = False, new: bool = False) -> EngineChannel:
     """This process's engine channel for a row, opened on first use or after a change;
     ChannelGoneError if the row was deleted (or its channel recreated) meanwhile,
@@ -223,13 +237,21 @@ def recreate_storage(row: Channel) -> list[Path]:
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         config = to_config(row)
         missing = EngineChannel.missing_places(config)
-        if missing:
-            _open_row(row, True, existed=True)
+        handle = _open_row(row, True, existed=True) if missing else None
     still = EngineChannel.missing_places(config)
     if still:  # another process owns it and makes nothing: it must let go first
+        owner = _owner_pid(handle)
         close_channel(row.name)
-        raise StorageMissing(row.name, still)
+        raise RecreateBlocked(row.name, still, owner)
     return missing
+
+
+def _owner_pid(handle: EngineChannel | None) -> int | None:
+    """The pid of the process owning a channel this process is a client of, if it says."""
+    try:
+        return None if handle is None else int(handle.status()["owner_pid"])
+    except Exception:  # noqa: BLE001 -- only for the message: its owner may be going away
+        return None
 
 
 def _open_row(row: Channel, create: bool, new: bool = False,

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 from appliance import channel_dirs, channels
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
-from channel_engine import ChannelGoneError, LogDirectoryError
+from channel_engine import ChannelEngineError, ChannelGoneError, LogDirectoryError
 
 pytestmark = pytest.mark.django_db
 EVENTS = "/api/v1/channels/orders/events"
@@ -253,3 +253,40 @@ def test_a_data_dir_gone_under_the_handle_lets_it_go(root: Path,
     assert handle is opened
     shutil.move(root / "b-away", root / "b")
     assert channels.open_channel(Channel.objects.get(name="orders")) is not handle
+
+
+# -- a background task and a recreate blocked by another owner -------------------------------
+def test_a_task_lets_go_of_a_channel_whose_files_vanished(root: Path) -> None:
+    """A Celery worker's handle on a channel whose home went under it is let go of at the
+    task's error, so it does not keep the channel open and block the recreate."""
+    from appliance import tasks
+
+    two_volumes(root)
+    row = Channel.objects.get(name="orders")
+    handle = channels.open_channel(row)  # the worker's handle, from an earlier task
+    unmount(root / "orders", root / "home-away")
+    result = tasks.checkpoint_channel.apply(args=("orders",), kwargs={"force": True})
+    assert isinstance(result.result, ChannelGoneError), result.result
+    with pytest.raises(channels.StorageMissing):
+        channels.open_channel(row)  # not the stale handle (kept, it is returned): refused
+    with pytest.raises(ChannelEngineError):
+        handle.status()  # closed
+    recreated = token_client("admin").post("/api/v1/channels/orders/recreate")
+    assert recreated.json()["recreated"] == [str(root / "orders")], recreated.content
+
+
+def test_a_recreate_blocked_by_another_owner_says_so(root: Path) -> None:
+    """Another process owns the channel (here a handle outside the appliance's): the
+    recreate makes nothing and says who holds it and what to do, not 'recreate'."""
+    two_volumes(root)
+    row = Channel.objects.get(name="orders")
+    with EngineChannel.open(channels.to_config(row), create=False) as other:
+        unmount(root / "b", root / "b-away")
+        answer = token_client("admin").post("/api/v1/channels/orders/recreate")
+        body = problem(answer, 503, "channel-storage-missing")
+        assert body["paths"] == [str(root / "b" / "orders-1")]
+        assert f"pid {other.status()['owner_pid']}" in body["detail"]
+        assert "still has channel 'orders' open" in body["detail"]
+        assert "must let go of the channel first" in body["detail"]
+        assert "recreate the channel empty" not in body["detail"]
+    assert not (root / "b").exists()
