@@ -71,7 +71,13 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from appliance import channel_dirs, keys, row_cache
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
-from channel_engine import ChannelConfig, ChannelGoneError, ConfigError, check_subscription_name
+from channel_engine import (
+    ChannelConfig,
+    ChannelGoneError,
+    ConfigError,
+    LogDirectoryError,
+    check_subscription_name,
+)
 from channel_engine.spark.file_formats import MAX_OPEN_FILES_LIMIT
 
 SETTINGS = tuple(ChannelConfig.__dataclass_fields__)
@@ -192,6 +198,20 @@ STORAGE_ADVICE = ("Mount the volume back (the channel comes back as it was), or 
                   "channel empty, recording the loss.")
 
 
+class RecreateBlocked(StorageMissing):
+    """A recreate found the channel owned by another process, which does not make missing
+    files again (only an owner's own open does): nothing was made."""
+
+    def __init__(self, name: str, paths: list[Path], owner_pid: int | None) -> None:
+        super().__init__(name, paths)
+        who = f"another process (pid {owner_pid})" if owner_pid else "another process"
+        self.args = (f"{who} still has channel {name!r} open, so its missing files "
+                     f"({', '.join(self.paths)}) were not made again. That "
+                     "process must let go of the channel first: a web or task worker does at "
+                     "its next request or task on the channel, any other process when it "
+                     "stops. Then recreate it again.",)
+
+
 def open_channel(row: Channel, create: bool = False, new: bool = False) -> EngineChannel:
     """This process's engine channel for a row, opened on first use or after a change;
     ChannelGoneError if the row was deleted (or its channel recreated) meanwhile,
@@ -225,13 +245,21 @@ def recreate_storage(row: Channel) -> list[Path]:
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         config = to_config(row)
         missing = EngineChannel.missing_places(config)
-        if missing:
-            _open_row(row, True, existed=True)
+        handle = _open_row(row, True, existed=True) if missing else None
     still = EngineChannel.missing_places(config)
     if still:  # another process owns it and makes nothing: it must let go first
+        owner = _owner_pid(handle)
         close_channel(row.name)
-        raise StorageMissing(row.name, still)
+        raise RecreateBlocked(row.name, still, owner)
     return missing
+
+
+def _owner_pid(handle: EngineChannel | None) -> int | None:
+    """The pid of the process owning a channel this process is a client of, if it says."""
+    try:
+        return None if handle is None else int(handle.status()["owner_pid"])
+    except Exception:  # noqa: BLE001 -- only for the message: its owner may be going away
+        return None
 
 
 def _open_row(row: Channel, create: bool, new: bool = False,
@@ -316,13 +344,8 @@ def _asked(row: Channel, what: str, ask: Callable[[EngineChannel], T]
 
 
 def missing_storage(row: Channel) -> list[str]:
-    """The channel's files that are missing (Channel.missing_places), for manage.py's
-    recreate; none for a row whose settings are no longer allowed (it says that)."""
-    try:
-        config = to_config(row)
-    except ValidationError:
-        return []
-    return [str(p) for p in EngineChannel.missing_places(config)]
+    """missing_now as text, for manage.py's recreate."""
+    return [str(p) for p in missing_now(row)]
 
 
 def deleted(row: Channel) -> bool:
@@ -335,6 +358,30 @@ def _close(channel: EngineChannel) -> None:
         channel.close()  # writes nothing if the channel was deleted (ChannelGoneError)
     except Exception:  # a handle on a deleted channel: nothing of it is worth keeping
         log.warning("closing channel %r failed", channel.name, exc_info=True)
+
+
+def missing_now(row: Channel) -> list[Path]:
+    """The row's channel files missing now (Channel.missing_places); none for a row whose
+    settings are no longer allowed (its open says that)."""
+    try:
+        config = to_config(row)
+    except ValidationError:
+        return []
+    return EngineChannel.missing_places(config)
+
+
+def let_go_if_gone(row: Channel, exc: BaseException) -> list[Path]:
+    """After an engine error on this process's handle of a row's channel: the files missing
+    now. The handle is let go of when some are, or when the error says the channel went or
+    was made again under it (ChannelGoneError), so that the next use opens it afresh and
+    the operator's recreate is not refused for this process holding it; an error of a
+    directory that is all there (read-only, permissions: LogDirectoryError) keeps it."""
+    if not isinstance(exc, (ChannelGoneError, LogDirectoryError)):
+        return []
+    missing = missing_now(row)
+    if missing or isinstance(exc, ChannelGoneError):
+        close_channel(row.name)
+    return missing
 
 
 def close_channel(name: str) -> None:

@@ -8,7 +8,9 @@
                   waited for at most WEIR_TASK_LOCK_WAIT_S (then the     at once; a dead
                   run is "busy")                                         worker's lock expires
     work          the engine call, in this worker's handle on the        see tasks.py
-                  channel (owner or client of the owner)
+                  channel (owner or client of the owner); a handle       the operator's
+                  whose channel went or was made again under it is let   recreate is not
+                  go of (channels.let_go_if_gone)                        blocked by a worker
     record        a TaskRun row: task, channel, start, duration,         the status API and UI
                   outcome, attempt, detail, error
     retry         transient errors (the owner went away, I/O errors,     exponential backoff
@@ -102,7 +104,7 @@ def run_for_channel(task: Task, name: str, work: Work,
                    error=f"another worker held the lock for {settings.WEIR_TASK_LOCK_WAIT_S} s")
             return TaskRun.BUSY
         try:
-            outcome, detail = work(channels.open_channel(row))
+            outcome, detail = _work_on(row, work)
         except TRANSIENT as exc:
             retrying = task.request.retries < MAX_RETRIES
             record(task.name, name, started_at, started,
@@ -121,6 +123,17 @@ def run_for_channel(task: Task, name: str, work: Work,
     if outcome != TaskRun.NOTHING_DUE or record_nothing_due:
         record(task.name, name, started_at, started, outcome, attempt, detail)
     return outcome
+
+
+def _work_on(row: Channel, work: Work) -> tuple[str, dict[str, Any]]:
+    """`work` on this process's handle of the row's channel; a handle whose channel went or
+    was made again under it is let go of, as the API does, so that this worker does not
+    keep a channel whose files vanished open and block the operator's recreate."""
+    try:
+        return work(channels.open_channel(row))
+    except Exception as exc:
+        channels.let_go_if_gone(row, exc)
+        raise
 
 
 def _hard_time_limit(task: Task) -> float | None:

@@ -42,12 +42,14 @@ from channel_engine.errors import (
     PartitionCountError,
     ReadOnlyLogError,
     StorageError,
+    StorageMissingError,
     SubscriptionBusyError,
     SubscriptionExistsError,
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
     TransactionStateError,
+    UnknownOperationError,
     UnknownSubscriptionError,
 )
 from channel_engine.event import Event, PendingEvent
@@ -106,6 +108,7 @@ __all__ = [
     "RecoveryReport",
     "RetentionResult",
     "StorageError",
+    "StorageMissingError",
     "TakeCommittedError",
     "TakeExpiredError",
     "TakeTransaction",
@@ -118,5 +121,6 @@ __all__ = [
     "SUBSCRIPTION_NAME_PATTERN",
     "ChannelClosedError",
     "TransactionStateError",
+    "UnknownOperationError",
     "__version__",
 ]

@@ -59,7 +59,9 @@ from channel_engine.errors import (
     OwnerLostError,
     OwnerUnreachableError,
     PartitionCountError,
+    StorageMissingError,
     TransactionStateError,
+    UnknownOperationError,
 )
 from channel_engine.event import Event, PendingEvent
 from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData
@@ -68,7 +70,7 @@ from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.checkpointer import CheckpointResult
-from channel_engine.queue.home_files import missing_places
+from channel_engine.queue.home_files import missing_places, missing_saved_places
 from channel_engine.queue.operations import OwnerOperations
 from channel_engine.queue.put_batch import EncodedPut, Partitioner, encode
 from channel_engine.transaction import PutTransaction, TakeTransaction
@@ -104,12 +106,18 @@ class Channel:
         """Open the channel of `config` (or of the home holding its channel.json): as its
         owner if no process owns it, else as a client of the owner. read_only=True opens a
         snapshot of the files instead (for inspection while another process owns them).
-        create=False: ChannelGoneError if the channel's home (its channel.json) or a
-        partition directory is missing, instead of making a new channel there.
+        create=False (the drains, the tools: they never make a channel):
+        StorageMissingError (a ChannelGoneError) naming what is missing of the channel's
+        home (its channel.json) and partition directories, instead of making a new channel
+        there (on the root filesystem, under a volume not mounted, say).
         existed=True: the channel was there before, so a missing checkpoint is a lost state,
         recorded in the loss ledger (module doc)."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
+        if not (create or read_only):
+            missing = missing_saved_places(config)
+            if missing:
+                raise StorageMissingError(config.name, missing)
         channel = cls(config, read_only, clock, free_space, owner_wait_ms)
         if read_only:
             channel._owner = ChannelOwner.open(config, read_only=True, clock=clock,
@@ -371,7 +379,11 @@ class Channel:
     def list_offsets(self) -> list[tuple[int, int]]:
         """Each partition's (log start offset, last stable offset): the offsets a read may
         ask for, at the cost of one small round trip (not status())."""
-        return self._retrying(lambda b: b.list_offsets())
+        try:
+            return self._retrying(lambda b: b.list_offsets())
+        except UnknownOperationError:  # an owner older than the op (a rolling upgrade)
+            return [(p["log_start_offset"], p["last_stable_offset"])
+                    for p in self.status()["partitions"]]
 
     # -- closing ----------------------------------------------------------------------------
     def __enter__(self) -> Channel:

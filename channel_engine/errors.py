@@ -2,7 +2,8 @@
 
 Every layer raises these (a base module, it imports nothing of the engine). An error
 that callers caught as a builtin before it had a class of its own keeps that builtin
-as a second base (ConfigError and InvalidEventError are ValueErrors,
+as a second base (ConfigError, InvalidEventError and UnknownOperationError (an older
+owner's ValueError) are ValueErrors,
 OffsetOutOfRangeError and RangeUnavailableError LookupErrors, ExportError and
 ExportRunningError RuntimeErrors). Arguments a caller gets wrong (a negative
 max_events, an unknown partition in a put) are plain ValueError, as Python's own
@@ -247,6 +248,19 @@ class ChannelGoneError(ChannelEngineError):
     this process opened it: the old handle writes nothing there."""
 
 
+class StorageMissingError(ChannelGoneError):
+    """An open that must not make a channel (create=False: a drain, a tool, a re-election)
+    found some of its files missing: its home (or channel.json), a partition directory.
+    Nothing was opened or written; the paths are named."""
+
+    def __init__(self, name: str, paths: list[Path]) -> None:
+        self.name, self.paths = name, [str(p) for p in paths]
+        super().__init__(f"channel {name!r}: its storage is missing: {', '.join(self.paths)} "
+                         "(a volume not mounted, a directory removed, or the channel "
+                         "deleted); nothing is written there until the volume is back or an "
+                         "operator recreates the channel")
+
+
 class ChannelExistsError(ChannelEngineError):
     """Channel.create found a channel, or files of one, where the new channel would go
     (Kafka's TopicExistsException): nothing was written."""
@@ -316,6 +330,16 @@ class OwnerUnreachableError(OwnerLostError):
 
 
 # --- the tools -------------------------------------------------------------------------
+
+class UnknownOperationError(ChannelEngineError, ValueError):
+    """The channel's owner does not know an operation a client asked for: an owner of an
+    older version, during a rolling upgrade (owner/protocol.py). Nothing was done."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__(f"the channel's owner does not know the operation {op!r} (an owner "
+                         "of an older version); nothing was done")
+        self.op = op
+
 
 class UsageError(ChannelEngineError):
     """Bad command-line input: the CLI exits 2 with the message."""

@@ -14,8 +14,8 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
     NotAcceptable                                 406     not-acceptable
     UnsupportedMediaType                          415     unsupported-media-type
     Throttled                                     429     throttled            retry_after
-    any engine error, the view's channel gone     404     channel-not-found    deleted or
-      (deleted or recreated under the request)                                 recreated
+    any engine error, the view's channel's row    404     channel-not-found    deleted or
+      gone (deleted or recreated under the request)                            recreated
     InvalidEventError                             400     invalid-event        index, field
     BatchTooLargeError                            413     batch-too-large      field (setting)
     TransactionCapacityError                      413     too-many-events
@@ -35,7 +35,9 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
       ChannelGoneError, LogDirectoryError of a            missing
       channel whose row is there and files not
     ChannelLockedError, ChannelClosedError,       503     channel-owner-       retry_after
-      OwnerLostError                                      changing
+      OwnerLostError, and ChannelGoneError of a           changing
+      channel whose row and files are there (made
+      again meanwhile by another process)
     CorruptRecordError, CorruptIndexError,        500     channel-damaged      logged with
       CorruptStateError                                                        its traceback
     ChannelExistsError                            409     channel-exists       path
@@ -45,6 +47,11 @@ view raises becomes a problem (appliance/api/problems.py), or reaches Django's h
                                                   503     channel-cannot-open
     EventError (appliance.event_parsing)          400     invalid-event        index, field
     BrokerUnavailable (appliance.exports)         503     broker-unavailable   retry_after
+
+A handle whose channel went or was made again under it (ChannelGoneError, or a
+LogDirectoryError with files missing now) is let go of here, before the answer
+(channels.let_go_if_gone): the next request opens the channel afresh. One whose directory
+is all there (read-only, permissions) is kept: reopening cannot help it.
 
 Anything else (a bug, or an engine error with no documented answer) returns None: Django's
 handler500 logs it with its traceback and answers a 500 problem naming the request id
@@ -99,7 +106,6 @@ from channel_engine import (
     TransactionCapacityError,
     UnknownSubscriptionError,
 )
-from channel_engine import Channel as EngineChannel
 
 log = logging.getLogger(__name__)
 NON_FIELD = "non_field_errors"  # DRF's key for errors of no one field
@@ -112,7 +118,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     auth_header = getattr(exc, "auth_header", None)  # DRF's, on a 401
     if auth_header:
         headers["WWW-Authenticate"] = str(auth_header)
-    problem = to_problem(exc, context.get("view"))
+    view = context.get("view")
+    row = getattr(view, "row", None)
+    if isinstance(row, Channel):  # a stale handle goes before the answer (to_problem)
+        channels.let_go_if_gone(row, exc)
+    problem = to_problem(exc, view)
     if problem is None:
         return None
     set_rollback()  # as DRF's own handler: an atomic request is rolled back
@@ -126,12 +136,13 @@ def to_problem(exc: Exception, view: Any = None) -> Problem | None:
     # an engine error, or the OSError of a file path a delete just renamed away
     if isinstance(exc, (ChannelEngineError, OSError)) and _channel_gone(exc, view):
         return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
-    if isinstance(exc, (ChannelGoneError, LogDirectoryError)):  # its row is there: its
-        missing = _missing_under(view)  # files went under an open handle
-        if missing is not None:
-            return _storage_missing(missing)
-        if isinstance(exc, ChannelGoneError):  # all there: replaced by a new channel
-            return Problem(404, "channel-not-found", f"no such channel (deleted): {exc}")
+    row = getattr(view, "row", None)
+    if isinstance(exc, (ChannelGoneError, LogDirectoryError)) and isinstance(row, Channel):
+        missing = channels.missing_now(row)  # its row is there: did its files go under
+        if missing:  # an open handle?
+            return _storage_missing(channels.StorageMissing(row.name, missing))
+        if isinstance(exc, ChannelGoneError):  # all there: made again by another process
+            return _OWNER_CHANGING(exc)
     for kind, convert in _CONVERTERS:
         if isinstance(exc, kind):
             return convert(exc)
@@ -148,18 +159,6 @@ def _channel_gone(exc: Exception, view: Any) -> bool:
     if isinstance(name, str):
         return not Channel.objects.filter(name=name).exists()
     return isinstance(exc, ChannelGoneError)
-
-
-def _missing_under(view: Any) -> channels.StorageMissing | None:
-    """The storage missing of the view's channel, whose files went (or were made again)
-    while this process had it open. The handle is let go of either way: the next request
-    opens the channel afresh (and says the same while its files are missing)."""
-    row = getattr(view, "row", None)
-    if not isinstance(row, Channel):
-        return None
-    channels.close_channel(row.name)
-    missing = EngineChannel.missing_places(channels.to_config(row))
-    return channels.StorageMissing(row.name, missing) if missing else None
 
 
 def _storage_missing(exc: channels.StorageMissing) -> Problem:
@@ -201,6 +200,10 @@ def _engine_busy(status: int, slug: str, what: str, loud: bool = False) -> Any:
             log.warning("%s: %s", slug, exc)
         return retry_later(status, slug, f"{what}{exc}")
     return convert
+
+
+_OWNER_CHANGING = _engine_busy(503, "channel-owner-changing",
+                               "the channel is changing owner, try again: ", loud=True)
 
 
 def _damaged(exc: Exception) -> Problem:
@@ -247,8 +250,7 @@ _CONVERTERS: list[tuple[type[Exception] | tuple[type[Exception], ...], Any]] = [
     ((StorageError, LogOfflineError), _engine_busy(
         503, "channel-write-failed", "the channel could not write, nothing was "
                                      "acknowledged: ", loud=True)),
-    ((ChannelLockedError, ChannelClosedError, OwnerLostError), _engine_busy(
-        503, "channel-owner-changing", "the channel is changing owner, try again: ", loud=True)),
+    ((ChannelLockedError, ChannelClosedError, OwnerLostError), _OWNER_CHANGING),
     ((CorruptRecordError, CorruptIndexError, CorruptStateError), _damaged),
     (Refused, _refused),
     (channels.StorageMissing, _storage_missing),

@@ -10,6 +10,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from appliance.ui import loss_causes
+
 register = template.Library()
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -107,3 +109,9 @@ def percent(progress: str) -> int | None:
     else None (the bar then shows that work goes on, not how much)."""
     found = PERCENT.search(progress or "")
     return min(100, int(found.group(1))) if found else None
+
+
+@register.filter
+def loss_cause(cause: str) -> loss_causes.Cause:
+    """A loss record's cause as the page shows it: label, detail, code (ui/loss_causes.py)."""
+    return loss_causes.shown(cause or "")

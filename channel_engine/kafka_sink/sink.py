@@ -147,7 +147,8 @@ class KafkaSink:
     async def run(self) -> dict[str, Any]:
         """Steps 1-9 until the subscription is drained or max_run_s passed; the report."""
         try:
-            with Channel.open(self.config.home) as channel:
+            # a drain never makes a channel: files missing fail it (StorageMissingError)
+            with Channel.open(self.config.home, create=False) as channel:
                 self.channel = channel
                 self._ensure_subscription(channel)  # first: it keeps events while Kafka is down
                 producer = await self._start_producer()  # step 1: InitProducerId

@@ -162,6 +162,7 @@ class LogFlusher:
         and directory entries of segments rolled to since the last flush."""
         state = self.state
         state.check_writable()
+        state.verify_directory()  # with nothing to write, make_durable would not look
         with state.lock:
             end, epoch = state.log_end_offset, state.truncations
         self.make_durable(end, epoch, files=True)

@@ -1,4 +1,5 @@
-"""LogTruncation: cutting a partition log back to an offset (truncate_to, Kafka's truncateTo).
+"""LogTruncation: cutting a partition log back to an offset (truncate_to, Kafka's truncateTo),
+and moving its end forward past offsets handed out once (start_at).
 
 The cut falls at the start of the batch holding the offset: the segments above it
 are deleted, the one holding it is cut there (its indexes rebuilt from the rest),
@@ -7,6 +8,13 @@ each step. An offset in a gap between segments (offsets lost earlier) starts a n
 empty segment there, so the log end never goes below it and no offset is handed
 out twice. Then the kept segment and the directory are fsynced and log.state is
 replaced (state.py).
+
+start_at(offset) is the other way: the log ends below offsets a checkpoint knew were
+handed out (its directory lost and made again empty, a cut tail without log.state), so
+the next append must get `offset`, never a lost one again (a drain that sent offsets
+below it would take new events for ones already sent). An empty log starts there
+(Kafka's truncateFullyAndStartAt: log start = log end = offset); a log with events gets
+a new empty active segment there, as the loader makes after a hole.
 
 A part of PartitionLog over its PartitionState (partition_state.py). Appenders
 still waiting for an fsync of a removed batch fail (the state's truncation epoch,
@@ -48,6 +56,26 @@ class LogTruncation:
             state.truncations += 1  # appenders still waiting for an fsync must not succeed
             try:
                 self._truncate(offset)
+            except OSError as exc:
+                raise state.go_offline(exc) from exc
+            return state.log_end_offset
+
+    def start_at(self, offset: int) -> int:
+        """Make `offset` the next offset handed out, when the log ends below it (module
+        doc); an empty log starts there. Returns the new log end offset."""
+        state = self.state
+        with state.flush_slot(), state.lock:
+            state.check_writable()
+            if offset <= state.log_end_offset:
+                return state.log_end_offset
+            empty = state.log_start_offset == state.log_end_offset
+            try:
+                self._start_segment_at(offset, list(state.segments))
+                state.log_end_offset = state.recovery_point = state.committed_end = offset
+                if empty:
+                    state.log_start_offset = offset
+                fsync_directory(state.directory)
+                state.write_state(clean=False)
             except OSError as exc:
                 raise state.go_offline(exc) from exc
             return state.log_end_offset

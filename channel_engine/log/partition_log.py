@@ -331,10 +331,19 @@ class PartitionLog:
         """Earliest offset whose timestamp is >= `timestamp`, or None (Kafka offsetsForTimes)."""
         return self.reader.offsets_for_time(timestamp)
 
+    def verify_directory(self) -> None:
+        """LogDirectoryError (the log goes offline) if the partition directory was deleted,
+        unmounted or replaced since open (PartitionState.verify_directory)."""
+        self.state.verify_directory()
+
     # -- truncation (log_truncate.py) ------------------------------------------------
     def truncate_to(self, offset: int) -> int:
         """Remove every event at or after `offset`; the new log end (LogTruncation)."""
         return self.truncation.truncate_to(offset)
+
+    def start_at(self, offset: int) -> int:
+        """Hand out `offset` next when the log ends below it; the new log end (LogTruncation)."""
+        return self.truncation.start_at(offset)
 
     # -- status (log_status.py) ----------------------------------------------------
     @property

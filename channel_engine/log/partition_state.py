@@ -202,6 +202,28 @@ class PartitionState:
             reason = f"the partition directory cannot be checked ({exc})"
         raise self.go_offline(LogDirectoryError(self.directory, reason))
 
+    def verify_directory(self) -> None:
+        """Go offline with LogDirectoryError unless the partition directory is still the one
+        opened: its identity (st_dev, st_ino) recorded at open, as the home lock's `replaced`
+        does for the home (one stat). A directory deleted or unmounted under a running log
+        is found here by status and flush, even with nothing to write."""
+        if self.read_only or self.closed:
+            return
+        if self.offline is not None:
+            raise self.offline_error()
+        try:
+            found = os.stat(self.directory)
+        except FileNotFoundError:
+            reason = "the partition directory no longer exists (deleted or unmounted)"
+        except OSError as exc:
+            reason = f"the partition directory cannot be checked ({exc})"
+        else:
+            if (found.st_dev, found.st_ino) == self.dir_identity:
+                return
+            reason = ("another directory is at this path now (the partition directory was "
+                      "replaced or unmounted)")
+        raise self.go_offline(LogDirectoryError(self.directory, reason))
+
     def go_offline(self, exc: BaseException, doing: str = "writing") -> LogOfflineError:
         """Refuse every later write: the files and the in-memory state may disagree. A
         directory that refuses writes (EROFS, EACCES, EPERM) is a LogDirectoryError."""

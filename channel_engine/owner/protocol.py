@@ -59,7 +59,10 @@ travel and what it does to the connection's takes. The client's methods and the
 server's dispatch both go through it.
 
 Errors are re-raised in the client as the same class from channel_engine.errors
-(or ValueError / TypeError), with the same message and attributes. A client
+(or ValueError / TypeError), with the same message and attributes. An op the owner
+does not know is UnknownOperationError, also from an owner of an older version (it
+answered ValueError "unknown owner op ..."), so that a newer client can fall back
+(Channel.list_offsets asks status() of an owner older than list_offsets). A client
 never gets an event a reply did not carry: takes are tied to the connection
 that began them, and a connection that closes (its process died) rolls its
 open takes back in the owner.
@@ -148,8 +151,13 @@ def error_to_wire(exc: BaseException) -> list[Any]:
     return [1, type(exc).__name__, str(exc), attributes]
 
 
+OLD_UNKNOWN_OP = "unknown owner op "  # how owners before UnknownOperationError said it
+
+
 def error_from_wire(name: str, message: str, attributes: dict[str, Any]) -> Exception:
     """Rebuild the owner's exception in the client: same class, message and attributes."""
+    if name == "ValueError" and message.startswith(OLD_UNKNOWN_OP):  # an older owner
+        return errors.UnknownOperationError(message.removeprefix(OLD_UNKNOWN_OP).strip("'\""))
     cls = getattr(errors, name, None) or BUILTIN_ERRORS.get(name)
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         return errors.ChannelEngineError(f"{name}: {message}")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine.atomic_file import move_aside
-from channel_engine.errors import UnusableFileError
+from channel_engine.errors import UnknownOperationError, UnusableFileError
 from channel_engine.filenames import SOCKET_NAME, STRAY_SUFFIX
 from channel_engine.owner import protocol
 from channel_engine.queue.channel_owner import ChannelOwner
@@ -188,7 +188,7 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
         return {"pid": os.getpid(), "name": owner.name, "version": protocol.VERSION}
     op = protocol.OPERATIONS.get(name)
     if op is None:
-        raise ValueError(f"unknown owner op {name!r}")
+        raise UnknownOperationError(name)
     args = op.args_from_wire(args)
     if op.takes == "ends":  # gone from the connection even if ending it fails
         takes.discard(args[0])

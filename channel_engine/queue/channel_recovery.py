@@ -30,7 +30,10 @@ bytes written since (for multi-partition puts that never committed):
      its log end (lost in flush-policy durability, or cut off as damage), are
      forgotten; those not yet taken are counted lost, and the range is handed
      to the owner (Restored.lost) for its loss ledger, with the ranges the logs
-     report lost (loss_ledger.py).
+     report lost (loss_ledger.py); a writable open then makes the log go on at
+     the end the queue knew (PartitionLog.start_at: an empty log, its directory
+     lost and made again, starts there), so no offset is handed out twice and a
+     drain that sent the old ones never takes new events for them (as in Kafka).
 
 Journal content that is unknown (commit_journal's rule: the checkpoint's own
 journal missing, empty or without a whole header; or any replayed journal with
@@ -204,6 +207,9 @@ def _lost_beyond_log_ends(saved: checkpoint_file.Checkpoint | None,
         lost.append((partition, LostRange(
             end, known, str(log.directory), cause=f"queue_beyond_log_end: the queue knew "
             f"offsets up to {known - 1}, the log ends at {end}"), events))
+        if not log.read_only:  # offsets are never handed out twice (drains sent them)
+            log.start_at(known)
+            take_out(subs, partition, end, known, known, methodcaller("mark_lost", end, known))
     return lost
 
 

@@ -7,7 +7,9 @@ taken_through and the same) are its slowest subscription's, the one with the mos
 untaken: what capacity counts ("slowest_subscription" names it). `subscriptions` gives
 every subscription's own, with its take counters.
 
-Health is the first of: "unhealthy" (a partition offline, the channel closed,
+Health is the first of: "unhealthy" (a partition offline — also one whose directory
+was deleted, unmounted or replaced under the running owner, found by a stat of each at
+every status (PartitionLog.verify_directory) —, the channel closed,
 its home deleted or replaced, the disk guard failing), "degraded" (a put failed
 for a full disk, unacknowledged losses, a failed backup checkpoint, the channel
 full, no checkpoint for three intervals), else "healthy"; with the reason.
@@ -22,7 +24,7 @@ import contextlib
 from typing import Any
 
 from channel_engine.disk_space import check_free_space
-from channel_engine.errors import ChannelEngineError
+from channel_engine.errors import ChannelEngineError, LogOfflineError
 from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.checkpointer import Checkpointer
 from channel_engine.queue.home_lock import HomeLock
@@ -53,6 +55,7 @@ class ChannelStatus:
         with contextlib.suppress(ChannelEngineError):  # unwritten records show, unacknowledged
             self._losses.count()
         lost = self._losses.ledger.events_by_partition()
+        self._verify_directories()  # first: each partition's "offline" says it too
         with self._state.lock:
             if not self._state.read_only:
                 self._takes.expire()
@@ -144,8 +147,16 @@ class ChannelStatus:
             "read_damage": stats["read_damage"],  # damage reads met since open
         }
 
+    def _verify_directories(self) -> None:
+        """Take offline each partition whose directory went or was replaced under it (one
+        stat each): an owner with nothing to write would not notice otherwise."""
+        for log in self._state.logs:
+            with contextlib.suppress(LogOfflineError):  # told by the log's stats
+                log.verify_directory()
+
     def health(self) -> tuple[str, str]:
         """The channel's health and why (see the module doc)."""
+        self._verify_directories()
         for log in self._state.logs:
             offline = log.stats()["offline"]
             if offline:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channel_engine.channel_id import is_temp_name
+from channel_engine.errors import ChannelEngineError
 from channel_engine.filenames import LOCK_FILE, SOCKET_NAME, TMP_SUFFIX, is_kept_aside
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
@@ -93,6 +94,20 @@ def missing_places(config: ChannelConfig) -> list[Path]:
         [home / CONFIG_FILE] if not (home / CONFIG_FILE).is_file() else []
     return missing + [d for d in map(config.partition_dir, range(config.partitions))
                       if not d.is_dir()]
+
+
+def missing_saved_places(config: ChannelConfig) -> list[Path]:
+    """missing_places, of the partitions the home's channel.json says were made: an open
+    that grows the channel makes the new ones. Reads, changes nothing."""
+    missing = missing_places(config)
+    if missing[:1] in ([config.home], [config.home / CONFIG_FILE]):
+        return missing
+    try:
+        saved = ChannelConfig.load(config.home).partitions
+    except (ChannelEngineError, OSError):  # the open says what is wrong with it
+        return missing
+    made = {config.partition_dir(p) for p in range(min(saved, config.partitions))}
+    return [d for d in missing if d in made]
 
 
 def _our_directories(config: ChannelConfig | None) -> set[Path]:

@@ -150,7 +150,8 @@ class PartitionQueue:
         damage was cut off): forget every state at or above log_end; return how many of
         those offsets were not taken (in flight or returned: the lost events). The caller
         checkpoints at once, so no later replay of an older journal applies the old
-        offsets to the new events that will take their place."""
+        offsets to new events; a writable open never hands them out again anyway (the log
+        goes on after them: channel_recovery.py step 5)."""
         known = self.known_end
         if known <= log_end:
             return 0

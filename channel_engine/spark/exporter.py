@@ -25,6 +25,10 @@ The protocol (each step survives a crash at any point; the output is the source 
     7     commit the take                                the take returns; step 3 skips it
     8     delete the temp dir                            step 1 deletes it
 
+Before step 1 the run opens the channel without ever making it (create=False): a channel
+whose files are missing (a volume not mounted) fails the run with StorageMissingError,
+before the output is touched, instead of an empty channel made in their place.
+
 A committed file that is gone when step 1 redoes its record (an operator pruned old
 output) is reported ("missing_files" in the report), not recreated, and stops nothing.
 Durability (dfs.py): a power loss after step 7 must find every file the take's events
@@ -147,9 +151,11 @@ class Exporter:
     def run(self) -> dict[str, Any]:
         """Export the next ranges of every partition; return the run's report."""
         with hold(str(self.config.home)):  # a no-op under main(), which holds it already
-            self.channel_id = channel_id(self.config.home)
-            exported = self.recover()
-            with Channel.open(self.config.home) as channel:
+            # a drain never makes a channel: files missing fail it (StorageMissingError)
+            # before the output is touched
+            with Channel.open(self.config.home, create=False) as channel:
+                self.channel_id = channel_id(self.config.home)
+                exported = self.recover()
                 take = self._take(channel)
                 try:
                     reserved = take.reserve(self.settings.max_events)

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 def _produce_to_channel(args: argparse.Namespace, key: bytes | None,
                         headers: dict[str, bytes], out: TextIO) -> int:
     events = transactions = 0
-    with Channel.open(args.path) as channel:
+    with Channel.open(args.path, create=False) as channel:  # never makes a channel
         lines = iter(sys.stdin.buffer)
         while True:
             with channel.put() as tx:

@@ -135,10 +135,16 @@ def failing_open(exc: Exception) -> Callable[..., object]:
 
 def test_it_answers_404_for_a_channel_deleted_under_the_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row went while the request ran (a delete in another worker): 404. With the row
+    there, the same error is a channel made again by another process: retry (503)."""
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
         channel_row(tmp_path)
-        monkeypatch.setattr(channels, "open_channel",
-                            failing_open(ChannelGoneError("channel 'orders' was deleted")))
+
+        def deleted_meanwhile(*args: object, **kwargs: object) -> object:
+            Channel.objects.filter(name="orders").delete()
+            raise ChannelGoneError("channel 'orders' was deleted")
+
+        monkeypatch.setattr(channels, "open_channel", deleted_meanwhile)
         response = token_client("admin").get("/api/v1/channels/orders")
     assert "deleted" in problem(response, 404, "channel-not-found")["detail"]
 

@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance import channels
 from appliance.models import Channel
+from appliance.ui import loss_causes
+from channel_engine.log import recovery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +89,35 @@ def test_the_channel_page_lists_losses_and_acknowledges_them(root: Path) -> None
     page = answer.content.decode()
     assert "1 loss record(s) acknowledged." in page
     assert 'id="acknowledge-losses"' not in page and "all acknowledged" in page
+
+
+def test_the_loss_table_names_each_cause_in_plain_words(root: Path) -> None:
+    """The Cause column shows a label and what was found, never the engine's code (kept in
+    the cell's title); a cause of no known code is shown whole."""
+    row, _held = damaged_channel(root)
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = client.get(f"/channels/{row.name}/").content.decode()
+    table = page.split('id="loss-records"')[1].split("</table>")[0]
+    cell = table.split('class="cause"')[1].split("</td>")[0]
+    assert cell.startswith(' title="gap">'), cell
+    text = cell.split(">", 1)[1]
+    assert "<strong>Offsets missing from the log (files gone)</strong>" in text
+    assert "gap:" not in text and "offsets" in text  # what was found, without the code
+
+
+def test_the_codes_of_the_log_layers_losses_have_labels() -> None:
+    assert {recovery.TRUNCATED, recovery.DAMAGE_SPLIT, recovery.GAP,
+            recovery.LOG_END_MISMATCH} <= set(loss_causes.LABELS)
+
+
+@pytest.mark.parametrize("cause", sorted(loss_causes.LABELS))
+def test_each_label_is_plain_words_and_keeps_what_was_found(cause: str) -> None:
+    shown = loss_causes.shown(f"{cause}: what was found")
+    assert (shown.code, shown.detail) == (cause, "what was found")
+    assert shown.label and "_" not in shown.label and cause not in shown.label
+
+
+def test_a_cause_of_an_unknown_code_is_shown_whole() -> None:
+    shown = loss_causes.shown("newer_code: from a newer engine")
+    assert (shown.label, shown.detail, shown.code) == ("newer_code: from a newer engine", "", "")

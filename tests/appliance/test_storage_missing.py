@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from appliance_helpers import make_files, problem, token_client
@@ -19,6 +20,8 @@ from rest_framework.test import APIClient
 
 from appliance import channel_dirs, channels
 from appliance.models import Channel
+from channel_engine import Channel as EngineChannel
+from channel_engine import ChannelEngineError, ChannelGoneError, LogDirectoryError
 
 pytestmark = pytest.mark.django_db
 EVENTS = "/api/v1/channels/orders/events"
@@ -195,3 +198,95 @@ def test_recreating_a_lost_data_dir_counts_the_events_it_held_as_lost(root: Path
     assert status["losses"]["events_lost"] == held[1]
     assert {r["partition"] for r in status["losses"]["records"]} == {1}
     assert status["events_untaken"] == 4 - held[1]  # partition 0's, intact, all still there
+
+
+# -- an engine error on this process's handle ------------------------------------------------
+def _take_fails_with(monkeypatch: pytest.MonkeyPatch, error: Exception) -> Any:
+    """The channel's handle in this process, whose takes now raise `error`; the answer."""
+    row = Channel.objects.get(name="orders")
+    handle = channels.open_channel(row)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(EngineChannel, "take", failing)
+    answer = token_client("consume").post("/api/v1/channels/orders/takes",
+                                          {"max_events": 1}, format="json")
+    monkeypatch.undo()
+    return handle, answer
+
+
+def test_a_channel_made_again_by_another_process_answers_retry_not_404(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row and files there, the handle's channel replaced (recreated by another process):
+    503 channel-owner-changing with retry_after, the stale handle let go of."""
+    two_volumes(root)
+    handle, answer = _take_fails_with(monkeypatch, ChannelGoneError(
+        f"{root / 'orders'}: the channel was replaced by a new one"))
+    body = problem(answer, 503, "channel-owner-changing")
+    assert body["retry_after"] > 0
+    again = channels.open_channel(Channel.objects.get(name="orders"))
+    assert again is not handle  # the next request opens the channel afresh
+    assert again.status()["events_untaken"] == 4
+
+
+def test_a_read_only_data_dir_keeps_the_handle(root: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LogDirectoryError where nothing is missing (EROFS, EACCES): reopening cannot help,
+    so the handle is kept; the answer is the write failure, not storage missing."""
+    two_volumes(root)
+    handle, answer = _take_fails_with(monkeypatch, LogDirectoryError(
+        root / "a" / "orders-0", "[Errno 30] Read-only file system"))
+    problem(answer, 503, "channel-write-failed")
+    assert channels.open_channel(Channel.objects.get(name="orders")) is handle
+
+
+def test_a_data_dir_gone_under_the_handle_lets_it_go(root: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    two_volumes(root)
+    opened = channels.open_channel(Channel.objects.get(name="orders"))
+    unmount(root / "b", root / "b-away")  # under the open handle
+    handle, answer = _take_fails_with(monkeypatch, LogDirectoryError(
+        root / "b" / "orders-1", "the directory was deleted"))
+    assert problem(answer, 503, "channel-storage-missing")["paths"] == [
+        str(root / "b" / "orders-1")]
+    assert handle is opened
+    shutil.move(root / "b-away", root / "b")
+    assert channels.open_channel(Channel.objects.get(name="orders")) is not handle
+
+
+# -- a background task and a recreate blocked by another owner -------------------------------
+def test_a_task_lets_go_of_a_channel_whose_files_vanished(root: Path) -> None:
+    """A Celery worker's handle on a channel whose home went under it is let go of at the
+    task's error, so it does not keep the channel open and block the recreate."""
+    from appliance import tasks
+
+    two_volumes(root)
+    row = Channel.objects.get(name="orders")
+    handle = channels.open_channel(row)  # the worker's handle, from an earlier task
+    unmount(root / "orders", root / "home-away")
+    result = tasks.checkpoint_channel.apply(args=("orders",), kwargs={"force": True})
+    assert isinstance(result.result, ChannelGoneError), result.result
+    with pytest.raises(channels.StorageMissing):
+        channels.open_channel(row)  # not the stale handle (kept, it is returned): refused
+    with pytest.raises(ChannelEngineError):
+        handle.status()  # closed
+    recreated = token_client("admin").post("/api/v1/channels/orders/recreate")
+    assert recreated.json()["recreated"] == [str(root / "orders")], recreated.content
+
+
+def test_a_recreate_blocked_by_another_owner_says_so(root: Path) -> None:
+    """Another process owns the channel (here a handle outside the appliance's): the
+    recreate makes nothing and says who holds it and what to do, not 'recreate'."""
+    two_volumes(root)
+    row = Channel.objects.get(name="orders")
+    with EngineChannel.open(channels.to_config(row), create=False) as other:
+        unmount(root / "b", root / "b-away")
+        answer = token_client("admin").post("/api/v1/channels/orders/recreate")
+        body = problem(answer, 503, "channel-storage-missing")
+        assert body["paths"] == [str(root / "b" / "orders-1")]
+        assert f"pid {other.status()['owner_pid']}" in body["detail"]
+        assert "still has channel 'orders' open" in body["detail"]
+        assert "must let go of the channel first" in body["detail"]
+        assert "recreate the channel empty" not in body["detail"]
+    assert not (root / "b").exists()

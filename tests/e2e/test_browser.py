@@ -318,6 +318,10 @@ def test_a_loss_on_disk_shows_on_the_channel_page_until_acknowledged(
     expect(page.locator("#health")).to_have_text("degraded")
     expect(page.locator("#losses")).to_contain_text(f"{lost} lost event(s) not acknowledged")
     expect(page.locator("#loss-records tbody tr")).to_have_count(1)
+    cause = page.locator("#loss-records td.cause")
+    expect(cause).to_contain_text("Offsets missing from the log (files gone)")
+    expect(cause).not_to_contain_text("gap:")  # the engine's code only in the title
+    expect(cause).to_have_attribute("title", "gap")
     shot("losses")
     button = page.locator("#acknowledge-losses")
     page.once("dialog", lambda dialog: dialog.dismiss())

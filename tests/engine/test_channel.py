@@ -24,6 +24,7 @@ from channel_engine import (
     DiskFullError,
     DiskSpaceError,
     InvalidEventError,
+    LogDirectoryError,
     OffsetOutOfRangeError,
     PartitionLog,
     TakeCommittedError,
@@ -733,6 +734,37 @@ def test_it_grows_partitions_of_an_existing_channel_without_create(tmp_path: Pat
     with Channel.open(config.replace(partitions=3), create=False) as channel:
         assert channel.status()["partitions"][2]["log_end_offset"] == 0
     assert config.partition_dir(2).is_dir()
+
+
+def test_an_open_owner_notices_a_partition_directory_that_vanished(tmp_path: Path) -> None:
+    """A data dir deleted or unmounted under a running owner, with nothing to write: status
+    says unhealthy naming it and flush fails, as the home lock's check does for the home;
+    the checkpoint still records the partition's end (a recreate goes on after it)."""
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as channel:
+        with channel.put() as tx:
+            for i in range(6):
+                tx.put(b"e%d" % i, key=b"%d" % i)
+        assert channel.status()["health"] == "healthy"
+        shutil.rmtree(config.partition_dir(1))
+        status = channel.status()
+        assert status["health"] == "unhealthy"
+        assert str(config.partition_dir(1)) in status["health_reason"]
+        assert "no longer exists" in status["health_reason"]
+        with pytest.raises(LogDirectoryError, match="no longer exists"):
+            channel.flush()
+        assert status["partitions"][1]["offline"]
+
+
+def test_an_open_owner_notices_another_directory_mounted_in_place(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1)
+    with Channel.open(config) as channel:
+        put(channel, b"a")
+        shutil.move(config.partition_dir(0), tmp_path / "away")
+        config.partition_dir(0).mkdir()  # an empty directory where the volume was
+        with pytest.raises(LogDirectoryError, match="another directory is at this path"):
+            channel.flush()
+        assert channel.status()["health"] == "unhealthy"
 
 
 def test_takes_and_checkpoints_fail_naming_a_home_that_was_deleted(tmp_path: Path) -> None:

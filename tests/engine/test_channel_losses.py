@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from channel_engine import Channel, ChannelConfig, PartitionLog, StorageError
 from channel_engine.errors import CorruptRecordError
 from channel_engine.filenames import LOG_STATE_FILE
 from channel_engine.log.recovery import LostRange
+from channel_engine.offset_ranges import subtract
 from channel_engine.queue import loss_ledger
 from channel_engine.queue.loss_ledger import LEDGER_FILE, LEDGER_PARTITION
 from channel_engine.tools import cli
@@ -619,3 +621,51 @@ def test_a_kill_between_the_ledger_and_the_takes_journal_record_counts_the_place
         records = [r for r in again.status()["losses"]["records"] if r["partition"] == 0]
         assert sum(r["events"] for r in records) == 3, records
         _check_counted(again, {7, 8, 9}, set(range(7)), set(range(30)))
+
+
+# -- a partition directory lost and made again ---------------------------------------------
+def _drain_run(channel: Channel, sent: dict[int, list[tuple[int, int]]]) -> dict[int, list[int]]:
+    """What a drain (the export, the Kafka sink) delivers in one run: its subscription's
+    reserved ranges less what it has sent (offset_ranges.subtract); marks them sent."""
+    delivered: dict[int, list[int]] = {}
+    with channel.take(subscription="export") as tx:
+        for partition, start, end in tx.reserve(1_000):
+            for low, high in subtract((start, end), sent.get(partition, [])):
+                delivered.setdefault(partition, []).extend(range(low, high))
+                sent.setdefault(partition, []).append((low, high))
+    return delivered
+
+
+def test_a_recreated_partition_never_hands_out_its_lost_offsets_again(tmp_path: Path) -> None:
+    """The home (checkpoint) survives, a data directory does not: the partition made again
+    goes on at the end the checkpoint knew, the loss names that range, and a drain that
+    sent the old offsets delivers the new events (offsets reused would be skipped)."""
+    config = make_config(tmp_path, partitions=2)
+    sent: dict[int, list[tuple[int, int]]] = {}
+    with Channel.open(config) as channel:
+        channel.add_subscription("export")
+        with channel.put() as tx:
+            for i in range(10):
+                tx.put(b"old-%d" % i, key=b"%d" % i)
+        first = _drain_run(channel, sent)
+    held = len(first[1])
+    assert held > 0 and first[1] == list(range(held))
+    shutil.rmtree(config.partition_dir(1))
+    with Channel.open(config, existed=True) as channel:  # the operator's recreate
+        status = channel.status()
+        part = status["partitions"][1]
+        assert (part["log_start_offset"], part["log_end_offset"]) == (held, held)
+        assert [(r["partition"], r["start"], r["end"]) for r in status["losses"]["records"]
+                ] == [(1, 0, held)]
+        with channel.put() as tx:
+            for i in range(10):
+                tx.put(b"new-%d" % i, key=b"%d" % i)
+        assert {p for p, _, _ in tx.committed} == {0, 1}
+        assert all(start >= held for p, start, _ in tx.committed if p == 1)
+        again = _drain_run(channel, sent)
+        assert again[1] == list(range(held, held * 2))
+        bodies = [e.body for e in channel.read(1, held, 100)]
+        assert len(bodies) == held and all(b.startswith(b"new-") for b in bodies)
+    with Channel.open(config) as channel:  # the next open finds no new loss, no gap
+        assert channel.status()["partitions"][1]["log_start_offset"] == held
+        assert len(channel.status()["losses"]["records"]) == 1

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
+import pytest
 from channel_helpers import make_config
 
-from channel_engine import Channel, Event
+from channel_engine import Channel, Event, UnknownOperationError
 from channel_engine.event import make_event
-from channel_engine.owner import protocol
+from channel_engine.owner import protocol, server
 from channel_engine.owner.client import OwnerClient
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.checkpointer import CheckpointResult
@@ -106,3 +108,39 @@ def test_the_client_answers_every_operation_as_the_owner_does(tmp_path: Path) ->
             assert status["counters"]["put_errors"] == 1  # the failed put counted
         finally:
             client.close()
+
+
+# -- a rolling upgrade: an owner older than an operation ------------------------------------
+def test_an_unknown_operation_is_a_typed_error(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    with Channel.open(config):
+        client = OwnerClient.connect(config, 5.0)
+        try:
+            with pytest.raises(UnknownOperationError) as caught:
+                client.call("no_such_op")
+            assert caught.value.op == "no_such_op"
+        finally:
+            client.close()
+
+
+def test_list_offsets_asks_status_of_an_owner_older_than_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An owner of the version before list_offsets answers ValueError("unknown owner op
+    ..."); a newer process's list_offsets falls back to status() instead of failing."""
+    real = server._dispatch
+
+    def old_owner(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
+        if request[1] == "list_offsets":
+            raise ValueError(f"unknown owner op {request[1]!r}")  # as that version did
+        return real(owner, request, takes)
+
+    monkeypatch.setattr(server, "_dispatch", old_owner)
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as owning:
+        with owning.put() as tx:
+            for i in range(5):
+                tx.put(b"e%d" % i, key=b"%d" % i)
+        with Channel.open(config) as other:
+            assert other.role == "client"
+            assert other.list_offsets() == owning.list_offsets()
+            assert sum(end - start for start, end in other.list_offsets()) == 5
