@@ -94,6 +94,7 @@ def wrk(url: str, script: Path, seconds: int, connections: int,
     server's CPU a request (us, user and system) when given the server."""
     before = cpu_seconds(server) if server else (0.0, 0.0)
     done = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s",
+                           "--timeout", "30s",
                            "--latency", "-s", str(script), url],
                           capture_output=True, text=True)
     after = cpu_seconds(server) if server else (0.0, 0.0)
