@@ -34,7 +34,9 @@ line it prints once its step 1 has read the records (`{"recovered": …}`, befor
 compacts them and forgets their run ids), in its commit lines and in its report; the
 first to arrive confirms the rows, so they are right however that job ends (killed
 after its compaction, say). The next run finishes the moves and skips the committed
-ranges (the protocol, channel_engine/spark/exporter.py).
+ranges (the protocol, channel_engine/spark/exporter.py). A database error while the job
+runs (SQLite's "database is locked") is logged and the job goes on: killing it between
+its commit lines for a row that the report, or the next run, corrects anyway would be worse.
 
 Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
 read ranges from the raw batches endpoint (appliance/api/batches.py, role consume) instead of the
@@ -83,6 +85,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from redis.backoff import NoBackoff
@@ -331,13 +334,8 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
                 found = _json_line(line)
                 if found and "report" in found:
                     report = found
-                elif found and "commit" in found:
-                    _record_commit(run, found["commit"])
-                    _confirm_found(run, found["commit"])
-                elif found and "recovered" in found:
-                    _confirm_found(run, found["recovered"])
-                elif line.startswith("export "):
-                    ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
+                elif found or line.startswith("export "):
+                    _note_while_running(run, line, found)
                 else:
                     tail.append(line)
             code = job.wait()
@@ -353,6 +351,25 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
     _finish_run(run, code, report or {}, expired.is_set() and
                 f"the export job ran longer than {timeout_s:g} s and was killed", list(tail))
     run.save()
+
+
+def _note_while_running(run: ExportRun, line: str, found: dict[str, Any] | None) -> None:
+    """Keep a progress, commit or recovered line of the running job in the database.
+    A database error here (SQLite's "database is locked", a lost connection) is logged,
+    never raised: raised, it would kill the job between its commit lines, which is worse
+    than a row behind; the report, or the next run's recovered line, tells it again."""
+    try:
+        with transaction.atomic():  # a savepoint when nested: the caller's stays usable
+            if found and "commit" in found:
+                _record_commit(run, found["commit"])
+                _confirm_found(run, found["commit"])
+            elif found and "recovered" in found:
+                _confirm_found(run, found["recovered"])
+            elif not found:
+                ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
+    except DatabaseError:
+        log.exception("export of %s: could not record the job's line %.80s; the job goes on",
+                      run.channel, line)
 
 
 def _json_line(line: str) -> dict[str, Any] | None:
