@@ -5,6 +5,7 @@ committed files is refused naming the field, unless the path changes too."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,48 @@ def test_it_keeps_version_1_for_the_exports_that_exist_at_the_upgrade(
     run = ExportRun.objects.get(channel="ran")
     assert (run.schema_version, run.path) == (1, "%Y/%m")  # the path as it stands
     assert Channel(name="new").export_schema_version == 2
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "spark" / "golden" / "export-files"
+
+
+def unversioned_record(out: Path, name: str, golden: str) -> None:
+    """A commit record of channel `name` without schema_version (as every Weir before the
+    versions wrote it), its one file a copy of golden file `golden`."""
+    final = out / name / "2026" / f"{name}+0+00000000000000000000+00000000000000000001{golden[2:]}"
+    final.parent.mkdir(parents=True)
+    shutil.copyfile(GOLDEN / golden, final)
+    commits = out / name / "_weir" / "commits"
+    commits.mkdir(parents=True)
+    (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(
+        {"format": "weir-export-commit", "version": 1, "run_id": "1795788300000-1a2b3c4d",
+         "channel_id": "c", "moves": [[f"file://{out}/tmp/x", f"file://{final}"]],
+         "ranges": {"0": [[0, 2]]}}))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_of_readable_files_without_versions_in_its_records_keeps_version_2(
+        tmp_path: Path, migrator: MigrationExecutor) -> None:
+    # Weir wrote version 2's columns from the readable exports on, in records of version
+    # 1's shape: the files tell (Parquet footer, Avro header, first JSON line)
+    migrator.migrate([BEFORE])
+    old = migrator.loader.project_state([BEFORE]).apps
+    shapes = {"bytes": "v1.parquet", "readable": "v2.parquet", "avro": "v2.avro",
+              "lines": "v2.json", "old-lines": "v1.json"}
+    for name, golden in shapes.items():
+        old.get_model("appliance", "Channel").objects.create(
+            name=name, data_dirs=[str(tmp_path / "d")], checkpoint_dir=str(tmp_path / name),
+            export_path="%Y/")
+        old.get_model("appliance", "ExportRun").objects.create(
+            channel=name, started_at=timezone.now(), outcome="ok", rows=2)
+        unversioned_record(tmp_path / "out", name, golden)
+    with override_settings(WEIR_EXPORT_URI=(tmp_path / "out").as_uri()):
+        executor = MigrationExecutor(connection)
+        executor.migrate([AFTER])
+    versions = dict(Channel.objects.values_list("name", "export_schema_version"))
+    assert versions == {"bytes": 1, "readable": 2, "avro": 2, "lines": 2, "old-lines": 1}
+    runs = dict(ExportRun.objects.values_list("channel", "schema_version"))
+    assert runs == versions  # what versions_under counts
 
 
 @pytest.mark.django_db(transaction=True)
