@@ -10,7 +10,9 @@ changes too (to one that holds none of another version).
 
 What a path holds is known from the channel's ExportRun rows: each keeps the schema
 version and the export path it was told (rows from before the versions: version 1, and
-the channel's export path at the upgrade, migration 0009). A run that committed events,
+the channel's export path at the upgrade, migration 0009; a channel deleted before the
+upgrade has no export path to tell, so its runs keep path "", which covers every path).
+A run that committed events,
 or one running now (it may be at its commit point), counts; the rows stay when a channel
 is deleted, as its files do, so a channel made again under the name is checked too.
 """
@@ -21,6 +23,8 @@ from django.db.models import Q
 
 from appliance.models import Channel, ExportRun
 
+UNKNOWN_PATH = ""  # an ExportRun's path when nobody knows it (module doc)
+
 
 def folder(path: str) -> str:
     """An export path as the folder it names (a trailing slash names the same one)."""
@@ -30,7 +34,10 @@ def folder(path: str) -> str:
 def versions_under(channel: str, path: str) -> set[int]:
     """The schema versions of the files the exports of `channel` committed (or may be
     committing) under export path `path`."""
-    runs = ExportRun.objects.filter(channel=channel, path=folder(path)).filter(
+    # path "": a run of a channel deleted before the upgrade (migration 0009 knew no path
+    # for it): its files may be under any path
+    runs = ExportRun.objects.filter(channel=channel).filter(
+        Q(path=folder(path)) | Q(path=UNKNOWN_PATH)).filter(
         Q(outcome=ExportRun.OK, rows__gt=0) | Q(outcome=ExportRun.RUNNING))
     return set(runs.values_list("schema_version", flat=True))
 

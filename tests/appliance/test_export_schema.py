@@ -194,6 +194,19 @@ def test_a_channel_made_again_under_its_name_is_checked_against_its_old_files(
     assert made.status_code == 201, made.content
 
 
+def test_runs_of_a_channel_deleted_before_the_upgrade_hold_every_path(root: Path) -> None:
+    committed("orders", "", 1)  # migration 0009 knew no export path for it
+    client = token_client("admin")
+    body = {"name": "orders", "data_dirs": [str(root / "data")],
+            "checkpoint_dir": str(root / "orders"), "minimum_required_space": 0,
+            "export_path": "anywhere/%Y"}
+    problem(client.post("/api/v1/channels", body, format="json"), 400, "invalid-setting",
+            field="export_schema_version")
+    assert not Channel.objects.exists()
+    made = client.post("/api/v1/channels", {**body, "export_schema_version": 1}, format="json")
+    assert made.status_code == 201, made.content
+
+
 def test_an_unknown_version_is_refused_naming_the_field(root: Path) -> None:
     client = token_client("admin")
     channel_row(root)
