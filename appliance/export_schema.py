@@ -13,7 +13,8 @@ version and the export path it was told (rows from before the versions: version 
 the channel's export path at the upgrade, migration 0009; a channel deleted before the
 upgrade has no export path to tell, so its runs keep path "", which covers every path).
 A run that committed events,
-or one running now (it may be at its commit point), counts; the rows stay when a channel
+one running now (it may be at its commit point) or one that failed after a commit line
+(its commit record may be written) counts; the rows stay when a channel
 is deleted, as its files do, so a channel made again under the name is checked too.
 """
 from __future__ import annotations
@@ -31,15 +32,30 @@ def folder(path: str) -> str:
     return path.rstrip("/")
 
 
+def commit_stage(run: ExportRun) -> str:
+    """How far a run's job had come by its commit lines: "committed" (its commit record
+    was written), "committing" (it was being written), or "" (no commit line)."""
+    return str(run.partitions[0].get("outcome", "")) if run.partitions else ""
+
+
+def may_hold_files(run: ExportRun) -> bool:
+    """Whether a run may have committed files: it is running (it may be at its commit
+    point), it committed events, or it failed after a commit line (killed once its commit
+    record was written or being written: recorded failed until the next run confirms it)."""
+    if run.outcome == ExportRun.FAILED:
+        return commit_stage(run) in ("committing", "committed")
+    return run.outcome == ExportRun.RUNNING or run.rows > 0
+
+
 def versions_under(channel: str, path: str) -> set[int]:
     """The schema versions of the files the exports of `channel` committed (or may be
     committing) under export path `path`."""
     # path "": a run of a channel deleted before the upgrade (migration 0009 knew no path
     # for it): its files may be under any path
     runs = ExportRun.objects.filter(channel=channel).filter(
-        Q(path=folder(path)) | Q(path=UNKNOWN_PATH)).filter(
-        Q(outcome=ExportRun.OK, rows__gt=0) | Q(outcome=ExportRun.RUNNING))
-    return set(runs.values_list("schema_version", flat=True))
+        Q(path=folder(path)) | Q(path=UNKNOWN_PATH))
+    return {run.schema_version for run in runs.only(
+        "outcome", "rows", "partitions", "schema_version") if may_hold_files(run)}
 
 
 def check_schema_version(row: Channel, was: Channel | None) -> None:

@@ -92,7 +92,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from appliance import channels
-from appliance.export_schema import folder
+from appliance.export_schema import commit_stage, folder
 from appliance.models import ApiToken, Channel, ExportRun
 
 log = logging.getLogger(__name__)
@@ -261,12 +261,6 @@ def _fail_stale_runs(name: str) -> None:
             token.revoke()
 
 
-def _stage(run: ExportRun) -> str:
-    """How far a run's job had come by its commit lines: "committed" (its commit record
-    was written), "committing" (it was being written), or "" (no commit line)."""
-    return str(run.partitions[0].get("outcome", "")) if run.partitions else ""
-
-
 def _record_commit(run: ExportRun, report: dict[str, Any]) -> None:
     """Keep a commit line's report in the row (still running): what the run commits."""
     files = sum(len(p["files"]) for p in report["partitions"])
@@ -280,11 +274,11 @@ def _record_commit(run: ExportRun, report: dict[str, Any]) -> None:
 def _died(run: ExportRun, why: str) -> None:
     """Finish the row of a run whose job ended without its report (`why`): committed
     (outcome ok) when its commit line said so, else failed. Not saved."""
-    if _stage(run) == "committed":
+    if commit_stage(run) == "committed":
         _committed(run, f"its job then ended before its report ({why})"[:200])
         return
     run.outcome, run.error = ExportRun.FAILED, why
-    if _stage(run) == "committing":  # the record may be written: the next run tells
+    if commit_stage(run) == "committing":  # the record may be written: the next run tells
         run.rows = run.bytes = 0
         run.error += (" (while it wrote its commit record: if the record is there, the "
                       "next export says so and this run counts as committed)")

@@ -28,10 +28,13 @@ AFTER = ("appliance", "0009_export_schema_version")
 
 
 def committed(name: str, path: str, version: int, outcome: str = ExportRun.OK,
-              rows: int = 10) -> ExportRun:
-    """An export run of channel `name` that committed `rows` events under `path`."""
+              rows: int = 10, stage: str = "") -> ExportRun:
+    """An export run of channel `name` that committed `rows` events under `path` (`stage`:
+    the outcome its last commit line gave, "" for none)."""
+    partitions = [{"partition": 0, "ranges": [[0, 10]], "files": ["f"], "outcome": stage}]
     return ExportRun.objects.create(channel=name, started_at=timezone.now(), outcome=outcome,
-                                    rows=rows, path=path, schema_version=version)
+                                    rows=rows, path=path, schema_version=version,
+                                    partitions=partitions if stage else [])
 
 
 def change(client: APIClient, **settings: object) -> object:
@@ -177,6 +180,17 @@ def test_files_of_no_committed_run_hold_nothing_back(root: Path) -> None:
     committed("orders", "%Y/%m/%d/%H", 1, outcome=ExportRun.FAILED, rows=0)
     committed("orders", "%Y/%m/%d/%H", 1, rows=0)  # ok, nothing new
     assert change(client, export_schema_version=2).status_code == 200
+
+
+@pytest.mark.parametrize("stage", ["committing", "committed"])
+def test_a_run_killed_after_a_commit_line_holds_its_folder(root: Path, stage: str) -> None:
+    client = token_client("admin")
+    channel_row(root, export_schema_version=1)
+    # killed in its commit: failed, 0 events, until the next run tells whether it committed
+    committed("orders", "%Y/%m/%d/%H", 1, outcome=ExportRun.FAILED, rows=0, stage=stage)
+    problem(change(client, export_schema_version=2), 400, "invalid-setting",
+            field="export_schema_version")
+    assert Channel.objects.get(name="orders").export_schema_version == 1
 
 
 def test_a_channel_made_again_under_its_name_is_checked_against_its_old_files(
