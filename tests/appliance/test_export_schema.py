@@ -174,6 +174,30 @@ def test_a_path_back_into_a_folder_of_another_version_is_refused(root: Path) -> 
             field="export_schema_version")
 
 
+@pytest.mark.parametrize("path", ["%Y/%m/%d/%H/v2", "%Y/%m/%d", "%Y/%m/%d/%H/%M", "2026",
+                                  "%Y/11/%d/%H", "%Y/%m/%d/%H/"])
+def test_a_path_whose_folders_are_inside_or_above_those_of_another_version_is_refused(
+        root: Path, path: str) -> None:
+    client = token_client("admin")
+    channel_row(root, export_schema_version=1)
+    committed("orders", "%Y/%m/%d/%H", 1)
+    body = problem(change(client, export_schema_version=2, export_path=path), 400,
+                   "invalid-setting", field="export_schema_version")
+    assert "in folders above or below them" in body["errors"]["export_schema_version"][0]
+    assert Channel.objects.get(name="orders").export_path == "%Y/%m/%d/%H"  # nothing written
+
+
+@pytest.mark.parametrize("path", ["v2/%Y/%m/%d/%H", "%Y/%m/%d/%H%M", "%Y-%m/%d/%H",
+                                  "%Y/%m/%d/x%H", "%Y/%j/%H", "1999x/%m"])
+def test_a_path_of_folders_apart_from_another_versions_is_allowed(
+        root: Path, path: str) -> None:
+    client = token_client("admin")
+    channel_row(root, export_schema_version=1)
+    committed("orders", "%Y/%m/%d/%H", 1)
+    changed = change(client, export_schema_version=2, export_path=path)
+    assert changed.status_code == 200, changed.content
+
+
 def test_files_of_no_committed_run_hold_nothing_back(root: Path) -> None:
     client = token_client("admin")
     channel_row(root, export_schema_version=1)
