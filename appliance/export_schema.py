@@ -97,7 +97,7 @@ def versions_under(channel: str, path: str) -> set[int]:
             if overlap(path, run.path) and may_hold_files(run)}
 
 
-def check_schema_version(row: Channel, was: Channel | None) -> None:
+def refuse_mixed_versions(row: Channel, was: Channel | None) -> None:
     """ValidationError naming the field when `row` (`was` before the change; None for a
     create) would export files of another schema version into a folder of its export
     path that holds files of a version already (the module doc)."""

@@ -50,7 +50,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from appliance import channel_dirs, channels
-from appliance.export_schema import check_schema_version
+from appliance.export_schema import refuse_mixed_versions
 from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
@@ -133,7 +133,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
     made: list[str] = []
     try:
         channels.to_config(row)
-        check_schema_version(row, None)
+        refuse_mixed_versions(row, None)
         with transaction.atomic():
             channel_dirs.lock()
             if Channel.objects.filter(name=row.name).exists():
@@ -167,7 +167,7 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
     made: list[str] = []
     try:
         channels.to_config(row)
-        check_schema_version(row, was)
+        refuse_mixed_versions(row, was)
         with transaction.atomic():  # the change stands only if the channel opens with it
             channel_dirs.lock()
             _check_storage(was)

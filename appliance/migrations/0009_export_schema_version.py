@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='channel',
             name='export_schema_version',
-            field=models.PositiveSmallIntegerField(choices=[(1, "1: bytes: key, headers and body as bytes (base64 in JSON), the time a number of milliseconds (Weir's layout before the versions)"), (2, '2: readable: text as strings (raw bytes only where not UTF-8), the time a timestamp')], default=2, help_text="Layout of the exported files' columns. Exports made before the versions keep 1, so that their folders never mix two layouts; to change it once files are exported, change the export path with it."),
+            field=models.PositiveSmallIntegerField(choices=[(1, "1: bytes: key, headers and body as bytes (base64 in JSON), the time a number of milliseconds (Weir's layout before the versions)"), (2, '2: readable: text as strings (raw bytes only where not UTF-8), the time a timestamp')], default=2, help_text="Layout of the exported files' columns. Channels exported before this upgrade keep 1, so that their folders never mix two layouts; to change it once files are exported, change the export path with it."),
         ),
         migrations.AddField(
             model_name='exportrun',

@@ -4,6 +4,7 @@ and each run keeps what it was told; a change of version under an export path th
 committed files is refused naming the field, unless the path changes too."""
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import sys
@@ -120,6 +121,30 @@ def test_an_export_of_readable_files_without_versions_in_its_records_keeps_versi
     assert versions == {"bytes": 1, "readable": 2, "avro": 2, "lines": 2, "old-lines": 1}
     runs = dict(ExportRun.objects.values_list("channel", "schema_version"))
     assert runs == versions  # what versions_under counts
+
+
+def test_an_unreadable_export_output_keeps_version_1_and_the_upgrade_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    migration = importlib.import_module("appliance.migrations.0009_export_schema_version")
+    unversioned_record(tmp_path, "orders", "v2.parquet")
+
+    def denied(self: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    with override_settings(WEIR_EXPORT_URI=tmp_path.as_uri()):
+        assert migration._output_version("orders") == 2
+        monkeypatch.setattr(Path, "is_dir", denied)
+        assert migration._output_version("orders") == 1  # unknown: keep 1
+
+
+def test_the_settings_page_explains_the_version_and_open_files_plainly(root: Path) -> None:
+    channel_row(root)
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = client.get("/channels/orders/").content.decode().replace("&#x27;", "'")
+    assert "Channels exported before this upgrade keep 1" in page
+    assert "hdfs.maxOpenFiles" not in page  # Flume closes its oldest file; Spark sorts
+    assert "up to its cores x this x 128 MiB per executor" in page
 
 
 @pytest.mark.django_db(transaction=True)
