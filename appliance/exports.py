@@ -189,6 +189,9 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
     """Run one export of the channel now; return its finished ExportRun. ExportBusy, and
     nothing started, when another process is running one."""
     with _export_lock(row) as lock_fd:
+        # the settings as they are now: a change of version or path waits for this lock
+        # (manage_channels), so none lands between this read and the run's end
+        row.refresh_from_db()
         argv = command(row)
         _fail_stale_runs(row.name)
         run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),

@@ -20,7 +20,8 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from appliance import exports
+from appliance import channels, exports
+from appliance.exports import command
 from appliance.models import Channel, ExportRun
 
 pytestmark = pytest.mark.django_db
@@ -221,6 +222,36 @@ def test_a_path_of_folders_apart_from_another_versions_is_allowed(
     committed("orders", "%Y/%m/%d/%H", 1)
     changed = change(client, export_schema_version=2, export_path=path)
     assert changed.status_code == 200, changed.content
+
+
+def test_a_version_or_path_change_while_an_export_runs_is_refused_409(root: Path) -> None:
+    client = token_client("admin")
+    row = channel_row(root, export_schema_version=1)
+    channels.open_channel(row)  # its home, where the export-run lock lives
+    with exports.held(Path(row.checkpoint_dir) / exports.LOCK_FILE, RuntimeError()):
+        for setting in ({"export_schema_version": 2}, {"export_path": "v2/%Y"}):
+            field = next(iter(setting))
+            [message] = problem(change(client, **setting), 409, "channel-conflict",
+                                field=field)["errors"][field]
+            assert "an export of channel 'orders' is running: change" in message
+        assert change(client, export_roll_rows=5000).status_code == 200  # not the layout
+        assert change(client, export_path="%Y/%m/%d/%H/").status_code == 200  # same folder
+    row.refresh_from_db()
+    assert (row.export_schema_version, row.export_roll_rows) == (1, 5000)
+    assert change(client, export_schema_version=2).status_code == 200  # the run ended
+
+
+def test_a_run_exports_with_the_settings_under_its_lock_not_a_stale_row(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root, export_schema_version=1, export_path="v1/%Y/")
+    stale = Channel.objects.get(pk=row.pk)
+    change(token_client("admin"), export_schema_version=2, export_path="v2/%Y")
+    told: list[list[str]] = []
+    monkeypatch.setattr(exports, "command", lambda row: told.append(
+        command(row)) or [sys.executable, "-c", REPORTS])
+    run = exports.run_export(stale)  # read before the change, started after it
+    assert (run.schema_version, run.path) == (2, "v2/%Y")
+    assert told[0][told[0].index("--schema-version") + 1] == "2"
 
 
 def test_files_of_no_committed_run_hold_nothing_back(root: Path) -> None:
