@@ -26,8 +26,8 @@ from channel_engine.spark.file_schema import local_reader, schema_version_of
 def _output_version(name: str) -> int | None:
     """The schema version of the files in a file:// export output of channel `name`: its
     newest commit record's, or (a record from before the versions) what one of its files
-    says (channel_engine/spark/file_schema.py); 1 when nothing tells. None when there is
-    no commit record. An unreadable output (a permission, a damaged record) counts as
+    says (channel_engine/spark/file_schema.py; a summary names none: the record before
+    it tells); 1 when nothing tells. None when there is no commit record. An unreadable output (a permission, a damaged record) counts as
     exported, of version 1: the upgrade goes on and the folders keep what they likely hold."""
     uri = urlparse(str(settings.WEIR_EXPORT_URI))
     if uri.scheme != "file":
@@ -39,15 +39,16 @@ def _output_version(name: str) -> int | None:
         records = sorted(p for p in commits.glob("*.json") if not p.name.startswith("."))
         if not records:
             return None
-        record = json.loads(records[-1].read_bytes())  # by name: the newest comes last
-        if "schema_version" in record:
-            return int(record["schema_version"])
-        for _, final in record.get("moves", []):
-            path = local_path(final)
-            if path is not None and os.path.isfile(path):
-                told = schema_version_of(path, *local_reader(path))
-                if told is not None:
-                    return told
+        for found in reversed(records):  # by name: the newest comes last
+            record = json.loads(found.read_bytes())
+            if "schema_version" in record:
+                return int(record["schema_version"])
+            for _, final in record.get("moves", []):  # a summary has none: the one before
+                path = local_path(final)
+                if path is not None and os.path.isfile(path):
+                    told = schema_version_of(path, *local_reader(path))
+                    if told is not None:
+                        return told
     except (OSError, ValueError, TypeError, AttributeError):
         pass
     return 1

@@ -97,6 +97,10 @@ def unversioned_record(out: Path, name: str, golden: str) -> None:
         {"format": "weir-export-commit", "version": 1, "run_id": "1795788300000-1a2b3c4d",
          "channel_id": "c", "moves": [[f"file://{out}/tmp/x", f"file://{final}"]],
          "ranges": {"0": [[0, 2]]}}))
+    # a compaction's summary names no file and sorts after its run's record
+    (commits / "1795788300000-1a2b3c4d.summary.json").write_text(json.dumps(
+        {"run_id": "1795788300000-1a2b3c4d", "channel_id": "c", "moves": [],
+         "ranges": {"0": [[0, 2]]}}))
 
 
 @pytest.mark.django_db(transaction=True)
