@@ -351,19 +351,26 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
 
 
 def _note_while_running(run: ExportRun, line: str, found: dict[str, Any] | None) -> None:
-    """Keep a progress, commit or recovered line of the running job in the database.
-    A database error here (SQLite's "database is locked", a lost connection) is logged,
-    never raised: raised, it would kill the job between its commit lines, which is worse
-    than a row behind; the report, or the next run's recovered line, tells it again."""
+    """Keep a progress, commit or recovered line of the running job in the database."""
+    if found and "commit" in found:
+        _while_running(run, line, _record_commit, run, found["commit"])
+        _while_running(run, line, _confirm_found, run, found["commit"])
+    elif found and "recovered" in found:
+        _while_running(run, line, _confirm_found, run, found["recovered"])
+    elif not found:
+        _while_running(run, line, ExportRun.objects.filter(pk=run.pk).update,
+                       progress=line[:300])
+
+
+def _while_running(run: ExportRun, line: str, write: Any, *args: Any, **kwargs: Any) -> None:
+    """Call a database `write` for the job's `line`, each in its own savepoint (a failed
+    confirm never undoes the run's own commit line). A database error (SQLite's "database
+    is locked", a lost connection) is logged, never raised: raised, it would kill the job
+    between its commit lines, worse than a row behind; the report, or the next run's
+    recovered line, tells it again."""
     try:
-        with transaction.atomic():  # a savepoint when nested: the caller's stays usable
-            if found and "commit" in found:
-                _record_commit(run, found["commit"])
-                _confirm_found(run, found["commit"])
-            elif found and "recovered" in found:
-                _confirm_found(run, found["recovered"])
-            elif not found:
-                ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
+        with transaction.atomic():
+            write(*args, **kwargs)
     except DatabaseError:
         log.exception("export of %s: could not record the job's line %.80s; the job goes on",
                       run.channel, line)

@@ -620,6 +620,26 @@ def test_a_database_error_on_a_line_of_the_running_job_never_kills_it(
     assert "database is locked" in caplog.text
 
 
+def test_a_failed_confirm_never_undoes_the_runs_own_commit_line(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+
+    confirm, calls = exports._confirm_found, []
+
+    def locked(*args: Any) -> None:  # on each commit line; not once the job has ended
+        calls.append(args)
+        if len(calls) <= 2:
+            raise OperationalError("database is locked")
+        confirm(*args)
+
+    monkeypatch.setattr(exports, "_confirm_found", locked)
+    job(monkeypatch, COMMIT_THEN_DIE, "r-killed", "committing", "committed")
+    run = exports.run_export(row)  # killed after its commit point: what its lines said
+    assert (run.outcome, run.run_id, run.rows, run.error) == (ExportRun.OK, "r-killed", 10, "")
+    assert len(calls) == 3
+
+
 # A commit line cut by the JVM's output on the shared pipe, then the job goes on and reports.
 CUT_COMMIT_LINE = """
 import json
