@@ -34,7 +34,9 @@ line it prints once its step 1 has read the records (`{"recovered": …}`, befor
 compacts them and forgets their run ids), in its commit lines and in its report; the
 first to arrive confirms the rows, so they are right however that job ends (killed
 after its compaction, say). The next run finishes the moves and skips the committed
-ranges (the protocol, channel_engine/spark/exporter.py).
+ranges (the protocol, channel_engine/spark/exporter.py). A database error while the job
+runs (SQLite's "database is locked") is logged and the job goes on: killing it between
+its commit lines for a row that the report, or the next run, corrects anyway would be worse.
 
 Remote reads. With WEIR_EXPORT_READ_URL set, the job gets `--read-url` and its executors
 read ranges from the raw batches endpoint (appliance/api/batches.py, role consume) instead of the
@@ -83,13 +85,14 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from appliance import channels
-from appliance.export_schema import folder
+from appliance.export_schema import commit_stage, folder
 from appliance.models import ApiToken, Channel, ExportRun
 
 log = logging.getLogger(__name__)
@@ -186,6 +189,9 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
     """Run one export of the channel now; return its finished ExportRun. ExportBusy, and
     nothing started, when another process is running one."""
     with _export_lock(row) as lock_fd:
+        # the settings as they are now: a change of version or path waits for this lock
+        # (manage_channels), so none lands between this read and the run's end
+        row.refresh_from_db()
         argv = command(row)
         _fail_stale_runs(row.name)
         run = ExportRun.objects.create(channel=row.name, started_at=timezone.now(),
@@ -258,12 +264,6 @@ def _fail_stale_runs(name: str) -> None:
             token.revoke()
 
 
-def _stage(run: ExportRun) -> str:
-    """How far a run's job had come by its commit lines: "committed" (its commit record
-    was written), "committing" (it was being written), or "" (no commit line)."""
-    return str(run.partitions[0].get("outcome", "")) if run.partitions else ""
-
-
 def _record_commit(run: ExportRun, report: dict[str, Any]) -> None:
     """Keep a commit line's report in the row (still running): what the run commits."""
     files = sum(len(p["files"]) for p in report["partitions"])
@@ -277,11 +277,11 @@ def _record_commit(run: ExportRun, report: dict[str, Any]) -> None:
 def _died(run: ExportRun, why: str) -> None:
     """Finish the row of a run whose job ended without its report (`why`): committed
     (outcome ok) when its commit line said so, else failed. Not saved."""
-    if _stage(run) == "committed":
+    if commit_stage(run) == "committed":
         _committed(run, f"its job then ended before its report ({why})"[:200])
         return
     run.outcome, run.error = ExportRun.FAILED, why
-    if _stage(run) == "committing":  # the record may be written: the next run tells
+    if commit_stage(run) == "committing":  # the record may be written: the next run tells
         run.rows = run.bytes = 0
         run.error += (" (while it wrote its commit record: if the record is there, the "
                       "next export says so and this run counts as committed)")
@@ -331,13 +331,8 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
                 found = _json_line(line)
                 if found and "report" in found:
                     report = found
-                elif found and "commit" in found:
-                    _record_commit(run, found["commit"])
-                    _confirm_found(run, found["commit"])
-                elif found and "recovered" in found:
-                    _confirm_found(run, found["recovered"])
-                elif line.startswith("export "):
-                    ExportRun.objects.filter(pk=run.pk).update(progress=line[:300])
+                elif found or line.startswith("export "):
+                    _note_while_running(run, line, found)
                 else:
                     tail.append(line)
             code = job.wait()
@@ -353,6 +348,32 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
     _finish_run(run, code, report or {}, expired.is_set() and
                 f"the export job ran longer than {timeout_s:g} s and was killed", list(tail))
     run.save()
+
+
+def _note_while_running(run: ExportRun, line: str, found: dict[str, Any] | None) -> None:
+    """Keep a progress, commit or recovered line of the running job in the database."""
+    if found and "commit" in found:
+        _while_running(run, line, _record_commit, run, found["commit"])
+        _while_running(run, line, _confirm_found, run, found["commit"])
+    elif found and "recovered" in found:
+        _while_running(run, line, _confirm_found, run, found["recovered"])
+    elif not found:
+        _while_running(run, line, ExportRun.objects.filter(pk=run.pk).update,
+                       progress=line[:300])
+
+
+def _while_running(run: ExportRun, line: str, write: Any, *args: Any, **kwargs: Any) -> None:
+    """Call a database `write` for the job's `line`, each in its own savepoint (a failed
+    confirm never undoes the run's own commit line). A database error (SQLite's "database
+    is locked", a lost connection) is logged, never raised: raised, it would kill the job
+    between its commit lines, worse than a row behind; the report, or the next run's
+    recovered line, tells it again."""
+    try:
+        with transaction.atomic():
+            write(*args, **kwargs)
+    except DatabaseError:
+        log.exception("export of %s: could not record the job's line %.80s; the job goes on",
+                      run.channel, line)
 
 
 def _json_line(line: str) -> dict[str, Any] | None:

@@ -35,7 +35,9 @@ earliest is the operator's, on the channel page). When a drain's subscription ch
 the one it drained before is removed (never `default`, nor one the other drain reads):
 nothing would drain it, and it would hold the channel's capacity; with takes open on it
 the change is refused (409). An export folder never gets files of a second schema
-version: appliance/export_schema.py refuses such a create or change (400).
+version: appliance/export_schema.py refuses such a create or change (400); a change of
+the schema version or the export path holds the channel's export-run lock while it is
+checked and written, and is refused (409) while an export runs.
 """
 from __future__ import annotations
 
@@ -43,14 +45,15 @@ import contextlib
 import copy
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from appliance import channel_dirs, channels
-from appliance.export_schema import check_schema_version
+from appliance import channel_dirs, channels, exports
+from appliance.export_schema import folder, refuse_mixed_versions
 from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
@@ -133,7 +136,7 @@ def create_channel(settings: dict[str, Any]) -> Channel:
     made: list[str] = []
     try:
         channels.to_config(row)
-        check_schema_version(row, None)
+        refuse_mixed_versions(row, None)
         with transaction.atomic():
             channel_dirs.lock()
             if Channel.objects.filter(name=row.name).exists():
@@ -160,6 +163,35 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
     if changes.get("partitions", row.partitions) < row.partitions:
         raise Refused({"partitions": [f"cannot shrink from {row.partitions}: keys would "
                                       "move and events be stranded"]})
+    with _no_export_running(row, changes):
+        _apply_change(row, changes)
+
+
+@contextlib.contextmanager
+def _no_export_running(row: Channel, changes: dict[str, Any]) -> Iterator[None]:
+    """Hold the channel's export-run lock (exports.py) while a change of its schema version
+    or export path is checked and written, so that no run starts with the old settings
+    meanwhile; Refused (409, naming the field) while an export runs: its files, of the old
+    settings, are not committed yet, so the check could not count them."""
+    fields = [f for f in ("export_schema_version", "export_path") if f in changes
+              and folder(str(changes[f])) != folder(str(getattr(row, f)))]
+    if not fields:
+        yield
+        return
+    busy = Refused({fields[0]: [f"an export of channel {row.name!r} is running: change "
+                                f"{' and '.join(fields)} once it ends"]}, status=409)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exports.held(
+                channels.to_config(row).home / exports.LOCK_FILE, busy))
+        except (FileNotFoundError, ValidationError):
+            pass  # no home (its files missing) or settings refused: the change's checks say
+        yield
+
+
+def _apply_change(row: Channel, changes: dict[str, Any]) -> None:
+    """Apply the checked-for-fixed-fields `changes` to `row` and the channel, or raise
+    Refused with `row` as it was."""
     was = copy.copy(row)
     before = {field: getattr(row, field) for field in [*changes, "owned_dirs"]}
     for field, value in changes.items():
@@ -167,7 +199,7 @@ def change_channel(row: Channel, changes: dict[str, Any]) -> None:
     made: list[str] = []
     try:
         channels.to_config(row)
-        check_schema_version(row, was)
+        refuse_mixed_versions(row, was)
         with transaction.atomic():  # the change stands only if the channel opens with it
             channel_dirs.lock()
             _check_storage(was)

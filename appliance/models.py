@@ -83,7 +83,7 @@ class Channel(models.Model):
     export_schema_version = models.PositiveSmallIntegerField(
         default=LATEST_SCHEMA,
         choices=[(version, f"{version}: {what}") for version, what in SCHEMA_VERSIONS.items()],
-        help_text="Layout of the exported files' columns. Exports made before the versions "
+        help_text="Layout of the exported files' columns. Channels exported before this upgrade "
         "keep 1, so that their folders never mix two layouts; to change it once files are "
         "exported, change the export path with it.")
     export_path = models.CharField(max_length=200, default="%Y/%m/%d/%H",
@@ -101,8 +101,10 @@ class Channel(models.Model):
         "file (1 KiB to 1 TiB); a file ends at whichever roll limit comes first.")
     export_max_open_files = models.IntegerField(
         null=True, blank=True, help_text="Most exported files one Spark task keeps open at "
-        "once (1 to 1,024; as Flume's hdfs.maxOpenFiles); each open Parquet file buffers a "
-        "row group in the executor's memory. Unset: 4 for Parquet, 16 for JSON and Avro.")
+        "once (1 to 1,024); a task with more time folders sorts its remaining events and "
+        "writes them one file at a time. Each open Parquet file buffers a row group "
+        "(parquet.block.size, 128 MiB by default) on the executor's heap: up to its cores x "
+        "this x 128 MiB per executor. Unset: 4 for Parquet, 16 for JSON and Avro.")
     kafka_topic = models.CharField(
         max_length=249, blank=True, default="",
         help_text="The Kafka topic the channel is forwarded into, exactly once (empty: no "

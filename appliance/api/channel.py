@@ -67,7 +67,7 @@ def export_json(run: ExportRun) -> dict[str, Any]:
 EXPORT = {"type": "object", "additionalProperties": False,
           "required": ["id", "run_id", "started_at", "duration_s", "outcome", "progress",
                        "output", "rows", "bytes", "partitions", "error", "schema_version",
-                   "path"],
+                       "path"],
           "properties": {"id": {"type": "integer"}, "run_id": {"type": "string"},
                          "started_at": {"type": "string", "format": "date-time"},
                          "duration_s": {"type": "number", "nullable": True},

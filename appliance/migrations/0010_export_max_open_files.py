@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='channel',
             name='export_max_open_files',
-            field=models.IntegerField(blank=True, help_text="Most exported files one Spark task keeps open at once (1 to 1,024; as Flume's hdfs.maxOpenFiles); each open Parquet file buffers a row group in the executor's memory. Unset: 4 for Parquet, 16 for JSON and Avro.", null=True),
+            field=models.IntegerField(blank=True, help_text="Most exported files one Spark task keeps open at once (1 to 1,024); a task with more time folders sorts its remaining events and writes them one file at a time. Each open Parquet file buffers a row group (parquet.block.size, 128 MiB by default) on the executor's heap: up to its cores x this x 128 MiB per executor. Unset: 4 for Parquet, 16 for JSON and Avro.", null=True),
         ),
     ]

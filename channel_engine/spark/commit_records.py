@@ -27,9 +27,12 @@ A record is a JSON object:
 
 Records of runs from before the marker have no format and version (read as version 1)
 and may have no channel_id (they count for the channel). Records written before the
-schema versions have no schema_version: their files are of schema version 1 (what Weir
-wrote then). Keys a reader does not know are ignored. A record that does not parse or
-has another shape, or names a schema version this code does not know, is damage: the run
+schema versions have no schema_version: their files are of version 1 or, written from
+the readable exports (3c37d9c) on, of version 2, in records of the same shape; the first
+of its files that tells (file_schema.py reads its footer, header or first line) gives
+the version (a summary, which names no file, leaves it to the record before), else 1.
+Keys a reader does not know are ignored. A record that does not parse or has another
+shape, or names a schema version this code does not know, is damage: the run
 stops with an ExportError naming it (read_record), since skipping it would export its
 ranges again and trusting it is impossible. Example:
 
@@ -63,11 +66,13 @@ Concurrency contract: not thread-safe; the caller holds the channel's export loc
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge
 from channel_engine.spark.file_formats import check_schema_version
+from channel_engine.spark.file_schema import schema_version_of
 from channel_engine.spark.output_layout import OutputLayout
 
 # recover() folds the commit records into one summary once there are more than this many
@@ -149,6 +154,7 @@ class CommitRecords:
         """Finish every record's moves and drop half-written records; return the ranges
         the records of `channel_id` hold, by partition, merged."""
         exported: dict[int, list[Range]] = {}
+        records: list[dict[str, Any]] = []  # oldest first
         # by name: run ids start with their start time, so the newest record comes last
         for uri, _ in sorted(self.dfs.list_files(self.dir)):
             name = uri.rsplit("/", 1)[-1]
@@ -161,8 +167,7 @@ class CommitRecords:
             self.read.append(uri)
             for temp, final in record["moves"]:
                 self._finish_move(temp, final)
-            # a deleted namesake's files share the folders: its version counts too
-            self.schema_version = schema_version(record)
+            records.append(record)  # a deleted namesake's files share the folders: it counts
             if record.get("channel_id", channel_id) != channel_id:
                 continue  # a channel of this name that was deleted: its offsets are not ours
             if not name.endswith(".summary.json"):  # a summary is no run of its own
@@ -170,7 +175,25 @@ class CommitRecords:
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)
+        if records:
+            self.schema_version = self._schema_version(records)
         return {p: merge(ranges) for p, ranges in exported.items()}
+
+    def _schema_version(self, records: list[dict[str, Any]]) -> int:
+        """The schema version of the newest of `records` (oldest first): its own, else
+        (written before the versions) what the first of its files that tells says
+        (file_schema.py); a record without files that tell (a summary has none, and sorts
+        after its run's record) leaves it to the one before. 1 when none tells."""
+        for record in reversed(records):
+            if "schema_version" in record:
+                return schema_version(record)
+            for _, final in record["moves"]:
+                if self.dfs.exists(final):
+                    told = schema_version_of(final, self.dfs.length(final), partial(
+                        self.dfs.read_range, final))
+                    if told is not None:
+                        return told
+        return UNVERSIONED_SCHEMA
 
     def _finish_move(self, temp: str, final: str) -> None:
         """Redo a recorded move that a crash cut short."""

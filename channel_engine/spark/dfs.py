@@ -77,6 +77,19 @@ class Dfs:
         finally:
             stream.close()
 
+    def length(self, uri: str) -> int:
+        """The file's length in bytes."""
+        return int(self._fs.getFileStatus(self._path(uri)).getLen())
+
+    def read_range(self, uri: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes of a file from `offset` (fewer at its end)."""
+        stream = self._fs.open(self._path(uri))
+        try:
+            stream.seek(offset)
+            return bytes(self._io.toByteArray(stream, min(length, self.length(uri) - offset)))
+        finally:
+            stream.close()
+
     def rename(self, source: str, target: str) -> None:
         """Move a file into place; OSError unless the target exists afterwards and the
         source does not (the result of the rename itself proves nothing on file://)."""

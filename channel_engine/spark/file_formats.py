@@ -111,7 +111,8 @@ AVRO_SCHEMA = {
                {"name": "body", "type": ["null", "string"]},
                {"name": "body_bytes", "type": ["null", "bytes"]}]}
 # The most files of a format one Spark task holds open at once (the export's default
-# max_open_files, as Flume's HDFS sink has hdfs.maxOpenFiles; write_progress.write_conf).
+# max_open_files; write_progress.write_conf). Past it Spark sorts the task's remaining rows,
+# where Flume's hdfs.maxOpenFiles closes the oldest file.
 # An open writer's buffers live on the executor's heap, outside Spark's managed memory,
 # until its file closes: a Parquet writer holds its whole row group (parquet.block.size,
 # 128 MiB by default, scaled down only once the writers near 95% of the heap), an Avro

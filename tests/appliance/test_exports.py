@@ -24,6 +24,7 @@ import pytest
 from appliance_helpers import channel_row, problem, wait_for
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
+from django.db import OperationalError
 from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -573,6 +574,70 @@ def test_a_run_whose_worker_died_after_its_commit_point_is_committed_not_failed(
     dead.refresh_from_db()
     assert dead.outcome == ExportRun.OK and dead.rows == 7 and dead.error == ""
     assert "the process running this export died" in dead.progress
+
+
+# A job that tells what it recovered, commits (two commit lines) and reports.
+RECOVERS_COMMITS_REPORTS = """
+import json, sys
+found = {"run_id": "r-next", "committed_runs": ["r-killed"]}
+print(json.dumps({"recovered": found}), flush=True)
+print("export orders: writing 1 partition", flush=True)
+run = {"output": "file:///out/orders", "rows": 10, "bytes": 100, "recorded": False,
+       "partitions": [{"partition": 0, "ranges": [[0, 10]], "skipped": [], "files": ["f"],
+                       "rows": 10, "bytes": 100, "error": None}], **found}
+for outcome in ("committing", "committed"):
+    run["outcome"] = run["partitions"][0]["outcome"] = outcome
+    print(json.dumps({"commit": run}), flush=True)
+run.pop("outcome")
+print(json.dumps({"report": run}), flush=True)
+"""
+
+
+def test_a_database_error_on_a_line_of_the_running_job_never_kills_it(
+        root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    row = channel_row(root)
+    home(row)
+    partition = {"partition": 0, "ranges": [[0, 7]], "files": ["f"], "outcome": "committing"}
+    killed = ExportRun.objects.create(channel="orders", started_at=timezone.now(),
+                                      outcome=ExportRun.FAILED, run_id="r-killed",
+                                      partitions=[partition])
+    confirm, lines = exports._confirm_committed, []
+
+    def locked(*args: Any) -> None:  # while the job runs (its recovered and commit lines)
+        lines.append(args)
+        if len(lines) <= 3:
+            raise OperationalError("database is locked")
+        confirm(*args)
+
+    monkeypatch.setattr(exports, "_confirm_committed", locked)
+    job(monkeypatch, RECOVERS_COMMITS_REPORTS)
+    run = exports.run_export(row)  # not interrupted between its commit lines
+    assert (run.outcome, run.run_id, run.rows, run.error) == (ExportRun.OK, "r-next", 10, "")
+    assert run.progress == "exported 10 events" and len(lines) == 4
+    killed.refresh_from_db()  # confirmed by the report
+    assert (killed.outcome, killed.rows) == (ExportRun.OK, 7)
+    assert "could not record the job's line" in caplog.text
+    assert "database is locked" in caplog.text
+
+
+def test_a_failed_confirm_never_undoes_the_runs_own_commit_line(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = channel_row(root)
+    home(row)
+
+    confirm, calls = exports._confirm_found, []
+
+    def locked(*args: Any) -> None:  # on each commit line; not once the job has ended
+        calls.append(args)
+        if len(calls) <= 2:
+            raise OperationalError("database is locked")
+        confirm(*args)
+
+    monkeypatch.setattr(exports, "_confirm_found", locked)
+    job(monkeypatch, COMMIT_THEN_DIE, "r-killed", "committing", "committed")
+    run = exports.run_export(row)  # killed after its commit point: what its lines said
+    assert (run.outcome, run.run_id, run.rows, run.error) == (ExportRun.OK, "r-killed", 10, "")
+    assert len(calls) == 3
 
 
 # A commit line cut by the JVM's output on the shared pipe, then the job goes on and reports.

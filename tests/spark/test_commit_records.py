@@ -5,6 +5,9 @@ one of another format or version is an ExportError naming it, never skipped or t
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,10 +15,13 @@ from channel_engine.errors import ExportError
 from channel_engine.spark.commit_records import (
     RECORD_FORMAT,
     RECORD_VERSION,
+    CommitRecords,
     commit_record,
     read_record,
     schema_version,
 )
+from channel_engine.spark.dfs import Dfs
+from channel_engine.spark.output_layout import OutputLayout
 
 URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
 
@@ -55,3 +61,30 @@ def test_a_damaged_or_unknown_record_is_an_error_naming_it(data: bytes, says: st
     with pytest.raises(ExportError, match=says) as raised:
         read_record(URI, data)
     assert URI in str(raised.value) and "the run stops" in str(raised.value)
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "export-files"
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_record_without_a_schema_version_has_that_of_its_files(
+        spark: Any, tmp_path: Path, version: int) -> None:
+    # Weir wrote version 2 from the readable exports on, in records of version 1's shape
+    dfs = Dfs(spark, tmp_path.as_uri())
+    layout = OutputLayout(dfs, "orders")
+    final = tmp_path / "orders" / "2026" / f"orders+0+{0:020d}+{1:020d}.parquet"
+    final.parent.mkdir(parents=True)
+    shutil.copyfile(GOLDEN / f"v{version}.parquet", final)
+    commits = tmp_path / "orders" / "_weir" / "commits"
+    commits.mkdir(parents=True)
+    (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(
+        {"format": RECORD_FORMAT, "version": 1, "run_id": "1795788300000-1a2b3c4d",
+         "channel_id": "c", "moves": [[dfs.join("orders", "gone"), f"file://{final}"]],
+         "ranges": {"0": [[0, 2]]}}))
+    # a compaction's summary names no file and sorts after its run's record
+    (commits / "1795788300000-1a2b3c4d.summary.json").write_text(json.dumps(
+        {"run_id": "1795788300000-1a2b3c4d", "channel_id": "c", "moves": [],
+         "ranges": {"0": [[0, 2]]}}))
+    records = CommitRecords(layout)
+    assert records.recover("c") == {0: [(0, 2)]}
+    assert records.schema_version == version
