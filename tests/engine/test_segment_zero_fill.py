@@ -186,3 +186,24 @@ def test_a_policy_channel_keeps_no_zeros_ahead_of_its_journal(tmp_path: Path) ->
         assert journal.path.stat().st_size < 1024
         status = channel.status()
         assert status["journal_bytes_preallocated"] == status["bytes_preallocated"] == 0
+
+
+def test_an_open_reports_zeros_ending_a_policy_durability_journal(tmp_path: Path) -> None:
+    """A take commit returns before its fdatasync in policy durability: zeros where its
+    record should be (a power loss kept the file's length, not the append) are a loss
+    that is reported, not preallocated space (that journal keeps no zeros ahead)."""
+    config = make_config(tmp_path, partitions=1, durability="policy", flush_ms=1000)
+    channel = Channel.open(config)
+    with channel.put() as tx:
+        tx.put_all(events(10))
+    with channel.take() as tx:
+        tx.take(3)
+    path = channel.owner.state.live_journal().path
+    crash(channel)
+    with open(path, "ab") as f:
+        f.write(bytes(41 + 4096))
+    with Channel.open(config) as channel:
+        recovery = channel.status()["recovery"]
+        assert recovery["journal_bytes_ignored"] == 41 + 4096
+        assert any(str(path) in problem for problem in recovery["problems"])
+        assert [j["path"] for j in recovery["journals_unknown"]] == [str(path)]
