@@ -115,14 +115,10 @@ def test_a_write_a_kill_cut_short_into_the_zeros_ahead_is_torn_not_lost(
     batch = log.build_batch(events(100, tag="torn-"))
     rb.set_base_offset(batch, end)
     batch_end = active.size + len(batch)
-    last_sector = (batch_end - 1) // 512 * 512
-    if batch_end - last_sector < 20:  # keep the unwritten part within one sector piece
-        batch = log.build_batch(events(101, tag="torn-"))
-        rb.set_base_offset(batch, end)
-        batch_end = active.size + len(batch)
-        last_sector = (batch_end - 1) // 512 * 512
-    cut = last_sector + 1 - active.size  # the rest never written: no all-zero sector piece
-    assert batch_end - last_sector >= 20 and 0 < cut < len(batch)
+    # a kill stops a write between the file's pages: the rest, from a page boundary on,
+    # never written
+    cut = (batch_end - 1) // segment_file.PAGE * segment_file.PAGE - active.size
+    assert 12 < cut < len(batch)
     assert active.size + len(batch) < active.file_size  # it lands in the zeros ahead
     with open(active.log_path, "r+b") as f:  # the kill came in the middle of its pwrite
         f.seek(active.size)
@@ -207,3 +203,42 @@ def test_an_open_reports_zeros_ending_a_policy_durability_journal(tmp_path: Path
         assert recovery["journal_bytes_ignored"] == 41 + 4096
         assert any(str(path) in problem for problem in recovery["problems"])
         assert [j["path"] for j in recovery["journals_unknown"]] == [str(path)]
+
+
+def test_a_last_batch_ending_in_zeros_with_a_flipped_byte_is_lost_not_torn(
+        tmp_path: Path) -> None:
+    """The reviewer's case: a body that ends in 65 zero bytes, a byte flipped elsewhere,
+    the last batch before the zeros ahead and past the end log.state knows. No page (or
+    sector) boundary falls in its trailing zeros, so no kill or power loss tore it: it
+    was written whole, its commit may have returned: damage, its offsets counted lost."""
+    log = PartitionLog.open(tmp_path, LogConfig())
+    log.append(events(30, tag="a-"))
+    while True:  # a filler batch that puts no sector boundary in the batch's zeros
+        active = log.segments[-1]
+        batch = log.build_batch([PendingEvent(b"z" * 100 + bytes(65))])
+        batch_end = active.size + len(batch)
+        if (batch_end - 70) // 512 == (batch_end - 1) // 512:
+            break
+        log.append([PendingEvent(b"f" * 37)])
+    end = log.log_end_offset
+    state_before = (tmp_path / "log.state").read_bytes()
+    log.append([PendingEvent(b"z" * 100 + bytes(65))])
+    # log.state as before it (its in-place rewrite not durable): the bytes alone decide
+    (tmp_path / "log.state").write_bytes(state_before)
+    expected = list(log.iter_events(0))[:end]
+    position = active.size - len(batch)
+    assert active.size == batch_end and active.file_size > batch_end  # zeros ahead follow
+    with open(active.log_path, "r+b") as f:  # a flipped byte inside the body's "z"s
+        f.seek(batch_end - 120)
+        assert f.read(1) == b"z"
+        f.seek(batch_end - 120)
+        f.write(b"Z")
+    assert position < batch_end - 120
+    log.state.release_dir_lock()
+    for seg in log.segments:
+        seg.close()
+    with PartitionLog.open(tmp_path, LogConfig()) as log:
+        report = log.last_recovery
+        assert [(r.start, r.end, r.position) for r in report.lost_ranges] == [
+            (end, end + 1, position)], report.summary()
+        assert list(log.iter_events(0)) == expected
