@@ -115,6 +115,7 @@ import crc32c
 from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import CorruptRecordError, CorruptStateError
 from channel_engine.filenames import DAMAGED_SUFFIX
+from channel_engine.log.zero_fill import ZeroFill
 from channel_engine.queue.checkpoint import MAX_SEQUENCE
 
 MAGIC = b"WCJN"
@@ -212,6 +213,7 @@ class CommitJournal:
         self._appended = 0  # tickets handed out
         self._synced = 0  # tickets known to be on disk
         self._syncing = False
+        self._filler = ZeroFill()
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._zeroed_to = os.fstat(self._fd).st_size  # bytes written: records or zeros
@@ -255,21 +257,23 @@ class CommitJournal:
 
     def _fill_ahead(self, end: int) -> None:
         """Keep zeros written ahead of a record ending at `end` (best effort: a disk too
-        full for them cuts them off and the record is written without)."""
+        full for them cuts them off and the record is written without; after that none
+        are tried until it has room: log/zero_fill.py)."""
         chunk = self._zero_fill
         if not chunk or end + chunk // 2 <= self._zeroed_to:
             return
         start = max(self._zeroed_to, end)
         target = -(-(end + chunk) // PAGE) * PAGE
-        try:
-            os.pwrite(self._fd, bytes(target - start), start)
-        except OSError:
+        if not self._filler.allows(self._fd, target - start):
+            return
+        written = self._filler.write(self._fd, start, target)
+        if written < target:
             try:
                 os.ftruncate(self._fd, max(self._end, self._zeroed_to))
+                return
             except OSError:
-                pass  # zeros after the records: read as preallocated space
-            return
-        self._zeroed_to = target
+                pass  # zeros after the records (a flagged journal): preallocated space
+        self._zeroed_to = max(self._zeroed_to, written)
 
     def sync(self, ticket: int | None = None) -> None:
         """Return once the record with `ticket` (default: every record) is on disk."""

@@ -4,14 +4,16 @@ takes them for preallocated space, never for data or loss."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from channel_helpers import crash, make_config
 
 from channel_engine import Channel, LogConfig, PartitionLog, PendingEvent
 from channel_engine.log import record_batch as rb
-from channel_engine.log import segment_file
+from channel_engine.log import segment_file, zero_fill
 from channel_engine.log.recovery import TRUNCATED, ZERO_TAIL_CUT
 from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.queue import commit_journal as cj
@@ -133,17 +135,77 @@ def test_a_write_a_kill_cut_short_into_the_zeros_ahead_is_torn_not_lost(
         assert log.log_end_offset == end and list(log.iter_events(0)) == expected
 
 
+def zero_writes_fail(monkeypatch: pytest.MonkeyPatch, free: list[int]) -> list[int]:
+    """While `free[0]` is 0 (the bytes statvfs reports free), make every pwrite of zeros
+    (the fill, never a batch or record) fail with ENOSPC; returns the fill's tries."""
+    tries: list[int] = []
+    real = os.pwrite
+
+    def pwrite(fd: int, data: Any, position: int) -> int:
+        if not free[0] and len(data) > 64 and not bytes(data).strip(b"\0"):
+            tries.append(position)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, position)
+
+    monkeypatch.setattr(zero_fill.os, "pwrite", pwrite)
+    monkeypatch.setattr(zero_fill, "free_bytes_of", lambda fd: free[0])
+    return tries
+
+
 def test_it_appends_without_zeros_when_the_disk_cannot_hold_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_space(fd: int, data: object, position: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(segment_file, "pwrite_all", no_space)  # the zeros' write only
+    free = [0]
+    tries = zero_writes_fail(monkeypatch, free)
     with PartitionLog.open(tmp_path, LogConfig()) as log:
         result = log.append(events(10))
         active = log.segments[-1]
         assert active.log_path.stat().st_size == active.size == active.file_size
         assert [e.offset for e in log.iter_events(0)] == list(range(result.next_offset))
+        assert len(tries) == 1
+        for _ in range(20):  # within a second, and the disk still full: no try
+            log.append(events(10))
+        monkeypatch.setattr(zero_fill, "RETRY_SECONDS", 0.0)
+        log.append(events(10))
+        assert len(tries) == 1  # statvfs says full: still no try
+        free[0] = 1 << 40  # the disk has room again: the next append fills
+        log.append(events(10))
+        active = log.segments[-1]
+        assert active.file_size > active.size and len(tries) == 1
+        assert not tail(active.log_path, active.size).strip(b"\0")
+
+
+def test_the_journal_stops_filling_while_the_disk_is_full(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = [0]
+    tries = zero_writes_fail(monkeypatch, free)
+    journal = cj.CommitJournal(tmp_path, 0, zero_fill=8192)
+    for take in range(50):
+        journal.sync(journal.append(cj.TAKE, take, [(0, take, take + 1)]))
+    assert len(tries) == 1 and journal.preallocated_bytes == 0
+    assert journal.path.stat().st_size == 16 + 41 * 50
+    monkeypatch.setattr(zero_fill, "RETRY_SECONDS", 0.0)
+    free[0] = 1 << 40
+    journal.append(cj.TAKE, 50, [(0, 50, 51)])
+    assert journal.preallocated_bytes == journal.path.stat().st_size - 16 - 41 * 51 > 0
+    journal.close()
+    assert [c.commit_id for c in cj.replay(journal.path)[0]] == list(range(51))
+
+
+def test_the_journal_writes_all_its_zeros_through_short_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.pwrite
+
+    def short(fd: int, data: Any, position: int) -> int:  # pwrite may write less
+        return real(fd, bytes(data)[:1000], position)
+
+    monkeypatch.setattr(zero_fill.os, "pwrite", short)
+    journal = cj.CommitJournal(tmp_path, 0, zero_fill=8192)
+    journal.append(cj.TAKE, 1, [(0, 0, 1)])
+    size = journal.path.stat().st_size
+    assert size >= 16 + 41 + 8192 and journal.preallocated_bytes == size - 16 - 41
+    assert not tail(journal.path, 16 + 41).strip(b"\0")
+    journal.close()
+
 
 
 def test_a_channel_keeps_zeros_ahead_of_its_journal_and_reopens_after_a_crash_clean(
