@@ -17,6 +17,7 @@ from channel_engine.log import segment_file, zero_fill
 from channel_engine.log.recovery import TRUNCATED, ZERO_TAIL_CUT
 from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.queue import commit_journal as cj
+from channel_engine.tools.verify import verify_partition
 
 AHEAD = segment_file.ZERO_FILL_BYTES + segment_file.PAGE  # the most zeros ever ahead
 
@@ -304,3 +305,25 @@ def test_a_last_batch_ending_in_zeros_with_a_flipped_byte_is_lost_not_torn(
         assert [(r.start, r.end, r.position) for r in report.lost_ranges] == [
             (end, end + 1, position)], report.summary()
         assert list(log.iter_events(0)) == expected
+
+
+@pytest.mark.parametrize("gap", [0, 5])
+def test_verify_notes_a_roll_stopped_before_its_trim_as_the_loader_takes_it(
+        tmp_path: Path, gap: int) -> None:
+    log = PartitionLog.open(tmp_path, LogConfig())
+    for i in range(3):
+        log.append(events(100, tag=f"b{i}-"))
+    end = log.log_end_offset
+    log.checkpoint_recovery_point()
+    old = log.segments[-1]
+    LogSegment.create(tmp_path, end + gap, SegmentConfig.of(LogConfig())).close()  # the kill
+    log.state.release_dir_lock()
+    for seg in log.segments:
+        seg.close()
+    found = verify_partition(tmp_path, "fsync")
+    untrimmed = [d for d in found.damages if d.path == str(old.log_path)]
+    notes = [n for n in found.notes if "a roll stopped before its trim" in n]
+    if gap:  # its batches do not reach the next segment: no roll's leftovers
+        assert untrimmed and not notes
+    else:
+        assert not untrimmed and len(notes) == 1 and str(old.log_path) in notes[0]
