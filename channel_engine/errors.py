@@ -329,6 +329,11 @@ class OwnerUnreachableError(OwnerLostError):
     with the next owner."""
 
 
+class OwnerProtocolError(ChannelEngineError):
+    """A message over the owner socket does not follow the owner protocol (owner/protocol.py):
+    a peer of another release, or a bug; nothing in it is used."""
+
+
 # --- the tools -------------------------------------------------------------------------
 
 class UnknownOperationError(ChannelEngineError, ValueError):

@@ -73,7 +73,9 @@ GAUGES = {
     "fill_ratio": ("fill_percent", "events / capacity (Flume ChannelFillPercentage / 100)."),
     "in_flight_events": ("events_in_flight", "Events reserved by open take transactions."),
     "unflushed_events": ("unflushed_events", "Events not yet known to be on disk."),
-    "disk_bytes": ("bytes_on_disk", "Bytes of the channel's segments."),
+    "disk_bytes": ("bytes_on_disk", "Bytes the channel's segments take on disk, preallocated "
+                   "zeros included (written ahead in fsync durability, or preallocated "
+                   "segments): the data alone is this less the preallocated bytes."),
 }
 
 

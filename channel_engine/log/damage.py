@@ -16,10 +16,14 @@ is itself damaged when an intact batch follows).
 Damage or a torn write (damaged_batches_end, is_torn): a complete batch none of
 whose pieces between 512-byte sector boundaries is all zeros was written whole:
 damage. Power loss loses whole sectors, so an unwritten part of a write reads as
-zeros or lies past the end of the file: a torn write. So does a write cut short
-by a kill into preallocated zeros (Kafka's preallocate, fsync durability's zeros
-ahead): a batch inside which the file's non-zero bytes end (more than the
-TRAILING_ZEROS a batch may end with before its end) is torn, not complete.
+zeros or lies past the end of the file: a torn write. A kill cuts a write short
+only at a page boundary of the file (the kernel copies a write into the page
+cache page by page, and a fatal signal stops it between pages), so a write a kill
+cut short into preallocated zeros (Kafka's preallocate, fsync durability's zeros
+ahead) is zeros from a 4096-aligned file offset to its end and beyond: an
+all-zero piece between sector boundaries, torn by the same rule. A batch inside
+which the non-zero bytes end without such a piece (a body that ends in zeros, and
+a flipped byte elsewhere) was written whole: damage, its offsets lost.
 
 A damaged base offset field alone (fixable_base_offset): the field lies outside
 the CRC, so an intact batch where the expected batch belongs, not contradicted by
@@ -86,11 +90,8 @@ def damaged_batches_end(buf: BytesLike, position: int, data_end: int,
         header = _header_or_whole_rest(buf, position, data_end)
         if header is None:
             break
-        # a batch the non-zero bytes end inside of (past the few zeros a batch may end
-        # with) is a write cut short into preallocated zeros, as one past the end of a
-        # growing file would be: torn
-        if position + header.size > min(limit, data_end + TRAILING_ZEROS) or \
-                is_torn(buf, position, header.size) or (
+        # a write a kill cut short into zeros is zero from a page boundary on: is_torn
+        if position + header.size > limit or is_torn(buf, position, header.size) or (
                 end is not None and header.base_offset != expected) or \
                 header.record_count > header.batch_length:
             break
@@ -124,7 +125,8 @@ def _header_or_whole_rest(buf: BytesLike, position: int, data_end: int) -> Batch
 
 def is_torn(buf: BytesLike, position: int, size: int) -> bool:
     """True if a piece of the batch at `position` between sector boundaries is all zeros:
-    a write the kernel never made durable (power loss loses whole sectors), not damage."""
+    a write the kernel never made durable (power loss loses whole sectors) or a kill
+    stopped at a page boundary, not damage."""
     start = position
     while start < position + size:
         end = min(position + size, (start // SECTOR + 1) * SECTOR)

@@ -57,7 +57,8 @@ Load sequence (steps 1, 3 and 4: strays.py; step 2: known_end.py):
      kept aside. Past the known end of the last segment, the bytes decide
      (LogSegment.damaged_tail_end): complete batches (the length fits, or the CRC
      holds over the bytes up to the data's end) with no all-zero sector piece were
-     written whole, and a kill tears no write: damage, their offsets counted lost
+     written whole (a kill tears a write only at a page boundary, leaving such a
+     piece): damage, their offsets counted lost
      and never handed out again; anything else is a torn tail (a write whose commit
      never returned), cut without counting. A batch at or past the next segment's base
      after damage is a copy a crashed repair left: the damaged region is kept aside
@@ -382,7 +383,7 @@ def _cut_tail(seg: LogSegment, result: ScanResult, file_size: int, limits: _Limi
     durable = limits.durable_end
     if limits.bound is None and result.resume_at is None:
         # complete batches past the known end that are damaged, not torn, were written
-        # whole: a kill tears no write, so they were committed (their offsets are lost)
+        # whole (a kill tears only at a page boundary), so they were committed (lost)
         evidence = seg.damaged_tail_end(result.data_end)
         if evidence is not None and (durable is None or evidence > durable):
             durable = evidence

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from channel_engine.errors import (
     ChannelEngineError,
     CorruptRecordError,
+    EncryptedBatchError,
     InvalidBatch,
     OffsetOutOfRangeError,
 )
@@ -133,11 +134,11 @@ class LogReader:
         append = out.append
         try:
             plain = record_batch.unseal(data, state.sealer)
-            records = record_batch.record_objects(plain)
             try:
                 # the codec's records read in place (records() without its tuples), and
-                # tuple.__new__ (Event's own __new__ is a Python frame): the take path's loop
-                for record in records:
+                # tuple.__new__ (Event's own __new__ is a Python frame): the take path's loop;
+                # a compressed batch decompresses here, so its codec's errors are caught
+                for record in record_batch.record_objects(plain):
                     offset = record.offset
                     if offset < start:
                         continue
@@ -147,6 +148,8 @@ class LogReader:
                     append(_new_tuple(Event, (partition, offset, record.timestamp, record.key,
                                               dict(headers) if headers else {},
                                               value if value is not None else b"")))
+            except (InvalidBatch, EncryptedBatchError):
+                raise  # already the engine's, as record_batch.records passes them on
             except Exception as exc:  # the codec is third-party: see record_batch.records
                 raise record_batch.undecodable(exc) from exc
         except InvalidBatch as exc:

@@ -29,7 +29,9 @@ space they hold is visible as file_size - size (SegmentInfo.preallocated,
 LogStatus's preallocated_bytes): at most ZERO_FILL_BYTES + 4 KiB per active segment,
 bounded and already counted by statvfs, so the disk guard sees it. If the zeros
 cannot be written (a full disk) the file is cut back and the batch is appended
-without them: preallocation never refuses a put.
+without them: preallocation never refuses a put; after a full disk no zeros are
+tried until statvfs shows room for them, looked at once a second at most
+(log/zero_fill.py, which writes them for the commit journal too).
 
 SegmentConfig is the part of LogConfig a segment needs, passed whole
 (SegmentConfig.of(log_config)), so no caller spells out its fields.
@@ -72,12 +74,12 @@ from channel_engine.log.record_batch import (
     check_header,
 )
 from channel_engine.log.time_index import TimeIndex
+from channel_engine.log.zero_fill import ZeroFill
 
 READ_CHUNK = 1 << 20
 FIRST_READ_CHUNK = 64 * 1024  # a read's first chunk: a small take must not copy a whole MiB
 ZERO_FILL_BYTES = 1 << 20  # zeros kept ahead of the append point in fsync durability
 PAGE = 4096
-_ZEROS = bytes(ZERO_FILL_BYTES + PAGE)
 COMMITTED_EPOCH_BYTES = COMMITTED_EPOCH.to_bytes(4, "big", signed=True)
 NO_TIMESTAMP = -1
 
@@ -140,6 +142,7 @@ class SegmentFile:
         self.size = 0
         self.file_size = 0
         self.zeroed_to = 0  # bytes from 0 known written, batches or zeros (zero-fill ahead)
+        self.zero_fill = ZeroFill()  # writes them; holds off while the disk is full
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset - 1
@@ -264,24 +267,24 @@ class SegmentFile:
 
     def zero_fill_ahead(self, end: int) -> None:
         """Before a batch that ends at byte `end` is written: keep zeros written ahead of it
-        (see the module doc). Best effort: a failure cuts the zeros off again."""
+        (see the module doc). Best effort: a failure cuts the zeros off again, and after a
+        full disk none are tried until it has room (zero_fill.py)."""
         chunk = self.config.zero_fill_bytes
         if not chunk or end + chunk // 2 <= self.zeroed_to:
             return
         start = max(self.zeroed_to, end)
         target = min(-(-(end + chunk) // PAGE) * PAGE, self.config.zero_fill_limit)
-        if target <= start:
-            return  # the segment rolls before it could use them
-        try:
-            pwrite_all(self.fd, memoryview(_ZEROS)[:target - start], start)
-        except OSError:
+        if target <= start or not self.zero_fill.allows(self.fd, target - start):
+            return  # the segment rolls before it could use them, or the disk is full
+        written = self.zero_fill.write(self.fd, start, target)
+        if written < target:
             try:
                 os.ftruncate(self.fd, max(self.file_size, self.size))
+                return
             except OSError:
                 pass  # the zeros past the valid bytes are a zero tail: recovery cuts it
-            return
-        self.zeroed_to = target
-        self.file_size = max(self.file_size, target)
+        self.zeroed_to = max(self.zeroed_to, written)
+        self.file_size = max(self.file_size, written)
 
     def sync(self) -> None:
         """fdatasync the log file whatever changed (stamps do not change its size)."""

@@ -139,9 +139,20 @@ def events_to_wire(events: list[Event]) -> list[Event]:
 
 
 def events_from_wire(rows: list[list[Any]]) -> list[Event]:
-    """Events back from a reply (tuple.__new__: no Python frame per event)."""
+    """Events back from a reply (tuple.__new__: no Python frame per event, and no check of
+    the row's length either: that is made here, once per reply)."""
+    fields = len(Event._fields)
+    for row in rows:
+        if not isinstance(row, list) or len(row) != fields:
+            raise errors.OwnerProtocolError(
+                f"owner protocol: an event of {_described(row)} in a reply, expected a list "
+                f"of {fields} fields ({', '.join(Event._fields)})")
     new = tuple.__new__
     return [new(Event, row) for row in rows]
+
+
+def _described(row: Any) -> str:
+    return f"{len(row)} fields" if isinstance(row, list) else f"type {type(row).__name__}"
 
 
 def error_to_wire(exc: BaseException) -> list[Any]:

@@ -89,6 +89,7 @@ class ChannelStatus:
             "open_takes": open_takes,
             "fill_percent": round(100 * untaken / capacity, 3),
             "unflushed_events": sum(p["unflushed_events"] for p in partitions),
+            # the space taken, preallocated zeros included (bytes_preallocated of it)
             "bytes_on_disk": sum(p["size_bytes"] + p["preallocated_bytes"] for p in partitions),
             "bytes_preallocated": sum(p["preallocated_bytes"] for p in partitions),
             "journal_bytes_preallocated": journal.preallocated_bytes if journal else 0,

@@ -17,8 +17,11 @@ checkpoint exists when the process died between rotating the journal and
 writing the checkpoint). Replaying a commit twice is harmless.
 
     file    := header record* zero*
-    header  := magic "WCJN" (4) | version 2 (1; 1 is still read) | reserved (3)
-               | generation i64
+    header  := magic "WCJN" (4) | version 2 (1; 1 is still read) | flags u8 (1)
+               | reserved (2, zeros) | generation i64
+    flags   := bit 0 ZEROS_AHEAD: the writer keeps zeros written ahead of its records
+               (below); other bits 0. Bytes 5..7 were reserved (zeros) before: every
+               reader since version 1 skips them, so a flagged file reads the same there
     record  := length i32 (bytes after crc) | crc u32 (CRC-32C of the bytes after it)
                | kind u8 | id i64 (take or txn id) | count i32
                | [subscription i32: kind 3 only]
@@ -31,16 +34,21 @@ writing the checkpoint). Replaying a commit twice is harmless.
                removed since, or never saved: replay ignores it) [version 2]
 
 Zero tail (preallocation, version 2 as before: a reader that predates it took
-those zeros for a torn tail, and reported them). A journal opened with zero_fill
-(the owner's, in fsync durability) keeps up to that many zero bytes written ahead
-of its last record (at most zero_fill + 4 KiB), so that the fdatasync of each take
-commit overwrites blocks already written instead of growing the file (its size
-and extents need no journal commit of the filesystem: see log/segment_file.py's
-zero-fill ahead). close() trims them. Reading takes an all-zero rest of the file
-after the last valid record for that space: no record, nothing ignored (scan's
-zero_tail). A power loss that dropped appends wholly within it looks the same;
-every commit there was appended after the last fdatasync that returned, as
-for a torn tail below.
+those zeros for a torn tail, and reported them). A journal created with zero_fill
+(the owner's, in fsync durability) has ZEROS_AHEAD set in its header, written and
+synced with it before any record, and keeps up to that many zero bytes written
+ahead of its last record (at most zero_fill + 4 KiB), so that the fdatasync of each
+take commit overwrites blocks already written instead of growing the file (its
+size and extents need no journal commit of the filesystem: see
+log/segment_file.py's zero-fill ahead). close() trims them. Reading a flagged
+journal takes an all-zero rest of the file after the last valid record for that
+space: no record, nothing ignored (scan's zero_tail). A power loss that dropped
+appends wholly within it looks the same; every commit there was appended after
+the last fdatasync that returned, as for a torn tail below. In a journal without
+the flag (policy durability, where a take commit returns before its fdatasync; a
+journal written before the flag) zeros at the end are appends a power loss
+dropped, which may have returned: a torn tail, ignored and counted as before.
+An existing journal opened again keeps its flag, and gets zeros ahead only if set.
 
 A record is valid when its length fits the file, its CRC matches, its kind is
 1, 2 or 3 and its count agrees with its length. The header has no CRC: a magic,
@@ -107,6 +115,7 @@ import crc32c
 from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import CorruptRecordError, CorruptStateError
 from channel_engine.filenames import DAMAGED_SUFFIX
+from channel_engine.log.zero_fill import ZeroFill
 from channel_engine.queue.checkpoint import MAX_SEQUENCE
 
 MAGIC = b"WCJN"
@@ -116,7 +125,8 @@ TAKE = 1
 PUT = 2
 TAKE_OF = 3  # a take commit of a subscription other than `default`
 KINDS = (TAKE, PUT, TAKE_OF)
-HEADER = struct.Struct(">4sB3xq")
+HEADER = struct.Struct(">4sBB2xq")
+ZEROS_AHEAD = 0x01  # header flag: an all-zero tail is preallocated space (module doc)
 RECORD_HEAD = struct.Struct(">iI")
 RECORD_BODY = struct.Struct(">Bqi")
 SUBSCRIPTION = struct.Struct(">i")
@@ -203,12 +213,14 @@ class CommitJournal:
         self._appended = 0  # tickets handed out
         self._synced = 0  # tickets known to be on disk
         self._syncing = False
-        self._zero_fill = zero_fill
+        self._filler = ZeroFill()
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._zeroed_to = os.fstat(self._fd).st_size  # bytes written: records or zeros
         if created or self._zeroed_to == 0:
-            os.pwrite(self._fd, HEADER.pack(MAGIC, VERSION, generation), 0)
+            self._zero_fill = zero_fill
+            flags = ZEROS_AHEAD if zero_fill else 0
+            os.pwrite(self._fd, HEADER.pack(MAGIC, VERSION, flags, generation), 0)
             self._end = self._zeroed_to = HEADER.size
             self._fill_ahead(HEADER.size)
             os.fsync(self._fd)
@@ -216,6 +228,7 @@ class CommitJournal:
         else:  # appended to again (a refused checkpoint; an upgrade): after its records
             found = scan(self.path)  # and after any bytes that are no record, as before
             self._end = self._zeroed_to if found.problem else found.valid_bytes
+            self._zero_fill = zero_fill if found.zeros_ahead else 0  # its flag decides
 
     def append(self, kind: int, commit_id: int, entries: Sequence[Entry],
                subscription: int = 0) -> int:
@@ -244,21 +257,23 @@ class CommitJournal:
 
     def _fill_ahead(self, end: int) -> None:
         """Keep zeros written ahead of a record ending at `end` (best effort: a disk too
-        full for them cuts them off and the record is written without)."""
+        full for them cuts them off and the record is written without; after that none
+        are tried until it has room: log/zero_fill.py)."""
         chunk = self._zero_fill
         if not chunk or end + chunk // 2 <= self._zeroed_to:
             return
         start = max(self._zeroed_to, end)
         target = -(-(end + chunk) // PAGE) * PAGE
-        try:
-            os.pwrite(self._fd, bytes(target - start), start)
-        except OSError:
+        if not self._filler.allows(self._fd, target - start):
+            return
+        written = self._filler.write(self._fd, start, target)
+        if written < target:
             try:
                 os.ftruncate(self._fd, max(self._end, self._zeroed_to))
+                return
             except OSError:
-                pass  # zeros after the records: read as preallocated space
-            return
-        self._zeroed_to = target
+                pass  # zeros after the records (a flagged journal): preallocated space
+        self._zeroed_to = max(self._zeroed_to, written)
 
     def sync(self, ticket: int | None = None) -> None:
         """Return once the record with `ticket` (default: every record) is on disk."""
@@ -313,6 +328,7 @@ class JournalScan:
     after: list[Commit] = field(default_factory=list)  # intact records after the damage
     unreadable_bytes: int = 0  # bytes after the cut that are no intact record
     zero_tail: int = 0  # zeros after the valid records: preallocated space, no record
+    zeros_ahead: bool = False  # the header's ZEROS_AHEAD flag: zero_tail may be non-zero
 
     @property
     def ignored(self) -> int:
@@ -339,7 +355,8 @@ def scan(path: Path) -> JournalScan:
     except OSError as exc:
         raise CorruptStateError(path, f"cannot be read ({exc.strerror or exc})", 0) from exc
     found = JournalScan(path, len(data))
-    headers = [HEADER.pack(MAGIC, v, _named_generation(path) or 0) for v in READABLE_VERSIONS]
+    headers = [HEADER.pack(MAGIC, v, flags, _named_generation(path) or 0)
+               for v in READABLE_VERSIONS for flags in (0, ZEROS_AHEAD)]
     if not data.strip(b"\0") or (len(data) < HEADER.size
                                   and any(h.startswith(data) for h in headers)):
         if data:  # a crash while creating it, before its header was synced: no commit in it
@@ -349,28 +366,30 @@ def scan(path: Path) -> JournalScan:
         found.problem, found.header_damaged = f"a header of {len(data)} bytes", True
         found.unreadable_bytes = len(data)
         return found
-    magic, version, generation = HEADER.unpack_from(data)
+    magic, version, flags, generation = HEADER.unpack_from(data)
+    # the flag is believed only under an intact magic: damage there may have set it
+    found.zeros_ahead = magic == MAGIC and bool(flags & ZEROS_AHEAD)
     problem = _header_problem(path, magic, version, generation)
     if problem:
         found.problem, found.header_damaged = problem, True
         generation = _named_generation(path) or generation
-        found.after, found.unreadable_bytes, found.zero_tail = _salvage(data, HEADER.size,
-                                                                         generation)
+        found.after, found.unreadable_bytes, found.zero_tail = _salvage(
+            data, HEADER.size, generation, found.zeros_ahead)
         found.unreadable_bytes += HEADER.size
         return found
     found.commits, found.valid_bytes, found.problem = _records(data, HEADER.size, generation)
-    if found.problem and not data[found.valid_bytes:].strip(b"\0"):
+    if found.problem and found.zeros_ahead and not data[found.valid_bytes:].strip(b"\0"):
         found.problem, found.zero_tail = "", len(data) - found.valid_bytes  # preallocated
     if found.problem:
         first = _next_intact(data, found.valid_bytes, generation)
         if first >= 0 and _unsynced(data, found.valid_bytes, first):
             end = _records(data, first, generation)[1]
-            if not data[end:].strip(b"\0"):
+            if found.zeros_ahead and not data[end:].strip(b"\0"):
                 found.zero_tail = len(data) - end  # preallocated space after them
             found.unreadable_bytes = found.ignored  # unsynced appends: nothing after returned
         else:
             found.after, found.unreadable_bytes, found.zero_tail = _salvage(
-                data, found.valid_bytes, generation)
+                data, found.valid_bytes, generation, found.zeros_ahead)
     return found
 
 
@@ -442,16 +461,17 @@ def _next_intact(data: bytes, position: int, generation: int) -> int:
     return -1
 
 
-def _salvage(data: bytes, position: int, generation: int) -> tuple[list[Commit], int, int]:
+def _salvage(data: bytes, position: int, generation: int,
+             zeros_ahead: bool) -> tuple[list[Commit], int, int]:
     """Intact records from `position` on, searched byte by byte past damage, how many
     bytes are no intact record, and how many zeros end the file after the last of them
-    (preallocated space: neither)."""
+    (preallocated space, neither: only in a journal flagged ZEROS_AHEAD)."""
     found: list[Commit] = []
     unreadable = 0
     while position < len(data):
         intact = _next_intact(data, position, generation)
         if intact < 0:
-            zeros = _zero_tail(data, position)
+            zeros = _zero_tail(data, position) if zeros_ahead else 0
             return found, unreadable + len(data) - position - zeros, zeros
         unreadable += intact - position
         commits, position, _ = _records(data, intact, generation)

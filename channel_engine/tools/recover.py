@@ -299,7 +299,7 @@ def _repair_journal(path: Path, sequence: int, report: RepairReport,
     kept = aside_path(path, DAMAGED_SUFFIX)
     write_atomically(kept, data)
     prefix = data[:found.valid_bytes] if not found.header_damaged else \
-        commit_journal.HEADER.pack(commit_journal.MAGIC, commit_journal.VERSION, generation)
+        commit_journal.HEADER.pack(commit_journal.MAGIC, commit_journal.VERSION, 0, generation)
     write_atomically(path, prefix)
     report.moved_aside.append({"path": str(path), "kept_as": str(kept),
                                "why": f"damaged commit journal (a copy; the journal was cut "

@@ -269,9 +269,16 @@ def _verify_segment(directory: Path, base: int, last: bool, state: log_state.Log
     problem = scan.problem
     if problem is not None:
         live = last and not (state and state.clean_shutdown)
+        next_offset = scan.batches[-1][1].next_offset if scan.batches else base
         if problem.kind == "zero_tail" and live:
             report.notes.append(f"{path}: {problem.reason} after byte {scan.valid_bytes} "
                                 "(preallocated active segment; cut at the next recovery)")
+        elif problem.kind == "zero_tail" and not last and next_offset == bound:
+            # as the loader takes it: a roll a kill stopped between the next segment's
+            # create and this one's trim; nothing lost
+            report.notes.append(f"{path}: {problem.reason} after byte {scan.valid_bytes}, "
+                                f"its batches ending at the next segment's base {bound} "
+                                "(a roll stopped before its trim; cut at the next open)")
         else:
             copies = (f"; the batches from byte {scan.superseded_at} on are copies the next "
                       "segment holds" if scan.superseded_at is not None else "")

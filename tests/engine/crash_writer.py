@@ -32,7 +32,9 @@ parent's kill lands exactly there, K-th occurrence after the open:
   after_create  a roll created the new (maybe preallocated) segment; the old one is
                 not sealed yet and nothing is in the new one
   after_trim    a roll sealed (and trimmed) the old segment; the new one is still empty
-  torn          a batch write stopped part way: only a prefix of the batch is written
+  torn          a batch write stopped part way, as a kill stops one: only a prefix of
+                the batch up to a page boundary of the file is written (writes within
+                one page are never torn)
   before_sync   just before an fsync / fdatasync (the batch is written, not durable)
   mid_retention retention persisted the new log start, a segment is not yet renamed
 """
@@ -53,6 +55,7 @@ from channel_engine.log import segment as segment_module
 
 BASE_TIMESTAMP = 1_700_000_000_000
 MAX_EVENTS = 200
+PAGE = 4096  # a kill cuts a write short only at a page boundary of the file
 STOP_PHASES = ("after_trim", "after_create", "torn", "before_sync", "mid_retention")
 
 
@@ -170,9 +173,11 @@ def install_stop_hook(out: Output, phase: str, at: int, seed: int) -> None:
         rng = random.Random(seed)
 
         def torn_pwrite(fd: int, data: Any, position: int) -> None:
-            if len(data) > 12 and due():
-                # a prefix that includes the batch length, so the torn bytes are not zeros
-                pwrite_all(fd, bytes(data[:rng.randint(12, len(data) - 1)]), position)
+            # a kill stops a write only between the file's pages (damage.py): a prefix
+            # ending at a page boundary, past the batch length so it is not zeros
+            cuts = range(-(-(position + 12) // PAGE) * PAGE, position + len(data), PAGE)
+            if cuts and due():
+                pwrite_all(fd, bytes(data[:rng.choice(cuts) - position]), position)
                 freeze(out, phase)
             pwrite_all(fd, data, position)
         segment_module._pwrite_all = torn_pwrite

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -50,7 +51,7 @@ def test_it_reads_a_version_1_journal_and_appends_to_it(tmp_path: Path) -> None:
     # still open at an upgrade: the next owner appends to it, any kind
     path = tj.journal_path(tmp_path, 5)
     record = tj.RECORD_BODY.pack(tj.TAKE, 7, 1) + tj.ENTRY.pack(0, 0, 3)
-    path.write_bytes(tj.HEADER.pack(tj.MAGIC, 1, 5)
+    path.write_bytes(tj.HEADER.pack(tj.MAGIC, 1, 0, 5)
                      + tj.RECORD_HEAD.pack(len(record), __import__("crc32c").crc32c(record))
                      + record)
     journal = tj.CommitJournal(tmp_path, 5)
@@ -165,7 +166,7 @@ def test_it_refuses_damage_across_a_sector_boundary_that_zeroes_no_sector_piece(
 
 def test_it_ignores_a_file_whose_header_never_reached_the_disk(tmp_path: Path) -> None:
     path = tj.journal_path(tmp_path, 4)
-    for data in (b"", bytes(16), bytes(30), tj.HEADER.pack(tj.MAGIC, tj.VERSION, 4)[:9]):
+    for data in (b"", bytes(16), bytes(30), tj.HEADER.pack(tj.MAGIC, tj.VERSION, 0, 4)[:9]):
         path.write_bytes(data)
         assert tj.replay(path) == ([], len(data))
 
@@ -392,3 +393,33 @@ def test_it_appends_after_the_records_of_a_journal_with_zeros_ahead(tmp_path: Pa
     again.close()
     takes, ignored = tj.replay(tj.journal_path(tmp_path, 4))
     assert [t.commit_id for t in takes] == [1, 2] and ignored == 0
+
+
+def test_a_journal_with_zeros_ahead_says_so_in_its_header(tmp_path: Path) -> None:
+    tj.CommitJournal(tmp_path, 1, zero_fill=8192).close()
+    tj.CommitJournal(tmp_path, 2).close()
+    flagged, plain = (tj.journal_path(tmp_path, g).read_bytes() for g in (1, 2))
+    assert flagged[5] == tj.ZEROS_AHEAD and plain[5] == 0 and flagged[6:8] == plain[6:8] == b"\0\0"
+    # bytes 5..7 were reserved: the header as every earlier reader unpacked it
+    assert struct.unpack_from(">4sB3xq", flagged) == (tj.MAGIC, tj.VERSION, 1)
+
+
+@pytest.mark.parametrize("zero_fill", [0, 8192])
+def test_it_counts_zeros_ending_a_journal_without_zeros_ahead_as_ignored(
+        tmp_path: Path, zero_fill: int) -> None:
+    """Policy durability (or a journal written before the flag): zeros at the end are
+    appends a power loss dropped, commits that may have returned: never silent. Only
+    a journal flagged ZEROS_AHEAD takes them for its preallocated space."""
+    journal = tj.CommitJournal(tmp_path, 0, zero_fill=zero_fill)
+    journal.append(tj.TAKE, 1, [(0, 0, 10)])
+    journal.append(tj.TAKE, 2, [(0, 10, 20)])
+    journal.close()
+    path = journal.path
+    with open(path, "r+b") as f:  # the second record dropped, the file's length kept
+        f.seek(16 + 41)
+        f.write(bytes(41 + 4096))
+    takes, ignored = tj.replay(path)
+    assert [t.commit_id for t in takes] == [1]
+    assert ignored == (0 if zero_fill else 41 + 4096)
+    assert tj.scan(path).zero_tail == (41 + 4096 if zero_fill else 0)
+

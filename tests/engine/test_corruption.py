@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from channel_engine import LogConfig, PartitionLog, PendingEvent
+from channel_engine import CorruptRecordError, LogConfig, PartitionLog, PendingEvent
+from channel_engine.log import record_batch as rb
 from channel_engine.log import state as state_file
 from channel_engine.log.recovery import (
     DAMAGE_SPLIT,
@@ -265,3 +266,23 @@ def test_verify_names_the_file_and_position_of_a_bad_magic(tmp_path: Path) -> No
         f.write(b"\x07")
     status, text = verify(tmp_path)
     assert status == 1 and f"{first}: byte {position}: corrupt: magic 7" in text
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_read_of_compressed_records_that_do_not_decode_raises_corrupt_record_error(
+        tmp_path: Path, codec: str) -> None:
+    """The CRC-32C holds (restamped over the damaged bytes) but the compressed stream does
+    not decode: an engine error naming the file and byte, never the codec's raw error."""
+    config = LogConfig(compression=codec)
+    with PartitionLog.open(tmp_path, config) as log:
+        log.append([PendingEvent(f"event {i} ".encode() * 8) for i in range(20)])
+        path = log.segments[0].log_path
+    batch = bytearray(path.read_bytes())
+    batch[len(batch) - 6] ^= 0x40  # in the compressed stream or its checksum
+    batch[17:21] = rb.compute_crc(batch).to_bytes(4, "big")
+    path.write_bytes(bytes(batch))
+    with PartitionLog.open(tmp_path, config) as log:
+        for read in (lambda: log.read(0), lambda: list(log.iter_events(0))):
+            with pytest.raises(CorruptRecordError, match="records do not decode") as caught:
+                read()
+            assert caught.value.path == str(path) and caught.value.position == 0

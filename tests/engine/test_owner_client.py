@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from channel_helpers import make_config
 
-from channel_engine.errors import OwnerLostError, OwnerUnreachableError
+from channel_engine.errors import OwnerLostError, OwnerProtocolError, OwnerUnreachableError
+from channel_engine.event import Event
 from channel_engine.filenames import SOCKET_NAME
 from channel_engine.owner import protocol
 from channel_engine.owner.client import OwnerClient
@@ -109,3 +110,15 @@ def test_a_call_after_close_is_refused_as_not_done(silent_owner: SilentOwner) ->
     with pytest.raises(OwnerUnreachableError, match="was not done"):
         client.status()
     assert silent_owner.client_descriptors() <= before
+
+
+@pytest.mark.parametrize("row", [[0, 1, 2, None, {}], [0, 1, 2, None, {}, b"x", b"more"],
+                                 [], 7, b"abcdef"])
+def test_an_event_of_the_wrong_shape_in_a_reply_is_a_protocol_error(row: object) -> None:
+    good = [0, 1, 2, None, {}, b"x"]
+    assert protocol.TAKE_EVENTS.result_from_wire([good]) == [Event(0, 1, 2, None, {}, b"x")]
+    with pytest.raises(OwnerProtocolError, match=r"owner protocol: an event of .* expected a "
+                       r"list of 6 fields \(partition, offset, timestamp, key, headers, body\)"):
+        protocol.TAKE_EVENTS.result_from_wire([good, row])
+    with pytest.raises(OwnerProtocolError):
+        protocol.READ.result_from_wire([row])
