@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from appliance_helpers import make_files
 from django.core.exceptions import ValidationError
 from django.test import RequestFactory
 from rest_framework.exceptions import AuthenticationFailed
@@ -64,6 +65,7 @@ def test_directories_must_lie_inside_the_data_root(root: Path, tmp_path_factory:
 def test_open_channel_opens_once_and_again_after_a_change(root: Path) -> None:
     record = row(root)
     record.save()
+    make_files(record)  # as the create does: a saved row whose files are missing is refused
     first = channels.open_channel(record)
     assert channels.open_channel(record) is first
     with first.put() as tx:

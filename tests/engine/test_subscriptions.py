@@ -316,11 +316,13 @@ def test_a_change_whose_checkpoint_fails_leaves_the_subscription_as_it_was_and_l
     channel.close()
 
 
-def open_journals() -> list[str]:
-    """The commit journals this process holds open."""
+def open_journals(under: Path) -> list[str]:
+    """The commit journals under `under` (one test's channel: other tests' channels may
+    still be open in this process) that this process holds open."""
     paths = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
              if os.path.exists(f"/proc/self/fd/{fd}")]
-    return sorted(path for path in paths if path.endswith(".journal"))
+    return sorted(path for path in paths
+                  if path.endswith(".journal") and path.startswith(str(under)))
 
 
 def test_a_refused_change_leaves_no_journal_open(tmp_path: Path) -> None:
@@ -329,7 +331,7 @@ def test_a_refused_change_leaves_no_journal_open(tmp_path: Path) -> None:
     with Channel.open(make_config(tmp_path, partitions=1)) as channel:
         channel.add_subscription("archive")
         held = channel.take(subscription="archive")
-        before = open_journals()
+        before = open_journals(tmp_path)
         with pytest.raises(SubscriptionExistsError):
             channel.add_subscription("archive")
         with pytest.raises(SubscriptionBusyError):
@@ -340,10 +342,10 @@ def test_a_refused_change_leaves_no_journal_open(tmp_path: Path) -> None:
             channel.remove_subscription("nope")
         with pytest.raises(ValueError, match="outside"):
             channel.reset_subscription("default", {0: 5})
-        assert open_journals() == before
+        assert open_journals(tmp_path) == before
         held.rollback()
         channel.checkpoint()  # the journal a refused change made is the next one's
-        assert len(open_journals()) == 1
+        assert len(open_journals(tmp_path)) == 1
 
 
 def test_what_leaves_every_queue_is_counted_once_and_per_subscription_as_each_lost_it(

@@ -147,9 +147,8 @@ def test_a_run_killed_in_its_commit_is_confirmed_by_the_next_jobs_recovered_line
     with override_settings(WEIR_DATA_ROOTS=[tmp_path],
                            WEIR_EXPORT_URI=(tmp_path / "export").as_uri(),
                            WEIR_SPARK_MASTER="local[1]"):
-        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
-                                     checkpoint_dir=str(tmp_path / "home"),
-                                     minimum_required_space=0)
+        row = created(name="orders", data_dirs=[str(tmp_path / "data")],
+                      checkpoint_dir=str(tmp_path / "home"), minimum_required_space=0)
         with channels.open_channel(row).put() as tx:
             for i in range(25):
                 tx.put(f"e{i}".encode())
