@@ -24,6 +24,11 @@ A record is a JSON object:
     schema_version
                 the schema version of the columns its files hold (file_formats.py: 1
                 bytes, 2 readable); a summary's is that of the newest record it folds
+    path        a run's record: the export path it was told (Flume's escapes, as given:
+                "%Y/%m/%d/%H"), under which its files are; none in a summary
+    paths       a summary's: {path: [schema versions]} of every record it folds (of any
+                channel of the name), so that compaction never forgets what a folder
+                holds; none in a run's record
 
 Records of runs from before the marker have no format and version (read as version 1)
 and may have no channel_id (they count for the channel). Records written before the
@@ -31,12 +36,18 @@ schema versions have no schema_version: their files are of version 1 or, written
 the readable exports (3c37d9c) on, of version 2, in records of the same shape; the first
 of its files that tells (file_schema.py reads its footer, header or first line) gives
 the version (a summary, which names no file, leaves it to the record before), else 1.
+Records written before the paths have no path (nor paths): what a run's record holds is
+under the folders of its files (its moves' final names, below <output>/<channel>/:
+"2026/11/27/14"), what a summary holds under path_overlap.UNKNOWN_PATH, which overlaps
+every path, each in the record's version as above. (New keys only: version 1 readers
+ignore them and still read the records right; hence still version 1.)
 Keys a reader does not know are ignored. A record that does not parse or has another
 shape, or names a schema version this code does not know, is damage: the run
 stops with an ExportError naming it (read_record), since skipping it would export its
 ranges again and trusting it is impossible. Example:
 
     {"format": "weir-export-commit", "version": 1, "schema_version": 2,
+     "path": "%Y/%m/%d/%H",
      "run_id": "1795788300000-1a2b3c4d", "channel_id": "5f0c9e…", "moves": [[
       "hdfs://nn:8020/weir/orders/_weir/tmp/1795788300000-1a2b3c4d/_p=0/_chunk=0/
        _bucket=2026%2F11%2F27%2F14/part-00000-….parquet",
@@ -45,7 +56,9 @@ ranges again and trusting it is impossible. Example:
      "ranges": {"0": [[0, 100]]}}
 
 (each path one string, broken here to fit): partition 0's offsets 0 to 99, all in hour
-14 of 2026-11-27, in one file.
+14 of 2026-11-27, in one file. A summary of it and a version 1 run's record under
+"v1/%Y/%m/%d/%H" would have "moves": [] and "paths": {"%Y/%m/%d/%H": [2],
+"v1/%Y/%m/%d/%H": [1]}.
 
 Writing one (CommitRecords.commit, step 5 of the protocol) is atomic: a temp name, its
 bytes synced (hsync on HDFS: dfs.py), a rename, the directories synced. The rename is
@@ -53,9 +66,11 @@ the run's commit point: from then on its files count, and recover() finishes its
 
 Reading them (recover, step 1) redoes the moves of every record (a crash may have cut
 them short), deletes the records cut short and returns the ranges this channel's records
-hold, and the schema version of the newest record (`schema_version`; of any channel of
+hold, the schema version of the newest record (`schema_version`; of any channel of
 the name, whose files share the folders: a run told no version writes that one, so a job
-run again by hand after an upgrade keeps the folders' layout). A committed file gone
+run again by hand after an upgrade keeps the folders' layout), and what each path holds
+(`paths`, {path: versions}, of every record: the run refuses to write another version
+into a folder one of them overlaps, exporter.py step 1). A committed file gone
 when its record is redone (an operator pruned old output) is counted in `missing`, not
 recreated, and stops nothing. Once there are more than COMPACT_AFTER records, compact()
 folds them into one summary.
@@ -68,12 +83,14 @@ from __future__ import annotations
 import json
 from functools import partial
 from typing import Any
+from urllib.parse import urlparse
 
 from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge
-from channel_engine.spark.file_formats import check_schema_version
+from channel_engine.spark.file_formats import SCHEMA_VERSIONS, check_schema_version
 from channel_engine.spark.file_schema import schema_version_of
 from channel_engine.spark.output_layout import OutputLayout
+from channel_engine.spark.path_overlap import UNKNOWN_PATH, folder
 
 # recover() folds the commit records into one summary once there are more than this many
 COMPACT_AFTER = 32
@@ -84,12 +101,20 @@ UNVERSIONED_SCHEMA = 1
 
 
 def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
-                  ranges: dict[int, list[Range]], schema_version: int) -> dict[str, Any]:
-    """A commit record (the format above), its partitions in the order of `ranges`."""
-    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
-            "schema_version": schema_version, "run_id": run_id,
-            "channel_id": channel_id, "moves": moves,
-            "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+                  ranges: dict[int, list[Range]], schema_version: int, *,
+                  path: str | None = None,
+                  paths: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """A commit record (the format above), its partitions in the order of `ranges`: a
+    run's with the export `path` it was told, a summary's with the `paths` it folds."""
+    record = {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+              "schema_version": schema_version, "run_id": run_id,
+              "channel_id": channel_id, "moves": moves,
+              "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+    if path is not None:
+        record["path"] = path
+    if paths is not None:
+        record["paths"] = paths
+    return record
 
 
 def schema_version(record: dict[str, Any]) -> int:
@@ -117,6 +142,9 @@ def read_record(uri: str, data: bytes) -> dict[str, Any]:
     if not _well_formed(record):
         raise ExportError(f"{uri}: a damaged commit record (moves or ranges malformed); "
                           f"{advice}")
+    if not _well_placed(record):
+        raise ExportError(f"{uri}: a damaged commit record (path or paths malformed); "
+                          f"{advice}")
     try:
         check_schema_version(record.get("schema_version", UNVERSIONED_SCHEMA))
     except ValueError as exc:
@@ -137,6 +165,17 @@ def _well_formed(record: dict[str, Any]) -> bool:
         and 0 <= r[0] < r[1] for r in rs) for p, rs in ranges.items())
 
 
+def _well_placed(record: dict[str, Any]) -> bool:
+    """A path is a string; paths map strings to lists of known schema versions."""
+    if not isinstance(record.get("path", ""), str):
+        return False
+    paths = record.get("paths", {})
+    return isinstance(paths, dict) and all(
+        isinstance(versions, list) and versions and all(
+            type(v) is int and v in SCHEMA_VERSIONS for v in versions)
+        for versions in paths.values())
+
+
 class CommitRecords:
     """The commit records of one channel's output (the table above)."""
 
@@ -149,6 +188,8 @@ class CommitRecords:
         self.runs: list[str] = []  # the runs whose records recover() read: they committed
         # the schema version of the newest record (recover()); None: there is none
         self.schema_version: int | None = None
+        # {path: schema versions of the files under it} of every record (recover())
+        self.paths: dict[str, set[int]] = {}
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
         """Finish every record's moves and drop half-written records; return the ranges
@@ -175,25 +216,50 @@ class CommitRecords:
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)
+        version = UNVERSIONED_SCHEMA  # of a record that does not tell: the one's before
+        for record in records:
+            version = self._schema_version(record) or version
+            for path, versions in self._held(record, version).items():
+                self.paths.setdefault(path, set()).update(versions)
         if records:
-            self.schema_version = self._schema_version(records)
+            self.schema_version = version
         return {p: merge(ranges) for p, ranges in exported.items()}
 
-    def _schema_version(self, records: list[dict[str, Any]]) -> int:
-        """The schema version of the newest of `records` (oldest first): its own, else
-        (written before the versions) what the first of its files that tells says
-        (file_schema.py); a record without files that tell (a summary has none, and sorts
-        after its run's record) leaves it to the one before. 1 when none tells."""
-        for record in reversed(records):
-            if "schema_version" in record:
-                return schema_version(record)
-            for _, final in record["moves"]:
-                if self.dfs.exists(final):
-                    told = schema_version_of(final, self.dfs.length(final), partial(
-                        self.dfs.read_range, final))
-                    if told is not None:
-                        return told
-        return UNVERSIONED_SCHEMA
+    def _schema_version(self, record: dict[str, Any]) -> int | None:
+        """The schema version of a record's files: its own, else (written before the
+        versions) what the first of its files that tells says (file_schema.py); None when
+        none tells (a summary names none, and sorts after its run's record: the caller
+        takes the version of the record before)."""
+        if "schema_version" in record:
+            return schema_version(record)
+        for _, final in record["moves"]:
+            if self.dfs.exists(final):
+                told = schema_version_of(final, self.dfs.length(final), partial(
+                    self.dfs.read_range, final))
+                if told is not None:
+                    return told
+        return None
+
+    def _held(self, record: dict[str, Any], version: int) -> dict[str, set[int]]:
+        """{path: schema versions} of what `record` (of schema `version`) holds: a
+        summary's paths, a run's path, else (written before the paths) the folders of its
+        files, or UNKNOWN_PATH for a summary (the format above)."""
+        if "paths" in record:
+            return {folder(path): set(versions) for path, versions in record["paths"].items()}
+        if "path" in record:
+            return {folder(record["path"]): {version}}
+        if not record["moves"]:
+            return {UNKNOWN_PATH: {version}}
+        return {self._folder_of(final): {version} for _, final in record["moves"]}
+
+    def _folder_of(self, final: str) -> str:
+        """The folder of a committed file below <output>/<channel>/ ("2026/11/27/14"), or
+        UNKNOWN_PATH for a file elsewhere (an output copied from another place)."""
+        root = urlparse(self.layout.root).path.rstrip("/") + "/"
+        path = urlparse(final).path
+        if not path.startswith(root):
+            return UNKNOWN_PATH
+        return folder(path[len(root):].rpartition("/")[0])
 
     def _finish_move(self, temp: str, final: str) -> None:
         """Redo a recorded move that a crash cut short."""
@@ -215,17 +281,18 @@ class CommitRecords:
         if len(self.read) <= COMPACT_AFTER:
             return
         summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())),
-                                self.schema_version or UNVERSIONED_SCHEMA)
+                                self.schema_version or UNVERSIONED_SCHEMA,
+                                paths={p: sorted(v) for p, v in sorted(self.paths.items())})
         self._write(f"{run_id}.summary.json", summary)
         for uri in self.read:  # a crash here leaves ranges recorded twice: harmless
             self.dfs.delete(uri)
 
     def commit(self, run_id: str, channel_id: str, moves: list[list[str]],
-               ranges: dict[int, list[Range]], schema_version: int) -> None:
-        """Write run `run_id`'s commit record (its files of `schema_version`): the commit
-        point of the run."""
-        self._write(f"{run_id}.json",
-                    commit_record(run_id, channel_id, moves, ranges, schema_version))
+               ranges: dict[int, list[Range]], schema_version: int, path: str) -> None:
+        """Write run `run_id`'s commit record (its files of `schema_version`, under export
+        path `path`): the commit point of the run."""
+        self._write(f"{run_id}.json", commit_record(run_id, channel_id, moves, ranges,
+                                                    schema_version, path=path))
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
         """Write a record under _weir/commits atomically: temp name, sync, rename."""

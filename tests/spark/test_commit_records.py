@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from channel_engine.errors import ExportError
+from channel_engine.spark import commit_records
 from channel_engine.spark.commit_records import (
     RECORD_FORMAT,
     RECORD_VERSION,
@@ -33,6 +34,17 @@ def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
     assert record["schema_version"] == schema_version(record) == 2
     assert list(record["ranges"]) == ["2", "0"]  # in the order given
     assert read_record(URI, json.dumps(record).encode()) == record
+    assert "path" not in record and "paths" not in record
+
+
+def test_a_runs_record_keeps_its_path_and_a_summary_its_paths() -> None:
+    record = commit_record("r", "c", [["tmp/a", "final/a"]], {0: [(0, 1)]}, 2,
+                           path="v2/%Y/%m/%d/%H")
+    assert read_record(URI, json.dumps(record).encode())["path"] == "v2/%Y/%m/%d/%H"
+    summary = commit_record("r", "c", [], {0: [(0, 1)]}, 2,
+                            paths={"%Y/%m/%d/%H": [1], "v2/%Y/%m/%d/%H": [2]})
+    assert read_record(URI, json.dumps(summary).encode())["paths"] == \
+        {"%Y/%m/%d/%H": [1], "v2/%Y/%m/%d/%H": [2]}
 
 
 def test_a_record_from_before_the_marker_still_reads() -> None:
@@ -56,6 +68,11 @@ def test_a_record_from_before_the_marker_still_reads() -> None:
     (b'{"ranges": {}}', "malformed"),
     (b'{"moves": [], "ranges": {}, "schema_version": 3}', "schema_version must be one of"),
     (b'{"moves": [], "ranges": {}, "schema_version": "2"}', "schema_version must be one of"),
+    (b'{"moves": [], "ranges": {}, "path": 7}', "path or paths malformed"),
+    (b'{"moves": [], "ranges": {}, "paths": ["%Y"]}', "path or paths malformed"),
+    (b'{"moves": [], "ranges": {}, "paths": {"%Y": 1}}', "path or paths malformed"),
+    (b'{"moves": [], "ranges": {}, "paths": {"%Y": []}}', "path or paths malformed"),
+    (b'{"moves": [], "ranges": {}, "paths": {"%Y": [3]}}', "path or paths malformed"),
 ])
 def test_a_damaged_or_unknown_record_is_an_error_naming_it(data: bytes, says: str) -> None:
     with pytest.raises(ExportError, match=says) as raised:
@@ -88,3 +105,41 @@ def test_a_record_without_a_schema_version_has_that_of_its_files(
     records = CommitRecords(layout)
     assert records.recover("c") == {0: [(0, 2)]}
     assert records.schema_version == version
+
+
+def test_it_tells_what_each_path_holds_and_a_compaction_keeps_it(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dfs = Dfs(spark, tmp_path.as_uri())
+    layout = OutputLayout(dfs, "orders")
+    hour = tmp_path / "orders" / "2026" / "11" / "27" / "14"
+    hour.mkdir(parents=True)
+    shutil.copyfile(GOLDEN / "v1.parquet", hour / f"orders+0+{0:020d}+{1:020d}.parquet")
+    commits = tmp_path / "orders" / "_weir" / "commits"
+    commits.mkdir(parents=True)
+
+    def write(name: str, **record: Any) -> None:
+        (commits / name).write_text(json.dumps({"moves": [], "ranges": {}, **record}))
+
+    # before the paths: a run's record holds its files' folders (a pruned file's too), in
+    # the version its files tell; a summary holds its version where nobody knows
+    write("1795788300000-aaaaaaaa.json", moves=[
+        [dfs.join("orders", "t1"), f"file://{hour}/orders+0+{0:020d}+{1:020d}.parquet"],
+        [dfs.join("orders", "t2"), dfs.join("orders", "2026/11/27/15/gone.parquet")]])
+    write("1795788300001-bbbbbbbb.summary.json", schema_version=1)
+    # since: a run's record its path (a trailing slash names the same folder), a
+    # summary's the paths it folded
+    write("1795788300002-cccccccc.json", schema_version=2, path="v2/%Y/%m/%d/%H/")
+    write("1795788300003-dddddddd.summary.json", schema_version=2,
+          paths={"old/%Y": [1, 2]})
+    held = {"2026/11/27/14": {1}, "2026/11/27/15": {1}, "": {1}, "v2/%Y/%m/%d/%H": {2},
+            "old/%Y": {1, 2}}
+    records = CommitRecords(layout)
+    records.recover("c")
+    assert records.paths == held and records.schema_version == 2
+    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 1)
+    records.compact("1795788300004-eeeeeeee", "c", {})
+    [summary] = [json.loads(p.read_text()) for p in commits.glob("*.json")]
+    assert summary["paths"] == {path: sorted(v) for path, v in sorted(held.items())}
+    again = CommitRecords(layout)
+    again.recover("c")
+    assert again.paths == held  # compaction forgot nothing

@@ -863,6 +863,93 @@ def test_a_commit_record_of_an_unknown_schema_version_stops_the_run(
     assert untaken(config) == 10
 
 
+
+# -- never two schema versions in one folder (exporter.py step 1, path_overlap.py) -------------
+def refused(spark: Any, config: ChannelConfig, output: str, **settings: Any) -> str:
+    """The message of the ExportError a run with `settings` stops with."""
+    with pytest.raises(ExportError) as raised:
+        export_here(spark, config, output, **settings)
+    return str(raised.value)
+
+
+def test_a_run_never_writes_a_version_into_folders_holding_another(
+        tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 0)  # each run that goes compacts
+    config = make_channel(tmp_path, 30, partitions=1)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, schema_version=1)["rows"] == 30
+    assert [r["path"] for r in records(output)] == ["%Y/%m/%d/%H"]  # as it was told
+    with Channel.open(config) as channel:
+        put_events(channel, 30, 40)
+    before = records(output)
+    # the same folder, one below it, one above it: refused, nothing taken or written
+    for path in ("%Y/%m/%d/%H/", "%Y/%m/%d/%H/v2", "%Y/%m"):
+        message = refused(spark, config, output, schema_version=2, path=path)
+        assert f"the folder '{path.rstrip('/')}' under {Dfs(spark, output).join('orders')}" \
+            in message and "version 1 under '%Y/%m/%d/%H'" in message, message
+        assert "told to write version 2" in message and "change the export path to one of " \
+            "its own (say 'v2/" in message and "or the schema version to 1" in message
+        assert untaken(config) == 10 and records(output) == before  # nor compacted
+    # the job run by hand says so in its report line and exits 1
+    code, report, log = export(config, output, "--schema-version", "2")
+    assert code == 1 and report is not None, log
+    assert report["error"].startswith("ExportError: export of channel 'orders': the folder "
+                                      "'%Y/%m/%d/%H'"), report
+    assert report["run"]["outcome"] == "failed" and report["run"]["rows"] == 0
+    assert untaken(config) == 10 and records(output) == before
+    # a path of its own goes; its run compacts the version 1 record into a summary
+    report = export_here(spark, config, output, schema_version=2, path="v2/%Y/%m/%d/%H")
+    assert report["rows"] == 10
+    record, summary = records(output)  # of one run: its record sorts first
+    assert summary["paths"] == {"%Y/%m/%d/%H": [1]} and "path" not in summary
+    assert (record["path"], record["schema_version"]) == ("v2/%Y/%m/%d/%H", 2)
+    # the compacted output keeps refusing, by the summary's paths and by the new record
+    with Channel.open(config) as channel:
+        put_events(channel, 40, 50)
+    assert "version 1 under '%Y/%m/%d/%H'" in refused(
+        spark, config, output, schema_version=2, path="%Y/%m/%d")
+    assert "version 2 under 'v2/%Y/%m/%d/%H'" in refused(
+        spark, config, output, schema_version=1, path="v2/%Y")
+    assert untaken(config) == 10 and records(output) == [record, summary]
+    # a run told no version writes the one its folders hold (step 1 alone)
+    for path, version in (("%Y/%m/%d", 1), ("v2/%Y", 2)):
+        told_none = Exporter(spark, ExportSettings(str(config.home), output, path=path))
+        told_none.recover()
+        assert told_none.schema_version == version, path
+
+
+def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version(
+        tmp_path: Path, spark: Any) -> None:
+    # a record written before the paths (nor versions): its files' folders hold what the
+    # files say (file_schema.py); a summary from then, its version in folders nobody knows
+    import shutil
+
+    config = make_channel(tmp_path, 10, partitions=1)
+    output = output_uri(tmp_path)
+    name = f"orders+0+{0:020d}+{1:020d}.parquet"
+    hour = local(output) / "orders" / "2026" / "11" / "27" / "14"
+    hour.mkdir(parents=True)
+    shutil.copyfile(ROOT / "tests" / "spark" / "golden" / "export-files" / "v1.parquet",
+                    hour / name)
+    commits = local(output) / "orders" / "_weir" / "commits"
+    commits.mkdir(parents=True)
+    legacy = {"run_id": "1795788300000-1a2b3c4d", "ranges": {"0": [[1000, 1002]]},
+              "moves": [[f"{output}/orders/_weir/tmp/x/{name}", (hour / name).as_uri()]]}
+    (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(legacy))
+    message = refused(spark, config, output, schema_version=2)
+    assert "version 1 under '2026/11/27/14'" in message, message
+    assert untaken(config) == 10
+    # folders apart go (step 1 alone here: a whole run with Spark is the test above)
+    exporter_ = Exporter(spark, ExportSettings(str(config.home), output, schema_version=2,
+                                               path="v2/%Y/%m/%d/%H"))
+    assert exporter_.recover() == {0: [(1000, 1002)]}
+    (commits / "1795788300001-1a2b3c4d.summary.json").write_text(json.dumps(
+        {"run_id": "1795788300001-1a2b3c4d", "moves": [], "ranges": {"0": [[1000, 1002]]}}))
+    message = refused(spark, config, output, schema_version=2, path="v2/%Y/%m/%d/%H")
+    assert "version 1 under unknown folders" in message and "change the schema version to " \
+        "1, or export to another output" in message, message
+    assert untaken(config) == 10
+
 # -- open files per task (file_formats.MAX_OPEN_FILES, write_progress.write_conf) ---------------
 @contextmanager
 def open_files_peak(spark: Any) -> Iterator[list[int]]:
