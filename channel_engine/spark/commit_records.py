@@ -14,7 +14,8 @@ A record is a JSON object:
     key         value
     ----------  ------------------------------------------------------------------------
     format      "weir-export-commit" (RECORD_FORMAT)
-    version     1 (RECORD_VERSION); a reader refuses a version it does not know
+    version     2 (RECORD_VERSION): 1 before `path`/`paths`; a reader reads 1 and 2
+                (READ_VERSIONS) and refuses a version it does not know
     run_id      the run that wrote it (<start ms>-<8 hex>)
     channel_id  the channel's export id (channel_id.py: its "weir-export-id" file in the
                 channel's home): records of a deleted namesake carry another id and
@@ -39,14 +40,16 @@ the version (a summary, which names no file, leaves it to the record before), el
 Records written before the paths have no path (nor paths): what a run's record holds is
 under the folders of its files (its moves' final names, below <output>/<channel>/:
 "2026/11/27/14"), what a summary holds under path_overlap.UNKNOWN_PATH, which overlaps
-every path, each in the record's version as above. (New keys only: version 1 readers
-ignore them and still read the records right; hence still version 1.)
+every path, each in the record's version as above. Records that carry them are of
+version 2: an older Weir (a job hand-run from an older install) ignores keys it does not
+know, and its compaction would write a summary without `paths`, forgetting what each
+folder holds; it refuses a version 2 record instead ("a newer Weir wrote it?").
 Keys a reader does not know are ignored. A record that does not parse or has another
 shape, or names a schema version this code does not know, is damage: the run
 stops with an ExportError naming it (read_record), since skipping it would export its
 ranges again and trusting it is impossible. Example:
 
-    {"format": "weir-export-commit", "version": 1, "schema_version": 2,
+    {"format": "weir-export-commit", "version": 2, "schema_version": 2,
      "path": "%Y/%m/%d/%H",
      "run_id": "1795788300000-1a2b3c4d", "channel_id": "5f0c9e…", "moves": [[
       "hdfs://nn:8020/weir/orders/_weir/tmp/1795788300000-1a2b3c4d/_p=0/_chunk=0/
@@ -87,7 +90,7 @@ from urllib.parse import urlparse
 
 from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge
-from channel_engine.spark.file_formats import SCHEMA_VERSIONS, check_schema_version
+from channel_engine.spark.file_formats import check_schema_version
 from channel_engine.spark.file_schema import schema_version_of
 from channel_engine.spark.output_layout import OutputLayout
 from channel_engine.spark.path_overlap import UNKNOWN_PATH, folder
@@ -95,7 +98,9 @@ from channel_engine.spark.path_overlap import UNKNOWN_PATH, folder
 # recover() folds the commit records into one summary once there are more than this many
 COMPACT_AFTER = 32
 RECORD_FORMAT = "weir-export-commit"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+# The record versions this code reads: 1 (before `path`/`paths`), 2
+READ_VERSIONS = (1, RECORD_VERSION)
 # The schema version of the files of a record without one (written before the versions)
 UNVERSIONED_SCHEMA = 1
 
@@ -135,10 +140,10 @@ def read_record(uri: str, data: bytes) -> dict[str, Any]:
             from exc
     if not isinstance(record, dict) or record.get("format", RECORD_FORMAT) != RECORD_FORMAT:
         raise ExportError(f"{uri}: not a Weir commit record ({RECORD_FORMAT}); {advice}")
-    if record.get("version", RECORD_VERSION) != RECORD_VERSION:
+    if record.get("version", 1) not in READ_VERSIONS:
         raise ExportError(f"{uri}: commit record version {record.get('version')!r}, this "
-                          f"export reads version {RECORD_VERSION} only (a newer Weir wrote "
-                          f"it?); {advice}")
+                          f"export reads versions {' and '.join(map(str, READ_VERSIONS))} "
+                          f"only (a newer Weir wrote it?); {advice}")
     if not _well_formed(record):
         raise ExportError(f"{uri}: a damaged commit record (moves or ranges malformed); "
                           f"{advice}")
@@ -146,7 +151,9 @@ def read_record(uri: str, data: bytes) -> dict[str, Any]:
         raise ExportError(f"{uri}: a damaged commit record (path or paths malformed); "
                           f"{advice}")
     try:
-        check_schema_version(record.get("schema_version", UNVERSIONED_SCHEMA))
+        for version in [record.get("schema_version", UNVERSIONED_SCHEMA),
+                        *(v for vs in record.get("paths", {}).values() for v in vs)]:
+            check_schema_version(version)
     except ValueError as exc:
         raise ExportError(f"{uri}: {exc} (a newer Weir wrote it?); {advice}") from exc
     return record
@@ -166,14 +173,13 @@ def _well_formed(record: dict[str, Any]) -> bool:
 
 
 def _well_placed(record: dict[str, Any]) -> bool:
-    """A path is a string; paths map strings to lists of known schema versions."""
+    """A path is a string; paths map strings to non-empty lists (of schema versions:
+    read_record checks those)."""
     if not isinstance(record.get("path", ""), str):
         return False
     paths = record.get("paths", {})
     return isinstance(paths, dict) and all(
-        isinstance(versions, list) and versions and all(
-            type(v) is int and v in SCHEMA_VERSIONS for v in versions)
-        for versions in paths.values())
+        isinstance(versions, list) and versions for versions in paths.values())
 
 
 class CommitRecords:

@@ -30,7 +30,7 @@ URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
 def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
     record = commit_record("1795788300000-1a2b3c4d", "5f0c9e", [["tmp/a", "final/a"]],
                            {2: [(0, 100), (150, 200)], 0: [(7, 8)]}, 2)
-    assert record["format"] == RECORD_FORMAT and record["version"] == RECORD_VERSION == 1
+    assert record["format"] == RECORD_FORMAT and record["version"] == RECORD_VERSION == 2
     assert record["schema_version"] == schema_version(record) == 2
     assert list(record["ranges"]) == ["2", "0"]  # in the order given
     assert read_record(URI, json.dumps(record).encode()) == record
@@ -47,6 +47,16 @@ def test_a_runs_record_keeps_its_path_and_a_summary_its_paths() -> None:
         {"%Y/%m/%d/%H": [1], "v2/%Y/%m/%d/%H": [2]}
 
 
+def test_records_carrying_paths_are_version_2_and_version_1_still_reads() -> None:
+    # an older Weir reads version 1 only: it refuses these instead of compacting them into
+    # a summary without paths (the module doc)
+    run = commit_record("r", "c", [], {0: [(0, 1)]}, 2, path="%Y")
+    summary = commit_record("r", "c", [], {0: [(0, 1)]}, 2, paths={"%Y": [2]})
+    assert run["version"] == summary["version"] == 2
+    old = {"format": RECORD_FORMAT, "version": 1, "run_id": "r", "moves": [], "ranges": {}}
+    assert read_record(URI, json.dumps(old).encode()) == old
+
+
 def test_a_record_from_before_the_marker_still_reads() -> None:
     legacy = {"run_id": "r", "moves": [], "ranges": {"0": [[0, 10]]}}  # no channel_id either
     assert read_record(URI, json.dumps(legacy).encode()) == legacy
@@ -58,8 +68,8 @@ def test_a_record_from_before_the_marker_still_reads() -> None:
     (b"", "not JSON"),
     (b"[1, 2]", "not a Weir commit record"),
     (b'{"format": "weir-export-id", "version": 1, "id": "x"}', "not a Weir commit record"),
-    (b'{"format": "weir-export-commit", "version": 2, "moves": [], "ranges": {}}',
-     "version 2"),
+    (b'{"format": "weir-export-commit", "version": 3, "moves": [], "ranges": {}}',
+     "version 3, this export reads versions 1 and 2 only"),
     (b'{"moves": [], "ranges": {"0": [[10, 10]]}}', "malformed"),
     (b'{"moves": [], "ranges": {"0": [[-1, 10]]}}', "malformed"),
     (b'{"moves": [], "ranges": {"0": [["0", 10]]}}', "malformed"),
@@ -72,7 +82,7 @@ def test_a_record_from_before_the_marker_still_reads() -> None:
     (b'{"moves": [], "ranges": {}, "paths": ["%Y"]}', "path or paths malformed"),
     (b'{"moves": [], "ranges": {}, "paths": {"%Y": 1}}', "path or paths malformed"),
     (b'{"moves": [], "ranges": {}, "paths": {"%Y": []}}', "path or paths malformed"),
-    (b'{"moves": [], "ranges": {}, "paths": {"%Y": [3]}}', "path or paths malformed"),
+    (b'{"moves": [], "ranges": {}, "paths": {"%Y": [3]}}', "schema_version must be one of"),
 ])
 def test_a_damaged_or_unknown_record_is_an_error_naming_it(data: bytes, says: str) -> None:
     with pytest.raises(ExportError, match=says) as raised:

@@ -515,7 +515,7 @@ def test_a_bad_output_uri_is_a_clear_error_and_the_events_stay(
 
 
 @pytest.mark.parametrize("record", [b'{"run_id": "r", "moves": [], "ranges": {"0": [[0,',
-                                    b'{"format": "weir-export-commit", "version": 2}'])
+                                    b'{"format": "weir-export-commit", "version": 3}'])
 def test_a_damaged_or_newer_commit_record_stops_the_run_before_it_takes(
         tmp_path: Path, spark: Any, record: bytes) -> None:
     config = make_channel(tmp_path, 40)
