@@ -37,13 +37,21 @@ schema versions have no schema_version: their files are of version 1 or, written
 the readable exports (3c37d9c) on, of version 2, in records of the same shape; the first
 of its files that tells (file_schema.py reads its footer, header or first line) gives
 the version (a summary, which names no file, leaves it to the record before), else 1.
-Records written before the paths have no path (nor paths): what a run's record holds is
-under the folders of its files (its moves' final names, below <output>/<channel>/:
-"2026/11/27/14"), what a summary holds under path_overlap.UNKNOWN_PATH, which overlaps
-every path, each in the record's version as above. Records that carry them are of
-version 2: an older Weir (a job hand-run from an older install) ignores keys it does not
-know, and its compaction would write a summary without `paths`, forgetting what each
-folder holds; it refuses a version 2 record instead ("a newer Weir wrote it?").
+Records written before the paths have no path (nor paths). What a run's record holds is
+in the folders of its files that are still there (its moves' final names, URL-decoded,
+below <output>/<channel>/: "2026/11/27/14"; a file gone or outside the root counts
+nothing), in the record's version as above. A summary from then (named *.summary.json)
+folded records of any path and version, so what it holds is rebuilt once from the output
+itself: its files are listed (not those under `_`- or `.`-names: _weir/, Spark's temp
+dirs, sidecars; nor any in the root itself), grouped by folder, and one file of each
+folder tells the folder's version (file_schema.py; else the summary's). Each concrete
+folder then compares with export paths as path_overlap.py says. That run compacts even at
+or below COMPACT_AFTER records, so its summary stores the map in `paths` and the listing
+never runs again (a run refused at step 1 compacts nothing: the next lists again).
+Records that carry path or paths are of version 2: an older Weir (a job hand-run from an
+older install) ignores keys it does not know, and its compaction would write a summary
+without `paths`, forgetting what each folder holds; it refuses a version 2 record
+instead ("a newer Weir wrote it?").
 Keys a reader does not know are ignored. A record that does not parse or has another
 shape, or names a schema version this code does not know, is damage: the run
 stops with an ExportError naming it (read_record), since skipping it would export its
@@ -86,14 +94,14 @@ from __future__ import annotations
 import json
 from functools import partial
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from channel_engine.errors import ExportError
 from channel_engine.offset_ranges import Range, merge
 from channel_engine.spark.file_formats import check_schema_version
 from channel_engine.spark.file_schema import schema_version_of
 from channel_engine.spark.output_layout import OutputLayout
-from channel_engine.spark.path_overlap import UNKNOWN_PATH, folder
+from channel_engine.spark.path_overlap import folder
 
 # recover() folds the commit records into one summary once there are more than this many
 COMPACT_AFTER = 32
@@ -196,12 +204,16 @@ class CommitRecords:
         self.schema_version: int | None = None
         # {path: schema versions of the files under it} of every record (recover())
         self.paths: dict[str, set[int]] = {}
+        # {folder: schema version its files tell, None: none tells} of the output's files,
+        # listed for a summary from before the paths (_listed); None: not listed
+        self.listed: dict[str, int | None] | None = None
+        self.rebuilt = False  # `paths` rebuilt from a listing: compact() stores them
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
         """Finish every record's moves and drop half-written records; return the ranges
         the records of `channel_id` hold, by partition, merged."""
         exported: dict[int, list[Range]] = {}
-        records: list[dict[str, Any]] = []  # oldest first
+        records: list[tuple[str, dict[str, Any]]] = []  # (name, record), oldest first
         # by name: run ids start with their start time, so the newest record comes last
         for uri, _ in sorted(self.dfs.list_files(self.dir)):
             name = uri.rsplit("/", 1)[-1]
@@ -214,7 +226,7 @@ class CommitRecords:
             self.read.append(uri)
             for temp, final in record["moves"]:
                 self._finish_move(temp, final)
-            records.append(record)  # a deleted namesake's files share the folders: it counts
+            records.append((name, record))  # a deleted namesake's files share the folders
             if record.get("channel_id", channel_id) != channel_id:
                 continue  # a channel of this name that was deleted: its offsets are not ours
             if not name.endswith(".summary.json"):  # a summary is no run of its own
@@ -223,9 +235,9 @@ class CommitRecords:
                 exported.setdefault(int(partition), []).extend(
                     (int(start), int(end)) for start, end in ranges)
         version = UNVERSIONED_SCHEMA  # of a record that does not tell: the one's before
-        for record in records:
+        for name, record in records:
             version = self._schema_version(record) or version
-            for path, versions in self._held(record, version).items():
+            for path, versions in self._held(name, record, version).items():
                 self.paths.setdefault(path, set()).update(versions)
         if records:
             self.schema_version = version
@@ -240,32 +252,64 @@ class CommitRecords:
             return schema_version(record)
         for _, final in record["moves"]:
             if self.dfs.exists(final):
-                told = schema_version_of(final, self.dfs.length(final), partial(
-                    self.dfs.read_range, final))
+                told = self._version_of(final)
                 if told is not None:
                     return told
         return None
 
-    def _held(self, record: dict[str, Any], version: int) -> dict[str, set[int]]:
-        """{path: schema versions} of what `record` (of schema `version`) holds: a
-        summary's paths, a run's path, else (written before the paths) the folders of its
-        files, or UNKNOWN_PATH for a summary (the format above)."""
+    def _held(self, name: str, record: dict[str, Any], version: int) -> dict[str, set[int]]:
+        """{path: schema versions} of what record `name` (of schema `version`) holds: a
+        summary's paths, a run's path, else (written before the paths) the folders of a
+        run's files, or for a summary what the output's folders hold (the format above)."""
         if "paths" in record:
             return {folder(path): set(versions) for path, versions in record["paths"].items()}
         if "path" in record:
             return {folder(record["path"]): {version}}
-        if not record["moves"]:
-            return {UNKNOWN_PATH: {version}}
-        return {self._folder_of(final): {version} for _, final in record["moves"]}
+        if name.endswith(".summary.json"):  # as recover() tells one: its moves prove nothing
+            return self._listed(version)
+        gone = set(self.missing)
+        return {place: {version} for place in (
+            self._folder_of(final) for _, final in record["moves"] if final not in gone)
+            if place is not None}
 
-    def _folder_of(self, final: str) -> str:
+    def _folder_of(self, final: str) -> str | None:
         """The folder of a committed file below <output>/<channel>/ ("2026/11/27/14"), or
-        UNKNOWN_PATH for a file elsewhere (an output copied from another place)."""
-        root = urlparse(self.layout.root).path.rstrip("/") + "/"
-        path = urlparse(final).path
-        if not path.startswith(root):
-            return UNKNOWN_PATH
-        return folder(path[len(root):].rpartition("/")[0])
+        None for a file elsewhere."""
+        # None, not UNKNOWN_PATH (which would refuse every path, for good): a file outside
+        # the root is in none of this output's folders (the output was copied from another
+        # place; its own files there are found where they are), and a file gone (pruned:
+        # the caller leaves those out) holds nothing a new file could be mixed with
+        relative = self._relative(final)
+        return None if relative is None else folder(relative.rpartition("/")[0])
+
+    def _relative(self, uri: str) -> str | None:
+        """`uri`'s path below <output>/<channel>/, URL-decoded; None outside it."""
+        root = unquote(urlparse(self.layout.root).path).rstrip("/") + "/"
+        path = unquote(urlparse(uri).path)
+        return path[len(root):] if path.startswith(root) else None
+
+    def _listed(self, version: int) -> dict[str, set[int]]:
+        """What the output's folders hold, from its files (listed once: a summary from
+        before the paths names none): one file per folder tells the folder's schema version
+        (file_schema.py), else `version`. Marks the records for compaction (`rebuilt`), so
+        that the next summary stores this map and the listing never runs again."""
+        if self.listed is None:
+            by_folder: dict[str, str] = {}
+            for uri, _ in sorted(self.dfs.list_files(self.layout.root)):
+                relative = self._relative(uri)
+                # _weir/ (records, temp dirs), Spark's _temporary, .crc sidecars: no data;
+                # nor a file in the root itself, where Weir writes none
+                if relative is None or "/" not in relative or any(
+                        part.startswith(("_", ".")) for part in relative.split("/")):
+                    continue
+                by_folder.setdefault(folder(relative.rpartition("/")[0]), uri)
+            self.listed = {place: self._version_of(uri) for place, uri in by_folder.items()}
+        self.rebuilt = True
+        return {place: {told or version} for place, told in self.listed.items()}
+
+    def _version_of(self, uri: str) -> int | None:
+        """The schema version an export file says it holds (file_schema.py), or None."""
+        return schema_version_of(uri, self.dfs.length(uri), partial(self.dfs.read_range, uri))
 
     def _finish_move(self, temp: str, final: str) -> None:
         """Redo a recorded move that a crash cut short."""
@@ -280,11 +324,12 @@ class CommitRecords:
         self.dfs.sync_dirs_up_to([final], self.layout.root)
 
     def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]]) -> None:
-        """When recover() read more than COMPACT_AFTER records (their moves all done),
-        replace them by one summary of this channel's ranges `exported` (records of a
-        deleted namesake go): the next run reads one file instead of one per run since
-        the last compaction."""
-        if len(self.read) <= COMPACT_AFTER:
+        """When recover() read more than COMPACT_AFTER records (their moves all done), or
+        rebuilt what a summary from before the paths holds (the format above), replace
+        them by one summary of this channel's ranges `exported` and every path's versions
+        (records of a deleted namesake go): the next run reads one file instead of one
+        per run since the last compaction."""
+        if len(self.read) <= COMPACT_AFTER and not self.rebuilt:
             return
         summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())),
                                 self.schema_version or UNVERSIONED_SCHEMA,

@@ -16,6 +16,7 @@ Pure functions, no I/O: safe anywhere (the appliance, the driver).
 """
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 
@@ -25,8 +26,10 @@ UNKNOWN_PATH = ""  # the path of files whose folders nobody knows: it overlaps e
 
 
 def folder(path: str) -> str:
-    """An export path as the folder it names (a trailing slash names the same one)."""
-    return path.rstrip("/")
+    """An export path as the folder it names ("a/", "./a" and "b/../a" name "a")."""
+    # normpath keeps a leading "//" (POSIX leaves its meaning open): one folder all the same
+    normal = re.sub("^/+", "/", posixpath.normpath(path or "."))
+    return "" if normal in (".", "/") else normal
 
 
 def _folder_shape(name: str) -> list[str | None] | None:
@@ -78,3 +81,11 @@ def versions_overlapping(held: Mapping[str, Iterable[int]], path: str) -> dict[i
             for version in versions:
                 found.setdefault(version, []).append(other)
     return found
+
+
+def own_path(path: str, version: int, held: Mapping[str, Iterable[int]]) -> str | None:
+    """An export path to suggest for files of `version` instead of `path`: the same under
+    "v<version>/" (in place of a "v<n>/" it starts with), or None when that one overlaps
+    a path `held` ({path: versions}) has files of another version under too."""
+    own = f"v{version}/" + re.sub(r"^v\d+/", "", folder(path))
+    return None if set(versions_overlapping(held, own)) - {version} else own

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from channel_engine.errors import ExportError
-from channel_engine.spark import commit_records
 from channel_engine.spark.commit_records import (
     RECORD_FORMAT,
     RECORD_VERSION,
@@ -118,38 +117,70 @@ def test_a_record_without_a_schema_version_has_that_of_its_files(
 
 
 def test_it_tells_what_each_path_holds_and_a_compaction_keeps_it(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: Any, tmp_path: Path) -> None:
     dfs = Dfs(spark, tmp_path.as_uri())
     layout = OutputLayout(dfs, "orders")
-    hour = tmp_path / "orders" / "2026" / "11" / "27" / "14"
-    hour.mkdir(parents=True)
-    shutil.copyfile(GOLDEN / "v1.parquet", hour / f"orders+0+{0:020d}+{1:020d}.parquet")
+    name = f"orders+0+{0:020d}+{1:020d}.parquet"
+
+    def put(place: str, golden: str = "v2.parquet") -> Path:
+        file = tmp_path / place
+        file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(GOLDEN / golden, file)
+        return file
+
+    hour = put(f"orders/2026/11/27/14/{name}", "v1.parquet")
+    put(f"orders/v2/2026/11/27/15/{name}")
+    (tmp_path / "orders" / "says nothing").mkdir()
+    (tmp_path / "orders" / "says nothing" / "notes.txt").write_text("not an export file")
+    # no data: the records, a temp dir, Spark's _temporary, a hidden folder, the root
+    for place in ("orders/_weir/tmp/r/_p=0/a.parquet", "orders/v1/_temporary/0/a.parquet",
+                  "orders/v1/.hidden/a.parquet", "orders/a.parquet"):
+        put(place, "v1.parquet")
+    elsewhere = put(f"elsewhere/2026/{name}", "v1.parquet")
     commits = tmp_path / "orders" / "_weir" / "commits"
     commits.mkdir(parents=True)
 
-    def write(name: str, **record: Any) -> None:
-        (commits / name).write_text(json.dumps({"moves": [], "ranges": {}, **record}))
+    def write(record_name: str, **record: Any) -> None:
+        (commits / record_name).write_text(json.dumps({"moves": [], "ranges": {}, **record}))
 
-    # before the paths: a run's record holds its files' folders (a pruned file's too), in
-    # the version its files tell; a summary holds its version where nobody knows
+    # before the paths: a run's record holds the folders of its files still there (not a
+    # pruned one's, nor one's outside the root), in the version its files tell; a summary
+    # what the output's folders hold, listed (the version a folder's file tells, else its)
     write("1795788300000-aaaaaaaa.json", moves=[
-        [dfs.join("orders", "t1"), f"file://{hour}/orders+0+{0:020d}+{1:020d}.parquet"],
-        [dfs.join("orders", "t2"), dfs.join("orders", "2026/11/27/15/gone.parquet")]])
-    write("1795788300001-bbbbbbbb.summary.json", schema_version=1)
+        [dfs.join("orders", "t1"), f"file://{hour}"],  # as Weir names them: not quoted
+        [dfs.join("orders", "t2"), dfs.join("orders", "2026/11/27/15/gone.parquet")],
+        [dfs.join("orders", "t3"), f"file://{elsewhere}"]])
+    write("1795788300001-bbbbbbbb.summary.json", schema_version=2)
     # since: a run's record its path (a trailing slash names the same folder), a
     # summary's the paths it folded
     write("1795788300002-cccccccc.json", schema_version=2, path="v2/%Y/%m/%d/%H/")
     write("1795788300003-dddddddd.summary.json", schema_version=2,
           paths={"old/%Y": [1, 2]})
-    held = {"2026/11/27/14": {1}, "2026/11/27/15": {1}, "": {1}, "v2/%Y/%m/%d/%H": {2},
-            "old/%Y": {1, 2}}
+    held = {"2026/11/27/14": {1}, "v2/2026/11/27/15": {2}, "says nothing": {2},
+            "v2/%Y/%m/%d/%H": {2}, "old/%Y": {1, 2}}
     records = CommitRecords(layout)
     records.recover("c")
     assert records.paths == held and records.schema_version == 2
-    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 1)
+    assert records.missing == [dfs.join("orders", "2026/11/27/15/gone.parquet")]
+    assert records.rebuilt  # so it compacts below COMPACT_AFTER records: 4 here
     records.compact("1795788300004-eeeeeeee", "c", {})
     [summary] = [json.loads(p.read_text()) for p in commits.glob("*.json")]
     assert summary["paths"] == {path: sorted(v) for path, v in sorted(held.items())}
+    (tmp_path / "orders" / "v3" / "2026").mkdir(parents=True)  # a listing would see it
+    put(f"orders/v3/2026/{name}")
     again = CommitRecords(layout)
     again.recover("c")
-    assert again.paths == held  # compaction forgot nothing
+    assert again.paths == held  # compaction forgot nothing, and listed nothing again
+    assert again.listed is None and not again.rebuilt
+    again.compact("1795788300005-ffffffff", "c", {})
+    assert [p.name for p in commits.glob("*.json")] == ["1795788300004-eeeeeeee.summary.json"]
+
+
+def test_a_files_folder_is_url_decoded_and_none_outside_the_root(
+        spark: Any, tmp_path: Path) -> None:
+    records = CommitRecords(OutputLayout(Dfs(spark, tmp_path.as_uri()), "orders"))
+    root = records.layout.root
+    assert records._folder_of(f"{root}/odd%20name/2026/a.parquet") == "odd name/2026"
+    assert records._folder_of(f"{root}/2026/11/a.parquet") == "2026/11"
+    assert records._folder_of(f"{root}-other/2026/a.parquet") is None
+    assert records._folder_of((tmp_path / "elsewhere" / "a.parquet").as_uri()) is None

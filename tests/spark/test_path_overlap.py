@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from channel_engine.spark.path_overlap import UNKNOWN_PATH, overlap, versions_overlapping
+from channel_engine.spark.path_overlap import (
+    UNKNOWN_PATH,
+    folder,
+    overlap,
+    own_path,
+    versions_overlapping,
+)
 
 
 @pytest.mark.parametrize(("path", "other"), [
@@ -41,3 +47,19 @@ def test_it_tells_the_versions_held_under_overlapping_paths_and_where() -> None:
     assert versions_overlapping(held, "old/%Y/%m") == {1: ["old/%Y"], 2: ["old/%Y"]}
     assert versions_overlapping(held, "new/%Y") == {}
     assert versions_overlapping({**held, UNKNOWN_PATH: {2}}, "new/%Y") == {2: [UNKNOWN_PATH]}
+
+
+@pytest.mark.parametrize(("path", "named"), [
+    ("%Y/%m/", "%Y/%m"), ("./%Y", "%Y"), ("a/../%Y", "%Y"), ("%Y//%m", "%Y/%m"),
+    ("a/..", ""), ("/", ""), ("", ""), ("//x/", "/x"),
+])
+def test_a_path_names_its_folder_normalised(path: str, named: str) -> None:
+    assert folder(path) == named
+
+
+def test_the_path_of_its_own_suggested_holds_no_other_version() -> None:
+    held = {"%Y/%m/%d/%H": [1], "v1/%Y": [1], "v1/x/%Y": [2]}
+    assert own_path("%Y/%m/%d/%H/", 2, held) == "v2/%Y/%m/%d/%H"
+    assert own_path("v1/%Y/%m", 2, held) == "v2/%Y/%m"  # never v2/v1/...
+    assert own_path("v1/x/%Y", 1, held) is None  # v1/x/%Y holds version 2
+    assert own_path("x/%Y", 2, {**held, "v2/x/%Y": [1]}) is None
