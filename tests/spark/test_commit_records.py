@@ -146,6 +146,7 @@ def test_it_tells_what_each_path_holds_and_a_compaction_keeps_it(
     # before the paths: a run's record holds the folders of its files still there (not a
     # pruned one's, nor one's outside the root), in the version its files tell; a summary
     # what the output's folders hold, listed (the version a folder's file tells, else its)
+    write("1795788299999-99999999.json")  # a run that wrote no files: none of them
     write("1795788300000-aaaaaaaa.json", moves=[
         [dfs.join("orders", "t1"), f"file://{hour}"],  # as Weir names them: not quoted
         [dfs.join("orders", "t2"), dfs.join("orders", "2026/11/27/15/gone.parquet")],

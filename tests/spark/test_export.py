@@ -1004,10 +1004,14 @@ def test_a_refusal_advises_only_changes_that_would_go(tmp_path: Path, spark: Any
         assert f"the folders of export path '{folder(path)}' under" in message, message
         return message.partition("To export, ")[2]
 
+    crashed = local(output) / "orders" / "_weir" / "tmp" / "1795788200000-deadbeef" / "_p=0"
+    crashed.mkdir(parents=True)
+    (crashed / "part-00000.parquet").write_bytes(b"cut short")
     # the folders hold both versions: another version would mix them too; and v2/ holds
     # version 1, so there is no path of its own to suggest there
     assert advice(2, "%Y/%m/%d/%H").startswith(
         "change the export path to folders apart from those; nothing")
+    assert not (local(output) / "orders" / "_weir" / "tmp").exists()  # a crashed run's
     # one other version: a path of its own (checked), or that version; "and N more"
     told = Exporter(spark, ExportSettings(str(config.home), output, path="w/%Y/./",
                                           schema_version=2))
