@@ -27,7 +27,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 
 from appliance.models import Channel, ExportRun
-from channel_engine.spark.path_overlap import folder, overlap
+from channel_engine.spark.path_overlap import folder, own_path, versions_overlapping
 
 
 def commit_stage(run: ExportRun) -> str:
@@ -45,15 +45,17 @@ def may_hold_files(run: ExportRun) -> bool:
     return run.outcome == ExportRun.RUNNING or run.rows > 0
 
 
-def versions_under(channel: str, path: str) -> set[int]:
-    """The schema versions of the files the exports of `channel` committed (or may be
-    committing) in the folders of export path `path`, or above or below them."""
+def paths_held(channel: str) -> dict[str, set[int]]:
+    """{export path: schema versions} of the files the exports of `channel` committed (or
+    may be committing), by its ExportRun rows."""
     # path "" (path_overlap.UNKNOWN_PATH): a run of a channel deleted before the upgrade
     # (migration 0009 knew no path for it): its files may be under any path
-    runs = ExportRun.objects.filter(channel=channel).only(
-        "path", "outcome", "rows", "partitions", "schema_version")
-    return {run.schema_version for run in runs
-            if overlap(path, run.path) and may_hold_files(run)}
+    held: dict[str, set[int]] = {}
+    for run in ExportRun.objects.filter(channel=channel).only(
+            "path", "outcome", "rows", "partitions", "schema_version"):
+        if may_hold_files(run):
+            held.setdefault(run.path, set()).add(run.schema_version)
+    return held
 
 
 def refuse_mixed_versions(row: Channel, was: Channel | None) -> None:
@@ -64,14 +66,16 @@ def refuse_mixed_versions(row: Channel, was: Channel | None) -> None:
     if was is not None and (version, folder(path)) == \
             (was.export_schema_version, folder(was.export_path)):
         return
-    held = sorted(versions_under(row.name, path) - {version})
+    runs = paths_held(row.name)
+    held = sorted(set(versions_overlapping(runs, path)) - {version})
     if not held:
         return
     there = ", ".join(map(str, held))
+    own = own_path(path, version, runs)
     if was is not None and version != was.export_schema_version:
         field, advice = "export_schema_version", (
-            f"keep version {was.export_schema_version}, or change export_path with it "
-            f"(say to 'v{version}/{folder(path)}')")
+            f"keep version {was.export_schema_version}, or change export_path with it"
+            + (f" (say to '{own}')" if own else " to folders apart from those"))
     else:
         field, advice = ("export_path" if was is not None else "export_schema_version",
                          f"set export_schema_version to {held[-1]}, or another export_path")

@@ -125,7 +125,7 @@ def test_an_export_of_readable_files_without_versions_in_its_records_keeps_versi
     versions = dict(Channel.objects.values_list("name", "export_schema_version"))
     assert versions == {"bytes": 1, "readable": 2, "avro": 2, "lines": 2, "old-lines": 1}
     runs = dict(ExportRun.objects.values_list("channel", "schema_version"))
-    assert runs == versions  # what versions_under counts
+    assert runs == versions  # what paths_held counts
 
 
 def test_an_unreadable_export_output_keeps_version_1_and_the_upgrade_goes_on(
@@ -183,8 +183,15 @@ def test_a_change_of_version_under_a_path_holding_files_is_refused(root: Path) -
     row = Channel.objects.get(name="orders")
     assert (row.export_schema_version, row.export_path) == (2, "v2/%Y/%m/%d/%H")
     committed("orders", "v2/%Y/%m/%d/%H", 2)  # the new folders now hold version 2
-    problem(change(client, export_schema_version=1), 400, "invalid-setting",
-            field="export_schema_version")
+    body = problem(change(client, export_schema_version=1), 400, "invalid-setting",
+                   field="export_schema_version")
+    [message] = body["errors"]["export_schema_version"]  # never 'v1/v2/...'
+    assert "change export_path with it (say to 'v1/%Y/%m/%d/%H')" in message, message
+    committed("orders", "v1/%Y", 2)  # so the path it would suggest holds version 2 too
+    body = problem(change(client, export_schema_version=1), 400, "invalid-setting",
+                   field="export_schema_version")
+    [message] = body["errors"]["export_schema_version"]
+    assert message.endswith("change export_path with it to folders apart from those"), message
     settings = client.get("/api/v1/channels/orders").json()["settings"]
     assert settings["export_schema_version"] == 2
 
