@@ -865,7 +865,6 @@ def test_a_commit_record_of_an_unknown_schema_version_stops_the_run(
     assert untaken(config) == 10
 
 
-
 # -- never two schema versions in one folder (exporter.py step 1, path_overlap.py) -------------
 def refused(spark: Any, config: ChannelConfig, output: str, **settings: Any) -> str:
     """The message of the ExportError a run with `settings` stops with."""
