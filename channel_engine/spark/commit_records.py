@@ -148,7 +148,8 @@ def read_record(uri: str, data: bytes) -> dict[str, Any]:
             from exc
     if not isinstance(record, dict) or record.get("format", RECORD_FORMAT) != RECORD_FORMAT:
         raise ExportError(f"{uri}: not a Weir commit record ({RECORD_FORMAT}); {advice}")
-    if record.get("version", 1) not in READ_VERSIONS:
+    told = record.get("version", 1)
+    if type(told) is not int or told not in READ_VERSIONS:
         raise ExportError(f"{uri}: commit record version {record.get('version')!r}, this "
                           f"export reads versions {' and '.join(map(str, READ_VERSIONS))} "
                           f"only (a newer Weir wrote it?); {advice}")

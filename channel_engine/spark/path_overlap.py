@@ -10,7 +10,10 @@ overlap; v1/%Y beside v2/%Y do not): each time escape stands for the digits it w
 (%Y four, %j three, the others two), so a concrete folder (2026/11/27/14, as the files of
 a commit record name it) is compared with a pattern too. A folder name with an escape
 this module does not know may be any name. UNKNOWN_PATH ("") overlaps every path: what
-is held where nobody knows.
+is held where nobody knows (the appliance's rows from before the paths), or in the root
+folder itself, which a reader of it reads with every folder below. folder() normalises a
+path first ("./%Y", "a/../%Y" and "%Y/" name "%Y"). own_path() is the path of its own
+both suggest when they refuse.
 
 Pure functions, no I/O: safe anywhere (the appliance, the driver).
 """

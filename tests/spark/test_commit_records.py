@@ -69,6 +69,8 @@ def test_a_record_from_before_the_marker_still_reads() -> None:
     (b'{"format": "weir-export-id", "version": 1, "id": "x"}', "not a Weir commit record"),
     (b'{"format": "weir-export-commit", "version": 3, "moves": [], "ranges": {}}',
      "version 3, this export reads versions 1 and 2 only"),
+    (b'{"format": "weir-export-commit", "version": true, "moves": [], "ranges": {}}',
+     "version True, this export"),
     (b'{"moves": [], "ranges": {"0": [[10, 10]]}}', "malformed"),
     (b'{"moves": [], "ranges": {"0": [[-1, 10]]}}', "malformed"),
     (b'{"moves": [], "ranges": {"0": [["0", 10]]}}', "malformed"),
