@@ -37,6 +37,8 @@ schema versions have no schema_version: their files are of version 1 or, written
 the readable exports (3c37d9c) on, of version 2, in records of the same shape; the first
 of its files that tells (file_schema.py reads its footer, header or first line) gives
 the version (a summary, which names no file, leaves it to the record before), else 1.
+Records are read oldest first: by name (a run id starts with its start time), a summary
+before the record of its own run (written at step 1, before that run's record).
 Records written before the paths have no path (nor paths). What a run's record holds is
 in the folders of its files that are still there (its moves' final names, URL-decoded,
 below <output>/<channel>/: "2026/11/27/14"; a file gone or outside the root counts
@@ -191,6 +193,12 @@ def _well_placed(record: dict[str, Any]) -> bool:
         isinstance(versions, list) and versions for versions in paths.values())
 
 
+def _oldest_first(listed: tuple[str, int]) -> tuple[str, bool]:
+    """The sort key of a listed record: its run id, then a summary before a run's record."""
+    name = listed[0].rsplit("/", 1)[-1]
+    return name.split(".", 1)[0], not name.endswith(".summary.json")
+
+
 class CommitRecords:
     """The commit records of one channel's output (the table above)."""
 
@@ -215,8 +223,9 @@ class CommitRecords:
         the records of `channel_id` hold, by partition, merged."""
         exported: dict[int, list[Range]] = {}
         records: list[tuple[str, dict[str, Any]]] = []  # (name, record), oldest first
-        # by name: run ids start with their start time, so the newest record comes last
-        for uri, _ in sorted(self.dfs.list_files(self.dir)):
+        # by name: run ids start with their start time, so the newest record comes last; a
+        # run's summary (step 1's compaction) before its own record (step 5), which is newer
+        for uri, _ in sorted(self.dfs.list_files(self.dir), key=_oldest_first):
             name = uri.rsplit("/", 1)[-1]
             if name.startswith("."):  # a record whose write was cut short: never a commit
                 self.dfs.delete(uri)
@@ -247,8 +256,8 @@ class CommitRecords:
     def _schema_version(self, record: dict[str, Any]) -> int | None:
         """The schema version of a record's files: its own, else (written before the
         versions) what the first of its files that tells says (file_schema.py); None when
-        none tells (a summary names none, and sorts after its run's record: the caller
-        takes the version of the record before)."""
+        none tells (a summary names none: the caller takes the version of the record
+        before, which it folded)."""
         if "schema_version" in record:
             return schema_version(record)
         for _, final in record["moves"]:

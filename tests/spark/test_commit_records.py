@@ -109,7 +109,8 @@ def test_a_record_without_a_schema_version_has_that_of_its_files(
         {"format": RECORD_FORMAT, "version": 1, "run_id": "1795788300000-1a2b3c4d",
          "channel_id": "c", "moves": [[dfs.join("orders", "gone"), f"file://{final}"]],
          "ranges": {"0": [[0, 2]]}}))
-    # a compaction's summary names no file and sorts after its run's record
+    # a compaction's summary names no file (it sorts before its run's record, and takes
+    # the version of the record before: none here)
     (commits / "1795788300000-1a2b3c4d.summary.json").write_text(json.dumps(
         {"run_id": "1795788300000-1a2b3c4d", "channel_id": "c", "moves": [],
          "ranges": {"0": [[0, 2]]}}))

@@ -977,10 +977,16 @@ def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version
          "schema_version": 1}))
     assert export_here(spark, config, output, schema_version=2,
                        path="v2/%Y/%m/%d/%H")["rows"] == 10
-    record, summary = records(output)
+    record, summary = records(output)  # by name: the same run id
     assert summary["paths"] == {"2026/11/27/14": [1]} and record["path"] == "v2/%Y/%m/%d/%H"
     assert summary["ranges"] == {"0": [[1000, 1002]]}
     assert "version 1 under '2026/11/27/14'" in refused(spark, config, output, schema_version=2)
+    # a run told no version, under folders apart, writes the newest record's: the run's
+    # (version 2), not its summary's, which sorts before it (written before it)
+    told_none = Exporter(spark, ExportSettings(str(config.home), output, path="x/%Y"))
+    told_none.channel_id = channel_id(config.home)
+    told_none.recover()
+    assert told_none.schema_version == 2 and records(output) == [record, summary]
 
 
 def test_a_refusal_advises_only_changes_that_would_go(tmp_path: Path, spark: Any) -> None:
