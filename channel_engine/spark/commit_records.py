@@ -305,10 +305,11 @@ class CommitRecords:
         that the next summary stores this map and the listing never runs again."""
         if self.listed is None:
             by_folder: dict[str, str] = {}
-            for uri, _ in sorted(self.dfs.list_files(self.layout.root)):
+            for uri in sorted(self.dfs.data_files(self.layout.root)):
                 relative = self._relative(uri)
-                # _weir/ (records, temp dirs), Spark's _temporary, .crc sidecars: no data;
-                # nor a file in the root itself, where Weir writes none
+                # _weir/ (records, temp dirs), Spark's _temporary, .crc sidecars: no data
+                # (data_files skips them already); nor a file in the root itself, where
+                # Weir writes none
                 if relative is None or "/" not in relative or any(
                         part.startswith(("_", ".")) for part in relative.split("/")):
                     continue
