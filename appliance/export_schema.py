@@ -8,7 +8,10 @@ create or change of a channel whose export path already holds committed files of
 another schema version is refused (400 naming the field), unless the export path
 changes too (to one that holds none of another version). Paths are compared folder by
 folder (overlap()): files of a version in a folder below or above one of another
-version's (%Y/%m/%d/%H/v2, %Y/%m/%d beside %Y/%m/%d/%H) are read together too.
+version's (%Y/%m/%d/%H/v2, %Y/%m/%d beside %Y/%m/%d/%H) are read together too. The
+comparison is channel_engine/spark/path_overlap.py's, which the export job itself uses
+too, on what its commit records say a path holds (exporter.py): it refuses what a run
+started by hand, outside these checks, would mix.
 
 What a path holds is known from the channel's ExportRun rows: each keeps the schema
 version and the export path it was told (rows from before the versions: version 1, and
@@ -21,19 +24,10 @@ is deleted, as its files do, so a channel made again under the name is checked t
 """
 from __future__ import annotations
 
-import re
-
 from django.core.exceptions import ValidationError
 
 from appliance.models import Channel, ExportRun
-from channel_engine.spark.output_layout import ESCAPES
-
-UNKNOWN_PATH = ""  # an ExportRun's path when nobody knows it (module doc)
-
-
-def folder(path: str) -> str:
-    """An export path as the folder it names (a trailing slash names the same one)."""
-    return path.rstrip("/")
+from channel_engine.spark.path_overlap import folder, own_path, versions_overlapping
 
 
 def commit_stage(run: ExportRun) -> str:
@@ -51,50 +45,17 @@ def may_hold_files(run: ExportRun) -> bool:
     return run.outcome == ExportRun.RUNNING or run.rows > 0
 
 
-def _folder_shape(name: str) -> list[str | None] | None:
-    """A folder name of an export path as the characters it makes, None for each digit a
-    time escape writes (%Y four, %j three, the others two); None for a name of an escape
-    this module does not know (it may be any name)."""
-    shape: list[str | None] = []
-    for match in re.finditer(r"%(.)|([^%]+)", name):
-        if match.group(2) is not None:
-            shape.extend(match.group(2))
-        elif match.group(1) in ESCAPES:
-            shape.extend([None] * len(ESCAPES[match.group(1)]))
-        else:
-            return None
-    return shape
-
-
-def _may_be_one_folder(a: str, b: str) -> bool:
-    """Whether folder names `a` and `b` of two export paths can name one folder."""
-    x, y = _folder_shape(a), _folder_shape(b)
-    if x is None or y is None:
-        return True
-    return len(x) == len(y) and all(
-        i == j or (i is None and (j is None or j.isdigit())) or (j is None and i.isdigit())
-        for i, j in zip(x, y, strict=True))
-
-
-def overlap(path: str, other: str) -> bool:
-    """Whether export paths `path` and `other` can put files in one folder, or one's files
-    in a folder above the other's (%Y/%m/%d/%H and %Y/%m/%d/%H/v2, or %Y/%m/%d): a
-    reader of a folder reads those below it. Compared folder by folder, each time escape
-    standing for the digits it writes."""
-    parts, others = folder(path).split("/"), folder(other).split("/")
-    return all(_may_be_one_folder(a, b) for a, b in zip(
-        [p for p in parts if p], [p for p in others if p], strict=False))
-
-
-def versions_under(channel: str, path: str) -> set[int]:
-    """The schema versions of the files the exports of `channel` committed (or may be
-    committing) in the folders of export path `path`, or above or below them."""
-    # path "": a run of a channel deleted before the upgrade (migration 0009 knew no path
-    # for it): its files may be under any path (and overlap() says so of "")
-    runs = ExportRun.objects.filter(channel=channel).only(
-        "path", "outcome", "rows", "partitions", "schema_version")
-    return {run.schema_version for run in runs
-            if overlap(path, run.path) and may_hold_files(run)}
+def paths_held(channel: str) -> dict[str, set[int]]:
+    """{export path: schema versions} of the files the exports of `channel` committed (or
+    may be committing), by its ExportRun rows."""
+    # path "" (path_overlap.UNKNOWN_PATH): a run of a channel deleted before the upgrade
+    # (migration 0009 knew no path for it): its files may be under any path
+    held: dict[str, set[int]] = {}
+    for run in ExportRun.objects.filter(channel=channel).only(
+            "path", "outcome", "rows", "partitions", "schema_version"):
+        if may_hold_files(run):
+            held.setdefault(run.path, set()).add(run.schema_version)
+    return held
 
 
 def refuse_mixed_versions(row: Channel, was: Channel | None) -> None:
@@ -105,14 +66,16 @@ def refuse_mixed_versions(row: Channel, was: Channel | None) -> None:
     if was is not None and (version, folder(path)) == \
             (was.export_schema_version, folder(was.export_path)):
         return
-    held = sorted(versions_under(row.name, path) - {version})
+    runs = paths_held(row.name)
+    held = sorted(set(versions_overlapping(runs, path)) - {version})
     if not held:
         return
     there = ", ".join(map(str, held))
+    own = own_path(path, version, runs)
     if was is not None and version != was.export_schema_version:
         field, advice = "export_schema_version", (
-            f"keep version {was.export_schema_version}, or change export_path with it "
-            f"(say to 'v{version}/{folder(path)}')")
+            f"keep version {was.export_schema_version}, or change export_path with it"
+            + (f" (say to '{own}')" if own else " to folders apart from those"))
     else:
         field, advice = ("export_path" if was is not None else "export_schema_version",
                          f"set export_schema_version to {held[-1]}, or another export_path")

@@ -92,8 +92,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from appliance import channels
-from appliance.export_schema import commit_stage, folder
+from appliance.export_schema import commit_stage
 from appliance.models import ApiToken, Channel, ExportRun
+from channel_engine.spark.path_overlap import folder
 
 log = logging.getLogger(__name__)
 JOB = "channel_engine.spark.export"

@@ -53,7 +53,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from appliance import channel_dirs, channels, exports
-from appliance.export_schema import folder, refuse_mixed_versions
+from appliance.export_schema import refuse_mixed_versions
 from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
@@ -64,6 +64,7 @@ from channel_engine import (
     SubscriptionExistsError,
 )
 from channel_engine import Channel as EngineChannel
+from channel_engine.spark.path_overlap import folder
 
 EXPORT_START = "slowest"  # where a new export subscription starts (module doc)
 

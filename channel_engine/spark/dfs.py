@@ -26,6 +26,7 @@ class Dfs:
 
     def __init__(self, spark: Any, base_uri: str) -> None:
         jvm = spark._jvm  # noqa: SLF001 -- py4j is the documented way to reach Hadoop
+        self._spark = spark
         self._io = jvm.org.apache.commons.io.IOUtils
         self._path_class = jvm.org.apache.hadoop.fs.Path
         self._base = self._path_class(base_uri)
@@ -58,6 +59,16 @@ class Dfs:
             status = files.next()
             found.append((str(status.getPath().toString()), int(status.getLen())))
         return found
+
+    def data_files(self, uri: str) -> list[str]:
+        """The URI of every file under `uri` that a reader of it reads: none below a name
+        starting with "_" or "." (_weir/, Spark's temp dirs, .crc sidecars)."""
+        # Spark's file index lists in the JVM, in bulk (in parallel for many folders), and
+        # skips such names as every reader does; list_files costs some JVM calls per file
+        # (about 7 ms each here: minutes for an output of 100,000 files)
+        frame = (self._spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+                 .load(uri).select("path"))  # the path column alone: no file is read
+        return [str(row.path) for row in frame.collect()]
 
     def write_bytes(self, uri: str, data: bytes) -> None:
         """Create a new file holding `data` (never over an existing one), hsynced before

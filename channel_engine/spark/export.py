@@ -32,6 +32,7 @@ Where the rest is written down, each beside the code that owns it:
     exporter.py         the protocol (steps 1-8, what a crash at each leaves), durability
     output_layout.py    the output layout under <output>/<channel>/, pieces, file names
     commit_records.py   the commit records (_weir/commits/*.json): format, recovery
+    path_overlap.py     which export paths share folders (no two schema versions in one)
     ../channel_id.py    the channel's drain id (export.id in its home)
     file_formats.py     the formats (parquet, json, avro) and Spark's writer of each
     export_settings.py  a run's settings (the options above) and their limits
@@ -175,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                              "else spark-submit's --master, else local[*])")
     parser.add_argument("--schema-version", type=int, choices=sorted(SCHEMA_VERSIONS),
                         help="the columns' layout: 1 bytes (Weir's before the versions), 2 "
-                             "readable (default: the version of the output's newest commit "
-                             "record, else 2)")
+                             "readable (default: the version of the files in the folders of "
+                             "--path, else of the output's newest commit record, else 2; "
+                             "another version than those folders hold is refused)")
     parser.add_argument("--max-open-files", type=int,
                         help="the most files one Spark task holds open at once (default: "
                              + ", ".join(f"{n} for {f}" for f, n in MAX_OPEN_FILES.items())

@@ -31,8 +31,10 @@ class ExportSettings:
     roll_bytes: int = 256 << 20  # the most log bytes of events in one file (estimated)
     progress_s: float = 2.0  # a progress line this often while Spark writes
     subscription: str = DEFAULT_SUBSCRIPTION  # the queue it drains (made at earliest if new)
-    # the columns' layout (file_formats.py); None: that of the output's newest commit
-    # record, file_formats.LATEST_SCHEMA for an output without one
+    # the columns' layout (file_formats.py); None: that of the files in the folders of
+    # `path` (commit records), else of the output's newest commit record, else
+    # file_formats.LATEST_SCHEMA (exporter.py: another version than the folders hold is
+    # refused)
     schema_version: int | None = None
     # the most files one Spark task holds open; None: the format's (MAX_OPEN_FILES)
     max_open_files: int | None = None

@@ -11,8 +11,9 @@ The protocol (each step survives a crash at any point; the output is the source 
     1     recover: redo the moves of every commit        finishes the moves; the range counts
           record, delete every temp dir and cut-short    as exported
           record; tell the runs they name (the job's
-          recovered line); fold > COMPACT_AFTER records
-          into one
+          recovered line); refuse a schema version
+          the records hold another of under the path;
+          fold > COMPACT_AFTER records into one
     2     take: reserve the next ranges of each          the take rolled back (its process
           partition (a take transaction, no lease)       died): the same ranges come again
     3     skip what a commit record already holds        -
@@ -24,6 +25,18 @@ The protocol (each step survives a crash at any point; the output is the source 
           the directories
     7     commit the take                                the take returns; step 3 skips it
     8     delete the temp dir                            step 1 deletes it
+
+One folder never holds files of two schema versions (file_formats.py; a reader takes a
+folder's files, and those below it, for one table). Step 1 knows from the commit records
+what each export path holds (commit_records.py: each record keeps the path its run was
+told; a summary, what it folds; a summary from before the paths, the output's folders,
+listed once); when a path that overlaps the run's (path_overlap.py: folder by folder)
+holds files of another version than the run is told, the run stops there with an
+ExportError naming the folder, both versions and what to change: nothing taken, nothing
+written, the records not compacted (crashed runs' temp dirs are deleted first). The
+appliance refuses such settings already (appliance/export_schema.py); this catches a job
+run by hand, or an output the appliance's rows do not know. A run told no version writes
+the one the overlapping paths hold, else that of the newest record, else the latest.
 
 Before step 1 the run opens the channel without ever making it (create=False): a channel
 whose files are missing (a volume not mounted) fails the run with StorageMissingError,
@@ -85,7 +98,15 @@ from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
 from channel_engine.spark.file_formats import LATEST_SCHEMA, SESSION_CONF, columns, writer
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
+from channel_engine.spark.path_overlap import (
+    UNKNOWN_PATH,
+    folder,
+    own_path,
+    versions_overlapping,
+)
 from channel_engine.spark.write_progress import rows_written, write_conf
+
+SHOWN_PATHS = 3  # an error names this many paths of each version, then "and N more"
 
 
 def crash_point(step: str) -> None:
@@ -132,20 +153,63 @@ class Exporter:
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
         """Finish every recorded run's moves, drop temp dirs and half-written records, tell
-        on_recover the runs the records name, then compact the records; return this
-        channel's exported ranges by partition."""
+        on_recover the runs the records name, refuse a schema version other than the
+        folders of the run's path hold (ExportError), then compact the records; return
+        this channel's exported ranges by partition."""
         exported = self.records.recover(self.channel_id)
-        if self.schema_version is None:  # a job told none keeps the output's layout
-            self.schema_version = self.records.schema_version or LATEST_SCHEMA
+        held = versions_overlapping(self.records.paths, self.settings.path)
+        if self.schema_version is None:  # a job told none keeps the folders' layout
+            self.schema_version = next(iter(held)) if len(held) == 1 else \
+                self.records.schema_version or LATEST_SCHEMA
         self.on_recover({"run_id": self.run_id, "committed_runs": self.records.runs})
         crash_point("recovered")  # the appliance tests: its recovered line out, nothing more
+        # crashed runs' temp dirs (their moves redone above) go even when the run is refused
+        self.dfs.delete(self.layout.temp_root, recursive=True)
+        self._refuse_mixed_versions(held)
         missing = self.records.missing
         if missing:
             self.progress(f"export {self.config.name}: {len(missing)} committed files "
                           f"are gone from the output (pruned by hand?), e.g. {missing[0]}")
         self.records.compact(self.run_id, self.channel_id, exported)
-        self.dfs.delete(self.layout.temp_root, recursive=True)
         return exported
+
+    def _refuse_mixed_versions(self, held: dict[int, list[str]]) -> None:
+        """An ExportError when the paths overlapping the run's hold files of another schema
+        version than it writes (`held`: versions_overlapping), saying what to do."""
+        version = self._version()
+        others = {v: paths for v, paths in held.items() if v != version}
+        if not others:
+            return
+        raise ExportError(
+            f"export of channel {self.config.name!r}: the folders of export path "
+            f"'{folder(self.settings.path)}' under {self.root} hold committed files of "
+            f"another schema version, or folders above or below them do "
+            f"({self._where(others)}: the commit records in {self.layout.commits}); this "
+            f"run is told to write version {version}, and two versions in one folder would "
+            f"mix two layouts of columns for a reader. To export, {self._advice(held)}; "
+            f"nothing was taken or written")
+
+    @staticmethod
+    def _where(others: dict[int, list[str]]) -> str:
+        """Which paths hold which other versions, at most SHOWN_PATHS of each."""
+        def named(path: str) -> str:
+            return f"'{path}'" if path != UNKNOWN_PATH else "the channel's root folder"
+
+        return "; ".join(
+            f"version {v} under " + ", ".join(map(named, paths[:SHOWN_PATHS]))
+            + (f" and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")
+            for v, paths in sorted(others.items()))
+
+    def _advice(self, held: dict[int, list[str]]) -> str:
+        """What to change: the export path (to one of its own, checked against the records,
+        when there is one to suggest), or the schema version when the overlapping folders
+        hold one other version only (another version would mix them just as well)."""
+        own = own_path(self.settings.path, self._version(), self.records.paths)
+        change_path = f"change the export path to one of its own (say '{own}')" if own \
+            else "change the export path to folders apart from those"
+        if len(held) > 1:  # they hold the told version too, or both
+            return change_path
+        return f"{change_path}, or the schema version to {next(iter(held))}"
 
     # -- steps 2-8 --------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -155,7 +219,11 @@ class Exporter:
             # before the output is touched
             with Channel.open(self.config.home, create=False) as channel:
                 self.channel_id = channel_id(self.config.home)
-                exported = self.recover()
+                try:
+                    exported = self.recover()
+                except BaseException as exc:  # nothing taken: the report says why
+                    self._finish("failed", describe(exc))
+                    raise
                 take = self._take(channel)
                 try:
                     reserved = take.reserve(self.settings.max_events)
@@ -247,7 +315,7 @@ class Exporter:
         self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
                             {p: report.ranges for p, report in self.reports.items()},
-                            self._version())
+                            self._version(), self.settings.path)
         self.recorded = True
         crash_point("recorded")  # committed, and nobody told yet
         self.on_commit(self._finish("committed"))

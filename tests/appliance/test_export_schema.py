@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 from appliance import channels, exports
 from appliance.exports import command
 from appliance.models import Channel, ExportRun
+from channel_engine.spark.commit_records import commit_record
 
 pytestmark = pytest.mark.django_db
 BEFORE = ("appliance", "0008_operator_help_texts")
@@ -125,7 +126,7 @@ def test_an_export_of_readable_files_without_versions_in_its_records_keeps_versi
     versions = dict(Channel.objects.values_list("name", "export_schema_version"))
     assert versions == {"bytes": 1, "readable": 2, "avro": 2, "lines": 2, "old-lines": 1}
     runs = dict(ExportRun.objects.values_list("channel", "schema_version"))
-    assert runs == versions  # what versions_under counts
+    assert runs == versions  # what paths_held counts
 
 
 def test_an_unreadable_export_output_keeps_version_1_and_the_upgrade_goes_on(
@@ -183,8 +184,15 @@ def test_a_change_of_version_under_a_path_holding_files_is_refused(root: Path) -
     row = Channel.objects.get(name="orders")
     assert (row.export_schema_version, row.export_path) == (2, "v2/%Y/%m/%d/%H")
     committed("orders", "v2/%Y/%m/%d/%H", 2)  # the new folders now hold version 2
-    problem(change(client, export_schema_version=1), 400, "invalid-setting",
-            field="export_schema_version")
+    body = problem(change(client, export_schema_version=1), 400, "invalid-setting",
+                   field="export_schema_version")
+    [message] = body["errors"]["export_schema_version"]  # never 'v1/v2/...'
+    assert "change export_path with it (say to 'v1/%Y/%m/%d/%H')" in message, message
+    committed("orders", "v1/%Y", 2)  # so the path it would suggest holds version 2 too
+    body = problem(change(client, export_schema_version=1), 400, "invalid-setting",
+                   field="export_schema_version")
+    [message] = body["errors"]["export_schema_version"]
+    assert message.endswith("change export_path with it to folders apart from those"), message
     settings = client.get("/api/v1/channels/orders").json()["settings"]
     assert settings["export_schema_version"] == 2
 
@@ -345,3 +353,26 @@ def test_the_settings_page_shows_the_version_and_its_refusal(root: Path) -> None
     # in the table of settings changed from their defaults, by their labels
     assert 'export_schema_version</a></td><td>1: bytes' in page
     assert '<td class="muted">2: readable' in page
+
+
+def test_a_run_the_job_refuses_says_why_in_its_row(root: Path) -> None:
+    # the output's commit records hold version 1 under the path, which no ExportRun row
+    # tells (a job run by hand): the real job refuses in its step 1; the row says why
+    row = channel_row(root, export_schema_version=2, export_path="%Y/%m/%d/%H")
+    commits = root / "out" / "orders" / "_weir" / "commits"
+    commits.mkdir(parents=True)
+    held = commit_record("1795788300000-1a2b3c4d", "", [], {}, 1, path="%Y/%m/%d/%H")
+    (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(held))
+    with override_settings(WEIR_EXPORT_URI=(root / "out").as_uri(),
+                           WEIR_SPARK_MASTER="local[1]", WEIR_EXPORT_READ_URL=""):
+        run = exports.run_export(row)
+    assert (run.outcome, run.rows) == (ExportRun.FAILED, 0), run.error
+    assert run.error.startswith("ExportError: export of channel 'orders': the folders of "
+                                "export path '%Y/%m/%d/%H' under file:"), run.error
+    assert "(version 1 under '%Y/%m/%d/%H': the commit records in" in run.error
+    assert "told to write version 2" in run.error and "Traceback" not in run.error
+    assert "change the export path to one of its own (say 'v2/%Y/%m/%d/%H'), or the " \
+        "schema version to 1; nothing was taken or written" in run.error
+    assert [p.name for p in commits.glob("*.json")] == ["1795788300000-1a2b3c4d.json"]
+    shown = token_client("admin").get("/api/v1/channels/orders").json()["recent_exports"]
+    assert shown[0]["error"] == run.error

@@ -29,6 +29,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from channel_engine import Channel, ChannelConfig
+from channel_engine.channel_id import channel_id
 from channel_engine.errors import ExportError
 from channel_engine.spark import commit_records, exporter
 from channel_engine.spark.dfs import Dfs
@@ -40,6 +41,7 @@ from channel_engine.spark.file_formats import (
     FORMATS,
     MAX_OPEN_FILES,
 )
+from channel_engine.spark.path_overlap import folder
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
@@ -515,7 +517,7 @@ def test_a_bad_output_uri_is_a_clear_error_and_the_events_stay(
 
 
 @pytest.mark.parametrize("record", [b'{"run_id": "r", "moves": [], "ranges": {"0": [[0,',
-                                    b'{"format": "weir-export-commit", "version": 2}'])
+                                    b'{"format": "weir-export-commit", "version": 3}'])
 def test_a_damaged_or_newer_commit_record_stops_the_run_before_it_takes(
         tmp_path: Path, spark: Any, record: bytes) -> None:
     config = make_channel(tmp_path, 40)
@@ -861,6 +863,175 @@ def test_a_commit_record_of_an_unknown_schema_version_stops_the_run(
     with pytest.raises(ExportError, match="schema_version must be one of 1, 2, not 3"):
         export_here(spark, config, output)
     assert untaken(config) == 10
+
+
+# -- never two schema versions in one folder (exporter.py step 1, path_overlap.py) -------------
+def refused(spark: Any, config: ChannelConfig, output: str, **settings: Any) -> str:
+    """The message of the ExportError a run with `settings` stops with."""
+    with pytest.raises(ExportError) as raised:
+        export_here(spark, config, output, **settings)
+    return str(raised.value)
+
+
+def test_a_run_never_writes_a_version_into_folders_holding_another(
+        tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 0)  # each run that goes compacts
+    config = make_channel(tmp_path, 30, partitions=1)
+    output = output_uri(tmp_path)
+    assert export_here(spark, config, output, schema_version=1)["rows"] == 30
+    assert [r["path"] for r in records(output)] == ["%Y/%m/%d/%H"]  # as it was told
+    with Channel.open(config) as channel:
+        put_events(channel, 30, 40)
+    before = records(output)
+    # the same folder, one below it, one above it: refused, nothing taken or written
+    for path in ("%Y/%m/%d/%H/", "%Y/%m/%d/%H/v2", "%Y/%m"):
+        message = refused(spark, config, output, schema_version=2, path=path)
+        assert f"the folders of export path '{path.rstrip('/')}' under " \
+            f"{Dfs(spark, output).join('orders')}" in message, message
+        assert "version 1 under '%Y/%m/%d/%H'" in message, message
+        assert "told to write version 2" in message and "change the export path to one of " \
+            "its own (say 'v2/" in message and "or the schema version to 1" in message
+        assert untaken(config) == 10 and records(output) == before  # nor compacted
+    # the job run by hand says so in its report line and exits 1
+    code, report, log = export(config, output, "--schema-version", "2")
+    assert code == 1 and report is not None, log
+    assert report["error"].startswith("ExportError: export of channel 'orders': the folders "
+                                      "of export path '%Y/%m/%d/%H'"), report
+    assert report["run"]["outcome"] == "failed" and report["run"]["rows"] == 0
+    assert untaken(config) == 10 and records(output) == before
+    # a path of its own goes; its run compacts the version 1 record into a summary
+    report = export_here(spark, config, output, schema_version=2, path="v2/%Y/%m/%d/%H")
+    assert report["rows"] == 10
+    record, summary = records(output)  # of one run: its record sorts first
+    assert summary["paths"] == {"%Y/%m/%d/%H": [1]} and "path" not in summary
+    assert (record["path"], record["schema_version"]) == ("v2/%Y/%m/%d/%H", 2)
+    # the compacted output keeps refusing, by the summary's paths and by the new record
+    with Channel.open(config) as channel:
+        put_events(channel, 40, 50)
+    assert "version 1 under '%Y/%m/%d/%H'" in refused(
+        spark, config, output, schema_version=2, path="%Y/%m/%d")
+    assert "version 2 under 'v2/%Y/%m/%d/%H'" in refused(
+        spark, config, output, schema_version=1, path="v2/%Y")
+    assert untaken(config) == 10 and records(output) == [record, summary]
+    # a run told no version writes the one its folders hold (step 1 alone, which then
+    # compacts nothing: below COMPACT_AFTER records again)
+    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 32)
+    for path, version in (("%Y/%m/%d", 1), ("v2/%Y", 2)):
+        told_none = Exporter(spark, ExportSettings(str(config.home), output, path=path))
+        told_none.channel_id = channel_id(config.home)
+        told_none.recover()
+        assert told_none.schema_version == version, path
+    assert records(output) == [record, summary]
+
+
+GOLDEN = ROOT / "tests" / "spark" / "golden" / "export-files"
+
+
+def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version(
+        tmp_path: Path, spark: Any) -> None:
+    # a record written before the paths (nor versions): its files' folders hold what the
+    # files say (file_schema.py); a summary from then, what the output's folders hold
+    import shutil
+
+    config = make_channel(tmp_path, 10, partitions=1)
+    output = output_uri(tmp_path)
+    name = f"orders+0+{0:020d}+{1:020d}.parquet"
+    hour = local(output) / "orders" / "2026" / "11" / "27" / "14"
+    hour.mkdir(parents=True)
+    shutil.copyfile(GOLDEN / "v1.parquet", hour / name)
+    commits = local(output) / "orders" / "_weir" / "commits"
+    commits.mkdir(parents=True)
+    legacy = {"run_id": "1795788300000-1a2b3c4d", "ranges": {"0": [[1000, 1002]]},
+              "moves": [[f"{output}/orders/_weir/tmp/x/{name}",
+                         f"{output}/orders/2026/11/27/14/{name}"]]}  # as Weir names them
+    (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(legacy))
+    message = refused(spark, config, output, schema_version=2)
+    assert "version 1 under '2026/11/27/14'" in message, message
+    assert untaken(config) == 10
+    # folders apart go (step 1 alone here: a whole run with Spark is the test above)
+    exporter_ = Exporter(spark, ExportSettings(str(config.home), output, schema_version=2,
+                                               path="v2/%Y/%m/%d/%H"))
+    assert exporter_.recover() == {0: [(1000, 1002)]}
+    # a summary from before the paths that folded version 1 and version 2 files (compacted
+    # after the switch, so naming version 2 only): what it holds is listed, and the version
+    # 1 files' folder refuses version 2 (another output of the channel's)
+    other = tmp_path / "other"
+    (other / "orders" / "v2" / "2026" / "11" / "27" / "15").mkdir(parents=True)
+    shutil.copytree(local(output) / "orders" / "2026", other / "orders" / "2026")
+    shutil.copyfile(GOLDEN / "v2.parquet", other / "orders" / "v2" / "2026" / "11" / "27"
+                    / "15" / name)
+    (other / "orders" / "_weir" / "commits").mkdir(parents=True)
+    folded = other / "orders" / "_weir" / "commits" / "1795788300001-1a2b3c4d.summary.json"
+    folded.write_text(json.dumps({"run_id": "1795788300001-1a2b3c4d", "moves": [],
+                                  "ranges": {"0": [[1000, 1002]]}, "schema_version": 2}))
+    message = refused(spark, config, other.as_uri(), schema_version=2)
+    assert "version 1 under '2026/11/27/14'" in message, message
+    assert untaken(config) == 10 and records(other.as_uri()) == [json.loads(folded.read_text())]
+    # the README's way to version 2 (v1 under %Y/%m/%d/%H, then v2 under v2/%Y/%m/%d/%H)
+    # with a summary from before the paths, compacted before the switch: version 2 goes
+    # under v2/ (the summary does not count everywhere), and the run stores what the
+    # listing found in a summary of its own, which refuses version 2 by the v1 folder
+    (commits / "1795788300000-1a2b3c4d.json").unlink()  # folded into the summary
+    (commits / "1795788300001-1a2b3c4d.summary.json").write_text(json.dumps(
+        {"run_id": "1795788300001-1a2b3c4d", "moves": [], "ranges": {"0": [[1000, 1002]]},
+         "schema_version": 1}))
+    assert export_here(spark, config, output, schema_version=2,
+                       path="v2/%Y/%m/%d/%H")["rows"] == 10
+    record, summary = records(output)  # by name: the same run id
+    assert summary["paths"] == {"2026/11/27/14": [1]} and record["path"] == "v2/%Y/%m/%d/%H"
+    assert summary["ranges"] == {"0": [[1000, 1002]]}
+    assert "version 1 under '2026/11/27/14'" in refused(spark, config, output, schema_version=2)
+    # a run told no version, under folders apart, writes the newest record's: the run's
+    # (version 2), not its summary's, which sorts before it (written before it)
+    told_none = Exporter(spark, ExportSettings(str(config.home), output, path="x/%Y"))
+    told_none.channel_id = channel_id(config.home)
+    told_none.recover()
+    assert told_none.schema_version == 2 and records(output) == [record, summary]
+
+
+def test_a_refusal_advises_only_changes_that_would_go(tmp_path: Path, spark: Any) -> None:
+    # step 1 alone (recover): the records say what each path holds
+    config = make_channel(tmp_path, 0, partitions=1)
+    output = output_uri(tmp_path)
+    commits = local(output) / "orders" / "_weir" / "commits"
+    commits.mkdir(parents=True)
+    (commits / "1795788300000-1a2b3c4d.summary.json").write_text(json.dumps(
+        commit_records.commit_record("1795788300000-1a2b3c4d", "", [], {}, 2, paths={
+            "%Y/%m/%d/%H": [1, 2], "v2/%Y/%m/%d/%H": [1], "v1/%Y": [2], "v1/x/%Y": [1],
+            **{f"w/%Y/{name}": [1] for name in "abcd"}})))
+
+    def advice(version: int, path: str) -> str:
+        told = Exporter(spark, ExportSettings(str(config.home), output, path=path,
+                                              schema_version=version))
+        with pytest.raises(ExportError) as raised:
+            told.recover()
+        message = str(raised.value)
+        assert f"the folders of export path '{folder(path)}' under" in message, message
+        return message.partition("To export, ")[2]
+
+    crashed = local(output) / "orders" / "_weir" / "tmp" / "1795788200000-deadbeef" / "_p=0"
+    crashed.mkdir(parents=True)
+    (crashed / "part-00000.parquet").write_bytes(b"cut short")
+    # the folders hold both versions: another version would mix them too; and v2/ holds
+    # version 1, so there is no path of its own to suggest there
+    assert advice(2, "%Y/%m/%d/%H").startswith(
+        "change the export path to folders apart from those; nothing")
+    assert not (local(output) / "orders" / "_weir" / "tmp").exists()  # a crashed run's
+    # one other version: a path of its own (checked), or that version; "and N more"
+    told = Exporter(spark, ExportSettings(str(config.home), output, path="w/%Y/./",
+                                          schema_version=2))
+    with pytest.raises(ExportError, match=re.escape(
+            "version 1 under 'w/%Y/a', 'w/%Y/b', 'w/%Y/c' and 1 more: the commit records in")):
+        told.recover()
+    assert advice(2, "w/%Y/./").startswith(
+        "change the export path to one of its own (say 'v2/w/%Y'), or the schema version to "
+        "1; nothing")
+    # a path under a version's folder gets the told version's instead, never v2/v1/...
+    assert advice(2, "v1/x/%Y/%m").startswith(
+        "change the export path to one of its own (say 'v2/x/%Y/%m'), or the schema")
+    # ... when that one holds no other version (v1/%Y holds version 2 here)
+    assert advice(1, "v1/%Y/%m").startswith(
+        "change the export path to folders apart from those, or the schema version to 2")
 
 
 # -- open files per task (file_formats.MAX_OPEN_FILES, write_progress.write_conf) ---------------
