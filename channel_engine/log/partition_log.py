@@ -78,9 +78,11 @@ from channel_engine.filenames import (
     LOCK_FILE,
     parse_segment_file,
 )
+from channel_engine.log import incarnation as incarnation_file
 from channel_engine.log import loader as log_loader
 from channel_engine.log import record_batch
 from channel_engine.log.config import LogConfig
+from channel_engine.log.incarnation import Incarnation
 from channel_engine.log.log_append import AppendResult, LogAppender
 from channel_engine.log.log_flush import LogFlusher
 from channel_engine.log.log_read import DEFAULT_READ_BYTES, LogReader
@@ -114,6 +116,7 @@ class PartitionLog:
         self.reader = LogReader(self.state)
         self.truncation = LogTruncation(self.state)
         self.status = LogStatus(self.state, self.retention.candidates)
+        self.incarnation = incarnation_file.ORIGINAL_INCARNATION  # read by open()
 
     # -- opening --------------------------------------------------------------------
     @classmethod
@@ -128,17 +131,23 @@ class PartitionLog:
         clock: Callable[[], float] = time.time,
         sealer: record_batch.Sealer | None = None,
         create: bool = True,
+        recreated: bool = False,
     ) -> PartitionLog:
         """Open (and create, unless read_only or not `create`) the partition log in
         `directory`; with a sealer, new batches are encrypted and encrypted ones can be read.
-        create=False: a missing directory raises ChannelGoneError (its channel was deleted)."""
+        create=False: a missing directory raises ChannelGoneError (its channel was deleted).
+        recreated: the directory is of a partition its channel had, so one made here is a
+        new incarnation (log/incarnation.py; settle_incarnation() records its start)."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
         state = log.state
         lock_moved = None
         if not read_only:
             if create:
+                made = not os.path.lexists(path)
                 _make_directory_durably(path)
+                if made and recreated:  # before anything else is written there (its doc)
+                    incarnation_file.begin(path)
             elif not os.path.lexists(path):  # a file in its place fails below, as ever
                 raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
                                        "(its channel was deleted); nothing written")
@@ -149,6 +158,7 @@ class PartitionLog:
             raise FileNotFoundError(f"{path}: no such partition directory" if not
                                     os.path.lexists(path) else f"{path}: not a directory")
         try:
+            log.incarnation = incarnation_file.read(path)
             loaded = log_loader.load(path, log.config, not read_only, force_recovery)
         except BaseException:
             state.release_dir_lock()
@@ -344,6 +354,14 @@ class PartitionLog:
     def start_at(self, offset: int) -> int:
         """Hand out `offset` next when the log ends below it; the new log end (LogTruncation)."""
         return self.truncation.start_at(offset)
+
+    def settle_incarnation(self) -> Incarnation:
+        """Record where a recreated partition's pending incarnation starts: at the log end,
+        once the queue's checkpoint has set it (the owner's open, before any put)."""
+        if self.incarnation.pending and not self.read_only:
+            self.incarnation = incarnation_file.settle(self.directory, self.incarnation,
+                                                       self.log_end_offset)
+        return self.incarnation
 
     # -- status (log_status.py) ----------------------------------------------------
     @property

@@ -1,0 +1,103 @@
+"""Partition incarnations as the drains see them: what a drain recorded as sent, checked
+against the partition the channel has now, before a run takes anything.
+
+A partition's incarnation (Kafka's topic ID, KIP-516, brought down to one partition) says
+which storage its offsets belong to. A partition as first made is the ORIGINAL
+incarnation; a partition directory made again by the operator's recreate of vanished
+storage is a new incarnation, with an id of its own and the offset it starts at
+(log/incarnation.py has the file). The recreated partition goes on at the end its
+channel's checkpoint knew; when its owner died before a checkpoint recorded the real end,
+that end lies below offsets already handed out, and maybe sent by a drain. A drain that
+took its records of those offsets for the new events at the same offsets would skip them
+as "already sent": a silent loss downstream. So each drain records, beside the ranges it
+sent, the incarnation of each partition they belong to (the export's commit records, the
+Kafka sink's offsets record; a record without it: the original incarnation), and at each
+run, before its take, conflicts() compares:
+
+    recorded under          ranges reaching                    verdict
+    ----------------------  ---------------------------------  -----------------------
+    another incarnation     below the current start offset     fine: events really sent
+    another incarnation     at or above the current start      conflict: refused
+    the current one         beyond the partition's log end     conflict: refused (a log
+                                                               gone back, no recreate)
+
+A refused run takes and writes nothing; its error names the channel, the partition, the
+start offset, the end the drain had sent and the operator's way out: recreate the
+partition starting above what was sent (`manage.py recreate_channel NAME --yes
+--next-offset P:N`, the API's and the UI's recreate with the same field).
+
+Pure functions, no I/O: the drains pass what Channel.incarnations() and their records
+say.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from channel_engine.offset_ranges import Range
+
+ORIGINAL = "original"  # the incarnation of a partition never made again
+
+
+@dataclass(frozen=True)
+class PartitionIncarnation:
+    """A partition's current incarnation and log end, as its channel reports them."""
+
+    partition: int
+    incarnation: str  # ORIGINAL or the recreate's id (32 hex digits)
+    start_offset: int  # the first offset of this incarnation (0 for ORIGINAL)
+    log_end_offset: int
+    directory: str = ""  # where its files are (for the way out)
+
+
+Recorded = dict[int, dict[str, list[Range]]]  # partition -> incarnation -> ranges sent
+
+
+def conflicts(channel: str, current: list[PartitionIncarnation], recorded: Recorded,
+              drain: str) -> list[str]:
+    """One sentence per partition whose recorded ranges conflict with its incarnation now
+    (the module doc's table), naming what the operator can do; [] when none does."""
+    found = []
+    for part in current:
+        for incarnation, ranges in sorted(recorded.get(part.partition, {}).items()):
+            sent_end = max((end for _, end in ranges), default=0)
+            if incarnation != part.incarnation and sent_end > part.start_offset:
+                found.append(_recreated(channel, part, sent_end, drain))
+            elif incarnation == part.incarnation and sent_end > part.log_end_offset:
+                found.append(_went_back(channel, part, sent_end, drain))
+    return found
+
+
+def _recreated(channel: str, part: PartitionIncarnation, sent_end: int, drain: str) -> str:
+    p = part.partition
+    return (f"channel {channel!r} partition {p}: its storage was recreated, starting at "
+            f"offset {part.start_offset}, but the {drain} had already sent offsets up to "
+            f"{sent_end - 1} of the storage that vanished (the channel's last checkpoint "
+            f"was older than what it sent). Its events at offsets {part.start_offset} to "
+            f"{sent_end - 1} would be taken for ones already sent, so nothing was taken or "
+            f"written. To go on: stop producing to the channel, move the partition "
+            f"directory {part.directory or '(its data directory)'} aside (keep it: its "
+            f"events since the recreate can be read with `python -m channel_engine dump`; "
+            f"they are recorded as lost), then recreate the channel starting partition {p} "
+            f"above what was sent: manage.py recreate_channel {channel} --yes "
+            f"--next-offset {p}:{sent_end}")
+
+
+def _went_back(channel: str, part: PartitionIncarnation, sent_end: int, drain: str) -> str:
+    return (f"channel {channel!r} partition {part.partition}: the {drain} had sent offsets "
+            f"up to {sent_end - 1}, but the partition's log now ends at offset "
+            f"{part.log_end_offset} (its files went back without a recreate: restored "
+            f"from an older copy?). New events at offsets {part.log_end_offset} to "
+            f"{sent_end - 1} would be taken for ones already sent, so nothing was taken or "
+            f"written. Put the partition's files back as they were, or move its directory "
+            f"{part.directory or '(its data directory)'} aside and recreate the channel "
+            f"starting above what was sent: manage.py recreate_channel {channel} --yes "
+            f"--next-offset {part.partition}:{sent_end}")
+
+
+def record_incarnations(current: list[PartitionIncarnation],
+                        partitions: list[int]) -> dict[str, str]:
+    """The `incarnations` key of a drain's record: each of `partitions`' incarnation, the
+    original ones left out (a record without one says original)."""
+    by_partition = {part.partition: part.incarnation for part in current}
+    return {str(p): by_partition[p] for p in sorted(partitions)
+            if by_partition.get(p, ORIGINAL) != ORIGINAL}

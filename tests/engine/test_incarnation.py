@@ -1,0 +1,163 @@
+"""A partition's incarnation (log/incarnation.py): the file's format, and a partition
+directory made again by the operator's recreate getting a new one, starting where its
+checkpoint's queue knew it ended, or at the operator's next offset."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from channel_helpers import crash, make_config
+
+from channel_engine import Channel, ChannelConfig
+from channel_engine.errors import CorruptStateError
+from channel_engine.filenames import INCARNATION_FILE
+from channel_engine.incarnations import ORIGINAL
+from channel_engine.log import incarnation as incarnation_file
+from channel_engine.log.incarnation import Incarnation
+
+GOLDEN = Path(__file__).parent / "golden" / "incarnation-v1"
+
+
+def test_it_reads_the_golden_file_of_version_1() -> None:
+    found = incarnation_file.decode(GOLDEN.read_bytes(), GOLDEN)
+    assert found == Incarnation("0123456789abcdef0123456789abcdef", 1234, False,
+                                1795788300000)
+
+
+def test_it_round_trips_a_pending_incarnation(tmp_path: Path) -> None:
+    made = incarnation_file.begin(tmp_path)
+    assert incarnation_file.read(tmp_path) == made and made.pending
+    settled = incarnation_file.settle(tmp_path, made, 77)
+    assert incarnation_file.read(tmp_path) == settled == Incarnation(made.id, 77, False,
+                                                                        made.made_at_ms)
+
+
+def test_a_directory_without_the_file_is_the_original_incarnation(tmp_path: Path) -> None:
+    assert incarnation_file.read(tmp_path).id == ORIGINAL
+
+
+@pytest.mark.parametrize("damage", ["crc", "magic", "version", "size"])
+def test_a_damaged_file_is_an_error_naming_it(tmp_path: Path, damage: str) -> None:
+    data = bytearray(GOLDEN.read_bytes())
+    if damage == "crc":
+        data[20] ^= 1
+    elif damage == "magic":
+        data[0:4] = b"XXXX"
+    elif damage == "version":
+        data[4] = 9
+    else:
+        data = data[:-1]
+    (tmp_path / INCARNATION_FILE).write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match=INCARNATION_FILE):
+        incarnation_file.read(tmp_path)
+
+
+def _put(channel: Channel, count: int, tag: str) -> None:
+    with channel.put() as tx:
+        for i in range(count):
+            tx.put(f"{tag}-{i}".encode(), key=str(i).encode())
+
+
+def _partition(channel: Channel, p: int) -> dict[str, object]:
+    return dict(channel.status()["partitions"][p])
+
+
+def _vanished_after_old_checkpoint(tmp_path: Path) -> tuple[ChannelConfig, int, int]:
+    """A channel whose partition 1 held events past its last checkpoint when its directory
+    vanished and its owner died: (config, the checkpoint's end of p1, the real end)."""
+    config = make_config(tmp_path, partitions=2)
+    channel = Channel.open(config)
+    _put(channel, 10, "old")
+    channel.checkpoint()
+    checkpointed = _partition(channel, 1)["log_end_offset"]
+    _put(channel, 10, "later")
+    real_end = _partition(channel, 1)["log_end_offset"]
+    crash(channel)
+    shutil.rmtree(config.partition_dir(1))
+    assert isinstance(checkpointed, int) and isinstance(real_end, int)
+    assert 0 < checkpointed < real_end
+    return config, checkpointed, real_end
+
+
+def test_original_partitions_have_no_file_and_report_original(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=2)
+    with Channel.open(config) as channel:
+        _put(channel, 4, "e")
+        assert [(p.incarnation, p.start_offset) for p in channel.incarnations()] == [
+            (ORIGINAL, 0), (ORIGINAL, 0)]
+    with Channel.open(config) as channel:  # a reopen makes nothing either
+        assert {p.incarnation for p in channel.incarnations()} == {ORIGINAL}
+    assert not any((config.partition_dir(p) / INCARNATION_FILE).exists() for p in range(2))
+
+
+def test_a_recreated_partition_is_a_new_incarnation_where_the_checkpoint_ended(
+        tmp_path: Path) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True) as channel:  # the operator's recreate
+        parts = channel.incarnations()
+        assert parts[0].incarnation == ORIGINAL
+        assert parts[1].incarnation != ORIGINAL and len(parts[1].incarnation) == 32
+        assert parts[1].start_offset == checkpointed == parts[1].log_end_offset
+        made = parts[1].incarnation
+    saved = incarnation_file.read(config.partition_dir(1))
+    assert (saved.id, saved.start_offset, saved.pending) == (made, checkpointed, False)
+    with Channel.open(config) as channel:  # kept across opens
+        assert channel.incarnations()[1].incarnation == made
+
+
+def test_a_recreate_goes_on_at_the_operators_next_offset(tmp_path: Path) -> None:
+    config, checkpointed, real_end = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True, next_offsets={1: real_end}) as channel:
+        part = channel.incarnations()[1]
+        assert part.start_offset == part.log_end_offset == real_end
+        _put(channel, 10, "new")
+        with channel.take() as tx:  # the queue holds the new events, none of the gap
+            events = tx.take(1_000)
+        offsets = sorted(e.offset for e in events if e.partition == 1)
+        assert offsets and offsets[0] == real_end
+        assert all(e.body.startswith(b"new-") for e in events if e.partition == 1)
+        assert channel.status()["partitions"][1]["events_queued"] == 0
+    with Channel.open(config) as channel:
+        assert channel.incarnations()[1].start_offset == real_end
+    assert checkpointed < real_end
+
+
+def test_a_next_offset_below_the_checkpoint_end_changes_nothing(tmp_path: Path) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True, next_offsets={1: 1}) as channel:
+        assert channel.incarnations()[1].start_offset == checkpointed
+
+
+def test_a_recreate_cut_short_before_its_start_was_recorded_settles_at_the_next_open(
+        tmp_path: Path) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    directory.mkdir(parents=True)
+    pending = incarnation_file.begin(directory)  # as a crash right after it leaves it
+    with Channel.open(config, existed=True) as channel:
+        part = channel.incarnations()[1]
+        assert (part.incarnation, part.start_offset) == (pending.id, checkpointed)
+
+
+def test_a_grown_channels_new_partition_is_original(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1)
+    with Channel.open(config) as channel:
+        _put(channel, 3, "e")
+    grown = make_config(tmp_path, partitions=2)
+    with Channel.open(grown) as channel:
+        assert {p.incarnation for p in channel.incarnations()} == {ORIGINAL}
+
+
+def test_an_older_owner_without_incarnations_in_its_status_is_read_from_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True) as channel:
+        made = channel.incarnations()[1].incarnation
+        status = channel.status()
+        for part in status["partitions"]:
+            del part["incarnation"], part["incarnation_start_offset"]
+        monkeypatch.setattr(channel, "status", lambda segments=False: status)
+        parts = channel.incarnations()
+        assert [(p.incarnation, p.start_offset) for p in parts] == [
+            (ORIGINAL, 0), (made, checkpointed)]
