@@ -31,6 +31,15 @@ deleted and made again under its name is another stream). Value: UTF-8 JSON
     sent          {"<partition>": [[s, e]]} every offset range [s, e) of each channel
                                             partition the topic holds, merged, sorted
     written_ms    int                       when the run wrote it (wall clock, ms)
+    incarnations  {"<partition>": "<id>"}   optional: the incarnation of each channel
+                                            partition whose `sent` ranges it holds when
+                                            not the original one (incarnations.py); a
+                                            partition it does not name is the original
+
+A record without incarnations (written before them) holds ranges of the original
+incarnations. A partition's label is that of the run that last sent to it: a run checks
+the record against each partition's incarnation before it takes anything (sink.py), so
+the ranges of an older incarnation it relabels all lie below the current one's start.
 
 `sent` is cumulative: the last committed record of a key is the whole truth, whichever
 subscription (or run) sent what. A run sends what it took less `sent`, so an event
@@ -54,6 +63,7 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from channel_engine.errors import SinkError
+from channel_engine.incarnations import ORIGINAL, Recorded
 from channel_engine.offset_ranges import Range, merge
 
 FORMAT = "weir-kafka-sink-offsets"
@@ -76,6 +86,7 @@ class OffsetsRecord:
     events: int = 0
     sent: dict[int, list[Range]] = field(default_factory=dict)
     written_ms: int = 0
+    incarnations: dict[int, str] = field(default_factory=dict)  # absent: ORIGINAL
 
     @property
     def key(self) -> bytes:
@@ -83,14 +94,24 @@ class OffsetsRecord:
         return record_key(self.channel_id, self.topic)
 
     def with_sent(self, ranges: list[tuple[int, Range]], run_id: str, transaction: int,
-                  subscription: str) -> OffsetsRecord:
-        """The record after a transaction that sends `ranges` ((partition, range) pairs)."""
+                  subscription: str, incarnations: dict[int, str] | None = None
+                  ) -> OffsetsRecord:
+        """The record after a transaction that sends `ranges` ((partition, range) pairs) of
+        partitions whose incarnations are `incarnations` (absent: ORIGINAL)."""
         sent = {p: list(r) for p, r in self.sent.items()}
+        labels = dict(self.incarnations)
         for partition, piece in ranges:
             sent[partition] = merge(sent.get(partition, []) + [piece])
+            labels[partition] = (incarnations or {}).get(partition, ORIGINAL)
         return OffsetsRecord(self.channel, self.channel_id, self.topic, subscription, run_id,
                              transaction, sum(e - s for _, (s, e) in ranges), sent,
-                             int(time.time() * 1000))
+                             int(time.time() * 1000),
+                             {p: i for p, i in labels.items() if i != ORIGINAL})
+
+    def by_incarnation(self) -> Recorded:
+        """The ranges sent, by partition and incarnation (incarnations.conflicts)."""
+        return {p: {self.incarnations.get(p, ORIGINAL): ranges}
+                for p, ranges in self.sent.items()}
 
     def encode(self) -> bytes:
         """The record's value."""
@@ -100,7 +121,9 @@ class OffsetsRecord:
             "subscription": self.subscription, "run_id": self.run_id,
             "transaction": self.transaction, "events": self.events,
             "sent": {str(p): [list(r) for r in ranges] for p, ranges in sorted(self.sent.items())},
-            "written_ms": self.written_ms}, separators=(",", ":")).encode()
+            "written_ms": self.written_ms,
+            **({"incarnations": {str(p): i for p, i in sorted(self.incarnations.items())}}
+               if self.incarnations else {})}, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, value: bytes, where: str) -> OffsetsRecord:
@@ -113,10 +136,13 @@ class OffsetsRecord:
                     for p, ranges in doc["sent"].items()}
             if any(p < 0 or s < 0 or e < s for p, rs in sent.items() for s, e in rs):
                 raise ValueError("a negative partition or offset, or a range ending first")
+            incarnations = {int(p): i for p, i in doc.get("incarnations", {}).items()}
+            if not all(isinstance(i, str) and i for i in incarnations.values()):
+                raise ValueError("an incarnation that is not a non-empty string")
             return cls(str(doc["channel"]), str(doc["channel_id"]), str(doc["topic"]),
                        str(doc["subscription"]), str(doc["run_id"]), int(doc["transaction"]),
                        int(doc["events"]), {p: merge(r) for p, r in sent.items()},
-                       int(doc["written_ms"]))
+                       int(doc["written_ms"]), incarnations)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SinkError(f"the offsets record at {where} is damaged or not Weir's "
                             f"({type(exc).__name__}: {exc}); the sink stops rather than "

@@ -12,7 +12,11 @@ the topic holds.
     2     check the topic (made when create_topic says    -
           so) and the offsets topic (made when missing;
           its cleanup policy must keep records)
-    3     read the offsets record (read_committed)        -
+    3     read the offsets record (read_committed);      -
+          check it against each partition's
+          incarnation (a conflict fails the run:
+          SinkError, nothing taken or sent:
+          channel_engine/incarnations.py)
     4     take: reserve the subscription's next events    the take returns (its process
           ("reserved")                                    died): the same events come again
     5     skip what the record says the topic holds       -
@@ -80,6 +84,7 @@ from aiokafka.errors import KafkaError, TopicAuthorizationFailedError, for_code
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import SinkError
+from channel_engine.incarnations import conflicts
 from channel_engine.kafka_sink import client, offsets_record
 from channel_engine.kafka_sink.offsets_record import OffsetsRecord, describe_sent, key_partition
 from channel_engine.kafka_sink.settings import SinkSettings
@@ -142,6 +147,7 @@ class KafkaSink:
         self.channel: Channel | None = None  # the run's handle (owner or client of it)
         self.producer: AIOKafkaProducer | None = None
         self.committing = False  # commit_transaction was called: its outcome is Kafka's
+        self.incarnations: dict[int, str] = {}  # each partition's, at the run's start
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -159,6 +165,7 @@ class KafkaSink:
                                        f"unreachable: {self.where} gave no metadata of topic "
                                        f"{topic!r}")
                 self.record = await self._read_record() or self.record
+                self._check_incarnations(channel)  # before anything is taken
                 self._wait_for_open_takes(channel)
                 deadline = self.started + self.settings.max_run_s
                 while time.monotonic() < deadline and await self._transaction(channel):
@@ -413,6 +420,15 @@ class KafkaSink:
             raise
         return True
 
+    def _check_incarnations(self, channel: Channel) -> None:
+        """Step 3's check: what the record says was sent, against each partition's
+        incarnation now (channel_engine/incarnations.py); SinkError on a conflict."""
+        current = channel.incarnations()
+        self.incarnations = {p.partition: p.incarnation for p in current}
+        found = conflicts(self.name, current, self.record.by_incarnation(), "Kafka sink")
+        if found:
+            raise SinkError(" ".join(found))
+
     def _plan(self, reserved: list[tuple[int, int, int]]) -> list[tuple[int, Range]]:
         """Step 5: (partition, range) to send: the reserved ranges, joined where they
         touch, less what the offsets record says the topic holds."""
@@ -458,7 +474,7 @@ class KafkaSink:
         try:
             acks = await self._send_events(producer, to_send)
             record = self.record.with_sent(to_send, self.run_id, number,
-                                           self.settings.subscription)
+                                           self.settings.subscription, self.incarnations)
             acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
                                             key=record.key, partition=offsets_record.PARTITION))
             await self._answer(asyncio.gather(*acks), self._unacknowledged(number),

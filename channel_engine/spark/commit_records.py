@@ -24,6 +24,10 @@ A record is a JSON object:
     schema_version
                 the schema version of the columns its files hold (file_formats.py: 1
                 bytes, 2 readable); a summary's is that of the newest record it folds
+    incarnations
+                {"<partition>": "<incarnation id>"}: the incarnation of each partition
+                whose ranges it holds (channel_engine/incarnations.py), when not the
+                original one; optional: a partition it does not name is the original
 
 Records of runs from before the marker have no format and version (read as version 1)
 and may have no channel_id (they count for the channel). Records written before the
@@ -31,7 +35,11 @@ schema versions have no schema_version: their files are of version 1 or, written
 the readable exports (3c37d9c) on, of version 2, in records of the same shape; the first
 of its files that tells (file_schema.py reads its footer, header or first line) gives
 the version (a summary, which names no file, leaves it to the record before), else 1.
-Keys a reader does not know are ignored. A record that does not parse or has another
+Records written before incarnations have no incarnations key: every range of theirs is
+of the original incarnation. A summary names each partition's incarnation at its
+compaction, which runs only after the run's incarnation check passed (exporter.py): the
+ranges it folds of an older incarnation all lie below the current one's start. Keys a
+reader does not know are ignored. A record that does not parse or has another
 shape, or names a schema version this code does not know, is damage: the run
 stops with an ExportError naming it (read_record), since skipping it would export its
 ranges again and trusting it is impossible. Example:
@@ -70,6 +78,7 @@ from functools import partial
 from typing import Any
 
 from channel_engine.errors import ExportError
+from channel_engine.incarnations import ORIGINAL, Recorded
 from channel_engine.offset_ranges import Range, merge
 from channel_engine.spark.file_formats import check_schema_version
 from channel_engine.spark.file_schema import schema_version_of
@@ -84,12 +93,16 @@ UNVERSIONED_SCHEMA = 1
 
 
 def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
-                  ranges: dict[int, list[Range]], schema_version: int) -> dict[str, Any]:
+                  ranges: dict[int, list[Range]], schema_version: int,
+                  incarnations: dict[str, str] | None = None) -> dict[str, Any]:
     """A commit record (the format above), its partitions in the order of `ranges`."""
-    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
-            "schema_version": schema_version, "run_id": run_id,
-            "channel_id": channel_id, "moves": moves,
-            "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+    record = {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+              "schema_version": schema_version, "run_id": run_id,
+              "channel_id": channel_id, "moves": moves,
+              "ranges": {str(p): [list(r) for r in parts] for p, parts in ranges.items()}}
+    if incarnations:
+        record["incarnations"] = incarnations
+    return record
 
 
 def schema_version(record: dict[str, Any]) -> int:
@@ -132,6 +145,10 @@ def _well_formed(record: dict[str, Any]) -> bool:
     if not all(isinstance(m, list) and len(m) == 2 and all(isinstance(u, str) for u in m)
                for m in moves):
         return False
+    incarnations = record.get("incarnations", {})
+    if not isinstance(incarnations, dict) or not all(
+            isinstance(i, str) and i for i in incarnations.values()):
+        return False
     return all(isinstance(p, str) and p.isdigit() and isinstance(rs, list) and all(
         isinstance(r, list) and len(r) == 2 and all(type(o) is int for o in r)
         and 0 <= r[0] < r[1] for r in rs) for p, rs in ranges.items())
@@ -149,6 +166,8 @@ class CommitRecords:
         self.runs: list[str] = []  # the runs whose records recover() read: they committed
         # the schema version of the newest record (recover()); None: there is none
         self.schema_version: int | None = None
+        # partition -> incarnation -> ranges this channel's records hold (recover())
+        self.by_incarnation: Recorded = {}
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
         """Finish every record's moves and drop half-written records; return the ranges
@@ -172,8 +191,12 @@ class CommitRecords:
                 continue  # a channel of this name that was deleted: its offsets are not ours
             if not name.endswith(".summary.json"):  # a summary is no run of its own
                 self.runs.append(str(record.get("run_id", "")))
+            incarnations = record.get("incarnations", {})
             for partition, ranges in record["ranges"].items():
                 exported.setdefault(int(partition), []).extend(
+                    (int(start), int(end)) for start, end in ranges)
+                self.by_incarnation.setdefault(int(partition), {}).setdefault(
+                    incarnations.get(partition, ORIGINAL), []).extend(
                     (int(start), int(end)) for start, end in ranges)
         if records:
             self.schema_version = self._schema_version(records)
@@ -207,25 +230,27 @@ class CommitRecords:
         self.dfs.rename(temp, final)
         self.dfs.sync_dirs_up_to([final], self.layout.root)
 
-    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]]) -> None:
+    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]],
+                incarnations: dict[str, str] | None = None) -> None:
         """When recover() read more than COMPACT_AFTER records (their moves all done),
         replace them by one summary of this channel's ranges `exported` (records of a
-        deleted namesake go): the next run reads one file instead of one per run since
-        the last compaction."""
+        deleted namesake go), of the partitions' `incarnations` now: the next run reads one
+        file instead of one per run since the last compaction."""
         if len(self.read) <= COMPACT_AFTER:
             return
         summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())),
-                                self.schema_version or UNVERSIONED_SCHEMA)
+                                self.schema_version or UNVERSIONED_SCHEMA, incarnations)
         self._write(f"{run_id}.summary.json", summary)
         for uri in self.read:  # a crash here leaves ranges recorded twice: harmless
             self.dfs.delete(uri)
 
     def commit(self, run_id: str, channel_id: str, moves: list[list[str]],
-               ranges: dict[int, list[Range]], schema_version: int) -> None:
-        """Write run `run_id`'s commit record (its files of `schema_version`): the commit
-        point of the run."""
-        self._write(f"{run_id}.json",
-                    commit_record(run_id, channel_id, moves, ranges, schema_version))
+               ranges: dict[int, list[Range]], schema_version: int,
+               incarnations: dict[str, str] | None = None) -> None:
+        """Write run `run_id`'s commit record (its files of `schema_version`, its ranges of
+        the partitions' `incarnations`): the commit point of the run."""
+        self._write(f"{run_id}.json", commit_record(run_id, channel_id, moves, ranges,
+                                                    schema_version, incarnations))
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
         """Write a record under _weir/commits atomically: temp name, sync, rename."""

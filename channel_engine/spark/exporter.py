@@ -11,8 +11,11 @@ The protocol (each step survives a crash at any point; the output is the source 
     1     recover: redo the moves of every commit        finishes the moves; the range counts
           record, delete every temp dir and cut-short    as exported
           record; tell the runs they name (the job's
-          recovered line); fold > COMPACT_AFTER records
-          into one
+          recovered line); check the ranges against
+          each partition's incarnation (a conflict
+          fails the run: ExportError, nothing taken or
+          written: channel_engine/incarnations.py);
+          fold > COMPACT_AFTER records into one
     2     take: reserve the next ranges of each          the take rolled back (its process
           partition (a take transaction, no lease)       died): the same ranges come again
     3     skip what a commit record already holds        -
@@ -77,6 +80,7 @@ from typing import Any
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import ExportError
+from channel_engine.incarnations import PartitionIncarnation, conflicts, record_incarnations
 from channel_engine.offset_ranges import Range, merge, subtract
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
@@ -128,6 +132,7 @@ class Exporter:
         self.channel_id = ""  # set under the export lock (run)
         self.recorded = False  # this run's commit record is written
         self.schema_version = settings.schema_version  # resolved by recover() when None
+        self.incarnations: list[PartitionIncarnation] = []  # the channel's, at the run's start
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
@@ -143,7 +148,12 @@ class Exporter:
         if missing:
             self.progress(f"export {self.config.name}: {len(missing)} committed files "
                           f"are gone from the output (pruned by hand?), e.g. {missing[0]}")
-        self.records.compact(self.run_id, self.channel_id, exported)
+        found = conflicts(self.config.name, self.incarnations, self.records.by_incarnation,
+                          "export")
+        if found:  # before anything is compacted, taken or written (incarnations.py)
+            raise ExportError(" ".join(found))
+        self.records.compact(self.run_id, self.channel_id, exported,
+                             record_incarnations(self.incarnations, list(exported)))
         self.dfs.delete(self.layout.temp_root, recursive=True)
         return exported
 
@@ -155,6 +165,7 @@ class Exporter:
             # before the output is touched
             with Channel.open(self.config.home, create=False) as channel:
                 self.channel_id = channel_id(self.config.home)
+                self.incarnations = channel.incarnations()
                 exported = self.recover()
                 take = self._take(channel)
                 try:
@@ -247,7 +258,8 @@ class Exporter:
         self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
                             {p: report.ranges for p, report in self.reports.items()},
-                            self._version())
+                            self._version(),
+                            record_incarnations(self.incarnations, list(self.reports)))
         self.recorded = True
         crash_point("recorded")  # committed, and nobody told yet
         self.on_commit(self._finish("committed"))
