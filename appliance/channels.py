@@ -233,11 +233,13 @@ def open_channel(row: Channel, create: bool = False, new: bool = False) -> Engin
     raise StorageMissing(row.name, missing)
 
 
-def recreate_storage(row: Channel) -> list[Path]:
+def recreate_storage(row: Channel, next_offsets: dict[int, int] | None = None) -> list[Path]:
     """The operator's word: make a channel whose files are missing again, empty where they
     are missing, and open it; return what was missing (nothing: nothing done). The engine
     is told the channel existed, so it records the loss in the loss ledger. Under the
-    directory lock, so never racing a delete."""
+    directory lock, so never racing a delete. next_offsets: partition -> the offset a
+    partition made again goes on at the least (a new incarnation: channel_engine/
+    incarnations.py); ValidationError naming it for a partition whose files are there."""
     close_channel(row.name)
     with transaction.atomic():
         channel_dirs.lock()
@@ -245,7 +247,14 @@ def recreate_storage(row: Channel) -> list[Path]:
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         config = to_config(row)
         missing = EngineChannel.missing_places(config)
-        handle = _open_row(row, True, existed=True) if missing else None
+        there = sorted(p for p in next_offsets or {} if config.partition_dir(p) not in missing)
+        if missing and there:
+            raise ValidationError({"next_offsets": [
+                f"partition {there[0]}: its directory {config.partition_dir(there[0])} is "
+                "there; only a partition made again goes on at a next offset (move its "
+                "directory aside first to recreate it)"]})
+        handle = _open_row(row, True, existed=True, next_offsets=next_offsets) \
+            if missing else None
     still = EngineChannel.missing_places(config)
     if still:  # another process owns it and makes nothing: it must let go first
         owner = _owner_pid(handle)
@@ -262,8 +271,8 @@ def _owner_pid(handle: EngineChannel | None) -> int | None:
         return None
 
 
-def _open_row(row: Channel, create: bool, new: bool = False,
-              existed: bool = False) -> EngineChannel:
+def _open_row(row: Channel, create: bool, new: bool = False, existed: bool = False,
+              next_offsets: dict[int, int] | None = None) -> EngineChannel:
     global _open_pid
     with _lock:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
@@ -282,7 +291,8 @@ def _open_row(row: Channel, create: bool, new: bool = False,
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         # not create: a delete may have removed the files since the check above
         channel = EngineChannel.create(to_config(row)) if new else \
-            EngineChannel.open(to_config(row), create=create, existed=existed)
+            EngineChannel.open(to_config(row), create=create, existed=existed,
+                               next_offsets=next_offsets)
         _open[row.name] = (version, channel)
         _uncommitted.pop(row.name, None)
         if connection.in_atomic_block:
