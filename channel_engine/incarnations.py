@@ -72,14 +72,15 @@ def _recreated(channel: str, part: PartitionIncarnation, sent_end: int, drain: s
     return (f"channel {channel!r} partition {p}: its storage was recreated, starting at "
             f"offset {part.start_offset}, but the {drain} had already sent offsets up to "
             f"{sent_end - 1} of the storage that vanished (the channel's last checkpoint "
-            f"was older than what it sent). Its events at offsets {part.start_offset} to "
+            f"was older than what it sent). New events at offsets {part.start_offset} to "
             f"{sent_end - 1} would be taken for ones already sent, so nothing was taken or "
             f"written. To go on: stop producing to the channel, move the partition "
             f"directory {part.directory or '(its data directory)'} aside (keep it: its "
             f"events since the recreate can be read with `python -m channel_engine dump`; "
             f"they are recorded as lost), then recreate the channel starting partition {p} "
             f"above what was sent: manage.py recreate_channel {channel} --yes "
-            f"--next-offset {p}:{sent_end}")
+            f"--next-offset {p}:{sent_end} (or the recreate on the channel's page, or the "
+            f"API's, with that next offset)")
 
 
 def _went_back(channel: str, part: PartitionIncarnation, sent_end: int, drain: str) -> str:
@@ -91,7 +92,8 @@ def _went_back(channel: str, part: PartitionIncarnation, sent_end: int, drain: s
             f"written. Put the partition's files back as they were, or move its directory "
             f"{part.directory or '(its data directory)'} aside and recreate the channel "
             f"starting above what was sent: manage.py recreate_channel {channel} --yes "
-            f"--next-offset {part.partition}:{sent_end}")
+            f"--next-offset {part.partition}:{sent_end} (or the recreate on the channel's "
+            f"page, or the API's, with that next offset)")
 
 
 def record_incarnations(current: list[PartitionIncarnation],
