@@ -259,6 +259,18 @@ def recreate_channel(row: Channel, next_offsets: Any = None) -> list[Path]:
     return missing
 
 
+def parse_next_offsets(text: str) -> dict[int, int]:
+    """"P:N" pairs, separated by commas or spaces (manage.py's --next-offset, the UI's
+    field), as {P: N}; Refused naming next_offsets when one is not such a pair."""
+    wanted = {}
+    for pair in text.replace(",", " ").split():
+        partition, _, offset = pair.partition(":")
+        if not (partition.isdigit() and offset.isdigit()):
+            raise Refused({"next_offsets": [f"{pair!r}: give PARTITION:OFFSET, e.g. 1:5000"]})
+        wanted[int(partition)] = int(offset)
+    return wanted
+
+
 def _next_offsets(row: Channel, value: Any) -> dict[int, int]:
     """A recreate's next offsets checked: {partition: offset} of the channel's partitions,
     offsets 0..MAX_OFFSET; Refused (400) naming next_offsets otherwise."""

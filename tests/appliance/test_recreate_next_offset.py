@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from appliance_helpers import make_files, problem, token_client
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from appliance import channel_dirs, channels
 from appliance.models import Channel
@@ -88,3 +90,19 @@ def test_manage_py_recreates_at_the_next_offset(root: Path) -> None:
     status = channels.open_channel(Channel.objects.get(name="orders")).status()
     assert partition(status, 1)["incarnation_start_offset"] == 700
     assert partition(status, 1)["log_end_offset"] == 700
+
+
+def test_the_channel_page_recreates_at_the_next_offsets_given(root: Path) -> None:
+    lost_partition_one(root)
+    operator = Client()
+    operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    page = operator.get("/channels/orders/status").content.decode()
+    assert 'id="recreate-next-offsets" name="next_offsets"' in page
+    bad = operator.post("/channels/orders/recreate", {"next_offsets": "1=500"}, follow=True)
+    assert "Not recreated: next offsets &#x27;1=500&#x27;: give PARTITION:OFFSET" in \
+        bad.content.decode()
+    assert not (root / "b" / "orders-1").exists()
+    done = operator.post("/channels/orders/recreate", {"next_offsets": "1:900"}, follow=True)
+    assert "recreated empty" in done.content.decode()
+    status = channels.open_channel(Channel.objects.get(name="orders")).status()
+    assert partition(status, 1)["incarnation_start_offset"] == 900

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from appliance import channels
-from appliance.manage_channels import Refused, recreate_channel
+from appliance.manage_channels import Refused, parse_next_offsets, recreate_channel
 from appliance.models import Channel
 
 
@@ -60,7 +60,10 @@ class Command(BaseCommand):
 
 def _partition_offset(text: str) -> tuple[int, int]:
     """--next-offset's P:N as (partition, offset); argparse names the option otherwise."""
-    partition, _, offset = text.partition(":")
-    if not (partition.isdigit() and offset.isdigit()):
-        raise ArgumentTypeError(f"{text!r}: give PARTITION:OFFSET, e.g. 1:5000")
-    return int(partition), int(offset)
+    try:
+        found = parse_next_offsets(text)
+    except Refused as refused:
+        raise ArgumentTypeError(refused.errors["next_offsets"][0]) from refused
+    if len(found) != 1:
+        raise ArgumentTypeError(f"{text!r}: give one PARTITION:OFFSET, e.g. 1:5000")
+    return next(iter(found.items()))
