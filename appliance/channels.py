@@ -46,7 +46,10 @@ so a volume mounted again brings the channel back as it was, at its next request
 operator's word makes it again, empty where files are missing (recreate_storage, behind
 the API's, the UI's and manage.py's recreate): the engine is told the channel existed, so
 the loss of what was missing is recorded in the loss ledger and health is degraded until
-acknowledged.
+acknowledged. A partition directory made again is a new incarnation of the partition,
+going on at the end its checkpoint knew, or higher at the operator's next offset
+(next_offsets): the drains refuse offsets they had sent beyond that start
+(channel_engine/incarnations.py).
 
 status_of() is what views of many channels use (the channel list, /metrics, the
 dashboard): a channel that cannot be opened or asked (its home unreadable, its key

@@ -78,7 +78,13 @@ def read(directory: Path) -> Incarnation:
         data = path.read_bytes()
     except FileNotFoundError:
         return ORIGINAL_INCARNATION
-    return decode(data, path)
+    try:
+        return decode(data, path)
+    except CorruptStateError as exc:
+        raise CorruptStateError(path, f"{exc.reason}: which storage the partition's offsets "
+                                "belong to cannot be told (restore the file; moved aside, the "
+                                "partition counts as its original storage)", exc.position
+                                ) from exc
 
 
 def decode(data: bytes, path: Path | str = INCARNATION_FILE) -> Incarnation:

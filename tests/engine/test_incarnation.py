@@ -15,6 +15,7 @@ from channel_engine.filenames import INCARNATION_FILE
 from channel_engine.incarnations import ORIGINAL
 from channel_engine.log import incarnation as incarnation_file
 from channel_engine.log.incarnation import Incarnation
+from channel_engine.tools.verify import verify_partition
 
 GOLDEN = Path(__file__).parent / "golden" / "incarnation-v1"
 
@@ -161,3 +162,25 @@ def test_an_older_owner_without_incarnations_in_its_status_is_read_from_disk(
         parts = channel.incarnations()
         assert [(p.incarnation, p.start_offset) for p in parts] == [
             (ORIGINAL, 0), (made, checkpointed)]
+
+
+def test_verify_notes_a_recreated_partition_and_reports_a_damaged_file(
+        tmp_path: Path) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True) as channel:
+        made = channel.incarnations()[1].incarnation
+    directory = config.partition_dir(1)
+    report = verify_partition(directory)
+    assert report.ok, report.damages
+    assert any(f"incarnation {made} starting at offset {checkpointed}" in note
+               for note in report.notes), report.notes
+    assert not any("incarnation" in note for note in verify_partition(
+        config.partition_dir(0)).notes)
+    path = directory / INCARNATION_FILE
+    data = bytearray(path.read_bytes())
+    data[30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    damaged = verify_partition(directory)
+    assert [(d.path, d.position) for d in damaged.damages] == [(str(path), 40)]
+    with pytest.raises(CorruptStateError, match="CRC-32C mismatch"):
+        Channel.open(config)  # never taken for the original storage
