@@ -22,8 +22,9 @@ vanished storage), gets one: a new id, and the offset the new incarnation starts
     total 44 bytes
 
 Rules: written atomically (temp file, fsync, rename, fsync the directory). The open that
-makes the directory writes it pending before it loads or writes anything else there, so a
-crash at any later point leaves the directory with its file; that open (or, after a crash,
+makes the directory makes it under a temp name (`<name>-<i>.tmp`), writes the file there
+pending, and renames the directory into place before it loads or writes anything else
+there, so no crash leaves the directory without its file; that open (or, after a crash,
 the next one) sets the start offset once the checkpoint told where the partition goes on
 (channel_recovery.py step 5), before any put: the log end then. A file that fails its
 checks (size, magic, version, CRC) is CorruptStateError naming it: the open fails rather

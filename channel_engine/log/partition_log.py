@@ -76,6 +76,7 @@ from channel_engine.errors import ChannelGoneError, UnusableFileError
 from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import (
     LOCK_FILE,
+    TMP_SUFFIX,
     parse_segment_file,
 )
 from channel_engine.log import incarnation as incarnation_file
@@ -144,10 +145,10 @@ class PartitionLog:
         lock_moved = None
         if not read_only:
             if create:
-                made = not os.path.lexists(path)
-                _make_directory_durably(path)
-                if made and recreated:  # before anything else is written there (its doc)
-                    incarnation_file.begin(path)
+                if recreated and not os.path.lexists(path):
+                    _make_recreated_directory(path)
+                else:
+                    _make_directory_durably(path)
             elif not os.path.lexists(path):  # a file in its place fails below, as ever
                 raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
                                        "(its channel was deleted); nothing written")
@@ -421,6 +422,20 @@ class PartitionLog:
         fsync_directory(self.directory)
         state.recovery_point = state.committed_end = state.log_end_offset
         state.write_state(clean=True)
+
+
+def _make_recreated_directory(path: Path) -> None:
+    """Make a recreated partition's directory with its new incarnation's file in it (its
+    start pending) as one step: made under a temp name, then renamed into place, so no
+    crash leaves the directory without it (a temp one it leaves is used by the next)."""
+    temp = path.with_name(path.name + TMP_SUFFIX)
+    _make_directory_durably(temp)
+    incarnation_file.begin(temp)
+    try:
+        os.rename(temp, path)
+    except OSError as exc:
+        raise UnusableFileError(path, "a partition directory", exc) from exc
+    fsync_directory(path.parent)
 
 
 def _make_directory_durably(path: Path) -> None:

@@ -184,3 +184,17 @@ def test_verify_notes_a_recreated_partition_and_reports_a_damaged_file(
     assert [(d.path, d.position) for d in damaged.damages] == [(str(path), 40)]
     with pytest.raises(CorruptStateError, match="CRC-32C mismatch"):
         Channel.open(config)  # never taken for the original storage
+
+
+def test_a_recreate_cut_short_before_its_directory_was_in_place_is_made_again(
+        tmp_path: Path) -> None:
+    """The directory is made under a temp name with its file, then renamed: a crash
+    before the rename leaves the temp one, which the next recreate uses."""
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    left = directory.with_name(directory.name + ".tmp")
+    left.mkdir(parents=True)
+    with Channel.open(config, existed=True) as channel:
+        part = channel.incarnations()[1]
+        assert part.incarnation != ORIGINAL and part.start_offset == checkpointed
+    assert not left.exists() and (directory / INCARNATION_FILE).is_file()
