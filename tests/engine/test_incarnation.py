@@ -198,3 +198,11 @@ def test_a_recreate_cut_short_before_its_directory_was_in_place_is_made_again(
         part = channel.incarnations()[1]
         assert part.incarnation != ORIGINAL and part.start_offset == checkpointed
     assert not left.exists() and (directory / INCARNATION_FILE).is_file()
+
+
+def test_a_client_of_the_owner_gets_the_incarnations_over_the_socket(tmp_path: Path) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True) as owner, Channel.open(config) as client:
+        assert client.role == "client"
+        assert client.incarnations() == owner.incarnations()
+        assert client.incarnations()[1].start_offset == checkpointed

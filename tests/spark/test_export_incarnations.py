@@ -5,6 +5,7 @@ end; the next run refuses, taking and writing nothing, and names the way out, wh
 works."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from test_export import event, export_here, exported, output_uri, put_events, un
 
 from channel_engine import Channel, ChannelConfig
 from channel_engine.errors import ExportError
+from channel_engine.spark import commit_records
 
 
 def sent_beyond_an_old_checkpoint(tmp_path: Path, spark: Any, output: str) -> ChannelConfig:
@@ -36,7 +38,8 @@ def sent_beyond_an_old_checkpoint(tmp_path: Path, spark: Any, output: str) -> Ch
 
 
 def test_a_recreated_partition_whose_offsets_were_exported_is_refused_then_resumed(
-        tmp_path: Path, spark: Any) -> None:
+        tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commit_records, "COMPACT_AFTER", 2)  # the last runs compact
     output = output_uri(tmp_path)
     config = sent_beyond_an_old_checkpoint(tmp_path, spark, output)
     with Channel.open(config, existed=True) as channel:  # the operator's recreate
@@ -64,4 +67,14 @@ def test_a_recreated_partition_whose_offsets_were_exported_is_refused_then_resum
     assert sorted(r[1] for r in rows) == list(range(100)) + list(range(100, 130))
     assert sorted(r[5] for r in rows if r[1] >= 100) == sorted(
         event(i)[3] for i in range(200, 230))
-    assert export_here(spark, config, output)["rows"] == 0  # and the next run goes on
+    with Channel.open(config) as channel:
+        new = channel.incarnations()[0].incarnation
+        put_events(channel, 300, 305)
+    assert export_here(spark, config, output)["rows"] == 5  # and the next runs go on
+    # the records, folded into one summary, keep the partition's incarnation
+    commits = tmp_path / "out" / "orders" / "_weir" / "commits"
+    [summary] = [json.loads(p.read_text()) for p in commits.glob("*.summary.json")]
+    assert summary["ranges"] == {"0": [[0, 130]]} and summary["incarnations"] == {"0": new}
+    with Channel.open(config) as channel:
+        put_events(channel, 305, 310)
+    assert export_here(spark, config, output)["rows"] == 5
