@@ -68,7 +68,9 @@ def test_a_refused_run_reads_as_words_and_the_form_recreates_at_its_next_offset(
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#recreate-channel").click()
     expect(page.locator(".messages")).to_contain_text("recreated empty")
-    shot("recreated-at-next-offset")
+    expect(page.locator("#partitions")).to_contain_text("recreated, from offset 90")
+    page.evaluate("document.getElementById('partitions').scrollIntoView()")
+    shot("recreated-at-next-offset", full_page=False)
     status = channels.open_channel(row).status()
     part = status["partitions"][1]
     assert (part["incarnation_start_offset"], part["log_end_offset"]) == (90, 90)
