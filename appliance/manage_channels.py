@@ -265,7 +265,7 @@ def parse_next_offsets(text: str) -> dict[int, int]:
     wanted = {}
     for pair in text.replace(",", " ").split():
         partition, _, offset = pair.partition(":")
-        if not (partition.isdigit() and offset.isdigit()):
+        if not all(part.isascii() and part.isdigit() for part in (partition, offset)):
             raise Refused({"next_offsets": [f"{pair!r}: give PARTITION:OFFSET, e.g. 1:5000"]})
         wanted[int(partition)] = int(offset)
     return wanted
@@ -280,7 +280,8 @@ def _next_offsets(row: Channel, value: Any) -> dict[int, int]:
         raise Refused({"next_offsets": ["an object of partition number: next offset"]})
     wanted = {}
     for key, offset in value.items():
-        partition = int(key) if isinstance(key, int) or str(key).isdigit() else -1
+        partition = int(key) if isinstance(key, int) or (
+            str(key).isascii() and str(key).isdigit()) else -1
         if not 0 <= partition < row.partitions:
             raise Refused({"next_offsets": [f"partition {key!r}: the channel has partitions "
                                             f"0 to {row.partitions - 1}"]})

@@ -63,6 +63,7 @@ def test_the_api_recreates_a_partition_at_the_next_offset_given(root: Path) -> N
     ({"next_offsets": [1, 500]}, "an object of partition number"),
     ({"next_offsets": {"7": 500}}, "partitions 0 to 1"),
     ({"next_offsets": {"x": 500}}, "partitions 0 to 1"),
+    ({"next_offsets": {"\u00b2": 500}}, "partitions 0 to 1"),
     ({"next_offsets": {"1": -1}}, "not a whole number"),
     ({"next_offsets": {"1": "500"}}, "not a whole number"),
     ({"next_offsets": {"1": True}}, "not a whole number"),
@@ -98,9 +99,10 @@ def test_the_channel_page_recreates_at_the_next_offsets_given(root: Path) -> Non
     operator.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
     page = operator.get("/channels/orders/status").content.decode()
     assert 'id="recreate-next-offsets" name="next_offsets"' in page
-    bad = operator.post("/channels/orders/recreate", {"next_offsets": "1=500"}, follow=True)
-    assert "Not recreated: next offsets &#x27;1=500&#x27;: give PARTITION:OFFSET" in \
-        bad.content.decode()
+    for text in ("1=500", "1:\u00b2"):
+        bad = operator.post("/channels/orders/recreate", {"next_offsets": text}, follow=True)
+        assert f"Not recreated: next offsets &#x27;{text}&#x27;: give PARTITION:OFFSET" in \
+            bad.content.decode()
     assert not (root / "b" / "orders-1").exists()
     done = operator.post("/channels/orders/recreate", {"next_offsets": "1:900"}, follow=True)
     assert "recreated empty" in done.content.decode()
