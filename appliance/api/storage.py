@@ -51,7 +51,7 @@ class ChannelRecreateView(ApiView):
                    responses={200: _RECREATED, **errors(400, 404, 409, 503)})
     def post(self, request: Request, name: str) -> Response:
         """Recreate the channel's missing files, empty, recording the loss."""
-        body = request.data or {}
+        body = {} if request.data is None else request.data  # no body: none given
         if not isinstance(body, dict):
             raise Refused({"error": ["the body is an object: {\"next_offsets\": {...}}"]})
         extra = sorted(set(body) - {"next_offsets"})
