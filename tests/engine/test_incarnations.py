@@ -15,6 +15,7 @@ from channel_engine.incarnations import (
 )
 from channel_engine.kafka_sink.offsets_record import OffsetsRecord
 from channel_engine.spark.commit_records import commit_record, read_record
+from channel_engine.spark.export_report import describe
 
 NEW = "ab" * 16
 
@@ -98,3 +99,10 @@ def test_an_offsets_record_with_a_malformed_incarnation_is_refused() -> None:
     value["incarnations"] = {"1": ""}
     with pytest.raises(SinkError, match="damaged or not Weir's"):
         OffsetsRecord.decode(json.dumps(value).encode(), "weir-sink-offsets/0")
+
+
+def test_an_export_refusal_is_told_as_its_sentence_without_a_class_name() -> None:
+    [refusal] = conflicts("orders", [_part(NEW, start=60, end=90)],
+                          {1: {ORIGINAL: [(0, 80)]}}, "export")
+    assert describe(ExportError(refusal)) == refusal
+    assert describe(ValueError("bad")) == "ValueError: bad"  # not the engine's: named
