@@ -21,6 +21,10 @@ run, before its take, conflicts() compares:
     the current one         beyond the partition's log end     conflict: refused (a log
                                                                gone back, no recreate)
 
+The last row is defence in depth: a log restored from an older copy (no recreate, so no
+new incarnation) is caught only while it has not grown back past what was sent; a
+recreate is caught whatever was put since.
+
 A refused run takes and writes nothing; its error names the channel, the partition, the
 start offset, the end the drain had sent and the operator's way out: recreate the
 partition starting above what was sent (`manage.py recreate_channel NAME --yes

@@ -57,3 +57,30 @@ def test_a_recreated_partition_whose_offsets_were_sent_is_refused_then_resumed(
     records = read_topic(bootstrap, topic)[0]
     assert len(records) == 130
     assert [r[1] for r in records[100:]] == [event_fields(i)["body"] for i in range(200, 230)]
+
+
+def test_a_channel_restored_from_an_older_copy_is_refused(tmp_path: Path, kafka_broker) -> None:
+    """No recreate, the same (original) storage, but its files went back: a copy taken
+    when the log ended at 40 is restored after the sink sent up to 100."""
+    bootstrap = kafka_broker.bootstrap
+    config = ChannelConfig(name="orders", checkpoint_dir=str(tmp_path / "home"),
+                           data_dirs=[str(tmp_path / "data")], partitions=1)
+    topic = new_topic(bootstrap, partitions=1)
+    put_events(config, 0, 40)
+    assert run_sink(config, bootstrap, topic).report["events"] == 40
+    for place in ("home", "data"):
+        shutil.copytree(tmp_path / place, tmp_path / f"{place}-then")
+    put_events(config, 40, 60)
+    assert run_sink(config, bootstrap, topic).report["events"] == 60
+    for place in ("home", "data"):  # the operator restores the older backup
+        shutil.rmtree(tmp_path / place)
+        shutil.move(tmp_path / f"{place}-then", tmp_path / place)
+    put_events(config, 100, 10)  # at offsets 40..49 again
+
+    refused = run_sink(config, bootstrap, topic)
+    assert refused.returncode == 1, refused.output
+    for told in ("the Kafka sink had sent offsets up to 99", "now ends at offset 50",
+                 "--next-offset 0:100"):
+        assert told in refused.error, refused.error
+    assert untaken(config) == 10
+    assert len(read_topic(bootstrap, topic)[0]) == 100
