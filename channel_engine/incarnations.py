@@ -30,6 +30,12 @@ start offset, the end the drain had sent and the operator's way out: recreate th
 partition starting above what was sent (`manage.py recreate_channel NAME --yes
 --next-offset P:N`, the API's and the UI's recreate with the same field).
 
+A run checks once more after each take's reserve, before it plans what to send: an owner
+that died during the run, and an operator's recreate that made a partition again before
+the run's channel handle elected the next owner, would otherwise have the run subtract
+the older incarnation's ranges from the new one's events (changed_since: the take is
+rolled back, the run fails; the next run's check says what to do).
+
 Pure functions, no I/O: the drains pass what Channel.incarnations() and their records
 say.
 """
@@ -98,6 +104,26 @@ def _went_back(channel: str, part: PartitionIncarnation, sent_end: int, drain: s
             f"starting above what was sent: manage.py recreate_channel {channel} --yes "
             f"--next-offset {part.partition}:{sent_end} (or the recreate on the channel's "
             f"page, or the API's, with that next offset)")
+
+
+def changed_since(channel: str, checked: list[PartitionIncarnation],
+                  now: list[PartitionIncarnation], drain: str) -> str | None:
+    """A sentence when a partition's incarnation now is not the one the run checked at its
+    start (made again during the run), else None."""
+    before = labels(checked)
+    moved = [p for p in now if before.get(p.partition, p.incarnation) != p.incarnation]
+    if not moved:
+        return None
+    names = ", ".join(f"{p.partition} (now starting at offset {p.start_offset})"
+                      for p in moved)
+    return (f"channel {channel!r}: partition {names} was recreated while the {drain} run "
+            "was going on, so what it took was given back and nothing of it was sent; the "
+            "next run checks the partition against what was sent and says what to do")
+
+
+def labels(current: list[PartitionIncarnation]) -> dict[int, str]:
+    """Partition -> its incarnation."""
+    return {part.partition: part.incarnation for part in current}
 
 
 def record_incarnations(current: list[PartitionIncarnation],

@@ -18,7 +18,9 @@ the topic holds.
           SinkError, nothing taken or sent:
           channel_engine/incarnations.py)
     4     take: reserve the subscription's next events    the take returns (its process
-          ("reserved")                                    died): the same events come again
+          ("reserved"); a partition made again since      died): the same events come again
+          step 3 rolls it back and fails the run
+          (SinkError)
     5     skip what the record says the topic holds       -
     6     begin a Kafka transaction, send the events:     step 1 aborts the open transaction:
           batches per topic partition ("producing" once   a read_committed reader never
@@ -84,7 +86,7 @@ from aiokafka.errors import KafkaError, TopicAuthorizationFailedError, for_code
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import SinkError
-from channel_engine.incarnations import conflicts
+from channel_engine.incarnations import PartitionIncarnation, changed_since, conflicts, labels
 from channel_engine.kafka_sink import client, offsets_record
 from channel_engine.kafka_sink.offsets_record import OffsetsRecord, describe_sent, key_partition
 from channel_engine.kafka_sink.settings import SinkSettings
@@ -147,7 +149,7 @@ class KafkaSink:
         self.channel: Channel | None = None  # the run's handle (owner or client of it)
         self.producer: AIOKafkaProducer | None = None
         self.committing = False  # commit_transaction was called: its outcome is Kafka's
-        self.incarnations: dict[int, str] = {}  # each partition's, at the run's start
+        self.incarnations: list[PartitionIncarnation] = []  # the channel's, at the run's start
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -409,6 +411,7 @@ class KafkaSink:
                 take.rollback()
                 return False
             self._step("reserved")
+            self._recheck_incarnations(channel)
             to_send = self._plan(reserved)
             if to_send:
                 await self._send_with_retries(to_send)
@@ -423,11 +426,19 @@ class KafkaSink:
     def _check_incarnations(self, channel: Channel) -> None:
         """Step 3's check: what the record says was sent, against each partition's
         incarnation now (channel_engine/incarnations.py); SinkError on a conflict."""
-        current = channel.incarnations()
-        self.incarnations = {p.partition: p.incarnation for p in current}
-        found = conflicts(self.name, current, self.record.by_incarnation(), "Kafka sink")
+        self.incarnations = channel.incarnations()
+        found = conflicts(self.name, self.incarnations, self.record.by_incarnation(),
+                          "Kafka sink")
         if found:
             raise SinkError(" ".join(found))
+
+    def _recheck_incarnations(self, channel: Channel) -> None:
+        """After each reserve, before step 5: SinkError (the take is rolled back) when a
+        partition was made again since step 3's check (incarnations.changed_since)."""
+        changed = changed_since(self.name, self.incarnations, channel.incarnations(),
+                                "Kafka sink")
+        if changed:
+            raise SinkError(changed)
 
     def _plan(self, reserved: list[tuple[int, int, int]]) -> list[tuple[int, Range]]:
         """Step 5: (partition, range) to send: the reserved ranges, joined where they
@@ -474,7 +485,8 @@ class KafkaSink:
         try:
             acks = await self._send_events(producer, to_send)
             record = self.record.with_sent(to_send, self.run_id, number,
-                                           self.settings.subscription, self.incarnations)
+                                           self.settings.subscription,
+                                           labels(self.incarnations))
             acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
                                             key=record.key, partition=offsets_record.PARTITION))
             await self._answer(asyncio.gather(*acks), self._unacknowledged(number),

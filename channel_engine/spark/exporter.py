@@ -17,7 +17,9 @@ The protocol (each step survives a crash at any point; the output is the source 
           written: channel_engine/incarnations.py);
           fold > COMPACT_AFTER records into one
     2     take: reserve the next ranges of each          the take rolled back (its process
-          partition (a take transaction, no lease)       died): the same ranges come again
+          partition (a take transaction, no lease);      died): the same ranges come again
+          a partition made again since step 1 rolls
+          it back and fails the run (ExportError)
     3     skip what a commit record already holds        -
     4     write the rest with Spark to _weir/tmp/<run>   temp files deleted by step 1
     5     sync the temp files; write the commit record   step 1 applies it
@@ -80,7 +82,12 @@ from typing import Any
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import ExportError
-from channel_engine.incarnations import PartitionIncarnation, conflicts, record_incarnations
+from channel_engine.incarnations import (
+    PartitionIncarnation,
+    changed_since,
+    conflicts,
+    record_incarnations,
+)
 from channel_engine.offset_ranges import Range, merge, subtract
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
@@ -171,6 +178,7 @@ class Exporter:
                 try:
                     reserved = take.reserve(self.settings.max_events)
                     crash_point("reserved")
+                    self._recheck_incarnations(channel)
                     to_write = self._plan(reserved, exported)
                     if to_write:
                         self._write(Pieces(piece_rows(self.settings, channel.status()),
@@ -203,6 +211,14 @@ class Exporter:
             except SubscriptionExistsError:  # added meanwhile (by an operator): use it
                 pass
         return channel.take(subscription=name)
+
+    def _recheck_incarnations(self, channel: Channel) -> None:
+        """After the reserve, before step 3: ExportError (the take is rolled back) when a
+        partition was made again since step 1's check (incarnations.changed_since)."""
+        changed = changed_since(self.config.name, self.incarnations, channel.incarnations(),
+                                "export")
+        if changed:
+            raise ExportError(changed)
 
     def _plan(self, reserved: list[tuple[int, int, int]],
               exported: dict[int, list[Range]]) -> list[tuple[int, Range]]:
