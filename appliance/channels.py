@@ -34,13 +34,13 @@ which the API answers with 404 like any channel that does not exist. Only the cr
 (manage_channels) makes a channel (Channel.create: it reports nothing missing).
 
 Storage that vanished. A row whose channel's files are missing (its home or channel.json,
-a partition directory: Channel.missing_places) is never made again by an open: a volume
-not mounted (yet, or for a moment) would get a fresh, empty channel written on the root
-filesystem, hidden once the volume is back. The open raises StorageMissing naming the
-missing paths instead, and writes nothing: puts, takes and reads answer 503
-channel-storage-missing, the channel list and /metrics show the channel unhealthy with
-the reason, its page says what to do. Nothing is read either, even where one of several
-data dirs is intact: the engine opens a channel whole (a partition of it missing, it
+a partition directory, or one found empty: Channel.missing_places) is never made again by
+an open: a volume not mounted (yet, or for a moment) would get a fresh, empty channel
+written on the root filesystem, hidden once the volume is back. The open raises
+StorageMissing naming the missing paths instead, and writes nothing: puts, takes and
+reads answer 503 channel-storage-missing, the channel list and /metrics show the channel
+unhealthy with the reason, its page says what to do. Nothing is read either, even where
+one of several data dirs is intact: the engine opens a channel whole (a partition of it missing, it
 cannot say what the checkpoint's positions mean), and every intact file stays untouched,
 so a volume mounted again brings the channel back as it was, at its next request. Only the
 operator's word makes it again, empty where files are missing (recreate_storage, behind
@@ -193,8 +193,8 @@ class StorageMissing(Exception):
     def __init__(self, name: str, paths: list[Path]) -> None:
         self.name, self.paths = name, [str(p) for p in paths]
         super().__init__(f"channel {name!r}: its storage is missing: {', '.join(self.paths)} "
-                         "(a volume not mounted, or a directory removed); nothing is written "
-                         f"there until then. {STORAGE_ADVICE}")
+                         "(a volume not mounted, or a directory removed or emptied); nothing "
+                         f"is written there until then. {STORAGE_ADVICE}")
 
 
 STORAGE_ADVICE = ("Mount the volume back (the channel comes back as it was), or recreate the "

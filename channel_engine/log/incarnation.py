@@ -27,15 +27,33 @@ pending, and renames the directory into place before it loads or writes anything
 there, so no crash leaves the directory without its file; that open (or, after a crash,
 the next one) sets the start offset once the checkpoint told where the partition goes on
 (channel_recovery.py step 5), before any put: the log end then. A file that fails its
-checks (size, magic, version, CRC) is CorruptStateError naming it: the open fails rather
-than take the partition for another incarnation (move it aside by hand only knowing that
-the partition then counts as its original storage). An engine older than this file moves
-it aside as `incarnation.stray`.
+checks (size, magic, version, CRC), or anything but a regular file under its name (a
+directory, say: never moved aside as a stray, which would turn the partition into its
+original storage), is CorruptStateError naming it: the open fails rather than take the
+partition for another incarnation; `recover` (tools/recover.py) keeps it aside as
+`incarnation.damaged` and starts a new incarnation at the partition's log start. An
+engine older than this file moves it aside as `incarnation.stray`: a directory holding
+such a copy (or recover's `incarnation.damaged`, from a recover cut short) and no
+`incarnation` is CorruptStateError too, never the original storage; `recover` puts an
+older engine's intact copy back, or starts a new incarnation.
+
+An empty directory in place of a vanished one (`mkdir` by someone, provisioning that
+makes the tree again, the mount point of a volume not mounted: made_again(), no
+log.state, segment or incarnation file in it) is the vanished directory still missing,
+not the original storage going on at its checkpoint's end: home_files.missing_places
+lists it, so the channel answers storage-missing (503 in the appliance) and nothing is
+written into it, until the operator's recreate makes it a new incarnation there (begin()
+in place). Why not a new incarnation at the first open, without the operator: an empty
+mount point would get a channel written under the volume and hidden once it is mounted,
+and the events the directory held would be lost without anyone's word — the operator
+is asked exactly as for a directory that is gone, which is what it is.
 
 Concurrency: written only by the partition's owner at its open; read by anyone.
 """
 from __future__ import annotations
 
+import os
+import re
 import struct
 import time
 import uuid
@@ -46,7 +64,13 @@ import crc32c
 
 from channel_engine.atomic_file import write_atomically
 from channel_engine.errors import CorruptStateError
-from channel_engine.filenames import INCARNATION_FILE
+from channel_engine.filenames import (
+    DAMAGED_SUFFIX,
+    INCARNATION_FILE,
+    LOG_STATE_FILE,
+    STRAY_SUFFIX,
+    parse_segment_file,
+)
 from channel_engine.incarnations import ORIGINAL
 
 MAGIC = b"WINC"
@@ -73,19 +97,71 @@ ORIGINAL_INCARNATION = Incarnation(ORIGINAL)
 
 def read(directory: Path) -> Incarnation:
     """The incarnation of the partition in `directory` (ORIGINAL without a file);
-    CorruptStateError naming the file when it fails its checks."""
+    CorruptStateError naming the file when it fails its checks, is no regular file, or
+    is missing while an older engine's `incarnation.stray` is there (module doc)."""
     path = directory / INCARNATION_FILE
+    if os.path.lexists(path) and not path.is_file():
+        raise CorruptStateError(path, f"not a regular file{_CANNOT_TELL}", 0)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        kept = kept_copies(directory)
+        if kept:
+            raise CorruptStateError(kept[0], "a copy of the partition's incarnation file kept "
+                                    "aside (by an older Weir, which did not know it, or by a "
+                                    "recover cut short), and none in its place: without it "
+                                    "the partition would count as its original storage. Run "
+                                    "`python -m channel_engine recover` on the channel (it "
+                                    "puts an older Weir's copy back, or starts a new "
+                                    "incarnation)", 0) from None
         return ORIGINAL_INCARNATION
     try:
         return decode(data, path)
     except CorruptStateError as exc:
-        raise CorruptStateError(path, f"{exc.reason}: which storage the partition's offsets "
-                                "belong to cannot be told (restore the file; moved aside, the "
-                                "partition counts as its original storage)", exc.position
-                                ) from exc
+        raise CorruptStateError(path, f"{exc.reason}{_CANNOT_TELL}", exc.position) from exc
+
+
+_CANNOT_TELL = (": which storage the partition's offsets belong to cannot be told. Run "
+                "`python -m channel_engine recover` on the channel: it keeps the file aside "
+                f"as {INCARNATION_FILE}{DAMAGED_SUFFIX} and starts a new incarnation at the "
+                "partition's log start (a drain that sent offsets above it then refuses, "
+                "naming the way out)")
+
+
+def made_again(directory: Path) -> bool:
+    """True for a directory that holds nothing of a partition: no log.state, no segment
+    file, no incarnation file (nor a copy of one kept aside) — made again by someone
+    else than the engine, or the mount point of a volume not mounted (module doc)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not any(name in (LOG_STATE_FILE, INCARNATION_FILE) or _KEPT.fullmatch(name)
+                   or parse_segment_file(name) is not None for name in names)
+
+
+def kept_copies(directory: Path) -> list[Path]:
+    """Regular files `incarnation[.<n>].stray` (an older engine, which did not know the
+    name, moved it aside) and `incarnation[.<n>].damaged` (recover kept it), in name
+    order."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(directory / name for name in names
+                  if _KEPT.fullmatch(name) and (directory / name).is_file())
+
+
+def restart(directory: Path, start_offset: int) -> Incarnation:
+    """Write a new incarnation, settled at `start_offset`, in place of a damaged file
+    (tools/recover.py)."""
+    made = Incarnation(uuid.uuid4().hex, start_offset, False, int(time.time() * 1000))
+    write_atomically(directory / INCARNATION_FILE, encode(made))
+    return made
+
+
+_KEPT = re.compile(re.escape(INCARNATION_FILE) + r"(\.\d+)?("
+                   + re.escape(STRAY_SUFFIX) + "|" + re.escape(DAMAGED_SUFFIX) + ")")
 
 
 def decode(data: bytes, path: Path | str = INCARNATION_FILE) -> Incarnation:

@@ -137,21 +137,27 @@ class PartitionLog:
         """Open (and create, unless read_only or not `create`) the partition log in
         `directory`; with a sealer, new batches are encrypted and encrypted ones can be read.
         create=False: a missing directory raises ChannelGoneError (its channel was deleted).
-        recreated: the directory is of a partition its channel had, so one made here is a
-        new incarnation (log/incarnation.py; settle_incarnation() records its start)."""
+        recreated: the directory is of a partition its channel had, so one made here (or an
+        empty one found: log/incarnation.made_again) is a new incarnation
+        (log/incarnation.py; settle_incarnation() records its start); without `create`, an
+        empty one is ChannelGoneError like a missing one."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
         state = log.state
         lock_moved = None
         if not read_only:
             if create:
-                if recreated and not os.path.lexists(path):
+                if recreated and (not os.path.lexists(path) or incarnation_file.made_again(path)):
                     _make_recreated_directory(path)
                 else:
                     _make_directory_durably(path)
             elif not os.path.lexists(path):  # a file in its place fails below, as ever
                 raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
                                        "(its channel was deleted); nothing written")
+            elif recreated and incarnation_file.made_again(path):
+                raise ChannelGoneError(f"{path}: partition directory empty (made again by "
+                                       "someone, or a volume not mounted), not recreated; "
+                                       "nothing written")
             lock_moved = state.take_dir_lock()
             identity = os.stat(path)
             state.dir_identity = (identity.st_dev, identity.st_ino)
@@ -427,7 +433,12 @@ class PartitionLog:
 def _make_recreated_directory(path: Path) -> None:
     """Make a recreated partition's directory with its new incarnation's file in it (its
     start pending) as one step: made under a temp name, then renamed into place, so no
-    crash leaves the directory without it (a temp one it leaves is used by the next)."""
+    crash leaves the directory without it (a temp one it leaves is used by the next). An
+    empty directory in its place (log/incarnation.made_again) gets the file in place: a
+    crash before it leaves it empty, made again by the next recreate."""
+    if path.is_dir():
+        incarnation_file.begin(path)
+        return
     temp = path.with_name(path.name + TMP_SUFFIX)
     _make_directory_durably(temp)
     incarnation_file.begin(temp)

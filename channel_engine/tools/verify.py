@@ -3,8 +3,9 @@
 repairs; `python -m channel_engine recover` does.
 
 Checks, each reported with the file and the byte position:
-  * incarnation (a recreated partition's only: log/incarnation.py): magic, version, CRC;
-    its id and start offset are a note;
+  * incarnation (a recreated partition's only: log/incarnation.py): a regular file,
+    magic, version, CRC, and no older engine's `incarnation.stray` without it; its id
+    and start offset are a note;
   * log.state: present, magic, version, both CRCs; after a clean shutdown, its log end
     offset equals the log's; after an unclean one, the log reaches the end the loader
     knows was committed (known_end.known_committed_end: the committed-end record, the
@@ -257,8 +258,6 @@ def _verify_incarnation(directory: Path, report: VerifyReport) -> None:
     except CorruptStateError as exc:
         report.damages.append(Damage(exc.path, exc.position, exc.reason))
         return
-    except IsADirectoryError:
-        return  # reported as a stray
     if found.id != ORIGINAL:
         report.notes.append(f"{directory}: recreated storage, incarnation {found.id} "
                             f"starting at offset {found.start_offset}"
