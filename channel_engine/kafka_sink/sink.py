@@ -486,7 +486,7 @@ class KafkaSink:
             acks = await self._send_events(producer, to_send)
             record = self.record.with_sent(to_send, self.run_id, number,
                                            self.settings.subscription,
-                                           labels(self.incarnations))
+                                           incarnations=labels(self.incarnations))
             acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
                                             key=record.key, partition=offsets_record.PARTITION))
             await self._answer(asyncio.gather(*acks), self._unacknowledged(number),

@@ -93,9 +93,11 @@ UNVERSIONED_SCHEMA = 1
 
 
 def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
-                  ranges: dict[int, list[Range]], schema_version: int,
-                  incarnations: dict[str, str] | None = None) -> dict[str, Any]:
-    """A commit record (the format above), its partitions in the order of `ranges`."""
+                  ranges: dict[int, list[Range]], schema_version: int, *,
+                  incarnations: dict[str, str]) -> dict[str, Any]:
+    """A commit record (the format above), its partitions in the order of `ranges`, of the
+    partitions' `incarnations` (incarnations.record_incarnations: always given, so that
+    no record relabels a recreated partition's ranges as the original's)."""
     record = {"format": RECORD_FORMAT, "version": RECORD_VERSION,
               "schema_version": schema_version, "run_id": run_id,
               "channel_id": channel_id, "moves": moves,
@@ -230,8 +232,8 @@ class CommitRecords:
         self.dfs.rename(temp, final)
         self.dfs.sync_dirs_up_to([final], self.layout.root)
 
-    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]],
-                incarnations: dict[str, str] | None = None) -> None:
+    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]], *,
+                incarnations: dict[str, str]) -> None:
         """When recover() read more than COMPACT_AFTER records (their moves all done),
         replace them by one summary of this channel's ranges `exported` (records of a
         deleted namesake go), of the partitions' `incarnations` now: the next run reads one
@@ -239,18 +241,20 @@ class CommitRecords:
         if len(self.read) <= COMPACT_AFTER:
             return
         summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())),
-                                self.schema_version or UNVERSIONED_SCHEMA, incarnations)
+                                self.schema_version or UNVERSIONED_SCHEMA,
+                                incarnations=incarnations)
         self._write(f"{run_id}.summary.json", summary)
         for uri in self.read:  # a crash here leaves ranges recorded twice: harmless
             self.dfs.delete(uri)
 
     def commit(self, run_id: str, channel_id: str, moves: list[list[str]],
-               ranges: dict[int, list[Range]], schema_version: int,
-               incarnations: dict[str, str] | None = None) -> None:
+               ranges: dict[int, list[Range]], schema_version: int, *,
+               incarnations: dict[str, str]) -> None:
         """Write run `run_id`'s commit record (its files of `schema_version`, its ranges of
         the partitions' `incarnations`): the commit point of the run."""
         self._write(f"{run_id}.json", commit_record(run_id, channel_id, moves, ranges,
-                                                    schema_version, incarnations))
+                                                    schema_version,
+                                                    incarnations=incarnations))
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
         """Write a record under _weir/commits atomically: temp name, sync, rename."""

@@ -160,7 +160,8 @@ class Exporter:
         if found:  # before anything is compacted, taken or written (incarnations.py)
             raise ExportError(" ".join(found))
         self.records.compact(self.run_id, self.channel_id, exported,
-                             record_incarnations(self.incarnations, list(exported)))
+                             incarnations=record_incarnations(self.incarnations,
+                                                              list(exported)))
         self.dfs.delete(self.layout.temp_root, recursive=True)
         return exported
 
@@ -275,7 +276,8 @@ class Exporter:
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
                             {p: report.ranges for p, report in self.reports.items()},
                             self._version(),
-                            record_incarnations(self.incarnations, list(self.reports)))
+                            incarnations=record_incarnations(self.incarnations,
+                                                             list(self.reports)))
         self.recorded = True
         crash_point("recorded")  # committed, and nobody told yet
         self.on_commit(self._finish("committed"))

@@ -2,7 +2,9 @@
 (channel_engine/incarnations.py), and the incarnations their records carry."""
 from __future__ import annotations
 
+import inspect
 import json
+from typing import Any
 
 import pytest
 
@@ -14,7 +16,7 @@ from channel_engine.incarnations import (
     record_incarnations,
 )
 from channel_engine.kafka_sink.offsets_record import OffsetsRecord
-from channel_engine.spark.commit_records import commit_record, read_record
+from channel_engine.spark.commit_records import CommitRecords, commit_record, read_record
 from channel_engine.spark.export_report import describe
 
 NEW = "ab" * 16
@@ -69,16 +71,16 @@ def test_a_record_names_only_partitions_not_original() -> None:
 
 
 def test_a_commit_record_carries_its_incarnations_and_old_ones_read_as_original() -> None:
-    record = commit_record("r1", "id", [], {1: [(60, 70)]}, 2, {"1": NEW})
+    record = commit_record("r1", "id", [], {1: [(60, 70)]}, 2, incarnations={"1": NEW})
     assert read_record("r1.json", json.dumps(record).encode())["incarnations"] == {"1": NEW}
-    plain = commit_record("r0", "id", [], {1: [(0, 60)]}, 2)
+    plain = commit_record("r0", "id", [], {1: [(0, 60)]}, 2, incarnations={})
     assert "incarnations" not in plain
     assert read_record("r0.json", json.dumps(plain).encode()).get("incarnations") is None
 
 
 @pytest.mark.parametrize("bad", [[], {"1": ""}, {"1": 7}])
 def test_a_commit_record_with_malformed_incarnations_is_damage(bad: object) -> None:
-    record = commit_record("r1", "id", [], {1: [(60, 70)]}, 2)
+    record = commit_record("r1", "id", [], {1: [(60, 70)]}, 2, incarnations={})
     record["incarnations"] = bad
     with pytest.raises(ExportError, match="damaged commit record"):
         read_record("r1.json", json.dumps(record).encode())
@@ -87,7 +89,8 @@ def test_a_commit_record_with_malformed_incarnations_is_damage(bad: object) -> N
 def test_the_offsets_record_labels_the_partitions_it_sends_to() -> None:
     old = OffsetsRecord("orders", "id", "t", "kafka", sent={0: [(0, 5)], 1: [(0, 80)]})
     assert old.by_incarnation() == {0: {ORIGINAL: [(0, 5)]}, 1: {ORIGINAL: [(0, 80)]}}
-    after = old.with_sent([(1, (80, 90))], "run", 1, "kafka", {0: ORIGINAL, 1: NEW})
+    after = old.with_sent([(1, (80, 90))], "run", 1, "kafka",
+                          incarnations={0: ORIGINAL, 1: NEW})
     assert after.incarnations == {1: NEW}
     decoded = OffsetsRecord.decode(after.encode(), "weir-sink-offsets/0")
     assert decoded.by_incarnation() == {0: {ORIGINAL: [(0, 5)]}, 1: {NEW: [(0, 90)]}}
@@ -106,3 +109,27 @@ def test_an_export_refusal_is_told_as_its_sentence_without_a_class_name() -> Non
                           {1: {ORIGINAL: [(0, 80)]}}, "export")
     assert describe(ExportError(refusal)) == refusal
     assert describe(ValueError("bad")) == "ValueError: bad"  # not the engine's: named
+
+
+@pytest.mark.parametrize("function", [commit_record, CommitRecords.compact,
+                                      CommitRecords.commit, OffsetsRecord.with_sent])
+def test_every_record_writer_must_be_told_the_incarnations(function: Any) -> None:
+    """Keyword-only and required: a call that forgets them cannot write a record that
+    relabels a recreated partition's ranges as the original's."""
+    parameter = inspect.signature(function).parameters["incarnations"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    assert parameter.default is inspect.Parameter.empty
+
+
+def test_an_offsets_record_with_incarnations_is_version_2_which_an_older_sink_refuses(
+        ) -> None:
+    plain = OffsetsRecord("orders", "id", "t", "kafka", sent={0: [(0, 5)]})
+    labelled = plain.with_sent([(1, (0, 9))], "run", 1, "kafka", incarnations={1: NEW})
+    assert json.loads(plain.encode())["version"] == 1  # readable by an older Weir still
+    assert json.loads(labelled.encode())["version"] == 2  # an older Weir reads 1 only
+    for record in (plain, labelled):
+        assert OffsetsRecord.decode(record.encode(), "here") == record
+    mislabelled = json.loads(labelled.encode())
+    mislabelled["version"] = 1
+    with pytest.raises(SinkError, match="version 1 names incarnations"):
+        OffsetsRecord.decode(json.dumps(mislabelled).encode(), "here")

@@ -28,7 +28,7 @@ URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
 
 def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
     record = commit_record("1795788300000-1a2b3c4d", "5f0c9e", [["tmp/a", "final/a"]],
-                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]}, 2)
+                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]}, 2, incarnations={})
     assert record["format"] == RECORD_FORMAT and record["version"] == RECORD_VERSION == 1
     assert record["schema_version"] == schema_version(record) == 2
     assert list(record["ranges"]) == ["2", "0"]  # in the order given
