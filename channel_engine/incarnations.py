@@ -78,32 +78,39 @@ def conflicts(channel: str, current: list[PartitionIncarnation], recorded: Recor
 
 
 def _recreated(channel: str, part: PartitionIncarnation, sent_end: int, drain: str) -> str:
-    p = part.partition
-    return (f"channel {channel!r} partition {p}: its storage was recreated, starting at "
-            f"offset {part.start_offset}, but the {drain} had already sent offsets up to "
-            f"{sent_end - 1} of the storage that vanished (the channel's last checkpoint "
-            f"was older than what it sent). New events at offsets {part.start_offset} to "
-            f"{sent_end - 1} would be taken for ones already sent, so nothing was taken or "
-            f"written. To go on: stop producing to the channel, move the partition "
-            f"directory {part.directory or '(its data directory)'} aside (keep it: its "
-            f"events since the recreate can be read with `python -m channel_engine dump`; "
-            f"they are recorded as lost), then recreate the channel starting partition {p} "
-            f"above what was sent: manage.py recreate_channel {channel} --yes "
-            f"--next-offset {p}:{sent_end} (or the recreate on the channel's page, or the "
-            f"API's, with that next offset)")
+    return (f"channel {channel!r} partition {part.partition}: its storage was recreated, "
+            f"starting at offset {part.start_offset}, but the {drain} had already sent "
+            f"offsets up to {sent_end - 1} of the storage that vanished (the channel's last "
+            f"checkpoint was older than what it sent). New events at offsets "
+            f"{part.start_offset} to {sent_end - 1} would be taken for ones already sent, so "
+            f"nothing was taken or written. To go on: stop producing to the channel, move "
+            f"the partition directory {part.directory or '(its data directory)'} aside "
+            f"(keep it: its events since the recreate can be read with the operator's dump "
+            f"tool, `python -m channel_engine dump` on the moved directory; they are "
+            f"recorded as lost), then "
+            + _way_out(channel, part.partition, sent_end))
 
 
 def _went_back(channel: str, part: PartitionIncarnation, sent_end: int, drain: str) -> str:
     return (f"channel {channel!r} partition {part.partition}: the {drain} had sent offsets "
             f"up to {sent_end - 1}, but the partition's log now ends at offset "
             f"{part.log_end_offset} (its files went back without a recreate: restored "
-            f"from an older copy?). New events at offsets {part.log_end_offset} to "
-            f"{sent_end - 1} would be taken for ones already sent, so nothing was taken or "
-            f"written. Put the partition's files back as they were, or move its directory "
-            f"{part.directory or '(its data directory)'} aside and recreate the channel "
-            f"starting above what was sent: manage.py recreate_channel {channel} --yes "
-            f"--next-offset {part.partition}:{sent_end} (or the recreate on the channel's "
-            f"page, or the API's, with that next offset)")
+            f"from an older copy, or its owner crashed with the channel in flush-policy "
+            f"durability, losing events not yet flushed that had been sent). New events at "
+            f"offsets {part.log_end_offset} to {sent_end - 1} would be taken for ones "
+            f"already sent, so nothing was taken or written. Put the partition's files back "
+            f"as they were, or move its directory {part.directory or '(its data directory)'}"
+            f" aside and " + _way_out(channel, part.partition, sent_end))
+
+
+def _way_out(channel: str, partition: int, sent_end: int) -> str:
+    """The operator's way out of a refusal: recreate the partition above what was sent."""
+    return (f"recreate the channel starting partition {partition} above what was sent: "
+            f"manage.py recreate_channel {channel} --yes --next-offset "
+            f"{partition}:{sent_end} (or the recreate on the channel's page, or the API's, "
+            f"with that next offset). That is the least next offset this drain needs; when "
+            f"another drain of this channel refuses too, use the highest offset any of them "
+            f"names")
 
 
 def changed_since(channel: str, checked: list[PartitionIncarnation],

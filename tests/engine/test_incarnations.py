@@ -133,3 +133,15 @@ def test_an_offsets_record_with_incarnations_is_version_2_which_an_older_sink_re
     mislabelled["version"] = 1
     with pytest.raises(SinkError, match="version 1 names incarnations"):
         OffsetsRecord.decode(json.dumps(mislabelled).encode(), "here")
+
+
+def test_a_refusal_says_its_next_offset_is_a_least_one_among_the_drains() -> None:
+    """Each drain names only its own sent end: the operator is told to take the highest."""
+    [recreated] = conflicts("orders", [_part(NEW, start=60, end=90)],
+                            {1: {ORIGINAL: [(0, 61)]}}, "export")
+    [went_back] = conflicts("orders", [_part(end=50)], {1: {ORIGINAL: [(0, 80)]}},
+                            "Kafka sink")
+    for found in (recreated, went_back):
+        assert "the least next offset this drain needs" in found
+        assert "use the highest offset any of them names" in found
+    assert "flush-policy durability" in went_back  # a cause besides a restored copy
