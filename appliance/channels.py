@@ -193,8 +193,9 @@ class StorageMissing(Exception):
     def __init__(self, name: str, paths: list[Path]) -> None:
         self.name, self.paths = name, [str(p) for p in paths]
         super().__init__(f"channel {name!r}: its storage is missing: {', '.join(self.paths)} "
-                         "(a volume not mounted, or a directory removed or emptied); nothing "
-                         f"is written there until then. {STORAGE_ADVICE}")
+                         "(a volume not mounted, a directory removed or emptied, or a "
+                         "recreate cut short); nothing is written there until then. "
+                         f"{STORAGE_ADVICE}")
 
 
 STORAGE_ADVICE = ("Mount the volume back (the channel comes back as it was), or recreate the "

@@ -25,17 +25,21 @@ Rules: written atomically (temp file, fsync, rename, fsync the directory). The o
 makes the directory makes it under a temp name (`<name>-<i>.tmp`), writes the file there
 pending, and renames the directory into place before it loads or writes anything else
 there, so no crash leaves the directory without its file; that open (or, after a crash,
-the next one) sets the start offset once the checkpoint told where the partition goes on
-(channel_recovery.py step 5), before any put: the log end then. A file that fails its
-checks (size, magic, version, CRC), or anything but a regular file under its name (a
-directory, say: never moved aside as a stray, which would turn the partition into its
-original storage), is CorruptStateError naming it: the open fails rather than take the
-partition for another incarnation; `recover` (tools/recover.py) keeps it aside as
-`incarnation.damaged` and starts a new incarnation at the partition's log start. An
-engine older than this file moves it aside as `incarnation.stray`: a directory holding
-such a copy (or recover's `incarnation.damaged`, from a recover cut short) and no
-`incarnation` is CorruptStateError too, never the original storage; `recover` puts an
-older engine's intact copy back, or starts a new incarnation.
+the operator's next recreate) sets the start offset once the checkpoint told where the
+partition goes on (channel_recovery.py step 5), before any put: the log end then, or the
+operator's next offset when higher. A directory whose incarnation is still pending
+(awaiting_recreate) counts as missing, like an empty one (below): no other open settles
+it, so the next offsets the operator gives the recreate that finishes it are not lost.
+
+A file that fails its checks (size, magic, version, CRC), or anything but a regular file
+under its name (a directory, say: never moved aside as a stray, which would turn the
+partition into its original storage), is CorruptStateError naming it: the open fails
+rather than take the partition for another incarnation; `recover` (tools/recover.py)
+keeps it aside as `incarnation.damaged` and starts a new incarnation at the partition's
+log start. An engine older than this file moves it aside as `incarnation.stray`: a
+directory holding such a copy (or recover's `incarnation.damaged`, from a recover cut
+short) and no `incarnation` is CorruptStateError too, never the original storage;
+`recover` puts an older engine's intact copy back, or starts a new incarnation.
 
 An empty directory in place of a vanished one (`mkdir` by someone, provisioning that
 makes the tree again, the mount point of a volume not mounted: made_again(), no
@@ -138,6 +142,18 @@ def made_again(directory: Path) -> bool:
         return False
     return not any(name in (LOG_STATE_FILE, INCARNATION_FILE) or _KEPT.fullmatch(name)
                    or parse_segment_file(name) is not None for name in names)
+
+
+def awaiting_recreate(directory: Path) -> bool:
+    """True for a partition directory only the operator's recreate may open: one made
+    again by someone (made_again), or by a recreate cut short before it recorded its
+    start (a pending incarnation: the operator's next offset is applied only then)."""
+    if made_again(directory):
+        return True
+    try:
+        return read(directory).pending
+    except (CorruptStateError, OSError):
+        return False  # the open reports it
 
 
 def kept_copies(directory: Path) -> list[Path]:

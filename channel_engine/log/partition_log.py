@@ -140,7 +140,8 @@ class PartitionLog:
         recreated: the directory is of a partition its channel had, so one made here (or an
         empty one found: log/incarnation.made_again) is a new incarnation
         (log/incarnation.py; settle_incarnation() records its start); without `create`, an
-        empty one is ChannelGoneError like a missing one."""
+        empty one, or one whose incarnation is pending, is ChannelGoneError like a missing
+        one."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
         state = log.state
@@ -158,6 +159,10 @@ class PartitionLog:
                 raise ChannelGoneError(f"{path}: partition directory empty (made again by "
                                        "someone, or a volume not mounted), not recreated; "
                                        "nothing written")
+            elif recreated and incarnation_file.awaiting_recreate(path):
+                raise ChannelGoneError(f"{path}: partition directory of a recreate cut "
+                                       "short (its start not recorded), to be finished by "
+                                       "the operator's recreate; nothing written")
             lock_moved = state.take_dir_lock()
             identity = os.stat(path)
             state.dir_identity = (identity.st_dev, identity.st_ino)

@@ -143,3 +143,26 @@ def test_a_recover_cut_short_after_keeping_the_file_aside_is_refused_then_finish
         Channel.open(config)
     repair(config.home)
     assert incarnation_file.read(directory).id not in (made, ORIGINAL)
+
+
+# -- a recreate cut short keeps the operator's next offsets -----------------------------------
+
+def test_a_recreate_cut_short_is_finished_by_the_operators_with_its_next_offsets(
+        tmp_path: Path) -> None:
+    """Killed between writing the pending incarnation and settling it: no other open
+    settles it (it counts as missing), so the operator's retry still applies its next
+    offset."""
+    config, checkpointed, real_end = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    directory.mkdir()
+    pending = incarnation_file.begin(directory)
+    assert Channel.missing_places(config) == [directory]
+    with pytest.raises(StorageMissingError):
+        Channel.open(config, create=False)
+    with pytest.raises(ChannelGoneError, match="recreate cut short"):
+        ChannelOwner.open(config, create=False)
+    assert incarnation_file.read(directory).pending
+    with Channel.open(config, existed=True, next_offsets={1: real_end}) as channel:
+        part = channel.incarnations()[1]
+        assert (part.incarnation, part.start_offset) == (pending.id, real_end)
+    assert checkpointed < real_end and Channel.missing_places(config) == []
