@@ -60,6 +60,7 @@ from appliance.export_schema import folder, refuse_mixed_versions
 from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
+    MAX_OFFSET,
     ChannelEngineError,
     ChannelExistsError,
     ConfigError,
@@ -67,7 +68,6 @@ from channel_engine import (
     SubscriptionExistsError,
 )
 from channel_engine import Channel as EngineChannel
-from channel_engine.log.state import MAX_OFFSET
 
 EXPORT_START = "slowest"  # where a new export subscription starts (module doc)
 
@@ -262,13 +262,22 @@ def recreate_channel(row: Channel, next_offsets: Any = None) -> list[Path]:
 def parse_next_offsets(text: str) -> dict[int, int]:
     """"P:N" pairs, separated by commas or spaces (manage.py's --next-offset, the UI's
     field), as {P: N}; Refused naming next_offsets when one is not such a pair."""
-    wanted = {}
+    wanted: dict[int, int] = {}
     for pair in text.replace(",", " ").split():
         partition, _, offset = pair.partition(":")
-        if not all(part.isascii() and part.isdigit() for part in (partition, offset)):
+        if not (_digits(partition) and _digits(offset)):
             raise Refused({"next_offsets": [f"{pair!r}: give PARTITION:OFFSET, e.g. 1:5000"]})
+        if int(partition) in wanted:
+            raise Refused({"next_offsets": [f"partition {int(partition)} is given twice "
+                                            f"({partition}:{wanted[int(partition)]} and "
+                                            f"{pair}): give one next offset a partition"]})
         wanted[int(partition)] = int(offset)
     return wanted
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: int() also takes '²' or '٣', and a sign or spaces."""
+    return text.isascii() and text.isdigit()
 
 
 def _next_offsets(row: Channel, value: Any) -> dict[int, int]:
@@ -278,13 +287,15 @@ def _next_offsets(row: Channel, value: Any) -> dict[int, int]:
         return {}
     if not isinstance(value, dict):
         raise Refused({"next_offsets": ["an object of partition number: next offset"]})
-    wanted = {}
+    wanted: dict[int, int] = {}
     for key, offset in value.items():
-        partition = int(key) if isinstance(key, int) or (
-            str(key).isascii() and str(key).isdigit()) else -1
+        partition = int(key) if isinstance(key, int) or _digits(str(key)) else -1
         if not 0 <= partition < row.partitions:
             raise Refused({"next_offsets": [f"partition {key!r}: the channel has partitions "
                                             f"0 to {row.partitions - 1}"]})
+        if partition in wanted:  # "1" and "01"
+            raise Refused({"next_offsets": [f"partition {partition} is given twice: give "
+                                            "one next offset a partition"]})
         if type(offset) is not int or not 0 <= offset <= MAX_OFFSET:
             raise Refused({"next_offsets": [f"partition {partition}: next offset {offset!r} "
                                             f"is not a whole number from 0 to {MAX_OFFSET}"]})

@@ -57,6 +57,7 @@ from channel_engine.log.config import LogConfig
 from channel_engine.log.fetch import FetchData, FileSlice
 from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.log.recovery import LostRange, RecoveryReport
+from channel_engine.log.state import MAX_OFFSET
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.channel_recovery import ChannelRecovery
@@ -98,6 +99,7 @@ __all__ = [
     "LogLockedError",
     "LogOfflineError",
     "LostRange",
+    "MAX_OFFSET",
     "OffsetOutOfRangeError",
     "PartitionCountError",
     "OwnerLostError",

@@ -25,6 +25,7 @@ from appliance import channels
 from appliance.api.base import ApiView
 from appliance.api.schema import errors
 from appliance.manage_channels import Refused, recreate_channel
+from channel_engine import MAX_OFFSET
 
 _RECREATED = {
     "type": "object", "additionalProperties": False, "required": ["recreated", "status"],
@@ -37,7 +38,8 @@ _RECREATED = {
 _RECREATE = {
     "type": "object", "additionalProperties": False,
     "properties": {"next_offsets": {
-        "type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+        "type": "object", "propertyNames": {"pattern": "^[0-9]+$"},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
         "description": "partition number -> the offset that partition, made again, goes on "
                        "at the least: above what a drain sent (its refusal names it)"}}}
 

@@ -133,8 +133,8 @@ def recreate(request: HttpRequest, name: str) -> HttpResponse:
         next_offsets = parse_next_offsets(request.POST.get("next_offsets", ""))
         missing = recreate_channel(row, next_offsets or None)
     except Refused as refused:
-        messages.error(request, "Not recreated: " + " ".join(
-            f"{'next offsets ' if field == 'next_offsets' else ''}{m}"
+        messages.error(request, "Not recreated. " + " ".join(
+            f"{'The next offsets were refused: ' if field == 'next_offsets' else ''}{m}."
             for field, ms in refused.errors.items() for m in ms))
     except channels.StorageMissing as exc:
         messages.error(request, f"Not recreated: {exc}")

@@ -16,6 +16,7 @@ from django.test import Client
 
 from appliance import channel_dirs, channels
 from appliance.models import Channel
+from channel_engine import MAX_OFFSET
 from channel_engine.incarnations import ORIGINAL
 
 pytestmark = pytest.mark.django_db
@@ -67,6 +68,8 @@ def test_the_api_recreates_a_partition_at_the_next_offset_given(root: Path) -> N
     ({"next_offsets": {"1": -1}}, "not a whole number"),
     ({"next_offsets": {"1": "500"}}, "not a whole number"),
     ({"next_offsets": {"1": True}}, "not a whole number"),
+    ({"next_offsets": {"1": 2**62 + 1}}, "not a whole number from 0 to"),
+    ({"next_offsets": {"1": 500, "01": 900}}, "partition 1 is given twice"),
     ({"next_offsets": {"0": 500}}, "partition 0: its directory"),
     ({"next_offset": {"1": 500}}, "unknown field"),
 ])
@@ -86,6 +89,11 @@ def test_manage_py_recreates_at_the_next_offset(root: Path) -> None:
         call_command("recreate_channel", "orders", "--yes", "--next-offset", "1=500",
                      stdout=StringIO())
     assert not (root / "b" / "orders-1").exists()
+    with pytest.raises(CommandError, match=r"--next-offset: partition 1 is given twice "
+                                           r"\(1:5 and 1:9\)"):
+        call_command("recreate_channel", "orders", "--yes", "--next-offset", "1:5",
+                     "--next-offset", "1:9", stdout=StringIO())
+    assert not (root / "b" / "orders-1").exists()
     call_command("recreate_channel", "orders", "--yes", "--next-offset", "1:700",
                  stdout=StringIO())
     status = channels.open_channel(Channel.objects.get(name="orders")).status()
@@ -101,10 +109,23 @@ def test_the_channel_page_recreates_at_the_next_offsets_given(root: Path) -> Non
     assert 'id="recreate-next-offsets" name="next_offsets"' in page
     for text in ("1=500", "1:\u00b2"):
         bad = operator.post("/channels/orders/recreate", {"next_offsets": text}, follow=True)
-        assert f"Not recreated: next offsets &#x27;{text}&#x27;: give PARTITION:OFFSET" in \
+        assert ("Not recreated. The next offsets were refused: "
+                f"&#x27;{text}&#x27;: give PARTITION:OFFSET, e.g. 1:5000.") in \
             bad.content.decode()
     assert not (root / "b" / "orders-1").exists()
     done = operator.post("/channels/orders/recreate", {"next_offsets": "1:900"}, follow=True)
     assert "recreated empty" in done.content.decode()
     status = channels.open_channel(Channel.objects.get(name="orders")).status()
     assert partition(status, 1)["incarnation_start_offset"] == 900
+    page = operator.get("/channels/orders/status").content.decode()
+    made = partition(status, 1)["incarnation"]
+    assert f'title="Recreated storage (id {made}): offsets below 900 belong to' in page
+    assert "incarnation" not in page  # an internal name, never shown
+
+
+def test_the_api_schema_bounds_next_offsets() -> None:
+    schema = token_client("admin").get("/api/schema/?format=json").json()
+    body = schema["paths"]["/api/v1/channels/{name}/recreate"]["post"]["requestBody"]
+    field = body["content"]["application/json"]["schema"]["properties"]["next_offsets"]
+    assert field["propertyNames"] == {"pattern": "^[0-9]+$"}
+    assert field["additionalProperties"]["maximum"] == MAX_OFFSET

@@ -4,6 +4,8 @@ checkpoint's queue knew it ended, or at the operator's next offset."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +208,17 @@ def test_a_client_of_the_owner_gets_the_incarnations_over_the_socket(tmp_path: P
         assert client.role == "client"
         assert client.incarnations() == owner.incarnations()
         assert client.incarnations()[1].start_offset == checkpointed
+
+
+def test_stat_shows_a_recreated_partition_as_the_ui_does(tmp_path: Path) -> None:
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    with Channel.open(config, existed=True) as channel:
+        made = channel.incarnations()[1].incarnation
+    told = f"recreated storage (id {made}), from offset {checkpointed}"
+    for path in (config.home, config.partition_dir(1)):
+        done = subprocess.run([sys.executable, "-m", "channel_engine", "stat", str(path)],
+                              capture_output=True, text=True, check=True)
+        assert told in done.stdout, done.stdout
+    assert "recreated storage" not in subprocess.run(
+        [sys.executable, "-m", "channel_engine", "stat", str(config.partition_dir(0))],
+        capture_output=True, text=True, check=True).stdout

@@ -45,7 +45,7 @@ class Command(BaseCommand):
                                   f"{channels.STORAGE_ADVICE} Run again with --yes to "
                                   "recreate it empty.")
                 return
-            made = recreate_channel(row, dict(options["next_offset"]) or None)
+            made = recreate_channel(row, _next_offsets(options["next_offset"]) or None)
         except Refused as refused:
             raise CommandError("; ".join(" ".join(m) for m in refused.errors.values())) \
                 from refused
@@ -58,12 +58,21 @@ class Command(BaseCommand):
                           "its loss ledger: acknowledge it once dealt with")
 
 
-def _partition_offset(text: str) -> tuple[int, int]:
-    """--next-offset's P:N as (partition, offset); argparse names the option otherwise."""
+def _partition_offset(text: str) -> str:
+    """One --next-offset P:N, checked; argparse names the option otherwise."""
     try:
         found = parse_next_offsets(text)
     except Refused as refused:
         raise ArgumentTypeError(refused.errors["next_offsets"][0]) from refused
     if len(found) != 1:
         raise ArgumentTypeError(f"{text!r}: give one PARTITION:OFFSET, e.g. 1:5000")
-    return next(iter(found.items()))
+    return text
+
+
+def _next_offsets(pairs: list[str]) -> dict[int, int]:
+    """Every --next-offset as {P: N}; CommandError naming the option for a partition
+    given twice (which one was meant cannot be told)."""
+    try:
+        return parse_next_offsets(" ".join(pairs))
+    except Refused as refused:
+        raise CommandError(f"--next-offset: {refused.errors['next_offsets'][0]}") from refused
