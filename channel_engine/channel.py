@@ -401,6 +401,8 @@ class Channel:
             for p in parts]
 
     def _incarnation_of(self, part: dict[str, Any]) -> tuple[str, int]:
+        """(incarnation, start offset) of a partition's status; read from its directory
+        when the owner is older than incarnations and its status names none."""
         if "incarnation" in part:
             return str(part["incarnation"]), int(part["incarnation_start_offset"])
         found = incarnation_file.read(Path(part["directory"]))

@@ -12,7 +12,8 @@ vanished storage), gets one: a new id, and the offset the new incarnation starts
          0     4  magic          b"WINC"
          4     1  version        1
          5     1  flags          bit 0: start pending (set by the open that made the
-                                 directory, cleared once it knows the start offset)
+                                 directory, cleared once it knows the start offset);
+                                 other bits 0 (a set one: a newer format, refused)
          6     2  reserved       0
          8     8  start_offset   int64 BE: the first offset this incarnation hands out
                                  (0 while pending)
@@ -193,6 +194,8 @@ def decode(data: bytes, path: Path | str = INCARNATION_FILE) -> Incarnation:
     (stored,) = CRC.unpack_from(data, BODY.size)
     if crc32c.crc32c(data[:BODY.size]) != stored:
         raise CorruptStateError(path, "CRC-32C mismatch", BODY.size)
+    if flags & ~FLAG_PENDING:
+        raise CorruptStateError(path, f"unknown flags 0x{flags:02x} (a newer Weir's?)", 5)
     if start < 0:
         raise CorruptStateError(path, f"start offset {start} is negative", 8)
     return Incarnation(raw_id.hex(), start, bool(flags & FLAG_PENDING), made_at)

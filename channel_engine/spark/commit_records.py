@@ -195,11 +195,10 @@ class CommitRecords:
                 self.runs.append(str(record.get("run_id", "")))
             incarnations = record.get("incarnations", {})
             for partition, ranges in record["ranges"].items():
-                exported.setdefault(int(partition), []).extend(
-                    (int(start), int(end)) for start, end in ranges)
+                held = [(int(start), int(end)) for start, end in ranges]
+                exported.setdefault(int(partition), []).extend(held)
                 self.by_incarnation.setdefault(int(partition), {}).setdefault(
-                    incarnations.get(partition, ORIGINAL), []).extend(
-                    (int(start), int(end)) for start, end in ranges)
+                    incarnations.get(partition, ORIGINAL), []).extend(held)
         if records:
             self.schema_version = self._schema_version(records)
         return {p: merge(ranges) for p, ranges in exported.items()}

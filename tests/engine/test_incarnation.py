@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import crc32c
 import pytest
 from channel_helpers import crash, make_config
 
@@ -53,6 +54,17 @@ def test_a_damaged_file_is_an_error_naming_it(tmp_path: Path, damage: str) -> No
         data = data[:-1]
     (tmp_path / INCARNATION_FILE).write_bytes(bytes(data))
     with pytest.raises(CorruptStateError, match=INCARNATION_FILE):
+        incarnation_file.read(tmp_path)
+
+
+def test_a_file_with_an_unknown_flag_is_refused(tmp_path: Path) -> None:
+    """Only bit 0 has a meaning: another set is a newer format, never read as this one."""
+    data = bytearray(GOLDEN.read_bytes())
+    data[5] |= 0x04
+    body = bytes(data[:incarnation_file.BODY.size])
+    crc = incarnation_file.CRC.pack(crc32c.crc32c(body))
+    (tmp_path / INCARNATION_FILE).write_bytes(body + crc)
+    with pytest.raises(CorruptStateError, match="unknown flags 0x0"):
         incarnation_file.read(tmp_path)
 
 
