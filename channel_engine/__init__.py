@@ -53,6 +53,7 @@ from channel_engine.errors import (
     UnknownSubscriptionError,
 )
 from channel_engine.event import Event, PendingEvent
+from channel_engine.filenames import recreate_temp_dir
 from channel_engine.log.config import LogConfig
 from channel_engine.log.fetch import FetchData, FileSlice
 from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
@@ -120,6 +121,7 @@ __all__ = [
     "UnknownSubscriptionError",
     "DEFAULT_SUBSCRIPTION",
     "check_subscription_name",
+    "recreate_temp_dir",
     "SUBSCRIPTION_NAME_PATTERN",
     "ChannelClosedError",
     "TransactionStateError",

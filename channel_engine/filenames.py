@@ -66,6 +66,13 @@ def aside_path(path: Path, suffix: str) -> Path:
     return target
 
 
+def recreate_temp_dir(partition_dir: Path) -> Path:
+    """The temp name a recreated partition directory is made under before its rename into
+    place (log/partition_log.py): `<name>-<i>.tmp` beside it. A crash before the rename
+    leaves it: the next recreate uses it, verify lists it, a delete removes it."""
+    return partition_dir.with_name(partition_dir.name + TMP_SUFFIX)
+
+
 def parse_repair_marker(name: str) -> int | None:
     """Base offset named by a `<20 digits>.repair` marker, or None for any other name."""
     match = _REPAIR_FILE.match(name)

@@ -76,8 +76,8 @@ from channel_engine.errors import ChannelGoneError, UnusableFileError
 from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import (
     LOCK_FILE,
-    TMP_SUFFIX,
     parse_segment_file,
+    recreate_temp_dir,
 )
 from channel_engine.log import incarnation as incarnation_file
 from channel_engine.log import loader as log_loader
@@ -444,7 +444,7 @@ def _make_recreated_directory(path: Path) -> None:
     if path.is_dir():
         incarnation_file.begin(path)
         return
-    temp = path.with_name(path.name + TMP_SUFFIX)
+    temp = recreate_temp_dir(path)
     _make_directory_durably(temp)
     incarnation_file.begin(temp)
     try:

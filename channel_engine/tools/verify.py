@@ -77,6 +77,7 @@ from channel_engine.filenames import (
     TIME_INDEX_SUFFIX,
     is_kept_aside,
     parse_repair_marker,
+    recreate_temp_dir,
     segment_file,
 )
 from channel_engine.incarnations import ORIGINAL
@@ -221,6 +222,11 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
     partitions: list[dict[str, Any] | None] = []
     for i in range(used.partitions if used else 0):
         directory = used.partition_dir(i) if used else home
+        left = recreate_temp_dir(directory)
+        if left.is_dir() and not left.is_symlink():
+            report.notes.append(f"partition {i}: {left}: left by a recreate cut short before "
+                                "its rename into place (the next recreate uses it, a "
+                                "delete of the channel removes it)")
         if not directory.is_dir():
             partitions.append(None)
             report.damages.append(Damage(str(directory), 0, f"partition {i}: missing"))

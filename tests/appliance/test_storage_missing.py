@@ -310,3 +310,18 @@ def test_a_recreate_blocked_by_another_owner_says_so(root: Path) -> None:
         assert "must let go of the channel first" in body["detail"]
         assert "recreate the channel empty" not in body["detail"]
     assert not (root / "b").exists()
+
+
+def test_a_delete_removes_what_a_recreate_cut_short_left(root: Path) -> None:
+    """The temp directory a recreate was making the partition under when it was killed
+    (before its rename into place) goes with the channel, and so can its data dir."""
+    two_volumes(root)
+    partition = root / "a" / "orders-0"
+    unmount(partition, root / "a-away")
+    left = root / "a" / "orders-0.tmp"
+    left.mkdir()
+    (left / "incarnation").write_bytes(b"as a recreate leaves it")
+    deleted = token_client("admin").delete("/api/v1/channels/orders?force=true")
+    assert deleted.status_code == 204, deleted.content
+    assert not left.exists() and not (root / "a").exists()
+    assert not (root / "b").exists()

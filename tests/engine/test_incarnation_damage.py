@@ -11,14 +11,20 @@ from pathlib import Path
 import pytest
 from test_incarnation import _vanished_after_old_checkpoint
 
-from channel_engine import Channel, ChannelConfig, ChannelGoneError, StorageMissingError
+from channel_engine import (
+    Channel,
+    ChannelConfig,
+    ChannelGoneError,
+    StorageMissingError,
+    recreate_temp_dir,
+)
 from channel_engine.errors import CorruptStateError
 from channel_engine.filenames import INCARNATION_FILE
 from channel_engine.incarnations import ORIGINAL
 from channel_engine.log import incarnation as incarnation_file
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.tools.recover import repair
-from channel_engine.tools.verify import verify_partition
+from channel_engine.tools.verify import verify_channel, verify_partition
 
 
 def _recreated(tmp_path: Path) -> tuple[ChannelConfig, str, int]:
@@ -166,3 +172,12 @@ def test_a_recreate_cut_short_is_finished_by_the_operators_with_its_next_offsets
         part = channel.incarnations()[1]
         assert (part.incarnation, part.start_offset) == (pending.id, real_end)
     assert checkpointed < real_end and Channel.missing_places(config) == []
+
+
+def test_verify_lists_the_directory_a_recreate_cut_short_left(tmp_path: Path) -> None:
+    config, _, _ = _vanished_after_old_checkpoint(tmp_path)
+    left = recreate_temp_dir(config.partition_dir(1))
+    left.mkdir()
+    found = verify_channel(config.home)
+    assert any(f"partition 1: {left}: left by a recreate cut short" in note
+               for note in found["notes"]), found["notes"]
