@@ -158,15 +158,14 @@ def awaiting_recreate(directory: Path) -> bool:
 
 
 def kept_copies(directory: Path) -> list[Path]:
-    """Regular files `incarnation[.<n>].stray` (an older engine, which did not know the
-    name, moved it aside) and `incarnation[.<n>].damaged` (recover kept it), in name
-    order."""
+    """Entries `incarnation[.<n>].stray` (an older engine, which did not know the name,
+    moved it aside) and `incarnation[.<n>].damaged` (recover kept it), in name order; a
+    directory among them too (what was in the file's place, moved aside)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return sorted(directory / name for name in names
-                  if _KEPT.fullmatch(name) and (directory / name).is_file())
+    return sorted(directory / name for name in names if _KEPT.fullmatch(name))
 
 
 def restart(directory: Path, start_offset: int) -> Incarnation:

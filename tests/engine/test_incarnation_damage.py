@@ -140,11 +140,17 @@ def test_recover_replaces_a_directory_in_place_of_the_file(tmp_path: Path) -> No
     assert incarnation_file.read(directory).id not in (made, ORIGINAL)
 
 
+@pytest.mark.parametrize("kept", ["file", "directory"])
 def test_a_recover_cut_short_after_keeping_the_file_aside_is_refused_then_finished(
-        tmp_path: Path) -> None:
+        tmp_path: Path, kept: str) -> None:
+    """Whatever was in the file's place, kept aside: the partition never turns original."""
     config, made, _ = _recreated(tmp_path)
     directory = config.partition_dir(1)
-    os.rename(directory / INCARNATION_FILE, directory / "incarnation.damaged")
+    if kept == "directory":
+        (directory / INCARNATION_FILE).unlink()
+        (directory / "incarnation.damaged").mkdir()
+    else:
+        os.rename(directory / INCARNATION_FILE, directory / "incarnation.damaged")
     with pytest.raises(CorruptStateError, match="recover"):
         Channel.open(config)
     repair(config.home)
