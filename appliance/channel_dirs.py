@@ -25,7 +25,9 @@ dir). An own directory that exists before the channel must be empty (fresh()) an
 used, never owned: delete leaves it. removable() is what a delete may remove: an owned
 directory still where it was recorded (no symlink on the way), inside a data root, clear
 of the appliance's files and of every other channel's directories; one the channel made
-only to hold others (a data dir, a parent) goes only if empty. remove() first renames
+only to hold others (a data dir, a parent) goes only if empty; the temp directory a
+recreate cut short left beside an owned partition directory (`<name>-<i>.tmp`,
+channel_engine.recreate_temp_dir) goes with it, so the data dir can go too. remove() first renames
 each tree aside (`.<name>.deleted-<hex>` in its parent, one atomic rename) and then
 removes it: processes of other workers may still hold the deleted channel open until
 their channel watcher closes it, and work by path — an owner checkpointing at close, a
@@ -57,7 +59,7 @@ from django.db import transaction
 from django.db.models import F
 
 from appliance.models import Channel, DirectoryLock
-from channel_engine import ChannelConfig
+from channel_engine import ChannelConfig, recreate_temp_dir
 
 OVERLAP = "overlaps a directory of another channel"
 log = logging.getLogger(__name__)
@@ -276,6 +278,8 @@ def removable(row: Channel) -> tuple[list[Path], list[Path]]:
     trees, empties = [], []
     for text in sorted(row.owned_dirs or [], key=lambda t: len(Path(t).parts), reverse=True):
         path = Path(text)
+        if path in mine.partitions:  # whether or not the partition directory is there
+            trees += _recreate_leftover(path, others, mine)
         if not os.path.lexists(path) or path.resolve() != path:  # a symlink on the way
             continue
         root = _root_of(path, roots)
@@ -288,6 +292,19 @@ def removable(row: Channel) -> tuple[list[Path], list[Path]]:
             trees.append(path)
     trees.sort(key=lambda path: path != mine.own[0][1])
     return trees, empties
+
+
+def _recreate_leftover(partition: Path, others: _Others, mine: Dirs) -> list[Path]:
+    """The temp directory a recreate of an owned partition directory cut short left beside
+    it (channel_engine.recreate_temp_dir), as a tree to remove with it."""
+    left = recreate_temp_dir(partition)
+    if not left.is_dir() or left.is_symlink() or left.resolve() != left:
+        return []
+    root = _root_of(left, data_roots())
+    if root is None or any(_collides(left, place, root) for _, place in appliance_paths()):
+        return []
+    return [] if others.own_dir_collides(left, {p.parent for p in mine.partitions}) \
+        else [left]
 
 
 def remove(trees: list[Path], empties: list[Path]) -> None:

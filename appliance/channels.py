@@ -34,19 +34,22 @@ which the API answers with 404 like any channel that does not exist. Only the cr
 (manage_channels) makes a channel (Channel.create: it reports nothing missing).
 
 Storage that vanished. A row whose channel's files are missing (its home or channel.json,
-a partition directory: Channel.missing_places) is never made again by an open: a volume
-not mounted (yet, or for a moment) would get a fresh, empty channel written on the root
-filesystem, hidden once the volume is back. The open raises StorageMissing naming the
-missing paths instead, and writes nothing: puts, takes and reads answer 503
-channel-storage-missing, the channel list and /metrics show the channel unhealthy with
-the reason, its page says what to do. Nothing is read either, even where one of several
-data dirs is intact: the engine opens a channel whole (a partition of it missing, it
+a partition directory, or one found empty: Channel.missing_places) is never made again by
+an open: a volume not mounted (yet, or for a moment) would get a fresh, empty channel
+written on the root filesystem, hidden once the volume is back. The open raises
+StorageMissing naming the missing paths instead, and writes nothing: puts, takes and
+reads answer 503 channel-storage-missing, the channel list and /metrics show the channel
+unhealthy with the reason, its page says what to do. Nothing is read either, even where
+one of several data dirs is intact: the engine opens a channel whole (a partition of it missing, it
 cannot say what the checkpoint's positions mean), and every intact file stays untouched,
 so a volume mounted again brings the channel back as it was, at its next request. Only the
 operator's word makes it again, empty where files are missing (recreate_storage, behind
 the API's, the UI's and manage.py's recreate): the engine is told the channel existed, so
 the loss of what was missing is recorded in the loss ledger and health is degraded until
-acknowledged.
+acknowledged. A partition directory made again is a new incarnation of the partition,
+going on at the end its checkpoint knew, or higher at the operator's next offset
+(next_offsets): the drains refuse offsets they had sent beyond that start
+(channel_engine/incarnations.py).
 
 status_of() is what views of many channels use (the channel list, /metrics, the
 dashboard): a channel that cannot be opened or asked (its home unreadable, its key
@@ -190,8 +193,9 @@ class StorageMissing(Exception):
     def __init__(self, name: str, paths: list[Path]) -> None:
         self.name, self.paths = name, [str(p) for p in paths]
         super().__init__(f"channel {name!r}: its storage is missing: {', '.join(self.paths)} "
-                         "(a volume not mounted, or a directory removed); nothing is written "
-                         f"there until then. {STORAGE_ADVICE}")
+                         "(a volume not mounted, a directory removed or emptied, or a "
+                         "recreate cut short); nothing is written there until then. "
+                         f"{STORAGE_ADVICE}")
 
 
 STORAGE_ADVICE = ("Mount the volume back (the channel comes back as it was), or recreate the "
@@ -233,11 +237,13 @@ def open_channel(row: Channel, create: bool = False, new: bool = False) -> Engin
     raise StorageMissing(row.name, missing)
 
 
-def recreate_storage(row: Channel) -> list[Path]:
+def recreate_storage(row: Channel, next_offsets: dict[int, int] | None = None) -> list[Path]:
     """The operator's word: make a channel whose files are missing again, empty where they
     are missing, and open it; return what was missing (nothing: nothing done). The engine
     is told the channel existed, so it records the loss in the loss ledger. Under the
-    directory lock, so never racing a delete."""
+    directory lock, so never racing a delete. next_offsets: partition -> the offset a
+    partition made again goes on at the least (a new incarnation: channel_engine/
+    incarnations.py); ValidationError naming it for a partition whose files are there."""
     close_channel(row.name)
     with transaction.atomic():
         channel_dirs.lock()
@@ -245,7 +251,14 @@ def recreate_storage(row: Channel) -> list[Path]:
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         config = to_config(row)
         missing = EngineChannel.missing_places(config)
-        handle = _open_row(row, True, existed=True) if missing else None
+        there = sorted(p for p in next_offsets or {} if config.partition_dir(p) not in missing)
+        if missing and there:
+            raise ValidationError({"next_offsets": [
+                f"partition {there[0]}: its directory {config.partition_dir(there[0])} is "
+                "there; only a partition made again goes on at a next offset (move its "
+                "directory aside first to recreate it)"]})
+        handle = _open_row(row, True, existed=True, next_offsets=next_offsets) \
+            if missing else None
     still = EngineChannel.missing_places(config)
     if still:  # another process owns it and makes nothing: it must let go first
         owner = _owner_pid(handle)
@@ -262,8 +275,8 @@ def _owner_pid(handle: EngineChannel | None) -> int | None:
         return None
 
 
-def _open_row(row: Channel, create: bool, new: bool = False,
-              existed: bool = False) -> EngineChannel:
+def _open_row(row: Channel, create: bool, new: bool = False, existed: bool = False,
+              next_offsets: dict[int, int] | None = None) -> EngineChannel:
     global _open_pid
     with _lock:
         if os.getpid() != _open_pid:  # forked: the parent's handles are not ours
@@ -282,7 +295,8 @@ def _open_row(row: Channel, create: bool, new: bool = False,
             raise ChannelGoneError(f"channel {row.name!r} was deleted")
         # not create: a delete may have removed the files since the check above
         channel = EngineChannel.create(to_config(row)) if new else \
-            EngineChannel.open(to_config(row), create=create, existed=existed)
+            EngineChannel.open(to_config(row), create=create, existed=existed,
+                               next_offsets=next_offsets)
         _open[row.name] = (version, channel)
         _uncommitted.pop(row.name, None)
         if connection.in_atomic_block:

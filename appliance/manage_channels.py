@@ -4,7 +4,7 @@ API (appliance/api/channels.py, channel.py), the UI and manage.py create_channel
     create_channel(settings)     POST   /api/v1/channels
     change_channel(row, changes) PATCH  /api/v1/channels/{name}
     delete_channel(row, force)   DELETE /api/v1/channels/{name}?force=1
-    recreate_channel(row)        POST   /api/v1/channels/{name}/recreate
+    recreate_channel(row, next_offsets)  POST /api/v1/channels/{name}/recreate
 
 A refusal is Refused (errors by field, and the HTTP status the API answers it with:
 appliance/api/handler.py makes it a problem; "error" is the key of what concerns no one
@@ -22,7 +22,10 @@ with the reason: name, data_dirs and checkpoint_dir (the partition logs and the
 home live there), fewer partitions (keys would move); any change while the channel's
 files are missing (503 channel-storage-missing: its open would make them again).
 Recreating a channel whose files are missing (appliance.channels, "Storage that vanished")
-is the operator's explicit word, refused (409) when nothing is missing. A refused create or change
+is the operator's explicit word, refused (409) when nothing is missing; it may name, per
+partition made again, the offset it goes on at the least (next_offsets: above what a drain
+sent beyond the channel's last checkpoint, which the drains refuse otherwise:
+channel_engine/incarnations.py). A refused create or change
 writes nothing: no record, and no directory it made is left. Deleting a channel
 that holds untaken events is refused unless forced; a delete removes only the
 directories the channel owns and no other channel uses (channel_dirs.removable).
@@ -57,6 +60,7 @@ from appliance.export_schema import refuse_mixed_versions
 from appliance.models import Channel
 from channel_engine import (
     DEFAULT_SUBSCRIPTION,
+    MAX_OFFSET,
     ChannelEngineError,
     ChannelExistsError,
     ConfigError,
@@ -240,17 +244,64 @@ def _check_storage(was: Channel) -> None:
         raise channels.StorageMissing(was.name, missing)
 
 
-def recreate_channel(row: Channel) -> list[Path]:
+def recreate_channel(row: Channel, next_offsets: Any = None) -> list[Path]:
     """Make a channel whose files are missing again, empty, recording the loss (module
-    doc); return the paths that were missing. Refused (409) when none is."""
+    doc); return the paths that were missing. Refused (409) when none is, (400) when
+    `next_offsets` ({partition: offset}: where a partition made again goes on at the
+    least) is malformed or names a partition whose files are there."""
+    wanted = _next_offsets(row, next_offsets)
     try:
-        missing = channels.recreate_storage(row)
+        missing = channels.recreate_storage(row, wanted)
     except ValidationError as exc:
         raise _invalid(exc) from exc
     if not missing:
         raise Refused({"error": [f"channel {row.name!r} has all its files: nothing to "
                                  "recreate"]}, status=409)
     return missing
+
+
+def parse_next_offsets(text: str) -> dict[int, int]:
+    """"P:N" pairs, separated by commas or spaces (manage.py's --next-offset, the UI's
+    field), as {P: N}; Refused naming next_offsets when one is not such a pair."""
+    wanted: dict[int, int] = {}
+    for pair in text.replace(",", " ").split():
+        partition, _, offset = pair.partition(":")
+        if not (_digits(partition) and _digits(offset)):
+            raise Refused({"next_offsets": [f"{pair!r}: give PARTITION:OFFSET, e.g. 1:5000"]})
+        if int(partition) in wanted:
+            raise Refused({"next_offsets": [f"partition {int(partition)} is given twice "
+                                            f"({partition}:{wanted[int(partition)]} and "
+                                            f"{pair}): give one next offset a partition"]})
+        wanted[int(partition)] = int(offset)
+    return wanted
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: int() also takes '²' or '٣', and a sign or spaces."""
+    return text.isascii() and text.isdigit()
+
+
+def _next_offsets(row: Channel, value: Any) -> dict[int, int]:
+    """A recreate's next offsets checked: {partition: offset} of the channel's partitions,
+    offsets 0..MAX_OFFSET; Refused (400) naming next_offsets otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused({"next_offsets": ["an object of partition number: next offset"]})
+    wanted: dict[int, int] = {}
+    for key, offset in value.items():
+        partition = int(key) if isinstance(key, int) or _digits(str(key)) else -1
+        if not 0 <= partition < row.partitions:
+            raise Refused({"next_offsets": [f"partition {key!r}: the channel has partitions "
+                                            f"0 to {row.partitions - 1}"]})
+        if partition in wanted:  # "1" and "01"
+            raise Refused({"next_offsets": [f"partition {partition} is given twice: give "
+                                            "one next offset a partition"]})
+        if type(offset) is not int or not 0 <= offset <= MAX_OFFSET:
+            raise Refused({"next_offsets": [f"partition {partition}: next offset {offset!r} "
+                                            f"is not a whole number from 0 to {MAX_OFFSET}"]})
+        wanted[partition] = offset
+    return wanted
 
 
 def _follow_drains(row: Channel, was: Channel | None) -> None:

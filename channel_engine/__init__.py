@@ -53,10 +53,12 @@ from channel_engine.errors import (
     UnknownSubscriptionError,
 )
 from channel_engine.event import Event, PendingEvent
+from channel_engine.filenames import recreate_temp_dir
 from channel_engine.log.config import LogConfig
 from channel_engine.log.fetch import FetchData, FileSlice
 from channel_engine.log.partition_log import AppendResult, PartitionLog, RetentionResult
 from channel_engine.log.recovery import LostRange, RecoveryReport
+from channel_engine.log.state import MAX_OFFSET
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.channel_recovery import ChannelRecovery
@@ -98,6 +100,7 @@ __all__ = [
     "LogLockedError",
     "LogOfflineError",
     "LostRange",
+    "MAX_OFFSET",
     "OffsetOutOfRangeError",
     "PartitionCountError",
     "OwnerLostError",
@@ -118,6 +121,7 @@ __all__ = [
     "UnknownSubscriptionError",
     "DEFAULT_SUBSCRIPTION",
     "check_subscription_name",
+    "recreate_temp_dir",
     "SUBSCRIPTION_NAME_PATTERN",
     "ChannelClosedError",
     "TransactionStateError",

@@ -64,6 +64,8 @@ from channel_engine.errors import (
     UnknownOperationError,
 )
 from channel_engine.event import Event, PendingEvent
+from channel_engine.incarnations import PartitionIncarnation
+from channel_engine.log import incarnation as incarnation_file
 from channel_engine.log.fetch import DEFAULT_FETCH_BYTES, FetchData
 from channel_engine.owner.client import OwnerClient
 from channel_engine.owner.server import OwnerServer
@@ -102,7 +104,7 @@ class Channel:
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
              clock: Callable[[], float] = time.time, free_space: FreeSpace = free_bytes,
              owner_wait_ms: int = 30_000, create: bool = True,
-             existed: bool = False) -> Channel:
+             existed: bool = False, next_offsets: dict[int, int] | None = None) -> Channel:
         """Open the channel of `config` (or of the home holding its channel.json): as its
         owner if no process owns it, else as a client of the owner. read_only=True opens a
         snapshot of the files instead (for inspection while another process owns them).
@@ -111,7 +113,10 @@ class Channel:
         home (its channel.json) and partition directories, instead of making a new channel
         there (on the root filesystem, under a volume not mounted, say).
         existed=True: the channel was there before, so a missing checkpoint is a lost state,
-        recorded in the loss ledger (module doc)."""
+        recorded in the loss ledger (module doc). next_offsets: partition -> the lowest
+        offset a partition directory this open makes again hands out next (the operator's
+        recreate above what drains sent: queue/channel_owner.py); applied only when this
+        process becomes the owner."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         if not (create or read_only):
@@ -123,7 +128,7 @@ class Channel:
             channel._owner = ChannelOwner.open(config, read_only=True, clock=clock,
                                                free_space=free_space)
         else:
-            channel._elect(create, existed=existed)
+            channel._elect(create, existed=existed, next_offsets=next_offsets)
         return channel
 
     @classmethod
@@ -160,7 +165,8 @@ class Channel:
         """The ChannelOwner when this process owns the channel (for tools and tests)."""
         return self._owner
 
-    def _elect(self, create: bool, new: bool = False, existed: bool = False) -> None:
+    def _elect(self, create: bool, new: bool = False, existed: bool = False,
+               next_offsets: dict[int, int] | None = None) -> None:
         """Become the owner if nobody is, else connect to the owner; wait while a new
         owner is still replaying (up to owner_wait_ms). Only `create` makes missing
         directories: ChannelGoneError otherwise (the channel was deleted)."""
@@ -169,7 +175,7 @@ class Channel:
             try:
                 owner = ChannelOwner.open(self.config, clock=self._clock,
                                           free_space=self._free_space, create=create, new=new,
-                                          existed=existed)
+                                          existed=existed, next_offsets=next_offsets)
             except ChannelLockedError as exc:
                 if new:
                     raise ChannelExistsError(self.config.home, f"owned by {exc.holder}") \
@@ -384,6 +390,23 @@ class Channel:
         except UnknownOperationError:  # an owner older than the op (a rolling upgrade)
             return [(p["log_start_offset"], p["last_stable_offset"])
                     for p in self.status()["partitions"]]
+
+    def incarnations(self) -> list[PartitionIncarnation]:
+        """Each partition's incarnation and log end (status()), for the drains' check
+        (incarnations.py); an owner older than incarnations says none: the partition
+        directories' own files are read instead."""
+        parts = self.status()["partitions"]
+        return [PartitionIncarnation(
+            p["partition"], *self._incarnation_of(p), p["log_end_offset"], p["directory"])
+            for p in parts]
+
+    def _incarnation_of(self, part: dict[str, Any]) -> tuple[str, int]:
+        """(incarnation, start offset) of a partition's status; read from its directory
+        when the owner is older than incarnations and its status names none."""
+        if "incarnation" in part:
+            return str(part["incarnation"]), int(part["incarnation_start_offset"])
+        found = incarnation_file.read(Path(part["directory"]))
+        return found.id, found.start_offset
 
     # -- closing ----------------------------------------------------------------------------
     def __enter__(self) -> Channel:

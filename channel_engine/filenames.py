@@ -3,7 +3,7 @@
 Segments are named by their base offset zero-padded to 20 digits, so that
 `ls` sorts them numerically (Kafka's LogFileUtils.filenamePrefixFromOffset).
 
-Names the engine writes besides segments: `log.state`, `.lock`, `*.tmp` and
+Names the engine writes besides segments: `log.state`, `incarnation`, `.lock`, `*.tmp` and
 `*.deleted` (its own leftovers, deleted by the next writable open), `<base>.repair`
 (a read met damage there), and files it keeps and never deletes or loads:
 `<base>.log.damaged-<position>` (damaged bytes cut out of a segment) and
@@ -28,6 +28,7 @@ REPAIR_SUFFIX = ".repair"      # <base>.repair: CRC-walk that segment at the nex
 LOCK_FILE = ".lock"
 SOCKET_NAME = "owner.sock"  # the owner's Unix socket in the channel home (owner/)
 LOG_STATE_FILE = "log.state"
+INCARNATION_FILE = "incarnation"  # a recreated partition's (log/incarnation.py)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 _REPAIR_FILE = re.compile(r"^(\d{20})\.repair$")
@@ -63,6 +64,13 @@ def aside_path(path: Path, suffix: str) -> Path:
     while os.path.lexists(target):
         target, n = path.with_name(f"{path.name}.{n}{suffix}"), n + 1
     return target
+
+
+def recreate_temp_dir(partition_dir: Path) -> Path:
+    """The temp name a recreated partition directory is made under before its rename into
+    place (log/partition_log.py): `<name>-<i>.tmp` beside it. A crash before the rename
+    leaves it: the next recreate uses it, verify lists it, a delete removes it."""
+    return partition_dir.with_name(partition_dir.name + TMP_SUFFIX)
 
 
 def parse_repair_marker(name: str) -> int | None:

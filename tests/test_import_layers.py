@@ -17,7 +17,7 @@ PACKAGE = ROOT / "channel_engine"
 
 LAYERS = ("base", "log", "queue", "owner", "channel", "tools")  # lowest first
 BASE = frozenset({"errors", "event", "atomic_file", "disk_space", "filenames", "encryption",
-                  "channel_id", "offset_ranges"})
+                  "channel_id", "offset_ranges", "incarnations"})
 CHANNEL = frozenset({"channel_engine", "channel_engine.channel", "channel_engine.transaction"})
 FOLDERS = frozenset({"log", "queue", "owner", "tools"})
 
@@ -33,6 +33,8 @@ DRAIN_ALLOWED = {
     "channel_engine.atomic_file": "writing files atomically",
     "channel_engine.channel_id": "the id the drains' records know a channel by",
     "channel_engine.offset_ranges": "merging and subtracting offset ranges",
+    "channel_engine.incarnations": "checking what a drain sent against each partition's "
+                                   "incarnation",
     # Every error class lives there, the drains' own (RangeUnavailableError,
     # ExportRunningError, ...) among them; the public API exports only the channel's.
     "channel_engine.errors": "the drains' error classes",

@@ -20,7 +20,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from appliance import channels, exports, kafka_sinks, manage_subscriptions, tasks
-from appliance.manage_channels import Refused, change_channel, delete_channel, recreate_channel
+from appliance.manage_channels import (
+    Refused,
+    change_channel,
+    delete_channel,
+    parse_next_offsets,
+    recreate_channel,
+)
 from appliance.models import ApiToken, Channel, ExportRun, KafkaRun
 from appliance.ui import state
 from appliance.ui.access import operator_required
@@ -124,9 +130,12 @@ def recreate(request: HttpRequest, name: str) -> HttpResponse:
     in the browser; appliance.channels, "Storage that vanished")."""
     row = get_object_or_404(Channel, name=name)
     try:
-        missing = recreate_channel(row)
+        next_offsets = parse_next_offsets(request.POST.get("next_offsets", ""))
+        missing = recreate_channel(row, next_offsets or None)
     except Refused as refused:
-        messages.error(request, " ".join(m for ms in refused.errors.values() for m in ms))
+        messages.error(request, "Not recreated. " + " ".join(
+            f"{'The next offsets were refused: ' if field == 'next_offsets' else ''}{m}."
+            for field, ms in refused.errors.items() for m in ms))
     except channels.StorageMissing as exc:
         messages.error(request, f"Not recreated: {exc}")
     else:

@@ -20,7 +20,8 @@ deleted and made again under its name is another stream). Value: UTF-8 JSON
     field         type                      what
     ------------  ------------------------  ---------------------------------------------
     format        "weir-kafka-sink-offsets" what this is
-    version       1                         the value's format version
+    version       1 or 2                    the value's format version: 2 when it holds
+                                            incarnations, else 1 (below)
     channel       str                       the channel's name (for people)
     channel_id    str                       as in the key
     topic         str                       as in the key
@@ -31,6 +32,22 @@ deleted and made again under its name is another stream). Value: UTF-8 JSON
     sent          {"<partition>": [[s, e]]} every offset range [s, e) of each channel
                                             partition the topic holds, merged, sorted
     written_ms    int                       when the run wrote it (wall clock, ms)
+    incarnations  {"<partition>": "<id>"}   optional: the incarnation of each channel
+                                            partition whose `sent` ranges it holds when
+                                            not the original one (incarnations.py); a
+                                            partition it does not name is the original
+
+A record without incarnations (written before them) holds ranges of the original
+incarnations. One with them is version 2, so that a Weir older than incarnations, which
+reads version 1 only, refuses it (SinkError, the run stops) rather than rewrite it
+without them at its next transaction and so relabel a recreated partition's ranges as
+the original's (false refusals for good). A record of a stream whose partitions are all
+original stays version 1, readable by that older Weir too. This Weir reads both; a
+version 1 record naming incarnations is damage.
+
+A partition's label is that of the run that last sent to it: a run checks the record
+against each partition's incarnation before it takes anything (sink.py), so
+the ranges of an older incarnation it relabels all lie below the current one's start.
 
 `sent` is cumulative: the last committed record of a key is the whole truth, whichever
 subscription (or run) sent what. A run sends what it took less `sent`, so an event
@@ -54,10 +71,12 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from channel_engine.errors import SinkError
+from channel_engine.incarnations import ORIGINAL, Recorded
 from channel_engine.offset_ranges import Range, merge
 
 FORMAT = "weir-kafka-sink-offsets"
-VERSION = 1
+VERSION = 2  # written when the record holds incarnations (module doc)
+VERSION_WITHOUT_INCARNATIONS = 1  # the first version: every partition original
 PARTITION = 0
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": str(3_600_000),
                  "min.cleanable.dirty.ratio": "0.1"}
@@ -76,6 +95,7 @@ class OffsetsRecord:
     events: int = 0
     sent: dict[int, list[Range]] = field(default_factory=dict)
     written_ms: int = 0
+    incarnations: dict[int, str] = field(default_factory=dict)  # absent: ORIGINAL
 
     @property
     def key(self) -> bytes:
@@ -83,40 +103,62 @@ class OffsetsRecord:
         return record_key(self.channel_id, self.topic)
 
     def with_sent(self, ranges: list[tuple[int, Range]], run_id: str, transaction: int,
-                  subscription: str) -> OffsetsRecord:
-        """The record after a transaction that sends `ranges` ((partition, range) pairs)."""
+                  subscription: str, *, incarnations: dict[int, str]) -> OffsetsRecord:
+        """The record after a transaction that sends `ranges` ((partition, range) pairs) of
+        partitions whose incarnations are `incarnations` (a partition absent: ORIGINAL;
+        always given, so that no record relabels a recreated partition's ranges)."""
         sent = {p: list(r) for p, r in self.sent.items()}
+        labels = dict(self.incarnations)
         for partition, piece in ranges:
             sent[partition] = merge(sent.get(partition, []) + [piece])
+            labels[partition] = incarnations.get(partition, ORIGINAL)
         return OffsetsRecord(self.channel, self.channel_id, self.topic, subscription, run_id,
                              transaction, sum(e - s for _, (s, e) in ranges), sent,
-                             int(time.time() * 1000))
+                             int(time.time() * 1000),
+                             {p: i for p, i in labels.items() if i != ORIGINAL})
+
+    def by_incarnation(self) -> Recorded:
+        """The ranges sent, by partition and incarnation (incarnations.conflicts)."""
+        return {p: {self.incarnations.get(p, ORIGINAL): ranges}
+                for p, ranges in self.sent.items()}
 
     def encode(self) -> bytes:
         """The record's value."""
         return json.dumps({
-            "format": FORMAT, "version": VERSION, "channel": self.channel,
+            "format": FORMAT,
+            "version": VERSION if self.incarnations else VERSION_WITHOUT_INCARNATIONS,
+            "channel": self.channel,
             "channel_id": self.channel_id, "topic": self.topic,
             "subscription": self.subscription, "run_id": self.run_id,
             "transaction": self.transaction, "events": self.events,
             "sent": {str(p): [list(r) for r in ranges] for p, ranges in sorted(self.sent.items())},
-            "written_ms": self.written_ms}, separators=(",", ":")).encode()
+            "written_ms": self.written_ms,
+            **({"incarnations": {str(p): i for p, i in sorted(self.incarnations.items())}}
+               if self.incarnations else {})}, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, value: bytes, where: str) -> OffsetsRecord:
         """A record's value; SinkError naming `where` unless it is one of ours."""
         try:
             doc = json.loads(value)
-            if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-                raise ValueError(f"not format {FORMAT} version {VERSION}")
+            version = doc.get("version")
+            if doc.get("format") != FORMAT or version not in (VERSION_WITHOUT_INCARNATIONS,
+                                                             VERSION):
+                raise ValueError(f"not format {FORMAT} version "
+                                 f"{VERSION_WITHOUT_INCARNATIONS} or {VERSION}")
+            if version == VERSION_WITHOUT_INCARNATIONS and "incarnations" in doc:
+                raise ValueError(f"version {version} names incarnations")
             sent = {int(p): [(int(s), int(e)) for s, e in ranges]
                     for p, ranges in doc["sent"].items()}
             if any(p < 0 or s < 0 or e < s for p, rs in sent.items() for s, e in rs):
                 raise ValueError("a negative partition or offset, or a range ending first")
+            incarnations = {int(p): i for p, i in doc.get("incarnations", {}).items()}
+            if not all(isinstance(i, str) and i for i in incarnations.values()):
+                raise ValueError("an incarnation that is not a non-empty string")
             return cls(str(doc["channel"]), str(doc["channel_id"]), str(doc["topic"]),
                        str(doc["subscription"]), str(doc["run_id"]), int(doc["transaction"]),
                        int(doc["events"]), {p: merge(r) for p, r in sent.items()},
-                       int(doc["written_ms"]))
+                       int(doc["written_ms"]), incarnations)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SinkError(f"the offsets record at {where} is damaged or not Weir's "
                             f"({type(exc).__name__}: {exc}); the sink stops rather than "

@@ -12,9 +12,15 @@ the topic holds.
     2     check the topic (made when create_topic says    -
           so) and the offsets topic (made when missing;
           its cleanup policy must keep records)
-    3     read the offsets record (read_committed)        -
+    3     read the offsets record (read_committed);      -
+          check it against each partition's
+          incarnation (a conflict fails the run:
+          SinkError, nothing taken or sent:
+          channel_engine/incarnations.py)
     4     take: reserve the subscription's next events    the take returns (its process
-          ("reserved")                                    died): the same events come again
+          ("reserved"); a partition made again since      died): the same events come again
+          step 3 rolls it back and fails the run
+          (SinkError)
     5     skip what the record says the topic holds       -
     6     begin a Kafka transaction, send the events:     step 1 aborts the open transaction:
           batches per topic partition ("producing" once   a read_committed reader never
@@ -80,6 +86,7 @@ from aiokafka.errors import KafkaError, TopicAuthorizationFailedError, for_code
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import SinkError
+from channel_engine.incarnations import PartitionIncarnation, changed_since, conflicts, labels
 from channel_engine.kafka_sink import client, offsets_record
 from channel_engine.kafka_sink.offsets_record import OffsetsRecord, describe_sent, key_partition
 from channel_engine.kafka_sink.settings import SinkSettings
@@ -142,6 +149,7 @@ class KafkaSink:
         self.channel: Channel | None = None  # the run's handle (owner or client of it)
         self.producer: AIOKafkaProducer | None = None
         self.committing = False  # commit_transaction was called: its outcome is Kafka's
+        self.incarnations: list[PartitionIncarnation] = []  # the channel's, at the run's start
 
     # -- the run ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -159,6 +167,7 @@ class KafkaSink:
                                        f"unreachable: {self.where} gave no metadata of topic "
                                        f"{topic!r}")
                 self.record = await self._read_record() or self.record
+                self._check_incarnations(channel)  # before anything is taken
                 self._wait_for_open_takes(channel)
                 deadline = self.started + self.settings.max_run_s
                 while time.monotonic() < deadline and await self._transaction(channel):
@@ -402,6 +411,7 @@ class KafkaSink:
                 take.rollback()
                 return False
             self._step("reserved")
+            self._recheck_incarnations(channel)
             to_send = self._plan(reserved)
             if to_send:
                 await self._send_with_retries(to_send)
@@ -412,6 +422,23 @@ class KafkaSink:
                 take.rollback()
             raise
         return True
+
+    def _check_incarnations(self, channel: Channel) -> None:
+        """Step 3's check: what the record says was sent, against each partition's
+        incarnation now (channel_engine/incarnations.py); SinkError on a conflict."""
+        self.incarnations = channel.incarnations()
+        found = conflicts(self.name, self.incarnations, self.record.by_incarnation(),
+                          "Kafka sink")
+        if found:
+            raise SinkError(" ".join(found))
+
+    def _recheck_incarnations(self, channel: Channel) -> None:
+        """After each reserve, before step 5: SinkError (the take is rolled back) when a
+        partition was made again since step 3's check (incarnations.changed_since)."""
+        changed = changed_since(self.name, self.incarnations, channel.incarnations(),
+                                "Kafka sink")
+        if changed:
+            raise SinkError(changed)
 
     def _plan(self, reserved: list[tuple[int, int, int]]) -> list[tuple[int, Range]]:
         """Step 5: (partition, range) to send: the reserved ranges, joined where they
@@ -458,7 +485,8 @@ class KafkaSink:
         try:
             acks = await self._send_events(producer, to_send)
             record = self.record.with_sent(to_send, self.run_id, number,
-                                           self.settings.subscription)
+                                           self.settings.subscription,
+                                           incarnations=labels(self.incarnations))
             acks.append(await producer.send(self.settings.offsets_topic, record.encode(),
                                             key=record.key, partition=offsets_record.PARTITION))
             await self._answer(asyncio.gather(*acks), self._unacknowledged(number),

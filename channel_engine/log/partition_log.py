@@ -77,10 +77,13 @@ from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import (
     LOCK_FILE,
     parse_segment_file,
+    recreate_temp_dir,
 )
+from channel_engine.log import incarnation as incarnation_file
 from channel_engine.log import loader as log_loader
 from channel_engine.log import record_batch
 from channel_engine.log.config import LogConfig
+from channel_engine.log.incarnation import Incarnation
 from channel_engine.log.log_append import AppendResult, LogAppender
 from channel_engine.log.log_flush import LogFlusher
 from channel_engine.log.log_read import DEFAULT_READ_BYTES, LogReader
@@ -114,6 +117,7 @@ class PartitionLog:
         self.reader = LogReader(self.state)
         self.truncation = LogTruncation(self.state)
         self.status = LogStatus(self.state, self.retention.candidates)
+        self.incarnation = incarnation_file.ORIGINAL_INCARNATION  # read by open()
 
     # -- opening --------------------------------------------------------------------
     @classmethod
@@ -128,20 +132,37 @@ class PartitionLog:
         clock: Callable[[], float] = time.time,
         sealer: record_batch.Sealer | None = None,
         create: bool = True,
+        recreated: bool = False,
     ) -> PartitionLog:
         """Open (and create, unless read_only or not `create`) the partition log in
         `directory`; with a sealer, new batches are encrypted and encrypted ones can be read.
-        create=False: a missing directory raises ChannelGoneError (its channel was deleted)."""
+        create=False: a missing directory raises ChannelGoneError (its channel was deleted).
+        recreated: the directory is of a partition its channel had, so one made here (or an
+        empty one found: log/incarnation.made_again) is a new incarnation
+        (log/incarnation.py; settle_incarnation() records its start); without `create`, an
+        empty one, or one whose incarnation is pending, is ChannelGoneError like a missing
+        one."""
         path = Path(directory)
         log = cls(path, config or LogConfig(), partition, read_only, clock, sealer)
         state = log.state
         lock_moved = None
         if not read_only:
             if create:
-                _make_directory_durably(path)
+                if recreated and (not os.path.lexists(path) or incarnation_file.made_again(path)):
+                    _make_recreated_directory(path)
+                else:
+                    _make_directory_durably(path)
             elif not os.path.lexists(path):  # a file in its place fails below, as ever
                 raise ChannelGoneError(f"{path}: partition directory missing, not recreated "
                                        "(its channel was deleted); nothing written")
+            elif recreated and incarnation_file.made_again(path):
+                raise ChannelGoneError(f"{path}: partition directory empty (made again by "
+                                       "someone, or a volume not mounted), not recreated; "
+                                       "nothing written")
+            elif recreated and incarnation_file.awaiting_recreate(path):
+                raise ChannelGoneError(f"{path}: partition directory of a recreate cut "
+                                       "short (its start not recorded), to be finished by "
+                                       "the operator's recreate; nothing written")
             lock_moved = state.take_dir_lock()
             identity = os.stat(path)
             state.dir_identity = (identity.st_dev, identity.st_ino)
@@ -149,6 +170,7 @@ class PartitionLog:
             raise FileNotFoundError(f"{path}: no such partition directory" if not
                                     os.path.lexists(path) else f"{path}: not a directory")
         try:
+            log.incarnation = incarnation_file.read(path)
             loaded = log_loader.load(path, log.config, not read_only, force_recovery)
         except BaseException:
             state.release_dir_lock()
@@ -345,6 +367,14 @@ class PartitionLog:
         """Hand out `offset` next when the log ends below it; the new log end (LogTruncation)."""
         return self.truncation.start_at(offset)
 
+    def settle_incarnation(self) -> Incarnation:
+        """Record where a recreated partition's pending incarnation starts: at the log end,
+        once the queue's checkpoint has set it (the owner's open, before any put)."""
+        if self.incarnation.pending and not self.read_only:
+            self.incarnation = incarnation_file.settle(self.directory, self.incarnation,
+                                                       self.log_end_offset)
+        return self.incarnation
+
     # -- status (log_status.py) ----------------------------------------------------
     @property
     def last_recovery(self) -> RecoveryReport:
@@ -403,6 +433,25 @@ class PartitionLog:
         fsync_directory(self.directory)
         state.recovery_point = state.committed_end = state.log_end_offset
         state.write_state(clean=True)
+
+
+def _make_recreated_directory(path: Path) -> None:
+    """Make a recreated partition's directory with its new incarnation's file in it (its
+    start pending) as one step: made under a temp name, then renamed into place, so no
+    crash leaves the directory without it (a temp one it leaves is used by the next). An
+    empty directory in its place (log/incarnation.made_again) gets the file in place: a
+    crash before it leaves it empty, made again by the next recreate."""
+    if path.is_dir():
+        incarnation_file.begin(path)
+        return
+    temp = recreate_temp_dir(path)
+    _make_directory_durably(temp)
+    incarnation_file.begin(temp)
+    try:
+        os.rename(temp, path)
+    except OSError as exc:
+        raise UnusableFileError(path, "a partition directory", exc) from exc
+    fsync_directory(path.parent)
 
 
 def _make_directory_durably(path: Path) -> None:

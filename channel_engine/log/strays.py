@@ -3,9 +3,10 @@
 Steps 1, 3 and 4 of the load sequence (loader.py), and verify's view of the same
 rules (tools/verify.py):
   * a stray entry (stray_reason): a name the engine never uses, a directory or a
-    symlink where a file belongs, a `.lock` or `log.state` that is not a regular
-    file. A writer renames it `<name>.stray` (atomic_file.move_aside: never over
-    another file), never deletes it, and reports STRAY_MOVED; a reader ignores it;
+    symlink where a file belongs, a `.lock` or `log.state` that is not a regular file (an
+    `incarnation` that is not is damage instead: log/incarnation.py). A writer renames
+    it `<name>.stray` (atomic_file.move_aside: never over another file), never deletes
+    it, and reports STRAY_MOVED; a reader ignores it;
   * the engine's own leftovers (delete_leftovers): `*.deleted`, `*.tmp`, and index
     files with no `.log`, deleted and reported (STRAY_FILE_DELETED);
   * a stray segment: a `.log` whose first two batches are intact and name other
@@ -30,6 +31,7 @@ from channel_engine.atomic_file import move_aside
 from channel_engine.errors import InvalidBatch
 from channel_engine.filenames import (
     DELETED_SUFFIX,
+    INCARNATION_FILE,
     INDEX_SUFFIX,
     LOCK_FILE,
     LOG_STATE_FILE,
@@ -64,6 +66,8 @@ def stray_reason(directory: Path, name: str) -> str | None:
     """Why a directory entry is a file the engine did not write, or None if it is one of
     the engine's own (a segment file, log.state, .lock, a leftover, a file kept aside)."""
     path = directory / name
+    if name == INCARNATION_FILE:  # anything under it is damage, never moved aside:
+        return None  # the partition would count as its original storage (log/incarnation.py)
     if name in (LOCK_FILE, LOG_STATE_FILE):
         return None if path.is_file() else "not a regular file"
     if name.endswith((DELETED_SUFFIX, TMP_SUFFIX)) or is_kept_aside(name):

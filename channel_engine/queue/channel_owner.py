@@ -37,6 +37,15 @@ records that too (state_damaged: committed takes may be delivered again, up to e
 the rebuilt queue holds). `recover` (force_recovery)
 records nothing: it is the operator's repair, and prints what it cost.
 
+A writable open of a channel that was there before (its channel.json, or `existed`) that
+makes a saved partition's missing directory again (the operator's recreate of vanished
+storage) makes a new incarnation of that partition (log/incarnation.py): the partition
+goes on where its checkpoint's queue knew it ended (channel_recovery.py step 5), or at the
+operator's `next_offsets` when higher (start_recreated: what the drains had sent beyond
+an old checkpoint is never handed out again), and its incarnation records that start
+before the open's checkpoint; the drains compare it with what they sent
+(channel_engine/incarnations.py).
+
 Thread-safe. One lock guards the queue state; appends to one partition are
 serialised by that partition's lock; fsyncs happen outside both
 (channel_state.py has the order).
@@ -46,7 +55,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +70,8 @@ from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
 from channel_engine.log.recovery import LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue.channel_config import ChannelConfig
-from channel_engine.queue.channel_recovery import ChannelRecovery, restore
+from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_recovery import ChannelRecovery, restore, start_recreated
 from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.channel_status import ChannelStatus
 from channel_engine.queue.checkpointer import Checkpointer, CheckpointResult
@@ -103,20 +112,23 @@ class ChannelOwner:
     def open(cls, config: ChannelConfig | str | os.PathLike[str], *, read_only: bool = False,
              clock: Callable[[], float] = time.time, free_space: FreeSpace = free_bytes,
              force_recovery: bool = False, create: bool = True, new: bool = False,
-             existed: bool = False) -> ChannelOwner:
+             existed: bool = False, next_offsets: Mapping[int, int] | None = None
+             ) -> ChannelOwner:
         """Open the channel of `config`, or of the home directory holding its channel.json;
         replay whatever followed the last checkpoint. A writable open with `create` makes
         missing directories (a new channel); create=False raises ChannelGoneError instead
         (the channel was deleted: an owner re-elected after it must not bring it back).
         force_recovery: CRC-check every batch of every partition (`recover`'s repair).
         new: make a new channel (ChannelExistsError if one is there); existed: the caller
-        knows the channel existed, so no checkpoint means its state was lost (module doc)."""
+        knows the channel existed, so no checkpoint means its state was lost (module doc).
+        next_offsets: partition -> the lowest offset a partition recreated by this open
+        hands out next (the operator's recreate above what drains sent: module doc)."""
         if not isinstance(config, ChannelConfig):
             config = ChannelConfig.load(Path(config))
         channel = cls(config, read_only, clock, free_space)
         made = NewChannel(config) if new else None  # a failed create leaves nothing
         try:
-            channel._open(force_recovery, create or new, made, existed)
+            channel._open(force_recovery, create or new, made, existed, next_offsets or {})
         except BaseException as exc:
             channel._abandon(undo=made, error=exc)
             raise
@@ -133,10 +145,14 @@ class ChannelOwner:
         self._abandon(undo=self._made, error=error)
 
     def _open(self, force_recovery: bool = False, create: bool = True,
-              made: NewChannel | None = None, existed: bool = False) -> None:
+              made: NewChannel | None = None, existed: bool = False,
+              next_offsets: Mapping[int, int] | None = None) -> None:
         config = self.config
         home = config.home
         new = made is not None
+        # a channel there before (not a first open making it): a partition directory made
+        # again is a new incarnation of that partition
+        was_there = existed or (home / CONFIG_FILE).is_file()
         strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create,
                                                 made)
         log_config = config.log_config()
@@ -149,7 +165,8 @@ class ChannelOwner:
                 config.partition_dir(partition), log_config, partition=partition,
                 read_only=self.read_only, clock=self.state.clock, sealer=sealer,
                 force_recovery=force_recovery,
-                create=create or partition >= saved_partitions))  # a new partition: grown
+                create=create or partition >= saved_partitions,  # a new partition: grown
+                recreated=was_there and not new and partition < saved_partitions))
             self.state.append_locks.append(threading.Lock())
             self.state.unresolved.append({})
         for log in self.state.logs:
@@ -161,6 +178,8 @@ class ChannelOwner:
         backup = self.checkpointer.backup_dir()
         restored = restore(home, backup if backup is not None and backup.is_dir() else None,
                            self.state.logs, new)
+        if not self.read_only:
+            start_recreated(restored.subscriptions, self.state.logs, next_offsets or {})
         self.state.ends = [log.log_end_offset for log in self.state.logs]
         self.state.subscriptions = {sub.name: sub for sub in restored.subscriptions}
         self.state.next_subscription_id = restored.next_subscription_id

@@ -53,7 +53,7 @@ counters_recounted says what was added.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from operator import methodcaller
 from pathlib import Path
@@ -211,6 +211,23 @@ def _lost_beyond_log_ends(saved: checkpoint_file.Checkpoint | None,
             log.start_at(known)
             take_out(subs, partition, end, known, known, methodcaller("mark_lost", end, known))
     return lost
+
+
+def start_recreated(subs: list[Subscription], logs: Sequence[PartitionLog],
+                    next_offsets: Mapping[int, int]) -> None:
+    """After step 5: a partition recreated by this open (or by one a crash cut short: its
+    incarnation still pending) goes on at the operator's next offset when that is above
+    its end (the offsets between leave every queue: they never held events), and its
+    incarnation records where it starts (log/incarnation.py)."""
+    for partition, log in enumerate(logs):
+        if not log.incarnation.pending:
+            continue
+        end, wanted = log.log_end_offset, next_offsets.get(partition, 0)
+        if wanted > end:
+            log.start_at(wanted)
+            take_out(subs, partition, end, wanted, wanted,
+                     methodcaller("mark_lost", end, wanted))
+        log.settle_incarnation()
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,9 @@ class ChannelStatus:
             "directory": str(log.directory),
             "log_start_offset": log.log_start_offset,
             "log_end_offset": log.log_end_offset,
+            # which storage the offsets belong to (log/incarnation.py): for the drains
+            "incarnation": log.incarnation.id,
+            "incarnation_start_offset": log.incarnation.start_offset,
             "last_stable_offset": self._state.visible_end(p),
             "recovery_point": log.recovery_point,
             "unflushed_events": log.unflushed_events,

@@ -27,6 +27,7 @@ from pathlib import Path
 from channel_engine.channel_id import is_temp_name
 from channel_engine.errors import ChannelEngineError
 from channel_engine.filenames import LOCK_FILE, SOCKET_NAME, TMP_SUFFIX, is_kept_aside
+from channel_engine.log.incarnation import awaiting_recreate
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
 from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
@@ -86,14 +87,17 @@ def not_regular(config: ChannelConfig) -> list[Path]:
 
 def missing_places(config: ChannelConfig) -> list[Path]:
     """What a channel that exists must have and has not: its home (or the home's
-    channel.json) and each partition directory. A backup checkpoint directory is not among
-    them (the primary checkpoint is the channel's; the backup is rewritten at each
-    checkpoint). Reads, changes nothing."""
+    channel.json) and each partition directory — an empty one in its place, or one of a
+    recreate cut short, counts as missing (log/incarnation.awaiting_recreate: the
+    vanished directory made again by someone, or a volume not mounted; recreated only by
+    the operator's word, with its next offsets). A backup checkpoint
+    directory is not among them (the primary checkpoint is the channel's; the backup is
+    rewritten at each checkpoint). Reads, changes nothing."""
     home = config.home
     missing = [home] if not home.is_dir() else \
         [home / CONFIG_FILE] if not (home / CONFIG_FILE).is_file() else []
     return missing + [d for d in map(config.partition_dir, range(config.partitions))
-                      if not d.is_dir()]
+                      if not d.is_dir() or awaiting_recreate(d)]
 
 
 def missing_saved_places(config: ChannelConfig) -> list[Path]:

@@ -30,6 +30,10 @@ A record is a JSON object:
     paths       a summary's: {path: [schema versions]} of every record it folds (of any
                 channel of the name), so that compaction never forgets what a folder
                 holds; none in a run's record
+    incarnations
+                {"<partition>": "<incarnation id>"}: the incarnation of each partition
+                whose ranges it holds (channel_engine/incarnations.py), when not the
+                original one; optional: a partition it does not name is the original
 
 Records of runs from before the marker have no format and version (read as version 1)
 and may have no channel_id (they count for the channel). Records written before the
@@ -50,10 +54,15 @@ folder tells the folder's version (file_schema.py; else the summary's). Each con
 folder then compares with export paths as path_overlap.py says. That run compacts even at
 or below COMPACT_AFTER records, so its summary stores the map in `paths` and the listing
 never runs again (a run refused at step 1 compacts nothing: the next lists again).
-Records that carry path or paths are of version 2: an older Weir (a job hand-run from an
-older install) ignores keys it does not know, and its compaction would write a summary
-without `paths`, forgetting what each folder holds; it refuses a version 2 record
-instead ("a newer Weir wrote it?").
+Records written before incarnations have no incarnations key: every range of theirs is
+of the original incarnation. A summary names each partition's incarnation at its
+compaction, which runs only after the run's incarnation checks passed (exporter.py): the
+ranges it folds of an older incarnation all lie below the current one's start.
+Records that carry path, paths or incarnations are of version 2: an older Weir (a job
+hand-run from an older install) ignores keys it does not know, and its compaction would
+write a summary without `paths` or `incarnations`, forgetting what each folder holds and
+relabelling a recreated partition's ranges as the original's; it refuses a version 2
+record instead ("a newer Weir wrote it?").
 Keys a reader does not know are ignored. A record that does not parse or has another
 shape, or names a schema version this code does not know, is damage: the run
 stops with an ExportError naming it (read_record), since skipping it would export its
@@ -99,6 +108,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from channel_engine.errors import ExportError
+from channel_engine.incarnations import ORIGINAL, Recorded
 from channel_engine.offset_ranges import Range, merge
 from channel_engine.spark.file_formats import check_schema_version
 from channel_engine.spark.file_schema import schema_version_of
@@ -117,10 +127,12 @@ UNVERSIONED_SCHEMA = 1
 
 def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
                   ranges: dict[int, list[Range]], schema_version: int, *,
-                  path: str | None = None,
+                  incarnations: dict[str, str], path: str | None = None,
                   paths: dict[str, list[int]] | None = None) -> dict[str, Any]:
-    """A commit record (the format above), its partitions in the order of `ranges`: a
-    run's with the export `path` it was told, a summary's with the `paths` it folds."""
+    """A commit record (the format above), its partitions in the order of `ranges`, of the
+    partitions' `incarnations` (incarnations.record_incarnations: always given, so that
+    no record relabels a recreated partition's ranges as the original's): a run's with
+    the export `path` it was told, a summary's with the `paths` it folds."""
     record = {"format": RECORD_FORMAT, "version": RECORD_VERSION,
               "schema_version": schema_version, "run_id": run_id,
               "channel_id": channel_id, "moves": moves,
@@ -129,6 +141,8 @@ def commit_record(run_id: str, channel_id: str, moves: list[list[str]],
         record["path"] = path
     if paths is not None:
         record["paths"] = paths
+    if incarnations:
+        record["incarnations"] = incarnations
     return record
 
 
@@ -178,6 +192,10 @@ def _well_formed(record: dict[str, Any]) -> bool:
     if not all(isinstance(m, list) and len(m) == 2 and all(isinstance(u, str) for u in m)
                for m in moves):
         return False
+    incarnations = record.get("incarnations", {})
+    if not isinstance(incarnations, dict) or not all(
+            isinstance(i, str) and i for i in incarnations.values()):
+        return False
     return all(isinstance(p, str) and p.isdigit() and isinstance(rs, list) and all(
         isinstance(r, list) and len(r) == 2 and all(type(o) is int for o in r)
         and 0 <= r[0] < r[1] for r in rs) for p, rs in ranges.items())
@@ -217,6 +235,8 @@ class CommitRecords:
         # listed for a summary from before the paths (_listed); None: not listed
         self.listed: dict[str, int | None] | None = None
         self.rebuilt = False  # `paths` rebuilt from a listing: compact() stores them
+        # partition -> incarnation -> ranges this channel's records hold (recover())
+        self.by_incarnation: Recorded = {}
 
     def recover(self, channel_id: str) -> dict[int, list[Range]]:
         """Finish every record's moves and drop half-written records; return the ranges
@@ -241,9 +261,12 @@ class CommitRecords:
                 continue  # a channel of this name that was deleted: its offsets are not ours
             if not name.endswith(".summary.json"):  # a summary is no run of its own
                 self.runs.append(str(record.get("run_id", "")))
+            incarnations = record.get("incarnations", {})
             for partition, ranges in record["ranges"].items():
-                exported.setdefault(int(partition), []).extend(
-                    (int(start), int(end)) for start, end in ranges)
+                held = [(int(start), int(end)) for start, end in ranges]
+                exported.setdefault(int(partition), []).extend(held)
+                self.by_incarnation.setdefault(int(partition), {}).setdefault(
+                    incarnations.get(partition, ORIGINAL), []).extend(held)
         version = UNVERSIONED_SCHEMA  # of a record that does not tell: the one's before
         for name, record in records:
             version = self._schema_version(record) or version
@@ -334,27 +357,32 @@ class CommitRecords:
         self.dfs.rename(temp, final)
         self.dfs.sync_dirs_up_to([final], self.layout.root)
 
-    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]]) -> None:
+    def compact(self, run_id: str, channel_id: str, exported: dict[int, list[Range]], *,
+                incarnations: dict[str, str]) -> None:
         """When recover() read more than COMPACT_AFTER records (their moves all done), or
         rebuilt what a summary from before the paths holds (the format above), replace
-        them by one summary of this channel's ranges `exported` and every path's versions
-        (records of a deleted namesake go): the next run reads one file instead of one
-        per run since the last compaction."""
+        them by one summary of this channel's ranges `exported`, of the partitions'
+        `incarnations` now, and every path's versions (records of a deleted namesake go):
+        the next run reads one file instead of one per run since the last compaction."""
         if len(self.read) <= COMPACT_AFTER and not self.rebuilt:
             return
         summary = commit_record(run_id, channel_id, [], dict(sorted(exported.items())),
                                 self.schema_version or UNVERSIONED_SCHEMA,
+                                incarnations=incarnations,
                                 paths={p: sorted(v) for p, v in sorted(self.paths.items())})
         self._write(f"{run_id}.summary.json", summary)
         for uri in self.read:  # a crash here leaves ranges recorded twice: harmless
             self.dfs.delete(uri)
 
     def commit(self, run_id: str, channel_id: str, moves: list[list[str]],
-               ranges: dict[int, list[Range]], schema_version: int, path: str) -> None:
+               ranges: dict[int, list[Range]], schema_version: int, path: str, *,
+               incarnations: dict[str, str]) -> None:
         """Write run `run_id`'s commit record (its files of `schema_version`, under export
-        path `path`): the commit point of the run."""
+        path `path`, its ranges of the partitions' `incarnations`): the commit point of
+        the run."""
         self._write(f"{run_id}.json", commit_record(run_id, channel_id, moves, ranges,
-                                                    schema_version, path=path))
+                                                    schema_version, path=path,
+                                                    incarnations=incarnations))
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
         """Write a record under _weir/commits atomically: temp name, sync, rename."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from channel_engine.errors import ChannelEngineError
 from channel_engine.offset_ranges import Range
 
 
@@ -51,7 +52,11 @@ def describe(exc: BaseException) -> str:
     """A failure in one line for the report: "Type: message"; a Java exception raised
     through py4j as its class and message and those of its causes (HDFS's own words:
     "Permission denied: user=…", "could only be written to 0 of the 1 minReplication
-    nodes…"), without the Java stack trace py4j puts in its message."""
+    nodes…"), without the Java stack trace py4j puts in its message. An engine error is
+    its message alone: a sentence naming the channel, file and values, as the Kafka sink
+    tells it (a class name means nothing to an operator)."""
+    if isinstance(exc, ChannelEngineError):
+        return str(exc)
     java = getattr(exc, "java_exception", None)
     if java is None:
         return f"{type(exc).__name__}: {exc}"

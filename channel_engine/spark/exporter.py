@@ -13,9 +13,15 @@ The protocol (each step survives a crash at any point; the output is the source 
           record; tell the runs they name (the job's
           recovered line); refuse a schema version
           the records hold another of under the path;
+          check the ranges against each partition's
+          incarnation (a conflict fails the run:
+          ExportError, nothing taken or written:
+          channel_engine/incarnations.py);
           fold > COMPACT_AFTER records into one
     2     take: reserve the next ranges of each          the take rolled back (its process
-          partition (a take transaction, no lease)       died): the same ranges come again
+          partition (a take transaction, no lease);      died): the same ranges come again
+          a partition made again since step 1 rolls
+          it back and fails the run (ExportError)
     3     skip what a commit record already holds        -
     4     write the rest with Spark to _weir/tmp/<run>   temp files deleted by step 1
     5     sync the temp files; write the commit record   step 1 applies it
@@ -90,6 +96,12 @@ from typing import Any
 from channel_engine import Channel, ChannelConfig, SubscriptionExistsError, TakeTransaction
 from channel_engine.channel_id import channel_id
 from channel_engine.errors import ExportError
+from channel_engine.incarnations import (
+    PartitionIncarnation,
+    changed_since,
+    conflicts,
+    record_incarnations,
+)
 from channel_engine.offset_ranges import Range, merge, subtract
 from channel_engine.spark.commit_records import CommitRecords
 from channel_engine.spark.dfs import Dfs
@@ -149,13 +161,15 @@ class Exporter:
         self.channel_id = ""  # set under the export lock (run)
         self.recorded = False  # this run's commit record is written
         self.schema_version = settings.schema_version  # resolved by recover() when None
+        self.incarnations: list[PartitionIncarnation] = []  # the channel's, at the run's start
 
     # -- step 1 -----------------------------------------------------------------------------
     def recover(self) -> dict[int, list[Range]]:
         """Finish every recorded run's moves, drop temp dirs and half-written records, tell
         on_recover the runs the records name, refuse a schema version other than the
-        folders of the run's path hold (ExportError), then compact the records; return
-        this channel's exported ranges by partition."""
+        folders of the run's path hold and ranges another incarnation of a partition
+        reused (ExportError), then compact the records; return this channel's exported
+        ranges by partition."""
         exported = self.records.recover(self.channel_id)
         held = versions_overlapping(self.records.paths, self.settings.path)
         if self.schema_version is None:  # a job told none keeps the folders' layout
@@ -170,7 +184,13 @@ class Exporter:
         if missing:
             self.progress(f"export {self.config.name}: {len(missing)} committed files "
                           f"are gone from the output (pruned by hand?), e.g. {missing[0]}")
-        self.records.compact(self.run_id, self.channel_id, exported)
+        found = conflicts(self.config.name, self.incarnations, self.records.by_incarnation,
+                          "export")
+        if found:  # before anything is compacted, taken or written (incarnations.py)
+            raise ExportError(" ".join(found))
+        self.records.compact(self.run_id, self.channel_id, exported,
+                             incarnations=record_incarnations(self.incarnations,
+                                                              list(exported)))
         return exported
 
     def _refuse_mixed_versions(self, held: dict[int, list[str]]) -> None:
@@ -219,6 +239,7 @@ class Exporter:
             # before the output is touched
             with Channel.open(self.config.home, create=False) as channel:
                 self.channel_id = channel_id(self.config.home)
+                self.incarnations = channel.incarnations()
                 try:
                     exported = self.recover()
                 except BaseException as exc:  # nothing taken: the report says why
@@ -228,6 +249,7 @@ class Exporter:
                 try:
                     reserved = take.reserve(self.settings.max_events)
                     crash_point("reserved")
+                    self._recheck_incarnations(channel)
                     to_write = self._plan(reserved, exported)
                     if to_write:
                         self._write(Pieces(piece_rows(self.settings, channel.status()),
@@ -260,6 +282,14 @@ class Exporter:
             except SubscriptionExistsError:  # added meanwhile (by an operator): use it
                 pass
         return channel.take(subscription=name)
+
+    def _recheck_incarnations(self, channel: Channel) -> None:
+        """After the reserve, before step 3: ExportError (the take is rolled back) when a
+        partition was made again since step 1's check (incarnations.changed_since)."""
+        changed = changed_since(self.config.name, self.incarnations, channel.incarnations(),
+                                "export")
+        if changed:
+            raise ExportError(changed)
 
     def _plan(self, reserved: list[tuple[int, int, int]],
               exported: dict[int, list[Range]]) -> list[tuple[int, Range]]:
@@ -315,7 +345,9 @@ class Exporter:
         self.on_commit(self._finish("committing"))
         self.records.commit(self.run_id, self.channel_id, moves,  # the commit point
                             {p: report.ranges for p, report in self.reports.items()},
-                            self._version(), self.settings.path)
+                            self._version(), self.settings.path,
+                            incarnations=record_incarnations(self.incarnations,
+                                                             list(self.reports)))
         self.recorded = True
         crash_point("recorded")  # committed, and nobody told yet
         self.on_commit(self._finish("committed"))

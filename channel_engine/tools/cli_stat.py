@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from channel_engine.channel import Channel
+from channel_engine.incarnations import ORIGINAL
 from channel_engine.log.partition_log import PartitionLog
 from channel_engine.tools.cli_paths import is_home, require_dir
 
@@ -23,13 +24,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     with PartitionLog.open(args.path, read_only=True) as log:
         stats = log.stats()
         infos = log.segment_infos()
+        stats["incarnation"] = log.incarnation.id
+        stats["incarnation_start_offset"] = log.incarnation.start_offset
     if args.json:
         stats["segment_table"] = [vars(info) for info in infos]
         print(json.dumps(stats, indent=2), file=out)
         return 0
     print(f"{args.path}: log start {stats['log_start_offset']}, log end "
           f"{stats['log_end_offset']}, recovery point {stats['recovery_point']}, "
-          f"{stats['size_bytes']} bytes in {stats['segments']} segments", file=out)
+          f"{stats['size_bytes']} bytes in {stats['segments']} segments"
+          f"{_recreated(stats)}", file=out)
     columns = ("base_offset", "next_offset", "records", "size", "file_size", "index_entries",
                "time_index_entries", "max_timestamp", "flushed", "active", "deletable")
     rows = [[str(getattr(info, c)) for c in columns] for info in infos]
@@ -55,9 +59,17 @@ def _stat_channel(home: Path, as_json: bool, out: TextIO) -> int:
         print(f"partition {part['partition']}: {part['directory']}: log start "
               f"{part['log_start_offset']}, log end {part['log_end_offset']}, taken through "
               f"{part['taken_through']}, {part['events_untaken']} untaken, "
-              f"{part['segments']} segments", file=out)
+              f"{part['segments']} segments{_recreated(part)}", file=out)
     for name, sub in status["subscriptions"].items():
         heads = ", ".join(f"p{q['partition']} {q['taken_through']}" for q in sub["partitions"])
         print(f"subscription {name!r}: {sub['events_untaken']} untaken (lag), "
               f"{sub['events_in_flight']} in flight; taken through {heads}", file=out)
     return 0
+
+
+def _recreated(part: dict[str, Any]) -> str:
+    """What the UI's partitions table says of a recreated partition (log/incarnation.py)."""
+    if part.get("incarnation", ORIGINAL) == ORIGINAL:
+        return ""
+    return (f"; recreated storage (id {part['incarnation']}), from offset "
+            f"{part['incarnation_start_offset']}")

@@ -42,7 +42,18 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      checkpoint). An intact journal sets no bound.
   5. Strays: files in the home the engine did not write are renamed `<name>.stray`;
      a log.state that is not a regular file is renamed `log.state.stray` (the log
-     writes a new one).
+     writes a new one). A recreated partition's incarnation file (log/incarnation.py)
+     that verify reports damaged (fails its checks, or is no regular file) is renamed
+     `incarnation.damaged`, and a new incarnation is written in its place, settled at
+     the partition's log start (log.state's, or its first segment's base offset when
+     lower or log.state is unreadable; 0 without either): which storage the offsets
+     belong to is unknown, so every offset the log holds counts as of the new one, and
+     a drain that sent any of them refuses loudly, naming the way out
+     (channel_engine/incarnations.py), never skips them. An older Weir's
+     `incarnation.stray` with no `incarnation` is renamed back when it reads intact; else
+     the same new incarnation is written (the copy stays). Both are reported (moved
+     aside, rewritten with the new id and start); a crash between the rename and the
+     write leaves `incarnation.damaged` alone, which the open refuses: recover again.
   6. Open as the owner with force_recovery: every batch of every partition is
      CRC-checked and the log layer repairs what is damaged (offsets it can no longer
      deliver are reported as LostRange and go to the channel's loss ledger), log.state
@@ -71,11 +82,16 @@ from channel_engine.atomic_file import (
 from channel_engine.errors import ChannelEngineError, ConfigError, CorruptStateError
 from channel_engine.filenames import (
     DAMAGED_SUFFIX,
+    INCARNATION_FILE,
     LOCK_FILE,
     LOG_STATE_FILE,
+    LOG_SUFFIX,
     STRAY_SUFFIX,
     aside_path,
+    parse_segment_file,
 )
+from channel_engine.log import incarnation as incarnation_file
+from channel_engine.log import state as log_state
 from channel_engine.log.recovery import TRUNCATED, LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
@@ -176,6 +192,8 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
             _move_aside(Path(stray), STRAY_SUFFIX, "a stray file the engine did not write",
                         report)
         _repair_log_states(config, report)
+        for partition in range(config.partitions):
+            _repair_incarnation(config.partition_dir(partition), report)
         fsync_directory(home)
     _open_and_replay(config, report, on_open)
     return report
@@ -330,6 +348,58 @@ def _repair_log_states(config: ChannelConfig, report: RepairReport) -> None:
         path = config.partition_dir(i) / LOG_STATE_FILE
         if path.is_symlink() or (path.exists() and not path.is_file()):
             _move_aside(path, STRAY_SUFFIX, "log.state is not a regular file", report)
+
+
+def _repair_incarnation(directory: Path, report: RepairReport) -> None:
+    """Step 5's incarnation file (module doc): put an older Weir's copy back, or keep a
+    damaged one aside and start a new incarnation at the log start."""
+    if not directory.is_dir():
+        return  # a vanished directory: the operator's recreate, not a repair
+    try:
+        incarnation_file.read(directory)
+        return
+    except CorruptStateError as exc:
+        damage = exc.reason
+    path = directory / INCARNATION_FILE
+    if os.path.lexists(path):
+        _move_aside(path, DAMAGED_SUFFIX, f"damaged incarnation file: {damage}", report)
+    else:
+        for kept in incarnation_file.kept_copies(directory):
+            if kept.name.endswith(STRAY_SUFFIX) and _reads(kept):
+                os.rename(kept, path)
+                fsync_directory(directory)
+                report.rewritten.append({"path": str(path), "why": f"put back from "
+                                         f"{kept.name}, moved aside by an older Weir"})
+                return
+    start = _log_start(directory)
+    made = incarnation_file.restart(directory, start)
+    report.rewritten.append({"path": str(path), "why": (
+        f"a new incarnation {made.id} starting at the log start, offset {start}: which "
+        "storage the offsets belong to could not be told, so a drain that sent offsets "
+        f"at or above {start} refuses (naming the way out) instead of skipping them")})
+
+
+def _reads(path: Path) -> bool:
+    try:
+        incarnation_file.decode(path.read_bytes(), path)
+    except (CorruptStateError, OSError):
+        return False
+    return True
+
+
+def _log_start(directory: Path) -> int:
+    """The lowest offset the partition may hold: log.state's start, or its first
+    segment's base offset when lower or log.state is unreadable; 0 without either."""
+    starts = [base for base, suffix in filter(None, map(parse_segment_file,
+                                                        os.listdir(directory)))
+              if suffix == LOG_SUFFIX]
+    try:
+        state = log_state.read(directory / LOG_STATE_FILE)
+    except CorruptStateError:
+        state = None
+    if state is not None:
+        starts.append(state.log_start_offset)
+    return min(starts, default=0)
 
 
 def _open_and_replay(config: ChannelConfig, report: RepairReport,

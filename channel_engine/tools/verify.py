@@ -3,6 +3,9 @@
 repairs; `python -m channel_engine recover` does.
 
 Checks, each reported with the file and the byte position:
+  * incarnation (a recreated partition's only: log/incarnation.py): a regular file,
+    magic, version, CRC, and no older engine's `incarnation.stray` without it; its id
+    and start offset are a note;
   * log.state: present, magic, version, both CRCs; after a clean shutdown, its log end
     offset equals the log's; after an unclean one, the log reaches the end the loader
     knows was committed (known_end.known_committed_end: the committed-end record, the
@@ -74,8 +77,11 @@ from channel_engine.filenames import (
     TIME_INDEX_SUFFIX,
     is_kept_aside,
     parse_repair_marker,
+    recreate_temp_dir,
     segment_file,
 )
+from channel_engine.incarnations import ORIGINAL
+from channel_engine.log import incarnation as incarnation_file
 from channel_engine.log import record_batch
 from channel_engine.log import state as log_state
 from channel_engine.log.known_end import known_committed_end
@@ -128,6 +134,7 @@ def verify_partition(directory: Path, durability: str | None = None) -> VerifyRe
     channel's, when known (the committed end of a version 1 log.state depends on it)."""
     report = VerifyReport(str(directory))
     state = _verify_state(directory, report)
+    _verify_incarnation(directory, report)
     clean_end = state.log_end_offset if state and state.clean_shutdown else None
     known_end = known_committed_end(directory, state, durability)
     log_start = state.log_start_offset if state else 0
@@ -215,6 +222,11 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
     partitions: list[dict[str, Any] | None] = []
     for i in range(used.partitions if used else 0):
         directory = used.partition_dir(i) if used else home
+        left = recreate_temp_dir(directory)
+        if left.is_dir() and not left.is_symlink():
+            report.notes.append(f"partition {i}: {left}: left by a recreate cut short before "
+                                "its rename into place (the next recreate uses it, a "
+                                "delete of the channel removes it)")
         if not directory.is_dir():
             partitions.append(None)
             report.damages.append(Damage(str(directory), 0, f"partition {i}: missing"))
@@ -242,6 +254,20 @@ def _verify_state(directory: Path, report: VerifyReport) -> log_state.LogState |
     if state is None:
         report.damages.append(Damage(str(path), 0, "missing"))
     return state
+
+
+def _verify_incarnation(directory: Path, report: VerifyReport) -> None:
+    """A recreated partition's incarnation file reads (log/incarnation.py): the owner's
+    open fails on a damaged one; absent is the original storage, no note."""
+    try:
+        found = incarnation_file.read(directory)
+    except CorruptStateError as exc:
+        report.damages.append(Damage(exc.path, exc.position, exc.reason))
+        return
+    if found.id != ORIGINAL:
+        report.notes.append(f"{directory}: recreated storage, incarnation {found.id} "
+                            f"starting at offset {found.start_offset}"
+                            + (" (start not yet recorded)" if found.pending else ""))
 
 
 def _verify_segment(directory: Path, base: int, last: bool, state: log_state.LogState | None,

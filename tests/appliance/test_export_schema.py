@@ -361,13 +361,15 @@ def test_a_run_the_job_refuses_says_why_in_its_row(root: Path) -> None:
     row = channel_row(root, export_schema_version=2, export_path="%Y/%m/%d/%H")
     commits = root / "out" / "orders" / "_weir" / "commits"
     commits.mkdir(parents=True)
-    held = commit_record("1795788300000-1a2b3c4d", "", [], {}, 1, path="%Y/%m/%d/%H")
+    held = commit_record("1795788300000-1a2b3c4d", "", [], {}, 1, incarnations={},
+                         path="%Y/%m/%d/%H")
     (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(held))
     with override_settings(WEIR_EXPORT_URI=(root / "out").as_uri(),
                            WEIR_SPARK_MASTER="local[1]", WEIR_EXPORT_READ_URL=""):
         run = exports.run_export(row)
     assert (run.outcome, run.rows) == (ExportRun.FAILED, 0), run.error
-    assert run.error.startswith("ExportError: export of channel 'orders': the folders of "
+    # an engine error reads as its sentence alone, without the class's name
+    assert run.error.startswith("export of channel 'orders': the folders of "
                                 "export path '%Y/%m/%d/%H' under file:"), run.error
     assert "(version 1 under '%Y/%m/%d/%H': the commit records in" in run.error
     assert "told to write version 2" in run.error and "Traceback" not in run.error

@@ -132,6 +132,26 @@ def test_the_operators_recreate_makes_it_empty_and_records_the_loss(root: Path) 
     assert admin.get("/api/v1/channels/orders").json()["status"]["health"] == "degraded"
 
 
+def test_an_emptied_partition_directory_is_missing_until_the_operators_recreate(
+        root: Path) -> None:
+    """The directory made again empty by someone (or a volume's mount point with the
+    volume not mounted) is no partition: never taken for the original one going on."""
+    two_volumes(root)
+    partition = root / "a" / "orders-0"
+    unmount(partition, root / "a-away")
+    partition.mkdir()
+    put = token_client("produce").post(EVENTS, {"events": [{"body": "x"}]}, format="json")
+    assert problem(put, 503, "channel-storage-missing")["paths"] == [str(partition)]
+    assert list(partition.iterdir()) == []  # nothing written into it
+    admin = token_client("admin")
+    recreated = admin.post("/api/v1/channels/orders/recreate")
+    assert recreated.status_code == 200, recreated.content
+    assert recreated.json()["recreated"] == [str(partition)]
+    assert (partition / "incarnation").is_file()  # a new incarnation, not the original
+    put = token_client("produce").post(EVENTS, {"events": [{"body": "x"}]}, format="json")
+    assert put.status_code == 200, put.content
+
+
 def test_the_ui_recreates_it_on_the_operators_word(root: Path) -> None:
     two_volumes(root)
     unmount(root / "orders", root / "home-away")
@@ -289,4 +309,19 @@ def test_a_recreate_blocked_by_another_owner_says_so(root: Path) -> None:
         assert "still has channel 'orders' open" in body["detail"]
         assert "must let go of the channel first" in body["detail"]
         assert "recreate the channel empty" not in body["detail"]
+    assert not (root / "b").exists()
+
+
+def test_a_delete_removes_what_a_recreate_cut_short_left(root: Path) -> None:
+    """The temp directory a recreate was making the partition under when it was killed
+    (before its rename into place) goes with the channel, and so can its data dir."""
+    two_volumes(root)
+    partition = root / "a" / "orders-0"
+    unmount(partition, root / "a-away")
+    left = root / "a" / "orders-0.tmp"
+    left.mkdir()
+    (left / "incarnation").write_bytes(b"as a recreate leaves it")
+    deleted = token_client("admin").delete("/api/v1/channels/orders?force=true")
+    assert deleted.status_code == 204, deleted.content
+    assert not left.exists() and not (root / "a").exists()
     assert not (root / "b").exists()

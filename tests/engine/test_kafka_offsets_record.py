@@ -10,15 +10,16 @@ from channel_engine.kafka_sink.offsets_record import OffsetsRecord, keeps_record
 
 def test_a_record_round_trips_and_accumulates_what_was_sent() -> None:
     first = OffsetsRecord("orders", "abc", "t", "kafka").with_sent(
-        [(0, (0, 10)), (1, (5, 7))], "run-1", 1, "kafka")
-    second = first.with_sent([(0, (10, 20)), (1, (9, 12))], "run-1", 2, "kafka")
+        [(0, (0, 10)), (1, (5, 7))], "run-1", 1, "kafka", incarnations={})
+    second = first.with_sent([(0, (10, 20)), (1, (9, 12))], "run-1", 2, "kafka",
+                             incarnations={})
     assert second.sent == {0: [(0, 20)], 1: [(5, 7), (9, 12)]}
     assert second.events == 13 and second.transaction == 2
     again = OffsetsRecord.decode(second.encode(), "here")
     assert again == second and again.key == b"weir-sink/abc/t"
 
 
-@pytest.mark.parametrize("value", [b"{", b'{"format": "weir-kafka-sink-offsets", "version": 2}',
+@pytest.mark.parametrize("value", [b"{", b'{"format": "weir-kafka-sink-offsets", "version": 3}',
                                    b'{"format": "weir-kafka-sink-offsets", "version": 1, '
                                    b'"sent": {"0": [[5, 1]]}}'])
 def test_a_value_not_ours_is_refused_naming_where(value: bytes) -> None:

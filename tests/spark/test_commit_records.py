@@ -28,7 +28,7 @@ URI = "hdfs://nn:8020/weir/orders/_weir/commits/1795788300000-1a2b3c4d.json"
 
 def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
     record = commit_record("1795788300000-1a2b3c4d", "5f0c9e", [["tmp/a", "final/a"]],
-                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]}, 2)
+                           {2: [(0, 100), (150, 200)], 0: [(7, 8)]}, 2, incarnations={})
     assert record["format"] == RECORD_FORMAT and record["version"] == RECORD_VERSION == 2
     assert record["schema_version"] == schema_version(record) == 2
     assert list(record["ranges"]) == ["2", "0"]  # in the order given
@@ -38,9 +38,9 @@ def test_a_record_reads_back_as_written_with_its_format_and_version() -> None:
 
 def test_a_runs_record_keeps_its_path_and_a_summary_its_paths() -> None:
     record = commit_record("r", "c", [["tmp/a", "final/a"]], {0: [(0, 1)]}, 2,
-                           path="v2/%Y/%m/%d/%H")
+                           incarnations={}, path="v2/%Y/%m/%d/%H")
     assert read_record(URI, json.dumps(record).encode())["path"] == "v2/%Y/%m/%d/%H"
-    summary = commit_record("r", "c", [], {0: [(0, 1)]}, 2,
+    summary = commit_record("r", "c", [], {0: [(0, 1)]}, 2, incarnations={},
                             paths={"%Y/%m/%d/%H": [1], "v2/%Y/%m/%d/%H": [2]})
     assert read_record(URI, json.dumps(summary).encode())["paths"] == \
         {"%Y/%m/%d/%H": [1], "v2/%Y/%m/%d/%H": [2]}
@@ -49,8 +49,9 @@ def test_a_runs_record_keeps_its_path_and_a_summary_its_paths() -> None:
 def test_records_carrying_paths_are_version_2_and_version_1_still_reads() -> None:
     # an older Weir reads version 1 only: it refuses these instead of compacting them into
     # a summary without paths (the module doc)
-    run = commit_record("r", "c", [], {0: [(0, 1)]}, 2, path="%Y")
-    summary = commit_record("r", "c", [], {0: [(0, 1)]}, 2, paths={"%Y": [2]})
+    run = commit_record("r", "c", [], {0: [(0, 1)]}, 2, incarnations={}, path="%Y")
+    summary = commit_record("r", "c", [], {0: [(0, 1)]}, 2, incarnations={},
+                            paths={"%Y": [2]})
     assert run["version"] == summary["version"] == 2
     old = {"format": RECORD_FORMAT, "version": 1, "run_id": "r", "moves": [], "ranges": {}}
     assert read_record(URI, json.dumps(old).encode()) == old
@@ -167,7 +168,7 @@ def test_it_tells_what_each_path_holds_and_a_compaction_keeps_it(
     assert records.paths == held and records.schema_version == 2
     assert records.missing == [dfs.join("orders", "2026/11/27/15/gone.parquet")]
     assert records.rebuilt  # so it compacts below COMPACT_AFTER records: 4 here
-    records.compact("1795788300004-eeeeeeee", "c", {})
+    records.compact("1795788300004-eeeeeeee", "c", {}, incarnations={})
     [summary] = [json.loads(p.read_text()) for p in commits.glob("*.json")]
     assert summary["paths"] == {path: sorted(v) for path, v in sorted(held.items())}
     (tmp_path / "orders" / "v3" / "2026").mkdir(parents=True)  # a listing would see it
@@ -176,7 +177,7 @@ def test_it_tells_what_each_path_holds_and_a_compaction_keeps_it(
     again.recover("c")
     assert again.paths == held  # compaction forgot nothing, and listed nothing again
     assert again.listed is None and not again.rebuilt
-    again.compact("1795788300005-ffffffff", "c", {})
+    again.compact("1795788300005-ffffffff", "c", {}, incarnations={})
     assert [p.name for p in commits.glob("*.json")] == ["1795788300004-eeeeeeee.summary.json"]
 
 

@@ -895,7 +895,7 @@ def test_a_run_never_writes_a_version_into_folders_holding_another(
     # the job run by hand says so in its report line and exits 1
     code, report, log = export(config, output, "--schema-version", "2")
     assert code == 1 and report is not None, log
-    assert report["error"].startswith("ExportError: export of channel 'orders': the folders "
+    assert report["error"].startswith("export of channel 'orders': the folders "
                                       "of export path '%Y/%m/%d/%H'"), report
     assert report["run"]["outcome"] == "failed" and report["run"]["rows"] == 0
     assert untaken(config) == 10 and records(output) == before
@@ -933,7 +933,9 @@ def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version
     # files say (file_schema.py); a summary from then, what the output's folders hold
     import shutil
 
-    config = make_channel(tmp_path, 10, partitions=1)
+    # its log reaches past the records' ranges (a log ending below them is refused:
+    # incarnations.py)
+    config = make_channel(tmp_path, 1012, partitions=1)
     output = output_uri(tmp_path)
     name = f"orders+0+{0:020d}+{1:020d}.parquet"
     hour = local(output) / "orders" / "2026" / "11" / "27" / "14"
@@ -947,7 +949,7 @@ def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version
     (commits / "1795788300000-1a2b3c4d.json").write_text(json.dumps(legacy))
     message = refused(spark, config, output, schema_version=2)
     assert "version 1 under '2026/11/27/14'" in message, message
-    assert untaken(config) == 10
+    assert untaken(config) == 1012
     # folders apart go (step 1 alone here: a whole run with Spark is the test above)
     exporter_ = Exporter(spark, ExportSettings(str(config.home), output, schema_version=2,
                                                path="v2/%Y/%m/%d/%H"))
@@ -966,7 +968,7 @@ def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version
                                   "ranges": {"0": [[1000, 1002]]}, "schema_version": 2}))
     message = refused(spark, config, other.as_uri(), schema_version=2)
     assert "version 1 under '2026/11/27/14'" in message, message
-    assert untaken(config) == 10 and records(other.as_uri()) == [json.loads(folded.read_text())]
+    assert untaken(config) == 1012 and records(other.as_uri()) == [json.loads(folded.read_text())]
     # the README's way to version 2 (v1 under %Y/%m/%d/%H, then v2 under v2/%Y/%m/%d/%H)
     # with a summary from before the paths, compacted before the switch: version 2 goes
     # under v2/ (the summary does not count everywhere), and the run stores what the
@@ -976,7 +978,7 @@ def test_records_from_before_the_paths_refuse_by_their_files_folders_and_version
         {"run_id": "1795788300001-1a2b3c4d", "moves": [], "ranges": {"0": [[1000, 1002]]},
          "schema_version": 1}))
     assert export_here(spark, config, output, schema_version=2,
-                       path="v2/%Y/%m/%d/%H")["rows"] == 10
+                       path="v2/%Y/%m/%d/%H")["rows"] == 1010
     record, summary = records(output)  # by name: the same run id
     assert summary["paths"] == {"2026/11/27/14": [1]} and record["path"] == "v2/%Y/%m/%d/%H"
     assert summary["ranges"] == {"0": [[1000, 1002]]}
@@ -996,7 +998,8 @@ def test_a_refusal_advises_only_changes_that_would_go(tmp_path: Path, spark: Any
     commits = local(output) / "orders" / "_weir" / "commits"
     commits.mkdir(parents=True)
     (commits / "1795788300000-1a2b3c4d.summary.json").write_text(json.dumps(
-        commit_records.commit_record("1795788300000-1a2b3c4d", "", [], {}, 2, paths={
+        commit_records.commit_record("1795788300000-1a2b3c4d", "", [], {}, 2,
+                                     incarnations={}, paths={
             "%Y/%m/%d/%H": [1, 2], "v2/%Y/%m/%d/%H": [1], "v1/%Y": [2], "v1/x/%Y": [1],
             **{f"w/%Y/{name}": [1] for name in "abcd"}})))
 
