@@ -74,7 +74,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 import threading
 from collections import deque
@@ -91,7 +90,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from appliance import channels
+from appliance import channels, export_driver
 from appliance.export_schema import commit_stage, folder
 from appliance.models import ApiToken, Channel, ExportRun
 
@@ -185,9 +184,13 @@ def command(row: Channel) -> list[str]:
     return argv
 
 
-def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
+def run_export(row: Channel, timeout_s: float = 3600, warm: bool | None = None) -> ExportRun:
     """Run one export of the channel now; return its finished ExportRun. ExportBusy, and
-    nothing started, when another process is running one."""
+    nothing started, when another process is running one. `warm`: in this process's warm
+    export driver (appliance/export_driver.py) rather than a fresh process; None:
+    WEIR_EXPORT_DRIVER says."""
+    if warm is None:
+        warm = settings.WEIR_EXPORT_DRIVER
     with _export_lock(row) as lock_fd:
         # the settings as they are now: a change of version or path waits for this lock
         # (manage_channels), so none lands between this read and the run's end
@@ -202,7 +205,7 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
             token, key = ApiToken.issue(_token_name(run), ["consume"], [row])
             env = {**os.environ, TOKEN_ENV: key}
         try:
-            _run_job(run, argv, env, lock_fd, timeout_s)
+            _run_job(run, argv, env, lock_fd, timeout_s, warm)
         finally:
             if token is not None:
                 token.revoke()
@@ -310,13 +313,11 @@ def _confirm_committed(channel: str, runs: list[str], by: str) -> None:
 
 
 def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_fd: int,
-             timeout_s: float) -> None:
+             timeout_s: float, warm: bool) -> None:
     """Run the job, following its progress lines; finish the row with its report."""
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     report = None
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1, env=env, pass_fds=(lock_fd,)) as job:
-        assert job.stdout is not None
+    with export_driver.started(argv, env, lock_fd, warm) as job:
         expired = threading.Event()
 
         def expire() -> None:
@@ -326,7 +327,7 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
         timer = threading.Timer(timeout_s, expire)
         timer.start()
         try:
-            for line in job.stdout:
+            for line in job.lines():
                 line = line.rstrip("\n")
                 found = _json_line(line)
                 if found and "report" in found:

@@ -53,6 +53,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,21 @@ def spark_session(master: str | None = "local[*]") -> Any:
     return spark
 
 
+# How a job gets its SparkSession for a master: a fresh one stopped at the job's end (the
+# job's own process), or a new session of a warm driver's (export_driver.py)
+Sessions = Callable[[str | None], AbstractContextManager[Any]]
+
+
+@contextmanager
+def fresh_session(master: str | None) -> Iterator[Any]:
+    """A SparkSession of this process's own (spark_session), stopped when the block ends."""
+    spark = spark_session(master)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
 def package_zip() -> str:
     """channel_engine's Python files zipped for SparkContext.addPyFile: executors on other
     hosts (spark://, yarn) then run the driver's version of Weir's code. They still need
@@ -153,8 +170,9 @@ def package_zip() -> str:
     return str(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The spark-submit / python -m entry point."""
+def main(argv: list[str] | None = None, sessions: Sessions = fresh_session) -> int:
+    """The spark-submit / python -m entry point; a warm driver (export_driver.py) runs it
+    too, with its own `sessions`. Its exit status."""
     parser = argparse.ArgumentParser(description="Export a Weir channel exactly once.")
     parser.add_argument("--home", required=True, help="the channel's home (checkpoint_dir)")
     parser.add_argument("--output", required=True, help="base URI: hdfs://… or file://…")
@@ -203,31 +221,30 @@ def main(argv: list[str] | None = None) -> int:
         name = None  # the run itself reports a bad channel.json
     try:
         with hold(args.home, name):  # for the whole run, before Spark starts
-            return _export(settings, args.master)
+            return _export(settings, args.master, sessions)
     except ExportRunningError as exc:
         print(json.dumps({"report": None, "error": str(exc)}), flush=True)
         return EXIT_BUSY
 
 
-def _export(settings: ExportSettings, master: str | None) -> int:
+def _export(settings: ExportSettings, master: str | None, sessions: Sessions) -> int:
     """Run the export; print its report line: {"report": …} or, when it failed,
     {"report": null, "error": …, "run": what the failed run had reserved, or null}."""
-    spark = spark_session(master)
     exporter = None
-    try:
-        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True),
-                            on_commit=lambda run: print(json.dumps({"commit": run}),
-                                                        flush=True),
-                            on_recover=lambda found: print(json.dumps({"recovered": found}),
-                                                           flush=True))
-        report = exporter.run()
-    except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
-        failed = getattr(exporter, "report", None)
-        print(json.dumps({"report": None, "error": describe(exc),
-                          "run": failed}), flush=True)
-        return 1
-    finally:
-        spark.stop()
+    with sessions(master) as spark:
+        try:
+            exporter = Exporter(spark, settings,
+                                progress=lambda line: print(line, flush=True),
+                                on_commit=lambda run: print(json.dumps({"commit": run}),
+                                                            flush=True),
+                                on_recover=lambda found: print(json.dumps(
+                                    {"recovered": found}), flush=True))
+            report = exporter.run()
+        except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
+            failed = getattr(exporter, "report", None)
+            print(json.dumps({"report": None, "error": describe(exc),
+                              "run": failed}), flush=True)
+            return 1
     print(json.dumps({"report": report}), flush=True)
     return 0
 

@@ -1,0 +1,308 @@
+"""How run_export runs an export job: in the process's warm export driver, or as a fresh
+process (`python -m channel_engine.spark.export`). Either way a Job whose output lines,
+kill and exit status are the same, so appliance/exports.py does the same with them.
+
+The warm driver (channel_engine/spark/export_driver.py: what it does per job) is one
+process per export worker process, holding a SparkSession: started on the first export
+that asks for it, then reused for every export of every channel, one at a time; a job is
+handed to it over a Unix socket, $WEIR_VAR_DIR/run/exports/driver-<worker pid>.sock (0600
+in a 0700 directory: a request carries the job's read token), with the job's
+export-run.lock descriptor and its whole environment (driver_protocol.py).
+
+Why: a fresh job pays a JVM, a SparkContext and Spark's Python workers every run. Measured
+with bench/export_small.py (2,000 events of 200 B, Parquet, file://, local[*], this 2-core
+machine), from the Celery task called to its ExportRun finished, median of 5:
+
+    path                                        end to end
+    ------------------------------------------  ----------
+    fresh process per run (WEIR_EXPORT_DRIVER=0)  see the bench's figures in the README
+    warm driver                                   (bench/README.md, export_small.py)
+
+What the fresh process guarantees, the driver keeps:
+
+    guarantee             how
+    --------------------  ----------------------------------------------------------------
+    crash isolation       a job that kills its driver (kill -9, OOM, a JVM crash) ends its
+                          connection without an exit status: a killed job (exit status of
+                          the driver's death), which run_export handles as today; the
+                          next export starts a new driver
+    the lock              the driver holds export-run.lock's descriptor (SCM_RIGHTS) until
+                          its job ends: held while the job lives, even if the worker dies
+    a timeout             kills the driver's process group (JVM and all): the next export
+                          starts a new one
+    no leak between jobs  each job gets a new session of the SparkSession (its own SQL
+                          settings, views and data sources) and its own os.environ (the read
+                          token), put back after it
+    no orphan             the driver exits when its parent is gone (it polls getppid), and
+                          after WEIR_EXPORT_DRIVER_IDLE_S without a job (900 s)
+    one job at a time     a second export in the same process while the driver is busy (two
+                          Celery threads) runs as a fresh process, never waits
+
+WEIR_EXPORT_DRIVER=false: every run a fresh process, as before. manage.py export_channel
+always runs a fresh process (a driver would die with the command). A driver that ends
+before it starts a job (idle, a SparkSession that failed: its reason is in the worker's
+log, where the driver writes its own lines and the JVM's output between jobs) is replaced
+once; a new one that does so too leaves the run to a fresh process.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from django.conf import settings
+
+from channel_engine.spark.driver_protocol import (
+    EXIT,
+    OUTPUT,
+    STARTED,
+    ProtocolError,
+    recv_frame,
+    send_request,
+)
+
+log = logging.getLogger(__name__)
+JOB = "channel_engine.spark.export"
+DRIVER = "channel_engine.spark.export_driver"
+CONNECT_TIMEOUT_S = 30.0  # the driver's Python start, until it listens
+START_TIMEOUT_S = 300.0  # its SparkSession's start, until the job's "started"
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
+
+
+class Job(Protocol):
+    """A running export job as run_export follows it."""
+
+    def lines(self) -> Iterator[str]:
+        """Its output, line by line (each with its newline), until it ends."""
+
+    def kill(self) -> None:
+        """Kill it now (from any thread)."""
+
+    def wait(self) -> int:
+        """Its exit status (negative: the signal that killed it), once lines() ended."""
+
+
+class ProcessJob:
+    """The job as a process of its own, inheriting the lock's descriptor."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None, lock_fd: int) -> None:
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                        env=env, pass_fds=(lock_fd,))
+
+    def lines(self) -> Iterator[str]:
+        """Its output, line by line."""
+        assert self.process.stdout is not None
+        yield from self.process.stdout
+
+    def kill(self) -> None:
+        """SIGKILL the process."""
+        self.process.kill()
+
+    def wait(self) -> int:
+        """Its exit status."""
+        return self.process.wait()
+
+    def close(self) -> None:
+        """Wait for it and close its pipe."""
+        self.process.__exit__(None, None, None)
+
+
+class WarmDriver:
+    """This process's export driver: its process and socket."""
+
+    def __init__(self, master: str, path: Path) -> None:
+        self.master, self.path, self.owner = master, path, os.getpid()
+        self.last_job = time.monotonic()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", DRIVER, "--socket", str(path), "--master", master,
+             "--parent", str(os.getpid()), "--idle-s", f"{settings.WEIR_EXPORT_DRIVER_IDLE_S:g}"],
+            stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: kill it whole
+
+    @property
+    def pid(self) -> int:
+        """The driver's pid."""
+        return self.process.pid
+
+    def usable(self, master: str) -> bool:
+        """Alive, this process's, on `master`, and not about to end for being idle."""
+        idle_s = settings.WEIR_EXPORT_DRIVER_IDLE_S
+        return (self.owner == os.getpid() and self.master == master and
+                self.process.poll() is None and time.monotonic() - self.last_job < idle_s - 2)
+
+    def connect(self) -> socket.socket | None:
+        """A connection to the driver once it listens; None when it died first."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while self.process.poll() is None and time.monotonic() < deadline:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(str(self.path))
+                return conn
+            except (FileNotFoundError, ConnectionRefusedError):
+                conn.close()
+                time.sleep(0.05)
+        return None
+
+    def kill(self) -> None:
+        """SIGKILL its process group (the JVM with it) and reap it."""
+        if self.owner != os.getpid():  # a forked worker's copy: not its child
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+class DriverJob:
+    """A job running in the warm driver, read from its connection."""
+
+    def __init__(self, driver: WarmDriver, conn: socket.socket) -> None:
+        self.driver, self.conn = driver, conn
+        self.code: int | None = None
+
+    def lines(self) -> Iterator[str]:
+        """Its output frames cut into lines, until its exit status or the driver's end."""
+        pending = b""
+        while (frame := recv_frame(self.conn)) is not None:
+            kind, payload = frame
+            if kind == EXIT:
+                self.code = int(payload)
+                break
+            if kind == OUTPUT:
+                pending += payload
+                *whole, pending = pending.split(b"\n")
+                for line in whole:
+                    yield line.decode(errors="replace") + "\n"
+        if pending:
+            yield pending.decode(errors="replace")
+
+    def kill(self) -> None:
+        """Kill the driver, JVM and all (the next export starts a new one)."""
+        self.driver.kill()
+
+    def wait(self) -> int:
+        """The job's exit status; the driver's when it died in the job (-9: killed)."""
+        if self.code is None:
+            try:
+                self.code = self.driver.process.wait(10)
+            except subprocess.TimeoutExpired:  # it closed the job without ending it
+                self.driver.kill()
+                self.code = self.driver.process.wait()
+        return self.code
+
+    def close(self) -> None:
+        """Close the connection; the driver waits for the next job."""
+        self.conn.close()
+        self.driver.last_job = time.monotonic()
+
+
+_driver: WarmDriver | None = None
+_busy = threading.Lock()  # the driver runs one job at a time
+
+
+@contextmanager
+def started(argv: list[str], env: dict[str, str] | None, lock_fd: int,
+            warm: bool) -> Iterator[Job]:
+    """The job of command line `argv` started: in the warm driver when `warm` and it is
+    free (module doc), else as a process. `env`: the job's environment (None: this
+    process's); `lock_fd`: export-run.lock's descriptor, held by the job until it ends."""
+    job_args = argv[3:] if argv[:3] == [sys.executable, "-m", JOB] else None
+    if warm and job_args is not None and _busy.acquire(blocking=False):
+        try:
+            job = _in_driver(job_args, dict(os.environ if env is None else env), lock_fd)
+            if job is not None:
+                try:
+                    yield job
+                finally:
+                    job.close()
+                return
+        finally:
+            _busy.release()
+    process = ProcessJob(argv, env, lock_fd)
+    try:
+        yield process
+    finally:
+        process.close()
+
+
+def _in_driver(args: list[str], env: dict[str, str], lock_fd: int) -> DriverJob | None:
+    """The job handed to the warm driver (a new one if there is none, or it ended before
+    starting it); None when a new driver ended before starting it too."""
+    global _driver
+    master = args[args.index("--master") + 1] if "--master" in args else ""
+    path = socket_path()
+    if not master or len(str(path)) > MAX_SOCKET_PATH:
+        log.warning("export driver not used: %s", "no --master" if not master else
+                    f"its socket path is over {MAX_SOCKET_PATH} bytes ({path})")
+        return None
+    for _ in range(2):
+        new = _driver is None or not _driver.usable(master)
+        if new:
+            stop()
+            _driver = WarmDriver(master, path)
+        assert _driver is not None
+        job = _hand_over(_driver, args, env, lock_fd)
+        if job is not None:
+            return job
+        log.warning("export driver %d ended before starting a job (exit %s; its reason is "
+                    "in this log above)", _driver.pid, _driver.process.poll())
+        stop()
+        if new:
+            break
+    return None
+
+
+def _hand_over(driver: WarmDriver, args: list[str], env: dict[str, str],
+               lock_fd: int) -> DriverJob | None:
+    """Send the job to `driver`; it, once the driver said "started", else None."""
+    conn = driver.connect()
+    if conn is None:
+        return None
+    try:
+        send_request(conn, args, env, lock_fd)
+        conn.settimeout(START_TIMEOUT_S)
+        frame = recv_frame(conn)
+        conn.settimeout(None)
+    except (OSError, ProtocolError) as exc:
+        log.warning("export driver %d: %s", driver.pid, exc)
+        frame = None
+    if frame is None or frame[0] != STARTED:
+        conn.close()
+        return None
+    return DriverJob(driver, conn)
+
+
+def socket_path() -> Path:
+    """This process's driver socket, its directory made (0700)."""
+    folder = Path(settings.VAR_DIR) / "run" / "exports"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder / f"driver-{os.getpid()}.sock"
+
+
+def driver_pid() -> int | None:
+    """The pid of this process's warm driver while it lives."""
+    if _driver is None or _driver.process.poll() is not None:
+        return None
+    return _driver.pid
+
+
+def stop() -> None:
+    """Kill this process's warm driver, if any (the next export starts a new one)."""
+    global _driver
+    if _driver is not None:
+        _driver.kill()
+        _driver = None
+
+
+atexit.register(stop)

@@ -1,0 +1,265 @@
+"""A warm export driver: one long-lived process holding a SparkSession, which runs export
+jobs one at a time with the fresh job's own code (export.main), so that a small export
+pays no JVM, SparkSession or Python-worker start.
+
+    python -m channel_engine.spark.export_driver --socket PATH --master local[*] \\
+        --parent PID [--idle-s 900]
+
+The appliance's export worker starts it (appliance/export_driver.py: when, reuse, kill,
+restart) and hands it jobs over the Unix socket PATH (driver_protocol.py: the request, the
+lock descriptor, the reply frames). For each job it:
+
+    1. holds the job's export-run.lock descriptor (SCM_RIGHTS) until the job has ended,
+       as a fresh job inherits it: the lock stays held while the job lives, even if the
+       worker that asked for it dies;
+    2. sets os.environ to the job's environment (the read token, crash points), then
+       back to its own: nothing of a job stays in the driver;
+    3. runs export.main(argv) on a new session of its SparkSession (newSession: a
+       SQLConf, temporary views and data sources of its own, so one job's session settings
+       never reach the next; the SparkContext, JVM and Python workers are shared);
+    4. sends the job's output (its stdout and stderr, and the JVM's and Python workers',
+       which write to the same pipe, as in the fresh process) back as it comes, then the
+       exit status main returned (an uncaught exception: its traceback, status 1).
+
+Failure behaviour. A job that kills the driver (SIGKILL, a JVM crash, the OOM killer)
+closes the connection without an exit status: the worker sees a job killed, as today. A
+driver whose SparkContext stopped in a job exits after it. It exits when idle for
+--idle-s (a JVM holds hundreds of MB), and at once (SIGKILL to its process group: the JVM
+too) when its parent is gone: it polls getppid() rather than PR_SET_PDEATHSIG, which fires
+when the thread that started the child ends, and a Celery worker's threads come and go.
+The JVM also ends when the driver does (PySpark's gateway exits at EOF on its stdin).
+
+Concurrency contract: one job at a time, on the main thread; a second connection waits in
+the listen backlog until the job before has ended.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from channel_engine.spark.driver_protocol import (
+    EXIT,
+    OUTPUT,
+    STARTED,
+    ProtocolError,
+    recv_request,
+    send_frame,
+)
+
+# Written to the pipe once a job's output is flushed: the pump's sign that the job's
+# output has all been sent (a NUL starts no line a job or the JVM prints)
+END_MARK = b"\x00weir-export-driver: end of job\n"
+PARENT_POLL_S = 0.5
+
+
+class OutputPump:
+    """The process's stdout and stderr made one pipe (before the JVM starts, so that it
+    and its Python workers inherit it), read by a thread: sent to the running job's
+    connection as output frames, else written to the driver's own log (the stderr it
+    was started with)."""
+
+    def __init__(self) -> None:
+        self.log_fd = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        self.read_fd = read_fd
+        self.lock = threading.Lock()
+        self.conn: socket.socket | None = None
+        self.ended = threading.Event()
+        threading.Thread(target=self._pump, name="output-pump", daemon=True).start()
+
+    def log(self, line: str) -> None:
+        """A line of the driver's own in its log."""
+        os.write(self.log_fd, f"export driver {os.getpid()}: {line}\n".encode())
+
+    @contextmanager
+    def to(self, conn: socket.socket) -> Iterator[None]:
+        """Send the pipe's output to `conn` while the block runs (a job), up to the end
+        mark written when it ends."""
+        with self.lock:
+            self.conn, self.ended = conn, threading.Event()
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.write(1, END_MARK)
+            if not self.ended.wait(30):  # the pipe is stuck: never send into the next job
+                with self.lock:
+                    self.conn = None
+
+    def _pump(self) -> None:
+        pending = b""
+        while chunk := os.read(self.read_fd, 65536):
+            pending += chunk
+            with self.lock:
+                at = pending.find(END_MARK)
+                if at >= 0:
+                    self._emit(pending[:at])
+                    pending = pending[at + len(END_MARK):]
+                    self.conn = None
+                    self.ended.set()
+                keep = self._maybe_mark(pending) if self.conn is not None else 0
+                self._emit(pending[:len(pending) - keep])
+                pending = pending[len(pending) - keep:]
+
+    @staticmethod
+    def _maybe_mark(data: bytes) -> int:
+        """How many bytes at the end of `data` may be the start of the end mark."""
+        at = data.rfind(END_MARK[:1])
+        return len(data) - at if at >= 0 and END_MARK.startswith(data[at:]) else 0
+
+    def _emit(self, data: bytes) -> None:
+        if not data:
+            return
+        if self.conn is not None:
+            try:
+                send_frame(self.conn, OUTPUT, data)
+                return
+            except OSError:  # the worker is gone: the job goes on, its output to the log
+                self.conn = None
+        os.write(self.log_fd, data)
+
+
+class Driver:
+    """The driver's SparkSession and the jobs it runs."""
+
+    def __init__(self, master: str, pump: OutputPump) -> None:
+        from channel_engine.spark.export import spark_session
+
+        self.master = master
+        self.pump = pump
+        self.spark = spark_session(master)
+
+    @contextmanager
+    def session(self, master: str | None) -> Iterator[Any]:
+        """export.main's sessions: a new session of the driver's for each job."""
+        if master != self.master:  # the appliance starts a driver per master
+            raise ValueError(f"this export driver runs Spark on {self.master}, not {master}")
+        spark = self.spark.newSession()
+        spark.conf.set("spark.sql.session.timeZone", "UTC")  # as spark_session's
+        yield spark
+
+    def serve(self, conn: socket.socket) -> None:
+        """Run the job `conn` asks for, holding its lock descriptor until it ends."""
+        try:
+            request, lock_fd = recv_request(conn)
+        except (ProtocolError, ValueError, OSError) as exc:
+            self.pump.log(f"refused a request: {exc}")
+            return
+        try:
+            if lock_fd is not None:
+                os.set_inheritable(lock_fd, False)  # never into the JVM or its workers
+            try:
+                send_frame(conn, STARTED, str(os.getpid()).encode())
+            except OSError:  # the worker left before its job started: nothing to run
+                return
+            with self.pump.to(conn):
+                code = self._job([str(a) for a in request["argv"]],
+                                 {str(k): str(v) for k, v in request["env"].items()})
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)
+        try:
+            send_frame(conn, EXIT, str(code).encode())
+        except OSError:
+            self.pump.log(f"a job ended (status {code}) after its worker left")
+
+    def _job(self, argv: list[str], env: dict[str, str]) -> int:
+        """export.main(argv) in the job's environment; its exit status."""
+        from channel_engine.spark.export import main
+
+        own = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+        try:
+            return main(argv, self.session)
+        except SystemExit as exc:  # argparse's refusal: its message is out already
+            if exc.code is None or isinstance(exc.code, int):
+                return exc.code or 0
+            print(exc.code, file=sys.stderr)
+            return 1
+        except BaseException:  # noqa: BLE001 -- as an uncaught exception ends the fresh job
+            traceback.print_exc()
+            return 1
+        finally:
+            os.environ.clear()
+            os.environ.update(own)
+
+    def healthy(self) -> bool:
+        """Whether the SparkContext still runs (a job may have stopped it, or its JVM)."""
+        try:
+            return not self.spark.sparkContext._jsc.sc().isStopped()  # noqa: SLF001
+        except Exception:  # noqa: BLE001 -- the JVM is gone
+            return False
+
+
+def watch_parent(parent: int, pump: OutputPump) -> None:
+    """End the driver and its process group (the JVM) once `parent` is gone."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        pump.log(f"its worker (pid {parent}) is gone: exiting")
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the session, then serve jobs until idle for --idle-s."""
+    parser = argparse.ArgumentParser(description="A warm Spark driver for Weir's exports.")
+    parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    parser.add_argument("--master", required=True, help="the Spark master of every job")
+    parser.add_argument("--parent", type=int, required=True, help="exit once it is gone")
+    parser.add_argument("--idle-s", type=float, default=900.0,
+                        help="exit after this long without a job")
+    args = parser.parse_args(argv)
+    pump = OutputPump()
+    watch_parent(args.parent, pump)
+    if os.getpgrp() != os.getpid():  # the parent-watch kills the group: it must be ours
+        os.setpgid(0, 0)
+    path = Path(args.socket)
+    path.unlink(missing_ok=True)  # a dead driver's
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket 0600: jobs carry the read token
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old)
+    listener.listen(8)  # before the session starts: the first job waits for it
+    started = time.monotonic()
+    driver = Driver(args.master, pump)
+    pump.log(f"SparkSession on {args.master} started in {time.monotonic() - started:.1f} s; "
+             f"listening on {path}")
+    listener.settimeout(args.idle_s)
+    try:
+        while driver.healthy():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                pump.log(f"idle for {args.idle_s:g} s: exiting")
+                break
+            with conn:
+                conn.settimeout(None)
+                driver.serve(conn)
+    finally:
+        path.unlink(missing_ok=True)
+        listener.close()
+    driver.spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

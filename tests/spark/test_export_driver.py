@@ -1,0 +1,189 @@
+"""The warm export driver (appliance/export_driver.py, channel_engine/spark/export_driver.py):
+run_export hands the real job to a long-lived Spark driver, which keeps what a fresh
+process guarantees: exact output, a killed job handled as today, a timeout, the lock
+held by the driver while its job runs, the off switch, and no orphan once its parent
+is gone or it has been idle."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from django.test import override_settings
+
+from appliance import channels, export_driver, exports
+from appliance.models import Channel, ExportRun
+from channel_engine import Channel as EngineChannel
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the export's thread sees the rows
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def row(tmp_path: Path) -> Iterator[Channel]:
+    """A channel of 20 events ("e0".."e19") exporting to file:// under tmp_path."""
+    with override_settings(WEIR_DATA_ROOTS=[tmp_path], WEIR_SPARK_MASTER="local[1]",
+                           WEIR_EXPORT_URI=(tmp_path / "export").as_uri(),
+                           WEIR_EXPORT_READ_URL="", WEIR_EXPORT_DRIVER=True):
+        row = Channel.objects.create(name="orders", data_dirs=[str(tmp_path / "data")],
+                                     checkpoint_dir=str(tmp_path / "home"),
+                                     minimum_required_space=0, export_path="%Y-%m-%d")
+        EngineChannel.create(channels.to_config(row)).close()
+        put(row, 0, 20)
+        yield row
+        export_driver.stop()
+        channels.close_all()
+
+
+def put(row: Channel, first: int, end: int) -> None:
+    with channels.open_channel(row).put() as tx:
+        for i in range(first, end):
+            tx.put(f"e{i}".encode())
+
+
+def bodies(*runs: ExportRun) -> list[str]:
+    """The bodies in the files the runs committed, sorted."""
+    files = [Path(f.removeprefix("file://")) for run in runs for p in run.partitions
+             for f in p["files"]]
+    return sorted(b for f in files for b in pq.read_table(f).column("body").to_pylist())
+
+
+def expected(end: int) -> list[str]:
+    return sorted(f"e{i}" for i in range(end))
+
+
+def held_by(pid: int, path: Path) -> bool:
+    """Whether process `pid` has a descriptor of `path` open."""
+    try:
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+def gone(pid: int, wait_s: float = 10) -> bool:
+    """Whether no process of group `pid` lives any more, within `wait_s` (a killed JVM's
+    new parent, init, reaps it a moment later)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_it_runs_exports_in_one_warm_driver_and_each_is_exact(row: Channel) -> None:
+    with override_settings(WEIR_EXPORT_DRIVER=False):  # the off switch: a fresh process
+        first = exports.run_export(row)
+    assert export_driver.driver_pid() is None
+    assert (first.outcome, first.rows, bodies(first)) == ("ok", 20, expected(20))
+    put(row, 20, 30)
+    second = exports.run_export(row)
+    pid = export_driver.driver_pid()
+    assert pid is not None
+    put(row, 30, 45)
+    started = time.monotonic()
+    third = exports.run_export(row)
+    took = time.monotonic() - started
+    assert export_driver.driver_pid() == pid  # the same driver, reused
+    assert (second.outcome, second.rows, second.error) == ("ok", 10, "")
+    assert (third.outcome, third.rows, third.progress) == ("ok", 15, "exported 15 events")
+    assert bodies(first, second, third) == expected(45)  # each event exactly once
+    assert took < second.duration_s, (took, second.duration_s)  # no JVM start this time
+    subscription = channels.open_channel(row).status()["subscriptions"]["export"]
+    assert subscription["events_untaken"] == 0
+
+
+def test_a_job_that_kills_its_driver_is_a_killed_job_and_the_next_gets_a_new_driver(
+        row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "announced")  # SIGKILL once committed
+    killed = exports.run_export(row)
+    assert killed.outcome == "ok" and killed.rows == 20 and killed.error == ""
+    assert killed.progress.startswith("committed 20 events; its job then ended before its "
+                                      "report (the export job exited with -9"), killed.progress
+    assert export_driver.driver_pid() is None  # the driver died with its job
+    monkeypatch.delenv("WEIR_EXPORT_CRASH_AT")  # never in a driver's own environment
+    put(row, 20, 25)
+    after = exports.run_export(row)
+    pid = export_driver.driver_pid()
+    assert pid is not None
+    assert (after.outcome, after.rows) == ("ok", 5)
+    # the killed job's take came back: its commit record skips it
+    assert [(p["ranges"], p["skipped"]) for p in after.partitions] == [([[20, 25]],
+                                                                        [[0, 20]])]
+    assert bodies(killed, after) == expected(25)  # the killed run's moves finished
+    assert "WEIR_EXPORT_CRASH_AT" not in Path(f"/proc/{pid}/environ").read_text()
+
+
+def test_a_job_past_its_timeout_is_killed_with_its_driver_and_the_lock_is_the_drivers(
+        row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job stops itself once it reserved its take (WEIR_EXPORT_STOP_AT: SIGSTOP to the
+    driver's group); while it is stopped the driver holds export-run.lock (another run is
+    busy), then the timeout kills the driver; the next run exports every event once."""
+    lock = Path(row.checkpoint_dir) / exports.LOCK_FILE
+    exports.run_export(row)  # the driver started, 20 events exported
+    pid = export_driver.driver_pid()
+    assert pid is not None
+    put(row, 20, 30)
+    monkeypatch.setenv("WEIR_EXPORT_STOP_AT", "reserved")
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(exports.run_export(row,
+                                                                              timeout_s=8)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 8
+        while not held_by(pid, lock) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held_by(pid, lock), f"the driver (pid {pid}) holds no descriptor of {lock}"
+        with pytest.raises(exports.ExportBusy):
+            exports.run_export(row)
+    finally:
+        thread.join(30)
+    monkeypatch.delenv("WEIR_EXPORT_STOP_AT")
+    [timed_out] = result
+    assert timed_out.outcome == "failed"
+    assert timed_out.error == "the export job ran longer than 8 s and was killed"
+    assert gone(pid) and export_driver.driver_pid() is None
+    last = exports.run_export(row)
+    assert (last.outcome, last.rows) == ("ok", 10) and export_driver.driver_pid() != pid
+    assert bodies(*ExportRun.objects.filter(outcome="ok")) == expected(30)
+
+
+def test_the_driver_exits_when_its_parent_dies_or_it_is_idle(tmp_path: Path) -> None:
+    parent = subprocess.Popen(  # a worker that starts a driver, then is killed
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "driver = subprocess.Popen(sys.argv[1:] + ['--parent', str(__import__('os')"
+         ".getpid())], start_new_session=True)\nprint(driver.pid, flush=True)\n"
+         "time.sleep(600)\n", sys.executable, "-m", export_driver.DRIVER, "--socket",
+         str(tmp_path / "orphan.sock"), "--master", "local[1]"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    orphan = int(parent.stdout.readline())
+    idle = subprocess.Popen([sys.executable, "-m", export_driver.DRIVER, "--socket",
+                             str(tmp_path / "idle.sock"), "--master", "local[1]",
+                             "--parent", str(os.getpid()), "--idle-s", "1"], cwd=ROOT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "orphan.sock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2)  # its JVM on the way
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert gone(orphan), "the driver (and its JVM) outlived its parent"
+        assert idle.wait(120) == 0  # its session started, then 1 s without a job
+        assert not (tmp_path / "idle.sock").exists()
+    finally:
+        for pid in (orphan, idle.pid):
+            if not gone(pid, 0):
+                os.killpg(pid, signal.SIGKILL)
+        idle.wait()
