@@ -162,6 +162,7 @@ class WarmDriver:
         except ProcessLookupError:
             pass
         self.process.wait()
+        self.path.unlink(missing_ok=True)  # a killed driver leaves its socket file
 
 
 class DriverJob:

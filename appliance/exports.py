@@ -2,8 +2,11 @@
 an ExportRun row of it (progress while it runs, then the report or the error).
 
 The job (channel_engine/spark/export.py) needs no database: it gets the channel's home
-and export settings on its command line and runs in its own process (its own JVM), so
-a crash of the job is a crash of that process only — the protocol makes the rerun
+and export settings on its command line and runs in a process of its own — the export
+worker's warm Spark driver, which runs the same job code with the same output lines, or a
+fresh process per run (WEIR_EXPORT_DRIVER off, manage.py export_channel, the driver busy):
+appliance/export_driver.py says which and what the driver keeps of a fresh process — so
+a crash of the job is a crash of that process only, and the protocol makes the rerun
 exact. WEIR_EXPORT_URI, WEIR_SPARK_MASTER and WEIR_EXPORT_READ_URL come from settings.
 
 One export of a channel at a time, and no ExportRun "running" forever:
@@ -11,8 +14,10 @@ One export of a channel at a time, and no ExportRun "running" forever:
     lock file                 held (flock, exclusive, never waited for)
     ------------------------  ---------------------------------------------------------------
     <home>/export-run.lock    by run_export, from before its ExportRun row is created until
-                              the row is finished; the job inherits it, so it stays held while
-                              either the process running the export or its job lives
+                              the row is finished; the job inherits it (a warm driver gets it
+                              with the job, SCM_RIGHTS, and holds it until the job ends), so it
+                              stays held while either the process running the export or its
+                              job lives
     <home>/export.lock        by the job itself (channel_engine/spark/export_lock.py)
 
 Held elsewhere, run_export starts nothing and raises ExportBusy: the Celery task records
