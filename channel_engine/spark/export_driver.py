@@ -136,12 +136,8 @@ class OutputPump:
 class Driver:
     """The driver's SparkSession and the jobs it runs."""
 
-    def __init__(self, master: str, pump: OutputPump) -> None:
-        from channel_engine.spark.export import spark_session
-
-        self.master = master
-        self.pump = pump
-        self.spark = spark_session(master)
+    def __init__(self, spark: Any, master: str, pump: OutputPump) -> None:
+        self.spark, self.master, self.pump = spark, master, pump
 
     @contextmanager
     def session(self, master: str | None) -> Iterator[Any]:
@@ -240,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         os.umask(old)
     listener.listen(8)  # before the session starts: the first job waits for it
     started = time.monotonic()
-    driver = Driver(args.master, pump)
+    from channel_engine.spark.export import spark_session
+
+    driver = Driver(spark_session(args.master), args.master, pump)
     pump.log(f"SparkSession on {args.master} started in {time.monotonic() - started:.1f} s; "
              f"listening on {path}")
     listener.settimeout(args.idle_s)

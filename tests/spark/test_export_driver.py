@@ -22,6 +22,8 @@ from django.test import override_settings
 from appliance import channels, export_driver, exports
 from appliance.models import Channel, ExportRun
 from channel_engine import Channel as EngineChannel
+from channel_engine.spark import export as export_module
+from channel_engine.spark import export_driver as export_driver_process
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the export's thread sees the rows
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +105,38 @@ def test_it_runs_exports_in_one_warm_driver_and_each_is_exact(row: Channel) -> N
     assert subscription["events_untaken"] == 0
 
 
+def test_a_job_leaves_neither_its_environment_nor_its_session_settings_behind(
+        spark: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Each job: its own os.environ (the read token), put back after it; a new session
+    (its SQL settings its own); a SystemExit or an uncaught exception its exit status."""
+    seen: list[tuple[str | None, str]] = []
+
+    def job(argv: list[str], sessions: Any) -> int:
+        with sessions(spark.sparkContext.master) as session:
+            seen.append((os.environ.get(exports.TOKEN_ENV),
+                         session.conf.get("spark.sql.shuffle.partitions")))
+            session.conf.set("spark.sql.shuffle.partitions", "7")
+        if argv:
+            raise SystemExit(2) if argv == ["exit"] else ValueError("the job broke")
+        return 0
+
+    monkeypatch.setattr(export_module, "main", job)
+    driver = export_driver_process.Driver(spark, spark.sparkContext.master, pump=None)
+    own = dict(os.environ)
+    assert driver._job([], {**own, exports.TOKEN_ENV: "secret"}) == 0
+    assert dict(os.environ) == own  # the token is gone with its job
+    assert driver._job([], own) == 0
+    assert seen[0][0] == "secret" and seen[1][0] is None
+    assert seen[1][1] == seen[0][1] != "7"  # the first job's setting stayed in its session
+    assert driver._job(["exit"], own) == 2
+    assert driver._job(["raise"], own) == 1
+    assert "ValueError: the job broke" in capfd.readouterr().err  # its traceback, as fresh
+    # the appliance keeps a driver per master
+    with pytest.raises(ValueError, match="runs Spark on"), \
+            driver.session("spark://elsewhere:7077"):
+        pass
+
+
 def test_a_job_that_kills_its_driver_is_a_killed_job_and_the_next_gets_a_new_driver(
         row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "announced")  # SIGKILL once committed
@@ -121,7 +155,6 @@ def test_a_job_that_kills_its_driver_is_a_killed_job_and_the_next_gets_a_new_dri
     assert [(p["ranges"], p["skipped"]) for p in after.partitions] == [([[20, 25]],
                                                                         [[0, 20]])]
     assert bodies(killed, after) == expected(25)  # the killed run's moves finished
-    assert "WEIR_EXPORT_CRASH_AT" not in Path(f"/proc/{pid}/environ").read_text()
 
 
 def test_a_job_past_its_timeout_is_killed_with_its_driver_and_the_lock_is_the_drivers(
