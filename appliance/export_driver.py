@@ -9,14 +9,26 @@ handed to it over a Unix socket, $WEIR_VAR_DIR/run/exports/driver-<worker pid>.s
 in a 0700 directory: a request carries the job's read token), with the job's
 export-run.lock descriptor and its whole environment (driver_protocol.py).
 
-Why: a fresh job pays a JVM, a SparkContext and Spark's Python workers every run. Measured
-with bench/export_small.py (2,000 events of 200 B, Parquet, file://, local[*], this 2-core
-machine), from the Celery task called to its ExportRun finished, median of 5:
+Why, measured (bench/export_small.py, 2026-11-29, this 2-core machine shared with three
+other sessions: 2,000 events of 200 B, Parquet, file://, local[*]; from the Celery task
+called to its ExportRun finished, medians of 5):
 
-    path                                        end to end
-    ------------------------------------------  ----------
-    fresh process per run (WEIR_EXPORT_DRIVER=0)  see the bench's figures in the README
-    warm driver                                   (bench/README.md, export_small.py)
+    path                                          end to end   min - max
+    --------------------------------------------  -----------  -------------
+    fresh process per run (WEIR_EXPORT_DRIVER=0)  20.8 s       19.0 - 30.7 s
+    warm driver, its first run (starts it)        18.9 s
+    warm driver                                   1.2 s        1.1 - 1.8 s
+    nothing new (no Spark either way)             2 ms
+
+A fresh run's time goes to the process and the JVM (4.3 s), the SparkContext and session
+(6.9 s) and the first jobs of a JVM (class loading, JIT, starting Spark's Python workers:
+the write 12.9 s against 0.7 s warm, planning the "weir" source 6.1 s against 0.3 s,
+reading the files' offsets back 3.1 s against 0.4 s); the protocol's own steps (commit
+record, moves, take) take milliseconds either way. Only a process that stays up saves
+that, hence a driver rather than a faster start (a JVM class-data-sharing archive would
+save part of the JVM's start only). Its cost: memory while it waits, 1.2 GB proportional
+(1.4 GB resident) idle with its JVM (0.7 GB) and Spark's idle Python workers, for up to
+WEIR_EXPORT_DRIVER_IDLE_S.
 
 What the fresh process guarantees, the driver keeps:
 
@@ -27,7 +39,9 @@ What the fresh process guarantees, the driver keeps:
                           the driver's death), which run_export handles as today; the
                           next export starts a new driver
     the lock              the driver holds export-run.lock's descriptor (SCM_RIGHTS) until
-                          its job ends: held while the job lives, even if the worker dies
+                          its job ends: held while the job lives, whether or not the worker
+                          does (a dead worker's driver ends within half a second, its job
+                          with it: a killed job)
     a timeout             kills the driver's process group (JVM and all): the next export
                           starts a new one
     no leak between jobs  each job gets a new session of the SparkSession (its own SQL
