@@ -74,13 +74,14 @@ def gone(pid: int, wait_s: float = 10) -> bool:
     """Whether no process of group `pid` lives any more, within `wait_s` (a killed JVM's
     new parent, init, reaps it a moment later)."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while True:
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    return False
 
 
 def test_it_runs_exports_in_one_warm_driver_and_each_is_exact(row: Channel) -> None:
