@@ -29,7 +29,7 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from appliance import channels, exports, tasks
+from appliance import channels, export_driver, exports, tasks
 from appliance.env import env_http_url
 from appliance.models import ApiToken, Channel, ExportRun, TaskRun, hash_key
 from channel_engine.errors import ExportRunningError
@@ -250,6 +250,30 @@ def test_a_run_whose_process_lives_is_not_marked_failed(
         exports.run_export(row)
     assert ExportRun.objects.get(pk=live.pk).outcome == ExportRun.RUNNING
     assert ExportRun.objects.count() == 1 and fake_job.starts() == []
+
+
+def test_the_task_asks_for_the_warm_driver_unless_turned_off_and_manage_py_never(
+        root: Path, fake_job: FakeJob, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The driver itself, with real Spark: tests/spark/test_export_driver.py. A command line
+    # other than the export job's (this fake's) runs as a process whatever is asked.
+    row = channel_row(root)
+    fake_job.seconds = 0
+    real, asked = export_driver.started, []
+
+    def started(argv: list[str], env: Any, lock_fd: int, warm: bool) -> Any:
+        asked.append(warm)
+        return real(argv, env, lock_fd, warm)
+
+    monkeypatch.setattr(export_driver, "started", started)
+    for _ in range(2):
+        with channels.open_channel(row).put() as tx:
+            tx.put(b"new")
+        assert tasks.export_channel.apply(args=["orders"]).get() == TaskRun.OK
+        call_command("export_channel", "orders", stdout=StringIO())
+        with override_settings(WEIR_EXPORT_DRIVER=False):
+            exports.run_export(row)
+    assert asked == [True, False, False] * 2
+    assert len(fake_job.starts()) == 6 and export_driver.driver_pid() is None
 
 
 def test_the_job_inherits_the_appliance_lock(root: Path, fake_job: FakeJob) -> None:
