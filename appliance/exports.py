@@ -100,7 +100,7 @@ from appliance.export_schema import commit_stage, folder
 from appliance.models import ApiToken, Channel, ExportRun
 
 log = logging.getLogger(__name__)
-JOB = "channel_engine.spark.export"
+JOB = export_driver.JOB  # the job: python -m JOB, or its warm driver
 LOCK_FILE = "export-run.lock"
 TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
 BROKER_CHECK_S = 0.25
