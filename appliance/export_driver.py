@@ -4,7 +4,8 @@ kill and exit status are the same, so appliance/exports.py does the same with th
 
 The warm driver (channel_engine/spark/export_driver.py: what it does per job) is one
 process per export worker process, holding a SparkSession: started on the first export
-that asks for it, then reused for every export of every channel, one at a time; a job is
+that asks for it (not at the worker's start: a worker whose channels export nothing
+holds no JVM), then reused for every export of every channel, one at a time; a job is
 handed to it over a Unix socket, $WEIR_VAR_DIR/run/exports/driver-<worker pid>.sock (0600
 in a 0700 directory: a request carries the job's read token), with the job's
 export-run.lock descriptor and its whole environment (driver_protocol.py).

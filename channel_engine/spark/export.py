@@ -38,6 +38,8 @@ Where the rest is written down, each beside the code that owns it:
     export_report.py    the report line's report, and how a failure is described
     ../offset_ranges.py offset ranges [start, end): merged, subtracted
     export_lock.py      export.lock: one export of a channel at a time
+    export_driver.py    a warm driver: a long-lived process running these jobs one at a
+                        time on its SparkSession (driver_protocol.py: its socket protocol)
     write_progress.py   the rows written so far, for the progress lines
 
 Two exports of one channel must not run at once: the job holds `export.lock` (flock) in
