@@ -276,6 +276,17 @@ def test_the_task_asks_for_the_warm_driver_unless_turned_off_and_manage_py_never
     assert len(fake_job.starts()) == 6 and export_driver.driver_pid() is None
 
 
+def test_a_job_asked_for_while_the_driver_is_busy_runs_as_a_process(tmp_path: Path) -> None:
+    # Two exports at once in one worker process (Celery threads): the second never waits.
+    argv = [sys.executable, "-m", exports.JOB, "--help"]
+    with open(tmp_path / "lock", "w") as lock, export_driver._busy, \
+            export_driver.started(argv, None, lock.fileno(), warm=True) as job:
+        output = "".join(job.lines())
+        assert job.wait() == 0
+    assert isinstance(job, export_driver.ProcessJob) and "usage:" in output
+    assert export_driver.driver_pid() is None
+
+
 def test_the_job_inherits_the_appliance_lock(root: Path, fake_job: FakeJob) -> None:
     # A worker killed mid-export leaves its job running; the job holds the lock too (a
     # flock lives while any descriptor of it is open), so no second export starts and the
