@@ -255,8 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         path.unlink(missing_ok=True)
         listener.close()
-    driver.spark.stop()
-    return 0
+    if driver.healthy():
+        driver.spark.stop()
+        return 0
+    pump.log("its SparkContext stopped in a job (its JVM gone?): exiting")
+    return 1
 
 
 if __name__ == "__main__":

@@ -192,6 +192,64 @@ def test_a_job_past_its_timeout_is_killed_with_its_driver_and_the_lock_is_the_dr
     assert bodies(*ExportRun.objects.filter(outcome="ok")) == expected(30)
 
 
+def test_a_job_whose_jvm_dies_fails_and_its_driver_is_not_used_again(
+        row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_EXPORT_STOP_AT", "reserved")  # the job stops itself there
+    result: list[ExportRun] = []
+    thread = threading.Thread(target=lambda: result.append(exports.run_export(row)))
+    thread.start()
+    try:
+        pid = wait_until(export_driver.driver_pid, "a driver started")
+        lock = Path(row.checkpoint_dir) / exports.LOCK_FILE
+        wait_until(lambda: held_by(pid, lock), "the job started")
+        [jvm] = wait_until(lambda: [p for p in children(pid) if comm(p) == "java"] or None,
+                           "its JVM")
+        wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+                   == "T", "the job stopped")
+        os.kill(jvm, signal.SIGKILL)  # as the OOM killer would
+        os.killpg(pid, signal.SIGCONT)
+    finally:
+        thread.join(60)
+    monkeypatch.delenv("WEIR_EXPORT_STOP_AT")
+    [failed] = result
+    assert failed.outcome == "failed" and failed.rows == 0, failed.error
+    # it exits once it has told the job's end: never handed another job
+    wait_until(lambda: export_driver.driver_pid() is None, "the driver exited")
+    assert gone(pid)
+    after = exports.run_export(row)
+    assert (after.outcome, after.rows) == ("ok", 20) and bodies(after) == expected(20)
+
+
+def wait_until(check: Any, what: str, deadline_s: float = 90) -> Any:
+    """Poll `check` until it is truthy; its value. AssertionError naming `what`."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {deadline_s} s: {what}")
+
+
+def children(pid: int) -> list[int]:
+    """The pids of the processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def test_the_driver_exits_when_its_parent_dies_or_it_is_idle(tmp_path: Path) -> None:
     parent = subprocess.Popen(  # a worker that starts a driver, then is killed
         [sys.executable, "-c", "import subprocess, sys, time\n"
