@@ -202,12 +202,14 @@ class Driver:
             return False
 
 
-def watch_parent(parent: int, pump: OutputPump) -> None:
-    """End the driver and its process group (the JVM) once `parent` is gone."""
+def watch_parent(parent: int, pump: OutputPump, path: Path) -> None:
+    """End the driver and its process group (the JVM) once `parent` is gone, its socket
+    file (`path`) removed first."""
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
         pump.log(f"its worker (pid {parent}) is gone: exiting")
+        path.unlink(missing_ok=True)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
@@ -223,10 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="exit after this long without a job")
     args = parser.parse_args(argv)
     pump = OutputPump()
-    watch_parent(args.parent, pump)
+    path = Path(args.socket)
     if os.getpgrp() != os.getpid():  # the parent-watch kills the group: it must be ours
         os.setpgid(0, 0)
-    path = Path(args.socket)
+    watch_parent(args.parent, pump, path)
     path.unlink(missing_ok=True)  # a dead driver's
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket 0600: jobs carry the read token

@@ -272,6 +272,7 @@ def test_the_driver_exits_when_its_parent_dies_or_it_is_idle(tmp_path: Path) -> 
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert gone(orphan), "the driver (and its JVM) outlived its parent"
+        assert not (tmp_path / "orphan.sock").exists()
         assert idle.wait(120) == 0  # its session started, then 1 s without a job
         assert not (tmp_path / "idle.sock").exists()
     finally:
