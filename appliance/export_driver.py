@@ -6,9 +6,14 @@ The warm driver (channel_engine/spark/export_driver.py: what it does per job) is
 process per export worker process, holding a SparkSession: started on the first export
 that asks for it (not at the worker's start: a worker whose channels export nothing
 holds no JVM), then reused for every export of every channel, one at a time; a job is
-handed to it over a Unix socket, $WEIR_VAR_DIR/run/exports/driver-<worker pid>.sock (0600
-in a 0700 directory: a request carries the job's read token), with the job's
-export-run.lock descriptor and its whole environment (driver_protocol.py).
+handed to it over a Unix socket, driver.sock in a directory of its own made by mkdtemp in
+the container's /tmp (weir-xd-*, 0700: a request carries the job's read token; not the
+var dir, which every container of the compose file shares while each has its own pid
+namespace), with the job's export-run.lock descriptor and its whole environment
+(driver_protocol.py). The driver never unlinks a socket it did not bind, and serves only
+its own uid (SO_PEERCRED). Only for a local Spark master (local, local[N], local[*]): a
+driver on spark:// or YARN would hold the cluster's executors while it waits, so those
+runs are fresh processes.
 
 Why, measured (bench/export_small.py, 2026-11-29, this 2-core machine shared with three
 other sessions: 2,000 events of 200 B, Parquet, file://, local[*]; from the Celery task
@@ -37,13 +42,19 @@ What the fresh process guarantees, the driver keeps:
     --------------------  ----------------------------------------------------------------
     crash isolation       a job that kills its driver (kill -9, OOM, a JVM crash) ends its
                           connection without an exit status: a killed job (exit status of
-                          the driver's death), which run_export handles as today; the
-                          next export starts a new driver
+                          the driver's death; what is left of its group killed), which
+                          run_export handles as today; the next export starts a new
+                          driver. A JVM that dies between jobs: the driver exits (it
+                          watches the JVM, and looks again once a job connects), and the
+                          job goes to a new driver
     the lock              the driver holds export-run.lock's descriptor (SCM_RIGHTS) until
-                          its job ends: held while the job lives, whether or not the worker
-                          does (a dead worker's driver ends within half a second, its job
-                          with it: a killed job)
-    a timeout             kills the driver's process group (JVM and all): the next export
+                          its job and its Spark jobs have ended (cancelled, waited for; a
+                          driver whose Spark jobs would not end dies with the lock): held
+                          while the job lives, whether or not the worker does (a dead
+                          worker's driver ends within half a second, its job with it)
+    a timeout             counts from before the driver's start; kills the driver's process
+                          group (the driver and its JVM; PySpark's Python daemon, a group
+                          of its own, ends when the JVM's pipe closes): the next export
                           starts a new one
     no leak between jobs  each job gets a new session of the SparkSession (its own SQL
                           settings, views and data sources) and its own os.environ (the read
@@ -64,10 +75,12 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -91,7 +104,6 @@ JOB = "channel_engine.spark.export"
 DRIVER = "channel_engine.spark.export_driver"
 CONNECT_TIMEOUT_S = 30.0  # the driver's Python start, until it listens
 START_TIMEOUT_S = 300.0  # its SparkSession's start, until the job's "started"
-MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
 class Job(Protocol):
@@ -128,19 +140,27 @@ class ProcessJob:
         """Its exit status."""
         return self.process.wait()
 
-    def close(self) -> None:
-        """Wait for it and close its pipe."""
-        self.process.__exit__(None, None, None)
+    def __enter__(self) -> ProcessJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Wait for it and close its pipe (as Popen's block does)."""
+        with self.process:
+            pass
 
 
 class WarmDriver:
     """This process's export driver: its process and socket."""
 
-    def __init__(self, master: str, path: Path) -> None:
-        self.master, self.path, self.owner = master, path, os.getpid()
+    def __init__(self, master: str) -> None:
+        # a private directory in this container's /tmp: the var volume is shared by
+        # containers whose pid namespaces differ (a pid names no driver there), and a
+        # short path fits sun_path's 108 bytes
+        self.folder = Path(tempfile.mkdtemp(prefix="weir-xd-"))  # 0700
+        self.master, self.path, self.owner = master, self.folder / "driver.sock", os.getpid()
         self.last_job = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", DRIVER, "--socket", str(path), "--master", master,
+            [sys.executable, "-m", DRIVER, "--socket", str(self.path), "--master", master,
              "--parent", str(os.getpid()), "--idle-s", f"{settings.WEIR_EXPORT_DRIVER_IDLE_S:g}"],
             stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: kill it whole
 
@@ -155,9 +175,10 @@ class WarmDriver:
         return (self.owner == os.getpid() and self.master == master and
                 self.process.poll() is None and time.monotonic() - self.last_job < idle_s - 2)
 
-    def connect(self) -> socket.socket | None:
-        """A connection to the driver once it listens; None when it died first."""
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    def connect(self, deadline: float) -> socket.socket | None:
+        """A connection to the driver once it listens; None when it died first, or did
+        not listen by CONNECT_TIMEOUT_S or `deadline` (monotonic)."""
+        deadline = min(deadline, time.monotonic() + CONNECT_TIMEOUT_S)
         while self.process.poll() is None and time.monotonic() < deadline:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -169,15 +190,17 @@ class WarmDriver:
         return None
 
     def kill(self) -> None:
-        """SIGKILL its process group (the JVM with it) and reap it."""
+        """SIGKILL its process group (the JVM with it) and reap it; its directory removed."""
         if self.owner != os.getpid():  # a forked worker's copy: not its child
             return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if self.process.returncode is None:  # not reaped: the group id is still its own
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.process.wait()
         self.path.unlink(missing_ok=True)  # a killed driver leaves its socket file
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class DriverJob:
@@ -204,17 +227,16 @@ class DriverJob:
             yield pending.decode(errors="replace")
 
     def kill(self) -> None:
-        """Kill the driver, JVM and all (the next export starts a new one)."""
+        """Kill the driver's process group, the driver and its JVM (PySpark's Python
+        daemon, a group of its own, ends when the JVM's pipe closes); the next export
+        starts a new driver."""
         self.driver.kill()
 
     def wait(self) -> int:
         """The job's exit status; the driver's when it died in the job (-9: killed)."""
-        if self.code is None:
-            try:
-                self.code = self.driver.process.wait(10)
-            except subprocess.TimeoutExpired:  # it closed the job without ending it
-                self.driver.kill()
-                self.code = self.driver.process.wait()
+        if self.code is None:  # no exit status: what is left of its group is killed
+            self.driver.kill()
+            self.code = self.driver.process.returncode
         return self.code
 
     def close(self) -> None:
@@ -228,15 +250,17 @@ _busy = threading.Lock()  # the driver runs one job at a time
 
 
 @contextmanager
-def started(argv: list[str], env: dict[str, str] | None, lock_fd: int,
-            warm: bool) -> Iterator[Job]:
-    """The job of command line `argv` started: in the warm driver when `warm` and it is
-    free (module doc), else as a process. `env`: the job's environment (None: this
-    process's); `lock_fd`: export-run.lock's descriptor, held by the job until it ends."""
+def started(argv: list[str], env: dict[str, str] | None, lock_fd: int, warm: bool,
+            deadline: float) -> Iterator[Job]:
+    """The job of command line `argv` started: in the warm driver when `warm`, it is
+    free and `argv` is python -m JOB's (module doc), else as a process. `env`: its
+    environment (None: this process's); `lock_fd`: export-run.lock's descriptor, held by
+    the job until it ends; `deadline` (monotonic): the run's, a driver's start within it."""
     job_args = argv[3:] if argv[:3] == [sys.executable, "-m", JOB] else None
     if warm and job_args is not None and _busy.acquire(blocking=False):
         try:
-            job = _in_driver(job_args, dict(os.environ if env is None else env), lock_fd)
+            job = _in_driver(job_args, dict(os.environ if env is None else env), lock_fd,
+                             deadline)
             if job is not None:
                 try:
                     yield job
@@ -245,30 +269,27 @@ def started(argv: list[str], env: dict[str, str] | None, lock_fd: int,
                 return
         finally:
             _busy.release()
-    process = ProcessJob(argv, env, lock_fd)
-    try:
+    with ProcessJob(argv, env, lock_fd) as process:
         yield process
-    finally:
-        process.close()
 
 
-def _in_driver(args: list[str], env: dict[str, str], lock_fd: int) -> DriverJob | None:
+def _in_driver(args: list[str], env: dict[str, str], lock_fd: int,
+               deadline: float) -> DriverJob | None:
     """The job handed to the warm driver (a new one if there is none, or it ended before
     starting it); None when a new driver ended before starting it too."""
     global _driver
     master = args[args.index("--master") + 1] if "--master" in args else ""
-    path = socket_path()
-    if not master or len(str(path)) > MAX_SOCKET_PATH:
-        log.warning("export driver not used: %s", "no --master" if not master else
-                    f"its socket path is over {MAX_SOCKET_PATH} bytes ({path})")
+    if not master.startswith("local"):
+        # a warm driver on spark:// or YARN would hold the cluster's executors while idle
+        log.info("export driver not used: Spark master %r is not local", master)
         return None
     for _ in range(2):
         new = _driver is None or not _driver.usable(master)
         if new:
             stop()
-            _driver = WarmDriver(master, path)
+            _driver = WarmDriver(master)
         assert _driver is not None
-        job = _hand_over(_driver, args, env, lock_fd)
+        job = _hand_over(_driver, args, env, lock_fd, deadline)
         if job is not None:
             return job
         log.warning("export driver %d ended before starting a job (exit %s; its reason is "
@@ -280,30 +301,27 @@ def _in_driver(args: list[str], env: dict[str, str], lock_fd: int) -> DriverJob 
 
 
 def _hand_over(driver: WarmDriver, args: list[str], env: dict[str, str],
-               lock_fd: int) -> DriverJob | None:
+               lock_fd: int, deadline: float) -> DriverJob | None:
     """Send the job to `driver`; it, once the driver said "started", else None."""
-    conn = driver.connect()
-    if conn is None:
-        return None
     try:
-        send_request(conn, args, env, lock_fd)
-        conn.settimeout(START_TIMEOUT_S)
-        frame = recv_frame(conn)
-        conn.settimeout(None)
-    except (OSError, ProtocolError) as exc:
-        log.warning("export driver %d: %s", driver.pid, exc)
-        frame = None
+        conn = driver.connect(deadline)
+        if conn is None:
+            return None
+        try:
+            send_request(conn, args, env, lock_fd)
+            conn.settimeout(max(0.1, min(START_TIMEOUT_S, deadline - time.monotonic())))
+            frame = recv_frame(conn)
+            conn.settimeout(None)
+        except (OSError, ProtocolError) as exc:
+            log.warning("export driver %d: %s", driver.pid, exc)
+            frame = None
+    except BaseException:  # interrupted (a time limit): the job may have started
+        driver.kill()
+        raise
     if frame is None or frame[0] != STARTED:
         conn.close()
         return None
     return DriverJob(driver, conn)
-
-
-def socket_path() -> Path:
-    """This process's driver socket, its directory made (0700)."""
-    folder = Path(settings.VAR_DIR) / "run" / "exports"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return folder / f"driver-{os.getpid()}.sock"
 
 
 def driver_pid() -> int | None:

@@ -81,6 +81,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -322,14 +323,16 @@ def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_f
     """Run the job, following its progress lines; finish the row with its report."""
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     report = None
-    with export_driver.started(argv, env, lock_fd, warm) as job:
+    # from before the job starts: a driver's start counts (it may take minutes)
+    deadline = time.monotonic() + timeout_s
+    with export_driver.started(argv, env, lock_fd, warm, deadline) as job:
         expired = threading.Event()
 
         def expire() -> None:
             expired.set()
             job.kill()
 
-        timer = threading.Timer(timeout_s, expire)
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         timer.start()
         try:
             for line in job.lines():

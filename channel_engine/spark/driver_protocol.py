@@ -2,12 +2,14 @@
 (export_driver.py): one Unix stream socket, one connection per job.
 
 The request, client to driver, once, with the job's export-run.lock descriptor attached
-(SCM_RIGHTS) to its first byte:
+(SCM_RIGHTS) to its first byte; a request without it, or not whole within
+REQUEST_TIMEOUT_S of the connection (export_driver.py), is refused (the descriptor closed):
 
     offset  size  field    what
     ------  ----  -------  --------------------------------------------------------------
     0       4     magic    b"WEXD"
-    4       1     version  1 (REQUEST_VERSION); a driver refuses any other (exit 2)
+    4       1     version  1 (REQUEST_VERSION); a driver refuses any other (closes the
+                           connection, nothing started, the refusal in its log)
     5       4     length   of the JSON that follows, big-endian, at most MAX_REQUEST
     9       n     JSON     {"argv": the job's arguments (export.py's command line, without
                            `python -m channel_engine.spark.export`), "env": the job's whole
@@ -42,6 +44,7 @@ REQUEST = struct.Struct(">4sBI")
 FRAME = struct.Struct(">cI")
 assert REQUEST.size == 9 and FRAME.size == 5
 MAX_REQUEST = 1 << 20
+MAX_FRAME = 1 << 20  # the pump sends at most 64 KiB at once
 STARTED, OUTPUT, EXIT = b"S", b"O", b"X"
 
 
@@ -57,28 +60,39 @@ def send_request(sock: socket.socket, argv: list[str], env: dict[str, str], fd: 
     sock.sendall(data[sent:])
 
 
-def recv_request(sock: socket.socket) -> tuple[dict[str, Any], int | None]:
-    """A job's request and the descriptor attached to it (None if none came).
-    ProtocolError for anything else."""
+def recv_request(sock: socket.socket, timeout_s: float) -> tuple[dict[str, Any], int]:
+    """A job's request and the lock descriptor attached to it, within `timeout_s`.
+    ProtocolError for anything else (the descriptor, if one came, closed)."""
+    sock.settimeout(timeout_s)
     data, fds, _, _ = socket.recv_fds(sock, 65536, 1)
     fd = fds[0] if fds else None
-    while len(data) < REQUEST.size:
-        more = _recv_some(sock, REQUEST.size - len(data), fd)
-        data += more
+    try:
+        if fd is None:
+            raise ProtocolError("a request without the lock's descriptor")
+        request = _request(sock, data)
+    except BaseException:
+        _close(fd)
+        raise
+    return request, fd
+
+
+def _request(sock: socket.socket, data: bytes) -> dict[str, Any]:
+    """The request whose first bytes are `data`, the rest read from `sock`."""
+    data += _recv_whole(sock, REQUEST.size - len(data))
     magic, version, length = REQUEST.unpack_from(data)
     if magic != MAGIC or version != REQUEST_VERSION or length > MAX_REQUEST:
-        _close(fd)
         raise ProtocolError(f"a request of magic {magic!r}, version {version}, length "
                             f"{length}; expected {MAGIC!r}, {REQUEST_VERSION}, at most "
                             f"{MAX_REQUEST}")
-    while len(data) < REQUEST.size + length:
-        data += _recv_some(sock, REQUEST.size + length - len(data), fd)
-    request = json.loads(data[REQUEST.size:REQUEST.size + length])
+    data += _recv_whole(sock, REQUEST.size + length - len(data))
+    try:
+        request = json.loads(data[REQUEST.size:REQUEST.size + length])
+    except ValueError as exc:
+        raise ProtocolError(f"a request that is not JSON: {exc}") from exc
     if not isinstance(request, dict) or not isinstance(request.get("argv"), list) or \
             not isinstance(request.get("env"), dict):
-        _close(fd)
         raise ProtocolError(f"a request without argv and env: {str(request)[:80]}")
-    return request, fd
+    return request
 
 
 def send_frame(sock: socket.socket, kind: bytes, payload: bytes) -> None:
@@ -93,8 +107,9 @@ def recv_frame(sock: socket.socket) -> tuple[bytes, bytes] | None:
     if header is None:
         return None
     kind, length = FRAME.unpack(header)
-    if kind not in (STARTED, OUTPUT, EXIT):
-        raise ProtocolError(f"a reply frame of kind {kind!r}")
+    if kind not in (STARTED, OUTPUT, EXIT) or length > MAX_FRAME:
+        raise ProtocolError(f"a reply frame of kind {kind!r}, length {length} (at most "
+                            f"{MAX_FRAME})")
     payload = _recv_exact(sock, length)
     return None if payload is None else (kind, payload)
 
@@ -112,12 +127,11 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
     return data
 
 
-def _recv_some(sock: socket.socket, size: int, fd: int | None) -> bytes:
-    chunk = sock.recv(size)
-    if not chunk:
-        _close(fd)
+def _recv_whole(sock: socket.socket, size: int) -> bytes:
+    data = _recv_exact(sock, size) if size > 0 else b""
+    if data is None:
         raise ProtocolError("the request ended early")
-    return chunk
+    return data
 
 
 def _close(fd: int | None) -> None:

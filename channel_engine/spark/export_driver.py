@@ -9,9 +9,11 @@ The appliance's export worker starts it (appliance/export_driver.py: when, reuse
 restart) and hands it jobs over the Unix socket PATH (driver_protocol.py: the request, the
 lock descriptor, the reply frames). For each job it:
 
-    1. holds the job's export-run.lock descriptor (SCM_RIGHTS) until the job has ended,
-       as a fresh job inherits it: the lock stays held while the job lives, even if the
-       worker that asked for it dies;
+    1. holds the job's export-run.lock descriptor (SCM_RIGHTS) until the job and its
+       Spark jobs have ended (cancelAllJobs, then up to QUIESCE_S for the tasks a failed
+       stage leaves running; past that it sends the exit status and dies, the lock and
+       the tasks with it), as a fresh job inherits it: the lock stays held while the job
+       lives, even if the worker that asked for it dies;
     2. sets os.environ to the job's environment (the read token, crash points), then
        back to its own: nothing of a job stays in the driver;
     3. runs export.main(argv) on a new session of its SparkSession (newSession: a
@@ -23,10 +25,15 @@ lock descriptor, the reply frames). For each job it:
 
 Failure behaviour. A job that kills the driver (SIGKILL, a JVM crash, the OOM killer)
 closes the connection without an exit status: the worker sees a job killed, as today. A
-driver whose SparkContext stopped in a job exits after it. It exits when idle for
---idle-s (a JVM holds hundreds of MB), and at once (SIGKILL to its process group: the JVM
-too) when its parent is gone: it polls getppid() rather than PR_SET_PDEATHSIG, which fires
-when the thread that started the child ends, and a Celery worker's threads come and go.
+driver whose SparkContext stopped in a job exits after it; one whose JVM died between
+jobs exits at once (a watch thread polls the JVM's process), and a job that connects
+before it notices is closed without "started" (the worker starts a new driver). It
+exits when idle for --idle-s (a JVM holds hundreds of MB), and at once (SIGKILL to its
+process group: the JVM too) when its parent is gone: it polls getppid() rather than
+PR_SET_PDEATHSIG, which fires when the thread that started the child ends, and a Celery
+worker's threads come and go. Its socket: the path it is given, in a directory of its
+caller's (a private one); bound, never unlinked first (a path taken: exit 2), removed at
+its exit; a connection from another uid is refused (SO_PEERCRED).
 The JVM also ends when the driver does (PySpark's gateway exits at EOF on its stdin).
 
 Concurrency contract: one job at a time, on the main thread; a second connection waits in
@@ -38,6 +45,7 @@ import argparse
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -60,6 +68,9 @@ from channel_engine.spark.driver_protocol import (
 # output has all been sent (a NUL starts no line a job or the JVM prints)
 END_MARK = b"\x00weir-export-driver: end of job\n"
 PARENT_POLL_S = 0.5
+QUIESCE_S = 30.0  # a job's cancelled Spark jobs end within this, or the driver exits
+REQUEST_TIMEOUT_S = 10.0  # a request comes whole at once, or never
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class OutputPump:
@@ -96,9 +107,11 @@ class OutputPump:
             sys.stdout.flush()
             sys.stderr.flush()
             os.write(1, END_MARK)
-            if not self.ended.wait(30):  # the pipe is stuck: never send into the next job
-                with self.lock:
-                    self.conn = None
+            # until the mark has passed, however long: the report line is before it, and a
+            # mark left in the pipe would cut the next job's output. A live connection's
+            # send is bounded by the worker's timeout (it kills the driver); a gone one's
+            # output goes to the log
+            self.ended.wait()
 
     def _pump(self) -> None:
         pending = b""
@@ -136,8 +149,9 @@ class OutputPump:
 class Driver:
     """The driver's SparkSession and the jobs it runs."""
 
-    def __init__(self, spark: Any, master: str, pump: OutputPump) -> None:
+    def __init__(self, spark: Any, master: str, pump: OutputPump | None) -> None:
         self.spark, self.master, self.pump = spark, master, pump
+        self.busy = False  # a connection accepted: the JVM watch leaves it to the job
 
     @contextmanager
     def session(self, master: str | None) -> Iterator[Any]:
@@ -148,30 +162,39 @@ class Driver:
         spark.conf.set("spark.sql.session.timeZone", "UTC")  # as spark_session's
         yield spark
 
-    def serve(self, conn: socket.socket) -> None:
-        """Run the job `conn` asks for, holding its lock descriptor until it ends."""
+    def serve(self, conn: socket.socket) -> bool:
+        """Run the job `conn` asks for, holding its lock descriptor until its Spark jobs
+        have all ended; False when they would not end (the driver must exit)."""
+        assert self.pump is not None
+        uid = peer_uid(conn)
+        if uid != os.getuid():  # the socket's directory is 0700: defence in depth
+            self.pump.log(f"refused a request from uid {uid}")
+            return True
         try:
-            request, lock_fd = recv_request(conn)
+            request, lock_fd = recv_request(conn, REQUEST_TIMEOUT_S)
         except (ProtocolError, ValueError, OSError) as exc:
             self.pump.log(f"refused a request: {exc}")
-            return
+            return True
+        conn.settimeout(None)
+        os.set_inheritable(lock_fd, False)  # never into the JVM or its workers
+        code, settled = None, True
         try:
-            if lock_fd is not None:
-                os.set_inheritable(lock_fd, False)  # never into the JVM or its workers
-            try:
-                send_frame(conn, STARTED, str(os.getpid()).encode())
-            except OSError:  # the worker left before its job started: nothing to run
-                return
+            send_frame(conn, STARTED, str(os.getpid()).encode())
             with self.pump.to(conn):
                 code = self._job([str(a) for a in request["argv"]],
                                  {str(k): str(v) for k, v in request["env"].items()})
+        except OSError:  # the worker left before its job started: nothing ran
+            pass
         finally:
-            if lock_fd is not None:
+            settled = self.quiesce(QUIESCE_S)
+            if settled:  # else the lock goes with the driver's death, after its tasks'
                 os.close(lock_fd)
-        try:
-            send_frame(conn, EXIT, str(code).encode())
-        except OSError:
-            self.pump.log(f"a job ended (status {code}) after its worker left")
+        if code is not None:
+            try:
+                send_frame(conn, EXIT, str(code).encode())
+            except OSError:
+                self.pump.log(f"a job ended (status {code}) after its worker left")
+        return settled
 
     def _job(self, argv: list[str], env: dict[str, str]) -> int:
         """export.main(argv) in the job's environment; its exit status."""
@@ -194,31 +217,109 @@ class Driver:
             os.environ.clear()
             os.environ.update(own)
 
+    def quiesce(self, bound_s: float) -> bool:
+        """Cancel the Spark jobs still running (a failed write's other tasks end
+        asynchronously) and wait up to `bound_s` until none is; whether none is."""
+        deadline = time.monotonic() + bound_s
+        try:
+            context = self.spark.sparkContext
+            context.cancelAllJobs()
+            while context.statusTracker().getActiveJobsIds():
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+            return True
+        except Exception:  # noqa: BLE001 -- no JVM to ask: its tasks died with it
+            return not self.jvm_alive()
+
+    def jvm_alive(self) -> bool:
+        """Whether the JVM process of the session still runs."""
+        gateway = getattr(self.spark.sparkContext, "_gateway", None)
+        process = getattr(gateway, "proc", None)
+        return process is None or process.poll() is None
+
     def healthy(self) -> bool:
         """Whether the SparkContext still runs (a job may have stopped it, or its JVM)."""
+        if not self.jvm_alive():
+            return False
         try:
             return not self.spark.sparkContext._jsc.sc().isStopped()  # noqa: SLF001
         except Exception:  # noqa: BLE001 -- the JVM is gone
             return False
 
 
-def watch_parent(parent: int, pump: OutputPump, path: Path) -> None:
-    """End the driver and its process group (the JVM) once `parent` is gone, its socket
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of `conn` (SO_PEERCRED)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+    return int(PEERCRED.unpack(creds)[1])
+
+
+def watch(parent: int, pump: OutputPump, path: Path, driver: list[Driver]) -> None:
+    """End the driver and its process group (the JVM) once `parent` is gone, or its JVM
+    while it waits for a job (`driver`: the Driver once its session started); its socket
     file (`path`) removed first."""
-    def watch() -> None:
-        while os.getppid() == parent:
+    def watching() -> None:
+        while True:
+            if os.getppid() != parent:
+                pump.log(f"its worker (pid {parent}) is gone: exiting")
+                break
+            if driver and not driver[0].busy and not driver[0].jvm_alive():
+                pump.log("its JVM is gone: exiting")
+                break
             time.sleep(PARENT_POLL_S)
-        pump.log(f"its worker (pid {parent}) is gone: exiting")
         path.unlink(missing_ok=True)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    threading.Thread(target=watching, name="watch", daemon=True).start()
+
+
+def listen(path: Path) -> socket.socket:
+    """The listening socket at `path` (0600); OSError when the path is taken (never
+    another driver's socket unlinked)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket 0600: jobs carry the read token
+    try:
+        listener.bind(str(path))
+    except OSError:
+        listener.close()
+        raise
+    finally:
+        os.umask(old)
+    listener.listen(8)
+    return listener
+
+
+def serve_until_idle(driver: Driver, listener: socket.socket, idle_s: float) -> bool:
+    """Serve jobs until idle for `idle_s` or the JVM is gone; False when a job's Spark
+    jobs would not end (the driver must die, its tasks with it)."""
+    assert driver.pump is not None
+    listener.settimeout(idle_s)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            driver.pump.log(f"idle for {idle_s:g} s: exiting")
+            return True
+        with conn:
+            driver.busy = True
+            if not driver.healthy():  # closed without "S": the worker starts a new driver
+                return True
+            conn.settimeout(None)
+            settled = driver.serve(conn)
+            driver.busy = False
+        if not settled:
+            driver.pump.log(f"a job's Spark jobs still ran {QUIESCE_S:g} s after it ended: "
+                            f"exiting, its tasks with it")
+            return False
+        if not driver.healthy():
+            return True
 
 
 def main(argv: list[str] | None = None) -> int:
     """Start the session, then serve jobs until idle for --idle-s."""
     parser = argparse.ArgumentParser(description="A warm Spark driver for Weir's exports.")
-    parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    parser.add_argument("--socket", required=True,
+                        help="the Unix socket to listen on, in a directory of its own")
     parser.add_argument("--master", required=True, help="the Spark master of every job")
     parser.add_argument("--parent", type=int, required=True, help="exit once it is gone")
     parser.add_argument("--idle-s", type=float, default=900.0,
@@ -226,41 +327,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pump = OutputPump()
     path = Path(args.socket)
-    if os.getpgrp() != os.getpid():  # the parent-watch kills the group: it must be ours
+    if os.getpgrp() != os.getpid():  # the watch kills the group: it must be ours
         os.setpgid(0, 0)
-    watch_parent(args.parent, pump, path)
-    path.unlink(missing_ok=True)  # a dead driver's
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # the socket 0600: jobs carry the read token
     try:
-        listener.bind(str(path))
-    finally:
-        os.umask(old)
-    listener.listen(8)  # before the session starts: the first job waits for it
-    started = time.monotonic()
-    from channel_engine.spark.export import spark_session
+        listener = listen(path)  # before the session starts: the first job waits for it
+    except OSError as exc:
+        pump.log(f"cannot listen on {path}: {exc}")
+        return 2
+    found: list[Driver] = []
+    watch(args.parent, pump, path, found)
+    try:
+        started = time.monotonic()
+        from channel_engine.spark.export import spark_session
 
-    driver = Driver(spark_session(args.master), args.master, pump)
-    pump.log(f"SparkSession on {args.master} started in {time.monotonic() - started:.1f} s; "
-             f"listening on {path}")
-    listener.settimeout(args.idle_s)
-    try:
-        while driver.healthy():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                pump.log(f"idle for {args.idle_s:g} s: exiting")
-                break
-            with conn:
-                conn.settimeout(None)
-                driver.serve(conn)
+        found.append(Driver(spark_session(args.master), args.master, pump))
+        pump.log(f"SparkSession on {args.master} started in "
+                 f"{time.monotonic() - started:.1f} s; listening on {path}")
+        settled = serve_until_idle(found[0], listener, args.idle_s)
     finally:
         path.unlink(missing_ok=True)
         listener.close()
-    if driver.healthy():
-        driver.spark.stop()
+    if not settled:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    if found[0].healthy():
+        found[0].spark.stop()
         return 0
-    pump.log("its SparkContext stopped in a job (its JVM gone?): exiting")
+    pump.log("its SparkContext or JVM stopped: exiting")
     return 1
 
 

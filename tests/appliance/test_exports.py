@@ -260,9 +260,9 @@ def test_the_task_asks_for_the_warm_driver_unless_turned_off_and_manage_py_never
     fake_job.seconds = 0
     real, asked = export_driver.started, []
 
-    def started(argv: list[str], env: Any, lock_fd: int, warm: bool) -> Any:
+    def started(argv: list[str], env: Any, lock_fd: int, warm: bool, deadline: float) -> Any:
         asked.append(warm)
-        return real(argv, env, lock_fd, warm)
+        return real(argv, env, lock_fd, warm, deadline)
 
     monkeypatch.setattr(export_driver, "started", started)
     for _ in range(2):
@@ -280,7 +280,7 @@ def test_a_job_asked_for_while_the_driver_is_busy_runs_as_a_process(tmp_path: Pa
     # Two exports at once in one worker process (Celery threads): the second never waits.
     argv = [sys.executable, "-m", exports.JOB, "--help"]
     with open(tmp_path / "lock", "w") as lock, export_driver._busy, \
-            export_driver.started(argv, None, lock.fileno(), warm=True) as job:
+            export_driver.started(argv, None, lock.fileno(), True, time.monotonic() + 60) as job:
         output = "".join(job.lines())
         assert job.wait() == 0
     assert isinstance(job, export_driver.ProcessJob) and "usage:" in output
@@ -288,9 +288,11 @@ def test_a_job_asked_for_while_the_driver_is_busy_runs_as_a_process(tmp_path: Pa
 
 
 def test_the_job_inherits_the_appliance_lock(root: Path, fake_job: FakeJob) -> None:
-    # A worker killed mid-export leaves its job running; the job holds the lock too (a
-    # flock lives while any descriptor of it is open), so no second export starts and the
-    # row is not failed until the job ends as well.
+    # A worker killed mid-export leaves its job's process running (a fresh process, as
+    # this fake's; a warm driver's job ends with its worker: tests/spark/
+    # test_export_driver.py); the job holds the lock too (a flock lives while any
+    # descriptor of it is open), so no second export starts and the row is not failed
+    # until the job ends as well.
     row = channel_row(root)
     lock = str(home(row) / exports.LOCK_FILE)
     exporting = threading.Thread(target=exports.run_export, args=(row,))

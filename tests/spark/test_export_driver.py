@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -85,23 +87,36 @@ def gone(pid: int, wait_s: float = 10) -> bool:
 
 
 def test_it_runs_exports_in_one_warm_driver_and_each_is_exact(row: Channel) -> None:
-    with override_settings(WEIR_EXPORT_DRIVER=False):  # the off switch: a fresh process
+    """Two exports reuse one driver; its JVM killed while it waits, the next export gets a
+    new driver; that one exits once idle. (The off switch: test_exports.py, no Spark.)"""
+    with override_settings(WEIR_EXPORT_DRIVER_IDLE_S=4):  # reuse within 2 s, then idle
         first = exports.run_export(row)
-    assert export_driver.driver_pid() is None
-    assert (first.outcome, first.rows, bodies(first)) == ("ok", 20, expected(20))
-    put(row, 20, 30)
-    second = exports.run_export(row)
-    pid = export_driver.driver_pid()
-    assert pid is not None
-    put(row, 30, 45)
-    started = time.monotonic()
-    third = exports.run_export(row)
-    took = time.monotonic() - started
-    assert export_driver.driver_pid() == pid  # the same driver, reused
-    assert (second.outcome, second.rows, second.error) == ("ok", 10, "")
-    assert (third.outcome, third.rows, third.progress) == ("ok", 15, "exported 15 events")
-    assert bodies(first, second, third) == expected(45)  # each event exactly once
-    assert took < second.duration_s, (took, second.duration_s)  # no JVM start this time
+        pid = export_driver.driver_pid()
+        assert pid is not None
+        folder = Path(export_driver._driver.folder)  # type: ignore[union-attr]
+        assert folder.parent == Path(tempfile.gettempdir()) and \
+            folder.name.startswith("weir-xd-") and folder.stat().st_mode & 0o777 == 0o700
+        put(row, 20, 35)
+        started = time.monotonic()
+        second = exports.run_export(row)
+        took = time.monotonic() - started
+        assert export_driver.driver_pid() == pid  # the same driver, reused
+        assert (first.outcome, first.rows, first.error) == ("ok", 20, "")
+        assert (second.outcome, second.rows, second.progress) == ("ok", 15,
+                                                                  "exported 15 events")
+        assert took < first.duration_s, (took, first.duration_s)  # no JVM start this time
+        # its JVM dies while it waits (the OOM killer): the next export gets a new driver
+        os.kill(jvm_of(pid), signal.SIGKILL)
+        put(row, 35, 40)
+        third = exports.run_export(row)
+        assert (third.outcome, third.rows, third.error) == ("ok", 5, "")
+        fresh = export_driver.driver_pid()
+        assert fresh not in (None, pid) and gone(pid) and not folder.exists()
+        assert export_driver._driver is not None
+        # idle for WEIR_EXPORT_DRIVER_IDLE_S: it exits by itself, its socket file gone
+        assert export_driver._driver.process.wait(60) == 0
+        assert not export_driver._driver.path.exists()
+    assert bodies(first, second, third) == expected(40)  # each event exactly once
     subscription = channels.open_channel(row).status()["subscriptions"]["export"]
     assert subscription["events_untaken"] == 0
 
@@ -138,11 +153,40 @@ def test_a_job_leaves_neither_its_environment_nor_its_session_settings_behind(
         pass
 
 
-def test_a_job_that_kills_its_driver_is_a_killed_job_and_the_next_gets_a_new_driver(
+def test_a_jobs_spark_jobs_are_cancelled_and_ended_before_its_lock_is_let_go(
+        spark: Any) -> None:
+    """After a failed write Spark kills the stage's other tasks asynchronously: the driver
+    cancels what still runs and waits for it before it closes the job's lock."""
+    context = spark.sparkContext
+    outcome: list[str] = []
+
+    def straggler() -> None:
+        try:
+            context.parallelize(range(2), 2).foreach(lambda _: __import__("time").sleep(120))
+            outcome.append("ran to its end")
+        except Exception as exc:  # noqa: BLE001 -- its cancellation is the point
+            outcome.append(type(exc).__name__)
+
+    thread = threading.Thread(target=straggler)
+    thread.start()
+    wait_until(lambda: context.statusTracker().getActiveJobsIds(), "a Spark job running")
+    driver = export_driver_process.Driver(spark, context.master, pump=None)
+    started = time.monotonic()
+    assert driver.quiesce(60)
+    assert time.monotonic() - started < 60 and context.statusTracker().getActiveJobsIds() == []
+    thread.join(30)
+    assert outcome and outcome != ["ran to its end"], outcome
+
+
+def test_a_killed_driver_a_timeout_and_a_dead_jvm_each_end_their_job_alone(
         row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chained, each scenario's "the next export gets a new driver" the next one's driver:
+    a job that kills its driver (kill -9) is a killed job; a job past its timeout is
+    killed with its driver, which held the lock while the job ran; a job whose JVM dies
+    fails and its driver is not used again; the last export has every event once."""
     monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "announced")  # SIGKILL once committed
     killed = exports.run_export(row)
-    assert killed.outcome == "ok" and killed.rows == 20 and killed.error == ""
+    assert (killed.outcome, killed.rows, killed.error) == ("ok", 20, ""), killed.progress
     assert killed.progress.startswith("committed 20 events; its job then ended before its "
                                       "report (the export job exited with -9"), killed.progress
     assert export_driver.driver_pid() is None  # the driver died with its job
@@ -157,44 +201,42 @@ def test_a_job_that_kills_its_driver_is_a_killed_job_and_the_next_gets_a_new_dri
                                                                         [[0, 20]])]
     assert bodies(killed, after) == expected(25)  # the killed run's moves finished
 
+    put(row, 25, 35)
+    monkeypatch.setenv("WEIR_EXPORT_STOP_AT", "reserved")  # SIGSTOP to the driver's group
+    timed_out = timeout_while_held(row, pid)
+    assert timed_out.outcome == "failed"
+    assert timed_out.error == "the export job ran longer than 8 s and was killed"
+    assert gone(pid) and export_driver.driver_pid() is None
 
-def test_a_job_past_its_timeout_is_killed_with_its_driver_and_the_lock_is_the_drivers(
-        row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job stops itself once it reserved its take (WEIR_EXPORT_STOP_AT: SIGSTOP to the
-    driver's group); while it is stopped the driver holds export-run.lock (another run is
-    busy), then the timeout kills the driver; the next run exports every event once."""
+    failed = jvm_dies_in_job(row)  # a new driver, the job stopped at "reserved" again
+    assert failed.outcome == "failed" and failed.rows == 0, failed.error
+    monkeypatch.delenv("WEIR_EXPORT_STOP_AT")
+    last = exports.run_export(row)
+    assert (last.outcome, last.rows) == ("ok", 10) and export_driver.driver_pid() is not None
+    assert bodies(*ExportRun.objects.filter(outcome="ok")) == expected(35)
+
+
+def timeout_while_held(row: Channel, pid: int) -> ExportRun:
+    """A run of 8 s timeout in driver `pid`, which stops itself: while it is stopped the
+    driver holds export-run.lock (another run is busy); the run, once timed out."""
     lock = Path(row.checkpoint_dir) / exports.LOCK_FILE
-    exports.run_export(row)  # the driver started, 20 events exported
-    pid = export_driver.driver_pid()
-    assert pid is not None
-    put(row, 20, 30)
-    monkeypatch.setenv("WEIR_EXPORT_STOP_AT", "reserved")
-    result: list[Any] = []
+    result: list[ExportRun] = []
     thread = threading.Thread(target=lambda: result.append(exports.run_export(row,
                                                                               timeout_s=8)))
     thread.start()
     try:
-        deadline = time.monotonic() + 8
-        while not held_by(pid, lock) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert held_by(pid, lock), f"the driver (pid {pid}) holds no descriptor of {lock}"
+        wait_until(lambda: held_by(pid, lock), f"the driver (pid {pid}) holds {lock}", 8)
         with pytest.raises(exports.ExportBusy):
             exports.run_export(row)
     finally:
         thread.join(30)
-    monkeypatch.delenv("WEIR_EXPORT_STOP_AT")
     [timed_out] = result
-    assert timed_out.outcome == "failed"
-    assert timed_out.error == "the export job ran longer than 8 s and was killed"
-    assert gone(pid) and export_driver.driver_pid() is None
-    last = exports.run_export(row)
-    assert (last.outcome, last.rows) == ("ok", 10) and export_driver.driver_pid() != pid
-    assert bodies(*ExportRun.objects.filter(outcome="ok")) == expected(30)
+    return timed_out
 
 
-def test_a_job_whose_jvm_dies_fails_and_its_driver_is_not_used_again(
-        row: Channel, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEIR_EXPORT_STOP_AT", "reserved")  # the job stops itself there
+def jvm_dies_in_job(row: Channel) -> ExportRun:
+    """A run whose driver's JVM is killed (as the OOM killer would) while its job is
+    stopped mid-run; the run, once its driver has exited."""
     result: list[ExportRun] = []
     thread = threading.Thread(target=lambda: result.append(exports.run_export(row)))
     thread.start()
@@ -202,22 +244,25 @@ def test_a_job_whose_jvm_dies_fails_and_its_driver_is_not_used_again(
         pid = wait_until(export_driver.driver_pid, "a driver started")
         lock = Path(row.checkpoint_dir) / exports.LOCK_FILE
         wait_until(lambda: held_by(pid, lock), "the job started")
-        [jvm] = wait_until(lambda: [p for p in children(pid) if comm(p) == "java"] or None,
-                           "its JVM")
+        jvm = jvm_of(pid)
         wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
                    == "T", "the job stopped")
-        os.kill(jvm, signal.SIGKILL)  # as the OOM killer would
+        os.kill(jvm, signal.SIGKILL)
         os.killpg(pid, signal.SIGCONT)
     finally:
         thread.join(60)
-    monkeypatch.delenv("WEIR_EXPORT_STOP_AT")
-    [failed] = result
-    assert failed.outcome == "failed" and failed.rows == 0, failed.error
     # it exits once it has told the job's end: never handed another job
     wait_until(lambda: export_driver.driver_pid() is None, "the driver exited")
     assert gone(pid)
-    after = exports.run_export(row)
-    assert (after.outcome, after.rows) == ("ok", 20) and bodies(after) == expected(20)
+    [failed] = result
+    return failed
+
+
+def jvm_of(pid: int) -> int:
+    """The pid of driver `pid`'s JVM, once it runs."""
+    [jvm] = wait_until(lambda: [p for p in children(pid) if comm(p) == "java"] or None,
+                       f"the JVM of {pid}")
+    return int(jvm)
 
 
 def wait_until(check: Any, what: str, deadline_s: float = 90) -> Any:
@@ -250,7 +295,7 @@ def comm(pid: int) -> str:
         return ""
 
 
-def test_the_driver_exits_when_its_parent_dies_or_it_is_idle(tmp_path: Path) -> None:
+def test_the_driver_exits_when_its_parent_dies(tmp_path: Path) -> None:
     parent = subprocess.Popen(  # a worker that starts a driver, then is killed
         [sys.executable, "-c", "import subprocess, sys, time\n"
          "driver = subprocess.Popen(sys.argv[1:] + ['--parent', str(__import__('os')"
@@ -260,23 +305,31 @@ def test_the_driver_exits_when_its_parent_dies_or_it_is_idle(tmp_path: Path) -> 
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     orphan = int(parent.stdout.readline())
-    idle = subprocess.Popen([sys.executable, "-m", export_driver.DRIVER, "--socket",
-                             str(tmp_path / "idle.sock"), "--master", "local[1]",
-                             "--parent", str(os.getpid()), "--idle-s", "1"], cwd=ROOT,
-                            start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "orphan.sock").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(2)  # its JVM on the way
+        jvm_of(orphan)  # its session on the way
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert gone(orphan), "the driver (and its JVM) outlived its parent"
         assert not (tmp_path / "orphan.sock").exists()
-        assert idle.wait(120) == 0  # its session started, then 1 s without a job
-        assert not (tmp_path / "idle.sock").exists()
     finally:
-        for pid in (orphan, idle.pid):
-            if not gone(pid, 0):
-                os.killpg(pid, signal.SIGKILL)
-        idle.wait()
+        if not gone(orphan, 0):
+            os.killpg(orphan, signal.SIGKILL)
+
+
+def test_a_driver_never_takes_over_a_socket_path_in_use(tmp_path: Path) -> None:
+    """Two drivers given one path (the var volume a compose file's containers share, each
+    with its own pids): the second exits at once, the first's socket still its own."""
+    path = tmp_path / "driver.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as first:
+        first.bind(str(path))
+        first.listen(1)
+        second = subprocess.run(
+            [sys.executable, "-m", export_driver.DRIVER, "--socket", str(path), "--master",
+             "local[1]", "--parent", str(os.getpid())], cwd=ROOT, timeout=60,
+            capture_output=True, text=True, start_new_session=True)
+        assert second.returncode == 2, second.stderr
+        assert "cannot listen on" in second.stderr
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(path))  # still the first's
+            conn, _ = first.accept()
+            conn.close()
