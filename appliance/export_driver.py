@@ -64,6 +64,11 @@ What the fresh process guarantees, the driver keeps:
     one job at a time     a second export in the same process while the driver is busy (two
                           Celery threads) runs as a fresh process, never waits
 
+A driver is used only by a job whose environment is the one it was started in, but for
+JOB_ONLY (the read token, the crash tests' hooks): its JVM read HADOOP_CONF_DIR,
+HADOOP_USER_NAME, KRB5CCNAME, SPARK_CONF_DIR... at its start, so a change of any starts a
+new driver. It is replaced after WEIR_EXPORT_DRIVER_MAX_JOBS jobs too (1000).
+
 WEIR_EXPORT_DRIVER=false: every run a fresh process, as before. manage.py export_channel
 always runs a fresh process (a driver would die with the command). A driver that ends
 before it starts a job (idle, a SparkSession that failed: its reason is in the worker's
@@ -104,6 +109,11 @@ JOB = "channel_engine.spark.export"
 DRIVER = "channel_engine.spark.export_driver"
 CONNECT_TIMEOUT_S = 30.0  # the driver's Python start, until it listens
 START_TIMEOUT_S = 300.0  # its SparkSession's start, until the job's "started"
+# A job's own environment variables, set per job in the driver: the rest a driver is
+# started with, and one started with other values (HADOOP_CONF_DIR, KRB5CCNAME, ...)
+# is not used
+JOB_ONLY = frozenset({"WEIR_EXPORT_READ_TOKEN", "WEIR_EXPORT_CRASH_AT",
+                      "WEIR_EXPORT_STOP_AT"})
 
 
 class Job(Protocol):
@@ -152,27 +162,33 @@ class ProcessJob:
 class WarmDriver:
     """This process's export driver: its process and socket."""
 
-    def __init__(self, master: str) -> None:
+    def __init__(self, master: str, env: dict[str, str]) -> None:
         # a private directory in this container's /tmp: the var volume is shared by
         # containers whose pid namespaces differ (a pid names no driver there), and a
         # short path fits sun_path's 108 bytes
         self.folder = Path(tempfile.mkdtemp(prefix="weir-xd-"))  # 0700
         self.master, self.path, self.owner = master, self.folder / "driver.sock", os.getpid()
-        self.last_job = time.monotonic()
+        self.last_job, self.jobs = time.monotonic(), 0
+        self.env = fingerprint(env)  # its JVM's: HADOOP_CONF_DIR, KRB5CCNAME, ...
+        self.max_jobs = settings.WEIR_EXPORT_DRIVER_MAX_JOBS
         self.process = subprocess.Popen(
             [sys.executable, "-m", DRIVER, "--socket", str(self.path), "--master", master,
-             "--parent", str(os.getpid()), "--idle-s", f"{settings.WEIR_EXPORT_DRIVER_IDLE_S:g}"],
-            stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: kill it whole
+             "--parent", str(os.getpid()), "--idle-s", f"{settings.WEIR_EXPORT_DRIVER_IDLE_S:g}",
+             "--max-jobs", str(self.max_jobs)],
+            stdin=subprocess.DEVNULL, env=self.env,
+            start_new_session=True)  # its own group: kill it whole
 
     @property
     def pid(self) -> int:
         """The driver's pid."""
         return self.process.pid
 
-    def usable(self, master: str) -> bool:
-        """Alive, this process's, on `master`, and not about to end for being idle."""
+    def usable(self, master: str, env: dict[str, str]) -> bool:
+        """Alive, this process's, on `master`, started in `env` (but for the job's own
+        variables), and not about to end for being idle or its jobs served."""
         idle_s = settings.WEIR_EXPORT_DRIVER_IDLE_S
         return (self.owner == os.getpid() and self.master == master and
+                self.env == fingerprint(env) and self.jobs < self.max_jobs and
                 self.process.poll() is None and time.monotonic() - self.last_job < idle_s - 2)
 
     def connect(self, deadline: float) -> socket.socket | None:
@@ -284,10 +300,10 @@ def _in_driver(args: list[str], env: dict[str, str], lock_fd: int,
         log.info("export driver not used: Spark master %r is not local", master)
         return None
     for _ in range(2):
-        new = _driver is None or not _driver.usable(master)
+        new = _driver is None or not _driver.usable(master, env)
         if new:
             stop()
-            _driver = WarmDriver(master)
+            _driver = WarmDriver(master, env)
         assert _driver is not None
         job = _hand_over(_driver, args, env, lock_fd, deadline)
         if job is not None:
@@ -321,7 +337,14 @@ def _hand_over(driver: WarmDriver, args: list[str], env: dict[str, str],
     if frame is None or frame[0] != STARTED:
         conn.close()
         return None
+    driver.jobs += 1
     return DriverJob(driver, conn)
+
+
+def fingerprint(env: dict[str, str]) -> dict[str, str]:
+    """`env` without what is a job's own (its read token, the crash tests' hooks): what a
+    driver started in it keeps for its life (its JVM's Hadoop and Kerberos settings)."""
+    return {k: v for k, v in env.items() if k not in JOB_ONLY}
 
 
 def driver_pid() -> int | None:

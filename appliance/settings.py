@@ -10,6 +10,7 @@ from appliance.env import (
     env_bool,
     env_float,
     env_http_url,
+    env_int,
     env_list,
     env_path,
     env_paths,
@@ -241,6 +242,8 @@ WEIR_SPARK_MASTER = os.environ.get("WEIR_SPARK_MASTER", "local[*]")
 # It exits after WEIR_EXPORT_DRIVER_IDLE_S without an export (its JVM's memory back).
 WEIR_EXPORT_DRIVER = env_bool("WEIR_EXPORT_DRIVER", True)
 WEIR_EXPORT_DRIVER_IDLE_S = env_float("WEIR_EXPORT_DRIVER_IDLE_S", 900.0, 5, 7 * 86400)
+# ... and after WEIR_EXPORT_DRIVER_MAX_JOBS exports (the next starts a new one).
+WEIR_EXPORT_DRIVER_MAX_JOBS = env_int("WEIR_EXPORT_DRIVER_MAX_JOBS", 1000, 1, 1_000_000)
 # The appliance's base URL as the Spark executors see it. Empty (the default): executors
 # read segment files from the shared disks. Set: they read ranges over the raw batches
 # endpoint with a short-lived token (appliance/exports.py); its host must be in ALLOWED_HOSTS.

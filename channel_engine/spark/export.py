@@ -74,7 +74,7 @@ HDFS_CLIENT_RETRY = {"dfs.client.retry.policy.enabled": "true",
                      "dfs.client.retry.policy.spec": "2000,10"}
 
 
-def spark_session(master: str | None = "local[*]") -> Any:
+def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None = None) -> Any:
     """A SparkSession for the export (UTC, no UI, executors' metrics every HEARTBEAT for the
     progress lines unless spark-defaults.conf says otherwise: write_progress.py), with
     channel_engine shipped to its executors. Without a master: spark-submit's --master when
@@ -83,7 +83,7 @@ def spark_session(master: str | None = "local[*]") -> Any:
     driver, and run the Python, of their own hosts (spark.driver.host, spark.pyspark.python
     in spark-defaults.conf). spark.pyspark.python is honoured here too: pyspark reads it
     only under spark-submit, and without it a `python -m` job's executors would run PATH's
-    python3."""
+    python3. `conf`: more Spark settings of the caller's (a warm driver's)."""
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         master = "local[*]"
     if master is not None and master.startswith("local"):
@@ -113,6 +113,8 @@ def spark_session(master: str | None = "local[*]") -> Any:
     builder = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")  # it prints its own progress
              .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in HDFS_CLIENT_RETRY.items():  # before the first HDFS client is made

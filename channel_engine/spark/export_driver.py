@@ -3,7 +3,7 @@ jobs one at a time with the fresh job's own code (export.main), so that a small 
 pays no JVM, SparkSession or Python-worker start.
 
     python -m channel_engine.spark.export_driver --socket PATH --master local[*] \\
-        --parent PID [--idle-s 900]
+        --parent PID [--idle-s 900] [--max-jobs 1000]
 
 The appliance's export worker starts it (appliance/export_driver.py: when, reuse, kill,
 restart) and hands it jobs over the Unix socket PATH (driver_protocol.py: the request, the
@@ -25,6 +25,8 @@ lock descriptor, the reply frames). For each job it:
 
 Failure behaviour. A job that kills the driver (SIGKILL, a JVM crash, the OOM killer)
 closes the connection without an exit status: the worker sees a job killed, as today. A
+driver exits after --max-jobs jobs (the next gets a new one: what a JVM accumulates over
+a long life goes with it; its status store keeps few finished jobs, RETAINED). A
 driver whose SparkContext stopped in a job exits after it; one whose JVM died between
 jobs exits at once (a watch thread polls the JVM's process), and a job that connects
 before it notices is closed without "started" (the worker starts a new driver). It
@@ -69,6 +71,10 @@ from channel_engine.spark.driver_protocol import (
 END_MARK = b"\x00weir-export-driver: end of job\n"
 PARENT_POLL_S = 0.5
 QUIESCE_S = 30.0  # a job's cancelled Spark jobs end within this, or the driver exits
+# What its status store keeps of finished jobs, low: a driver lives for many jobs, and
+# write_progress.rows_written walks executionsList() for the running one
+RETAINED = {"spark.sql.ui.retainedExecutions": "20", "spark.ui.retainedJobs": "50",
+            "spark.ui.retainedStages": "50", "spark.ui.retainedTasks": "1000"}
 REQUEST_TIMEOUT_S = 10.0  # a request comes whole at once, or never
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -289,12 +295,14 @@ def listen(path: Path) -> socket.socket:
     return listener
 
 
-def serve_until_idle(driver: Driver, listener: socket.socket, idle_s: float) -> bool:
-    """Serve jobs until idle for `idle_s` or the JVM is gone; False when a job's Spark
-    jobs would not end (the driver must die, its tasks with it)."""
+def serve_until_idle(driver: Driver, listener: socket.socket, idle_s: float,
+                     max_jobs: int) -> bool:
+    """Serve jobs until idle for `idle_s`, `max_jobs` were served (a new driver then: what
+    a JVM accumulates goes with it) or the JVM is gone; False when a job's Spark jobs
+    would not end (the driver must die, its tasks with it)."""
     assert driver.pump is not None
     listener.settimeout(idle_s)
-    while True:
+    for _ in range(max_jobs):
         try:
             conn, _ = listener.accept()
         except TimeoutError:
@@ -313,6 +321,8 @@ def serve_until_idle(driver: Driver, listener: socket.socket, idle_s: float) -> 
             return False
         if not driver.healthy():
             return True
+    driver.pump.log(f"{max_jobs} jobs served: exiting")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="exit once it is gone")
     parser.add_argument("--idle-s", type=float, default=900.0,
                         help="exit after this long without a job")
+    parser.add_argument("--max-jobs", type=int, default=1000,
+                        help="exit after this many jobs")
     args = parser.parse_args(argv)
     pump = OutputPump()
     path = Path(args.socket)
@@ -340,10 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         from channel_engine.spark.export import spark_session
 
-        found.append(Driver(spark_session(args.master), args.master, pump))
+        found.append(Driver(spark_session(args.master, RETAINED), args.master, pump))
         pump.log(f"SparkSession on {args.master} started in "
                  f"{time.monotonic() - started:.1f} s; listening on {path}")
-        settled = serve_until_idle(found[0], listener, args.idle_s)
+        settled = serve_until_idle(found[0], listener, args.idle_s, args.max_jobs)
     finally:
         path.unlink(missing_ok=True)
         listener.close()

@@ -710,3 +710,29 @@ def test_the_job_is_told_max_open_files_only_when_set(root: Path) -> None:
     assert changed.status_code == 200, changed.content
     argv = exports.command(Channel.objects.get(name="orders"))
     assert argv[argv.index("--max-open-files") + 1] == "2"
+
+
+def test_a_warm_driver_is_used_only_in_the_environment_it_was_started_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its JVM read HADOOP_CONF_DIR, KRB5CCNAME... at its start; a job's own variables (the
+    # read token, the crash tests' hooks) are set per job. (A process stands in for it.)
+    real = subprocess.Popen
+    monkeypatch.setattr(export_driver.subprocess, "Popen", lambda argv, **kw: real(
+        [sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+    env = {**os.environ, "HADOOP_CONF_DIR": "/etc/hadoop", exports.TOKEN_ENV: "one"}
+    with override_settings(WEIR_EXPORT_DRIVER_MAX_JOBS=2):
+        driver = export_driver.WarmDriver("local[1]", env)
+    try:
+        assert exports.TOKEN_ENV not in driver.process.args and driver.env.get(
+            exports.TOKEN_ENV) is None  # never in the driver's own environment
+        assert driver.usable("local[1]", {**env, exports.TOKEN_ENV: "two",
+                                          "WEIR_EXPORT_CRASH_AT": "announced"})
+        for changed in ("HADOOP_CONF_DIR", "HADOOP_USER_NAME", "KRB5CCNAME",
+                        "SPARK_CONF_DIR"):
+            assert not driver.usable("local[1]", {**env, changed: "/elsewhere"}), changed
+        assert not driver.usable("local[2]", env)
+        driver.jobs = 2  # its WEIR_EXPORT_DRIVER_MAX_JOBS served
+        assert not driver.usable("local[1]", env)
+    finally:
+        driver.kill()
+    assert not driver.folder.exists() and driver.process.returncode == -signal.SIGKILL
