@@ -18,7 +18,8 @@ lock descriptor, the reply frames). For each job it:
        back to its own: nothing of a job stays in the driver;
     3. runs export.main(argv) on a new session of its SparkSession (newSession: a
        SQLConf, temporary views and data sources of its own, so one job's session settings
-       never reach the next; the SparkContext, JVM and Python workers are shared);
+       never reach the next; the SparkContext, JVM and Python workers are shared), the
+       active session while the job runs, the driver's own again after it;
     4. sends the job's output (its stdout and stderr, and the JVM's and Python workers',
        which write to the same pipe, as in the fresh process) back as it comes, then the
        exit status main returned (an uncaught exception: its traceback, status 1).
@@ -166,7 +167,14 @@ class Driver:
             raise ValueError(f"this export driver runs Spark on {self.master}, not {master}")
         spark = self.spark.newSession()
         spark.conf.set("spark.sql.session.timeZone", "UTC")  # as spark_session's
-        yield spark
+        # the active one while the job runs (code that asks for the active session gets
+        # the job's), then the driver's again: a job's session never outlives its job
+        # (createDataFrame makes its session the active one)
+        activate(spark)
+        try:
+            yield spark
+        finally:
+            activate(self.spark)
 
     def serve(self, conn: socket.socket) -> bool:
         """Run the job `conn` asks for, holding its lock descriptor until its Spark jobs
@@ -252,6 +260,14 @@ class Driver:
             return not self.spark.sparkContext._jsc.sc().isStopped()  # noqa: SLF001
         except Exception:  # noqa: BLE001 -- the JVM is gone
             return False
+
+
+def activate(spark: Any) -> None:
+    """Make `spark` this thread's active SparkSession, in Python and in the JVM."""
+    spark_class = type(spark)
+    spark_class._activeSession = spark  # noqa: SLF001 -- as createDataFrame does
+    spark_class._get_j_spark_session_class(spark._jvm).setActiveSession(  # noqa: SLF001
+        spark._jsparkSession)  # noqa: SLF001
 
 
 def peer_uid(conn: socket.socket) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from django.test import override_settings
+from pyspark.sql import SparkSession
 
 from appliance import channels, export_driver, exports
 from appliance.models import Channel, ExportRun
@@ -129,9 +130,11 @@ def test_a_job_leaves_neither_its_environment_nor_its_session_settings_behind(
 
     def job(argv: list[str], sessions: Any) -> int:
         with sessions(spark.sparkContext.master) as session:
+            assert SparkSession.getActiveSession() is session  # the job's, while it runs
             seen.append((os.environ.get(exports.TOKEN_ENV),
                          session.conf.get("spark.sql.shuffle.partitions")))
             session.conf.set("spark.sql.shuffle.partitions", "7")
+            session.createDataFrame([(1,)], "n int")  # makes its session the active one
         if argv:
             raise SystemExit(2) if argv == ["exit"] else ValueError("the job broke")
         return 0
@@ -141,6 +144,7 @@ def test_a_job_leaves_neither_its_environment_nor_its_session_settings_behind(
     own = dict(os.environ)
     assert driver._job([], {**own, exports.TOKEN_ENV: "secret"}) == 0
     assert dict(os.environ) == own  # the token is gone with its job
+    assert SparkSession.getActiveSession() is spark  # and its session
     assert driver._job([], own) == 0
     assert seen[0][0] == "secret" and seen[1][0] is None
     assert seen[1][1] == seen[0][1] != "7"  # the first job's setting stayed in its session
