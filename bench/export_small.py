@@ -41,8 +41,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "spark"))
 
 from common import make_bodies, private_redis  # noqa: E402
+from process_helpers import children_by_parent  # noqa: E402
 
 TARGET_S = 3.0
 
@@ -74,13 +76,7 @@ def export_once(row: Any, events: int) -> float:
 def tree_memory(pid: int) -> list[tuple[str, int, float, float]]:
     """(name, pid, resident MB, proportional MB: shared pages split among their users) of
     process `pid` and of every process under it."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    children = children_by_parent()
     todo, found = [pid], []
     while todo:
         current = todo.pop()

@@ -1,8 +1,10 @@
 """The warm export driver (appliance/export_driver.py, channel_engine/spark/export_driver.py):
 run_export hands the real job to a long-lived Spark driver, which keeps what a fresh
 process guarantees: exact output, a killed job handled as today, a timeout, the lock
-held by the driver while its job runs, the off switch, and no orphan once its parent
-is gone or it has been idle."""
+held by the driver while its job runs (and its Spark jobs), a new driver once its JVM
+died, and no orphan once its parent is gone or it has been idle. Few drivers start: each
+scenario's "the next export gets a new driver" is the next one's. The off switch:
+tests/appliance/test_exports.py (no Spark)."""
 from __future__ import annotations
 
 import os
@@ -20,6 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from django.test import override_settings
+from process_helpers import children, comm, wait_until
 from pyspark.sql import SparkSession
 
 from appliance import channels, export_driver, exports
@@ -267,36 +270,6 @@ def jvm_of(pid: int) -> int:
     [jvm] = wait_until(lambda: [p for p in children(pid) if comm(p) == "java"] or None,
                        f"the JVM of {pid}")
     return int(jvm)
-
-
-def wait_until(check: Any, what: str, deadline_s: float = 90) -> Any:
-    """Poll `check` until it is truthy; its value. AssertionError naming `what`."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {deadline_s} s: {what}")
-
-
-def children(pid: int) -> list[int]:
-    """The pids of the processes whose parent is `pid`."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-        except OSError:
-            continue
-    return found
-
-
-def comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 def test_the_driver_exits_when_its_parent_dies(tmp_path: Path) -> None:
