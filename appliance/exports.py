@@ -2,8 +2,11 @@
 an ExportRun row of it (progress while it runs, then the report or the error).
 
 The job (channel_engine/spark/export.py) needs no database: it gets the channel's home
-and export settings on its command line and runs in its own process (its own JVM), so
-a crash of the job is a crash of that process only — the protocol makes the rerun
+and export settings on its command line and runs in a process of its own — the export
+worker's warm Spark driver, which runs the same job code with the same output lines, or a
+fresh process per run (WEIR_EXPORT_DRIVER off, manage.py export_channel, the driver busy):
+appliance/export_driver.py says which and what the driver keeps of a fresh process — so
+a crash of the job is a crash of that process only, and the protocol makes the rerun
 exact. WEIR_EXPORT_URI, WEIR_SPARK_MASTER and WEIR_EXPORT_READ_URL come from settings.
 
 One export of a channel at a time, and no ExportRun "running" forever:
@@ -11,8 +14,10 @@ One export of a channel at a time, and no ExportRun "running" forever:
     lock file                 held (flock, exclusive, never waited for)
     ------------------------  ---------------------------------------------------------------
     <home>/export-run.lock    by run_export, from before its ExportRun row is created until
-                              the row is finished; the job inherits it, so it stays held while
-                              either the process running the export or its job lives
+                              the row is finished; the job inherits it (a warm driver gets it
+                              with the job, SCM_RIGHTS, and holds it until the job ends), so it
+                              stays held while either the process running the export or its
+                              job lives
     <home>/export.lock        by the job itself (channel_engine/spark/export_lock.py)
 
 Held elsewhere, run_export starts nothing and raises ExportBusy: the Celery task records
@@ -74,9 +79,9 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,13 +96,13 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from appliance import channels
+from appliance import channels, export_driver
 from appliance.export_schema import commit_stage
 from appliance.models import ApiToken, Channel, ExportRun
 from channel_engine.spark.path_overlap import folder
 
 log = logging.getLogger(__name__)
-JOB = "channel_engine.spark.export"
+JOB = export_driver.JOB  # the job: python -m JOB, or its warm driver
 LOCK_FILE = "export-run.lock"
 TOKEN_ENV = "WEIR_EXPORT_READ_TOKEN"
 BROKER_CHECK_S = 0.25
@@ -186,9 +191,13 @@ def command(row: Channel) -> list[str]:
     return argv
 
 
-def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
+def run_export(row: Channel, timeout_s: float = 3600, warm: bool | None = None) -> ExportRun:
     """Run one export of the channel now; return its finished ExportRun. ExportBusy, and
-    nothing started, when another process is running one."""
+    nothing started, when another process is running one. `warm`: in this process's warm
+    export driver (appliance/export_driver.py) rather than a fresh process; None:
+    WEIR_EXPORT_DRIVER says."""
+    if warm is None:
+        warm = settings.WEIR_EXPORT_DRIVER
     with _export_lock(row) as lock_fd:
         # the settings as they are now: a change of version or path waits for this lock
         # (manage_channels), so none lands between this read and the run's end
@@ -203,7 +212,7 @@ def run_export(row: Channel, timeout_s: float = 3600) -> ExportRun:
             token, key = ApiToken.issue(_token_name(run), ["consume"], [row])
             env = {**os.environ, TOKEN_ENV: key}
         try:
-            _run_job(run, argv, env, lock_fd, timeout_s)
+            _run_job(run, argv, env, lock_fd, timeout_s, warm)
         finally:
             if token is not None:
                 token.revoke()
@@ -311,23 +320,23 @@ def _confirm_committed(channel: str, runs: list[str], by: str) -> None:
 
 
 def _run_job(run: ExportRun, argv: list[str], env: dict[str, str] | None, lock_fd: int,
-             timeout_s: float) -> None:
+             timeout_s: float, warm: bool) -> None:
     """Run the job, following its progress lines; finish the row with its report."""
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     report = None
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1, env=env, pass_fds=(lock_fd,)) as job:
-        assert job.stdout is not None
+    # from before the job starts: a driver's start counts (it may take minutes)
+    deadline = time.monotonic() + timeout_s
+    with export_driver.started(argv, env, lock_fd, warm, deadline) as job:
         expired = threading.Event()
 
         def expire() -> None:
             expired.set()
             job.kill()
 
-        timer = threading.Timer(timeout_s, expire)
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         timer.start()
         try:
-            for line in job.stdout:
+            for line in job.lines():
                 line = line.rstrip("\n")
                 found = _json_line(line)
                 if found and "report" in found:

@@ -10,6 +10,7 @@ from appliance.env import (
     env_bool,
     env_float,
     env_http_url,
+    env_int,
     env_list,
     env_path,
     env_paths,
@@ -236,6 +237,13 @@ WEIR_TASK_LOCK_GRACE_S = 30.0
 # Where exports go (hdfs://namenode:8020/weir in production), and the Spark master.
 WEIR_EXPORT_URI = os.environ.get("WEIR_EXPORT_URI") or (VAR_DIR / "export").as_uri()
 WEIR_SPARK_MASTER = os.environ.get("WEIR_SPARK_MASTER", "local[*]")
+# The export worker's warm Spark driver (appliance/export_driver.py): on, a long-lived
+# process runs its exports (seconds saved per run); off, each run is a process of its own.
+# It exits after WEIR_EXPORT_DRIVER_IDLE_S without an export (its JVM's memory back).
+WEIR_EXPORT_DRIVER = env_bool("WEIR_EXPORT_DRIVER", True)
+WEIR_EXPORT_DRIVER_IDLE_S = env_float("WEIR_EXPORT_DRIVER_IDLE_S", 900.0, 5, 7 * 86400)
+# ... and after WEIR_EXPORT_DRIVER_MAX_JOBS exports (the next starts a new one).
+WEIR_EXPORT_DRIVER_MAX_JOBS = env_int("WEIR_EXPORT_DRIVER_MAX_JOBS", 1000, 1, 1_000_000)
 # The appliance's base URL as the Spark executors see it. Empty (the default): executors
 # read segment files from the shared disks. Set: they read ranges over the raw batches
 # endpoint with a short-lived token (appliance/exports.py); its host must be in ALLOWED_HOSTS.

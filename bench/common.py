@@ -1,7 +1,10 @@
-"""What the benchmarks share: their inputs and the device's flush counter."""
+"""What the benchmarks share: their inputs, the device's flush counter, a private Redis."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,3 +34,29 @@ def read_flushes(path: Path | None) -> int | None:
         return None
     fields = path.read_text().split()
     return int(fields[15]) if len(fields) >= 16 else None
+
+
+def private_redis() -> subprocess.Popen[bytes] | None:
+    """A private redis-server when nothing answers at REDIS_URL (its URL exported)."""
+    import redis
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+        return None
+    except redis.RedisError:
+        pass
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            redis.Redis.from_url(os.environ["REDIS_URL"]).ping()
+            return server
+        except redis.RedisError:
+            time.sleep(0.05)
+    raise SystemExit("redis-server did not answer")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,32 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-
-def _redis() -> subprocess.Popen[bytes] | None:
-    """A private redis-server when nothing answers at REDIS_URL (its URL exported)."""
-    import redis
-
-    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-        return None
-    except redis.RedisError:
-        pass
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            redis.Redis.from_url(os.environ["REDIS_URL"]).ping()
-            return server
-        except redis.RedisError:
-            time.sleep(0.05)
-    raise SystemExit("redis-server did not answer")
+from common import private_redis  # noqa: E402
 
 
 def _timed(call, runs: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -80,7 +56,7 @@ def main() -> None:
     os.environ.update(WEIR_VAR_DIR=str(var), WEIR_DATA_ROOT=str(var / "channels"),
                       DJANGO_SETTINGS_MODULE="appliance.settings", WEIR_CHANNEL_WATCH_S="0")
     os.environ.pop("DATABASE_URL", None)
-    server = _redis()
+    server = private_redis()
     try:
         import logging
 

@@ -57,7 +57,8 @@ from appliance.env import cache_prefix
 # The units that took longest in a run of scripts/test.sh (November 2026), longest
 # first: handed out before the rest. A hint only: a stale one costs balance.
 LONGEST_FIRST = ("tests/spark/test_export.py", "tests/spark/test_export_hdfs_faults.py",
-                 "tests/spark/test_export_cluster.py", "tests/spark/test_export_command.py")
+                 "tests/spark/test_export_cluster.py", "tests/spark/test_export_command.py",
+                 "tests/spark/test_export_driver.py")
 SCHEDULED_DISTS = ("load", "loadfile", "loadgroup")
 HEAVY = "tests/spark/"  # units run one at a time while other units wait (see above)
 
@@ -71,7 +72,7 @@ os.environ["WEIR_CACHE_PREFIX"] = CACHE_PREFIX
 # own and no module-scoped fixture is shared, so a long file's tests spread over both
 # workers (on 2 cores the run is CPU-bound: this evens the end of the run, no more).
 SPLIT_BY_TEST = ("tests/spark/test_export.py", "tests/spark/test_export_cluster.py",
-                 "tests/spark/test_export_command.py")
+                 "tests/spark/test_export_command.py", "tests/spark/test_export_driver.py")
 
 
 def file_of(nodeid: str) -> str:

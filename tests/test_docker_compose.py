@@ -50,6 +50,10 @@ REQUIRED_IN_PRODUCTION = {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HO
 # reading must join one of these two sets: the test below fails until someone decides.
 HAS_PRODUCTION_DEFAULT = {"DEBUG", "WEIR_API_RATE", "WEIR_CACHE_PREFIX", "WEIR_CELERY_QUEUE",
                           "WEIR_EXPORT_QUEUE", "WEIR_KAFKA_QUEUE",
+                          # the export worker's warm Spark driver, on, idle for 15 minutes,
+                          # replaced after 1000 exports
+                          "WEIR_EXPORT_DRIVER", "WEIR_EXPORT_DRIVER_IDLE_S",
+                          "WEIR_EXPORT_DRIVER_MAX_JOBS",
                           # empty: no Kafka sink unless a channel names its brokers
                           "WEIR_KAFKA_BOOTSTRAP", "WEIR_KAFKA_OFFSETS_TOPIC",
                           "WEIR_SCHEDULER_TICK_S", "WEIR_SAMPLE_INTERVAL_S",

@@ -39,6 +39,8 @@ Where the rest is written down, each beside the code that owns it:
     export_report.py    the report line's report, and how a failure is described
     ../offset_ranges.py offset ranges [start, end): merged, subtracted
     export_lock.py      export.lock: one export of a channel at a time
+    export_driver.py    a warm driver: a long-lived process running these jobs one at a
+                        time on its SparkSession (driver_protocol.py: its socket protocol)
     write_progress.py   the rows written so far, for the progress lines
 
 Two exports of one channel must not run at once: the job holds `export.lock` (flock) in
@@ -54,6 +56,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +75,7 @@ HDFS_CLIENT_RETRY = {"dfs.client.retry.policy.enabled": "true",
                      "dfs.client.retry.policy.spec": "2000,10"}
 
 
-def spark_session(master: str | None = "local[*]") -> Any:
+def spark_session(master: str | None = "local[*]", conf: dict[str, str] | None = None) -> Any:
     """A SparkSession for the export (UTC, no UI, executors' metrics every HEARTBEAT for the
     progress lines unless spark-defaults.conf says otherwise: write_progress.py), with
     channel_engine shipped to its executors. Without a master: spark-submit's --master when
@@ -80,7 +84,7 @@ def spark_session(master: str | None = "local[*]") -> Any:
     driver, and run the Python, of their own hosts (spark.driver.host, spark.pyspark.python
     in spark-defaults.conf). spark.pyspark.python is honoured here too: pyspark reads it
     only under spark-submit, and without it a `python -m` job's executors would run PATH's
-    python3."""
+    python3. `conf`: more Spark settings of the caller's (a warm driver's)."""
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
         master = "local[*]"
     if master is not None and master.startswith("local"):
@@ -110,6 +114,8 @@ def spark_session(master: str | None = "local[*]") -> Any:
     builder = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")  # it prints its own progress
              .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in HDFS_CLIENT_RETRY.items():  # before the first HDFS client is made
@@ -120,6 +126,21 @@ def spark_session(master: str | None = "local[*]") -> Any:
         spark.sparkContext.pythonExec = python
     spark.sparkContext.addPyFile(package_zip())
     return spark
+
+
+# How a job gets its SparkSession for a master: a fresh one stopped at the job's end (the
+# job's own process), or a new session of a warm driver's (export_driver.py)
+Sessions = Callable[[str | None], AbstractContextManager[Any]]
+
+
+@contextmanager
+def fresh_session(master: str | None) -> Iterator[Any]:
+    """A SparkSession of this process's own (spark_session), stopped when the block ends."""
+    spark = spark_session(master)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def package_zip() -> str:
@@ -154,8 +175,9 @@ def package_zip() -> str:
     return str(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The spark-submit / python -m entry point."""
+def main(argv: list[str] | None = None, sessions: Sessions = fresh_session) -> int:
+    """The spark-submit / python -m entry point; a warm driver (export_driver.py) runs it
+    too, with its own `sessions`. Its exit status."""
     parser = argparse.ArgumentParser(description="Export a Weir channel exactly once.")
     parser.add_argument("--home", required=True, help="the channel's home (checkpoint_dir)")
     parser.add_argument("--output", required=True, help="base URI: hdfs://… or file://…")
@@ -205,31 +227,30 @@ def main(argv: list[str] | None = None) -> int:
         name = None  # the run itself reports a bad channel.json
     try:
         with hold(args.home, name):  # for the whole run, before Spark starts
-            return _export(settings, args.master)
+            return _export(settings, args.master, sessions)
     except ExportRunningError as exc:
         print(json.dumps({"report": None, "error": str(exc)}), flush=True)
         return EXIT_BUSY
 
 
-def _export(settings: ExportSettings, master: str | None) -> int:
+def _export(settings: ExportSettings, master: str | None, sessions: Sessions) -> int:
     """Run the export; print its report line: {"report": …} or, when it failed,
     {"report": null, "error": …, "run": what the failed run had reserved, or null}."""
-    spark = spark_session(master)
     exporter = None
-    try:
-        exporter = Exporter(spark, settings, progress=lambda line: print(line, flush=True),
-                            on_commit=lambda run: print(json.dumps({"commit": run}),
-                                                        flush=True),
-                            on_recover=lambda found: print(json.dumps({"recovered": found}),
-                                                           flush=True))
-        report = exporter.run()
-    except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
-        failed = getattr(exporter, "report", None)
-        print(json.dumps({"report": None, "error": describe(exc),
-                          "run": failed}), flush=True)
-        return 1
-    finally:
-        spark.stop()
+    with sessions(master) as spark:
+        try:
+            exporter = Exporter(spark, settings,
+                                progress=lambda line: print(line, flush=True),
+                                on_commit=lambda run: print(json.dumps({"commit": run}),
+                                                            flush=True),
+                                on_recover=lambda found: print(json.dumps(
+                                    {"recovered": found}), flush=True))
+            report = exporter.run()
+        except Exception as exc:  # noqa: BLE001 -- the report says what failed, for the appliance
+            failed = getattr(exporter, "report", None)
+            print(json.dumps({"report": None, "error": describe(exc),
+                              "run": failed}), flush=True)
+            return 1
     print(json.dumps({"report": report}), flush=True)
     return 0
 

@@ -82,9 +82,13 @@ and stop points (crash_point) are the crash and fault tests' hooks.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import struct
+import sys
+import termios
 import threading
 import time
 import uuid
@@ -121,12 +125,30 @@ from channel_engine.spark.write_progress import rows_written, write_conf
 SHOWN_PATHS = 3  # an error names this many paths of each version, then "and N more"
 
 
+def _drained() -> None:
+    """Wait (up to 2 s) until the job's output has left its stdout pipe: in a warm driver
+    (export_driver.py) the pipe's reader is a thread of the process the crash kills, so
+    a line printed just before it could be lost (a fresh process's reader, the worker,
+    outlives it). The crash tests mean a kill after the line was out."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + 2
+    try:
+        while struct.unpack("i", fcntl.ioctl(1, termios.FIONREAD, b"\0" * 4))[0] and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+    except OSError:  # not a pipe
+        return
+    time.sleep(0.05)  # what the reader took, sent on
+
+
 def crash_point(step: str) -> None:
     """Die here (SIGKILL) when WEIR_EXPORT_CRASH_AT names this step: the crash tests.
     Stop here once (SIGSTOP to the job's process group: Spark's JVM and workers too)
     when WEIR_EXPORT_STOP_AT names it: the HDFS fault tests start the job in a session
     of its own, break the cluster, then SIGCONT it."""
     if os.environ.get("WEIR_EXPORT_CRASH_AT") == step:
+        _drained()
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("WEIR_EXPORT_STOP_AT") == step:
         del os.environ["WEIR_EXPORT_STOP_AT"]

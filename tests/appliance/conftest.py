@@ -15,7 +15,7 @@ from celery.contrib.testing.worker import start_worker
 from django.conf import settings as django_settings
 from django.test import override_settings
 
-from appliance import channels, shared_redis
+from appliance import channels, export_driver, shared_redis
 from appliance.celery import app
 from appliance.env import cache_prefix
 
@@ -81,3 +81,4 @@ def root(tmp_path: Path) -> Iterator[Path]:
     with override_settings(WEIR_DATA_ROOTS=[tmp_path]):
         yield tmp_path
     channels.close_all()
+    export_driver.stop()  # a task's warm Spark driver (a JVM) ends with its test

@@ -29,7 +29,7 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from appliance import channels, exports, tasks
+from appliance import channels, export_driver, exports, tasks
 from appliance.env import env_http_url
 from appliance.models import ApiToken, Channel, ExportRun, TaskRun, hash_key
 from channel_engine.errors import ExportRunningError
@@ -252,10 +252,47 @@ def test_a_run_whose_process_lives_is_not_marked_failed(
     assert ExportRun.objects.count() == 1 and fake_job.starts() == []
 
 
+def test_the_task_asks_for_the_warm_driver_unless_turned_off_and_manage_py_never(
+        root: Path, fake_job: FakeJob, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The driver itself, with real Spark: tests/spark/test_export_driver.py. A command line
+    # other than the export job's (this fake's) runs as a process whatever is asked.
+    row = channel_row(root)
+    fake_job.seconds = 0
+    real, asked = export_driver.started, []
+
+    def started(argv: list[str], env: Any, lock_fd: int, warm: bool, deadline: float) -> Any:
+        asked.append(warm)
+        return real(argv, env, lock_fd, warm, deadline)
+
+    monkeypatch.setattr(export_driver, "started", started)
+    for _ in range(2):
+        with channels.open_channel(row).put() as tx:
+            tx.put(b"new")
+        assert tasks.export_channel.apply(args=["orders"]).get() == TaskRun.OK
+        call_command("export_channel", "orders", stdout=StringIO())
+        with override_settings(WEIR_EXPORT_DRIVER=False):
+            exports.run_export(row)
+    assert asked == [True, False, False] * 2
+    assert len(fake_job.starts()) == 6 and export_driver.driver_pid() is None
+
+
+def test_a_job_asked_for_while_the_driver_is_busy_runs_as_a_process(tmp_path: Path) -> None:
+    # Two exports at once in one worker process (Celery threads): the second never waits.
+    argv = [sys.executable, "-m", exports.JOB, "--help"]
+    with open(tmp_path / "lock", "w") as lock, export_driver._busy, \
+            export_driver.started(argv, None, lock.fileno(), True, time.monotonic() + 60) as job:
+        output = "".join(job.lines())
+        assert job.wait() == 0
+    assert isinstance(job, export_driver.ProcessJob) and "usage:" in output
+    assert export_driver.driver_pid() is None
+
+
 def test_the_job_inherits_the_appliance_lock(root: Path, fake_job: FakeJob) -> None:
-    # A worker killed mid-export leaves its job running; the job holds the lock too (a
-    # flock lives while any descriptor of it is open), so no second export starts and the
-    # row is not failed until the job ends as well.
+    # A worker killed mid-export leaves its job's process running (a fresh process, as
+    # this fake's; a warm driver's job ends with its worker: tests/spark/
+    # test_export_driver.py); the job holds the lock too (a flock lives while any
+    # descriptor of it is open), so no second export starts and the row is not failed
+    # until the job ends as well.
     row = channel_row(root)
     lock = str(home(row) / exports.LOCK_FILE)
     exporting = threading.Thread(target=exports.run_export, args=(row,))
@@ -673,3 +710,29 @@ def test_the_job_is_told_max_open_files_only_when_set(root: Path) -> None:
     assert changed.status_code == 200, changed.content
     argv = exports.command(Channel.objects.get(name="orders"))
     assert argv[argv.index("--max-open-files") + 1] == "2"
+
+
+def test_a_warm_driver_is_used_only_in_the_environment_it_was_started_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its JVM read HADOOP_CONF_DIR, KRB5CCNAME... at its start; a job's own variables (the
+    # read token, the crash tests' hooks) are set per job. (A process stands in for it.)
+    real = subprocess.Popen
+    monkeypatch.setattr(export_driver.subprocess, "Popen", lambda argv, **kw: real(
+        [sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+    env = {**os.environ, "HADOOP_CONF_DIR": "/etc/hadoop", exports.TOKEN_ENV: "one"}
+    with override_settings(WEIR_EXPORT_DRIVER_MAX_JOBS=2):
+        driver = export_driver.WarmDriver("local[1]", env)
+    try:
+        assert exports.TOKEN_ENV not in driver.process.args and driver.env.get(
+            exports.TOKEN_ENV) is None  # never in the driver's own environment
+        assert driver.usable("local[1]", {**env, exports.TOKEN_ENV: "two",
+                                          "WEIR_EXPORT_CRASH_AT": "announced"})
+        for changed in ("HADOOP_CONF_DIR", "HADOOP_USER_NAME", "KRB5CCNAME",
+                        "SPARK_CONF_DIR"):
+            assert not driver.usable("local[1]", {**env, changed: "/elsewhere"}), changed
+        assert not driver.usable("local[2]", env)
+        driver.jobs = 2  # its WEIR_EXPORT_DRIVER_MAX_JOBS served
+        assert not driver.usable("local[1]", env)
+    finally:
+        driver.kill()
+    assert not driver.folder.exists() and driver.process.returncode == -signal.SIGKILL

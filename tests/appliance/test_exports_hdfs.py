@@ -1,5 +1,6 @@
 """The Celery export task writing to a real HDFS end to end: a real worker runs
-weir.export_channel, which runs the real Spark job (its own process) into the run's HDFS
+weir.export_channel, which runs the real Spark job (in the worker's warm export driver,
+appliance/export_driver.py) into the run's HDFS
 (`hdfs_url`, tests/conftest.py); Hadoop's own shell (FsShell, from pyspark's Hadoop
 jars) copies the output back, and pyarrow reads every committed file."""
 from __future__ import annotations

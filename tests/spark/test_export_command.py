@@ -119,7 +119,7 @@ def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
                 for i in range(first, first + 20):
                     tx.put(f"e{i}".encode())
             monkeypatch.setenv("WEIR_EXPORT_CRASH_AT", "announced" if first else "recorded")
-            exports.run_export(row)
+            exports.run_export(row, warm=False)  # test_export_driver.py: in the driver
         monkeypatch.delenv("WEIR_EXPORT_CRASH_AT")
         unknown, told = ExportRun.objects.order_by("started_at")
         assert unknown.outcome == "ok" and unknown.rows == 20 and unknown.error == ""
@@ -129,7 +129,7 @@ def test_a_job_killed_after_its_commit_point_is_recorded_as_what_it_did(
         # [0, 20) came back with the take of the killed job: skipped by its commit record
         assert [(p["ranges"], p["skipped"]) for p in told.partitions] == [([[20, 40]],
                                                                           [[0, 20]])]
-        last = exports.run_export(row)
+        last = exports.run_export(row, warm=False)
         assert last.outcome == "ok" and last.rows == 0  # both were committed: nothing again
         files = [Path(f.removeprefix("file://")) for run in (unknown, told)
                  for p in run.partitions for f in p["files"]]

@@ -1,5 +1,6 @@
 """manage.py export_channel NAME — export a channel's next events to WEIR_EXPORT_URI now
-(Spark, exactly once; see channel_engine/spark/exporter.py). Prints the run's report; exits
+(Spark, exactly once; see channel_engine/spark/exporter.py), in a fresh Spark process (no
+warm driver: appliance/export_driver.py). Prints the run's report; exits
 with an error, starting nothing, while another export of the channel runs."""
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         if row is None:
             raise CommandError(f"no channel named {options['name']!r}")
         try:
-            run = run_export(row)
+            run = run_export(row, warm=False)  # a warm driver would die with the command
         except ExportBusy as exc:
             raise CommandError(f"{exc}; nothing was started") from exc
         if run.outcome != "ok":
