@@ -159,7 +159,7 @@ class PartitionLog:
                 raise ChannelGoneError(f"{path}: partition directory empty (made again by "
                                        "someone, or a volume not mounted), not recreated; "
                                        "nothing written")
-            elif recreated and incarnation_file.awaiting_recreate(path):
+            elif incarnation_file.cut_short(path):  # whoever opens it: the recreate's
                 raise ChannelGoneError(f"{path}: partition directory of a recreate cut "
                                        "short (its start not recorded), to be finished by "
                                        "the operator's recreate; nothing written")
