@@ -5,6 +5,7 @@ copy of it, is damage (the open refuses, verify reports it), never the original 
 `recover` repairs what verify reports."""
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from channel_engine.filenames import INCARNATION_FILE
 from channel_engine.incarnations import ORIGINAL
 from channel_engine.log import incarnation as incarnation_file
 from channel_engine.queue.channel_owner import ChannelOwner
+from channel_engine.tools import cli
 from channel_engine.tools.recover import repair
 from channel_engine.tools.verify import verify_channel, verify_partition
 
@@ -187,3 +189,15 @@ def test_verify_lists_the_directory_a_recreate_cut_short_left(tmp_path: Path) ->
     found = verify_channel(config.home)
     assert any(f"partition 1: {left}: left by a recreate cut short" in note
                for note in found["notes"]), found["notes"]
+
+
+def test_stat_says_a_recreate_cut_short_has_no_start_yet(tmp_path: Path) -> None:
+    config, _, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    directory.mkdir()
+    pending = incarnation_file.begin(directory)
+    out = io.StringIO()
+    assert cli.main(["stat", str(directory)], out) == 0
+    assert (f"recreated storage (id {pending.id}), start not recorded: recreate cut short"
+            in out.getvalue()), out.getvalue()
+    assert "from offset" not in out.getvalue()
