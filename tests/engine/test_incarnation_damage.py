@@ -201,3 +201,31 @@ def test_stat_says_a_recreate_cut_short_has_no_start_yet(tmp_path: Path) -> None
     assert (f"recreated storage (id {pending.id}), start not recorded: recreate cut short"
             in out.getvalue()), out.getvalue()
     assert "from offset" not in out.getvalue()
+
+
+def test_a_recreate_in_place_removes_an_earlier_recreates_temp_directory(
+        tmp_path: Path) -> None:
+    """A recreate killed before its rename left the temp one; the directory was then made
+    again by someone, so the next recreate works in place: the temp one goes."""
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    left = recreate_temp_dir(directory)
+    left.mkdir()
+    incarnation_file.begin(left)
+    directory.mkdir()
+    with Channel.open(config, existed=True) as channel:
+        assert channel.incarnations()[1].start_offset == checkpointed
+    assert not left.exists()
+    assert not any(str(left) in note for note in verify_channel(config.home)["notes"])
+
+
+def test_a_temp_directory_holding_more_than_its_file_is_left_alone(tmp_path: Path) -> None:
+    config, _, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    left = recreate_temp_dir(directory)
+    left.mkdir()
+    (left / "notes.txt").write_text("an operator's")
+    directory.mkdir()
+    with Channel.open(config, existed=True):
+        pass
+    assert (left / "notes.txt").is_file()
