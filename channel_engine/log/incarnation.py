@@ -29,7 +29,7 @@ there, so no crash leaves the directory without its file; that open (or, after a
 the operator's next recreate) sets the start offset once the checkpoint told where the
 partition goes on (channel_recovery.py step 5), before any put: the log end then, or the
 operator's next offset when higher. A directory whose incarnation is still pending
-(awaiting_recreate) counts as missing, like an empty one (below): no other open settles
+(cut_short) counts as missing, like an empty one (below): no other open settles
 it, so the next offsets the operator gives the recreate that finishes it are not lost.
 
 A file that fails its checks (size, magic, version, CRC), or anything but a regular file
@@ -51,7 +51,12 @@ written into it, until the operator's recreate makes it a new incarnation there 
 in place). Why not a new incarnation at the first open, without the operator: an empty
 mount point would get a channel written under the volume and hidden once it is mounted,
 and the events the directory held would be lost without anyone's word — the operator
-is asked exactly as for a directory that is gone, which is what it is.
+is asked exactly as for a directory that is gone, which is what it is. Only a partition
+a checkpoint copy records (or one the operator's recreate names: existed=True) can have
+vanished: a checkpoint is written once every partition directory of the open has its
+files, so an empty directory of a partition no checkpoint records is one a first open, a
+create or a raise of the partition count was killed while making, used as it is
+(home_files.existed_partitions).
 
 Concurrency: written only by the partition's owner at its open; read by anyone.
 """
@@ -139,18 +144,15 @@ def made_again(directory: Path) -> bool:
     else than the engine, or the mount point of a volume not mounted (module doc)."""
     try:
         names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # missing, no directory, unreadable: the open reports what it is
         return False
     return not any(name in (LOG_STATE_FILE, INCARNATION_FILE) or _KEPT.fullmatch(name)
                    or parse_segment_file(name) is not None for name in names)
 
 
-def awaiting_recreate(directory: Path) -> bool:
-    """True for a partition directory only the operator's recreate may open: one made
-    again by someone (made_again), or by a recreate cut short before it recorded its
-    start (a pending incarnation: the operator's next offset is applied only then)."""
-    if made_again(directory):
-        return True
+def cut_short(directory: Path) -> bool:
+    """True for a partition directory whose incarnation is still pending: a recreate cut
+    short before it recorded its start (only the operator's recreate finishes it)."""
     try:
         return read(directory).pending
     except (CorruptStateError, OSError):

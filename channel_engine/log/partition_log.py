@@ -75,7 +75,9 @@ from channel_engine.atomic_file import fsync_directory
 from channel_engine.errors import ChannelGoneError, UnusableFileError
 from channel_engine.event import Event, PendingEvent
 from channel_engine.filenames import (
+    INCARNATION_FILE,
     LOCK_FILE,
+    TMP_SUFFIX,
     parse_segment_file,
     recreate_temp_dir,
 )
@@ -159,7 +161,7 @@ class PartitionLog:
                 raise ChannelGoneError(f"{path}: partition directory empty (made again by "
                                        "someone, or a volume not mounted), not recreated; "
                                        "nothing written")
-            elif recreated and incarnation_file.awaiting_recreate(path):
+            elif incarnation_file.cut_short(path):  # whoever opens it: the recreate's
                 raise ChannelGoneError(f"{path}: partition directory of a recreate cut "
                                        "short (its start not recorded), to be finished by "
                                        "the operator's recreate; nothing written")
@@ -440,9 +442,11 @@ def _make_recreated_directory(path: Path) -> None:
     start pending) as one step: made under a temp name, then renamed into place, so no
     crash leaves the directory without it (a temp one it leaves is used by the next). An
     empty directory in its place (log/incarnation.made_again) gets the file in place: a
-    crash before it leaves it empty, made again by the next recreate."""
+    crash before it leaves it empty, made again by the next recreate; a temp one an
+    earlier recreate left beside it then goes (verify would note it forever)."""
     if path.is_dir():
         incarnation_file.begin(path)
+        _remove_recreate_temp_dir(path)
         return
     temp = recreate_temp_dir(path)
     _make_directory_durably(temp)
@@ -451,6 +455,23 @@ def _make_recreated_directory(path: Path) -> None:
         os.rename(temp, path)
     except OSError as exc:
         raise UnusableFileError(path, "a partition directory", exc) from exc
+    fsync_directory(path.parent)
+
+
+def _remove_recreate_temp_dir(path: Path) -> None:
+    """Remove the temp directory an earlier recreate of `path` left before its rename,
+    when it holds nothing but its incarnation file (or that file's temp): no partition
+    data is ever written there. Anything else in it keeps it (verify lists it)."""
+    temp = recreate_temp_dir(path)
+    if temp.is_symlink() or not temp.is_dir():
+        return
+    for name in os.listdir(temp):
+        if name in (INCARNATION_FILE, INCARNATION_FILE + TMP_SUFFIX):
+            os.unlink(temp / name)
+    try:
+        temp.rmdir()
+    except OSError:  # something else is in it: not ours to remove
+        return
     fsync_directory(path.parent)
 
 

@@ -37,9 +37,11 @@ records that too (state_damaged: committed takes may be delivered again, up to e
 the rebuilt queue holds). `recover` (force_recovery)
 records nothing: it is the operator's repair, and prints what it cost.
 
-A writable open of a channel that was there before (its channel.json, or `existed`) that
-makes a saved partition's missing directory again (the operator's recreate of vanished
-storage) makes a new incarnation of that partition (log/incarnation.py): the partition
+A writable open that makes again the missing (or emptied) directory of a partition that
+existed — one a checkpoint copy records (home_files.existed_partitions: a checkpoint is
+written only once each partition directory of its open has its files), or any saved one
+when the caller says the channel existed (`existed`: the operator's recreate of vanished
+storage) — makes a new incarnation of that partition (log/incarnation.py): the partition
 goes on where its checkpoint's queue knew it ended (channel_recovery.py step 5), or at the
 operator's `next_offsets` when higher (start_recreated: what the drains had sent beyond
 an old checkpoint is never handed out again), and its incarnation records that start
@@ -70,11 +72,12 @@ from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.record_batch import ENCRYPTED_MASK, unseal
 from channel_engine.log.recovery import LostRange
 from channel_engine.queue import checkpoint as checkpoint_file
-from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
+from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_recovery import ChannelRecovery, restore, start_recreated
 from channel_engine.queue.channel_state import ChannelState
 from channel_engine.queue.channel_status import ChannelStatus
 from channel_engine.queue.checkpointer import Checkpointer, CheckpointResult
+from channel_engine.queue.home_files import existed_partitions
 from channel_engine.queue.home_lock import HomeLock
 from channel_engine.queue.home_setup import prepare_home
 from channel_engine.queue.loss_ledger import LossLedger
@@ -150,11 +153,12 @@ class ChannelOwner:
         config = self.config
         home = config.home
         new = made is not None
-        # a channel there before (not a first open making it): a partition directory made
-        # again is a new incarnation of that partition
-        was_there = existed or (home / CONFIG_FILE).is_file()
         strays, saved_partitions = prepare_home(config, self.home_lock, self.read_only, create,
                                                 made)
+        # a partition of a channel there before (a checkpoint records it, or the operator's
+        # recreate says so): its directory made again is a new incarnation of it
+        existed_count = 0 if new or self.read_only else \
+            saved_partitions if existed else existed_partitions(config, saved_partitions)
         log_config = config.log_config()
         keys = None
         if config.encryption_key_file is not None:
@@ -166,7 +170,7 @@ class ChannelOwner:
                 read_only=self.read_only, clock=self.state.clock, sealer=sealer,
                 force_recovery=force_recovery,
                 create=create or partition >= saved_partitions,  # a new partition: grown
-                recreated=was_there and not new and partition < saved_partitions))
+                recreated=partition < existed_count))
             self.state.append_locks.append(threading.Lock())
             self.state.unresolved.append({})
         for log in self.state.logs:

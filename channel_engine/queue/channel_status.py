@@ -139,6 +139,7 @@ class ChannelStatus:
             # which storage the offsets belong to (log/incarnation.py): for the drains
             "incarnation": log.incarnation.id,
             "incarnation_start_offset": log.incarnation.start_offset,
+            "incarnation_pending": log.incarnation.pending,  # a recreate cut short
             "last_stable_offset": self._state.visible_end(p),
             "recovery_point": log.recovery_point,
             "unflushed_events": log.unflushed_events,

@@ -27,7 +27,7 @@ from pathlib import Path
 from channel_engine.channel_id import is_temp_name
 from channel_engine.errors import ChannelEngineError
 from channel_engine.filenames import LOCK_FILE, SOCKET_NAME, TMP_SUFFIX, is_kept_aside
-from channel_engine.log.incarnation import awaiting_recreate
+from channel_engine.log.incarnation import cut_short, made_again
 from channel_engine.queue import checkpoint as checkpoint_file
 from channel_engine.queue import commit_journal
 from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
@@ -87,17 +87,42 @@ def not_regular(config: ChannelConfig) -> list[Path]:
 
 def missing_places(config: ChannelConfig) -> list[Path]:
     """What a channel that exists must have and has not: its home (or the home's
-    channel.json) and each partition directory — an empty one in its place, or one of a
-    recreate cut short, counts as missing (log/incarnation.awaiting_recreate: the
-    vanished directory made again by someone, or a volume not mounted; recreated only by
-    the operator's word, with its next offsets). A backup checkpoint
-    directory is not among them (the primary checkpoint is the channel's; the backup is
-    rewritten at each checkpoint). Reads, changes nothing."""
+    channel.json) and each partition directory — one of a recreate cut short, or an empty
+    one of a partition a checkpoint records (existed_partitions), counts as missing
+    (log/incarnation.py: the vanished directory made again by someone, or a volume not
+    mounted; recreated only by the operator's word, with its next offsets). A backup
+    checkpoint directory is not among them (the primary checkpoint is the channel's; the
+    backup is rewritten at each checkpoint). Reads, changes nothing."""
     home = config.home
     missing = [home] if not home.is_dir() else \
         [home / CONFIG_FILE] if not (home / CONFIG_FILE).is_file() else []
-    return missing + [d for d in map(config.partition_dir, range(config.partitions))
-                      if not d.is_dir() or awaiting_recreate(d)]
+    existed: int | None = None  # read only when a directory is found empty
+    for partition in range(config.partitions):
+        directory = config.partition_dir(partition)
+        if not directory.is_dir() or cut_short(directory):
+            missing.append(directory)
+        elif made_again(directory):
+            if existed is None:
+                existed = existed_partitions(config, config.partitions)
+            if partition < existed:
+                missing.append(directory)
+    return missing
+
+
+def existed_partitions(config: ChannelConfig, saved: int) -> int:
+    """How many partitions of the channel existed with their files: the count its newest
+    readable checkpoint copy (primary or backup) records, as a checkpoint is written only
+    once every partition directory of its open has its files; `saved` (the partitions its
+    channel.json had) when copies are there but none can be read (which existed cannot be
+    told: each is taken to have existed); 0 with no copy (a channel never opened to its
+    end). Reads, changes nothing."""
+    backup = config.backup_checkpoint_dir
+    backup_dir = Path(backup) if config.use_dual_checkpoints and backup else None
+    found = checkpoint_file.read_newest(config.home, backup_dir)
+    if found.checkpoint is not None:
+        return min(len(found.checkpoint.partitions), saved)
+    copies = [d / checkpoint_file.FILE_NAME for d in (config.home, backup_dir) if d]
+    return saved if any(os.path.lexists(p) for p in copies) else 0
 
 
 def missing_saved_places(config: ChannelConfig) -> list[Path]:

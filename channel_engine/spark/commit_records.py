@@ -14,8 +14,8 @@ A record is a JSON object:
     key         value
     ----------  ------------------------------------------------------------------------
     format      "weir-export-commit" (RECORD_FORMAT)
-    version     2 (RECORD_VERSION): 1 before `path`/`paths`; a reader reads 1 and 2
-                (READ_VERSIONS) and refuses a version it does not know
+    version     2 (RECORD_VERSION): 1 before `path`/`paths` and `incarnations`; a reader
+                reads 1 and 2 (READ_VERSIONS) and refuses a version it does not know
     run_id      the run that wrote it (<start ms>-<8 hex>)
     channel_id  the channel's export id (channel_id.py: its "weir-export-id" file in the
                 channel's home): records of a deleted namesake carry another id and

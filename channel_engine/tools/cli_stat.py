@@ -26,6 +26,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         infos = log.segment_infos()
         stats["incarnation"] = log.incarnation.id
         stats["incarnation_start_offset"] = log.incarnation.start_offset
+        stats["incarnation_pending"] = log.incarnation.pending
     if args.json:
         stats["segment_table"] = [vars(info) for info in infos]
         print(json.dumps(stats, indent=2), file=out)
@@ -71,5 +72,8 @@ def _recreated(part: dict[str, Any]) -> str:
     """What the UI's partitions table says of a recreated partition (log/incarnation.py)."""
     if part.get("incarnation", ORIGINAL) == ORIGINAL:
         return ""
+    if part.get("incarnation_pending"):  # its start offset is no fact yet
+        return (f"; recreated storage (id {part['incarnation']}), start not recorded: "
+                "recreate cut short")
     return (f"; recreated storage (id {part['incarnation']}), from offset "
             f"{part['incarnation_start_offset']}")

@@ -1,7 +1,16 @@
 """Repairing a channel's home: `python -m channel_engine recover HOME` repairs every
-damage verify_channel reports, and says exactly what it cost.
+damage verify_channel reports, and says exactly what it cost; missing partition storage
+(step 0) it refuses, changing nothing.
 
 Steps, in order; a file is kept aside before it changes, never deleted:
+
+  0. Missing partition storage is no damage: a partition directory gone, one found
+     empty where a checkpoint says the partition existed, or one of a recreate cut short
+     (home_files.missing_places) makes recover refuse before it changes anything
+     (MissingStorageError, a non-zero exit naming each path and the recreate command:
+     tools/missing_storage.py). Its open would otherwise write a new incarnation there
+     without the operator's word, not counting the lost events, or settle a recreate cut
+     short at the checkpoint's end, losing the operator's next offsets.
 
   1. The config: channel.json, or one the caller supplies (`--config FILE`, or the
      appliance's database) when channel.json is damaged or missing; the damaged file
@@ -49,9 +58,13 @@ Steps, in order; a file is kept aside before it changes, never deleted:
      lower or log.state is unreadable; 0 without either): which storage the offsets
      belong to is unknown, so every offset the log holds counts as of the new one, and
      a drain that sent any of them refuses loudly, naming the way out
-     (channel_engine/incarnations.py), never skips them. An older Weir's
-     `incarnation.stray` with no `incarnation` is renamed back when it reads intact; else
-     the same new incarnation is written (the copy stays). Both are reported (moved
+     (channel_engine/incarnations.py), never skips them; an intact older Weir's
+     `incarnation.stray` is not put back over a damaged file (that file may have been a
+     newer incarnation: the copy stays, reported). An older Weir's
+     `incarnation[.<n>].stray` with no `incarnation` is renamed back when it reads intact —
+     the newest copy by made_at_ms when there are several (ChannelEngineError, the copies
+     left as they are, when the newest ones name different incarnations); else the same
+     new incarnation is written (the copy stays). Both are reported (moved
      aside, rewritten with the new id and start); a crash between the rename and the
      write leaves `incarnation.damaged` alone, which the open refuses: recover again.
   6. Open as the owner with force_recovery: every batch of every partition is
@@ -99,6 +112,7 @@ from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.home_files import not_regular
 from channel_engine.queue.loss_ledger import LossLedger
+from channel_engine.tools.missing_storage import MissingStorageError, missing_partitions
 from channel_engine.tools.verify_home import HomeReport, check_config_file
 from channel_engine.tools.verify_home import verify_home as _verify_home
 
@@ -173,6 +187,9 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
     if not home.is_dir():
         raise FileNotFoundError(f"{home}: no channel home here")
     config = load_config(home, supplied)
+    missing = missing_partitions(config)
+    if missing:  # step 0: before anything changes
+        raise MissingStorageError(config, missing)
     report = RepairReport(str(home), config.name)
     found = HomeReport(str(home))
     check_config_file(home, found)
@@ -361,30 +378,60 @@ def _repair_incarnation(directory: Path, report: RepairReport) -> None:
     except CorruptStateError as exc:
         damage = exc.reason
     path = directory / INCARNATION_FILE
+    left = ""
     if os.path.lexists(path):
         _move_aside(path, DAMAGED_SUFFIX, f"damaged incarnation file: {damage}", report)
+        intact = [kept.name for kept, _ in _intact_strays(directory)]
+        if intact:  # the damaged file may be a newer incarnation than they are
+            left = (f"; the intact {', '.join(intact)} left aside, not put back: the "
+                    "damaged file may have been a newer incarnation than they are")
     else:
-        for kept in incarnation_file.kept_copies(directory):
-            if kept.name.endswith(STRAY_SUFFIX) and _reads(kept):
-                os.rename(kept, path)
-                fsync_directory(directory)
-                report.rewritten.append({"path": str(path), "why": f"put back from "
-                                         f"{kept.name}, moved aside by an older Weir"})
-                return
+        kept = _newest_stray(directory)
+        if kept is not None:
+            os.rename(kept, path)
+            fsync_directory(directory)
+            report.rewritten.append({"path": str(path), "why": f"put back from "
+                                     f"{kept.name}, moved aside by an older Weir (the "
+                                     "newest intact copy by the time it was made)"})
+            return
     start = _log_start(directory)
     made = incarnation_file.restart(directory, start)
     report.rewritten.append({"path": str(path), "why": (
         f"a new incarnation {made.id} starting at the log start, offset {start}: which "
         "storage the offsets belong to could not be told, so a drain that sent offsets "
-        f"at or above {start} refuses (naming the way out) instead of skipping them")})
+        f"at or above {start} refuses (naming the way out) instead of skipping them{left}")})
 
 
-def _reads(path: Path) -> bool:
-    try:
-        incarnation_file.decode(path.read_bytes(), path)
-    except (CorruptStateError, OSError):
-        return False
-    return True
+def _intact_strays(directory: Path) -> list[tuple[Path, incarnation_file.Incarnation]]:
+    """An older Weir's `incarnation[.<n>].stray` copies that read intact."""
+    found = []
+    for kept in incarnation_file.kept_copies(directory):
+        if kept.name.endswith(STRAY_SUFFIX):
+            try:
+                found.append((kept, incarnation_file.decode(kept.read_bytes(), kept)))
+            except (CorruptStateError, OSError):
+                continue
+    return found
+
+
+def _newest_stray(directory: Path) -> Path | None:
+    """The intact stray copy to put back: the newest by made_at_ms (a settled one before
+    its own pending copy), never the first by name; ChannelEngineError, leaving them as they are,
+    when the newest copies name different incarnations (which is the partition's cannot
+    be told)."""
+    copies = _intact_strays(directory)
+    if not copies:
+        return None
+    newest = max((i.made_at_ms, not i.pending) for _, i in copies)
+    top = [(kept, i) for kept, i in copies if (i.made_at_ms, not i.pending) == newest]
+    if len({(i.id, i.start_offset) for _, i in top}) > 1:
+        names = ", ".join(str(kept) for kept, _ in top)
+        raise ChannelEngineError(f"{directory}: copies of the partition's incarnation file "
+                                 f"disagree ({names}: made at the same time, naming other "
+                                 "storage): which to put back cannot be told. Rename the "
+                                 f"right one to {INCARNATION_FILE} (or remove the others) "
+                                 "and run recover again")
+    return top[0][0]
 
 
 def _log_start(directory: Path) -> int:

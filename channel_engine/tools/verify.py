@@ -56,7 +56,11 @@ are verify_home.py's) adds, never failing on what it finds:
     recover (`.damaged`, `.stray`) and temp files of an interrupted atomic write
     are notes; so are directories that are not a partition or the backup dir
     (another channel's partitions may share the directory): they are left alone;
-  * then every partition directory, as above.
+  * then every partition directory, as above; one missing (gone, found empty where a
+    checkpoint says the partition existed, or of a recreate cut short:
+    tools/missing_storage.py) is reported as such with the operator's way out (mount
+    the volume, or recreate; recreate again with the same next offsets), never as a
+    partition's damaged files: recover refuses it.
 """
 from __future__ import annotations
 
@@ -102,6 +106,7 @@ from channel_engine.tools.log_scan import (
     scan_log_file,
     segment_files,
 )
+from channel_engine.tools.missing_storage import missing_partitions, why_missing
 from channel_engine.tools.verify_home import HomeReport, check_config_file, verify_home
 
 
@@ -220,6 +225,7 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
         report.notes.append("partitions not checked: no valid channel.json (supply the "
                             "settings: --config FILE)")
     partitions: list[dict[str, Any] | None] = []
+    missing = dict(missing_partitions(used)) if used else {}
     for i in range(used.partitions if used else 0):
         directory = used.partition_dir(i) if used else home
         left = recreate_temp_dir(directory)
@@ -227,11 +233,13 @@ def verify_channel(config: ChannelConfig | str | Path) -> dict[str, Any]:
             report.notes.append(f"partition {i}: {left}: left by a recreate cut short before "
                                 "its rename into place (the next recreate uses it, a "
                                 "delete of the channel removes it)")
-        if not directory.is_dir():
-            partitions.append(None)
-            report.damages.append(Damage(str(directory), 0, f"partition {i}: missing"))
-            problems.append(f"partition {i}: {directory} is missing")
-            continue
+        if i in missing and used is not None:
+            why = why_missing(used, directory)
+            report.damages.append(Damage(str(directory), 0, f"partition {i}: {why}"))
+            problems.append(f"partition {i}: {directory}: {why}")
+            if not incarnation_file.cut_short(directory):  # nothing there to verify
+                partitions.append(None)
+                continue
         found = verify_partition(directory, used.durability if used else None)
         partitions.append(found.to_dict())
         report.damages += found.damages

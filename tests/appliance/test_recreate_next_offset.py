@@ -12,6 +12,7 @@ import pytest
 from appliance_helpers import make_files, problem, token_client
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.template.loader import render_to_string
 from django.test import Client
 
 from appliance import channel_dirs, channels
@@ -129,3 +130,19 @@ def test_the_api_schema_bounds_next_offsets() -> None:
     field = body["content"]["application/json"]["schema"]["properties"]["next_offsets"]
     assert field["propertyNames"] == {"pattern": "^[0-9]+$"}
     assert field["additionalProperties"]["maximum"] == MAX_OFFSET
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_a_recreate_cut_short_reads_as_such_in_the_partitions_table(pending: bool) -> None:
+    """Its start offset is no fact yet: never shown as 'from offset 0'."""
+    part = {"partition": 1, "directory": "/data/orders-1", "incarnation": "ab" * 16,
+            "incarnation_start_offset": 0 if pending else 900, "incarnation_pending": pending}
+    html = render_to_string("ui/_channel_status.html",
+                            {"status": {"partitions": [part]}, "row": {"name": "orders"}})
+    cell = html[html.index("<code>/data/orders-1</code>"):].split("</td>")[0]
+    if pending:
+        assert ">start not recorded: recreate cut short</span>" in cell
+        assert "from offset" not in cell and "recreate the channel again" in cell
+    else:
+        assert ">recreated, from offset 900</span>" in cell
+    assert "incarnation" not in cell and "None" not in cell

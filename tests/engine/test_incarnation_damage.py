@@ -5,6 +5,7 @@ copy of it, is damage (the open refuses, verify reports it), never the original 
 `recover` repairs what verify reports."""
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -18,11 +19,12 @@ from channel_engine import (
     StorageMissingError,
     recreate_temp_dir,
 )
-from channel_engine.errors import CorruptStateError
+from channel_engine.errors import ChannelEngineError, CorruptStateError
 from channel_engine.filenames import INCARNATION_FILE
 from channel_engine.incarnations import ORIGINAL
 from channel_engine.log import incarnation as incarnation_file
 from channel_engine.queue.channel_owner import ChannelOwner
+from channel_engine.tools import cli
 from channel_engine.tools.recover import repair
 from channel_engine.tools.verify import verify_channel, verify_partition
 
@@ -187,3 +189,85 @@ def test_verify_lists_the_directory_a_recreate_cut_short_left(tmp_path: Path) ->
     found = verify_channel(config.home)
     assert any(f"partition 1: {left}: left by a recreate cut short" in note
                for note in found["notes"]), found["notes"]
+
+
+def test_stat_says_a_recreate_cut_short_has_no_start_yet(tmp_path: Path) -> None:
+    config, _, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    directory.mkdir()
+    pending = incarnation_file.begin(directory)
+    out = io.StringIO()
+    assert cli.main(["stat", str(directory)], out) == 0
+    assert (f"recreated storage (id {pending.id}), start not recorded: recreate cut short"
+            in out.getvalue()), out.getvalue()
+    assert "from offset" not in out.getvalue()
+
+
+def test_a_recreate_in_place_removes_an_earlier_recreates_temp_directory(
+        tmp_path: Path) -> None:
+    """A recreate killed before its rename left the temp one; the directory was then made
+    again by someone, so the next recreate works in place: the temp one goes."""
+    config, checkpointed, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    left = recreate_temp_dir(directory)
+    left.mkdir()
+    incarnation_file.begin(left)
+    directory.mkdir()
+    with Channel.open(config, existed=True) as channel:
+        assert channel.incarnations()[1].start_offset == checkpointed
+    assert not left.exists()
+    assert not any(str(left) in note for note in verify_channel(config.home)["notes"])
+
+
+def test_a_temp_directory_holding_more_than_its_file_is_left_alone(tmp_path: Path) -> None:
+    config, _, _ = _vanished_after_old_checkpoint(tmp_path)
+    directory = config.partition_dir(1)
+    left = recreate_temp_dir(directory)
+    left.mkdir()
+    (left / "notes.txt").write_text("an operator's")
+    directory.mkdir()
+    with Channel.open(config, existed=True):
+        pass
+    assert (left / "notes.txt").is_file()
+
+
+def _older_copy(made_at_ms: int, start: int, made_id: str = "cd" * 16) -> bytes:
+    return incarnation_file.encode(incarnation_file.Incarnation(made_id, start, False,
+                                                                made_at_ms))
+
+
+def test_recover_puts_back_the_newest_stray_copy_not_the_first_by_name(
+        tmp_path: Path) -> None:
+    """`incarnation.1.stray` sorts before `incarnation.stray`: the time it was made decides."""
+    config, made, checkpointed = _recreated(tmp_path)
+    directory = config.partition_dir(1)
+    current = incarnation_file.read(directory)
+    os.rename(directory / INCARNATION_FILE, directory / "incarnation.stray")
+    (directory / "incarnation.1.stray").write_bytes(_older_copy(current.made_at_ms - 60_000, 0))
+    repair(config.home)
+    saved = incarnation_file.read(directory)
+    assert (saved.id, saved.start_offset) == (made, checkpointed)
+
+
+def test_recover_refuses_stray_copies_that_disagree(tmp_path: Path) -> None:
+    config, _, _ = _recreated(tmp_path)
+    directory = config.partition_dir(1)
+    current = incarnation_file.read(directory)
+    os.rename(directory / INCARNATION_FILE, directory / "incarnation.stray")
+    (directory / "incarnation.1.stray").write_bytes(_older_copy(current.made_at_ms, 0))
+    with pytest.raises(ChannelEngineError, match="disagree"):
+        repair(config.home)
+    assert not (directory / INCARNATION_FILE).exists()  # nothing chosen
+
+
+def test_recover_says_why_an_intact_stray_is_not_put_back_over_a_damaged_file(
+        tmp_path: Path) -> None:
+    config, made, _ = _recreated(tmp_path)
+    directory = config.partition_dir(1)
+    (directory / "incarnation.stray").write_bytes(_older_copy(1, 0))
+    (directory / INCARNATION_FILE).write_bytes(b"torn")
+    report = repair(config.home)
+    why = next(r["why"] for r in report.rewritten
+               if r["path"] == str(directory / INCARNATION_FILE))
+    assert "the intact incarnation.stray left aside, not put back" in why
+    assert incarnation_file.read(directory).id not in (made, "cd" * 16, ORIGINAL)
