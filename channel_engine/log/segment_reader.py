@@ -65,6 +65,10 @@ class SegmentReader:
 
     def __init__(self, file: SegmentFile) -> None:
         self.file = file  # the state: descriptor, counters, indexes (segment_file.py)
+        # the last batch find_position landed on, (position, header): a read that starts
+        # there reads that batch's size, not a 64 KiB chunk, when it needs only that batch
+        # (a take of one producer's batch). Only a size hint: every read is checked anyway
+        self._found: tuple[int, BatchHeader] | None = None
 
     # -- finding an offset or a time ------------------------------------------------
     def find_position(self, offset: int, size_bound: int) -> int | None:
@@ -118,6 +122,7 @@ class SegmentReader:
                 except InvalidBatch as exc:
                     raise CorruptRecordError(file.log_path, position, exc.reason) from exc
             if header.last_offset >= offset:
+                self._found = (position, header)
                 return position
             position += header.size
             header = None
@@ -201,6 +206,9 @@ class SegmentReader:
         buf, buf_start = b"", position
         expected = first_base
         chunk = FIRST_READ_CHUNK  # doubled at each read: small reads stay small, scans grow
+        found = self._found
+        if found is not None and found[0] == position and found[1].next_offset >= offset_bound:
+            chunk = found[1].size  # the one batch wanted, found just before (a size hint)
         while position < size_bound:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
@@ -232,6 +240,8 @@ class SegmentReader:
                 data = header.base_offset.to_bytes(8, "big", signed=True) + data[8:]
             yield position, header, data
             position += header.size
+            if header.next_offset >= offset_bound:
+                return  # the next batch starts at that offset: no read of it for nothing
 
     def _checked_base(self, position: int, header: BatchHeader, expected: tuple[int, int],
                       size_bound: int) -> BatchHeader:
