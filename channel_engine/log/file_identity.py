@@ -14,7 +14,8 @@ an fsync'd put of 100 events.
 
 statx(2) with a mask of STATX_INO asks for no timestamp, and the kernel then leaves
 the inode unmarked (fill_mg_cmtime), so writes keep coarse timestamps. st_dev is
-always filled in (stx_dev_major/minor); the inode number is what the mask asks for.
+always filled in (stx_dev_major/minor); the inode number is what the mask asks for
+(a result whose stx_mask lacks it is asked again with os.stat).
 
 Fallback: os.stat where statx cannot be called (not Linux, a libc without the
 wrapper) or the kernel refuses it (ENOSYS: before 4.11; EPERM: a seccomp filter),
@@ -36,8 +37,10 @@ AT_FDCWD = -100
 STATX_INO = 0x100  # <linux/stat.h>: ask for stx_ino only, no timestamp
 STATX_SIZE = 256  # sizeof(struct statx)
 INO_AT = 32  # __u64 stx_ino
+MASK_AT = 0  # __u32 stx_mask: what the kernel filled in
 DEV_AT = 136  # __u32 stx_dev_major, __u32 stx_dev_minor
 _INO = struct.Struct("=Q")
+_MASK = struct.Struct("=I")
 _DEV = struct.Struct("=II")
 _FALLBACK_ERRNOS = (errno.ENOSYS, errno.EPERM)
 
@@ -77,6 +80,8 @@ def path_identity(path: str | os.PathLike[str]) -> Identity:
         return stat_identity(path)
     buffer = ctypes.create_string_buffer(STATX_SIZE)
     if statx(AT_FDCWD, os.fsencode(path), 0, STATX_INO, buffer) == 0:
+        if not _MASK.unpack_from(buffer, MASK_AT)[0] & STATX_INO:  # no inode number given
+            return stat_identity(path)
         major, minor = _DEV.unpack_from(buffer, DEV_AT)
         return os.makedev(major, minor), _INO.unpack_from(buffer, INO_AT)[0]
     code = ctypes.get_errno()

@@ -140,3 +140,14 @@ def test_the_commit_path_checks_its_segment_without_reading_timestamps(
         monkeypatch.undo()
         assert log.log_end_offset == 30
     assert not [path for path in stated if path.endswith(".log")], stated
+
+
+def test_it_asks_stat_when_statx_gives_no_inode_number(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+
+    def statx_without_ino(dirfd: int, name: bytes, flags: int, mask: int, buffer: Any) -> int:
+        return 0  # success, stx_mask 0: nothing filled in (the buffer stays zeros)
+    monkeypatch.setattr(file_identity, "_statx", statx_without_ino)
+    assert path_identity(path) == stat_of(path)
