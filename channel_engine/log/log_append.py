@@ -112,7 +112,6 @@ class LogAppender:
             header = record_batch.read_header(batch)
             position = self._write_to(segment, batch, header)
             state.log_end_offset = end = header.next_offset
-            state.gather.note_append()
             epoch = state.truncations
             if state.config.durability == "policy":  # handed out on return: say so first
                 state.note_committed(end)
@@ -120,7 +119,6 @@ class LogAppender:
                 state.config.flush_messages is not None
                 and end - state.recovery_point >= state.config.flush_messages
             )
-        state.gather.wake()
         return AppendResult(header.base_offset, header.last_offset, segment.base_offset,
                             position, len(batch), header.max_timestamp, flush_due), epoch
 

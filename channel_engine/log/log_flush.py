@@ -2,9 +2,7 @@
 
 In 'fsync' durability, appenders that arrive while an fsync runs share the next
 one (group commit): one leader flushes everything written so far while the others
-wait; when committers take turns (appends from two threads lately) the leader first
-waits up to half a millisecond for another append, so that one fsync carries both
-(commit_gather.py); commit fsyncs run outside the append lock (rare metadata fsyncs of roll,
+wait; commit fsyncs run outside the append lock (rare metadata fsyncs of roll,
 retention and truncation run under it). After each group fsync the committed end
 goes to log.state (one 12-byte pwrite, state.py) before any waiter returns. A
 flush right after a roll also fsyncs the new segment's three files and the
@@ -66,21 +64,11 @@ class LogFlusher:
                 else:
                     return
             try:
-                if not files and state.config.durability == "fsync":
-                    self._gather(end, epoch)
                 self._flush_written()
             finally:
                 with state.flush_cond:
                     state.flushing = False
                     state.flush_cond.notify_all()
-
-    def _gather(self, end: int, epoch: int) -> None:
-        """The leader, before its fsync: wait for a committer that takes turns with it
-        (commit_gather.py) to append too. Caller holds the flush slot."""
-        state = self.state
-        with state.flush_cond:
-            state.gather.wait(lambda: state.log_end_offset > end or state.closed
-                              or state.truncations != epoch or state.offline is not None)
 
     def _flush_written(self) -> None:
         """fsync everything written so far, then check that it landed in our directory

@@ -55,7 +55,6 @@ from channel_engine.filenames import (
 )
 from channel_engine.log import record_batch
 from channel_engine.log import state as log_state
-from channel_engine.log.commit_gather import CommitGather
 from channel_engine.log.config import LogConfig
 from channel_engine.log.recovery import LostRange, RecoveryReport
 from channel_engine.log.segment import LogSegment, SegmentConfig
@@ -80,7 +79,6 @@ class PartitionState:
         self.segment_config = SegmentConfig.of(config)  # what each new segment is made with
         self.lock = threading.Lock()
         self.flush_cond = threading.Condition()
-        self.gather = CommitGather(self.flush_cond)  # fsync leaders wait for a sibling
         self.state_lock = threading.Lock()
         self.flushing = False  # the flush slot is taken (flush_slot, LogFlusher.make_durable)
         self.lock_fd = -1
