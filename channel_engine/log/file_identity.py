@@ -17,23 +17,30 @@ the inode unmarked (fill_mg_cmtime), so writes keep coarse timestamps. st_dev is
 always filled in (stx_dev_major/minor); the inode number is what the mask asks for
 (a result whose stx_mask lacks it is asked again with os.stat).
 
+The flags are AT_NO_AUTOMOUNT, as os.stat's stat(2): a path on an automount point
+is not mounted by the check.
+
 Fallback: os.stat where statx cannot be called (not Linux, a libc without the
-wrapper) or the kernel refuses it (ENOSYS: before 4.11; EPERM: a seccomp filter),
-remembered for the process. Errors are os.stat's (FileNotFoundError for a missing
-path, OSError naming the path otherwise).
+wrapper) or the kernel refuses it (ENOSYS: before 4.11; EPERM: a seccomp filter,
+which applies to the whole process), remembered for the process and logged.
+Errors are os.stat's (FileNotFoundError for a missing path, OSError naming the path
+otherwise, ValueError for a path holding a NUL byte).
 
 Thread-safe: each call uses its own result buffer.
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
+import logging
 import os
 import struct
 from collections.abc import Callable
 
+logger = logging.getLogger(__name__)
+
 AT_FDCWD = -100
+AT_NO_AUTOMOUNT = 0x800  # <fcntl.h>: what stat(2) implies; statx needs it asked for
 STATX_INO = 0x100  # <linux/stat.h>: ask for stx_ino only, no timestamp
 STATX_SIZE = 256  # sizeof(struct statx)
 INO_AT = 32  # __u64 stx_ino
@@ -48,18 +55,24 @@ Identity = tuple[int, int]  # (st_dev, st_ino)
 
 
 def _load_statx() -> Callable[..., int] | None:
-    """libc's statx wrapper, or None where there is none."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """libc's statx wrapper, or None where there is none (logged)."""
+    # the symbols the process already has (libc among them): find_library would run
+    # ldconfig in a subprocess, and finds nothing in a minimal image
     try:
-        function = ctypes.CDLL(name, use_errno=True).statx
-    except (OSError, AttributeError):
+        function = ctypes.CDLL(None, use_errno=True).statx
+    except (OSError, AttributeError) as exc:
+        _log_fallback(f"no statx in this process's C library ({exc})")
         return None
     function.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
                          ctypes.c_void_p)
     function.restype = ctypes.c_int
     return function
+
+
+def _log_fallback(why: str) -> None:
+    """Say once per process that segment identity checks use os.stat, and why."""
+    logger.info("segment identity checks use os.stat, which marks file timestamps "
+                "queried (fsync'd appends cost more on Linux 6.13+): %s", why)
 
 
 _statx = _load_statx()
@@ -78,15 +91,19 @@ def path_identity(path: str | os.PathLike[str]) -> Identity:
     statx = _statx
     if statx is None:
         return stat_identity(path)
+    name = os.fsencode(path)
+    if b"\0" in name:  # c_char_p would cut it there and check another path
+        raise ValueError("embedded null byte")
     buffer = ctypes.create_string_buffer(STATX_SIZE)
-    if statx(AT_FDCWD, os.fsencode(path), 0, STATX_INO, buffer) == 0:
+    if statx(AT_FDCWD, name, AT_NO_AUTOMOUNT, STATX_INO, buffer) == 0:
         if not _MASK.unpack_from(buffer, MASK_AT)[0] & STATX_INO:  # no inode number given
             return stat_identity(path)
         major, minor = _DEV.unpack_from(buffer, DEV_AT)
         return os.makedev(major, minor), _INO.unpack_from(buffer, INO_AT)[0]
     code = ctypes.get_errno()
-    if code == errno.ENOSYS:
-        _statx = None  # this kernel has none: never ask again
     if code in _FALLBACK_ERRNOS:
+        # no statx in this kernel, or a seccomp filter (whole-process): never ask again
+        _statx = None
+        _log_fallback(f"statx refused: {os.strerror(code)}")
         return stat_identity(path)
     raise OSError(code, os.strerror(code), os.fspath(path))  # ENOENT: FileNotFoundError

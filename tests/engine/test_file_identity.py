@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import sys
 import time
@@ -49,9 +50,10 @@ def test_it_raises_file_not_found_for_a_missing_path(tmp_path: Path) -> None:
     assert caught.value.filename == str(tmp_path / "gone.log")
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="statx(2) is Linux's")
 def test_it_asks_statx_not_stat_on_linux(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    assert sys.platform == "linux" and file_identity._statx is not None
+    assert file_identity._statx is not None  # found in the process's own C library
     path = tmp_path / "f"
     path.write_bytes(b"x")
     expected = stat_of(path)
@@ -62,27 +64,23 @@ def test_it_asks_statx_not_stat_on_linux(tmp_path: Path,
     assert path_identity(path) == expected
 
 
-def test_it_falls_back_to_stat_for_good_when_the_kernel_has_no_statx(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.EPERM], ids=["ENOSYS", "EPERM"])
+def test_it_falls_back_to_stat_for_good_when_the_kernel_refuses_statx(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        code: int) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x")
-    fake = refusing_statx(errno.ENOSYS)
+    fake = refusing_statx(code)
     monkeypatch.setattr(file_identity, "_statx", fake)
-    assert path_identity(path) == stat_of(path)
-    assert file_identity._statx is None  # remembered: never asked again
-    assert path_identity(path) == stat_of(path) and fake.calls == 1
-
-
-def test_it_falls_back_to_stat_when_a_filter_refuses_statx(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(b"x")
-    fake = refusing_statx(errno.EPERM)
-    monkeypatch.setattr(file_identity, "_statx", fake)
-    assert path_identity(path) == stat_of(path)
-    with pytest.raises(FileNotFoundError):  # os.stat's error for what it finds
-        path_identity(tmp_path / "missing")
-    assert file_identity._statx is fake and fake.calls == 2
+    with caplog.at_level(logging.INFO, logger=file_identity.__name__):
+        assert path_identity(path) == stat_of(path)
+        assert file_identity._statx is None  # remembered: never asked again
+        assert path_identity(path) == stat_of(path) and fake.calls == 1
+        with pytest.raises(FileNotFoundError):  # os.stat's error for what it finds
+            path_identity(tmp_path / "missing")
+    assert fake.calls == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and os.strerror(code) in said[0], said
 
 
 def test_it_raises_other_errors_naming_the_path(tmp_path: Path,
@@ -91,6 +89,39 @@ def test_it_raises_other_errors_naming_the_path(tmp_path: Path,
     with pytest.raises(PermissionError) as caught:
         path_identity(tmp_path / "f")
     assert caught.value.errno == errno.EACCES and caught.value.filename == str(tmp_path / "f")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="statx(2) is Linux's")
+def test_it_finds_statx_without_looking_for_the_library_file(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes.util  # a minimal image has no ldconfig: find_library finds nothing there
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert file_identity._load_statx() is not None
+
+
+def test_it_refuses_a_path_holding_a_nul_byte_as_stat_does(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"x")  # what a C string cut at the NUL would name
+    with pytest.raises(ValueError):
+        os.stat(f"{tmp_path}/a\0b")
+    with pytest.raises(ValueError, match="null byte"):
+        path_identity(f"{tmp_path}/a\0b")
+
+
+def test_it_asks_statx_not_to_automount_as_stat_does_not(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    flags: list[int] = []
+    real = file_identity._statx
+    if real is None:
+        pytest.skip("no statx here")
+
+    def recording(dirfd: int, name: bytes, flag: int, mask: int, buffer: Any) -> int:
+        flags.append(flag)
+        return real(dirfd, name, flag, mask, buffer)
+    monkeypatch.setattr(file_identity, "_statx", recording)
+    assert path_identity(path) == stat_of(path)
+    assert flags == [file_identity.AT_NO_AUTOMOUNT] == [0x800]
 
 
 def mtime_updates(path: Path, check: Any, rounds: int = 100) -> int:
@@ -120,9 +151,10 @@ def test_it_leaves_the_timestamps_unqueried_so_writes_keep_coarse_mtimes(
     path.write_bytes(b"x")
     after_stat = mtime_updates(path, os.stat)
     after_identity = mtime_updates(path, path_identity)
-    if after_stat > 80:  # multigrain here: path_identity must not do what os.stat does
-        assert after_identity < after_stat // 2, (after_identity, after_stat)
-    assert after_identity <= after_stat + 10
+    if after_stat <= 80:
+        pytest.skip(f"no multigrain timestamps on this kernel ({os.uname().release}): a write "
+                    f"after os.stat set a new mtime {after_stat} times in 100")
+    assert after_identity < after_stat // 2, (after_identity, after_stat)
 
 
 def test_the_commit_path_checks_its_segment_without_reading_timestamps(
