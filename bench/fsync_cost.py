@@ -17,13 +17,20 @@ alone where there is one, median of R rounds (default 3), variants interleaved p
   * statx+fdatasync: the same check through file_identity.path_identity (no timestamp
     asked for).
 
+The limit, in the same interleaved rounds: "sqlite WAL FULL", N transactions of
+channel_throughput.py's SQLite put (WAL, synchronous=FULL, BEGIN IMMEDIATE, executemany
+INSERT of a batch of --batch bodies of B/--batch bytes, COMMIT) into a fresh database.
+Issue 18 wants a fsync'd put at >= 1.5x its rate, so the whole put (engine work and all)
+must take at most its median / 1.5: that budget is printed under the variants, next to
+what the sync alone takes.
+
 The device's cache flushes per write (from /sys/dev/block) are printed too: every variant
-needs one (this virtual disk has a write-back cache and no FUA).
+needs one (this virtual disk has a write-back cache and no FUA). So is the kernel release:
+the stat-vs-statx difference exists only with multigrain timestamps (Linux 6.13+).
 
-Why: issue 18's batch-100 put must cost <= ~181 us per transaction; the sync is most of
-it. Numbers are noisy on this shared VM: compare variants within one run.
+Numbers are noisy on this shared VM: compare rows within one run.
 
-Usage: python bench/fsync_cost.py [--writes N] [--bytes B] [--rounds R] [--dir DIR]
+Usage: python bench/fsync_cost.py [--writes N] [--bytes B] [--batch K] [--rounds R] [--dir DIR]
 """
 from __future__ import annotations
 
@@ -37,7 +44,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from common import flush_stat_path, read_flushes
+from channel_throughput import SqliteStore, sqlite_create
+from common import flush_stat_path, make_bodies, read_flushes
 
 from channel_engine.log.file_identity import path_identity
 
@@ -84,6 +92,7 @@ VARIANTS: dict[str, tuple[Step, int]] = {
     "stat+fdatasync": (checked(os.stat), 0),
     "statx+fdatasync": (checked(path_identity), 0),
 }
+SQLITE = "sqlite WAL FULL"
 
 
 def run(directory: Path, step: Step, flags: int, writes: int,
@@ -115,42 +124,82 @@ def run(directory: Path, step: Step, flags: int, writes: int,
     return whole, syncs, flushes
 
 
+def run_sqlite(directory: Path, transactions: int, size: int,
+               batch: int) -> tuple[list[float], int | None]:
+    """Every SQLite FULL put transaction's time (us) into a fresh database, and the flushes."""
+    path = directory / "reference.db"
+    sqlite_create(path)
+    store = SqliteStore(path, "FULL")
+    rows = [(body,) for body in make_bodies(batch, size // batch)]
+    times = []
+    stat_path = flush_stat_path(directory)
+    flushes0 = read_flushes(stat_path)
+    try:
+        for _ in range(transactions):
+            start = time.perf_counter()
+            store.put(rows)
+            times.append((time.perf_counter() - start) * 1e6)
+    finally:
+        store.close()
+        for leftover in directory.glob("reference.db*"):
+            leftover.unlink()
+    flushes1 = read_flushes(stat_path)
+    flushes = None if flushes0 is None or flushes1 is None else flushes1 - flushes0
+    return times, flushes
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=1500, help="durable writes per run")
     parser.add_argument("--bytes", type=int, default=20_997, help="bytes per write")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="rows per SQLite transaction (the bytes split among them)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per variant")
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp"), help="scratch parent")
     return parser.parse_args(argv)
 
 
+def print_row(name: str, runs: list[tuple[float, float, float | None, int | None]],
+              writes: int) -> None:
+    """One variant's medians over its rounds."""
+    flushes = [f for *_, f in runs if f is not None]
+    per_write = f"{statistics.median(flushes) / writes:.2f}" if flushes else "-"
+    syncs = [r[2] for r in runs if r[2] is not None]
+    sync = f"{statistics.median(syncs):.0f}" if syncs else "-"
+    print(f"  {name:<17} {statistics.median(r[0] for r in runs):>14.0f} "
+          f"{statistics.median(r[1] for r in runs):>12.0f} {sync:>14} {per_write:>13}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every variant R times, interleaved, and print the medians."""
+    """Run every variant and the SQLite limit R times, interleaved, and print the medians."""
     args = parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="weir-fsync-", dir=args.dir))
-    results: dict[str, list[tuple[float, float, float, int | None]]] = {v: [] for v in VARIANTS}
+    results: dict[str, list[tuple[float, float, float | None, int | None]]] = {
+        name: [] for name in [*VARIANTS, SQLITE]}
     print(f"{args.writes} durable writes of {args.bytes} B over zero-filled blocks, "
-          f"{args.rounds} rounds, load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"{args.rounds} rounds, kernel {os.uname().release}, "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
     try:
         for _ in range(args.rounds):
             for name, (step, flags) in VARIANTS.items():
                 whole, syncs, flushes = run(scratch, step, flags, args.writes, args.bytes)
                 results[name].append((statistics.median(whole), statistics.mean(whole),
                                       statistics.median(syncs), flushes))
+            times, flushes = run_sqlite(scratch, args.writes, args.bytes, args.batch)
+            results[SQLITE].append((statistics.median(times), statistics.mean(times), None,
+                                    flushes))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"  {'variant':<17} {'step median us':>14} {'step mean us':>12} "
           f"{'sync median us':>14} {'flushes/write':>13}")
     for name, runs in results.items():
-        flushes = [f for *_, f in runs if f is not None]
-        per_write = f"{statistics.median(flushes) / args.writes:.2f}" if flushes else "-"
-        print(f"  {name:<17} {statistics.median(r[0] for r in runs):>14.0f} "
-              f"{statistics.median(r[1] for r in runs):>12.0f} "
-              f"{statistics.median(r[2] for r in runs):>14.0f} {per_write:>13}")
+        print_row(name, runs, args.writes)
+    limit = statistics.median(r[0] for r in results[SQLITE])
+    print(f"  budget: a whole fsync'd put of {args.batch} "
+          f"<= {limit / 1.5:.0f} us ({SQLITE} median / 1.5, issue 18)")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,9 +8,10 @@ timestamp marks the inode "queried": the next write to the file then takes a
 fine-grained time instead of the coarse clock tick, so every write after a stat
 changes the mtime, dirties the inode (a filesystem journal handle) and raises the
 coarse clock's floor, so the log.state rewritten after each commit gets a new mtime
-too. Measured on this project's ext4 disk (bench/fsync_cost.py): a stat of the file
-before each 20 KB overwrite adds ~35-55 us to the fdatasync that follows, a third of
-an fsync'd put of 100 events.
+too. Measured on this project's ext4 disk on Linux 6.18 (bench/fsync_cost.py, two runs
+recorded in bench/README.md): a stat of the file before each 20 KB overwrite adds
+26-61 us to the median write+fdatasync, 14-31% of the ~190 us a whole fsync'd put of
+100 events may take (1.5x SQLite WAL FULL, measured in the same runs).
 
 statx(2) with a mask of STATX_INO asks for no timestamp, and the kernel then leaves
 the inode unmarked (fill_mg_cmtime), so writes keep coarse timestamps. st_dev is
