@@ -22,6 +22,11 @@ complete batches only. A repair at use runs in the reader's thread under the
 segment's index lock (SegmentFile.index_lock), which append, roll and
 truncate_file also take around their index work; readers see the old or the new
 entries whole (each is verified anyway).
+The reader's one piece of its own state, `_found` (the last batch find_position
+landed on), is shared by every thread reading this segment and written without a
+lock: a reader may see another's. It is only a size hint for the first read of
+read_batches (assigned as one tuple, so never half-written); a stale one costs a
+second read, never a wrong batch, since every batch read is checked.
 
 Failures: damage met by a read raises CorruptRecordError naming the file and the
 byte (the partition log skips it and counts the loss); an index file that cannot
@@ -200,7 +205,10 @@ class SegmentReader:
         base offset is below offset_bound and they end within size_bound. The first batch is
         yielded whole; later ones only while the total stays within max_bytes. With
         first_base=(lo, hi) the offsets are checked too (their field lies outside the CRC):
-        the first base offset within [lo, hi], each next one following the previous batch."""
+        the first base offset within [lo, hi], each next one following the previous batch.
+        A read stops after the batch that holds offset_bound - 1, without reading the next
+        header: damage in the batch after it is reported (CorruptRecordError) by the read
+        that wants that batch's offsets, not by one ending just before them."""
         file = self.file
         total = 0
         buf, buf_start = b"", position
