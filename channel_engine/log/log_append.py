@@ -16,8 +16,8 @@ created since the last flush) before moving on, so the recovery point reaches th
 new base, as Kafka's roll flushes up to the new segment.
 
 Never acknowledged unless on disk in our directory: every append first checks
-with one stat (about 1 us) that the active segment's path still names the file the
-log holds open.
+with one statx (a few us; it reads no timestamp: file_identity.py says why) that
+the active segment's path still names the file the log holds open.
 
 A part of PartitionLog over its PartitionState (partition_state.py):
 PartitionLog.append_batch runs write_batch, then, when the policy asks for it,

@@ -22,8 +22,9 @@ flush right after a roll also fsyncs the new segment's three files and the
 directory entry.
 
 Never acknowledged unless on disk in our directory: every append first checks
-with one stat (about 1 us) that the active segment's path still names the file
-the log holds open (st_dev, st_ino, noted when the segment was opened); every
+with one statx (a few us; it reads no timestamp: file_identity.py says why) that
+the active segment's path still names the file the log holds open (st_dev,
+st_ino, noted when the segment was opened); every
 group fsync checks the same after it returns. A directory deleted, replaced or
 unmounted under the log, or one that refuses writes (EROFS, EACCES, EPERM),
 fails the call with LogDirectoryError naming it and takes the log offline.

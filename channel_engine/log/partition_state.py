@@ -186,7 +186,8 @@ class PartitionState:
 
     def check_directory(self, segment: LogSegment) -> None:
         """Go offline with LogDirectoryError unless `segment`'s path still names the file we
-        write (one stat): a deleted, replaced or unmounted directory acknowledges nothing."""
+        write (one statx, segment_file.gone): a deleted, replaced or unmounted directory
+        acknowledges nothing."""
         try:
             if not segment.gone():
                 return

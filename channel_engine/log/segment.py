@@ -214,7 +214,7 @@ class LogSegment:
         return self.file.scan(limit, verify_from)
 
     def gone(self) -> bool:
-        """True unless the .log's path still names the file we hold open (one stat)."""
+        """True unless the .log's path still names the file we hold open (one statx)."""
         return self.file.gone()
 
     def mark_committed(self, position: int) -> None:

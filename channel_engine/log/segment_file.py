@@ -63,6 +63,7 @@ from channel_engine.filenames import (
     segment_file,
 )
 from channel_engine.log.config import LogConfig
+from channel_engine.log.file_identity import path_identity
 from channel_engine.log.offset_index import OffsetIndex
 from channel_engine.log.record_batch import (
     COMMITTED_EPOCH,
@@ -252,13 +253,13 @@ class SegmentFile:
         return self.offset_index.is_full or self.time_index.is_full
 
     def gone(self) -> bool:
-        """True unless the .log's path still names the file we hold open (one stat): the file
-        or its directory was deleted, replaced or unmounted under us."""
+        """True unless the .log's path still names the file we hold open (one statx that
+        reads no timestamp: file_identity.py says why): the file or its directory was
+        deleted, replaced or unmounted under us."""
         try:
-            found = os.stat(str(self.log_path))
+            return path_identity(self.log_path) != self.identity
         except FileNotFoundError:
             return True
-        return (found.st_dev, found.st_ino) != self.identity
 
     def mark_committed(self, position: int) -> None:
         """Stamp the transactional batch at `position` committed: 4 bytes outside its CRC

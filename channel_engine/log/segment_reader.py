@@ -22,6 +22,11 @@ complete batches only. A repair at use runs in the reader's thread under the
 segment's index lock (SegmentFile.index_lock), which append, roll and
 truncate_file also take around their index work; readers see the old or the new
 entries whole (each is verified anyway).
+The reader's one piece of its own state, `_found` (the last batch find_position
+landed on), is shared by every thread reading this segment and written without a
+lock: a reader may see another's. It is only a size hint for the first read of
+read_batches (assigned as one tuple, so never half-written); a stale one costs a
+second read, never a wrong batch, since every batch read is checked.
 
 Failures: damage met by a read raises CorruptRecordError naming the file and the
 byte (the partition log skips it and counts the loss); an index file that cannot
@@ -65,6 +70,10 @@ class SegmentReader:
 
     def __init__(self, file: SegmentFile) -> None:
         self.file = file  # the state: descriptor, counters, indexes (segment_file.py)
+        # the last batch find_position landed on, (position, header): a read that starts
+        # there reads that batch's size, not a 64 KiB chunk, when it needs only that batch
+        # (a take of one producer's batch). Only a size hint: every read is checked anyway
+        self._found: tuple[int, BatchHeader] | None = None
 
     # -- finding an offset or a time ------------------------------------------------
     def find_position(self, offset: int, size_bound: int) -> int | None:
@@ -118,6 +127,7 @@ class SegmentReader:
                 except InvalidBatch as exc:
                     raise CorruptRecordError(file.log_path, position, exc.reason) from exc
             if header.last_offset >= offset:
+                self._found = (position, header)
                 return position
             position += header.size
             header = None
@@ -195,12 +205,18 @@ class SegmentReader:
         base offset is below offset_bound and they end within size_bound. The first batch is
         yielded whole; later ones only while the total stays within max_bytes. With
         first_base=(lo, hi) the offsets are checked too (their field lies outside the CRC):
-        the first base offset within [lo, hi], each next one following the previous batch."""
+        the first base offset within [lo, hi], each next one following the previous batch.
+        A read stops after the batch that holds offset_bound - 1, without reading the next
+        header: damage in the batch after it is reported (CorruptRecordError) by the read
+        that wants that batch's offsets, not by one ending just before them."""
         file = self.file
         total = 0
         buf, buf_start = b"", position
         expected = first_base
         chunk = FIRST_READ_CHUNK  # doubled at each read: small reads stay small, scans grow
+        found = self._found
+        if found is not None and found[0] == position and found[1].next_offset >= offset_bound:
+            chunk = found[1].size  # the one batch wanted, found just before (a size hint)
         while position < size_bound:
             rel = position - buf_start
             if rel + HEADER_SIZE > len(buf):
@@ -232,6 +248,8 @@ class SegmentReader:
                 data = header.base_offset.to_bytes(8, "big", signed=True) + data[8:]
             yield position, header, data
             position += header.size
+            if header.next_offset >= offset_bound:
+                return  # the next batch starts at that offset: no read of it for nothing
 
     def _checked_base(self, position: int, header: BatchHeader, expected: tuple[int, int],
                       size_bound: int) -> BatchHeader:

@@ -286,3 +286,29 @@ def test_a_read_of_compressed_records_that_do_not_decode_raises_corrupt_record_e
             with pytest.raises(CorruptRecordError, match="records do not decode") as caught:
                 read()
             assert caught.value.path == str(path) and caught.value.position == 0
+
+
+def test_a_read_ending_before_a_damaged_header_reports_the_damage_only_when_it_is_read(
+    tmp_path: Path,
+) -> None:
+    # a read stops after the batch that reaches its end offset, without reading the next
+    # header (segment_reader.read_batches): the damage there is the next read's to report
+    fill(tmp_path)
+    middle = segment_logs(tmp_path)[1]
+    position = batch_positions(middle)[1]
+    flip_byte(middle, position + 16)  # the magic byte: the header itself is damaged
+    base = int(middle.name[:20])
+    trusting = CONFIG.replace(verify_on_open=False)
+    with PartitionLog.open(tmp_path, trusting) as log:
+        events = log.read(base, end_offset=base + 5)
+        assert [e.offset for e in events] == list(range(base, base + 5))
+        assert log.take_new_losses() == []
+        assert log.stats()["read_damage"] == {"places": 0, "offsets_lost": 0}
+        events = log.read(base + 5, max_events=10)
+        assert [e.offset for e in events] == list(range(base + 10, base + 20))
+        [lost] = log.take_new_losses()
+        assert (lost.start, lost.end, lost.path, lost.position) == \
+            (base + 5, base + 10, str(middle), position)
+        assert log.read(base + 5, max_events=10) == events
+        assert log.take_new_losses() == []  # reported once
+        assert log.stats()["read_damage"] == {"places": 1, "offsets_lost": 5}

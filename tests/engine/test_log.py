@@ -1029,3 +1029,36 @@ def test_it_preallocates_segments_and_trims_them_on_roll_and_close(tmp_path):
         assert list(log.iter_events(0)) == expected
         before = state(log)
     assert reopened_state(tmp_path, config) == before
+
+
+def test_it_decodes_a_batch_wanted_whole_as_it_decodes_part_of_it(tmp_path):
+    log = PartitionLog.open(tmp_path, LogConfig(durability="policy", flush_ms=1000))
+    events = [PendingEvent(b"v%d" % i, key=b"k" if i % 2 else None,
+                           headers={"h": b"x"} if i % 3 == 0 else None, timestamp=1000 + i)
+              for i in range(10)]
+    log.append(events[:4])
+    log.append(events[4:])
+    whole = log.read(0)
+    assert [(e.offset, e.timestamp, e.key, e.headers, e.body) for e in whole] == [
+        (i, 1000 + i, b"k" if i % 2 else None, {"h": b"x"} if i % 3 == 0 else {}, b"v%d" % i)
+        for i in range(10)]
+    assert all(type(e) is Event for e in whole)
+    assert log.read(2, max_events=5) == whole[2:7]  # part of each batch: the filtering loop
+    assert log.read(4, end_offset=10) == whole[4:]
+    log.close()
+
+
+def test_it_delivers_only_the_offsets_of_a_batch_whose_records_are_out_of_order(tmp_path):
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from channel_engine.log import record_batch as rb
+    builder = DefaultRecordBatchBuilder(rb.MAGIC, 0, 0, -1, -1, -1, 1 << 20)
+    for delta in (0, 5, 2):  # count 3, last delta 2: a valid header, records out of place
+        builder.append(delta, 1000, None, b"d%d" % delta, [])
+    log = PartitionLog.open(tmp_path, LogConfig(durability="policy", flush_ms=1000))
+    log.append_batch(bytearray(builder.build()))
+    log.append([PendingEvent(b"next")])
+    # offset 5 is not this batch's: never handed out as if it were (offset 3's body is "next")
+    assert [(e.offset, e.body) for e in log.read(0, end_offset=3)] == [(0, b"d0")]
+    assert [(e.offset, e.body) for e in log.read(3)] == [(3, b"next")]
+    log.close()

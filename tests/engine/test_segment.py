@@ -563,3 +563,45 @@ def test_it_repairs_while_a_writer_appends_without_losing_or_doubling_entries(tm
     offsets, _ = index_entries(seg)
     seg.repair_indexes("final")
     assert index_entries(seg)[0] == offsets  # what the appender built is what a rebuild gives
+
+
+def pread_sizes(monkeypatch):
+    """Record the size of every pread from here on."""
+    sizes = []
+    real = os.pread
+
+    def recording(fd, size, position):
+        sizes.append(size)
+        return real(fd, size, position)
+    monkeypatch.setattr(os, "pread", recording)
+    return sizes
+
+
+def test_it_reads_only_the_batch_a_lookup_found_when_only_that_batch_is_wanted(
+        tmp_path, monkeypatch):
+    seg = create(tmp_path)
+    headers = [append(seg, count=20, body=b"y" * 200)[1] for _ in range(30)]
+    wanted = headers[10]
+    sizes = pread_sizes(monkeypatch)
+    position = seg.find_position(wanted.base_offset, seg.size)
+    sizes.clear()  # the lookup's own reads are not the read of the batch
+    got = list(seg.read_batches(position, seg.size, wanted.next_offset, 1 << 30))
+    assert [h for _, h, _ in got] == [wanted]
+    assert sizes == [wanted.size]  # one read, not a 64 KiB chunk holding the batches after it
+    assert got[0][2] == os.pread(seg.file.fd, wanted.size, position)
+    # wanting more than that batch reads ahead in chunks, as before
+    sizes.clear()
+    more = list(seg.read_batches(position, seg.size, headers[13].next_offset, 1 << 30))
+    assert [h for _, h, _ in more] == headers[10:14] and len(sizes) == 1 and sizes[0] > \
+        4 * wanted.size
+
+
+def test_it_reads_a_whole_batch_when_the_size_found_is_stale(tmp_path):
+    seg = create(tmp_path)
+    headers = [append(seg, count=5)[1] for _ in range(4)]
+    position = seg.find_position(headers[2].base_offset, seg.size)
+    stale = headers[0]._replace(batch_length=20, base_offset=headers[2].base_offset,
+                                last_offset_delta=headers[2].last_offset_delta)
+    seg.reader._found = (position, stale)  # a hint smaller than the batch now there
+    got = list(seg.read_batches(position, seg.size, headers[2].next_offset, 1 << 30))
+    assert [h for _, h, _ in got] == [headers[2]] and len(got[0][2]) == headers[2].size
