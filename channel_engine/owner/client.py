@@ -153,9 +153,10 @@ class OwnerClient:
 
     # -- OwnerOperations (queue/operations.py), each one request ---------------------------
     def commit_batches(self, transaction_id: int | None, batches: Batches,
-                       partitions: int) -> list[tuple[int, int, int]]:
+                       partitions: int, movable: bool = False) -> list[tuple[int, int, int]]:
         """Commit an encoded put transaction in the owner."""
-        return self._request(protocol.COMMIT_BATCHES, transaction_id, batches, partitions)
+        return self._request(protocol.COMMIT_BATCHES, transaction_id, batches, partitions,
+                             movable)
 
     def count_rollback(self) -> None:
         """Count a put rollback in the owner's counters."""

@@ -13,7 +13,8 @@ Frames (both directions):
          0     4  length N of the body, big-endian u32 (at most 1 GiB)
          4     N  body: one MessagePack value
 
-Request body: [version, op, args]   version = 2, op a string, args a list.
+Request body: [version, op, args]   version = 4 (3 still answered), op a string, args a
+                                    list.
 Reply body:   [0, result]           success
               [1, error_class, message, attributes]   failure
 
@@ -23,8 +24,13 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     ----------------  ---------------------------------  ---------------------------
     hello             []                                 {"pid", "name", "version"}
     commit_batches    [txn id or None, [[partition,      [[partition, first, last], ...]
-                       batch], ...], partitions]
-                       (queue/put_batch.py)
+                       batch], ...], partitions,
+                       movable]
+                       (queue/put_batch.py; movable: the
+                       owner may choose the partition of
+                       a keyless one-batch put, and a
+                       version 3 client sends no movable:
+                       false)
     count_rollback    []                                 None
     count_failed_put  [events]                           None
     begin_take        [lease_ms or None, subscription]   take id
@@ -82,7 +88,10 @@ from channel_engine import errors
 from channel_engine.event import Event
 from channel_engine.queue.checkpointer import CheckpointResult
 
-VERSION = 3  # 2: puts travel as encoded batches (commit_batches); 3: subscriptions
+# 2: puts travel as encoded batches (commit_batches); 3: subscriptions; 4: commit_batches
+# `movable` (a version 3 client, which sends none, is still answered)
+VERSION = 4
+ANSWERED_VERSIONS = (3, 4)
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
@@ -213,13 +222,15 @@ def _optional_checkpoint(value: dict[str, Any] | None) -> CheckpointResult | Non
 
 
 def _batches_to_wire(args: tuple[Any, ...]) -> list[Any]:
-    transaction_id, batches, partitions = args
-    return [transaction_id, [[partition, batch] for partition, batch in batches], partitions]
+    transaction_id, batches, partitions, movable = args
+    return [transaction_id, [[partition, batch] for partition, batch in batches], partitions,
+            movable]
 
 
 def _batches_from_wire(args: list[Any]) -> list[Any]:
-    transaction_id, batches, partitions = args
-    return [transaction_id, [(partition, batch) for partition, batch in batches], partitions]
+    transaction_id, batches, partitions, *movable = args  # none from a version 3 client
+    return [transaction_id, [(partition, batch) for partition, batch in batches], partitions,
+            bool(movable and movable[0] is True)]
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
     """Answer one request with the owner's method of its op's name (protocol.OPERATIONS);
     keep `takes`, the unleased takes this connection holds, up to date."""
     version, name, args = request
-    if version != protocol.VERSION:
+    if version not in protocol.ANSWERED_VERSIONS:
         raise ValueError(f"owner protocol version {version} is not supported "
                          f"(this owner speaks {protocol.VERSION})")
     if name == protocol.HELLO:

@@ -1,0 +1,53 @@
+"""PutPlacement: the owner's choice of partition for a movable put, so that concurrent puts
+share one fsync.
+
+Why: a keyless put goes to one partition its producer picks round-robin (put_batch.py),
+and group commit is per partition log (log/log_flush.py). With 3 partitions, concurrent
+1-event puts from several web workers spread over 3 logs and each log's fsync carried
+about one put: one fdatasync (~290 us of system CPU here) a request
+(bench/http_small.py). Appended to the same log, the puts that arrive while its fsync
+runs all share the next one.
+
+The rule (Kafka's uniform sticky partitioner, KIP-794, with the log's committers in
+place of the producer's batch): a movable put goes to the sticky partition while
+another put placed there has not finished (committers are known to be on their way to
+its fsync) and fewer than STICKY_BYTES have been placed there since it became sticky;
+otherwise its producer's own pick becomes the sticky partition. So puts that come one at
+a time keep their producer's round-robin order, and under concurrency the sticky
+partition moves on every STICKY_BYTES, which keeps the partitions even (each move costs
+at most one fsync more). A put with a key, or one across partitions, is never moved.
+
+Concurrency: thread-safe (its own lock, taken under no other lock of the channel's).
+"""
+from __future__ import annotations
+
+import threading
+
+STICKY_BYTES = 16384  # Kafka's batch.size: how much one partition takes before moving on
+
+
+class PutPlacement:
+    """Where the owner appends movable puts (see the module doc)."""
+
+    def __init__(self, partitions: int) -> None:
+        self._lock = threading.Lock()
+        self._in_flight = [0] * partitions  # puts placed and not finished, per partition
+        self._sticky: int | None = None
+        self._sticky_bytes = 0
+
+    def place(self, wanted: int, size: int) -> int:
+        """The partition for a movable put of `size` bytes its producer put in `wanted`;
+        the caller calls finished() with it once the put is done (or failed)."""
+        with self._lock:
+            sticky = self._sticky
+            if sticky is None or not self._in_flight[sticky] or \
+                    self._sticky_bytes >= STICKY_BYTES:
+                sticky, self._sticky, self._sticky_bytes = wanted, wanted, 0
+            self._sticky_bytes += size
+            self._in_flight[sticky] += 1
+            return sticky
+
+    def finished(self, partition: int) -> None:
+        """A put place() placed in `partition` is done."""
+        with self._lock:
+            self._in_flight[partition] -= 1
