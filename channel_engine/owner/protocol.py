@@ -94,6 +94,7 @@ VERSION = 4
 ANSWERED_VERSIONS = (3, 4)
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
+FIRST_READ = 1 << 16  # a frame's first recv: one system call for any frame this small
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
                                                "TypeError": TypeError}
 HELLO = "hello"  # the handshake: not an operation of the owner's, answered by the server
@@ -117,14 +118,25 @@ def send(sock: socket.socket, value: Any) -> None:
 
 
 def receive(sock: socket.socket) -> Any:
-    """Read one frame; raise EOFError when the peer closed the connection between frames."""
-    head = _read_exactly(sock, LENGTH.size, eof_ok=True)
-    if head is None:
+    """Read one frame; raise EOFError when the peer closed the connection between frames.
+    A small frame (a produce request, most replies) takes one recv: each side sends one
+    frame and then waits for the other's, so bytes past this frame mean a peer out of step
+    (ConnectionError)."""
+    first = sock.recv(FIRST_READ)
+    if not first:
         raise EOFError("connection closed")
-    (length,) = LENGTH.unpack(head)
+    if len(first) < LENGTH.size:
+        first += _read_exactly(sock, LENGTH.size - len(first), eof_ok=False) or b""
+    (length,) = LENGTH.unpack_from(first)
     if length > MAX_FRAME:
         raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
-    body = _read_exactly(sock, length, eof_ok=False)
+    missing = LENGTH.size + length - len(first)
+    if missing < 0:
+        raise ConnectionError(f"{-missing} bytes past a frame of {length} bytes: the peer "
+                              "sent a frame before this side answered")
+    body = memoryview(first)[LENGTH.size:]
+    if missing:
+        body = memoryview(b"".join([body, _read_exactly(sock, missing, eof_ok=False) or b""]))
     return msgpack.unpackb(body, raw=False, strict_map_key=False)
 
 
