@@ -1,14 +1,15 @@
 """Benchmark: small produce requests (1 and 10 events) over HTTP, next to a bare WSGI app
 on the same gunicorn settings, one run.
 
-    .venv/bin/python bench/http_small.py [--seconds 10] [--connections 8] [--workers 3]
-                                         [--threads 2] [--worker-class gthread|sync]
+    .venv/bin/python bench/http_small.py [--seconds 10] [--connections 8] [--workers 2]
+                                         [--threads 8] [--worker-class gthread|sync]
                                          [--rounds 3] [--sizes 1,10]
 
 Work: wrk (Debian's; installed when missing) POSTs the same JSON body over
 --connections keep-alive connections for --seconds, to
   * weir: the produce endpoint of a real gunicorn (--workers x --threads of
-    --worker-class; sync runs one thread a worker), a channel with 3 partitions, fsync
+    --worker-class, by default as scripts/run.sh runs it; sync runs one thread a worker),
+    a channel with 3 partitions, fsync
     durability (a request is answered once its events are on disk), a produce token;
   * bare WSGI: gunicorn, same workers and threads, serving an app that reads the body
     and answers 200 with a small JSON (bench/bare_wsgi.py) — the floor of any Python
@@ -46,6 +47,7 @@ from bench.http_ingest import (  # noqa: E402
     stop_all,
     wait_port,
 )
+from scripts.supervisor import WEB_THREADS, WEB_WORKERS  # noqa: E402 - the appliance's
 
 BODY = 200
 # counted by perf in the server's processes (per request: how well group commit gathers,
@@ -181,9 +183,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=WEB_WORKERS)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2, help="gunicorn threads a worker")
+    parser.add_argument("--threads", type=int, default=WEB_THREADS,
+                        help="gunicorn threads a worker")
     parser.add_argument("--worker-class", default="gthread", choices=("gthread", "sync"),
                         help="gunicorn worker class (sync: one request at a time a worker)")
     parser.add_argument("--sizes", default="1,10", help="events a request, comma-separated")

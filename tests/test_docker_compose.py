@@ -33,7 +33,7 @@ SETTINGS_SOURCES = [ROOT / "appliance" / "settings.py", ROOT / "appliance" / "en
 APPLIANCE = ("web", "worker", "export-worker", "beat")
 WORKERS = ("worker", "export-worker")
 COMMANDS = {
-    "web": "gunicorn appliance.wsgi --bind unix:/run/weir/web.sock --workers 3 --threads 2"
+    "web": "gunicorn appliance.wsgi --bind unix:/run/weir/web.sock --workers 2 --threads 8"
            " --access-logfile - --error-logfile -",
     "worker": "celery -A appliance worker --loglevel INFO --queues weir --concurrency 2",
     "export-worker": "celery -A appliance worker --loglevel INFO --queues weir-export"
