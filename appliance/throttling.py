@@ -15,7 +15,7 @@ limit still holds across processes: a lease that crosses the limit is cut to the
 below it, and a process that met the limit refuses for the rest of the window without
 asking again. What a process leased and did not spend is lost when the window ends, so
 with P processes a token may get up to (P - 1) x lease requests fewer than its rate
-(about 1% at the default rate and 3 web workers), never more.
+(about 0.4% at the default rate and the default 2 web workers), never more.
 
 Fails open, fast: without an answer from Redis within WEIR_REDIS_TIMEOUT_S (stopped,
 hung), or for WEIR_REDIS_RETRY_S after such a failure (shared_redis.fast), the request is
