@@ -4,7 +4,9 @@ One process owns a channel's files (it holds `.lock` in the home); every other
 process that opens the channel is a client of the owner over a Unix stream
 socket, `owner.sock` in the home (so it works across containers that share the
 volume, as flock does). A client thread has its own connection; requests on a
-connection are answered in order.
+connection are answered in order, one at a time: a client sends its next request
+only once it has the reply to the last, so a frame's reader may take everything it
+receives for that frame (and refuses bytes past it: a peer out of step).
 
 Frames (both directions):
 
