@@ -175,11 +175,11 @@ class Config:
     web_workers: int
     task_workers: int
     queues: tuple[str, str, str]  # (default, exports, kafka): appliance.env.celery_queues()
-    web_threads: int = WEB_THREADS  # gunicorn threads a web worker: WEIR_WEB_THREADS
     front: str = "nginx"  # or "none": WEIR_FRONT
     max_in_flight: int = 4  # per token, at the front: WEIR_TOKEN_MAX_IN_FLIGHT
     trusted_proxies: tuple[str, ...] = (UNIX_PEER,)  # WEIR_TRUSTED_PROXIES
     rotation: Rotation = Rotation()  # WEIR_LOG_MAX_BYTES, WEIR_LOG_BACKUPS
+    web_threads: int = WEB_THREADS  # gunicorn threads a web worker: WEIR_WEB_THREADS
 
     @classmethod
     def from_env(cls) -> Config:
@@ -198,8 +198,8 @@ class Config:
             raise Failed(str(exc)) from exc
         return cls(var, redis_url(), bind,
                    _count("WEIR_WEB_WORKERS", WEB_WORKERS), _count("WEIR_TASK_WORKERS", 2),
-                   queues, _count("WEIR_WEB_THREADS", WEB_THREADS), kind, max_in_flight,
-                   proxies, rotation)
+                   queues, kind, max_in_flight, proxies, rotation,
+                   web_threads=_count("WEIR_WEB_THREADS", WEB_THREADS))
 
     @property
     def url(self) -> str:
