@@ -15,8 +15,14 @@ Frames (both directions):
          0     4  length N of the body, big-endian u32 (at most 1 GiB)
          4     N  body: one MessagePack value
 
-Request body: [version, op, args]   version = 4 (3 still answered), op a string, args a
+Request body: [version, op, args]   version: min(4, the owner's), op a string, args a
                                     list.
+
+Versions in a rolling upgrade: a client sends hello as version 3, which every owner
+since 3 answers, and reads the owner's version from the answer; every later request
+carries min(VERSION, the owner's version) and only that version's arguments (a version
+3 owner gets commit_batches without `movable`: it places the put where its producer
+picked). An owner refuses a request whose argument count is not its version's.
 Reply body:   [0, result]           success
               [1, error_class, message, attributes]   failure
 
@@ -30,9 +36,8 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
                        movable]
                        (queue/put_batch.py; movable: the
                        owner may choose the partition of
-                       a keyless one-batch put, and a
-                       version 3 client sends no movable:
-                       false)
+                       a keyless one-batch put; not in
+                       a version 3 request)
     count_rollback    []                                 None
     count_failed_put  [events]                           None
     begin_take        [lease_ms or None, subscription]   take id
@@ -94,6 +99,7 @@ from channel_engine.queue.checkpointer import CheckpointResult
 # `movable` (a version 3 client, which sends none, is still answered)
 VERSION = 4
 ANSWERED_VERSIONS = (3, 4)
+HELLO_VERSION = 3  # the oldest answered: an owner of any version answers the handshake
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 FIRST_READ = 1 << 16  # a frame's first recv: one system call for any frame this small
@@ -242,7 +248,7 @@ def _batches_to_wire(args: tuple[Any, ...]) -> list[Any]:
 
 
 def _batches_from_wire(args: list[Any]) -> list[Any]:
-    transaction_id, batches, partitions, *movable = args  # none from a version 3 client
+    transaction_id, batches, partitions, *movable = args  # none in a version 3 request
     return [transaction_id, [(partition, batch) for partition, batch in batches], partitions,
             bool(movable and movable[0] is True)]
 
@@ -260,10 +266,28 @@ class Op(Generic[R]):
     # "begins": an unleased take begun here is the connection's (rolled back when it
     # closes); "ends": the take named by the first argument is no longer the connection's
     takes: Literal["begins", "ends"] | None = None
+    # protocol version -> how many arguments a request of that version carries, for an op
+    # whose arguments changed between versions (None: the same in every version)
+    arguments: dict[int, int] | None = None
+
+    def args_for_version(self, args: list[Any], version: int) -> list[Any]:
+        """The wire arguments a request of `version` carries: those added by a later
+        version are left out (an older owner would refuse them)."""
+        return args if self.arguments is None else args[:self.arguments[version]]
+
+    def check_arguments(self, args: Any, version: int) -> None:
+        """ValueError unless `args` is a list of the count a request of `version` carries."""
+        if not isinstance(args, list):
+            raise ValueError(f"owner protocol: the arguments of {self.name} must be a list, "
+                             f"not {type(args).__name__}")
+        expected = None if self.arguments is None else self.arguments[version]
+        if expected is not None and len(args) != expected:
+            raise ValueError(f"owner protocol: {self.name} of version {version} takes "
+                             f"{expected} arguments, got {len(args)}")
 
 
 COMMIT_BATCHES = Op("commit_batches", _ranges, args_to_wire=_batches_to_wire,
-                    args_from_wire=_batches_from_wire)
+                    args_from_wire=_batches_from_wire, arguments={3: 3, 4: 4})
 COUNT_ROLLBACK = Op("count_rollback", _nothing)
 COUNT_FAILED_PUT = Op("count_failed_put", _nothing)
 BEGIN_TAKE = Op("begin_take", int, takes="begins")

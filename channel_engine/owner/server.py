@@ -189,6 +189,7 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
     op = protocol.OPERATIONS.get(name)
     if op is None:
         raise UnknownOperationError(name)
+    op.check_arguments(args, version)
     args = op.args_from_wire(args)
     if op.takes == "ends":  # gone from the connection even if ending it fails
         takes.discard(args[0])
