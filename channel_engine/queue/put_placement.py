@@ -11,17 +11,26 @@ runs all share the next one.
 The rule (Kafka's uniform sticky partitioner, KIP-794, with the log's committers in
 place of the producer's batch): a movable put goes to the sticky partition while
 another put placed there has not finished (committers are known to be on their way to
-its fsync) and fewer than STICKY_BYTES have been placed there since it became sticky;
-otherwise its producer's own pick becomes the sticky partition. So puts that come one at
-a time keep their producer's round-robin order, and under concurrency the sticky
-partition moves on every STICKY_BYTES, which keeps the partitions even (each move costs
-at most one fsync more). A put with a key, or one across partitions, is never moved.
+its fsync), the put fits in what is left of its STICKY_BYTES, and the partition is
+usable (below); otherwise its producer's own pick becomes the sticky partition. So puts
+that come one at a time keep their producer's round-robin order, and under concurrency
+the sticky partition moves on every STICKY_BYTES, which keeps the partitions even (each
+move costs at most one fsync more). A put with a key, or one across partitions, is never
+moved.
+
+Partitions fail one by one (they are spread over data_dirs): a put never moves to a
+partition the owner's `usable` check refuses (its log offline, or on the data dir of the
+last DiskFullError), and a failed put drops the stickiness of its partition, so healthy
+puts are not drawn to a failing one. A put larger than what is left of the sticky
+partition's STICKY_BYTES stays where its producer put it, the stickiness unchanged: a
+large batch would delay the small puts sharing its fsync.
 
 Concurrency: thread-safe (its own lock, taken under no other lock of the channel's).
 """
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 STICKY_BYTES = 16384  # Kafka's batch.size: how much one partition takes before moving on
 
@@ -29,7 +38,9 @@ STICKY_BYTES = 16384  # Kafka's batch.size: how much one partition takes before 
 class PutPlacement:
     """Where the owner appends movable puts (see the module doc)."""
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int,
+                 usable: Callable[[int], bool] = lambda _partition: True) -> None:
+        self._usable = usable  # may a put be moved to this partition (module doc)
         self._lock = threading.Lock()
         self._in_flight = [0] * partitions  # puts placed and not finished, per partition
         self._sticky: int | None = None
@@ -39,15 +50,23 @@ class PutPlacement:
         """The partition for a movable put of `size` bytes its producer put in `wanted`;
         the caller calls finished() with it once the put is done (or failed)."""
         with self._lock:
-            sticky = self._sticky
-            if sticky is None or not self._in_flight[sticky] or \
-                    self._sticky_bytes >= STICKY_BYTES:
-                sticky, self._sticky, self._sticky_bytes = wanted, wanted, 0
-            self._sticky_bytes += size
-            self._in_flight[sticky] += 1
-            return sticky
+            partition = self._sticky
+            if partition is None or not self._in_flight[partition] or \
+                    self._sticky_bytes >= STICKY_BYTES or not self._usable(partition):
+                partition = wanted
+                self._sticky = wanted if self._usable(wanted) else None
+                self._sticky_bytes = size
+            elif size <= STICKY_BYTES - self._sticky_bytes:
+                self._sticky_bytes += size
+            else:  # too large to share the sticky fsync: where it was put, stickiness kept
+                partition = wanted
+            self._in_flight[partition] += 1
+            return partition
 
-    def finished(self, partition: int) -> None:
-        """A put place() placed in `partition` is done."""
+    def finished(self, partition: int, failed: bool = False) -> None:
+        """A put place() placed in `partition` is done; `failed`: it raised, and no more
+        puts are drawn to that partition."""
         with self._lock:
             self._in_flight[partition] -= 1
+            if failed and self._sticky == partition:
+                self._sticky = None

@@ -68,7 +68,7 @@ class Puts:
         self.config = state.config
         self.name = state.name
         self._put_ids = 0
-        self._placement = PutPlacement(self.config.partitions)
+        self._placement = PutPlacement(self.config.partitions, self._may_place_in)
         # policy durability: multi-partition put records not known synced, (journal, ticket,
         # events per partition), which count toward flush_messages (_bound_loss_window)
         self._unsynced_puts: deque[tuple[commit_journal.CommitJournal, int, dict[int, int]]] \
@@ -92,9 +92,23 @@ class Puts:
         (wanted, batch), = batches
         partition = self._placement.place(wanted, len(batch))
         try:
-            return self._commit_checked(transaction_id, [(partition, batch)], headers)
-        finally:
-            self._placement.finished(partition)
+            committed = self._commit_checked(transaction_id, [(partition, batch)], headers)
+        except BaseException:
+            self._placement.finished(partition, failed=True)
+            raise
+        self._placement.finished(partition)
+        return committed
+
+    def _may_place_in(self, partition: int) -> bool:
+        """Whether a movable put may be moved to `partition`: its log is not offline and
+        its data dir is not the one of the last DiskFullError (put_placement.py)."""
+        if self._state.logs[partition].state.offline is not None:
+            return False
+        full = self._disk_full
+        if full is None:
+            return True
+        data_dir = self.config.partition_dir(partition).parent
+        return full[0] != data_dir and data_dir not in full[0].parents
 
     def _commit_checked(self, transaction_id: int | None, batches: Batches,
                         headers: list[BatchHeader]) -> list[tuple[int, int, int]]:

@@ -3,12 +3,14 @@ their fsync (queue/put_placement.py), keeps keyed puts where their key goes, and
 answers a version 3 client, which sends no `movable`."""
 from __future__ import annotations
 
+import errno
 import threading
 from pathlib import Path
 
 from channel_helpers import make_config
 
 from channel_engine import Channel, PendingEvent
+from channel_engine.errors import LogOfflineError
 from channel_engine.owner import protocol
 from channel_engine.owner.client import OwnerClient
 from channel_engine.queue.put_batch import Partitioner, encode
@@ -34,10 +36,81 @@ def test_it_sends_a_put_to_the_partition_where_another_is_in_flight() -> None:
 
 def test_it_moves_on_after_sticky_bytes_even_under_constant_concurrency() -> None:
     placement = PutPlacement(3)
-    assert placement.place(0, STICKY_BYTES - 1) == 0
-    assert placement.place(1, 10) == 0
+    assert placement.place(0, STICKY_BYTES - 10) == 0
+    assert placement.place(1, 10) == 0  # just fits
     assert placement.place(2, 10) == 2  # partition 0 took its share: the next pick sticks
     assert placement.place(1, 10) == 2
+
+
+def test_a_put_larger_than_what_is_left_stays_where_it_was_put_and_keeps_the_sticky() -> None:
+    placement = PutPlacement(3)
+    assert placement.place(0, 100) == 0
+    assert placement.place(1, STICKY_BYTES - 99) == 1  # would delay the small puts of 0
+    assert placement.place(2, 100) == 0  # partition 0 is still the sticky one
+    assert placement.place(1, STICKY_BYTES) == 1
+
+
+def test_a_failed_put_drops_the_stickiness_of_its_partition() -> None:
+    placement = PutPlacement(3)
+    assert placement.place(0, 100) == 0
+    assert placement.place(1, 100) == 0
+    placement.finished(0, failed=True)  # the other put on 0 is still in flight
+    assert placement.place(2, 100) == 2
+    assert placement.place(1, 100) == 2
+    placement.finished(0)  # a success on a partition no longer sticky changes nothing
+    assert placement.place(0, 100) == 2
+
+
+def test_it_never_makes_an_unusable_partition_sticky() -> None:
+    placement = PutPlacement(3, usable=lambda partition: partition != 0)
+    assert placement.place(0, 100) == 0  # its producer's pick: where it would have gone
+    assert placement.place(1, 100) == 1  # not drawn to partition 0
+    assert placement.place(2, 100) == 1
+    assert placement.place(0, 100) == 1
+
+
+def test_healthy_puts_succeed_while_one_partition_is_offline(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=3, durability="fsync")
+    with Channel.open(config) as owner_channel, Channel.open(config) as client_channel:
+        assert owner_channel.owner is not None
+        owner_channel.owner.state.logs[0].state.go_offline(OSError(errno.EIO, "EIO"),
+                                                              "flushing")
+        placement = owner_channel.owner.puts._placement
+        placement.place(0, 10)  # a put in flight on partition 0, as it fails
+        committed: list[int] = []
+        failed: list[BaseException] = []
+
+        def produce(channel: Channel) -> None:
+            for i in range(30):
+                try:
+                    with channel.put() as tx:
+                        tx.put(f"event {i}".encode())
+                    committed.extend(p for p, _, _ in tx.committed)
+                except LogOfflineError as exc:
+                    failed.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(channel,))
+                   for channel in [owner_channel, client_channel] * 2]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        placement.finished(0, failed=True)
+        # a third of each channel's 60 puts are its round-robin's picks of partition 0: only
+        # those may fail (some join a put in flight on a healthy partition instead)
+        assert len(committed) + len(failed) == 120
+        assert len(committed) >= 80 and set(committed) <= {1, 2}
+        assert placement._in_flight == [0, 0, 0]  # finished() ran for the failed puts too
+
+
+def test_no_put_moves_to_the_data_dir_of_the_last_disk_full_error(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=3)
+    with Channel.open(config) as channel:
+        assert channel.owner is not None
+        puts = channel.owner.puts
+        assert [puts._may_place_in(p) for p in range(3)] == [True, True, True]
+        puts._disk_full = (config.partition_dir(2), 100, "no space")  # data-a: 0 and 2
+        assert [puts._may_place_in(p) for p in range(3)] == [False, True, False]
 
 
 def test_the_movable_flag_is_set_only_for_keyless_puts_of_a_channel_with_partitions() -> None:
