@@ -82,12 +82,13 @@ class Puts:
         """Append a put transaction encoded by its producer (put_batch.encode) for
         `partitions` partitions; return (partition, first, last) per batch. Every batch is
         checked before any is written. A `movable` put (keyless, one batch) may go to
-        another partition than its producer's pick (put_placement.py)."""
+        another partition than its producer's pick, in fsync durability (put_placement.py)."""
         self._state.check_writable()
         if partitions != self.config.partitions:  # keys must land where everyone puts them
             raise PartitionCountError(self.name, self.config.partitions, partitions)
         headers = self._check_put(transaction_id, batches)
-        if not movable or len(batches) != 1:
+        if not movable or len(batches) != 1 or self.config.durability != "fsync":
+            # policy durability: the put returns before any fsync, so none to share
             return self._commit_checked(transaction_id, batches, headers)
         (wanted, batch), = batches
         partition = self._placement.place(wanted, len(batch))

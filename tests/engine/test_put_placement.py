@@ -187,3 +187,22 @@ def test_a_version_3_client_without_movable_is_still_answered(tmp_path: Path) ->
         client.close()
         assert status == 0 and committed == [[put.batches[0][0], 0, 0]]
         assert owner_channel.read(put.batches[0][0], 0, 10)[0].body == b"old client"
+
+
+def test_in_policy_durability_a_keyless_put_stays_where_its_producer_put_it(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=3, durability="policy",
+                         flush_ms=1000)
+    with Channel.open(config) as owner_channel, Channel.open(config) as client_channel:
+        assert owner_channel.owner is not None
+        placement = owner_channel.owner.puts._placement
+        in_flight = placement.place(2, 10)  # no fsync to share in policy durability
+        try:
+            partitions = []
+            for i in range(3):
+                with client_channel.put() as tx:
+                    tx.put(f"keyless-{i}".encode())
+                partitions += [p for p, _, _ in tx.committed]
+        finally:
+            placement.finished(in_flight)
+        assert partitions == [0, 1, 2]
