@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from channel_helpers import make_config
 
@@ -107,3 +109,20 @@ def test_an_owner_refuses_commit_batches_with_another_versions_argument_count(
         assert f"commit_batches of version {version} takes {version} arguments, got " \
             f"{count}" in reply[2]
         assert owner_channel.list_offsets() == [(0, 0), (0, 0)]  # nothing written
+
+
+def test_the_owner_logs_why_it_closes_a_connection_out_of_step(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = make_config(tmp_path, partitions=1)
+    with Channel.open(config), caplog.at_level("WARNING", "channel_engine.owner.server"):
+        client = OwnerClient.connect(config, 5.0)
+        sock = client._connection()
+        hello = [protocol.HELLO_VERSION, protocol.HELLO, []]
+        frame = msgpack.packb(hello)
+        sock.sendall(protocol.LENGTH.pack(len(frame)) + frame + b"\0\0")  # bytes past it
+        assert sock.recv(100) == b""  # closed, unanswered
+        client.close()
+        deadline = time.monotonic() + 5
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert "closed a client's connection to the owner: 2 bytes past a frame" in caplog.text
