@@ -11,7 +11,8 @@ partitions, fsync durability) served by its own gunicorn, so no two share an own
 Rounds interleave: each round runs wrk against every contender in turn, the order
 rotated each round, so the machine's load (shared, 2 CPUs) falls on all alike. Reported
 per contender: the median round's requests/s, the median p99 and its spread over the
-rounds (min-max), and every round's rate.
+rounds (min-max), the median fsyncs (perf, when installed) and server CPU a request, and
+every round's rate.
 
 Memory (--memory-clients > 0): --memory-clients threads each POST one maximum-size
 produce request at once (WEIR_MAX_PRODUCE_BYTES of JSON, transaction_capacity events)
@@ -125,7 +126,13 @@ def report(contenders: list[Contender], args: argparse.Namespace) -> None:
         print(f"  {contender.name:<8} {rates[len(rates) // 2]:>7,.0f} req/s (median)   "
               f"p99 {p99s[len(p99s) // 2]:6.2f} ms median, {p99s[0]:.2f}-{p99s[-1]:.2f} "
               f"spread   p50 {sorted(r['p50'] for r in rounds)[len(rounds) // 2]:5.2f} ms"
+              f"   fsyncs {_median(rounds, 'fsyncs'):.2f}/request   CPU "
+              f"{_median(rounds, 'user_us') + _median(rounds, 'system_us'):.0f} us/request"
               f"   (rounds: {every})")
+
+
+def _median(rounds: list[dict[str, float]], field: str) -> float:
+    return sorted(r[field] for r in rounds)[len(rounds) // 2]
 
 
 def main() -> None:
