@@ -16,8 +16,9 @@ usable (below); otherwise its producer's own pick becomes the sticky partition. 
 that come one at a time keep their producer's round-robin order, and under concurrency
 the sticky partition moves on every STICKY_BYTES, which keeps the partitions even (each
 move costs at most one fsync more). A put with a key, or one across partitions, is never
-moved, and in policy durability none is (a put returns before any fsync: there is none to
-share, and the producer's round-robin keeps the partitions even).
+moved (the owner checks the records of a put it would move: a client's flag is not
+trusted with a key's order), and in policy durability none is (a put returns before any
+fsync: there is none to share, and the producer's round-robin keeps the partitions even).
 
 Partitions fail one by one (they are spread over data_dirs): a put never moves to a
 partition the owner's `usable` check refuses (its log offline, or on the data dir of the

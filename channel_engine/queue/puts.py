@@ -51,7 +51,7 @@ from channel_engine.errors import (
     PartitionCountError,
     TransactionCapacityError,
 )
-from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.record_batch import BatchHeader, record_objects
 from channel_engine.queue import commit_journal, put_batch
 from channel_engine.queue.channel_state import ChannelState, UnresolvedPut
 from channel_engine.queue.put_batch import Batches
@@ -92,6 +92,9 @@ class Puts:
             return self._commit_checked(transaction_id, batches, headers)
         (wanted, batch), = batches
         partition = self._placement.place(wanted, len(batch))
+        if partition != wanted and _has_keys(batch):  # a key's order is never the client's say
+            self._placement.finished(partition)
+            return self._commit_checked(transaction_id, batches, headers)
         try:
             committed = self._commit_checked(transaction_id, [(partition, batch)], headers)
         except BaseException:
@@ -304,3 +307,10 @@ class Puts:
         return f"the disk is full: a put failed ({why}); {free} bytes free, it needed {needed}"
 
 
+def _has_keys(batch: bytes | bytearray) -> bool:
+    """Whether a record of a plain batch has a key (one that does not decode counts as
+    keyed: it stays where its producer put it)."""
+    try:
+        return any(record.key is not None for record in record_objects(bytes(batch)))
+    except Exception:  # undecodable: the producer's pick, as without placement
+        return True

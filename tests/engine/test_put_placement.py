@@ -206,3 +206,22 @@ def test_in_policy_durability_a_keyless_put_stays_where_its_producer_put_it(
         finally:
             placement.finished(in_flight)
         assert partitions == [0, 1, 2]
+
+
+def test_a_put_flagged_movable_whose_records_have_keys_is_never_moved(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=3)
+    with Channel.open(config) as owner_channel:
+        assert owner_channel.owner is not None
+        keyed = [PendingEvent(b"keyed", key=b"key-1")]
+        (wanted, batch), = encode(keyed, Partitioner(), 3, "none").batches
+        placement = owner_channel.owner.puts._placement
+        in_flight = placement.place((wanted + 1) % 3, 10)
+        try:
+            committed = owner_channel.owner.commit_batches(None, [(wanted, batch)], 3,
+                                                           movable=True)  # a lying client
+            plain = encode([PendingEvent(b"keyless")], Partitioner(), 3, "none")
+            moved = owner_channel.owner.commit_batches(None, plain.batches, 3, movable=True)
+        finally:
+            placement.finished(in_flight)
+        assert committed[0][0] == wanted and moved[0][0] == in_flight
+        assert placement._in_flight == [0, 0, 0]
