@@ -59,12 +59,14 @@ class OwnerClient:
         client._connection()
         hello = client.call(protocol.HELLO)  # as HELLO_VERSION: any owner answers it
         client.owner_pid = hello["pid"]
-        client.version = min(protocol.VERSION, int(hello["version"]))
+        # an owner that answered a HELLO_VERSION request speaks at least that
+        owner_version = int(hello.get("version", protocol.HELLO_VERSION))
+        client.version = min(protocol.VERSION, owner_version)
         if client.version not in protocol.ANSWERED_VERSIONS:
             client.close()
             raise errors.OwnerProtocolError(
                 f"channel {config.name!r}: the owner speaks protocol version "
-                f"{hello['version']}, this process {protocol.VERSION}")
+                f"{owner_version}, this process {protocol.VERSION}")
         return client
 
     def _connection(self) -> socket.socket:

@@ -10,7 +10,7 @@ runs all share the next one.
 
 The rule (Kafka's uniform sticky partitioner, KIP-794, with the log's committers in
 place of the producer's batch): a movable put goes to the sticky partition while
-another put placed there has not finished (committers are known to be on their way to
+another movable put placed there has not finished (committers are known to be on their way to
 its fsync), the put fits in what is left of its STICKY_BYTES, and the partition is
 usable (below); otherwise its producer's own pick becomes the sticky partition. So puts
 that come one at a time keep their producer's round-robin order, and under concurrency
@@ -44,7 +44,9 @@ class PutPlacement:
                  usable: Callable[[int], bool] = lambda _partition: True) -> None:
         self._usable = usable  # may a put be moved to this partition (module doc)
         self._lock = threading.Lock()
-        self._in_flight = [0] * partitions  # puts placed and not finished, per partition
+        # movable puts placed here and not finished, per partition: a keyed or multi-partition
+        # put in flight does not count (it may be waiting for no fsync at all, or past it)
+        self._in_flight = [0] * partitions
         self._sticky: int | None = None
         self._sticky_bytes = 0
 
