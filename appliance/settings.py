@@ -138,7 +138,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = WEIR_MAX_PRODUCE_BYTES
 # The front (appliance/front.py): what scripts/run.sh puts in front of gunicorn ("nginx",
 # or "none" for a deployment with a buffering front of its own), and the requests one API
 # token may have in flight there (more: 429; 0: no limit). Keep the limit below the web
-# threads (WEIR_WEB_WORKERS x 2): one token then never holds every thread.
+# threads (WEIR_WEB_WORKERS x WEIR_WEB_THREADS): one token then never holds every thread.
 WEIR_FRONT = front()
 WEIR_TOKEN_MAX_IN_FLIGHT = token_max_in_flight()
 # Peers whose X-Forwarded-For/-Proto are believed (appliance/proxy.py): "unix" is the

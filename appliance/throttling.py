@@ -13,9 +13,12 @@ most MAX_LEASE requests), and spends it locally; a rate below LEASE_SHARE per wi
 counted one request at a time, as before. Redis's count is of requests leased, so the
 limit still holds across processes: a lease that crosses the limit is cut to the part
 below it, and a process that met the limit refuses for the rest of the window without
-asking again. What a process leased and did not spend is lost when the window ends, so
-with P processes a token may get up to (P - 1) x lease requests fewer than its rate
-(about 1% at the default rate and 3 web workers), never more.
+asking again. What a process leased and did not spend is lost when the window ends. The
+threads of a process share its lease, but threads that find it spent at the same moment
+each take a new one, so with P processes of T threads a token may get up to P x T x lease
+requests fewer than its rate in a window (6.25% at the default 2 web workers x 8 threads,
+when all 16 lease at once at the window's end; (P - 1) x lease, 0.4%, when the threads
+lease one at a time), never more.
 
 Fails open, fast: without an answer from Redis within WEIR_REDIS_TIMEOUT_S (stopped,
 hung), or for WEIR_REDIS_RETRY_S after such a failure (shared_redis.fast), the request is

@@ -1,21 +1,25 @@
 """Benchmark: small produce requests (1 and 10 events) over HTTP, next to a bare WSGI app
 on the same gunicorn settings, one run.
 
-    .venv/bin/python bench/http_small.py [--seconds 10] [--connections 8] [--workers 3]
-                                         [--rounds 3]
+    .venv/bin/python bench/http_small.py [--seconds 10] [--connections 8] [--workers 2]
+                                         [--threads 8] [--worker-class gthread|sync]
+                                         [--rounds 3] [--sizes 1,10]
 
 Work: wrk (Debian's; installed when missing) POSTs the same JSON body over
 --connections keep-alive connections for --seconds, to
-  * weir: the produce endpoint of a real gunicorn (--workers, 2 threads each, as
-    scripts/run.sh runs it), a channel with 3 partitions, fsync durability (a request
-    is answered once its events are on disk), a produce token;
+  * weir: the produce endpoint of a real gunicorn (--workers x --threads of
+    --worker-class, by default as scripts/run.sh runs it; sync runs one thread a worker),
+    a channel with 3 partitions, fsync
+    durability (a request is answered once its events are on disk), a produce token;
   * bare WSGI: gunicorn, same workers and threads, serving an app that reads the body
     and answers 200 with a small JSON (bench/bare_wsgi.py) — the floor of any Python
     web app on this server; the ratio to it is what issue 18 targets (>= 0.5x at 1 event).
 Both take turns for --rounds rounds; each one's median round is reported with its p50
 and p99 latency (wrk's), the server's CPU time a request (user + system, all its
-processes: what the rate costs, which a loaded machine changes less than the rate), and
-every round's rate. wrk runs on the same 2 CPUs as the
+processes: what the rate costs, which a loaded machine changes less than the rate), its
+fsyncs and context switches a request (perf stat on every server process and thread, when
+perf is installed: how many requests one group-commit fsync carries, how many thread
+hand-offs a request costs), and every round's rate. wrk runs on the same 2 CPUs as the
 server: its cost is in both contenders' figures alike.
 After each size the channel's queued events are checked against the 200s wrk counted:
 every acknowledged event is there (at most the requests in flight when wrk stopped more:
@@ -28,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,8 +47,12 @@ from bench.http_ingest import (  # noqa: E402
     stop_all,
     wait_port,
 )
+from scripts.supervisor import WEB_THREADS, WEB_WORKERS  # noqa: E402 - the appliance's
 
 BODY = 200
+# counted by perf in the server's processes (per request: how well group commit gathers,
+# how many thread hand-offs a request costs)
+PERF_EVENTS = ("syscalls:sys_enter_fdatasync", "syscalls:sys_enter_fsync", "context-switches")
 LUA = """
 wrk.method = "POST"
 wrk.body = io.open("{body}"):read("*a")
@@ -64,12 +73,13 @@ def payload(events: int) -> bytes:
                                   for i in range(events)]}).encode()
 
 
-def gunicorn(app: str, port: int, workers: int, env: dict[str, str], threads: int = 2
-             ) -> subprocess.Popen[bytes]:
-    """Start gunicorn serving `app` as scripts/run.sh would (workers x 2 threads)."""
+def gunicorn(app: str, port: int, workers: int, env: dict[str, str], threads: int = 2,
+             worker_class: str = "gthread") -> subprocess.Popen[bytes]:
+    """Start gunicorn serving `app` with workers x threads of worker_class."""
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), app, "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--no-control-socket"],
+         "--workers", str(workers), "--threads", str(threads),
+         "--worker-class", worker_class, "--no-control-socket"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
 
@@ -88,15 +98,55 @@ def cpu_seconds(server: subprocess.Popen[bytes]) -> tuple[float, float]:
     return user / tick, system / tick
 
 
+def server_pids(server: subprocess.Popen[bytes]) -> list[int]:
+    """The pids of every process of a gunicorn (its process group)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == server.pid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def perf_counts(server: subprocess.Popen[bytes]) -> subprocess.Popen[str] | None:
+    """`perf stat` counting fsyncs and context switches in every process of a gunicorn
+    (all their threads), until interrupted; None without perf."""
+    if not shutil.which("perf"):
+        return None
+    return subprocess.Popen(
+        ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS),
+         "-p", ",".join(map(str, server_pids(server)))],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def perf_result(perf: subprocess.Popen[str] | None) -> dict[str, float]:
+    """The counts of a perf_counts() run, stopped now (empty if perf failed)."""
+    if perf is None:
+        return {}
+    perf.send_signal(signal.SIGINT)
+    _, err = perf.communicate(timeout=30)
+    counts = {}
+    for line in err.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2] in PERF_EVENTS and fields[0].isdigit():
+            counts[fields[2]] = float(fields[0])
+    return counts
+
+
 def wrk(url: str, script: Path, seconds: int, connections: int,
         server: subprocess.Popen[bytes] | None = None) -> dict[str, float]:
     """Run wrk; its requests/s, p50 and p99 latency (ms) and request count, and the
-    server's CPU a request (us, user and system) when given the server."""
+    server's CPU, fsyncs and context switches a request when given the server."""
     before = cpu_seconds(server) if server else (0.0, 0.0)
+    perf = perf_counts(server) if server else None
     done = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s",
                            "--timeout", "30s",
                            "--latency", "-s", str(script), url],
                           capture_output=True, text=True)
+    counts = perf_result(perf)
     after = cpu_seconds(server) if server else (0.0, 0.0)
     if done.returncode or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise SystemExit(f"wrk failed:\n{done.stdout}\n{done.stderr}")
@@ -105,7 +155,10 @@ def wrk(url: str, script: Path, seconds: int, connections: int,
             "p50": _latency(done.stdout, "50%"), "p99": _latency(done.stdout, "99%"),
             "requests": requests,
             "user_us": 1e6 * (after[0] - before[0]) / max(1, requests),
-            "system_us": 1e6 * (after[1] - before[1]) / max(1, requests)}
+            "system_us": 1e6 * (after[1] - before[1]) / max(1, requests),
+            "fsyncs": (counts.get(PERF_EVENTS[0], 0) + counts.get(PERF_EVENTS[1], 0))
+            / max(1, requests),
+            "switches": counts.get(PERF_EVENTS[2], 0) / max(1, requests)}
 
 
 def _latency(out: str, cut: str) -> float:
@@ -120,6 +173,7 @@ def report(name: str, events: int, rounds: list[dict[str, float]]) -> float:
     print(f"  {name:<32} {middle['rate']:>9,.0f} req/s {middle['rate'] * events:>10,.0f} "
           f"events/s   p50 {middle['p50']:6.2f} ms   p99 {middle['p99']:6.2f} ms   "
           f"CPU {middle['user_us']:4.0f}+{middle['system_us']:3.0f} us/request   "
+          f"fsyncs {middle['fsyncs']:.2f}/request   switches {middle['switches']:4.1f}/request   "
           f"(rounds: {every})")
     return middle["rate"]
 
@@ -129,9 +183,13 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=WEB_WORKERS)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2, help="gunicorn threads a worker")
+    parser.add_argument("--threads", type=int, default=WEB_THREADS,
+                        help="gunicorn threads a worker")
+    parser.add_argument("--worker-class", default="gthread", choices=("gthread", "sync"),
+                        help="gunicorn worker class (sync: one request at a time a worker)")
+    parser.add_argument("--sizes", default="1,10", help="events a request, comma-separated")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         subprocess.run(["bash", "-c", ". scripts/common.sh && apt_install wrk"], cwd=ROOT,
@@ -141,17 +199,20 @@ def main() -> None:
     try:
         env, key, admin = bench_appliance(root)
         weir_port, bare_port = free_port(), free_port()
-        weir_server = gunicorn("appliance.wsgi", weir_port, args.workers, env, args.threads)
-        bare_server = gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env,
-                               args.threads)
+        threads = 1 if args.worker_class == "sync" else args.threads
+        weir_server = gunicorn("appliance.wsgi", weir_port, args.workers, env, threads,
+                               args.worker_class)
+        bare_server = gunicorn("bench.bare_wsgi:app", bare_port, args.workers, env, threads,
+                               args.worker_class)
         procs += [weir_server, bare_server]
         wait_port(weir_port)
         wait_port(bare_port)
         print(f"{args.connections} connections, {args.seconds} s a round, gunicorn "
-              f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs, "
+              f"{args.workers} {args.worker_class} workers x {threads} threads, "
+              f"{os.cpu_count()} CPUs, "
               f"fsync durability, {args.rounds} rounds (median shown); CPU: the server's "
               "user+system time a request")
-        for events in (1, 10):
+        for events in (int(size) for size in args.sizes.split(",")):
             (root / "body.json").write_bytes(payload(events))
             script = root / f"produce-{events}.lua"
             script.write_text(LUA.format(body=root / "body.json", key=key))

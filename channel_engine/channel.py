@@ -314,7 +314,8 @@ class Channel:
 
     def _send_put(self, put: EncodedPut) -> list[tuple[int, int, int]]:
         return self._retrying(lambda b: b.commit_batches(put.transaction_id, put.batches,
-                                                         put.partitions), idempotent=False)
+                                                         put.partitions, put.movable),
+                              idempotent=False)
 
     def count_put_rollback(self) -> None:
         """Count a put transaction rolled back before commit (PutTransaction.rollback calls

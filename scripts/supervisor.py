@@ -15,7 +15,8 @@ What it runs, in this order (stopped in reverse: redis last):
                                                                 (never written to a log file)
     web      gunicorn appliance.wsgi                            always
              --bind unix:$WEIR_VAR_DIR/run/web/web.sock         (--bind $WEIR_BIND when
-             --workers $WEIR_WEB_WORKERS --threads 2            WEIR_FRONT=none)
+             --workers $WEIR_WEB_WORKERS                        WEIR_FRONT=none)
+             --threads $WEIR_WEB_THREADS
              --control-socket $WEIR_VAR_DIR/run/gunicorn.ctl
     nginx    python -m appliance.front --listen $WEIR_BIND      once gunicorn listens, unless
              --upstream unix:…/web.sock                         WEIR_FRONT=none; it writes
@@ -44,13 +45,13 @@ gunicorn on WEIR_BIND directly, without either defence, for a deployment with a 
 its own (WEIR_TRUSTED_PROXIES then names it).
 
 Environment (defaults): REDIS_URL (redis://127.0.0.1:6379/0), WEIR_BIND (127.0.0.1:8000),
-WEIR_FRONT (nginx), WEIR_TOKEN_MAX_IN_FLIGHT (4), WEIR_WEB_WORKERS (3), WEIR_TASK_WORKERS
-(2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE (weir), WEIR_EXPORT_QUEUE (<default
-queue>-export), WEIR_KAFKA_QUEUE (<default queue>-kafka), WEIR_REDIS_PREFIX (weir-<the id in
-$WEIR_VAR_DIR/appliance_id>), WEIR_LOG_MAX_BYTES (10485760), WEIR_LOG_BACKUPS (5); the
-processes read everything else themselves (appliance/settings.py: WEIR_DATA_ROOT
-(<var>/channels), WEIR_KEY_DIR (<var>/keys, made 0700; they refuse to start when others may
-use it), ...).
+WEIR_FRONT (nginx), WEIR_TOKEN_MAX_IN_FLIGHT (4), WEIR_WEB_WORKERS (2), WEIR_WEB_THREADS
+(8), WEIR_TASK_WORKERS (2), WEIR_VAR_DIR (<repo>/var), WEIR_CELERY_QUEUE (weir),
+WEIR_EXPORT_QUEUE (<default queue>-export), WEIR_KAFKA_QUEUE (<default queue>-kafka),
+WEIR_REDIS_PREFIX (weir-<the id in $WEIR_VAR_DIR/appliance_id>), WEIR_LOG_MAX_BYTES
+(10485760), WEIR_LOG_BACKUPS (5); the processes read everything else themselves
+(appliance/settings.py: WEIR_DATA_ROOT (<var>/channels), WEIR_KEY_DIR (<var>/keys, made
+0700; they refuse to start when others may use it), ...).
 
 Each long-running process has its own process group (a new session, so a terminal's Ctrl-C
 reaches only the supervisor); it gets SIGTERM should the supervisor die without stopping it
@@ -124,6 +125,11 @@ HEALTH_TIMEOUT_S = 60.0
 REDIS_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 20.0
 OUTPUT_DRAIN_S = 5.0  # how long an exited child's last lines may take to reach its log
+# gunicorn's default shape, chosen by bench/http_small.py's sweep (bench/README.md): a
+# produce request spends most of its time waiting for its fsync, so the threads waiting
+# at once decide how many requests one group commit carries
+WEB_WORKERS = 2
+WEB_THREADS = 8
 READY = "weir-supervisor: ready"  # the detached supervisor's last line to its starter
 # Lines the foreground view leaves out (the log files keep them), several a second: beat
 # sending its dispatchers every tick, the worker's receipt of each task, and the runs of
@@ -173,6 +179,7 @@ class Config:
     max_in_flight: int = 4  # per token, at the front: WEIR_TOKEN_MAX_IN_FLIGHT
     trusted_proxies: tuple[str, ...] = (UNIX_PEER,)  # WEIR_TRUSTED_PROXIES
     rotation: Rotation = Rotation()  # WEIR_LOG_MAX_BYTES, WEIR_LOG_BACKUPS
+    web_threads: int = WEB_THREADS  # gunicorn threads a web worker: WEIR_WEB_THREADS
 
     @classmethod
     def from_env(cls) -> Config:
@@ -190,8 +197,9 @@ class Config:
         except ImproperlyConfigured as exc:
             raise Failed(str(exc)) from exc
         return cls(var, redis_url(), bind,
-                   _count("WEIR_WEB_WORKERS", 3), _count("WEIR_TASK_WORKERS", 2), queues,
-                   kind, max_in_flight, proxies, rotation)
+                   _count("WEIR_WEB_WORKERS", WEB_WORKERS), _count("WEIR_TASK_WORKERS", 2),
+                   queues, kind, max_in_flight, proxies, rotation,
+                   web_threads=_count("WEIR_WEB_THREADS", WEB_THREADS))
 
     @property
     def url(self) -> str:
@@ -431,7 +439,8 @@ class Supervisor:
         bind = self._web_bind()
         tcp_proxies = ",".join(p for p in config.trusted_proxies if p != UNIX_PEER)
         self._spawn("web", [sys.executable, "-m", "gunicorn", "appliance.wsgi", "--bind", bind,
-                            "--workers", str(config.web_workers), "--threads", "2",
+                            "--workers", str(config.web_workers),
+                            "--threads", str(config.web_threads),
                             "--access-logfile", "-", "--error-logfile", "-",
                             # X-Forwarded-Proto only from the front, as appliance/proxy.py
                             "--forwarded-allow-ips", tcp_proxies,
@@ -462,9 +471,10 @@ class Supervisor:
                          "from holding gunicorn's threads (scripts/run.sh installs Debian's "
                          "package: apt-get install nginx). WEIR_FRONT=none serves gunicorn "
                          "directly, without that defence.")
-        if config.max_in_flight >= 2 * config.web_workers:
+        threads = config.web_threads * config.web_workers
+        if config.max_in_flight >= threads:
             say(f"note: WEIR_TOKEN_MAX_IN_FLIGHT={config.max_in_flight} lets one token hold "
-                f"all {2 * config.web_workers} web threads")
+                f"all {threads} web threads")
         config.web_socket.parent.mkdir(mode=0o700, exist_ok=True)
         config.web_socket.parent.chmod(0o700)  # only this user reaches gunicorn: no bypass
         return f"unix:{config.web_socket}"

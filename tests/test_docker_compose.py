@@ -24,6 +24,8 @@ import pytest
 import yaml
 from django.test import override_settings
 
+from scripts.supervisor import WEB_THREADS, WEB_WORKERS
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -33,8 +35,9 @@ SETTINGS_SOURCES = [ROOT / "appliance" / "settings.py", ROOT / "appliance" / "en
 APPLIANCE = ("web", "worker", "export-worker", "beat")
 WORKERS = ("worker", "export-worker")
 COMMANDS = {
-    "web": "gunicorn appliance.wsgi --bind unix:/run/weir/web.sock --workers 3 --threads 2"
-           " --access-logfile - --error-logfile -",
+    # the shape scripts/run.sh runs by default (its WEIR_WEB_WORKERS, WEIR_WEB_THREADS)
+    "web": f"gunicorn appliance.wsgi --bind unix:/run/weir/web.sock --workers {WEB_WORKERS}"
+           f" --threads {WEB_THREADS} --access-logfile - --error-logfile -",
     "worker": "celery -A appliance worker --loglevel INFO --queues weir --concurrency 2",
     "export-worker": "celery -A appliance worker --loglevel INFO --queues weir-export"
                      " --concurrency 1",

@@ -624,3 +624,24 @@ def test_run_sh_installs_only_what_the_supervisor_names(monkeypatch: pytest.Monk
     monkeypatch.setenv("WEIR_FRONT", "none")
     monkeypatch.setenv("REDIS_URL", "redis://redis.example:6379/0")  # not ours to start
     assert supervisor.missing_packages(supervisor.Config.from_env()) == []
+
+
+def test_web_workers_and_threads_come_from_the_environment_and_are_checked(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """gunicorn's shape: the measured defaults (bench/README.md), WEIR_WEB_WORKERS and
+    WEIR_WEB_THREADS when set, and a clear refusal naming the variable for a bad value."""
+    from scripts import supervisor
+
+    monkeypatch.setenv("WEIR_VAR_DIR", str(tmp_path))
+    monkeypatch.delenv("WEIR_WEB_WORKERS", raising=False)
+    monkeypatch.delenv("WEIR_WEB_THREADS", raising=False)
+    config = supervisor.Config.from_env()
+    assert (config.web_workers, config.web_threads) == (2, 8)
+    monkeypatch.setenv("WEIR_WEB_WORKERS", "3")
+    monkeypatch.setenv("WEIR_WEB_THREADS", "4")
+    config = supervisor.Config.from_env()
+    assert (config.web_workers, config.web_threads) == (3, 4)
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("WEIR_WEB_THREADS", bad)
+        with pytest.raises(supervisor.Failed, match=f"WEIR_WEB_THREADS must be .*{bad!r}"):
+            supervisor.Config.from_env()

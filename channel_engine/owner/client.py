@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, TypeVar
 
+from channel_engine import errors
 from channel_engine.errors import OwnerLostError, OwnerUnreachableError
 from channel_engine.event import Event
 from channel_engine.filenames import SOCKET_NAME
@@ -49,14 +50,23 @@ class OwnerClient:
         self._sockets_lock = threading.Lock()
         self.lost = False
         self.owner_pid = 0
+        self.version = protocol.HELLO_VERSION  # the requests' version: min(ours, the owner's)
 
     @classmethod
     def connect(cls, config: ChannelConfig, timeout_s: float = 60.0) -> OwnerClient:
         """Connect to the owner; raise OSError when no owner is listening."""
         client = cls(config, timeout_s)
         client._connection()
-        hello = client.call(protocol.HELLO)
+        hello = client.call(protocol.HELLO)  # as HELLO_VERSION: any owner answers it
         client.owner_pid = hello["pid"]
+        # an owner that answered a HELLO_VERSION request speaks at least that
+        owner_version = int(hello.get("version", protocol.HELLO_VERSION))
+        client.version = min(protocol.VERSION, owner_version)
+        if client.version not in protocol.ANSWERED_VERSIONS:
+            client.close()
+            raise errors.OwnerProtocolError(
+                f"channel {config.name!r}: the owner speaks protocol version "
+                f"{owner_version}, this process {protocol.VERSION}")
         return client
 
     def _connection(self) -> socket.socket:
@@ -118,7 +128,7 @@ class OwnerClient:
         try:
             if protocol.peer_closed(sock):
                 raise ConnectionResetError("the owner closed the connection")
-            protocol.send(sock, [protocol.VERSION, op, list(args)])
+            protocol.send(sock, [self.version, op, list(args)])
         except OSError as exc:  # the owner never read the request: nothing happened
             self.lost = True
             raise OwnerUnreachableError(f"channel {self.name!r}: the owner process is gone "
@@ -149,13 +159,15 @@ class OwnerClient:
 
     def _request(self, op: protocol.Op[R], *args: Any) -> R:
         """One operation of OwnerOperations, encoded and decoded as protocol.OPERATIONS says."""
-        return op.result_from_wire(self.call(op.name, *op.args_to_wire(args)))
+        wire = op.args_for_version(op.args_to_wire(args), self.version)
+        return op.result_from_wire(self.call(op.name, *wire))
 
     # -- OwnerOperations (queue/operations.py), each one request ---------------------------
     def commit_batches(self, transaction_id: int | None, batches: Batches,
-                       partitions: int) -> list[tuple[int, int, int]]:
+                       partitions: int, movable: bool = False) -> list[tuple[int, int, int]]:
         """Commit an encoded put transaction in the owner."""
-        return self._request(protocol.COMMIT_BATCHES, transaction_id, batches, partitions)
+        return self._request(protocol.COMMIT_BATCHES, transaction_id, batches, partitions,
+                             movable)
 
     def count_rollback(self) -> None:
         """Count a put rollback in the owner's counters."""

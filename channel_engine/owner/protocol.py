@@ -4,7 +4,9 @@ One process owns a channel's files (it holds `.lock` in the home); every other
 process that opens the channel is a client of the owner over a Unix stream
 socket, `owner.sock` in the home (so it works across containers that share the
 volume, as flock does). A client thread has its own connection; requests on a
-connection are answered in order.
+connection are answered in order, one at a time: a client sends its next request
+only once it has the reply to the last, so a frame's reader may take everything it
+receives for that frame (and refuses bytes past it: a peer out of step).
 
 Frames (both directions):
 
@@ -13,7 +15,14 @@ Frames (both directions):
          0     4  length N of the body, big-endian u32 (at most 1 GiB)
          4     N  body: one MessagePack value
 
-Request body: [version, op, args]   version = 2, op a string, args a list.
+Request body: [version, op, args]   version: min(4, the owner's), op a string, args a
+                                    list.
+
+Versions in a rolling upgrade: a client sends hello as version 3, which every owner
+since 3 answers, and reads the owner's version from the answer; every later request
+carries min(VERSION, the owner's version) and only that version's arguments (a version
+3 owner gets commit_batches without `movable`: it places the put where its producer
+picked). An owner refuses a request whose argument count is not its version's.
 Reply body:   [0, result]           success
               [1, error_class, message, attributes]   failure
 
@@ -23,8 +32,12 @@ Ops and their args/results (events travel as lists, bytes as MessagePack bin):
     ----------------  ---------------------------------  ---------------------------
     hello             []                                 {"pid", "name", "version"}
     commit_batches    [txn id or None, [[partition,      [[partition, first, last], ...]
-                       batch], ...], partitions]
-                       (queue/put_batch.py)
+                       batch], ...], partitions,
+                       movable]
+                       (queue/put_batch.py; movable: the
+                       owner may choose the partition of
+                       a keyless one-batch put; not in
+                       a version 3 request)
     count_rollback    []                                 None
     count_failed_put  [events]                           None
     begin_take        [lease_ms or None, subscription]   take id
@@ -82,9 +95,14 @@ from channel_engine import errors
 from channel_engine.event import Event
 from channel_engine.queue.checkpointer import CheckpointResult
 
-VERSION = 3  # 2: puts travel as encoded batches (commit_batches); 3: subscriptions
+# 2: puts travel as encoded batches (commit_batches); 3: subscriptions; 4: commit_batches
+# `movable` (a version 3 client, which sends none, is still answered)
+VERSION = 4
+ANSWERED_VERSIONS = (3, 4)
+HELLO_VERSION = 3  # the oldest answered: an owner of any version answers the handshake
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
+FIRST_READ = 1 << 16  # a frame's first recv: one system call for any frame this small
 BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError,
                                                "TypeError": TypeError}
 HELLO = "hello"  # the handshake: not an operation of the owner's, answered by the server
@@ -108,14 +126,25 @@ def send(sock: socket.socket, value: Any) -> None:
 
 
 def receive(sock: socket.socket) -> Any:
-    """Read one frame; raise EOFError when the peer closed the connection between frames."""
-    head = _read_exactly(sock, LENGTH.size, eof_ok=True)
-    if head is None:
+    """Read one frame; raise EOFError when the peer closed the connection between frames.
+    A small frame (a produce request, most replies) takes one recv: each side sends one
+    frame and then waits for the other's, so bytes past this frame mean a peer out of step
+    (ConnectionError)."""
+    first = sock.recv(FIRST_READ)
+    if not first:
         raise EOFError("connection closed")
-    (length,) = LENGTH.unpack(head)
+    if len(first) < LENGTH.size:
+        first += _read_exactly(sock, LENGTH.size - len(first), eof_ok=False) or b""
+    (length,) = LENGTH.unpack_from(first)
     if length > MAX_FRAME:
         raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
-    body = _read_exactly(sock, length, eof_ok=False)
+    missing = LENGTH.size + length - len(first)
+    if missing < 0:
+        raise ConnectionError(f"{-missing} bytes past a frame of {length} bytes: the peer "
+                              "sent a frame before this side answered")
+    body = memoryview(first)[LENGTH.size:]
+    if missing:
+        body = memoryview(b"".join([body, _read_exactly(sock, missing, eof_ok=False) or b""]))
     return msgpack.unpackb(body, raw=False, strict_map_key=False)
 
 
@@ -213,13 +242,15 @@ def _optional_checkpoint(value: dict[str, Any] | None) -> CheckpointResult | Non
 
 
 def _batches_to_wire(args: tuple[Any, ...]) -> list[Any]:
-    transaction_id, batches, partitions = args
-    return [transaction_id, [[partition, batch] for partition, batch in batches], partitions]
+    transaction_id, batches, partitions, movable = args
+    return [transaction_id, [[partition, batch] for partition, batch in batches], partitions,
+            movable]
 
 
 def _batches_from_wire(args: list[Any]) -> list[Any]:
-    transaction_id, batches, partitions = args
-    return [transaction_id, [(partition, batch) for partition, batch in batches], partitions]
+    transaction_id, batches, partitions, *movable = args  # none in a version 3 request
+    return [transaction_id, [(partition, batch) for partition, batch in batches], partitions,
+            bool(movable and movable[0] is True)]
 
 
 @dataclass(frozen=True)
@@ -235,10 +266,28 @@ class Op(Generic[R]):
     # "begins": an unleased take begun here is the connection's (rolled back when it
     # closes); "ends": the take named by the first argument is no longer the connection's
     takes: Literal["begins", "ends"] | None = None
+    # protocol version -> how many arguments a request of that version carries, for an op
+    # whose arguments changed between versions (None: the same in every version)
+    arguments: dict[int, int] | None = None
+
+    def args_for_version(self, args: list[Any], version: int) -> list[Any]:
+        """The wire arguments a request of `version` carries: those added by a later
+        version are left out (an older owner would refuse them)."""
+        return args if self.arguments is None else args[:self.arguments[version]]
+
+    def check_arguments(self, args: Any, version: int) -> None:
+        """ValueError unless `args` is a list of the count a request of `version` carries."""
+        if not isinstance(args, list):
+            raise ValueError(f"owner protocol: the arguments of {self.name} must be a list, "
+                             f"not {type(args).__name__}")
+        expected = None if self.arguments is None else self.arguments[version]
+        if expected is not None and len(args) != expected:
+            raise ValueError(f"owner protocol: {self.name} of version {version} takes "
+                             f"{expected} arguments, got {len(args)}")
 
 
 COMMIT_BATCHES = Op("commit_batches", _ranges, args_to_wire=_batches_to_wire,
-                    args_from_wire=_batches_from_wire)
+                    args_from_wire=_batches_from_wire, arguments={3: 3, 4: 4})
 COUNT_ROLLBACK = Op("count_rollback", _nothing)
 COUNT_FAILED_PUT = Op("count_failed_put", _nothing)
 BEGIN_TAKE = Op("begin_take", int, takes="begins")

@@ -21,6 +21,7 @@ socket (which would leave the new owner holding the lock where no one can reach 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import socketserver
@@ -37,6 +38,7 @@ from channel_engine.owner import protocol
 from channel_engine.queue.channel_owner import ChannelOwner
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
+log = logging.getLogger(__name__)
 
 
 class OwnerServer:
@@ -154,7 +156,13 @@ class _Handler(socketserver.BaseRequestHandler):
             while True:
                 try:
                     request = protocol.receive(sock)
-                except (EOFError, ConnectionError, OSError):
+                except (ConnectionResetError, BrokenPipeError, EOFError):
+                    return  # the client went away
+                except ConnectionError as exc:  # out of step: the client only sees the close
+                    log.warning("channel %r: closed a client's connection to the owner: %s",
+                                owner.name, exc)
+                    return
+                except OSError:
                     return
                 self.server.set_busy(sock, True)
                 try:
@@ -181,7 +189,7 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
     """Answer one request with the owner's method of its op's name (protocol.OPERATIONS);
     keep `takes`, the unleased takes this connection holds, up to date."""
     version, name, args = request
-    if version != protocol.VERSION:
+    if version not in protocol.ANSWERED_VERSIONS:
         raise ValueError(f"owner protocol version {version} is not supported "
                          f"(this owner speaks {protocol.VERSION})")
     if name == protocol.HELLO:
@@ -189,6 +197,7 @@ def _dispatch(owner: ChannelOwner, request: list[Any], takes: set[int]) -> Any:
     op = protocol.OPERATIONS.get(name)
     if op is None:
         raise UnknownOperationError(name)
+    op.check_arguments(args, version)
     args = op.args_from_wire(args)
     if op.takes == "ends":  # gone from the connection even if ending it fails
         takes.discard(args[0])

@@ -291,9 +291,9 @@ class ChannelOwner:
 
     # -- OwnerOperations (operations.py): each answered by the part that owns it ------------
     def commit_batches(self, transaction_id: int | None, batches: Batches,
-                       partitions: int) -> list[tuple[int, int, int]]:
+                       partitions: int, movable: bool = False) -> list[tuple[int, int, int]]:
         """Append a put encoded by its producer (Puts.commit_batches)."""
-        return self.puts.commit_batches(transaction_id, batches, partitions)
+        return self.puts.commit_batches(transaction_id, batches, partitions, movable)
 
     def count_rollback(self) -> None:
         """A put transaction was rolled back before commit (nothing was written)."""

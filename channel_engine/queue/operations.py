@@ -29,8 +29,9 @@ class OwnerOperations(Protocol):
 
     # -- puts (queue/puts.py) --
     def commit_batches(self, transaction_id: int | None, batches: Batches,
-                       partitions: int) -> list[tuple[int, int, int]]:
-        """Append a put encoded by its producer; (partition, first, last) per batch."""
+                       partitions: int, movable: bool = False) -> list[tuple[int, int, int]]:
+        """Append a put encoded by its producer, in another partition if `movable` and the
+        owner chooses so; (partition, first, last) per batch."""
         ...
 
     def count_rollback(self) -> None:

@@ -10,7 +10,10 @@ encrypted, and appends it (ChannelOwner.commit_batches).
 Partitioning (Kafka's default partitioner): an event with a key goes to
 murmur2(key) % partitions; every keyless event of one transaction goes to one
 partition, chosen round-robin per transaction by the producing process (Kafka's
-sticky partitioner is per producer too).
+sticky partitioner is per producer too). Such a put is `movable`: the owner may
+append it to another partition, one where concurrent puts are waiting for their
+fsync, so that one fsync carries them all (queue/put_placement.py); a put with
+a key never moves.
 
 A put that touches several partitions gets a random 63-bit transaction id and its
 batches are transactional (record_batch: attribute bit 4, the id in producerId);
@@ -56,6 +59,7 @@ class EncodedPut(NamedTuple):
     transaction_id: int | None
     batches: list[tuple[int, bytearray]]
     partitions: int  # the partition count the events were grouped for
+    movable: bool  # keyless, one partition: the owner may choose another (module doc)
 
 
 class Partitioner:
@@ -99,7 +103,8 @@ def encode(events: Sequence[PendingEvent], partitioner: Partitioner, partitions:
             batches.append((partition, record_batch.build(members, codec, transaction_id)))
         except InvalidEventError as exc:  # it names the index in the batch: say the put's
             raise InvalidEventError(indexes[exc.index], exc.field, exc.reason) from exc
-    return EncodedPut(transaction_id, batches, partitions)
+    movable = partitions > 1 and all(event.key is None for event in events)
+    return EncodedPut(transaction_id, batches, partitions, movable)
 
 
 def new_transaction_id() -> int:

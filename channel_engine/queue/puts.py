@@ -4,9 +4,11 @@ durability, and the disk-full state.
 The producing process groups a transaction's events by partition (by the
 murmur2 hash of the key, as Kafka does, or all keyless events to one partition
 chosen round-robin per transaction) and encodes one record batch per partition
-(put_batch.py). Commit here: check every batch, check the disk guard, encrypt,
-wait up to keep_alive_ms for room under `capacity`, then append them; bad input
-fails before anything is written. A put the disk cannot hold (DiskFullError:
+(put_batch.py). A movable put (keyless, one partition) may be appended to another
+partition, where concurrent puts share its fsync (put_placement.py). Commit here:
+check every batch, check the disk guard, encrypt, wait up to keep_alive_ms for
+room under `capacity`, then append them; bad input fails before anything is
+written. A put the disk cannot hold (DiskFullError:
 ENOSPC/EDQUOT, undone) is counted (disk_full_errors) and keeps the channel
 "degraded" until a put succeeds or the space it needed is free again. A put
 that touches one partition is one plain batch: atomic by itself. A put that
@@ -49,10 +51,11 @@ from channel_engine.errors import (
     PartitionCountError,
     TransactionCapacityError,
 )
-from channel_engine.log.record_batch import BatchHeader
+from channel_engine.log.record_batch import BatchHeader, record_objects
 from channel_engine.queue import commit_journal, put_batch
 from channel_engine.queue.channel_state import ChannelState, UnresolvedPut
 from channel_engine.queue.put_batch import Batches
+from channel_engine.queue.put_placement import PutPlacement
 from channel_engine.queue.takes import Takes
 
 
@@ -65,6 +68,7 @@ class Puts:
         self.config = state.config
         self.name = state.name
         self._put_ids = 0
+        self._placement = PutPlacement(self.config.partitions, self._may_place_in)
         # policy durability: multi-partition put records not known synced, (journal, ticket,
         # events per partition), which count toward flush_messages (_bound_loss_window)
         self._unsynced_puts: deque[tuple[commit_journal.CommitJournal, int, dict[int, int]]] \
@@ -74,14 +78,44 @@ class Puts:
         self._disk_full: tuple[Path, int, str] | None = None
 
     def commit_batches(self, transaction_id: int | None, batches: Batches,
-                       partitions: int) -> list[tuple[int, int, int]]:
+                       partitions: int, movable: bool = False) -> list[tuple[int, int, int]]:
         """Append a put transaction encoded by its producer (put_batch.encode) for
         `partitions` partitions; return (partition, first, last) per batch. Every batch is
-        checked before any is written."""
+        checked before any is written. A `movable` put (keyless, one batch) may go to
+        another partition than its producer's pick, in fsync durability (put_placement.py)."""
         self._state.check_writable()
         if partitions != self.config.partitions:  # keys must land where everyone puts them
             raise PartitionCountError(self.name, self.config.partitions, partitions)
         headers = self._check_put(transaction_id, batches)
+        if not movable or len(batches) != 1 or self.config.durability != "fsync":
+            # policy durability: the put returns before any fsync, so none to share
+            return self._commit_checked(transaction_id, batches, headers)
+        (wanted, batch), = batches
+        partition = self._placement.place(wanted, len(batch))
+        if partition != wanted and _has_keys(batch):  # a key's order is never the client's say
+            self._placement.finished(partition)
+            return self._commit_checked(transaction_id, batches, headers)
+        try:
+            committed = self._commit_checked(transaction_id, [(partition, batch)], headers)
+        except BaseException:
+            self._placement.finished(partition, failed=True)
+            raise
+        self._placement.finished(partition)
+        return committed
+
+    def _may_place_in(self, partition: int) -> bool:
+        """Whether a movable put may be moved to `partition`: its log is not offline and
+        its data dir is not the one of the last DiskFullError (put_placement.py)."""
+        if self._state.logs[partition].state.offline is not None:
+            return False
+        full = self._disk_full
+        if full is None:
+            return True
+        data_dir = self.config.partition_dir(partition).parent
+        return full[0] != data_dir and data_dir not in full[0].parents
+
+    def _commit_checked(self, transaction_id: int | None, batches: Batches,
+                        headers: list[BatchHeader]) -> list[tuple[int, int, int]]:
         count = sum(header.record_count for header in headers)
         with self._state.lock:
             self._state.counters["put_attempts"] += count
@@ -273,3 +307,10 @@ class Puts:
         return f"the disk is full: a put failed ({why}); {free} bytes free, it needed {needed}"
 
 
+def _has_keys(batch: bytes | bytearray) -> bool:
+    """Whether a record of a plain batch has a key (one that does not decode counts as
+    keyed: it stays where its producer put it)."""
+    try:
+        return any(record.key is not None for record in record_objects(bytes(batch)))
+    except Exception:  # undecodable: the producer's pick, as without placement
+        return True

@@ -74,7 +74,8 @@ def web_server(tmp: Path, tokens: list[str], kind: str = "nginx",
     assert done.returncode == 0, done.stderr
     keys = json.loads(done.stdout.strip().splitlines()[-1])
     config = Config(var, env.get("REDIS_URL") or "redis://127.0.0.1:6379/0", env["WEIR_BIND"],
-                    workers, 1, ("weir", "weir-export"), kind, max_in_flight)
+                    workers, 1, ("weir", "weir-export"), kind, max_in_flight,
+                    web_threads=2)
     supervisor = Supervisor(config, follow=False, env=env)
     try:
         supervisor.start_web()
