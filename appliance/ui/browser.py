@@ -11,7 +11,8 @@ search API's read path); or one partition from an offset or a time. Reading neve
                                         (oldest last), the next C in X-Weir-After
     /step?<search>&cursor=C             one short step of a search the page runs
                                         (browser.js): rows of its hits, its figures in
-                                        X-Weir-Scanned/-Total/-Cursor/-Stopped
+                                        X-Weir-Scanned/-Total/-Cursor/-Stopped, and
+                                        X-Weir-After: where a tail of it starts
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def latest_page(request: HttpRequest, row: Channel, extra: dict[str, Any],
 
 def _context(row: Channel, query: QueryDict) -> dict[str, Any]:
     return {"row": row, "partitions": range(row.partitions), "query": query, "events": [],
-            "errors": {}, "step": {"ms": STEP_MS, "scan": STEP_SCAN, "hits": PAGE_EVENTS}}
+            "errors": {}, "step": {"ms": STEP_MS, "scan": STEP_SCAN, "hits": PAGE_EVENTS,
+                                   "tail_ms": int(settings.WEIR_UI_REFRESH_S * 1000)}}
 
 
 @page
@@ -106,6 +108,7 @@ def events_step(request: HttpRequest, name: str) -> HttpResponse:
     response["X-Weir-Total"] = str(result.total)
     response["X-Weir-Cursor"] = event_search.cursor_text(result.cursor) or ""
     response["X-Weir-Stopped"] = result.stopped or ""
+    response["X-Weir-After"] = event_search.cursor_text(result.tail)  # where a tail starts
     return response
 
 

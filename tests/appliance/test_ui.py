@@ -435,6 +435,7 @@ def test_a_search_step_answers_its_hits_and_how_far_the_search_is(
     assert [e["event"].body for e in first.context["events"]] == [b"hit 27"]
     assert (first["X-Weir-Scanned"], first["X-Weir-Total"]) == ("10", "30")
     assert first["X-Weir-Stopped"] == "scan_limit" and first["X-Weir-Cursor"]
+    assert first["X-Weir-After"] == "0:15,1:15"  # a tail of the search starts at the ends
     second = operator.get(f"{step}&cursor={first['X-Weir-Cursor']}")
     assert not second.context["events"] and second["X-Weir-Scanned"] == "20"
     last = operator.get(f"{step}&cursor={second['X-Weir-Cursor']}")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import Shots, login
 from django.contrib.auth.models import User
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Browser, Page, Route, expect
 from test_browser import make_channel
 
 from appliance import channels
@@ -55,7 +55,7 @@ class Steps:
 
 def test_a_search_shows_progress_step_by_step_and_cancel_keeps_its_hits(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, csp_violations: list[dict[str, Any]]) -> None:
     monkeypatch.setattr(browser, "STEP_SCAN", STEP_SCAN)
     fill(make_channel(root, partitions=2))
     login(page, live_server.url)
@@ -108,25 +108,55 @@ def test_a_search_shows_progress_step_by_step_and_cancel_keeps_its_hits(
     expect(rows.nth(2)).to_contain_text("order 0 needle")
     expect(summary).to_contain_text("Scanned 120 of 120 events")
     shot("went-on-with-older-events")
+    assert not csp_violations  # the steps run from the appliance's own script file
 
 
-def test_a_search_runs_to_the_end_of_the_channel_at_phone_width(
+def test_a_search_runs_to_the_end_of_the_channel_at_phone_width_then_tails(
         page: Page, live_server: Any, root: Path, operator: User, shot: Shots,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(browser, "STEP_SCAN", STEP_SCAN)
-    fill(make_channel(root, partitions=2))
+    row = make_channel(root, partitions=2)
+    fill(row)
     page.set_viewport_size({"width": 390, "height": 844})
     login(page, live_server.url)
     page.goto(f"{live_server.url}/channels/orders/events")
+    steps: list[str] = []
+    page.on("request", lambda r: steps.append(r.url) if "/events/step?" in r.url else None)
     page.fill("#search-contains", "needle")
     page.click("#search-form button[type=submit]")
     summary = page.locator("#scan-summary")
     expect(summary).to_have_text("Scanned 120 of 120 events, newest first: 5 shown.")
-    expect(page.locator("#events tbody tr")).to_have_count(5)
+    rows = page.locator("#events tbody tr")
+    expect(rows).to_have_count(5)
     expect(page.locator("#search-older")).to_be_hidden()
+    assert len(steps) == EVENTS // STEP_SCAN  # six steps of 20: the last one reaches offset 0
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert "contains=needle" in page.url  # a reload gives the same search server-side
     shot("done-at-390px")
+    with channels.open_channel(row).put() as tx:  # the search's live tail shows what comes
+        tx.put(body=b"order 120 needle", timestamp=1_795_000_000_200)
+        tx.put(body=b"order 121 hay", timestamp=1_795_000_000_201)
+    expect(rows).to_have_count(6)
+    expect(rows.first).to_contain_text("order 120 needle")
+    expect(page.locator("#tail-toggle")).to_be_visible()
     page.fill("#search-regex", "(unclosed")
     page.click("#search-form button[type=submit]")
     expect(page.locator("#error-regex")).to_contain_text("not an RE2 regular expression")
+
+
+def test_without_script_the_search_form_is_one_bounded_request(
+        browser: Browser, live_server: Any, root: Path, operator: User) -> None:
+    fill(make_channel(root, partitions=2))
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    steps: list[str] = []
+    page.on("request", lambda r: steps.append(r.url) if "/events/step" in r.url else None)
+    login(page, live_server.url)
+    page.goto(f"{live_server.url}/channels/orders/events")
+    page.fill("#search-contains", "needle")
+    page.click("#search-form button[type=submit]")
+    expect(page.locator("#scan-summary")).to_have_text(
+        "Scanned 120 of 120 events, newest first: 5 shown.")
+    expect(page.locator("#search-cancel")).to_have_count(0)  # only inside the <template>
+    assert not steps
+    context.close()

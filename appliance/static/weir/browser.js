@@ -159,7 +159,7 @@
     var body = table().tBodies[0];
     var wanted = parseInt(form.getAttribute("data-hits"), 10);
     var controller = new AbortController();
-    var state = { scanned: 0, total: 0, cursor: "", found: 0, over: false };
+    var state = { scanned: 0, total: 0, cursor: "", found: 0, over: false, after: "" };
     stopRunning = function () { state.over = true; controller.abort(); };
     window.history.pushState(null, "", "?" + query.toString());
 
@@ -172,6 +172,7 @@
       bar.hidden = true;
       status.textContent = text;
       document.getElementById("no-events").hidden = state.found > 0;
+      if (state.after) { follow(); }
       if (more) {
         var older = new URLSearchParams(query);
         if (state.cursor) { older.set("cursor", state.cursor); }
@@ -181,6 +182,17 @@
         link.parentNode.hidden = false;
         if (focused) { link.focus(); }
       }
+    }
+
+    function follow() {  // the live tail of the search, from where its first step began
+      var events = table();
+      var url = new URL(form.getAttribute("data-tail"), window.location.href);
+      url.search = query.toString();
+      events.setAttribute("data-tail", url.pathname + url.search);
+      events.setAttribute("data-after", state.after);
+      events.setAttribute("data-tail-ms", form.getAttribute("data-tail-ms"));
+      results.querySelector(".tail-bar").hidden = false;
+      tail(events);
     }
 
     function step() {
@@ -204,6 +216,7 @@
             state.scanned = parseInt(response.headers.get("X-Weir-Scanned"), 10);
             state.total = parseInt(response.headers.get("X-Weir-Total"), 10);
             state.cursor = response.headers.get("X-Weir-Cursor") || "";
+            state.after = state.after || response.headers.get("X-Weir-After") || "";
             bar.max = Math.max(state.total, 1);
             bar.value = state.scanned;
             status.textContent = "Scanning: " + figures() + ", " + state.found + " found so far.";
