@@ -139,6 +139,11 @@ def test_a_search_runs_to_the_end_of_the_channel_at_phone_width_then_tails(
     expect(rows).to_have_count(6)
     expect(rows.first).to_contain_text("order 120 needle")
     expect(page.locator("#tail-toggle")).to_be_visible()
+    page.go_back()  # the page before the search: its latest events again
+    expect(page.locator("#search-contains")).to_have_value("")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_contain_text("order 121 hay")
+    page.fill("#search-contains", "needle")
     page.fill("#search-regex", "(unclosed")
     page.click("#search-form button[type=submit]")
     expect(page.locator("#error-regex")).to_contain_text("not an RE2 regular expression")

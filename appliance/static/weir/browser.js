@@ -11,7 +11,8 @@
  *   bounded by data-step-ms and data-step-scan, going on from the previous step's cursor),
  *   hits appended newest first and "Scanned N of M" with a <progress> updated after each,
  *   until a page of hits (data-hits), the channel's oldest event, or #search-cancel (which
- *   aborts the step in flight and keeps the hits). The address becomes the search's, so a
+ *   aborts the step in flight and keeps the hits); then the live tail of the search starts
+ *   from where its first step began (X-Weir-After). The address becomes the search's, so a
  *   reload or a shared link gives the same search server-side; a refused field reloads the
  *   form the ordinary way, so the server names it. Without script the form is a plain GET.
  * Listeners sit on the document, so rows added later (the live tail) work the same.
@@ -230,7 +231,8 @@
     cancel.addEventListener("click", function () {
       if (state.over) { return; }
       controller.abort();
-      finish("Cancelled after scanning " + figures() + ": " + state.found + " shown.", true);
+      finish(state.total ? "Cancelled after scanning " + figures() + ": " + state.found +
+             " shown." : "Cancelled before the first events were scanned.", true);
     });
     cancel.focus();
     step()
@@ -255,6 +257,8 @@
     if (events && events.hasAttribute("data-tail")) { tail(events); }
     var form = document.getElementById("search-form");
     if (form && window.AbortController && window.URLSearchParams) {
+      // the address is each search's (pushState): going back shows the page it names
+      window.addEventListener("popstate", function () { window.location.reload(); });
       form.addEventListener("submit", function (event) {
         event.preventDefault();
         runSearch(form);
