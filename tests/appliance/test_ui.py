@@ -447,6 +447,7 @@ def test_a_search_step_answers_its_hits_and_how_far_the_search_is(
     assert "regex: not an RE2 regular expression" in bad.content.decode()
     assert "limit: a whole number from 1 to 50" in bad.content.decode()
     assert operator.get("/channels/nope/events/step").status_code == 404
+    assert Client().get(step).status_code == 302  # to the login page, as every UI page
     form = operator.get("/channels/orders/events").content.decode()
     assert 'data-step="/channels/orders/events/step"' in form and 'id="search-live"' in form
 

@@ -151,7 +151,12 @@
     stopRunning();
     var query = searchQuery(form);
     var results = document.getElementById("results");
-    results.replaceChildren(document.getElementById("search-live").content.cloneNode(true));
+    var live = document.getElementById("search-live").content.cloneNode(true);
+    live.querySelectorAll("[data-part]").forEach(function (part) {
+      part.id = part.getAttribute("data-part");
+      part.removeAttribute("data-part");
+    });
+    results.replaceChildren(live);
     var next = document.getElementById("next-page");
     if (next) { next.parentNode.remove(); }
     var bar = document.getElementById("search-bar");
