@@ -14,6 +14,7 @@ Content-Security-Policy (appliance/csp.py) allows script from those files only.
     /channels/<name>/events             browser     latest events and search across
                                                     partitions; a partition by offset/time
     /channels/<name>/events/tail        browser     the live tail's new rows (polled)
+    /channels/<name>/events/step        browser     one short step of a search the page runs
     /channels/<name>/produce            produce_form  produce a test event (POST)
     /channels/<name>/events/<p>/<o>     browser     one event's raw body (download)
     /channels/<name>/<action>           actions     checkpoint, flush, retention, export,

@@ -9,6 +9,10 @@ search API's read path); or one partition from an offset or a time. Reading neve
     /<partition>/<offset>               one event's body, raw, as a download
     /tail?after=C&<search>              the live tail: rows of the events after C
                                         (oldest last), the next C in X-Weir-After
+    /step?<search>&cursor=C             one short step of a search the page runs
+                                        (browser.js): rows of its hits, its figures in
+                                        X-Weir-Scanned/-Total/-Cursor/-Stopped, and
+                                        X-Weir-After: where a tail of it starts
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ PAGE_EVENTS = 50
 INT64_MAX = 2**63 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TEMPLATE = "ui/events.html"
+STEP_MS = 250  # one step of a search the page runs (browser.js): progress moves, Cancel is prompt
+STEP_SCAN = 10_000  # events one step scans at most (the API's default scan limit)
 STOPPED = {"limit": "a page of hits", "bytes": "a page's worth of bytes (1 MiB)",
            "scan_limit": "the scan limit",
            "time_budget": "the time budget"}
@@ -59,7 +65,8 @@ def latest_page(request: HttpRequest, row: Channel, extra: dict[str, Any],
 
 def _context(row: Channel, query: QueryDict) -> dict[str, Any]:
     return {"row": row, "partitions": range(row.partitions), "query": query, "events": [],
-            "errors": {}}
+            "errors": {}, "step": {"ms": STEP_MS, "scan": STEP_SCAN, "hits": PAGE_EVENTS,
+                                   "tail_ms": int(settings.WEIR_UI_REFRESH_S * 1000)}}
 
 
 @page
@@ -77,6 +84,31 @@ def events_tail(request: HttpRequest, name: str) -> HttpResponse:
                                              search.filters, search.bounds.limit)
     response = render(request, "ui/_event_rows.html", {"row": row, "events": rows(hits[::-1])})
     response["X-Weir-After"] = event_search.cursor_text(after)
+    return response
+
+
+@page
+def events_step(request: HttpRequest, name: str) -> HttpResponse:
+    """One bounded step of a search the page runs: rows of its hits, newest first; how far
+    the whole search is (scanned of total) and where the next step goes on in headers."""
+    row = get_object_or_404(Channel, name=name)
+    ranges, why = channels.offsets_of(row)
+    if ranges is None:
+        return HttpResponse(f"This channel cannot be opened: {why}", status=503,
+                            content_type="text/plain; charset=utf-8")
+    try:
+        search = parse_search(request.GET, row.partitions, max_limit=PAGE_EVENTS)
+    except BadQuery as bad:
+        return HttpResponse(str(bad), status=400, content_type="text/plain; charset=utf-8")
+    result = event_search.search(channels.open_channel(row), search.partitions,
+                                 search.filters, search.bounds, search.cursor, ranges=ranges)
+    response = render(request, "ui/_event_rows.html", {"row": row, "events": rows(result.hits)})
+    # scanned counts from the search's start (the cursor carries it), as the page's summary
+    response["X-Weir-Scanned"] = str(result.total - result.remaining)
+    response["X-Weir-Total"] = str(result.total)
+    response["X-Weir-Cursor"] = event_search.cursor_text(result.cursor) or ""
+    response["X-Weir-Stopped"] = result.stopped or ""
+    response["X-Weir-After"] = event_search.cursor_text(result.tail)  # where a tail starts
     return response
 
 

@@ -19,6 +19,7 @@ urlpatterns = [
     path("channels/<str:name>/events", browser.events, name="events"),
     path("channels/<str:name>/produce", produce_form.produce, name="produce"),
     path("channels/<str:name>/events/tail", browser.events_tail, name="events-tail"),
+    path("channels/<str:name>/events/step", browser.events_step, name="events-step"),
     path("channels/<str:name>/events/<int:partition>/<int:offset>", browser.event_body,
          name="event-body"),
     path("channels/<str:name>/checkpoint", actions.run_now, {"action": "checkpoint"},

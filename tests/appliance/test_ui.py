@@ -424,6 +424,34 @@ def test_the_event_browser_pages_older_events_with_a_cursor(
     assert operator.get("/channels/orders/events/tail?after=0:0&limit=51").status_code == 400
 
 
+def test_a_search_step_answers_its_hits_and_how_far_the_search_is(
+        operator: Client, root: Path) -> None:
+    row = channel_row(root, partitions=2)
+    for i in range(30):
+        put(row, [f"{'hit' if i in (3, 27) else 'miss'} {i}".encode()], timestamp=1_000 + i)
+    step = "/channels/orders/events/step?contains=hit&scan_limit=10&budget_ms=5000"
+    first = operator.get(step)
+    assert first.status_code == 200
+    assert [e["event"].body for e in first.context["events"]] == [b"hit 27"]
+    assert (first["X-Weir-Scanned"], first["X-Weir-Total"]) == ("10", "30")
+    assert first["X-Weir-Stopped"] == "scan_limit" and first["X-Weir-Cursor"]
+    assert first["X-Weir-After"] == "0:15,1:15"  # a tail of the search starts at the ends
+    second = operator.get(f"{step}&cursor={first['X-Weir-Cursor']}")
+    assert not second.context["events"] and second["X-Weir-Scanned"] == "20"
+    last = operator.get(f"{step}&cursor={second['X-Weir-Cursor']}")
+    assert [e["event"].body for e in last.context["events"]] == [b"hit 3"]
+    assert last["X-Weir-Scanned"] == "30"
+    assert (last["X-Weir-Cursor"], last["X-Weir-Stopped"]) == ("", "")
+    bad = operator.get("/channels/orders/events/step?regex=(&limit=51")
+    assert bad.status_code == 400
+    assert "regex: not an RE2 regular expression" in bad.content.decode()
+    assert "limit: a whole number from 1 to 50" in bad.content.decode()
+    assert operator.get("/channels/nope/events/step").status_code == 404
+    assert Client().get(step).status_code == 302  # to the login page, as every UI page
+    form = operator.get("/channels/orders/events").content.decode()
+    assert 'data-step="/channels/orders/events/step"' in form and 'id="search-live"' in form
+
+
 def test_an_event_body_downloads_raw_and_a_missing_event_is_a_404(
         operator: Client, root: Path) -> None:
     row = channel_row(root)
