@@ -95,11 +95,11 @@ from typing import Protocol
 
 from django.conf import settings
 
+from channel_engine.errors import DriverProtocolError
 from channel_engine.spark.driver_protocol import (
     EXIT,
     OUTPUT,
     STARTED,
-    ProtocolError,
     recv_frame,
     send_request,
 )
@@ -328,7 +328,7 @@ def _hand_over(driver: WarmDriver, args: list[str], env: dict[str, str],
             conn.settimeout(max(0.1, min(START_TIMEOUT_S, deadline - time.monotonic())))
             frame = recv_frame(conn)
             conn.settimeout(None)
-        except (OSError, ProtocolError) as exc:
+        except (OSError, DriverProtocolError) as exc:
             log.warning("export driver %d: %s", driver.pid, exc)
             frame = None
     except BaseException:  # interrupted (a time limit): the job may have started

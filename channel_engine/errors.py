@@ -261,6 +261,15 @@ class StorageMissingError(ChannelGoneError):
                          "operator recreates the channel")
 
 
+class RepairRefusedError(ChannelEngineError):
+    """recover found partition storage missing (tools/missing_storage.py): a repair cannot
+    make it back, so it changed nothing; the paths and the operator's way are named."""
+
+    def __init__(self, message: str, paths: list[str]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
 class ChannelExistsError(ChannelEngineError):
     """Channel.create found a channel, or files of one, where the new channel would go
     (Kafka's TopicExistsException): nothing was written."""
@@ -407,6 +416,11 @@ class SinkError(ChannelEngineError, RuntimeError):
     """A run of the Kafka sink cannot go on (kafka_sink/): a topic is missing or too small,
     its offsets record is damaged, the sink's subscription has takes open; the take it
     held, if any, was rolled back."""
+
+
+class DriverProtocolError(ChannelEngineError, ValueError):
+    """A request or reply frame that is not the warm export driver's protocol
+    (spark/driver_protocol.py); names what came."""
 
 
 class ExportRunningError(ChannelEngineError, RuntimeError):

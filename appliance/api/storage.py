@@ -38,10 +38,13 @@ _RECREATED = {
 _RECREATE = {
     "type": "object", "additionalProperties": False,
     "properties": {"next_offsets": {
-        "type": "object", "propertyNames": {"pattern": "^[0-9]+$"},
+        # keys are partition numbers (ASCII digits), checked by the view: OpenAPI 3.0 has
+        # no propertyNames to say so
+        "type": "object",
         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
-        "description": "partition number -> the offset that partition, made again, goes on "
-                       "at the least: above what a drain sent (its refusal names it)"}}}
+        "description": "partition number (ASCII digits) -> the offset that partition, made "
+                       "again, goes on at the least: above what a drain sent (its refusal "
+                       "names it)"}}}
 
 
 class ChannelRecreateView(ApiView):

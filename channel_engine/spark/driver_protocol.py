@@ -38,6 +38,8 @@ import socket
 import struct
 from typing import Any
 
+from channel_engine.errors import DriverProtocolError
+
 MAGIC = b"WEXD"
 REQUEST_VERSION = 1
 REQUEST = struct.Struct(">4sBI")
@@ -46,10 +48,6 @@ assert REQUEST.size == 9 and FRAME.size == 5
 MAX_REQUEST = 1 << 20
 MAX_FRAME = 1 << 20  # the pump sends at most 64 KiB at once
 STARTED, OUTPUT, EXIT = b"S", b"O", b"X"
-
-
-class ProtocolError(Exception):
-    """A request or frame that is not this protocol's (names what came)."""
 
 
 def send_request(sock: socket.socket, argv: list[str], env: dict[str, str], fd: int) -> None:
@@ -62,13 +60,13 @@ def send_request(sock: socket.socket, argv: list[str], env: dict[str, str], fd: 
 
 def recv_request(sock: socket.socket, timeout_s: float) -> tuple[dict[str, Any], int]:
     """A job's request and the lock descriptor attached to it, within `timeout_s`.
-    ProtocolError for anything else (the descriptor, if one came, closed)."""
+    DriverProtocolError for anything else (the descriptor, if one came, closed)."""
     sock.settimeout(timeout_s)
     data, fds, _, _ = socket.recv_fds(sock, 65536, 1)
     fd = fds[0] if fds else None
     try:
         if fd is None:
-            raise ProtocolError("a request without the lock's descriptor")
+            raise DriverProtocolError("a request without the lock's descriptor")
         request = _request(sock, data)
     except BaseException:
         _close(fd)
@@ -81,17 +79,17 @@ def _request(sock: socket.socket, data: bytes) -> dict[str, Any]:
     data += _recv_whole(sock, REQUEST.size - len(data))
     magic, version, length = REQUEST.unpack_from(data)
     if magic != MAGIC or version != REQUEST_VERSION or length > MAX_REQUEST:
-        raise ProtocolError(f"a request of magic {magic!r}, version {version}, length "
+        raise DriverProtocolError(f"a request of magic {magic!r}, version {version}, length "
                             f"{length}; expected {MAGIC!r}, {REQUEST_VERSION}, at most "
                             f"{MAX_REQUEST}")
     data += _recv_whole(sock, REQUEST.size + length - len(data))
     try:
         request = json.loads(data[REQUEST.size:REQUEST.size + length])
     except ValueError as exc:
-        raise ProtocolError(f"a request that is not JSON: {exc}") from exc
+        raise DriverProtocolError(f"a request that is not JSON: {exc}") from exc
     if not isinstance(request, dict) or not isinstance(request.get("argv"), list) or \
             not isinstance(request.get("env"), dict):
-        raise ProtocolError(f"a request without argv and env: {str(request)[:80]}")
+        raise DriverProtocolError(f"a request without argv and env: {str(request)[:80]}")
     return request
 
 
@@ -108,7 +106,7 @@ def recv_frame(sock: socket.socket) -> tuple[bytes, bytes] | None:
         return None
     kind, length = FRAME.unpack(header)
     if kind not in (STARTED, OUTPUT, EXIT) or length > MAX_FRAME:
-        raise ProtocolError(f"a reply frame of kind {kind!r}, length {length} (at most "
+        raise DriverProtocolError(f"a reply frame of kind {kind!r}, length {length} (at most "
                             f"{MAX_FRAME})")
     payload = _recv_exact(sock, length)
     return None if payload is None else (kind, payload)
@@ -130,7 +128,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
 def _recv_whole(sock: socket.socket, size: int) -> bytes:
     data = _recv_exact(sock, size) if size > 0 else b""
     if data is None:
-        raise ProtocolError("the request ended early")
+        raise DriverProtocolError("the request ended early")
     return data
 
 

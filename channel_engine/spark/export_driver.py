@@ -58,11 +58,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from channel_engine.errors import DriverProtocolError
 from channel_engine.spark.driver_protocol import (
     EXIT,
     OUTPUT,
     STARTED,
-    ProtocolError,
     recv_request,
     send_frame,
 )
@@ -186,7 +186,7 @@ class Driver:
             return True
         try:
             request, lock_fd = recv_request(conn, REQUEST_TIMEOUT_S)
-        except (ProtocolError, ValueError, OSError) as exc:
+        except (DriverProtocolError, ValueError, OSError) as exc:
             self.pump.log(f"refused a request: {exc}")
             return True
         conn.settimeout(None)

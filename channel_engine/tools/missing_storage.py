@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from channel_engine.errors import ChannelEngineError
+from channel_engine.errors import RepairRefusedError
 from channel_engine.log.incarnation import cut_short
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.home_files import missing_places
@@ -43,16 +43,15 @@ def why_missing(config: ChannelConfig, directory: Path) -> str:
             f"({recreate})")
 
 
-class MissingStorageError(ChannelEngineError):
-    """recover found partition storage missing (module doc): it changed nothing."""
-
-    def __init__(self, config: ChannelConfig, missing: list[tuple[int, Path]]) -> None:
-        self.paths = [str(directory) for _, directory in missing]
-        lines = "; ".join(f"partition {p}: {directory}: {why_missing(config, directory)}"
-                          for p, directory in missing)
-        super().__init__(f"channel {config.name!r}: recover repairs damage, not missing "
-                         f"storage, and changed nothing. {lines}. Then run recover again "
-                         "if verify still reports damage")
+def missing_storage_error(config: ChannelConfig,
+                          missing: list[tuple[int, Path]]) -> RepairRefusedError:
+    """recover's refusal (module doc): each missing path, why, and the way out."""
+    lines = "; ".join(f"partition {p}: {directory}: {why_missing(config, directory)}"
+                      for p, directory in missing)
+    return RepairRefusedError(
+        f"channel {config.name!r}: recover repairs damage, not missing storage, and "
+        f"changed nothing. {lines}. Then run recover again if verify still reports damage",
+        [str(directory) for _, directory in missing])
 
 
 def _recreate(name: str) -> str:

@@ -7,7 +7,7 @@ Steps, in order; a file is kept aside before it changes, never deleted:
   0. Missing partition storage is no damage: a partition directory gone, one found
      empty where a checkpoint says the partition existed, or one of a recreate cut short
      (home_files.missing_places) makes recover refuse before it changes anything
-     (MissingStorageError, a non-zero exit naming each path and the recreate command:
+     (RepairRefusedError, a non-zero exit naming each path and the recreate command:
      tools/missing_storage.py). Its open would otherwise write a new incarnation there
      without the operator's word, not counting the lost events, or settle a recreate cut
      short at the checkpoint's end, losing the operator's next offsets.
@@ -112,7 +112,7 @@ from channel_engine.queue.channel_config import CONFIG_FILE, ChannelConfig
 from channel_engine.queue.channel_owner import ChannelOwner
 from channel_engine.queue.home_files import not_regular
 from channel_engine.queue.loss_ledger import LossLedger
-from channel_engine.tools.missing_storage import MissingStorageError, missing_partitions
+from channel_engine.tools.missing_storage import missing_partitions, missing_storage_error
 from channel_engine.tools.verify_home import HomeReport, check_config_file
 from channel_engine.tools.verify_home import verify_home as _verify_home
 
@@ -189,7 +189,7 @@ def repair(home: Path, supplied: ChannelConfig | None = None,
     config = load_config(home, supplied)
     missing = missing_partitions(config)
     if missing:  # step 0: before anything changes
-        raise MissingStorageError(config, missing)
+        raise missing_storage_error(config, missing)
     report = RepairReport(str(home), config.name)
     found = HomeReport(str(home))
     check_config_file(home, found)

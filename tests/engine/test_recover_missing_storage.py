@@ -11,10 +11,10 @@ import pytest
 from test_incarnation import _vanished_after_old_checkpoint
 
 from channel_engine import Channel, ChannelConfig
+from channel_engine.errors import RepairRefusedError
 from channel_engine.filenames import INCARNATION_FILE
 from channel_engine.log import incarnation as incarnation_file
 from channel_engine.tools import cli
-from channel_engine.tools.missing_storage import MissingStorageError
 from channel_engine.tools.recover import repair
 from channel_engine.tools.verify import verify_channel
 
@@ -28,7 +28,7 @@ def test_recover_refuses_an_empty_directory_and_writes_nothing(tmp_path: Path) -
     directory = config.partition_dir(1)
     directory.mkdir()  # a bare mount point
     before = _home_listing(config)
-    with pytest.raises(MissingStorageError, match="recreate_channel ch --yes") as refused:
+    with pytest.raises(RepairRefusedError, match="recreate_channel ch --yes") as refused:
         repair(config.home)
     assert str(directory) in str(refused.value) and "missing (empty)" in str(refused.value)
     assert os.listdir(directory) == [] and _home_listing(config) == before
@@ -39,7 +39,7 @@ def test_recover_refuses_an_empty_directory_and_writes_nothing(tmp_path: Path) -
 
 def test_recover_refuses_a_vanished_directory(tmp_path: Path) -> None:
     config, _, _ = _vanished_after_old_checkpoint(tmp_path)
-    with pytest.raises(MissingStorageError, match="mount its volume or put the directory"):
+    with pytest.raises(RepairRefusedError, match="mount its volume or put the directory"):
         repair(config.home)
     assert not config.partition_dir(1).exists()
 
@@ -50,7 +50,7 @@ def test_recover_leaves_a_recreate_cut_short_to_the_operators_next_offsets(
     directory = config.partition_dir(1)
     directory.mkdir()
     pending = incarnation_file.begin(directory)
-    with pytest.raises(MissingStorageError, match="recreate again with the same next"):
+    with pytest.raises(RepairRefusedError, match="recreate again with the same next"):
         repair(config.home)
     assert incarnation_file.read(directory) == pending  # not settled at the checkpoint
     with Channel.open(config, existed=True, next_offsets={1: real_end}) as channel:
