@@ -341,11 +341,24 @@ class ChannelOwner:
         self._subscriptions.reset(name, to)
 
     def read(self, partition: int, offset: int, max_events: int = 100) -> list[Event]:
-        """Events of one partition from `offset` on, committed ones only (no take)."""
+        """Events of one partition from `offset` on, committed ones only (no take): the
+        events of an aborted put, whose batches stay in the log, are skipped."""
         self.state.check_partition(partition)
         log = self.state.logs[partition]
         end = self.state.visible_end(partition) if not self.read_only else log.high_watermark
-        events = log.read(offset, max_events, end_offset=end)
+        spans = self.state.committed_spans(partition, offset, end)
+        if offset >= end or spans == [(offset, end)]:  # nothing aborted there
+            events = log.read(offset, max_events, end_offset=end)
+        else:
+            if not log.log_start_offset <= offset <= log.high_watermark:
+                raise OffsetOutOfRangeError(offset, log.log_start_offset, log.high_watermark)
+            events = []
+            for first, stop in spans:
+                got = log.read(first, max_events - len(events), end_offset=stop)
+                events += got
+                # full, or cut short by max_bytes: the caller reads on from the last event
+                if len(events) >= max_events or (got and got[-1].offset + 1 < stop):
+                    break
         self.losses.count()
         return events
 
@@ -406,16 +419,24 @@ class ChannelOwner:
     def fetch(self, partition: int, start: int, end: int,
               max_bytes: int = DEFAULT_FETCH_BYTES) -> FetchData:
         """Committed batches of a partition from the one holding `start` toward `end`, one
-        segment's at most (log/fetch.py); OffsetOutOfRangeError past the last stable offset."""
+        segment's at most (log/fetch.py); OffsetOutOfRangeError past the last stable offset.
+        An aborted put's batch is never in an answer: one ends before it, and one asked
+        from inside it begins after it (as past damage: the reader sees the gap)."""
         self.state.check_partition(partition)
         log = self.state.logs[partition]
         with self.state.lock:  # the unresolved puts change under it
             stable = self.state.visible_end(partition)
-        if start >= stable:
+        if not log.log_start_offset <= start < stable:
             raise OffsetOutOfRangeError(start, log.log_start_offset, stable)
-        answer = fetch(log, start, min(end, stable), max_bytes)
+        spans = self.state.committed_spans(partition, start, min(end, stable))
+        if not spans:  # nothing but aborted puts there: go on after them
+            return FetchData(start, min(end, stable), b"")
+        first, stop = spans[0]
+        answer = fetch(log, first, stop, max_bytes)
         self.losses.count()  # damage the read skipped, as for read()
-        return answer
+        if first == start:
+            return answer
+        return FetchData(start, answer.next_offset, answer.records)
 
     # -- for the tools ----------------------------------------------------------------------
     def record_lost(self, lost: Sequence[tuple[int, LostRange, int]]) -> None:
@@ -425,8 +446,9 @@ class ChannelOwner:
     def events(self, partition: int, start: int, end: int) -> Iterator[Event]:
         """Every event of a partition in [start, end), committed ones only."""
         self.state.check_partition(partition)
-        yield from self.state.logs[partition].iter_events(
-            start, min(end, self.state.visible_end(partition)))
+        for first, stop in self.state.committed_spans(
+                partition, start, min(end, self.state.visible_end(partition))):
+            yield from self.state.logs[partition].iter_events(first, stop)
         self.losses.count()  # not in a finally: a generator may be closed under our lock
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from channel_engine.disk_space import FreeSpace
 from channel_engine.errors import ChannelClosedError, ReadOnlyLogError, UnknownSubscriptionError
 from channel_engine.log.partition_log import PartitionLog
+from channel_engine.offset_ranges import subtract
 from channel_engine.queue.channel_config import ChannelConfig
 from channel_engine.queue.channel_recovery import ChannelRecovery
 from channel_engine.queue.commit_journal import CommitJournal
@@ -121,6 +122,15 @@ class ChannelState:
         if unresolved:
             return min(put.start for put in unresolved.values())
         return self.ends[partition]
+
+    def committed_spans(self, partition: int, start: int, end: int) -> list[tuple[int, int]]:
+        """[start, end) of a partition less the offsets of aborted puts, in order: their
+        batches stay in the log, and no reader may see them (Kafka's read_committed)."""
+        with self.lock:
+            aborted = [r for r in self.aborted[partition] if r[1] > start and r[0] < end]
+        if not aborted:
+            return [(start, end)] if end > start else []
+        return subtract((start, end), sorted(aborted))
 
     def live_journal(self) -> CommitJournal:
         """The commit journal; ChannelClosedError once the owner closed it."""

@@ -16,7 +16,9 @@ touches several writes one transactional batch per partition, then a commit
 record to the journal; that record is the commit point (recovery aborts
 transactional batches without one). Takes see, per partition, the prefix of
 the log up to the first put not yet committed — Kafka's last stable offset —
-so no uncommitted event is ever taken.
+so no uncommitted event is ever taken. An aborted put's batches stay in the log;
+its offsets leave every queue and are kept (ChannelState.aborted, in the
+checkpoint), and reads and fetches skip them (Kafka's read_committed).
 
 Durability. In fsync mode a put commit returns after its batches (and, for a
 multi-partition put, its journal record) are fsynced; concurrent committers

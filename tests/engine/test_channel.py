@@ -329,6 +329,75 @@ def test_a_crash_before_the_commit_record_aborts_the_whole_put(
         assert reopened.status()["recovery"]["aborted_events"] == 10
 
 
+def read_all(channel: Channel, partition: int, start: int = 0, limit: int = 100) -> list[bytes]:
+    """Every event body a partition serves from `start` on, read `limit` at a time."""
+    got, offset = [], start
+    while events := channel.read(partition, offset, limit):
+        got += [e.body for e in events]
+        offset = events[-1].offset + 1
+    return got
+
+
+@pytest.mark.parametrize("limit", [1, 3, 100])
+@pytest.mark.parametrize("how", ["failed in the owner", "crashed before its record"])
+def test_reads_never_show_the_events_of_an_aborted_put(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, limit: int) -> None:
+    """An aborted put's batches stay in the log; read() skips them as Kafka's read_committed
+    consumer skips an aborted transaction, in the owner, through a client, in a read-only
+    snapshot, after recovery aborted it, and once a checkpoint keeps the abort."""
+    config = make_config(tmp_path, partitions=2)
+    channel = Channel.open(config)
+    before = [put(channel, b"p0-before-%d" % i, key=b"key-1") for i in range(2)]
+    owner = channel.owner
+    assert owner is not None and {p for [(p, _, _)] in before} == {0}
+    if how == "failed in the owner":  # its partition 0 batch written, partition 1's refused
+        original = PartitionLog.append_batch
+
+        def fail_on_partition_1(self: PartitionLog, batch: bytearray,
+                                defer_flush: bool = False) -> Any:
+            if self.partition == 1:
+                raise DiskFullError(self.directory, OSError(28, "No space left"), "appending")
+            return original(self, batch, defer_flush)
+
+        monkeypatch.setattr(PartitionLog, "append_batch", fail_on_partition_1)
+        with pytest.raises(DiskFullError):
+            keyed_put(channel, 10).commit()
+        monkeypatch.undo()
+    else:
+        def die(*_args: object) -> None:
+            raise SystemExit("killed between the batches and the commit record")
+
+        monkeypatch.setattr(owner.puts, "_journal_put", die)
+        with pytest.raises(SystemExit):
+            keyed_put(channel, 10).commit()
+        monkeypatch.undo()
+    aborted_end = owner.logs[0].log_end_offset
+    assert aborted_end > 2  # the aborted batch is in partition 0's log, after the two puts
+    put(channel, b"p0-after", key=b"key-1")
+    wanted = [b"p0-before-0", b"p0-before-1", b"p0-after"]
+
+    def check(reader: Channel) -> None:
+        assert read_all(reader, 0, limit=limit) == wanted
+        assert read_all(reader, 0, start=3, limit=limit) == [b"p0-after"]  # inside it
+        assert reader.read(0, aborted_end - 1, limit) == reader.read(0, aborted_end, limit)
+        assert read_all(reader, 1) == []
+
+    check(channel)
+    with Channel.open(config) as client:
+        assert client.owner is None
+        check(client)
+    with Channel.open(config, read_only=True) as snapshot:
+        check(snapshot)
+    crash(channel)
+    with Channel.open(config) as reopened:  # recovery aborts it (no commit record)
+        assert reopened.status()["recovery"]["aborted_events"] > 0
+        check(reopened)
+        reopened.checkpoint()
+    with Channel.open(config) as again:  # the checkpoint keeps the abort
+        check(again)
+        assert sorted(take_all(again)) == sorted(wanted)
+
+
 def test_takes_wait_behind_a_put_that_is_still_committing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with Channel.open(make_config(tmp_path, partitions=2)) as channel:

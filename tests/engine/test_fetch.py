@@ -219,3 +219,48 @@ def test_a_read_only_channel_fetches_and_a_client_is_told_to_open_read_only(
             assert client.role == "client"
             with pytest.raises(ChannelEngineError, match="read_only=True"):
                 client.fetch(0, 0, 10)
+
+
+def test_an_aborted_put_is_never_in_an_answer(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its batch stays in the log between committed ones: an answer ends before it, and one
+    asked from inside it begins after it (as Kafka's read_committed fetch leaves it out)."""
+    def put_on_partition_0(count: int) -> None:
+        for _ in range(count):
+            with channel.put() as tx:
+                for _ in range(10):
+                    tx.put(b"committed", key=b"key-1")  # murmur2: partition 0 of 2
+
+    original = PartitionLog.append_batch
+
+    def refused_on_partition_1(self: PartitionLog, batch: bytearray,
+                               defer_flush: bool = False) -> object:
+        if self.partition == 1:
+            raise ChannelEngineError("refused: the put fails after its partition 0 batch")
+        return original(self, batch, defer_flush)
+
+    with Channel.open(make_config(tmp_path, partitions=2)) as channel:
+        put_on_partition_0(10)
+        monkeypatch.setattr(PartitionLog, "append_batch", refused_on_partition_1)
+        with pytest.raises(ChannelEngineError, match="refused"), channel.put() as tx:
+            for i in range(20):
+                tx.put(b"aborted", key=b"key-%d" % i)
+        monkeypatch.undo()
+        put_on_partition_0(3)
+        assert channel.owner is not None
+        aborted = channel.owner.state.aborted[0]
+        assert len(aborted) == 1 and aborted[0][0] == 100
+        end = aborted[0][1]
+        got, offset = [], 95
+        while offset < end + 20:
+            with channel.fetch(0, offset, end + 20) as answer:
+                assert answer.start_offset == offset
+                found = [(o, v) for o, v in records(read_all(answer)) if offset <= o < end + 20]
+                assert all(v == b"committed" for _, v in found), found
+                got += [o for o, _ in found]
+                offset = answer.next_offset
+        assert got == list(range(95, 100)) + list(range(end, end + 20))
+        with channel.fetch(0, 101, end) as answer:  # nothing but the aborted put asked
+            assert (read_all(answer), answer.next_offset) == (b"", end)
+        with channel.fetch(0, 101, end + 5) as answer:
+            assert records(read_all(answer))[0][0] == end

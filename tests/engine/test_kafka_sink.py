@@ -115,12 +115,13 @@ def test_random_kills_while_producers_put(tmp_path, kafka_broker, trials):
     writer = subprocess.Popen([sys.executable, "-c", WRITER, config.checkpoint_dir,
                                str(30 * trials)], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
-    kills = 0
+    kills, runs = 0, []
     try:
         for _ in range(trials):
             step = f"{rng.choice(STEPS)}@{rng.randint(1, 3)}"
             run = run_sink(config, kafka_broker.bootstrap, topic, max_events=rng.randint(50, 400),
                            env={"WEIR_KAFKA_SINK_CRASH_AT": step})
+            runs.append(f"{step}: exit {run.returncode}, {run.report or run.error}")
             # a run that was the writer's client fails when the writer's process ends
             # (the owner gone mid-take): named, nothing taken, the next run resumes
             handed_over = run.returncode == 1 and "owner process" in (run.error or "") \
@@ -133,6 +134,9 @@ def test_random_kills_while_producers_put(tmp_path, kafka_broker, trials):
         writer.wait()
     drain(config, kafka_broker.bootstrap, topic)
     print(f"{trials} runs, {kills} killed")
+    with Channel.open(config, read_only=True) as channel:
+        counters = channel.status()["counters"]
+    print("\n".join(runs), f"\nchannel counters: {counters}")  # shown when the check fails
     assert_exactly_once(config, kafka_broker.bootstrap, topic)
 
 
