@@ -79,7 +79,9 @@ class ChannelConfig:
     checkpoint_dir: str = field(metadata=_doc(
         "Absolute directory for the queue checkpoint and channel.json: the channel's home."))
     partitions: int = field(default=1, metadata=_doc(
-        "Number of partition logs; events go by key hash, or round-robin without a key."))
+        "Number of partition logs. A keyed event goes by its key's hash; a put's keyless "
+        "events go together to one partition, taken in turn (in fsync durability, often the "
+        "one whose fsync other puts are waiting for, as Kafka's sticky partitioner does)."))
     capacity: int = field(default=1_000_000, metadata=_doc(
         "Most committed, untaken events the channel holds (Flume capacity). Changing it "
         "needs no rebuild."))
