@@ -1,11 +1,14 @@
 """Helpers shared by the channel tests: configs, and an in-process "crash"."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from channel_engine import Channel, ChannelConfig
+from channel_engine import Channel, ChannelConfig, PartitionLog
+from channel_engine.errors import DiskFullError
 
 
 def make_config(root: Path, name: str = "ch", **settings: Any) -> ChannelConfig:
@@ -76,3 +79,21 @@ def crashed_channel(tmp_path: Path, **settings: Any) -> ChannelConfig:
             tx.put(f"late{i}".encode(), key=str(i).encode())
     crash(channel)
     return config
+
+
+@contextlib.contextmanager
+def appends_refused(partition: int) -> Iterator[None]:
+    """Inside: every append to `partition` fails as a full disk does (DiskFullError), so a
+    put touching it and another partition fails after its other batches were written."""
+    append = PartitionLog.append_batch
+
+    def refuse(log: PartitionLog, batch: bytearray, defer_flush: bool = False) -> Any:
+        if log.partition == partition:
+            raise DiskFullError(log.directory, OSError(28, "No space left"), "appending")
+        return append(log, batch, defer_flush)
+
+    PartitionLog.append_batch = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PartitionLog.append_batch = append  # type: ignore[method-assign]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from channel_helpers import crash, make_config
+from channel_helpers import appends_refused, crash, make_config
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from channel_engine import (
@@ -26,7 +26,6 @@ from channel_engine import (
     InvalidEventError,
     LogDirectoryError,
     OffsetOutOfRangeError,
-    PartitionLog,
     TakeCommittedError,
     TakeExpiredError,
     TransactionCapacityError,
@@ -281,21 +280,11 @@ PutTransactionLike = Any
 
 
 def test_a_put_failing_on_its_second_partition_leaves_nothing_visible(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     config = make_config(tmp_path, partitions=2)
     channel = Channel.open(config)
-    original = PartitionLog.append_batch
-
-    def fail_on_partition_1(self: PartitionLog, batch: bytearray, defer_flush: bool = False
-                            ) -> Any:
-        if self.partition == 1:
-            raise DiskFullError(self.directory, OSError(28, "No space left"), "appending")
-        return original(self, batch, defer_flush)
-
-    monkeypatch.setattr(PartitionLog, "append_batch", fail_on_partition_1)
-    with pytest.raises(DiskFullError):
+    with appends_refused(1), pytest.raises(DiskFullError):
         keyed_put(channel, 10).commit()
-    monkeypatch.setattr(PartitionLog, "append_batch", original)
     assert channel.owner is not None and channel.owner.logs[0].log_end_offset > 0  # written...
     assert take_all(channel) == []  # ...but never delivered
     status = channel.status()
@@ -351,18 +340,8 @@ def test_reads_never_show_the_events_of_an_aborted_put(
     owner = channel.owner
     assert owner is not None and {p for [(p, _, _)] in before} == {0}
     if how == "failed in the owner":  # its partition 0 batch written, partition 1's refused
-        original = PartitionLog.append_batch
-
-        def fail_on_partition_1(self: PartitionLog, batch: bytearray,
-                                defer_flush: bool = False) -> Any:
-            if self.partition == 1:
-                raise DiskFullError(self.directory, OSError(28, "No space left"), "appending")
-            return original(self, batch, defer_flush)
-
-        monkeypatch.setattr(PartitionLog, "append_batch", fail_on_partition_1)
-        with pytest.raises(DiskFullError):
+        with appends_refused(1), pytest.raises(DiskFullError):
             keyed_put(channel, 10).commit()
-        monkeypatch.undo()
     else:
         def die(*_args: object) -> None:
             raise SystemExit("killed between the batches and the commit record")
