@@ -30,6 +30,22 @@ def channel_row(root: Path, name: str = "orders", files: bool = True,
     return row
 
 
+def two_volume_channel(root: Path, events: int, name: str = "orders") -> Channel:
+    """A two-partition channel over two data dirs (two volumes) holding `events` keyed
+    events put through the API, closed as a restart leaves it."""
+    row = Channel(name=name, data_dirs=[str(root / "a"), str(root / "b")],
+                  checkpoint_dir=str(root / name), partitions=2, minimum_required_space=0)
+    row.owned_dirs = channel_dirs.missing(row)
+    row.save()
+    make_files(row)
+    produced = token_client("produce").post(
+        f"/api/v1/channels/{name}/events",
+        {"events": [{"body": f"e{i}", "key": str(i)} for i in range(events)]}, format="json")
+    assert produced.status_code == 200, produced.content
+    channels.close_all()  # a restart: the next request opens the channel afresh
+    return row
+
+
 def make_files(row: Channel) -> None:
     """A saved row's channel files, made as manage_channels' create makes them (a new
     channel: Channel.create), when its settings are allowed here (a row only a refusal is

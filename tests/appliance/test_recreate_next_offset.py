@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import make_files, problem, token_client
+from appliance_helpers import problem, token_client, two_volume_channel
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.template.loader import render_to_string
 from django.test import Client
 
-from appliance import channel_dirs, channels
+from appliance import channels
 from appliance.models import Channel
 from channel_engine import MAX_OFFSET
 from channel_engine.incarnations import ORIGINAL
@@ -27,16 +27,7 @@ RECREATE = "/api/v1/channels/orders/recreate"
 
 def lost_partition_one(root: Path) -> Channel:
     """A two-partition channel with events in both, whose partition 1 directory vanished."""
-    row = Channel(name="orders", data_dirs=[str(root / "a"), str(root / "b")],
-                  checkpoint_dir=str(root / "orders"), partitions=2, minimum_required_space=0)
-    row.owned_dirs = channel_dirs.missing(row)
-    row.save()
-    make_files(row)
-    produced = token_client("produce").post(
-        EVENTS, {"events": [{"body": f"e{i}", "key": str(i)} for i in range(6)]},
-        format="json")
-    assert produced.status_code == 200, produced.content
-    channels.close_all()
+    row = two_volume_channel(root, 6)
     shutil.rmtree(root / "b" / "orders-1")
     return row
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import make_files, problem, token_client
+from appliance_helpers import problem, token_client, two_volume_channel
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
-from appliance import channel_dirs, channels
+from appliance import channels
 from appliance.models import Channel
 from channel_engine import Channel as EngineChannel
 from channel_engine import ChannelEngineError, ChannelGoneError, LogDirectoryError
@@ -29,17 +29,7 @@ EVENTS = "/api/v1/channels/orders/events"
 
 def two_volumes(root: Path) -> Channel:
     """A channel over two data dirs (two volumes) with 4 events, as a restart leaves it."""
-    row = Channel(name="orders", data_dirs=[str(root / "a"), str(root / "b")],
-                  checkpoint_dir=str(root / "orders"), partitions=2, minimum_required_space=0)
-    row.owned_dirs = channel_dirs.missing(row)
-    row.save()
-    make_files(row)
-    produced = token_client("produce").post(
-        EVENTS, {"events": [{"body": f"e{i}", "key": str(i)} for i in range(4)]},
-        format="json")
-    assert produced.status_code == 200, produced.content
-    channels.close_all()  # a restart: the next request opens the channel afresh
-    return row
+    return two_volume_channel(root, 4)
 
 
 def unmount(path: Path, aside: Path) -> None:
