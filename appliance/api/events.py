@@ -6,6 +6,11 @@ shape, which takes share.
     ?timestamp=MS&limit=N    from the first event at or after MS
     -> 200 {"events": [event, ...], "next_offset"}   416 [offset-out-of-range]: the problem
                                                      names the log's start and end offsets
+
+Committed events only, as a Kafka consumer with isolation.level=read_committed sees them:
+offsets may skip, where a put that touched several partitions failed part way (its batches
+stay in the log, aborted) or where damage was counted lost; next_offset follows the last
+event returned.
 """
 from __future__ import annotations
 
