@@ -514,12 +514,25 @@ class Reopened:
 
     status: dict[str, Any]
     drained: list[Event]
+    readable: list[Event]  # what read() served from each log start, before the drain
+
+
+def read_everything(channel: Channel) -> list[Event]:
+    """Every event read() serves, each partition from its log start (read_committed)."""
+    events: list[Event] = []
+    for partition in channel.status()["partitions"]:
+        offset = partition["log_start_offset"]
+        while batch := channel.read(partition["partition"], offset, 500):
+            events += batch
+            offset = batch[-1].offset + 1
+    return events
 
 
 def reopen_and_drain(config: ChannelConfig) -> Reopened:
     with Channel.open(config) as channel:
         assert channel.role == "owner"
         status = channel.status()
+        readable = read_everything(channel)
         drained: list[Event] = []
         while True:
             with channel.take() as tx:
@@ -534,7 +547,7 @@ def reopen_and_drain(config: ChannelConfig) -> Reopened:
             put.put(b"after", key=b"k1")
         with channel.take() as tx:
             assert [bytes(e.body) for e in tx.take(10)] == [b"after"]
-    return Reopened(status, drained)
+    return Reopened(status, drained, readable)
 
 
 def check_history(runs: list[Run], reopened: Reopened, *, checkpoints_lost: bool = False
@@ -646,6 +659,14 @@ def check_history(runs: list[Run], reopened: Reopened, *, checkpoints_lost: bool
     twice = sorted(event for event in acked if delivered[event] > 1
                    and not (event in again_allowed and delivered[event] == 2))
     assert not twice, f"{len(twice)} events delivered twice: {twice[:20]}\n{where}"
+    # a read serves what a take delivers: every queued event, and nothing of a put that
+    # never committed (its batches may be in the log, aborted)
+    read_ids = [worker.event_id(e) for e in reopened.readable]
+    assert not set(read_ids) - acked, f"read() served events of puts that never committed: " \
+                                      f"{sorted(set(read_ids) - acked)[:20]}\n{where}"
+    assert {event for event, _, _ in final} <= set(read_ids), f"queued events read() does " \
+                                                              f"not serve\n{where}"
+    assert max(Counter(read_ids).values(), default=1) == 1, f"read() served twice\n{where}"
     return {"acked_puts": len(acked), "drained": len(final), "again": len(again_allowed),
             "returned": resolved["returned"], "committed_unacked": resolved["committed"],
             "unacked_put_present": unacked_present}
@@ -836,6 +857,7 @@ def test_a_client_becomes_the_owner_when_the_owner_is_killed(tmp_path: Path,
                 take.commit()
             status = channel.status()  # the next call elects a new owner: this process
             assert channel.role == "owner" and status["role"] == "owner"
+            readable = read_everything(channel)
             drained = take_all(channel)
         finally:
             channel.close()
@@ -849,7 +871,7 @@ def test_a_client_becomes_the_owner_when_the_owner_is_killed(tmp_path: Path,
                       "inflight")]
     run.deliveries = [t for take_ in run.takes for t in take_.events]
     run.delivery_lines = [(len(lines), take_.events) for take_ in run.takes]
-    result = check_history([run], Reopened(status, drained))
+    result = check_history([run], Reopened(status, drained, readable))
     assert result["returned"] == 1
 
 
