@@ -7,29 +7,37 @@ open take transactions, each of one subscription, with what each reserved. A tak
 each partition's lowest queued offsets of its subscription: events a take returned
 (rollback, lapsed lease, dead owner or client) come back ahead of everything never taken,
 in offset order. A put adds its events to every subscription's queue; a loss takes them
-out of every one.
+out of every one. Besides, per partition, the events of aborted puts by offset: in the log
+(the log end is past them), in no queue, never to be taken or read.
 
 Each step does one thing to the real channel: put (commit, rollback, or a `with` block that
-exits cleanly or with an error), begin a take of a subscription (with or without a lease),
+exits cleanly or with an error), put across partitions and fail part way (the append to one
+partition refused after the batches of those before it were written, in the owner or sent
+by a client: the put is aborted), begin a take of a subscription (with or without a lease),
 take more, commit or roll back a take, take in a `with` block, put and take through a
 second Channel that is a client of the owner (its open take rolls back when it
-disconnects), let time pass (leases lapse), checkpoint, flush, apply retention, look at a
-read-only snapshot, lose a range of offsets (as a read meeting damage reports it: the
-channel takes its untaken events out of every queue and out of open takes, counts and
-records them) and acknowledge the losses, add a subscription (at the earliest or latest
-offset, at an offset per partition, or at a time), remove one, reset one (Kafka's
---reset-offsets; refused while it has takes open), crash the owner (kill -9 between two
-steps) or close it and reopen (sometimes with one more partition or another codec), use a
-take left over from before a reopen (it must be dead). After every step the channel's
-status is compared with the model: every subscription's counts and head per partition,
-its open takes and take counters; the channel's, which are its slowest subscription's;
-log end offsets, open takes, the counters, the losses and health; a reopen also checks
-what recovery reports (nothing lost, aborted or dropped at open; the journal commits it
-replayed). A subscription change is durable when it returns (it writes a checkpoint), so
-the subscriptions and their positions after a crash are the model's. The counters count
-since the channel was made: a close that checkpoints keeps them exactly; after a crash (or
-a close without checkpoint_on_close) they are the last checkpoint's plus the puts and take
-commits since (what replay recounts), the channel's lost events the ledger's.
+disconnects), let time pass (leases lapse), checkpoint, flush, apply retention, read a
+partition from a drawn offset, page by page (in the owner, through a client, in a read-only
+snapshot: its committed events still in the log, in order, never an aborted put's), lose a
+range of offsets (as a read meeting damage reports it: the channel takes its untaken events
+out of every queue and out of open takes, counts and records them) and acknowledge the
+losses, add a subscription (at the earliest or latest offset, at an offset per partition,
+or at a time), remove one, reset one (Kafka's --reset-offsets; refused while it has takes
+open), crash the owner (kill -9 between two steps) or close it and reopen (sometimes with
+one more partition or another codec), use a take left over from before a reopen (it must be
+dead). After every step the channel's status is compared with the model: every
+subscription's counts and head per partition, its open takes and take counters; the
+channel's, which are its slowest subscription's; log end offsets, open takes, the counters,
+the losses and health; a reopen also checks what recovery reports (nothing lost or dropped
+at open; the journal commits it replayed; aborted: without a final checkpoint, the events
+of the puts aborted since the last one, which the open aborts again, but for those a
+journalled loss mark took out of the queues first). A subscription change is durable when
+it returns (it writes a checkpoint), so the subscriptions and their positions after a crash
+are the model's. The counters count since the channel was made: a close that checkpoints
+keeps them exactly; after a crash (or a close without checkpoint_on_close) they are the
+last checkpoint's plus the puts and take commits since (what replay recounts: an aborted
+put's events in the log are put attempts, not successes) and what the open aborts again,
+the channel's lost events the ledger's.
 
 Every event body is unique (a counter), so an event taken twice by one subscription, lost,
 or coming back after its take committed shows up as a mismatch. Keyed events must land
@@ -54,11 +62,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import shutil
 import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +92,9 @@ from channel_engine import (
     ChannelConfig,
     ChannelFullError,
     Event,
+    OffsetOutOfRangeError,
     PutTransaction,
+    StorageError,
     SubscriptionBusyError,
     SubscriptionExistsError,
     TakeExpiredError,
@@ -91,6 +103,7 @@ from channel_engine import (
     TransactionStateError,
     UnknownSubscriptionError,
 )
+from channel_engine.log.partition_log import PartitionLog
 from channel_engine.log.recovery import LostRange
 
 with warnings.catch_warnings():  # kafka-python's protocol schemas use deprecated importlib APIs
@@ -111,7 +124,8 @@ SUBSCRIPTION_COUNTERS = ("take_attempts", "take_successes", "rollbacks", "takes_
                          "dropped_events", "lost_events")
 QUEUE_FIGURES = ("taken_through", "events_queued", "events_untaken", "events_in_flight")
 
-keys = st.none() | st.sampled_from([b"k%d" % i for i in range(8)]) | st.binary(max_size=6)
+KEY_POOL = [b"k%d" % i for i in range(32)]
+keys = st.none() | st.sampled_from(KEY_POOL[:8]) | st.binary(max_size=6)
 headers = st.none() | st.dictionaries(st.sampled_from(["a", "b", "trace"]),
                                       st.binary(max_size=6), max_size=2)
 timestamps = st.none() | st.integers(START_MS - STAMP_SPREAD_MS, START_MS + STAMP_SPREAD_MS)
@@ -212,6 +226,28 @@ def kafka_partition(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+def specs_in(partition: int, partitions: int) -> st.SearchStrategy[Spec]:
+    """An event whose key Kafka's partitioner puts in `partition`."""
+    placed = [key for key in KEY_POOL if kafka_partition(key, partitions) == partition]
+    return st.builds(Spec, st.sampled_from(placed), headers, timestamps, st.binary(max_size=60))
+
+
+@contextlib.contextmanager
+def append_refused(partition: int) -> Iterator[None]:
+    """Every append to `partition` fails with an I/O error (as StorageError: nothing of it
+    written), appends to the others go through: a put across partitions fails part way."""
+    original = PartitionLog.append_batch
+
+    def refuse(log: PartitionLog, batch: bytearray, defer_flush: bool = False) -> Any:
+        if log.partition == partition:
+            raise StorageError(log.directory, OSError(errno.EIO, "I/O error"), "appending")
+        return original(log, batch, defer_flush)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PartitionLog, "append_batch", refuse)
+        yield
+
+
 def kind_of(position: Position) -> str:
     """What kind of position it is, for hypothesis's statistics."""
     if isinstance(position, str):
@@ -230,6 +266,10 @@ class ChannelMachine(RuleBasedStateMachine):
         self.clock_ms = START_MS
         self.counter = 0  # makes every body unique
         self.stored: list[dict[int, Sent]] = []  # per partition: offset -> committed event
+        # per partition: offset -> event of an aborted put (in the log, never to be seen)
+        self.aborted: list[dict[int, Sent]] = []
+        self.unsaved_aborts: set[Place] = set()  # aborted since the last checkpoint
+        self.unsaved_loss_marks: set[Place] = set()  # marked lost (journalled) since then
         self.log_end: list[int] = []
         self.log_start: list[int] = []  # as the engine last reported it (learn_log_starts)
         # by name, in the order they were added (the engine's): default first
@@ -270,6 +310,7 @@ class ChannelMachine(RuleBasedStateMachine):
         assert self.ch.role == "owner"
         while len(self.log_end) < self.cfg.partitions:  # a new partition: new in every queue
             self.stored.append({})
+            self.aborted.append({})
             self.log_end.append(0)
             self.log_start.append(0)
             for sub in self.subscriptions.values():
@@ -278,6 +319,7 @@ class ChannelMachine(RuleBasedStateMachine):
 
     def checkpointed(self) -> None:
         self.journal_takes = self.journal_puts = 0
+        self.unsaved_aborts, self.unsaved_loss_marks = set(), set()
         self.last_checkpoint_ms = self.now_ms()
         self.saved_counters, self.replayed = Counter(self.counters), Counter()
         for sub in self.subscriptions.values():
@@ -332,6 +374,7 @@ class ChannelMachine(RuleBasedStateMachine):
             bisect.insort(queued[p], offset)
 
     def check_event(self, got: Event) -> None:
+        assert got.offset not in self.aborted[got.partition], f"an aborted put's event: {got}"
         sent = self.stored[got.partition][got.offset]
         assert (got.body, got.key, got.headers) == (sent.body, sent.key, sent.headers), got
         if sent.timestamp is not None:
@@ -398,7 +441,13 @@ class ChannelMachine(RuleBasedStateMachine):
             changes["partitions"] = self.cfg.partitions + 1
             event("reopened with one more partition")
         self.config = self.cfg.replace(**changes)
-        if how == "crash" or not self.cfg.checkpoint_on_close:
+        restored = how == "crash" or not self.cfg.checkpoint_on_close
+        # without a final checkpoint the open aborts again the puts aborted since the last
+        # one (no commit record): the events still in the queues it rebuilt, i.e. all but
+        # those a journalled loss mark took out before (it replays the journals first)
+        aborted_at_open = len(self.unsaved_aborts - self.unsaved_loss_marks) if restored else 0
+        if restored:
+            self.replayed["aborted_events"] += aborted_at_open
             self.restored_counters()
         self.open()
         assert self.ch.subscriptions() == list(self.subscriptions)
@@ -406,7 +455,9 @@ class ChannelMachine(RuleBasedStateMachine):
         assert recovery["problems"] == [], recovery
         assert recovery["checkpoint_source"] == "primary", recovery
         assert (recovery["lost_events"], recovery["aborted_events"],
-                recovery["dropped_events"]) == (0, 0, 0), recovery
+                recovery["dropped_events"]) == (0, aborted_at_open, 0), recovery
+        if aborted_at_open:
+            event("the open aborted a put again")
         if how == "close" and self.cfg.checkpoint_on_close:
             # close() checkpointed: its in-flight takes were saved, its journal is empty
             assert recovery["in_flight_returned"] == in_flight, recovery
@@ -448,15 +499,8 @@ class ChannelMachine(RuleBasedStateMachine):
                         tx.commit()
                     return
                 tx.commit()
-        except ChannelFullError:
-            assert untaken + len(sent) > self.cfg.capacity
-            event("put refused: channel full")
-            self.count_failed_put(len(sent))
-            return
-        except BatchTooLargeError as exc:
-            assert exc.size > self.cfg.segment_bytes, exc
-            event("put refused: batch too large")
-            self.count_failed_put(len(sent))
+        except (ChannelFullError, BatchTooLargeError) as exc:
+            self.refused(exc, untaken, len(sent))
             return
         if not sent:
             assert tx.committed == []
@@ -480,6 +524,18 @@ class ChannelMachine(RuleBasedStateMachine):
             tx.put(body, key=spec.key, headers=spec.headers, timestamp=spec.timestamp)
             sent.append(Sent(body, spec.key, dict(spec.headers or {}), spec.timestamp))
         assert len(tx) == len(sent)
+
+    def refused(self, exc: ChannelFullError | BatchTooLargeError, untaken: int,
+                count: int) -> None:
+        """A put of `count` events was refused before anything was written: the channel
+        had no room for them (`untaken` before it), or a batch is larger than a segment."""
+        if isinstance(exc, ChannelFullError):
+            assert untaken + count > self.cfg.capacity
+            event("put refused: channel full")
+        else:
+            assert exc.size > self.cfg.segment_bytes, exc
+            event("put refused: batch too large")
+        self.count_failed_put(count)
 
     def count_failed_put(self, count: int) -> None:
         self.counters["put_attempts"] += count
@@ -515,6 +571,61 @@ class ChannelMachine(RuleBasedStateMachine):
         if len(committed) > 1:
             self.journal_puts += 1
             event("multi-partition put")
+
+    @precondition(lambda self: self.cfg.partitions > 1)
+    @rule(data=st.data(), through=st.sampled_from(["owner", "client"]))
+    def put_aborted_part_way(self, data: st.DataObject, through: str) -> None:
+        """A put across partitions whose append is refused on one of them (an I/O error)
+        after the batches of those before it were written, in the owner or sent by a
+        client: the put raises; its written batches stay in the log, whose end moves past
+        them, and are aborted: out of every queue, never taken or read, before or after a
+        reopen, and counted in aborted_events."""
+        self.steps_since_open += 1
+        partitions = self.cfg.partitions
+        touched = data.draw(st.lists(st.integers(0, partitions - 1), min_size=2,
+                                     max_size=partitions, unique=True), label="touched")
+        # every partition touched among the first events, so that all of them fit
+        targets = touched + data.draw(st.lists(
+            st.sampled_from(touched), max_size=self.cfg.transaction_capacity - len(touched)),
+            label="more events to")
+        events = list(data.draw(st.tuples(*(specs_in(p, partitions) for p in targets)),
+                                label="events"))
+        refused = data.draw(st.sampled_from(sorted(touched)[1:]), label="refused partition")
+        untaken = self.untaken()
+        sent: list[Sent] = []
+        channel = self.ch if through == "owner" else Channel.open(self.cfg, clock=self.clock)
+        try:
+            tx = channel.put()
+            self.put_events(tx, events, sent)
+            assert len(sent) == len(targets)  # within transaction_capacity
+            try:
+                with append_refused(refused):
+                    tx.commit()
+            except (ChannelFullError, BatchTooLargeError) as exc:  # before any append
+                self.refused(exc, untaken, len(sent))
+                return
+            except StorageError as exc:
+                assert "appending failed" in str(exc), exc
+            else:
+                raise AssertionError("the put committed, though an append was refused")
+        finally:
+            if channel is not self.ch:
+                channel.close()
+        self.record_abort(sent, targets, refused)
+        event(f"a put aborted part way, through the {through}")
+
+    def record_abort(self, sent: list[Sent], targets: list[int], refused: int) -> None:
+        """A put failed: it counts as a failed put, and its batches appended before the
+        refused partition's (in partition order) are aborted, past the log end."""
+        self.count_failed_put(len(sent))
+        for p in sorted({p for p in targets if p < refused}):
+            mine = [e for e, target in zip(sent, targets, strict=True) if target == p]
+            for offset, sent_event in enumerate(mine, start=self.log_end[p]):
+                self.aborted[p][offset] = sent_event
+                self.unsaved_aborts.add((p, offset))
+            self.log_end[p] += len(mine)
+            self.counters["aborted_events"] += len(mine)
+            self.replayed["put_attempts"] += len(mine)  # in the log: recounted, not a success
 
     # -- take ---------------------------------------------------------------------------------
     @precondition(lambda self: len(self.takes) < MAX_OPEN_TAKES)
@@ -635,11 +746,13 @@ class ChannelMachine(RuleBasedStateMachine):
     def through_a_client(self, data: st.DataObject, events: list[Spec], n: int,
                          how: str) -> None:
         """A second Channel on the same home is a client of the owner (over owner.sock):
-        put, then take from a subscription and end the take, then close it."""
+        put, read a partition, then take from a subscription and end the take, then close
+        it."""
         client = Channel.open(self.cfg, clock=self.clock)
         try:
             assert client.role == "client"
             self.do_put(client, events, "with")
+            self.check_reads(client, data)
             self.take_and_end(client, self.pick_subscription(data),
                               min(n, self.cfg.transaction_capacity), how)
         finally:
@@ -746,17 +859,18 @@ class ChannelMachine(RuleBasedStateMachine):
         wall clock when it is encoded, later than all of these."""
         assert time.time() * 1000 > START_MS + STAMP_SPREAD_MS + 1
         spread = st.integers(START_MS - STAMP_SPREAD_MS, START_MS + STAMP_SPREAD_MS + 1)
-        given = sorted({sent.timestamp for part in self.stored for sent in part.values()
-                        if sent.timestamp is not None})
+        given = sorted({sent.timestamp for part in (*self.stored, *self.aborted)
+                        for sent in part.values() if sent.timestamp is not None})
         if not given:
             return spread
         return spread | st.builds(int.__add__, st.sampled_from(given), st.integers(0, 1))
 
     def first_at_or_after(self, p: int, stamp: int) -> int:
-        """Kafka's offsetsForTimes, on the model: the first offset still stored whose
-        timestamp is >= stamp, else the log end."""
+        """Kafka's offsetsForTimes, on the model: the first offset still in the log whose
+        timestamp is >= stamp, else the log end. It looks at the log, so at an aborted put's
+        events too (a queue placed there skips them)."""
         for offset in range(self.log_start[p], self.log_end[p]):
-            put_at = self.stored[p][offset].timestamp
+            put_at = (self.stored[p].get(offset) or self.aborted[p][offset]).timestamp
             if put_at is None or put_at >= stamp:
                 return offset
         return self.log_end[p]
@@ -764,15 +878,16 @@ class ChannelMachine(RuleBasedStateMachine):
     def place(self, sub: ModelSubscription, heads: list[int | None]) -> None:
         """Place a subscription's queue of each partition with a head: every event from
         the head on is queued but those of a range recorded lost (the log cannot deliver
-        them, to any subscription); the rest is not its to take."""
+        them, to any subscription) and those of aborted puts; the rest is not its to take."""
         for p, head in enumerate(heads):
             if head is None:
                 continue
             sub.forget(p)
             sub.queued[p] = [o for o in range(head, self.log_end[p])
-                             if not self.recorded_lost(p, o)]
+                             if not self.recorded_lost(p, o) and o not in self.aborted[p]]
             queued = set(sub.queued[p])
-            sub.skipped |= {(p, o) for o in range(self.log_end[p]) if o not in queued}
+            sub.skipped |= {(p, o) for o in range(self.log_end[p])
+                            if o not in queued and o not in self.aborted[p]}
 
     def recorded_lost(self, p: int, offset: int) -> bool:
         return any(q == p and start <= offset < end for q, start, end in self.loss_records)
@@ -818,10 +933,10 @@ class ChannelMachine(RuleBasedStateMachine):
                 event("a checkpoint deleted taken segments")
             self.checkpointed()
 
-    @rule(pick=st.integers(0, 2))
-    def read_only_snapshot(self, pick: int) -> None:
-        """A read-only open replays the files as they are (takes in flight are queued), with
-        every subscription; it reads the head of one partition of default."""
+    @rule(data=st.data())
+    def read_only_snapshot(self, data: st.DataObject) -> None:
+        """A read-only open replays the files as they are (takes in flight are queued, puts
+        without a commit record aborted), with every subscription; it reads a partition."""
         with Channel.open(self.cfg, read_only=True) as view:
             status = view.status()
             assert list(status["subscriptions"]) == list(self.subscriptions)
@@ -832,15 +947,43 @@ class ChannelMachine(RuleBasedStateMachine):
                 seen = status["subscriptions"][name]["partitions"]
                 assert [part["events_queued"] for part in seen] == \
                     [len(q) + in_flight[p] for p, q in enumerate(sub.queued)], (name, seen)
-            p = pick % self.cfg.partitions
-            head = min(self.subscriptions[DEFAULT].queued[p]
-                       + [o for q, o in self.in_flight(DEFAULT) if q == p], default=None)
-            if head is not None:
-                got = view.read(p, head, 3)
-                assert [e.offset for e in got] == list(range(head, head + len(got)))
-                assert got
-                for e in got:
-                    self.check_event(e)
+            self.check_reads(view, data)
+
+    # -- reads --------------------------------------------------------------------------------
+    @rule(data=st.data())
+    def read(self, data: st.DataObject) -> None:
+        """Read a partition in the owner (an inspection: no take moves)."""
+        self.check_reads(self.ch, data)
+
+    def check_reads(self, reader: Channel, data: st.DataObject) -> None:
+        """Read a partition from a drawn offset (the log start, one of an aborted put, any
+        up to the log end), a drawn number of events at a time, each read from the last
+        offset + 1 until one is empty: the committed events from there on still in the log,
+        in order, and never an aborted put's (Kafka's read_committed). A lost range takes
+        nothing out: lose_a_range reports offsets lost without harming the log's bytes, and
+        a read serves what the log holds. Below the log start is out of range."""
+        p = data.draw(st.integers(0, self.cfg.partitions - 1), label="read partition")
+        start, end = self.log_start[p], self.log_end[p]
+        aborted = sorted(o for o in self.aborted[p] if o >= start)
+        offset = data.draw(st.just(start) | st.integers(start, end)
+                           | (st.sampled_from(aborted) if aborted else st.nothing()),
+                           label="read from")
+        limit = data.draw(st.integers(1, 20), label="read limit")
+        wanted = [(o, self.stored[p][o].body) for o in range(max(offset, start), end)
+                  if o in self.stored[p]]
+        got: list[tuple[int, bytes]] = []
+        while events := reader.read(p, offset, limit):
+            assert len(events) <= limit and events[0].offset >= offset, (offset, limit, events)
+            for e in events:
+                self.check_event(e)
+            got += [(e.offset, e.body) for e in events]
+            offset = events[-1].offset + 1
+        assert got == wanted, (p, limit, got, wanted)
+        if start:
+            with pytest.raises(OffsetOutOfRangeError):
+                reader.read(p, start - 1, limit)
+        if aborted:
+            event("read a partition holding an aborted put")
 
     # -- losses -------------------------------------------------------------------------------
     @rule(data=st.data())
@@ -859,6 +1002,7 @@ class ChannelMachine(RuleBasedStateMachine):
         owner.logs[p].state.new_losses.append(LostRange(start, end, "test", cause="test: lost"))
         self.ch.status()  # counts it now (so does the next take or read)
         span = {(p, o) for o in range(start, end)}
+        self.unsaved_loss_marks |= span  # the journal record marks the whole range
         places: set[Place] = set()
         for name, sub in self.subscriptions.items():
             untaken = {(p, o) for o in sub.queued[p]} | set(self.in_flight(name))
@@ -951,11 +1095,12 @@ class ChannelMachine(RuleBasedStateMachine):
     @invariant()
     def every_event_is_in_one_place(self) -> None:
         """For each subscription, every offset of the log is in exactly one place; an event
-        lost is in no subscription's queue or take."""
+        lost, or of an aborted put, is in no subscription's queue or take."""
+        aborted = [(p, o) for p, part in enumerate(self.aborted) for o in part]
         for name, sub in self.subscriptions.items():
             queued = [(p, o) for p, q in enumerate(sub.queued) for o in q]
             in_flight = self.in_flight(name)
-            everywhere = queued + in_flight + [*sub.consumed, *sub.lost, *sub.skipped]
+            everywhere = queued + in_flight + [*sub.consumed, *sub.lost, *sub.skipped, *aborted]
             assert len(everywhere) == len(set(everywhere)), f"{name}: an event in two places"
             assert len(everywhere) == sum(self.log_end), f"{name}: an event is nowhere"
             assert self.lost.isdisjoint(queued + in_flight), f"{name}: a lost event is back"
