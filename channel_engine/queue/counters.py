@@ -50,6 +50,9 @@ What a kill can undercount, since the last checkpoint, and why:
     end and its success was counted after the snapshot;
   * take commits whose journal record was not synced (flush-policy durability: the
     take comes back, as the architecture's contract says) or that a damaged journal cut;
+  * aborted_events of a put aborted since the checkpoint whose offsets a loss recorded
+    after it also covers: replay applies the journalled loss first, which finds them out
+    of every queue already (nothing counted lost), and the abort then finds nothing left;
   * a subscription's lost_events (the ledger records losses by channel, not by
     subscription), and every subscription counter of a subscription removed since;
   * everything before the last valid checkpoint when neither copy is readable: the
