@@ -30,11 +30,22 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 
-# The stamp holds the hash of what was installed (the lock and pyproject.toml): when
-# either changes, the venv is synced again; when neither did, this costs one sha256sum.
+# The engine's C extension (the record batch codec, channel_engine/log/_batch_codec.c)
+# needs a C compiler and Python's headers. It is optional: where they cannot be had,
+# the install goes on and the engine uses its pure Python codec (slower), saying so.
+if ! command -v gcc >/dev/null || ! "$python" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  apt_install gcc python3-dev ||
+    echo "bootstrap: no C compiler or Python headers: the engine will use its pure" \
+         "Python record batch codec" >&2
+fi
+
+# The stamp holds the hash of what was installed (the lock, pyproject.toml and the C
+# sources the install compiles): when any changes, the venv is synced again (a changed
+# .c is rebuilt); when none did, this costs one sha256sum.
 lock=requirements/test.txt
 stamp=$venv/.weir-installed
-want=$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat "$lock" pyproject.toml channel_engine/log/*.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: syncing $venv with $lock"
   rm -f "$stamp"

@@ -1,9 +1,18 @@
 """Kafka record batch v2: the unit of atomicity in a segment's `.log` file.
 
 Weir writes Kafka's own on-disk format, so Kafka's tools and client codecs read
-Weir's segments. Building and decoding records go through aiokafka's compiled
-codec; this module owns the batch header, the checks that decide whether the
-bytes at a position are a valid batch, and the mapping of events onto records.
+Weir's segments. This module owns the batch header, the checks that decide whether
+the bytes at a position are a valid batch, and the mapping of events onto records.
+
+Codecs. The hot paths — build() without compression, and a reader's records turned into
+Events (decode_events, LogReader._decode) — go through `_batch_codec`, this package's C
+extension (`_batch_codec.c`): it writes the very bytes aiokafka's builder writes and
+reads records with aiokafka's checks, in a fraction of the time. Compressed batches, the
+other readers (records(), record_columns()) and every case the extension declines (bad
+input, whose InvalidEventError the Python path words) go through aiokafka's compiled
+codec. The extension is optional: when it was not built (no C compiler at install) or
+WEIR_PURE_PYTHON_CODEC=1 was set when this module was imported, aiokafka does all of it;
+CODEC says which ran (`python -m channel_engine --version` prints it).
 
 Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
 
@@ -56,16 +65,19 @@ built once and its base offset written in when the log assigns it.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any, NamedTuple, Protocol, cast
 
 import crc32c as _crc32c
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from channel_engine.errors import EncryptedBatchError, InvalidBatch, InvalidEventError
-from channel_engine.event import PendingEvent, header_value
+from channel_engine.event import Event, PendingEvent, header_value
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -91,6 +103,27 @@ _MAX_TIMESTAMP = 2**63 - 1
 _ZEROS = bytes(1 << 16)
 
 BytesLike = bytes | bytearray | memoryview | mmap.mmap
+
+PURE_PYTHON_VARIABLE = "WEIR_PURE_PYTHON_CODEC"
+
+
+def _load_codec() -> tuple[ModuleType | None, str]:
+    """The compiled codec (None when not built or turned off) and what CODEC says."""
+    forced = os.environ.get(PURE_PYTHON_VARIABLE, "")
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"{PURE_PYTHON_VARIABLE}={forced!r}: must be 1 (use the pure Python "
+                         "codec) or 0 (the compiled one when built)")
+    if forced == "1":
+        return None, "python (compiled codec turned off)"
+    try:
+        from channel_engine.log import _batch_codec  # type: ignore[attr-defined]
+    except ImportError:  # built without a C compiler: aiokafka's codec does it all
+        return None, "python (compiled codec not built)"
+    _batch_codec.configure(Event, CorruptRecordException)
+    return _batch_codec, f"compiled (C, CRC-32C {_batch_codec.CRC32C_IMPLEMENTATION})"
+
+
+_codec, CODEC = _load_codec()
 
 
 class BatchHeader(NamedTuple):
@@ -228,13 +261,24 @@ def build(events: Sequence[PendingEvent], compression: int = 0,
     producerId): it counts only once its transaction's commit is journalled."""
     if not events:
         raise InvalidEventError(0, "events", "a batch needs at least one event")
+    now = int(time.time() * 1000)
+    if compression == 0 and _codec is not None:
+        batch = _codec.encode(events, transaction_id, now)
+        if batch is not None:
+            return cast(bytearray, batch)
+    # compressed, no compiled codec, or input it declines (the errors are worded here)
+    return build_python(events, compression, transaction_id, now)
+
+
+def build_python(events: Sequence[PendingEvent], compression: int,
+                 transaction_id: int | None, now: int) -> bytearray:
+    """build() by aiokafka's builder, with `now` for the events without a timestamp."""
     if transaction_id is None:
         builder = DefaultRecordBatchBuilder(MAGIC, compression, 0, -1, -1, -1, _MAX_BATCH)
     else:
         builder = DefaultRecordBatchBuilder(MAGIC, compression, 1, transaction_id, 0, -1,
                                             _MAX_BATCH)
     append = builder.append
-    now = int(time.time() * 1000)
     index = 0
     try:
         for index, event in enumerate(events):
@@ -349,6 +393,16 @@ def undecodable(exc: Exception) -> InvalidBatch:
     # CorruptRecordException, a decompressor's own error (zlib.error, EOFError,
     # cramjam.DecompressionError, ...), UnicodeDecodeError (a header key) or struct.error.
     return InvalidBatch("corrupt", f"records do not decode: {type(exc).__name__}: {exc}")
+
+
+def decode_events(batch: bytes, partition: int, start: int, stop: int, limit: int,
+                  out: list[Event]) -> bool:
+    """Append to `out` the Events (partition, offset, timestamp, key, headers, value or b"")
+    of a plain batch's records with start <= offset < stop, until `out` holds `limit`, by
+    the compiled codec; False when that is not its to do (no compiled codec, a compressed
+    batch): the caller iterates record_objects(). Raises what record_objects() would, for
+    the caller to turn into undecodable(exc)."""
+    return _codec is not None and bool(_codec.decode(batch, partition, start, stop, limit, out))
 
 
 def record_objects(batch: bytes) -> Iterator[Any]:
