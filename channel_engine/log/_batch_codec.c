@@ -643,12 +643,8 @@ static int read_record(Reader *r, const BatchInfo *info, int64_t *offset, PyObje
     if (r->pos - start != length)
         return corrupt("Invalid record size: expected to read %lld bytes in record payload, "
                        "but instead read %zd", (long long)length, r->pos - start);
-    if (timestamp == -1) { /* aiokafka's DefaultRecord.timestamp: -1 reads as None */
-        Py_INCREF(Py_None);
-        items[2] = Py_None;
-    } else if ((items[2] = PyLong_FromLongLong(timestamp)) == NULL) {
+    if ((items[2] = PyLong_FromLongLong(timestamp)) == NULL)
         return -1;
-    }
     if (items[5] == Py_None) {
         Py_DECREF(items[5]);
         items[5] = PyBytes_FromStringAndSize(NULL, 0);

@@ -11,6 +11,8 @@ from channel_engine.errors import ChannelEngineError, InvalidBatch, InvalidEvent
 from channel_engine.event import PendingEvent
 from channel_engine.log import record_batch as rb
 
+pytestmark = pytest.mark.usefixtures("each_codec")  # conftest.py: both codecs
+
 EVENTS = [
     PendingEvent(b"first", key=None, headers=None, timestamp=1_700_000_000_000),
     PendingEvent(b"second", key=b"k2", headers={"src": b"seq", "n": b"\x00\x01"},
