@@ -76,7 +76,7 @@ import crc32c as _crc32c
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from channel_engine.errors import EncryptedBatchError, InvalidBatch, InvalidEventError
+from channel_engine.errors import ConfigError, EncryptedBatchError, InvalidBatch, InvalidEventError
 from channel_engine.event import Event, PendingEvent, header_value
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -111,8 +111,8 @@ def _load_codec() -> tuple[ModuleType | None, str]:
     """The compiled codec (None when not built or turned off) and what CODEC says."""
     forced = os.environ.get(PURE_PYTHON_VARIABLE, "")
     if forced not in ("", "0", "1"):
-        raise ValueError(f"{PURE_PYTHON_VARIABLE}={forced!r}: must be 1 (use the pure Python "
-                         "codec) or 0 (the compiled one when built)")
+        raise ConfigError(PURE_PYTHON_VARIABLE, f"must be 1 (the pure Python codec) or 0 (the "
+                          f"compiled one when built), not {forced!r}")
     if forced == "1":
         return None, "python (compiled codec turned off)"
     try:
