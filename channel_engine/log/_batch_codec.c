@@ -7,10 +7,14 @@
  *
  * encode(events, transaction_id, now) -> bytearray | None
  *     The batch record_batch.build(events, 0, transaction_id) gives, timestamps None
- *     taken as `now`. None when anything is not plainly well-formed (a type it does not
- *     handle, a bad timestamp, a str that is not UTF-8, a batch near 2 GiB, ...): the
- *     caller then runs the Python path, which encodes or raises InvalidEventError naming
- *     the event and field. Never raises for bad events.
+ *     taken as `now`. None when anything is not plainly well-formed or not of an exact
+ *     built-in type (bytes, bytearray or memoryview for body, key and header values; str
+ *     or None for header values; a dict of headers; a subclass may run Python code or
+ *     define __bytes__), a bad timestamp, a str that is not UTF-8, a batch of 2 GiB or
+ *     more, ...: the caller then runs the Python path, which encodes or raises
+ *     InvalidEventError naming the event and field. Never raises for bad events. Two
+ *     passes: the first pins every field (a reference or a held buffer) and sizes the
+ *     records, the second writes them from the pinned fields only, bounds-checked.
  *
  * decode(batch, partition, start, stop, limit, out) -> bool
  *     Appends to the list `out` an Event (partition, offset, timestamp, key, headers
@@ -18,13 +22,12 @@
  *     holds `limit` events or a record at or past `stop` is met: the loop _decode runs
  *     over aiokafka's records, check for check. False (nothing appended) for what it does
  *     not handle: a compressed or sealed batch, bounds outside int64; the caller then runs
- *     aiokafka. A malformed records section raises the configured error class (aiokafka's
- *     CorruptRecordException, its messages) or UnicodeDecodeError (a header name): every
- *     length and every varint byte is checked against the end of the batch first.
+ *     aiokafka. A malformed records section raises aiokafka's CorruptRecordException (its
+ *     messages) or UnicodeDecodeError (a header name): every length and every varint byte
+ *     is checked against the end of the batch first. The Event and error classes are
+ *     imported with this module.
  *
- * configure(event_type, corrupt_error) must be called once before decode.
- *
- * Thread safety: all calls hold the GIL; no state but the configured types.
+ * Thread safety: all calls hold the GIL; no state but the imported classes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,8 +46,8 @@
 #define ENCRYPTED_MASK 0x80
 #define MAX_BATCH 0x7FFFFFFF /* record_batch._MAX_BATCH: aiokafka drops records past it */
 
-static PyObject *event_type;     /* channel_engine.event.Event */
-static PyObject *corrupt_error;  /* aiokafka.errors.CorruptRecordException */
+static PyObject *event_type;     /* channel_engine.event.Event, set at import */
+static PyObject *corrupt_error;  /* aiokafka.errors.CorruptRecordException, set at import */
 
 /* ---- CRC-32C (Castagnoli), reflected polynomial 0x82F63B78 --------------------------- */
 
@@ -251,142 +254,170 @@ static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
     return 0;
 }
 
-/* Bytes of one field as the Python path stores them; 0 = not handled here (fall back). */
+/* The bytes of one field as the record stores them, pinned from pass 1 (sizing) to pass 2
+   (writing): `owner` a strong reference to an immutable object (bytes, str and its UTF-8
+   form), or `view` a held buffer (bytearray, memoryview: a held buffer cannot be resized or
+   released). Python code may run between the passes (the batch's allocation can run a
+   collection and its finalizers), so pass 2 reads only these, never the events again. */
 typedef struct {
+    PyObject *owner;
+    Py_buffer view;   /* held when view.obj != NULL */
     const char *data;
     Py_ssize_t len;   /* -1: null */
-    Py_buffer view;   /* held when view.obj != NULL */
 } Field;
 
-static void field_release(Field *f)
+typedef struct {
+    Field *items;
+    Py_ssize_t count, allocated;
+} Fields;
+
+/* A new, empty field at the end; NULL when out of memory (raised). */
+static Field *fields_add(Fields *fields)
 {
-    if (f->view.obj != NULL)
-        PyBuffer_Release(&f->view);
+    if (fields->count == fields->allocated) {
+        Py_ssize_t allocated = fields->allocated ? fields->allocated * 2 : 64;
+        Field *items = PyMem_Realloc(fields->items, (size_t)allocated * sizeof(Field));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        fields->items = items;
+        fields->allocated = allocated;
+    }
+    Field *field = &fields->items[fields->count++];
+    memset(field, 0, sizeof(Field));
+    return field;
 }
 
-/* body, key: what aiokafka takes (any simple buffer); key None is null. */
-static int field_buffer(PyObject *obj, int nullable, Field *f)
+static void fields_release(Fields *fields)
 {
-    f->view.obj = NULL;
+    for (Py_ssize_t i = 0; i < fields->count; i++) {
+        Field *field = &fields->items[i];
+        Py_XDECREF(field->owner);
+        if (field->view.obj != NULL)
+            PyBuffer_Release(&field->view);
+    }
+    PyMem_Free(fields->items);
+}
+
+/* Field kinds: 1 set, 0 not handled here (the Python path decides), -1 raised. Only exact
+   built-in types are handled: a subclass may define __bytes__ (which the Python path
+   honours for header values) or __buffer__ (Python code run while a buffer is taken). */
+static int field_bytes(PyObject *obj, int nullable, Fields *fields)
+{
+    if (obj == Py_None && !nullable)
+        return 0;
+    if (obj != Py_None && !PyBytes_CheckExact(obj) && !PyByteArray_CheckExact(obj)
+            && !Py_IS_TYPE(obj, &PyMemoryView_Type))
+        return 0;
+    Field *field = fields_add(fields);
+    if (field == NULL)
+        return -1;
     if (obj == Py_None) {
-        if (!nullable)
+        field->len = -1;
+    } else if (PyBytes_CheckExact(obj)) {
+        field->owner = Py_NewRef(obj);
+        field->data = PyBytes_AS_STRING(obj);
+        field->len = PyBytes_GET_SIZE(obj);
+    } else {
+        if (PyObject_GetBuffer(obj, &field->view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* a strided or released view: the Python path words it */
+            field->view.obj = NULL;
             return 0;
-        f->data = NULL;
-        f->len = -1;
-        return 1;
+        }
+        field->data = field->view.buf;
+        field->len = field->view.len;
     }
-    if (PyBytes_CheckExact(obj)) {
-        f->data = PyBytes_AS_STRING(obj);
-        f->len = PyBytes_GET_SIZE(obj);
-        return 1;
-    }
-    if (PyObject_GetBuffer(obj, &f->view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        f->view.obj = NULL;
+    return 1;
+}
+
+static int field_str(PyObject *obj, Fields *fields)
+{
+    if (!PyUnicode_CheckExact(obj))
+        return 0;
+    Field *field = fields_add(fields);
+    if (field == NULL)
+        return -1;
+    field->data = PyUnicode_AsUTF8AndSize(obj, &field->len);
+    if (field->data == NULL) {
+        PyErr_Clear(); /* not UTF-8 (a lone surrogate): the Python path words it */
         return 0;
     }
-    f->data = f->view.buf;
-    f->len = f->view.len;
+    field->owner = Py_NewRef(obj);
     return 1;
 }
 
 /* A header value as event.header_value stores it: bytes, str as UTF-8, None as b"". */
-static int field_header_value(PyObject *obj, Field *f)
+static int field_header_value(PyObject *obj, Fields *fields)
 {
-    f->view.obj = NULL;
     if (obj == Py_None) {
-        f->data = "";
-        f->len = 0;
+        Field *field = fields_add(fields);
+        if (field == NULL)
+            return -1;
+        field->data = "";
         return 1;
     }
-    if (PyUnicode_CheckExact(obj)) {
-        f->data = PyUnicode_AsUTF8AndSize(obj, &f->len);
-        if (f->data == NULL) {
-            PyErr_Clear();
-            return 0;
-        }
-        return 1;
-    }
-    if (PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj))
-        return field_buffer(obj, 0, f);
-    return 0;
+    if (PyUnicode_CheckExact(obj))
+        return field_str(obj, fields);
+    return field_bytes(obj, 0, fields);
 }
 
-static int header_name(PyObject *name, const char **data, Py_ssize_t *len)
+/* The record-size arithmetic: 0 once the size reaches MAX_BATCH (aiokafka would drop the
+   record; its path decides). Both operands stay below 2**31, so the sum cannot overflow. */
+static int add_size(int64_t *size, int64_t n)
 {
-    if (!PyUnicode_CheckExact(name))
+    if (n >= MAX_BATCH)
         return 0;
-    *data = PyUnicode_AsUTF8AndSize(name, len);
-    if (*data == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
+    *size += n;
+    return *size < MAX_BATCH;
 }
 
-/* Bytes of a record's fields after its length varint; 0 when not handled here. Also
-   writes them when out != NULL (the second pass). */
-static Py_ssize_t encode_record(PyObject *event, int64_t index, int64_t delta, unsigned char *out)
+static int add_field_size(int64_t *size, const Field *field)
 {
-    PyObject *body = PyTuple_GET_ITEM(event, 0), *key = PyTuple_GET_ITEM(event, 1);
+    int64_t len = field->len;
+    return add_size(size, varint_size(len)) && (len <= 0 || add_size(size, len));
+}
+
+/* One record's plan: its fields are fields->items[field...], key, body, then a name and a
+   value per header; size counts its bytes after the length varint. */
+typedef struct {
+    int64_t timestamp_delta;
+    int64_t size;
+    Py_ssize_t field;
+    Py_ssize_t headers;
+} Record;
+
+/* Pin an event's fields and size its record; 1, 0 (fall back) or -1 (raised). */
+static int plan_record(PyObject *event, int64_t index, Record *record, Fields *fields)
+{
     PyObject *headers = PyTuple_GET_ITEM(event, 2);
-    Field fb, fk;
-    Py_ssize_t size, count = 0;
-
-    if (!field_buffer(body, 0, &fb))
-        return 0;
-    if (!field_buffer(key, 1, &fk)) {
-        field_release(&fb);
-        return 0;
-    }
+    int ok;
+    record->field = fields->count;
+    if ((ok = field_bytes(PyTuple_GET_ITEM(event, 1), 1, fields)) <= 0
+            || (ok = field_bytes(PyTuple_GET_ITEM(event, 0), 0, fields)) <= 0)
+        return ok;
+    record->headers = 0;
     if (headers != Py_None) {
-        if (!PyDict_CheckExact(headers)) {
-            field_release(&fb);
-            field_release(&fk);
-            return 0;
-        }
-        count = PyDict_GET_SIZE(headers);
-    }
-    size = 1 + varint_size(delta) + varint_size(index)
-         + (fk.len < 0 ? 1 : varint_size(fk.len) + fk.len)
-         + varint_size(fb.len) + fb.len + varint_size(count);
-    if (out != NULL) {
-        *out++ = 0; /* attributes */
-        out = put_varint(out, delta);
-        out = put_varint(out, index);
-        out = put_varint(out, fk.len);
-        if (fk.len > 0)
-            memcpy(out, fk.data, fk.len);
-        out += fk.len > 0 ? fk.len : 0;
-        out = put_varint(out, fb.len);
-        memcpy(out, fb.data, fb.len);
-        out += fb.len;
-        out = put_varint(out, count);
-    }
-    field_release(&fb);
-    field_release(&fk);
-    if (count) {
         Py_ssize_t pos = 0;
         PyObject *name, *value;
+        if (!PyDict_CheckExact(headers))
+            return 0;
+        /* nothing here runs Python code (exact types only), so the dict cannot change */
         while (PyDict_Next(headers, &pos, &name, &value)) {
-            const char *name_data;
-            Py_ssize_t name_len;
-            Field fv;
-            if (!header_name(name, &name_data, &name_len) || !field_header_value(value, &fv))
-                return 0;
-            size += varint_size(name_len) + name_len + varint_size(fv.len) + fv.len;
-            if (out != NULL) {
-                out = put_varint(out, name_len);
-                memcpy(out, name_data, name_len);
-                out += name_len;
-                out = put_varint(out, fv.len);
-                memcpy(out, fv.data, fv.len);
-                out += fv.len;
-            }
-            field_release(&fv);
+            if ((ok = field_str(name, fields)) <= 0 || (ok = field_header_value(value, fields)) <= 0)
+                return ok;
+            record->headers++;
         }
     }
-    return size;
+    record->size = 1;  /* attributes */
+    if (!add_size(&record->size, varint_size(record->timestamp_delta))
+            || !add_size(&record->size, varint_size(index))
+            || !add_size(&record->size, varint_size(record->headers)))
+        return 0;
+    for (Py_ssize_t i = record->field; i < fields->count; i++)
+        if (!add_field_size(&record->size, &fields->items[i]))
+            return 0;
+    return 1;
 }
 
 /* An event's timestamp: 1 and *ts set, or 0 when not an int in [0, 2**63). */
@@ -418,14 +449,16 @@ static int int64_arg(PyObject *obj, int64_t *out)
     return overflow ? 0 : 1;
 }
 
-/* Pass 1: check every event, size each record (sizes[i]) and the batch; 0 = fall back. */
-static Py_ssize_t size_batch(PyObject *events, Py_ssize_t n, int64_t now, Py_ssize_t *sizes,
-                             int64_t *first, int64_t *max_ts)
+/* Pass 1: check every event, pin its fields and size its record; the batch's size, 0 to
+   fall back, -1 raised. */
+static int64_t plan_batch(PyObject *events, Py_ssize_t n, int64_t now, Record *records,
+                          Fields *fields, int64_t *first, int64_t *max_ts)
 {
-    Py_ssize_t total = HEADER_SIZE;
+    int64_t total = HEADER_SIZE;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *event = PySequence_Fast_GET_ITEM(events, i);
+        PyObject *event = PyTuple_GET_ITEM(events, i);
         int64_t ts;
+        int ok;
         if (!PyTuple_Check(event) || PyTuple_GET_SIZE(event) != 4
                 || !event_timestamp(event, now, &ts))
             return 0;
@@ -433,17 +466,63 @@ static Py_ssize_t size_batch(PyObject *events, Py_ssize_t n, int64_t now, Py_ssi
             *first = *max_ts = ts;
         else if (ts > *max_ts)
             *max_ts = ts;
-        sizes[i] = encode_record(event, i, ts - *first, NULL);
-        if (sizes[i] == 0 || sizes[i] >= MAX_BATCH)
-            return 0;
-        total += varint_size(sizes[i]) + sizes[i];
-        if (total >= MAX_BATCH) /* aiokafka would drop the records past it: its path decides */
+        records[i].timestamp_delta = ts - *first;  /* both in [0, 2**63): no overflow */
+        if ((ok = plan_record(event, i, &records[i], fields)) <= 0)
+            return ok;
+        if (!add_size(&total, varint_size(records[i].size)) || !add_size(&total, records[i].size))
             return 0;
     }
     return total;
 }
 
-static void write_header(unsigned char *buf, Py_ssize_t total, Py_ssize_t n, int64_t first,
+/* Bounded writers for pass 2: 0 when the bytes would pass `end`. */
+static int write_varint(unsigned char **p, const unsigned char *end, int64_t v)
+{
+    if (varint_size(v) > end - *p)
+        return 0;
+    *p = put_varint(*p, v);
+    return 1;
+}
+
+static int write_field(unsigned char **p, const unsigned char *end, const Field *field)
+{
+    if (!write_varint(p, end, field->len))
+        return 0;
+    if (field->len <= 0)
+        return 1;
+    if (field->len > end - *p)
+        return 0;
+    memcpy(*p, field->data, (size_t)field->len);
+    *p += field->len;
+    return 1;
+}
+
+/* Pass 2: the records from the pinned fields, each checked against `end` and its size. */
+static int write_records(unsigned char *p, const unsigned char *end, const Record *records,
+                         Py_ssize_t n, const Fields *fields)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Record *record = &records[i];
+        const Field *field = &fields->items[record->field];
+        unsigned char *start;
+        if (!write_varint(&p, end, record->size) || p == end)
+            return 0;
+        start = p;
+        *p++ = 0;  /* attributes */
+        if (!write_varint(&p, end, record->timestamp_delta) || !write_varint(&p, end, i)
+                || !write_field(&p, end, &field[0]) || !write_field(&p, end, &field[1])
+                || !write_varint(&p, end, record->headers))
+            return 0;
+        for (Py_ssize_t h = 0; h < 2 * record->headers; h++)
+            if (!write_field(&p, end, &field[2 + h]))
+                return 0;
+        if (p - start != record->size)
+            return 0;
+    }
+    return p == end;
+}
+
+static void write_header(unsigned char *buf, int64_t total, Py_ssize_t n, int64_t first,
                          int64_t max_ts, int transactional, int64_t producer_id)
 {
     put_be64(buf, 0);                                 /* baseOffset: the log sets it */
@@ -461,16 +540,44 @@ static void write_header(unsigned char *buf, Py_ssize_t total, Py_ssize_t n, int
     put_be32(buf + CRC_AT, crc_impl(0, buf + CRC_START, (size_t)(total - CRC_START)));
 }
 
+/* The batch of `events` (a tuple, held by the caller); None to fall back, NULL raised. */
+static PyObject *encode_events(PyObject *events, int64_t now, int transactional,
+                               int64_t producer_id)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(events);
+    Fields fields = {NULL, 0, 0};
+    PyObject *batch = NULL;
+    int64_t first = 0, max_ts = 0, total;
+    Record *records = PyMem_Calloc((size_t)n, sizeof(Record));
+    if (records == NULL)
+        return PyErr_NoMemory();
+    total = plan_batch(events, n, now, records, &fields, &first, &max_ts);
+    if (total > 0) {
+        batch = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+        if (batch != NULL) {
+            unsigned char *buf = (unsigned char *)PyByteArray_AS_STRING(batch);
+            if (write_records(buf + HEADER_SIZE, buf + total, records, n, &fields)) {
+                write_header(buf, total, n, first, max_ts, transactional, producer_id);
+            } else {  /* cannot happen with pinned fields; never hand out a wrong batch */
+                Py_SETREF(batch, Py_NewRef(Py_None));
+            }
+        }
+    } else if (total == 0) {
+        batch = Py_NewRef(Py_None);
+    }
+    fields_release(&fields);
+    PyMem_Free(records);
+    return batch;
+}
+
 static PyObject *encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *events, *batch = NULL;
-    Py_ssize_t n, total, *sizes;
-    int64_t now, first = 0, max_ts = 0, producer_id = -1;
+    PyObject *events, *batch;
+    int64_t now, producer_id = -1;
     int transactional, ok;
 
     if (!check_nargs("encode", nargs, 3))
         return NULL;
-    events = args[0];
     transactional = args[1] != Py_None;
     if ((ok = int64_arg(args[2], &now)) <= 0
             || (transactional && (!PyLong_CheckExact(args[1])
@@ -479,40 +586,17 @@ static PyObject *encode(PyObject *module, PyObject *const *args, Py_ssize_t narg
             PyErr_Clear();
         Py_RETURN_NONE;
     }
-    if (!PyList_CheckExact(events) && !PyTuple_CheckExact(events))
+    if (!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0]))
         Py_RETURN_NONE;
-    n = PySequence_Fast_GET_SIZE(events);
-    if (n == 0 || n > INT32_MAX)
-        Py_RETURN_NONE;
-    sizes = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
-    if (sizes == NULL)
-        return PyErr_NoMemory();
-    total = size_batch(events, n, now, sizes, &first, &max_ts);
-    if (total == 0) {
-        PyMem_Free(sizes);
-        Py_RETURN_NONE;
-    }
-    batch = PyByteArray_FromStringAndSize(NULL, total);
-    if (batch == NULL) {
-        PyMem_Free(sizes);
+    /* a tuple holds every event through both passes, whatever happens to a caller's list */
+    events = PySequence_Tuple(args[0]);
+    if (events == NULL)
         return NULL;
-    }
-    /* Pass 2: write. No Python code ran since pass 1, so the events are as sized; the
-       sizes are checked again anyway (the bytes written must be the bytes counted). */
-    unsigned char *buf = (unsigned char *)PyByteArray_AS_STRING(batch), *p = buf + HEADER_SIZE;
-    for (Py_ssize_t i = 0; i < n && p != NULL; i++) {
-        PyObject *event = PySequence_Fast_GET_ITEM(events, i);
-        int64_t ts = now;
-        event_timestamp(event, now, &ts);
-        p = put_varint(p, sizes[i]);
-        p = encode_record(event, i, ts - first, p) == sizes[i] ? p + sizes[i] : NULL;
-    }
-    PyMem_Free(sizes);
-    if (p == NULL || p - buf != total) {
-        Py_DECREF(batch);
-        Py_RETURN_NONE;
-    }
-    write_header(buf, total, n, first, max_ts, transactional, producer_id);
+    if (PyTuple_GET_SIZE(events) == 0 || PyTuple_GET_SIZE(events) > INT32_MAX)
+        batch = Py_NewRef(Py_None);
+    else
+        batch = encode_events(events, now, transactional, producer_id);
+    Py_DECREF(events);
     return batch;
 }
 
@@ -708,10 +792,6 @@ static PyObject *decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     int ok;
     if (!check_nargs("decode", nargs, 6))
         return NULL;
-    if (event_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_batch_codec.configure() was not called");
-        return NULL;
-    }
     if (!PyList_CheckExact(args[5])) {
         PyErr_SetString(PyExc_TypeError, "decode: out must be a list");
         return NULL;
@@ -744,36 +824,21 @@ static PyObject *decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_TRUE;
 }
 
-static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (!check_nargs("configure", nargs, 2))
-        return NULL;
-    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
-            || ((PyTypeObject *)args[0])->tp_dictoffset != 0) {
-        PyErr_SetString(PyExc_TypeError, "configure: event_type must be a NamedTuple class");
-        return NULL;
-    }
-    if (!PyExceptionClass_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "configure: corrupt_error must be an exception class");
-        return NULL;
-    }
-    Py_INCREF(args[0]);
-    Py_XSETREF(event_type, args[0]);
-    Py_INCREF(args[1]);
-    Py_XSETREF(corrupt_error, args[1]);
-    Py_RETURN_NONE;
-}
-
-/* crc32c(data, portable=False): the CRC-32C encode writes; `portable` forces the
-   slice-by-8 code, so that a test checks it on a CPU that has the instruction. */
+/* crc32c(data, portable=False): the CRC-32C encode writes; `portable` forces the code
+   for CPUs without the instruction (slice-by-8, or bytewise on a big-endian host), so that
+   a test checks it on a CPU that has the instruction. */
 static PyObject *crc32c(PyObject *module, PyObject *args)
 {
     Py_buffer view;
     int portable = 0;
     if (!PyArg_ParseTuple(args, "y*|p:crc32c", &view, &portable))
         return NULL;
-    uint32_t crc = portable ? crc_software(0, view.buf, (size_t)view.len)
-                            : crc_impl(0, view.buf, (size_t)view.len);
+#if PY_LITTLE_ENDIAN
+    uint32_t (*portable_impl)(uint32_t, const unsigned char *, size_t) = crc_software;
+#else
+    uint32_t (*portable_impl)(uint32_t, const unsigned char *, size_t) = crc_bytewise;
+#endif
+    uint32_t crc = (portable ? portable_impl : crc_impl)(0, view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }
@@ -783,8 +848,6 @@ static PyMethodDef methods[] = {
      "encode(events, transaction_id, now) -> bytearray or None: an uncompressed batch."},
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
      "decode(batch, partition, start, stop, limit, out) -> bool: append its Events."},
-    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(event_type, corrupt_error): the classes decode makes and raises."},
     {"crc32c", crc32c, METH_VARARGS,
      "crc32c(data, portable=False) -> int: CRC-32C of a buffer, as encode computes it."},
     {NULL, NULL, 0, NULL},
@@ -796,11 +859,54 @@ static struct PyModuleDef module_def = {
     -1, methods,
 };
 
+/* getattr(import(module), name), checked to be a class; NULL raised. */
+static PyObject *import_class(const char *module_name, const char *name)
+{
+    PyObject *module = PyImport_ImportModule(module_name), *cls;
+    if (module == NULL)
+        return NULL;
+    cls = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    if (cls != NULL && !PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "_batch_codec: %s.%s is not a class", module_name, name);
+        Py_CLEAR(cls);
+    }
+    return cls;
+}
+
+/* The classes decode makes and raises, taken at import (the package's modules are in
+   sys.modules by then: a parent package is imported before its extension), so no call
+   can find them missing. Event must be a plain tuple subclass: decode fills its slots. */
+static int import_classes(void)
+{
+    PyObject *event = import_class("channel_engine.event", "Event");
+    PyObject *error = import_class("aiokafka.errors", "CorruptRecordException");
+    if (event == NULL || error == NULL)
+        goto fail;
+    if (!PyType_IsSubtype((PyTypeObject *)event, &PyTuple_Type)
+            || ((PyTypeObject *)event)->tp_dictoffset != 0 || !PyExceptionClass_Check(error)) {
+        PyErr_SetString(PyExc_TypeError, "_batch_codec: Event must be a NamedTuple class and "
+                                         "CorruptRecordException an exception class");
+        goto fail;
+    }
+    Py_XSETREF(event_type, event);
+    Py_XSETREF(corrupt_error, error);
+    return 0;
+fail:
+    Py_XDECREF(event);
+    Py_XDECREF(error);
+    return -1;
+}
+
 PyMODINIT_FUNC PyInit__batch_codec(void)
 {
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
+    if (import_classes() < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     crc_init();
 #ifdef HAVE_HW_CRC
     const char *crc_kind = crc_impl == crc_hardware ? "sse4.2" : "slice-by-8";

@@ -73,7 +73,6 @@ from types import ModuleType
 from typing import Any, NamedTuple, Protocol, cast
 
 import crc32c as _crc32c
-from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from channel_engine.errors import ConfigError, EncryptedBatchError, InvalidBatch, InvalidEventError
@@ -119,7 +118,6 @@ def _load_codec() -> tuple[ModuleType | None, str]:
         from channel_engine.log import _batch_codec  # type: ignore[attr-defined]
     except ImportError:  # built without a C compiler: aiokafka's codec does it all
         return None, "python (compiled codec not built)"
-    _batch_codec.configure(Event, CorruptRecordException)
     return _batch_codec, f"compiled (C, CRC-32C {_batch_codec.CRC32C_IMPLEMENTATION})"
 
 

@@ -5,29 +5,34 @@ generated events; the same InvalidEventError for bad input. Decode: the same Eve
 LogReader._decode's loop over aiokafka's records, over generated batches and start/stop/
 limit cuts; the same outcome for damaged records sections (every truncation, random byte
 flips, the CRC made right so only the records are wrong). WEIR_PURE_PYTHON_CODEC in a
-fresh process.
+fresh process. The compiled codec is imported directly (the `batch_codec` fixture,
+codec_helpers.py): these tests run under WEIR_PURE_PYTHON_CODEC=1 too, and are skipped
+where it was not built unless WEIR_REQUIRE_COMPILED_CODEC=1.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
+import codec_helpers
 import crc32c
 import pytest
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from codec_helpers import compiled_codec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from channel_engine.errors import CorruptRecordError, InvalidEventError
 from channel_engine.event import Event, PendingEvent
-from channel_engine.log import _batch_codec, record_batch
+from channel_engine.log import record_batch
 from channel_engine.log.log_read import LogReader
 
 MAX_TS = 2**63 - 1
@@ -51,22 +56,30 @@ transaction_ids = st.one_of(st.none(), st.integers(0, MAX_TS))
 nows = st.one_of(st.sampled_from([0, MAX_TS]), st.integers(0, MAX_TS))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# the fixture is a module, the same for every example
+FIXTURE_OK = [HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, *FIXTURE_OK])
 @given(events, transaction_ids, nows)
-def test_it_encodes_the_bytes_aiokafka_builds(batch: list[PendingEvent],
+def test_it_encodes_the_bytes_aiokafka_builds(batch_codec: ModuleType, batch: list[PendingEvent],
                                               transaction_id: int | None, now: int) -> None:
-    compiled = _batch_codec.encode(batch, transaction_id, now)
+    compiled = batch_codec.encode(batch, transaction_id, now)
     assert compiled is not None
     assert bytes(compiled) == bytes(record_batch.build_python(batch, 0, transaction_id, now))
 
 
-def test_build_goes_through_the_compiled_codec_and_gives_the_same_bytes() -> None:
+def test_build_goes_through_the_compiled_codec_and_gives_the_same_bytes(
+        batch_codec: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     batch = [PendingEvent(b"x" * i, b"k" if i % 2 else None, {"h": str(i)}, 1000 + i)
              for i in range(100)]
-    assert record_batch._codec is _batch_codec
+    expected = record_batch.build_python(batch, 0, 77, 0)
+    monkeypatch.setattr(record_batch, "_codec", batch_codec)
+    monkeypatch.setattr(record_batch, "build_python", None)  # a fallback would fail
     built = record_batch.build(batch, 0, 77)
     assert isinstance(built, bytearray)
-    assert built == record_batch.build_python(batch, 0, 77, 0)
+    assert built == expected
 
 
 def test_it_takes_now_for_events_without_a_timestamp() -> None:
@@ -110,12 +123,12 @@ BAD_EVENTS: list[Any] = [
 
 
 @pytest.mark.parametrize("bad", BAD_EVENTS, ids=repr)
-def test_bad_input_gives_the_python_paths_error(bad: Any, monkeypatch: pytest.MonkeyPatch
-                                                ) -> None:
+def test_bad_input_gives_the_python_paths_error(bad: Any, batch_codec: ModuleType,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     batch = [PendingEvent(b"good", timestamp=1), bad]
-    assert _batch_codec.encode(batch, None, 1) is None  # declined: the Python path words it
+    assert batch_codec.encode(batch, None, 1) is None  # declined: the Python path words it
     outcomes = []
-    for codec in (_batch_codec, None):
+    for codec in (batch_codec, None):
         monkeypatch.setattr(record_batch, "_codec", codec)
         try:
             outcomes.append(bytes(record_batch.build(batch)))
@@ -124,15 +137,102 @@ def test_bad_input_gives_the_python_paths_error(bad: Any, monkeypatch: pytest.Mo
     assert outcomes[0] == outcomes[1]
 
 
-def test_a_list_of_four_is_encoded_as_the_python_path_encodes_it() -> None:
+def test_a_list_of_four_is_encoded_as_the_python_path_encodes_it(batch_codec: ModuleType
+                                                                   ) -> None:
     batch: Any = [[b"x", None, None, 3]]
-    assert _batch_codec.encode(batch, None, 1) is None  # declined: not a PendingEvent tuple
+    assert batch_codec.encode(batch, None, 1) is None  # declined: not a PendingEvent tuple
     assert record_batch.build(batch) == record_batch.build_python(batch, 0, None, 1)
 
 
 def test_an_empty_put_is_refused_as_before() -> None:
     with pytest.raises(InvalidEventError, match="at least one event"):
         record_batch.build([])
+
+
+class BytesWithOwnBytes(bytes):
+    """A bytes subclass whose __bytes__ differs from its buffer (the Python path's bytes())."""
+
+    def __bytes__(self) -> bytes:
+        return b"from __bytes__"
+
+
+class BytearrayWithOwnBytes(bytearray):
+    def __bytes__(self) -> bytes:
+        return b"from __bytes__"
+
+
+SUBCLASSED: list[PendingEvent] = [
+    PendingEvent(b"x", headers={"h": BytesWithOwnBytes(b"raw buffer")}),
+    PendingEvent(b"x", headers={"h": BytearrayWithOwnBytes(b"raw buffer")}),
+    PendingEvent(BytesWithOwnBytes(b"body")),
+    PendingEvent(b"x", key=BytearrayWithOwnBytes(b"key")),
+    PendingEvent(b"x", headers=type("Headers", (dict,), {})(h=b"v")),
+]
+
+
+@pytest.mark.parametrize("event", SUBCLASSED, ids=repr)
+def test_subclasses_of_the_built_in_types_are_left_to_the_python_path(
+        event: PendingEvent, batch_codec: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only exact types are read in C: a subclass may define __bytes__ (honoured for header
+    values by the Python path) or run Python code when its buffer is taken."""
+    batch = [PendingEvent(b"plain", timestamp=1), event._replace(timestamp=2)]
+    assert batch_codec.encode(batch, None, 1) is None
+    built = []
+    for codec in (batch_codec, None):
+        monkeypatch.setattr(record_batch, "_codec", codec)
+        built.append(bytes(record_batch.build(batch)))
+    assert built[0] == built[1]
+    if isinstance((event.headers or {}).get("h"), BytesWithOwnBytes | BytearrayWithOwnBytes):
+        assert list(record_batch.records(built[0]))[1][4] == [("h", b"from __bytes__")]
+
+
+def test_a_record_or_batch_of_2_gib_is_declined_without_overflow(batch_codec: ModuleType
+                                                                  ) -> None:
+    """Sizes summed field by field stop at 2 GiB, before any sum could wrap: the views map
+    untouched anonymous memory, so nothing is copied."""
+    with mmap.mmap(-1, 1 << 30) as gib:
+        view = memoryview(gib)
+        try:
+            for batch in ([PendingEvent(view, view)],  # one record: key + body
+                          [PendingEvent(b"x", None, {"a": view, "b": view, "c": view})],
+                          [PendingEvent(view), PendingEvent(view)]):  # two records
+                assert batch_codec.encode(batch, None, 1) is None
+            assert batch_codec.encode([PendingEvent(view[:1000])], None, 1) is not None
+        finally:
+            view.release()
+
+
+def test_the_events_are_held_by_the_encoder_not_borrowed_from_the_list(batch_codec: ModuleType
+                                                                       ) -> None:
+    """The encoder works on its own tuple of the events and pinned copies of their fields:
+    the caller's list and the events' buffers may change afterwards without touching it."""
+    body = bytearray(b"b" * 100)
+    batch = [PendingEvent(body, None, {"h": memoryview(b"header value")}, 1)]
+    expected = bytes(record_batch.build_python(batch, 0, None, 1))
+    assert bytes(batch_codec.encode(batch, None, 1)) == expected
+    body.extend(b"grown after")  # no buffer left held by the encoder: it may resize
+    batch.clear()
+    assert sys.getrefcount(body) == 2  # no reference leaked either (body, the argument)
+
+
+def test_a_fresh_process_decodes_with_the_extension_alone(batch_codec: ModuleType) -> None:
+    """The extension imports its Event and error classes itself: a process that never
+    loaded the compiled codec through record_batch decodes with it all the same."""
+    script = (
+        "from channel_engine.log import record_batch\n"
+        "assert record_batch._codec is None\n"
+        "from channel_engine.event import Event, PendingEvent\n"
+        "from channel_engine.log import _batch_codec\n"
+        "batch = bytes(record_batch.build([PendingEvent(b'v', b'k', {'h': b'1'}, 7)]))\n"
+        "out = []\n"
+        "assert _batch_codec.decode(batch, 2, 0, 1, 10, out) is True\n"
+        "assert out == [(2, 0, 7, b'k', {'h': b'1'}, b'v')] and type(out[0]) is Event, out\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, record_batch.PURE_PYTHON_VARIABLE: "1"}
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "ok", run.stderr
 
 
 # -- decode -----------------------------------------------------------------------------------
@@ -189,7 +289,7 @@ def run_decode(batch: bytes, start: int, end: int | None, limit: int, prefix: in
 
 def same_on_both(batch: bytes, monkeypatch: pytest.MonkeyPatch, start: int = 0,
                  end: int | None = None, limit: int = 1 << 62, prefix: int = 0) -> tuple[str, Any]:
-    compiled = run_decode(batch, start, end, limit, prefix, _batch_codec, monkeypatch)
+    compiled = run_decode(batch, start, end, limit, prefix, compiled_codec(), monkeypatch)
     python = run_decode(batch, start, end, limit, prefix, None, monkeypatch)
     if compiled[0] == "error":  # the same CorruptRecordError; the codecs' own errors may
         assert python[0] == "error" and compiled[1][:2] == python[1][:2]  # differ (a length
@@ -198,10 +298,10 @@ def same_on_both(batch: bytes, monkeypatch: pytest.MonkeyPatch, start: int = 0,
     return compiled
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(records_strategy, st.integers(0, 2**40), st.data())
-def test_it_decodes_what_the_python_loop_decodes(records: list[RecordSpec], base: int,
-                                                 data: st.DataObject) -> None:
+def test_it_decodes_what_the_python_loop_decodes(batch_codec: ModuleType, records: list[RecordSpec],
+                                                 base: int, data: st.DataObject) -> None:
     batch = make_batch(records, base)
     n = len(records)
     start = data.draw(st.integers(base - 2, base + n + 2))
@@ -219,19 +319,21 @@ def test_it_decodes_what_the_python_loop_decodes(records: list[RecordSpec], base
         assert type(event) is Event
 
 
-def test_a_repeated_header_name_keeps_its_last_value(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_repeated_header_name_keeps_its_last_value(batch_codec: ModuleType,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     batch = make_batch([(0, None, b"v", [("a", b"1"), ("b", None), ("a", b"2")])], 10)
     _, events = same_on_both(batch, monkeypatch)
     assert events == [(3, 10, 1_700_000_000_000, None, {"a": b"2", "b": None}, b"v")]
 
 
-def test_a_negative_timestamp_reads_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_negative_timestamp_reads_as_it_is(batch_codec: ModuleType,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     _, events = same_on_both(make_batch([(0, None, b"v", [])], 0, first=-1), monkeypatch)
     assert events[0].timestamp == -1  # aiokafka 0.14 reads no None for -1
 
 
-def test_log_append_time_gives_the_batchs_max_timestamp(monkeypatch: pytest.MonkeyPatch
-                                                        ) -> None:
+def test_log_append_time_gives_the_batchs_max_timestamp(batch_codec: ModuleType,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     batch = make_batch([(0, None, b"a", []), (50, None, b"b", [])], 0,
                        attributes=record_batch.TIMESTAMP_TYPE_MASK)
     _, events = same_on_both(batch, monkeypatch)
@@ -255,7 +357,8 @@ DAMAGE_RECORDS: list[RecordSpec] = [
 ]
 
 
-def test_every_truncation_of_the_records_fails_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_truncation_of_the_records_fails_alike(batch_codec: ModuleType,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     batch = make_batch(DAMAGE_RECORDS, 1000)
     records = batch[record_batch.HEADER_SIZE:]
     outcomes = set()
@@ -269,11 +372,11 @@ def test_every_truncation_of_the_records_fails_alike(monkeypatch: pytest.MonkeyP
     assert outcomes  # what the codec raised, for the message of a failure
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
        st.integers(0, 4))
 def test_flipped_bytes_in_the_records_give_the_same_outcome(
-        flips: list[tuple[int, int]], start_delta: int) -> None:
+        batch_codec: ModuleType, flips: list[tuple[int, int]], start_delta: int) -> None:
     batch = make_batch(DAMAGE_RECORDS, 1000)
     records = bytearray(batch[record_batch.HEADER_SIZE:])
     for at, value in flips:
@@ -314,17 +417,19 @@ HEAD = b"\x00\x00\x00" + varint(-1)  # attributes, timestamp delta, offset delta
 ], ids=["utf8", "long-varint", "long-length", "value-past-end", "header-count", "length",
         "bytes-left-over", "negative-name-length"])
 def test_malformed_records_are_corrupt_on_both_paths(records: bytes, cause: type,
+                                                     batch_codec: ModuleType,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     batch = with_records(make_batch([(0, None, b"v", [])], 0), records)
     outcome, (error, reason, raised, _) = same_on_both(batch, monkeypatch)
     assert (outcome, error, reason) == ("error", CorruptRecordError, "records do not decode")
     assert raised is cause  # the C codec's, as aiokafka raises it, in the same words:
-    compiled = run_decode(batch, 0, None, 1 << 62, 0, _batch_codec, monkeypatch)
+    compiled = run_decode(batch, 0, None, 1 << 62, 0, compiled_codec(), monkeypatch)
     python = run_decode(batch, 0, None, 1 << 62, 0, None, monkeypatch)
     assert compiled[1][3] == python[1][3]
 
 
-def test_a_record_count_beyond_the_records_is_corrupt(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_record_count_beyond_the_records_is_corrupt(batch_codec: ModuleType,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     batch = bytearray(make_batch([(0, None, b"v", []), (0, None, b"w", [])], 0))
     for count in (1, 3, -1):  # fewer: bytes left over; more: reads past the end
         struct.pack_into(">i", batch, 57, count)
@@ -334,13 +439,13 @@ def test_a_record_count_beyond_the_records_is_corrupt(monkeypatch: pytest.Monkey
 
 # -- CRC-32C ------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 63, 767, 768, 769, 4096, 20_021, 200_003])
-def test_its_crc32c_is_the_crc32c_packages(size: int) -> None:
+def test_its_crc32c_is_the_crc32c_packages(size: int, batch_codec: ModuleType) -> None:
     data = os.urandom(size + 8)
     for shift in range(8):  # every alignment
         view = memoryview(data)[shift:shift + size]
         expected = crc32c.crc32c(view)
-        assert _batch_codec.crc32c(view) == expected
-        assert _batch_codec.crc32c(view, True) == expected  # the code for CPUs without SSE4.2
+        assert batch_codec.crc32c(view) == expected
+        assert batch_codec.crc32c(view, True) == expected  # the code for CPUs without SSE4.2
 
 
 # -- choosing the codec -------------------------------------------------------------------
@@ -352,7 +457,8 @@ def codec_in_fresh_process(value: str | None) -> subprocess.CompletedProcess[str
                           env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_the_variable_turns_the_compiled_codec_off_and_version_says_so() -> None:
+def test_the_variable_turns_the_compiled_codec_off_and_version_says_so(
+        batch_codec: ModuleType) -> None:
     assert "codec: compiled (C, CRC-32C" in codec_in_fresh_process(None).stdout
     assert "codec: compiled (C, CRC-32C" in codec_in_fresh_process("0").stdout
     assert "codec: python (compiled codec turned off)" in codec_in_fresh_process("1").stdout
@@ -394,3 +500,17 @@ def test_a_channel_in_processes_of_its_own_runs_on_the_pure_python_codec() -> No
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.stdout.strip() == "ok", run.stderr
+
+
+@pytest.mark.parametrize("required", [None, "0", "1"])
+def test_tests_needing_the_extension_skip_without_it_unless_it_is_required(
+        required: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import channel_engine.log
+    monkeypatch.delattr(channel_engine.log, "_batch_codec", raising=False)
+    monkeypatch.setitem(sys.modules, "channel_engine.log._batch_codec", None)  # not built
+    monkeypatch.delenv(codec_helpers.REQUIRE_COMPILED_VARIABLE, raising=False)
+    if required is not None:
+        monkeypatch.setenv(codec_helpers.REQUIRE_COMPILED_VARIABLE, required)
+    outcome = pytest.fail.Exception if required == "1" else pytest.skip.Exception
+    with pytest.raises(outcome, match="the compiled record batch codec is not built"):
+        compiled_codec()
