@@ -75,8 +75,14 @@ from typing import Any, NamedTuple, Protocol, cast
 import crc32c as _crc32c
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from channel_engine.errors import ConfigError, EncryptedBatchError, InvalidBatch, InvalidEventError
-from channel_engine.event import Event, PendingEvent, header_value
+from channel_engine.errors import (
+    BatchTooLargeError,
+    ConfigError,
+    EncryptedBatchError,
+    InvalidBatch,
+    InvalidEventError,
+)
+from channel_engine.event import Event, PendingEvent, header_value, view_problem
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -99,6 +105,7 @@ ATTRIBUTES_AT = 21
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
 _MAX_TIMESTAMP = 2**63 - 1
+_MAX_PRODUCER_ID = 2**63 - 1
 _ZEROS = bytes(1 << 16)
 
 BytesLike = bytes | bytearray | memoryview | mmap.mmap
@@ -254,11 +261,17 @@ def check_batch(
 
 def build(events: Sequence[PendingEvent], compression: int = 0,
           transaction_id: int | None = None) -> bytearray:
-    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input.
+    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input
+    (BatchTooLargeError when the records pass the 2 GiB a batch can hold, none dropped).
     With a transaction_id the batch is transactional (Kafka's attribute bit 4, the id in
     producerId): it counts only once its transaction's commit is journalled."""
     if not events:
         raise InvalidEventError(0, "events", "a batch needs at least one event")
+    if transaction_id is not None and (type(transaction_id) is not int
+                                       or not 0 <= transaction_id <= _MAX_PRODUCER_ID):
+        # producerId is an int64 and Kafka's are never negative; a bad one is a caller's bug
+        raise InvalidEventError(0, "transaction_id",
+                                f"must be an int in [0, 2**63), not {transaction_id!r}")
     now = int(time.time() * 1000)
     if compression == 0 and _codec is not None:
         batch = _codec.encode(events, transaction_id, now)
@@ -289,9 +302,13 @@ def build_python(events: Sequence[PendingEvent], compression: int,
                 raise InvalidEventError(
                     index, "timestamp", f"must be milliseconds in [0, 2**63), not {timestamp!r}"
                 )
-            append(index, timestamp, key, body, _header_list(index, headers) if headers else [])
-    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-        if isinstance(exc, InvalidEventError):
+            record = _header_list(index, headers) if headers else []
+            if append(index, timestamp, key, body, record) is None:  # past _MAX_BATCH
+                # the highest max_batch_bytes allowed: the put path's error for a big batch
+                size = builder.size() + builder.size_in_bytes(index, timestamp, key, body, record)
+                raise BatchTooLargeError(size, _MAX_BATCH, "max_batch_bytes")
+    except (TypeError, ValueError, AttributeError, OverflowError, BufferError) as exc:
+        if isinstance(exc, InvalidEventError | BatchTooLargeError):  # ValueErrors, worded
             raise
         raise _explain(index, events[index], exc) from exc
     return cast(bytearray, builder.build())
@@ -314,6 +331,10 @@ def _explain(index: int, event: object, exc: Exception) -> InvalidEventError:
         return InvalidEventError(index, "body", f"must be bytes, not {type(body).__name__}")
     if key is not None and not isinstance(key, bytes | bytearray | memoryview):
         return InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
+    for field, value in (("body", body), ("key", key)):
+        problem = view_problem(value)
+        if problem is not None:
+            return InvalidEventError(index, field, problem)
     if headers is not None and not hasattr(headers, "items"):
         return InvalidEventError(index, "headers", "must be a mapping of str to bytes")
     return InvalidEventError(index, "headers", f"must map str to bytes ({exc})")
