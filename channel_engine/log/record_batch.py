@@ -9,9 +9,11 @@ Events (decode_events, LogReader._decode) — go through `_batch_codec`, this pa
 extension (`_batch_codec.c`): it writes the very bytes aiokafka's builder writes and
 reads records with aiokafka's checks, in a fraction of the time. Compressed batches, the
 other readers (records(), record_columns()) and every case the extension declines (bad
-input, whose InvalidEventError the Python path words) go through aiokafka's compiled
-codec. The extension is optional: when it was not built (no C compiler at install) or
-WEIR_PURE_PYTHON_CODEC=1 was set when this module was imported, aiokafka does all of it;
+input, whose InvalidEventError the Python path words; fields of a subclass of bytes,
+bytearray, memoryview, str or dict, which the Python path reads as Python does) go through
+aiokafka's compiled codec. The extension is optional: when it was not built (no C
+compiler at install) or WEIR_PURE_PYTHON_CODEC=1 was set when this module was imported,
+aiokafka does all of it;
 CODEC says which ran (`python -m channel_engine --version` prints it).
 
 Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):

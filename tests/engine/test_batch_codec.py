@@ -202,10 +202,9 @@ def test_a_record_or_batch_of_2_gib_is_declined_without_overflow(batch_codec: Mo
             view.release()
 
 
-def test_the_events_are_held_by_the_encoder_not_borrowed_from_the_list(batch_codec: ModuleType
-                                                                       ) -> None:
-    """The encoder works on its own tuple of the events and pinned copies of their fields:
-    the caller's list and the events' buffers may change afterwards without touching it."""
+def test_it_leaves_no_buffer_held_and_no_reference_behind(batch_codec: ModuleType) -> None:
+    """The encoder pins the events' fields (references, held buffers) for its two passes
+    only: afterwards a bytearray it read may be resized and the events freed."""
     body = bytearray(b"b" * 100)
     batch = [PendingEvent(body, None, {"h": memoryview(b"header value")}, 1)]
     expected = bytes(record_batch.build_python(batch, 0, None, 1))
