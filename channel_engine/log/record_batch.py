@@ -13,8 +13,8 @@ input, whose InvalidEventError the Python path words; fields of a subclass of by
 bytearray, memoryview, str or dict, which the Python path reads as Python does) go through
 aiokafka's compiled codec. The extension is optional: when it was not built (no C
 compiler at install) or WEIR_PURE_PYTHON_CODEC=1 was set when this module was imported,
-aiokafka does all of it;
-CODEC says which ran (`python -m channel_engine --version` prints it).
+aiokafka does all of it; CODEC says which ran (`python -m channel_engine --version`
+prints it).
 
 Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
 
