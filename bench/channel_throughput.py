@@ -68,6 +68,9 @@ Why. See bench/log_append.py and /work/shared/reference/perf-baseline.md: the ma
 noisy 2-vCPU VM with a virtual disk, so every figure is compared with references measured in the
 same run.
 
+The record batch codec the engine ran (compiled, or pure Python with
+WEIR_PURE_PYTHON_CODEC=1) is printed in the header and written in the JSON.
+
 Usage: python bench/channel_throughput.py [--quick] [--events N] [--repeats R] [--dir DIR]
        [--throughput-only] [--checkpoint-events N] [--open-takes T] [--reopen-events M]
        [--json PATH]
@@ -100,6 +103,7 @@ import crc32c
 from common import chunk, flush_stat_path, make_bodies, read_flushes
 
 from channel_engine import Channel, ChannelConfig, PendingEvent
+from channel_engine.log import record_batch
 
 BODY_SIZE = 200
 BATCH_SIZES = (100, 1000)
@@ -967,6 +971,8 @@ def print_header(args: argparse.Namespace, scratch: Path) -> None:
     print(f"checkpoints up to {max(args.checkpoint_sizes):,} queued and {args.open_takes:,} "
           f"takes in flight; reopen after SIGKILL with {args.reopen_events:,} events, "
           f"{args.reopen_repeats} run(s) warm and cold; load average {os.getloadavg()[0]:.2f}")
+    print(f"record batch codec: {record_batch.CODEC} (WEIR_PURE_PYTHON_CODEC=1 for the pure "
+          f"Python one)")
     print(flush=True)
 
 
@@ -1015,6 +1021,7 @@ def write_json(path: Path, args: argparse.Namespace, figs: dict[Key, Figure],
         "benchmark": "bench/channel_throughput.py",
         "events": args.events, "body_bytes": BODY_SIZE, "repeats": args.repeats,
         "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
+        "codec": record_batch.CODEC,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "throughput": [asdict(fig) for fig in figs.values()],
         "checkpoint": None if checkpoint is None else asdict(checkpoint),

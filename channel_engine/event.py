@@ -54,6 +54,10 @@ def make_event(index: int, body: object, key: object = None, headers: object = N
         raise InvalidEventError(index, "body", f"must be bytes, not {type(body).__name__}")
     if key is not None and not isinstance(key, _BYTES):
         raise InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
+    for field, value in (("body", body), ("key", key)):
+        problem = view_problem(value)
+        if problem is not None:
+            raise InvalidEventError(index, field, problem)
     if headers is not None:
         if not isinstance(headers, Mapping):
             raise InvalidEventError(index, "headers", "must be a mapping of str to bytes, str "
@@ -85,9 +89,24 @@ def header_value(index: int, name: str, value: object) -> bytes:
             raise InvalidEventError(index, f"headers.{name}",
                                     f"str is not valid UTF-8 ({exc.reason})") from None
     if isinstance(value, _BYTES):
-        return bytes(value)
+        try:
+            return bytes(value)  # copies a strided view too
+        except ValueError:
+            raise InvalidEventError(index, f"headers.{name}", "memoryview was released") from None
     raise InvalidEventError(index, f"headers.{name}",
                             f"must be bytes, str or None, not {type(value).__name__}")
+
+
+def view_problem(value: object) -> str | None:
+    """Why a body or key cannot be stored as given (None when it can): a memoryview must be
+    unreleased and C-contiguous, as a record's bytes are copied from its buffer as they lie."""
+    if not isinstance(value, memoryview):
+        return None
+    try:
+        contiguous = value.c_contiguous
+    except ValueError:
+        return "memoryview was released"
+    return None if contiguous else "memoryview must be C-contiguous, not a strided slice"
 
 
 _FIELD = [itemgetter(i) for i in range(4)]

@@ -30,11 +30,35 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 
-# The stamp holds the hash of what was installed (the lock and pyproject.toml): when
-# either changes, the venv is synced again; when neither did, this costs one sha256sum.
+# The engine's C extension (the record batch codec, channel_engine/log/_batch_codec.c)
+# needs the C compiler Python builds extensions with (sysconfig's CC) and Python's headers.
+# It is optional: where they cannot be had, the install goes on and the engine uses its
+# pure Python codec (slower), saying so.
+can_compile() {
+  "$venv/bin/python" - <<'PY'
+import os, shlex, shutil, sysconfig
+cc = shlex.split(sysconfig.get_config_var("CC") or "cc")[0]
+headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+print("compiler" if shutil.which(cc) and os.path.exists(headers) else "no-compiler")
+PY
+}
+codec_built() {
+  if compgen -G "channel_engine/log/_batch_codec*.so" >/dev/null; then echo built; else echo missing; fi
+}
+
+# The stamp holds the hash of what was installed: the lock, pyproject.toml, the C sources
+# the install compiles, whether their extension is built and whether a compiler is here.
+# When any changes, the venv is synced again: a changed .c is rebuilt, a deleted build
+# redone, and a venv synced where no compiler could be had is built once one is installed;
+# where none can be, later runs do not try again (no apt-get each run). When nothing
+# changed, this costs one sha256sum and a Python start.
 lock=requirements/test.txt
 stamp=$venv/.weir-installed
-want=$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)
+installed() {
+  { cat "$lock" pyproject.toml channel_engine/log/*.c; codec_built; can_compile; } |
+    sha256sum | cut -d' ' -f1
+}
+want=$(installed)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: syncing $venv with $lock"
   rm -f "$stamp"
@@ -44,7 +68,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # holds exactly the lock, plus the project and pip itself.
   extra=$("$venv/bin/python" scripts/lock_inputs.py --unlocked "$lock")
   if [ -n "$extra" ]; then "${pip[@]}" uninstall -y $extra; fi
+  if [ "$(can_compile)" = no-compiler ]; then
+    apt_install gcc python3-dev || true  # a failure is the warning below
+  fi
   # The project itself, editable, built by the locked setuptools (nothing unhashed fetched).
   "${pip[@]}" install --no-deps --no-build-isolation -e .
-  echo "$want" > "$stamp"
+  if [ "$(codec_built)" = missing ]; then
+    echo "bootstrap: warning: the record batch codec was not compiled (no C compiler or" \
+         "Python headers): the engine runs its pure Python codec, slower" >&2
+  fi
+  installed > "$stamp"  # as it is now: built or not, compiler or not
 fi

@@ -27,6 +27,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/bootstrap.sh
+# Bootstrap compiles the record batch codec (installing a compiler when it can): here its
+# tests must run, not be skipped as they are where it was not built (tests/engine/codec_helpers.py).
+export WEIR_REQUIRE_COMPILED_CODEC=1
 . scripts/common.sh  # apt_install, ensure_nginx, use_test_redis/postgres/jvm_services
 command -v java >/dev/null || apt_install openjdk-17-jre-headless
 if [ -z "${WEIR_KAFKA_HOME:-}" ]; then

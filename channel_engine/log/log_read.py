@@ -135,6 +135,8 @@ class LogReader:
         try:
             plain = record_batch.unseal(data, state.sealer)
             try:
+                if record_batch.decode_events(plain, partition, start, stop, limit, out):
+                    return  # the compiled codec's loop: this one's, check for check
                 # the codec's records read in place (records() without its tuples), and
                 # tuple.__new__ (Event's own __new__ is a Python frame): the take path's loop;
                 # a compressed batch decompresses here, so its codec's errors are caught

@@ -1,9 +1,20 @@
 """Kafka record batch v2: the unit of atomicity in a segment's `.log` file.
 
 Weir writes Kafka's own on-disk format, so Kafka's tools and client codecs read
-Weir's segments. Building and decoding records go through aiokafka's compiled
-codec; this module owns the batch header, the checks that decide whether the
-bytes at a position are a valid batch, and the mapping of events onto records.
+Weir's segments. This module owns the batch header, the checks that decide whether
+the bytes at a position are a valid batch, and the mapping of events onto records.
+
+Codecs. The hot paths — build() without compression, and a reader's records turned into
+Events (decode_events, LogReader._decode) — go through `_batch_codec`, this package's C
+extension (`_batch_codec.c`): it writes the very bytes aiokafka's builder writes and
+reads records with aiokafka's checks, in a fraction of the time. Compressed batches, the
+other readers (records(), record_columns()) and every case the extension declines (bad
+input, whose InvalidEventError the Python path words; fields of a subclass of bytes,
+bytearray, memoryview, str or dict, which the Python path reads as Python does) go through
+aiokafka's compiled codec. The extension is optional: when it was not built (no C
+compiler at install) or WEIR_PURE_PYTHON_CODEC=1 was set when this module was imported,
+aiokafka does all of it; CODEC says which ran (`python -m channel_engine --version`
+prints it).
 
 Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
 
@@ -56,16 +67,24 @@ built once and its base offset written in when the log assigns it.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any, NamedTuple, Protocol, cast
 
 import crc32c as _crc32c
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from channel_engine.errors import EncryptedBatchError, InvalidBatch, InvalidEventError
-from channel_engine.event import PendingEvent, header_value
+from channel_engine.errors import (
+    BatchTooLargeError,
+    ConfigError,
+    EncryptedBatchError,
+    InvalidBatch,
+    InvalidEventError,
+)
+from channel_engine.event import Event, PendingEvent, header_value, view_problem
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -88,9 +107,30 @@ ATTRIBUTES_AT = 21
 _LENGTH = struct.Struct(">qi")
 _MAX_BATCH = 2**31 - 1
 _MAX_TIMESTAMP = 2**63 - 1
+_MAX_PRODUCER_ID = 2**63 - 1
 _ZEROS = bytes(1 << 16)
 
 BytesLike = bytes | bytearray | memoryview | mmap.mmap
+
+PURE_PYTHON_VARIABLE = "WEIR_PURE_PYTHON_CODEC"
+
+
+def _load_codec() -> tuple[ModuleType | None, str]:
+    """The compiled codec (None when not built or turned off) and what CODEC says."""
+    forced = os.environ.get(PURE_PYTHON_VARIABLE, "")
+    if forced not in ("", "0", "1"):
+        raise ConfigError(PURE_PYTHON_VARIABLE, f"must be 1 (the pure Python codec) or 0 (the "
+                          f"compiled one when built), not {forced!r}")
+    if forced == "1":
+        return None, "python (compiled codec turned off)"
+    try:
+        from channel_engine.log import _batch_codec  # type: ignore[attr-defined]
+    except ImportError:  # built without a C compiler: aiokafka's codec does it all
+        return None, "python (compiled codec not built)"
+    return _batch_codec, f"compiled (C, CRC-32C {_batch_codec.CRC32C_IMPLEMENTATION})"
+
+
+_codec, CODEC = _load_codec()
 
 
 class BatchHeader(NamedTuple):
@@ -223,18 +263,35 @@ def check_batch(
 
 def build(events: Sequence[PendingEvent], compression: int = 0,
           transaction_id: int | None = None) -> bytearray:
-    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input.
+    """Encode events as one batch with base offset 0; raise InvalidEventError on bad input
+    (BatchTooLargeError when the records pass the 2 GiB a batch can hold, none dropped).
     With a transaction_id the batch is transactional (Kafka's attribute bit 4, the id in
     producerId): it counts only once its transaction's commit is journalled."""
     if not events:
         raise InvalidEventError(0, "events", "a batch needs at least one event")
+    if transaction_id is not None and (type(transaction_id) is not int
+                                       or not 0 <= transaction_id <= _MAX_PRODUCER_ID):
+        # producerId is an int64 and Kafka's are never negative; a bad one is a caller's bug
+        raise InvalidEventError(0, "transaction_id",
+                                f"must be an int in [0, 2**63), not {transaction_id!r}")
+    now = int(time.time() * 1000)
+    if compression == 0 and _codec is not None:
+        batch = _codec.encode(events, transaction_id, now)
+        if batch is not None:
+            return cast(bytearray, batch)
+    # compressed, no compiled codec, or input it declines (the errors are worded here)
+    return build_python(events, compression, transaction_id, now)
+
+
+def build_python(events: Sequence[PendingEvent], compression: int,
+                 transaction_id: int | None, now: int) -> bytearray:
+    """build() by aiokafka's builder, with `now` for the events without a timestamp."""
     if transaction_id is None:
         builder = DefaultRecordBatchBuilder(MAGIC, compression, 0, -1, -1, -1, _MAX_BATCH)
     else:
         builder = DefaultRecordBatchBuilder(MAGIC, compression, 1, transaction_id, 0, -1,
                                             _MAX_BATCH)
     append = builder.append
-    now = int(time.time() * 1000)
     index = 0
     try:
         for index, event in enumerate(events):
@@ -247,9 +304,13 @@ def build(events: Sequence[PendingEvent], compression: int = 0,
                 raise InvalidEventError(
                     index, "timestamp", f"must be milliseconds in [0, 2**63), not {timestamp!r}"
                 )
-            append(index, timestamp, key, body, _header_list(index, headers) if headers else [])
-    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-        if isinstance(exc, InvalidEventError):
+            record = _header_list(index, headers) if headers else []
+            if append(index, timestamp, key, body, record) is None:  # past _MAX_BATCH
+                # the highest max_batch_bytes allowed: the put path's error for a big batch
+                size = builder.size() + builder.size_in_bytes(index, timestamp, key, body, record)
+                raise BatchTooLargeError(size, _MAX_BATCH, "max_batch_bytes")
+    except (TypeError, ValueError, AttributeError, OverflowError, BufferError) as exc:
+        if isinstance(exc, InvalidEventError | BatchTooLargeError):  # ValueErrors, worded
             raise
         raise _explain(index, events[index], exc) from exc
     return cast(bytearray, builder.build())
@@ -272,6 +333,10 @@ def _explain(index: int, event: object, exc: Exception) -> InvalidEventError:
         return InvalidEventError(index, "body", f"must be bytes, not {type(body).__name__}")
     if key is not None and not isinstance(key, bytes | bytearray | memoryview):
         return InvalidEventError(index, "key", f"must be bytes or None, not {type(key).__name__}")
+    for field, value in (("body", body), ("key", key)):
+        problem = view_problem(value)
+        if problem is not None:
+            return InvalidEventError(index, field, problem)
     if headers is not None and not hasattr(headers, "items"):
         return InvalidEventError(index, "headers", "must be a mapping of str to bytes")
     return InvalidEventError(index, "headers", f"must map str to bytes ({exc})")
@@ -349,6 +414,16 @@ def undecodable(exc: Exception) -> InvalidBatch:
     # CorruptRecordException, a decompressor's own error (zlib.error, EOFError,
     # cramjam.DecompressionError, ...), UnicodeDecodeError (a header key) or struct.error.
     return InvalidBatch("corrupt", f"records do not decode: {type(exc).__name__}: {exc}")
+
+
+def decode_events(batch: bytes, partition: int, start: int, stop: int, limit: int,
+                  out: list[Event]) -> bool:
+    """Append to `out` the Events (partition, offset, timestamp, key, headers, value or b"")
+    of a plain batch's records with start <= offset < stop, until `out` holds `limit`, by
+    the compiled codec; False when that is not its to do (no compiled codec, a compressed
+    batch): the caller iterates record_objects(). Raises what record_objects() would, for
+    the caller to turn into undecodable(exc)."""
+    return _codec is not None and bool(_codec.decode(batch, partition, start, stop, limit, out))
 
 
 def record_objects(batch: bytes) -> Iterator[Any]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TextIO
 
@@ -78,9 +79,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 1
 
 
+def _version() -> str:
+    """What --version prints: the release and which record batch codec this process runs."""
+    try:
+        release = metadata.version("weir")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        release = "(not installed)"
+    return f"weir {release}, record batch codec: {record_batch.CODEC}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m channel_engine", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
     tools = parser.add_subparsers(dest="tool", required=True)
 
     produce = tools.add_parser("produce", help="append stdin lines as events")

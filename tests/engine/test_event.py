@@ -31,6 +31,21 @@ def test_it_refuses_other_header_value_types_naming_the_header() -> None:
         assert (info.value.index, info.value.field) == (3, "headers.h")
 
 
+def test_make_event_refuses_a_body_or_key_memoryview_that_cannot_be_copied() -> None:
+    strided = memoryview(b"abcdef")[::2]
+    released = memoryview(b"gone")
+    released.release()
+    for fields, field in (((strided,), "body"), ((b"b", strided), "key"),
+                          ((released,), "body"), ((b"b", released), "key")):
+        with pytest.raises(InvalidEventError) as info:
+            make_event(4, *fields)
+        assert (info.value.index, info.value.field) == (4, field)
+    with pytest.raises(InvalidEventError) as info:
+        make_event(4, b"b", headers={"h": released})
+    assert (info.value.index, info.value.field) == (4, "headers.h")
+    assert make_event(0, memoryview(b"whole")).body == b"whole"  # a contiguous view is fine
+
+
 def test_make_event_hands_on_headers_as_bytes() -> None:
     event = make_event(0, b"body", headers=GIVEN)
     assert event.headers == STORED

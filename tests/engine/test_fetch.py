@@ -21,6 +21,8 @@ from channel_engine.log.record_batch import BatchHeader
 from channel_engine.log.segment import LogSegment
 from channel_engine.queue.channel_state import UnresolvedPut
 
+pytestmark = pytest.mark.usefixtures("each_codec")  # conftest.py: both codecs
+
 PUTS, PER_PUT = 30, 10  # 300 events, 30 batches of about 560 bytes: 7 to a 4 KiB segment
 
 

@@ -20,6 +20,8 @@ from channel_engine.log import state as log_state
 from channel_engine.log.config import LogConfig
 from channel_engine.log.partition_log import PartitionLog
 
+pytestmark = pytest.mark.usefixtures("each_codec")  # conftest.py: both codecs
+
 T0 = 1_700_000_000_000  # ms: event timestamps around here, and the clock too
 
 

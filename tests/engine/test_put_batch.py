@@ -12,6 +12,8 @@ from channel_engine import Channel, InvalidEventError, PartitionCountError, Pend
 from channel_engine.log import record_batch
 from channel_engine.queue.put_batch import Partitioner, encode
 
+pytestmark = pytest.mark.usefixtures("each_codec")  # conftest.py: both codecs
+
 
 def test_put_all_checks_every_event_first_and_adds_none_if_one_is_bad(tmp_path: Path) -> None:
     with Channel.open(make_config(tmp_path)) as channel:

@@ -7,9 +7,16 @@ import time
 
 import pytest
 
-from channel_engine.errors import ChannelEngineError, InvalidBatch, InvalidEventError
+from channel_engine.errors import (
+    BatchTooLargeError,
+    ChannelEngineError,
+    InvalidBatch,
+    InvalidEventError,
+)
 from channel_engine.event import PendingEvent
 from channel_engine.log import record_batch as rb
+
+pytestmark = pytest.mark.usefixtures("each_codec")  # conftest.py: both codecs
 
 EVENTS = [
     PendingEvent(b"first", key=None, headers=None, timestamp=1_700_000_000_000),
@@ -153,6 +160,58 @@ def test_it_refuses_a_timestamp_beyond_int64_as_invalid_input():
     with pytest.raises(InvalidEventError) as info:
         rb.build([PendingEvent(b"a", timestamp=2**63)])
     assert (info.value.index, info.value.field) == (0, "timestamp")
+
+
+def released_view() -> memoryview:
+    view = memoryview(b"gone")
+    view.release()
+    return view
+
+
+STRIDED = memoryview(b"abcdef")[::2]  # not C-contiguous: its buffer cannot be copied as is
+
+
+@pytest.mark.parametrize("event, field", [
+    (PendingEvent(STRIDED), "body"),
+    (PendingEvent(b"a", key=STRIDED), "key"),
+    (PendingEvent(released_view()), "body"),
+    (PendingEvent(b"a", key=released_view()), "key"),
+    (PendingEvent(b"a", headers={"h": released_view()}), "headers.h"),
+], ids=["strided-body", "strided-key", "released-body", "released-key", "released-header"])
+def test_it_refuses_a_memoryview_it_cannot_copy_naming_the_field(event, field):
+    with pytest.raises(InvalidEventError) as info:
+        rb.build([PendingEvent(b"ok"), event])
+    assert (info.value.index, info.value.field) == (1, field)
+    assert "memoryview" in info.value.reason
+
+
+def test_it_copies_a_strided_memoryview_header_value():
+    batch = bytes(rb.build([PendingEvent(b"a", headers={"h": STRIDED})]))
+    assert list(rb.records(batch))[0][4] == [("h", b"ace")]
+
+
+@pytest.mark.parametrize("transaction_id", [2**63, -1, 1.0, "1", True])
+def test_it_refuses_a_transaction_id_outside_a_producer_id_naming_it(transaction_id):
+    with pytest.raises(InvalidEventError) as info:
+        rb.build([PendingEvent(b"a")], 0, transaction_id)
+    assert info.value.field == "transaction_id"
+
+
+def test_it_takes_the_largest_producer_id():
+    batch = rb.build([PendingEvent(b"a")], 0, 2**63 - 1)
+    assert rb.read_header(batch).transaction_id == 2**63 - 1
+
+
+def test_it_refuses_records_past_the_batch_limit_instead_of_dropping_them(monkeypatch):
+    """aiokafka's builder returns None for a record past its maximum: the record would be
+    lost from a batch that says nothing of it."""
+    monkeypatch.setattr(rb, "_MAX_BATCH", 400)
+    events = [PendingEvent(b"x" * 150, timestamp=1) for _ in range(3)]
+    with pytest.raises(BatchTooLargeError) as info:
+        rb.build_python(events, 0, None, 1)
+    assert (info.value.setting, info.value.limit) == ("max_batch_bytes", 400)
+    assert info.value.size > 400
+    assert len(rb.build_python(events[:2], 0, None, 1)) < 400
 
 
 # -- classifying bytes --------------------------------------------------------------------
