@@ -43,7 +43,11 @@ print("compiler" if shutil.which(cc) and os.path.exists(headers) else "no-compil
 PY
 }
 codec_built() {
-  if compgen -G "channel_engine/log/_batch_codec*.so" >/dev/null; then echo built; else echo missing; fi
+  local module
+  for module in _batch_codec _statx; do
+    if compgen -G "channel_engine/log/$module*.so" >/dev/null; then echo "$module built"
+    else echo "$module missing"; fi
+  done
 }
 
 # The stamp holds the hash of what was installed: the lock, pyproject.toml, the C sources

@@ -4,6 +4,7 @@ bootstrap compiles the codec, so a missing one there is a broken build, not a ma
 without a compiler)."""
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -15,11 +16,16 @@ REQUIRE_COMPILED_VARIABLE = "WEIR_REQUIRE_COMPILED_CODEC"
 def compiled_codec() -> ModuleType:
     """The compiled codec module; skip the calling test when it was not built, or fail it
     when WEIR_REQUIRE_COMPILED_CODEC=1."""
+    return compiled_module("_batch_codec", "record batch codec")
+
+
+def compiled_module(name: str, what: str) -> ModuleType:
+    """channel_engine.log.<name>, one of the engine's optional C extensions, as
+    compiled_codec says."""
     try:
-        from channel_engine.log import _batch_codec  # type: ignore[attr-defined]
+        return importlib.import_module(f"channel_engine.log.{name}")
     except ImportError as exc:
-        reason = f"the compiled record batch codec is not built ({exc})"
+        reason = f"the compiled {what} is not built ({exc})"
         if os.environ.get(REQUIRE_COMPILED_VARIABLE) == "1":
             pytest.fail(f"{reason}, and {REQUIRE_COMPILED_VARIABLE}=1 requires it")
         pytest.skip(f"{reason}: run scripts/bootstrap.sh where a C compiler can be installed")
-    return _batch_codec

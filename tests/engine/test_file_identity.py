@@ -1,5 +1,6 @@
 """path_identity (log/file_identity.py): the (st_dev, st_ino) a path names, from a statx that
-reads no timestamp, with os.stat as the fallback and os.stat's errors."""
+reads no timestamp, with os.stat as the fallback and os.stat's errors. Each test runs on
+both ways of calling statx: the compiled module (_statx.c) and libc's through ctypes."""
 from __future__ import annotations
 
 import ctypes
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from codec_helpers import compiled_module
 
 from channel_engine import LogConfig, PartitionLog, PendingEvent
 from channel_engine.log import file_identity
@@ -21,6 +23,19 @@ from channel_engine.log.file_identity import path_identity
 def stat_of(path: Path) -> tuple[int, int]:
     found = os.stat(path)
     return found.st_dev, found.st_ino
+
+
+@pytest.fixture(params=["compiled", "ctypes"])
+def statx_call(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which way path_identity calls statx in this test (a refusal the test fakes, which
+    turns both off for the process, is undone after it)."""
+    monkeypatch.setattr(file_identity, "_statx", file_identity._statx)
+    if request.param == "compiled":
+        monkeypatch.setattr(file_identity, "_native",
+                            compiled_module("_statx", "statx call").identity)
+    else:
+        monkeypatch.setattr(file_identity, "_native", None)
+    return str(request.param)
 
 
 def refusing_statx(code: int) -> Any:
@@ -33,7 +48,28 @@ def refusing_statx(code: int) -> Any:
     return statx
 
 
-def test_it_names_the_file_a_path_names_and_sees_it_replaced(tmp_path: Path) -> None:
+def refusing_native(code: int) -> Any:
+    """A stand-in for _statx.identity that fails with `code`, counting its calls."""
+    def identity(path: bytes) -> None:
+        identity.calls += 1  # type: ignore[attr-defined]
+        raise OSError(code, os.strerror(code), path)
+    identity.calls = 0  # type: ignore[attr-defined]
+    return identity
+
+
+def refuse(monkeypatch: pytest.MonkeyPatch, statx_call: str, code: int) -> Any:
+    """Make the statx of this way of calling fail with `code`; the stand-in (its calls)."""
+    if statx_call == "compiled":
+        fake = refusing_native(code)
+        monkeypatch.setattr(file_identity, "_native", fake)
+    else:
+        fake = refusing_statx(code)
+        monkeypatch.setattr(file_identity, "_statx", fake)
+    return fake
+
+
+def test_it_names_the_file_a_path_names_and_sees_it_replaced(tmp_path: Path,
+                                                             statx_call: str) -> None:
     path, other = tmp_path / "00000000000000000000.log", tmp_path / "other"
     path.write_bytes(b"a")
     other.write_bytes(b"b")
@@ -44,15 +80,15 @@ def test_it_names_the_file_a_path_names_and_sees_it_replaced(tmp_path: Path) -> 
     assert path_identity(path) == stat_of(path) != was
 
 
-def test_it_raises_file_not_found_for_a_missing_path(tmp_path: Path) -> None:
+def test_it_raises_file_not_found_for_a_missing_path(tmp_path: Path, statx_call: str) -> None:
     with pytest.raises(FileNotFoundError) as caught:
         path_identity(tmp_path / "gone.log")
     assert caught.value.filename == str(tmp_path / "gone.log")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="statx(2) is Linux's")
-def test_it_asks_statx_not_stat_on_linux(tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_asks_statx_not_stat_on_linux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         statx_call: str) -> None:
     assert file_identity._statx is not None  # found in the process's own C library
     path = tmp_path / "f"
     path.write_bytes(b"x")
@@ -67,14 +103,14 @@ def test_it_asks_statx_not_stat_on_linux(tmp_path: Path,
 @pytest.mark.parametrize("code", [errno.ENOSYS, errno.EPERM], ids=["ENOSYS", "EPERM"])
 def test_it_falls_back_to_stat_for_good_when_the_kernel_refuses_statx(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-        code: int) -> None:
+        code: int, statx_call: str) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x")
-    fake = refusing_statx(code)
-    monkeypatch.setattr(file_identity, "_statx", fake)
+    fake = refuse(monkeypatch, statx_call, code)
     with caplog.at_level(logging.INFO, logger=file_identity.__name__):
         assert path_identity(path) == stat_of(path)
         assert file_identity._statx is None  # remembered: never asked again
+        assert file_identity._native is None
         assert path_identity(path) == stat_of(path) and fake.calls == 1
         with pytest.raises(FileNotFoundError):  # os.stat's error for what it finds
             path_identity(tmp_path / "missing")
@@ -83,9 +119,9 @@ def test_it_falls_back_to_stat_for_good_when_the_kernel_refuses_statx(
     assert len(said) == 1 and os.strerror(code) in said[0], said
 
 
-def test_it_raises_other_errors_naming_the_path(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(file_identity, "_statx", refusing_statx(errno.EACCES))
+def test_it_raises_other_errors_naming_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 statx_call: str) -> None:
+    refuse(monkeypatch, statx_call, errno.EACCES)
     with pytest.raises(PermissionError) as caught:
         path_identity(tmp_path / "f")
     assert caught.value.errno == errno.EACCES and caught.value.filename == str(tmp_path / "f")
@@ -99,7 +135,7 @@ def test_it_finds_statx_without_looking_for_the_library_file(
     assert file_identity._load_statx() is not None
 
 
-def test_it_refuses_a_path_holding_a_nul_byte_as_stat_does(tmp_path: Path) -> None:
+def test_it_refuses_a_path_holding_a_nul_byte_as_stat_does(tmp_path: Path, statx_call: str) -> None:
     (tmp_path / "a").write_bytes(b"x")  # what a C string cut at the NUL would name
     with pytest.raises(ValueError):
         os.stat(f"{tmp_path}/a\0b")
@@ -109,6 +145,8 @@ def test_it_refuses_a_path_holding_a_nul_byte_as_stat_does(tmp_path: Path) -> No
 
 def test_it_asks_statx_not_to_automount_as_stat_does_not(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # through ctypes, where the flags can be seen (_statx.c passes the same constant)
+    monkeypatch.setattr(file_identity, "_native", None)
     path = tmp_path / "f"
     path.write_bytes(b"x")
     flags: list[int] = []
@@ -143,7 +181,7 @@ def mtime_updates(path: Path, check: Any, rounds: int = 100) -> int:
 
 
 def test_it_leaves_the_timestamps_unqueried_so_writes_keep_coarse_mtimes(
-        tmp_path: Path) -> None:
+        tmp_path: Path, statx_call: str) -> None:
     # On a kernel with multigrain timestamps (Linux 6.13+, ext4), a write after os.stat gets
     # a new fine-grained mtime, an inode update per write; after path_identity it keeps the
     # mtime it had until the coarse clock ticks
@@ -175,9 +213,14 @@ def test_the_commit_path_checks_its_segment_without_reading_timestamps(
 
 
 def test_it_asks_stat_when_statx_gives_no_inode_number(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       statx_call: str) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x")
+    if statx_call == "compiled":
+        monkeypatch.setattr(file_identity, "_native", lambda name: None)  # _statx.c's word
+        assert path_identity(path) == stat_of(path)
+        return
 
     def statx_without_ino(dirfd: int, name: bytes, flags: int, mask: int, buffer: Any) -> int:
         return 0  # success, stx_mask 0: nothing filled in (the buffer stays zeros)
