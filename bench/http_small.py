@@ -84,41 +84,46 @@ def gunicorn(app: str, port: int, workers: int, env: dict[str, str], threads: in
         start_new_session=True)
 
 
-def cpu_seconds(server: subprocess.Popen[bytes]) -> tuple[float, float]:
-    """User and system CPU seconds of every process of a gunicorn (its process group)."""
+def cpu_seconds(server: subprocess.Popen[bytes], also: tuple[int, ...] = ()
+                ) -> tuple[float, float]:
+    """User and system CPU seconds of every process of a gunicorn (its process group) and
+    of the processes `also` (a channel's owner outside the web workers)."""
+    named = {str(pid) for pid in also}
     user = system = 0
     for entry in Path("/proc").iterdir():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == server.pid:  # the process group: gunicorn and its workers
+        if int(fields[2]) == server.pid or entry.name in named:  # gunicorn's group
             user, system = user + int(fields[11]), system + int(fields[12])
     tick = os.sysconf("SC_CLK_TCK")
     return user / tick, system / tick
 
 
-def server_pids(server: subprocess.Popen[bytes]) -> list[int]:
-    """The pids of every process of a gunicorn (its process group)."""
+def server_pids(server: subprocess.Popen[bytes], also: tuple[int, ...] = ()) -> list[int]:
+    """The pids of every process of a gunicorn (its process group), and `also`."""
+    named = {str(pid) for pid in also}
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == server.pid:
+        if int(fields[2]) == server.pid or entry.name in named:
             pids.append(int(entry.name))
     return pids
 
 
-def perf_counts(server: subprocess.Popen[bytes]) -> subprocess.Popen[str] | None:
+def perf_counts(server: subprocess.Popen[bytes], also: tuple[int, ...] = ()
+                ) -> subprocess.Popen[str] | None:
     """`perf stat` counting fsyncs and context switches in every process of a gunicorn
-    (all their threads), until interrupted; None without perf."""
+    and `also` (all their threads), until interrupted; None without perf."""
     if not shutil.which("perf"):
         return None
     return subprocess.Popen(
         ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS),
-         "-p", ",".join(map(str, server_pids(server)))],
+         "-p", ",".join(map(str, server_pids(server, also)))],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -137,17 +142,19 @@ def perf_result(perf: subprocess.Popen[str] | None) -> dict[str, float]:
 
 
 def wrk(url: str, script: Path, seconds: int, connections: int,
-        server: subprocess.Popen[bytes] | None = None) -> dict[str, float]:
+        server: subprocess.Popen[bytes] | None = None, also: tuple[int, ...] = ()
+        ) -> dict[str, float]:
     """Run wrk; its requests/s, p50 and p99 latency (ms) and request count, and the
-    server's CPU, fsyncs and context switches a request when given the server."""
-    before = cpu_seconds(server) if server else (0.0, 0.0)
-    perf = perf_counts(server) if server else None
+    server's CPU, fsyncs and context switches a request when given the server (with the
+    processes `also`: an owner outside it)."""
+    before = cpu_seconds(server, also) if server else (0.0, 0.0)
+    perf = perf_counts(server, also) if server else None
     done = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s",
                            "--timeout", "30s",
                            "--latency", "-s", str(script), url],
                           capture_output=True, text=True)
     counts = perf_result(perf)
-    after = cpu_seconds(server) if server else (0.0, 0.0)
+    after = cpu_seconds(server, also) if server else (0.0, 0.0)
     if done.returncode or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise SystemExit(f"wrk failed:\n{done.stdout}\n{done.stderr}")
     requests = int(re.search(r"(\d+) requests in", done.stdout).group(1))
