@@ -9,11 +9,30 @@ it owns; holds the channel until stdin closes.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+
+
+def start(env: dict[str, str]) -> subprocess.Popen[str]:
+    """A holder of the appliance of `env`'s channel `bench`, once it owns it."""
+    holder = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], cwd=ROOT,
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout is not None
+    if holder.stdout.readline().strip() != "ready":
+        holder.kill()
+        raise SystemExit("bench/channel_holder.py did not take channel bench")
+    return holder
+
+
+def stop(holder: subprocess.Popen[str]) -> None:
+    """Let the holder close the channel and exit."""
+    holder.communicate(timeout=60)
 
 
 def main() -> None:

@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from appliance.env import MAX_PRODUCE_BYTES  # noqa: E402
+from bench import channel_holder  # noqa: E402
 from bench.http_ingest import bench_appliance, free_port, stop_all, wait_port  # noqa: E402
 from bench.http_small import LUA, gunicorn, payload, server_pids, wrk  # noqa: E402
 
@@ -59,12 +60,7 @@ class Contender:
         self.port = free_port()
         self.holder: subprocess.Popen[str] | None = None
         if mode == "ext":  # a process other than the web workers owns the channel
-            self.holder = subprocess.Popen(
-                [sys.executable, str(ROOT / "bench" / "channel_holder.py")], cwd=ROOT,
-                env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            assert self.holder.stdout is not None
-            if self.holder.stdout.readline().strip() != "ready":
-                raise SystemExit("channel_holder.py did not take the channel")
+            self.holder = channel_holder.start(self.env)
         app = "appliance.wsgi"
         if mode == "bare":  # the floor: bench/bare_wsgi.py on the same gunicorn shape
             app = "bench.bare_wsgi:app"
@@ -198,7 +194,7 @@ def main() -> None:
         stop_all([contender.server for contender in contenders])
         for contender in contenders:
             if contender.holder is not None:
-                contender.holder.communicate(timeout=60)  # stdin closed: it lets go
+                channel_holder.stop(contender.holder)
         shutil.rmtree(root, ignore_errors=True)
 
 
