@@ -5,8 +5,13 @@ requests, and the web workers' memory under maximum-size produce requests.
                                       [--rounds 5] [--connections 8] [--events 1]
                                       [--memory-clients 16]
 
-Each contender ("WORKERSxTHREADS", ":off" for put placement left out:
-bench/no_placement_wsgi.py) is its own appliance (database, channel `bench` of 3
+Each contender ("WORKERSxTHREADS"; ":bare" for bench/bare_wsgi.py, issue 18's floor;
+":off" for put placement left out:
+bench/no_placement_wsgi.py; ":ext" for the channel owned by a process that is not a web
+worker, as the Celery worker owns it under scripts/run.sh, so every request is a client's
+over owner.sock: bench/channel_holder.py, its CPU and fsyncs counted with the server's;
+":sw=S" for web workers whose interpreter hands the GIL on every S seconds instead of
+5 ms: bench/switch_wsgi.py) is its own appliance (database, channel `bench` of 3
 partitions, fsync durability) served by its own gunicorn, so no two share an owner.
 Rounds interleave: each round runs wrk against every contender in turn, the order
 rotated each round, so the machine's load (shared, 2 CPUs) falls on all alike. Reported
@@ -27,6 +32,7 @@ import argparse
 import http.client
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from appliance.env import MAX_PRODUCE_BYTES  # noqa: E402
+from bench import channel_holder  # noqa: E402
 from bench.http_ingest import bench_appliance, free_port, stop_all, wait_port  # noqa: E402
 from bench.http_small import LUA, gunicorn, payload, server_pids, wrk  # noqa: E402
 
@@ -51,7 +58,17 @@ class Contender:
         self.workers, self.threads = (int(n) for n in shape.split("x"))
         self.env, self.key, _ = bench_appliance(root, f"compression={compression}")
         self.port = free_port()
-        app = "bench.no_placement_wsgi:application" if mode == "off" else "appliance.wsgi"
+        self.holder: subprocess.Popen[str] | None = None
+        if mode == "ext":  # a process other than the web workers owns the channel
+            self.holder = channel_holder.start(self.env)
+        app = "appliance.wsgi"
+        if mode == "bare":  # the floor: bench/bare_wsgi.py on the same gunicorn shape
+            app = "bench.bare_wsgi:app"
+        elif mode == "off":
+            app = "bench.no_placement_wsgi:application"
+        elif mode.startswith("sw="):  # the GIL's switch interval, in seconds
+            app = "bench.switch_wsgi:application"
+            self.env["WEIR_BENCH_SWITCH_S"] = mode.removeprefix("sw=")
         self.server = gunicorn(app, self.port, self.workers, self.env, self.threads)
         self.rounds: list[dict[str, float]] = []
         self.script = root / "produce.lua"
@@ -126,7 +143,8 @@ def report(contenders: list[Contender], args: argparse.Namespace) -> None:
         print(f"  {contender.name:<8} {rates[len(rates) // 2]:>7,.0f} req/s (median)   "
               f"p99 {p99s[len(p99s) // 2]:6.2f} ms median, {p99s[0]:.2f}-{p99s[-1]:.2f} "
               f"spread   p50 {sorted(r['p50'] for r in rounds)[len(rounds) // 2]:5.2f} ms"
-              f"   fsyncs {_median(rounds, 'fsyncs'):.2f}/request   CPU "
+              f"   fsyncs {_median(rounds, 'fsyncs'):.2f}/request   switches "
+              f"{_median(rounds, 'switches'):.1f}/request   CPU "
               f"{_median(rounds, 'user_us') + _median(rounds, 'system_us'):.0f} us/request"
               f"   (rounds: {every})")
 
@@ -161,8 +179,9 @@ def main() -> None:
         for round_ in range(args.rounds):
             for i in range(len(contenders)):
                 contender = contenders[(round_ + i) % len(contenders)]
-                contender.rounds.append(wrk(contender.url, contender.script,
-                                            args.seconds, args.connections, contender.server))
+                also = () if contender.holder is None else (contender.holder.pid,)
+                contender.rounds.append(wrk(contender.url, contender.script, args.seconds,
+                                            args.connections, contender.server, also))
         if args.rounds:
             report(contenders, args)
         if args.memory_clients:
@@ -173,6 +192,9 @@ def main() -> None:
                 print(memory(contender, args.memory_clients, body), flush=True)
     finally:
         stop_all([contender.server for contender in contenders])
+        for contender in contenders:
+            if contender.holder is not None:
+                channel_holder.stop(contender.holder)
         shutil.rmtree(root, ignore_errors=True)
 
 

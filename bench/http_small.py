@@ -4,6 +4,7 @@ on the same gunicorn settings, one run.
     .venv/bin/python bench/http_small.py [--seconds 10] [--connections 8] [--workers 2]
                                          [--threads 8] [--worker-class gthread|sync]
                                          [--rounds 3] [--sizes 1,10]
+                                         [--owner separate|web]
 
 Work: wrk (Debian's; installed when missing) POSTs the same JSON body over
 --connections keep-alive connections for --seconds, to
@@ -11,6 +12,13 @@ Work: wrk (Debian's; installed when missing) POSTs the same JSON body over
     --worker-class, by default as scripts/run.sh runs it; sync runs one thread a worker),
     a channel with 3 partitions, fsync
     durability (a request is answered once its events are on disk), a produce token;
+    the channel owned, by default, by a process outside the web workers
+    (bench/channel_holder.py), as the Celery worker's child owns it under scripts/run.sh
+    (its flusher opens every channel at the first tick), so every request is a client's
+    over owner.sock; --owner web leaves it to the first web worker that puts (about
+    half the requests then served in the owner, whose GIL its own threads share with
+    the owner's: slower, bench/README.md). The owner's CPU and fsyncs count as the
+    server's;
   * bare WSGI: gunicorn, same workers and threads, serving an app that reads the body
     and answers 200 with a small JSON (bench/bare_wsgi.py) — the floor of any Python
     web app on this server; the ratio to it is what issue 18 targets (>= 0.5x at 1 event).
@@ -40,6 +48,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench import channel_holder  # noqa: E402
 from bench.http_ingest import (  # noqa: E402
     bench_appliance,
     free_port,
@@ -84,41 +93,46 @@ def gunicorn(app: str, port: int, workers: int, env: dict[str, str], threads: in
         start_new_session=True)
 
 
-def cpu_seconds(server: subprocess.Popen[bytes]) -> tuple[float, float]:
-    """User and system CPU seconds of every process of a gunicorn (its process group)."""
+def cpu_seconds(server: subprocess.Popen[bytes], also: tuple[int, ...] = ()
+                ) -> tuple[float, float]:
+    """User and system CPU seconds of every process of a gunicorn (its process group) and
+    of the processes `also` (a channel's owner outside the web workers)."""
+    named = {str(pid) for pid in also}
     user = system = 0
     for entry in Path("/proc").iterdir():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == server.pid:  # the process group: gunicorn and its workers
+        if int(fields[2]) == server.pid or entry.name in named:  # gunicorn's group
             user, system = user + int(fields[11]), system + int(fields[12])
     tick = os.sysconf("SC_CLK_TCK")
     return user / tick, system / tick
 
 
-def server_pids(server: subprocess.Popen[bytes]) -> list[int]:
-    """The pids of every process of a gunicorn (its process group)."""
+def server_pids(server: subprocess.Popen[bytes], also: tuple[int, ...] = ()) -> list[int]:
+    """The pids of every process of a gunicorn (its process group), and `also`."""
+    named = {str(pid) for pid in also}
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == server.pid:
+        if int(fields[2]) == server.pid or entry.name in named:
             pids.append(int(entry.name))
     return pids
 
 
-def perf_counts(server: subprocess.Popen[bytes]) -> subprocess.Popen[str] | None:
+def perf_counts(server: subprocess.Popen[bytes], also: tuple[int, ...] = ()
+                ) -> subprocess.Popen[str] | None:
     """`perf stat` counting fsyncs and context switches in every process of a gunicorn
-    (all their threads), until interrupted; None without perf."""
+    and `also` (all their threads), until interrupted; None without perf."""
     if not shutil.which("perf"):
         return None
     return subprocess.Popen(
         ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS),
-         "-p", ",".join(map(str, server_pids(server)))],
+         "-p", ",".join(map(str, server_pids(server, also)))],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -137,17 +151,19 @@ def perf_result(perf: subprocess.Popen[str] | None) -> dict[str, float]:
 
 
 def wrk(url: str, script: Path, seconds: int, connections: int,
-        server: subprocess.Popen[bytes] | None = None) -> dict[str, float]:
+        server: subprocess.Popen[bytes] | None = None, also: tuple[int, ...] = ()
+        ) -> dict[str, float]:
     """Run wrk; its requests/s, p50 and p99 latency (ms) and request count, and the
-    server's CPU, fsyncs and context switches a request when given the server."""
-    before = cpu_seconds(server) if server else (0.0, 0.0)
-    perf = perf_counts(server) if server else None
+    server's CPU, fsyncs and context switches a request when given the server (with the
+    processes `also`: an owner outside it)."""
+    before = cpu_seconds(server, also) if server else (0.0, 0.0)
+    perf = perf_counts(server, also) if server else None
     done = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s",
                            "--timeout", "30s",
                            "--latency", "-s", str(script), url],
                           capture_output=True, text=True)
     counts = perf_result(perf)
-    after = cpu_seconds(server) if server else (0.0, 0.0)
+    after = cpu_seconds(server, also) if server else (0.0, 0.0)
     if done.returncode or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise SystemExit(f"wrk failed:\n{done.stdout}\n{done.stderr}")
     requests = int(re.search(r"(\d+) requests in", done.stdout).group(1))
@@ -190,14 +206,23 @@ def main() -> None:
     parser.add_argument("--worker-class", default="gthread", choices=("gthread", "sync"),
                         help="gunicorn worker class (sync: one request at a time a worker)")
     parser.add_argument("--sizes", default="1,10", help="events a request, comma-separated")
+    parser.add_argument("--owner", default="separate", choices=("separate", "web"),
+                        help="separate: a process other than the web workers owns the "
+                             "channel, as the Celery worker's child does under "
+                             "scripts/run.sh (every web worker a client over owner.sock); "
+                             "web: the first web worker to put owns it")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         subprocess.run(["bash", "-c", ". scripts/common.sh && apt_install wrk"], cwd=ROOT,
                        check=True)
     root = Path(tempfile.mkdtemp(prefix="weir-smallbench-", dir="/var/tmp"))
     procs: list[subprocess.Popen[bytes]] = []
+    holder = None
     try:
         env, key, admin = bench_appliance(root)
+        if args.owner == "separate":
+            holder = channel_holder.start(env)
+        also = () if holder is None else (holder.pid,)
         weir_port, bare_port = free_port(), free_port()
         threads = 1 if args.worker_class == "sync" else args.threads
         weir_server = gunicorn("appliance.wsgi", weir_port, args.workers, env, threads,
@@ -209,7 +234,7 @@ def main() -> None:
         wait_port(bare_port)
         print(f"{args.connections} connections, {args.seconds} s a round, gunicorn "
               f"{args.workers} {args.worker_class} workers x {threads} threads, "
-              f"{os.cpu_count()} CPUs, "
+              f"{os.cpu_count()} CPUs, channel owner: {args.owner}, "
               f"fsync durability, {args.rounds} rounds (median shown); CPU: the server's "
               "user+system time a request")
         for events in (int(size) for size in args.sizes.split(",")):
@@ -222,7 +247,8 @@ def main() -> None:
             weir, bare = [], []
             for _ in range(args.rounds):
                 weir.append(wrk(f"http://127.0.0.1:{weir_port}/api/v1/channels/bench/events",
-                                script, args.seconds, args.connections, weir_server))
+                                script, args.seconds, args.connections, weir_server,
+                                also))
                 acknowledged += int(weir[-1]["requests"]) * events
                 bare.append(wrk(f"http://127.0.0.1:{bare_port}/", script, args.seconds,
                                 args.connections, bare_server))
@@ -238,6 +264,8 @@ def main() -> None:
                 raise SystemExit("the channel does not hold every acknowledged event once")
     finally:
         stop_all(procs)
+        if holder is not None:
+            channel_holder.stop(holder)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -111,10 +111,13 @@ R = TypeVar("R")
 
 def peer_closed(sock: socket.socket) -> bool:
     """True when the other end has closed the connection (an owner that stopped)."""
+    # poll, not select: select refuses a descriptor >= 1024, and a process with many files
+    # open (a web worker with many channels' segments) would take every owner for gone
+    poller = select.poll()
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller.register(sock, select.POLLIN)
         # between requests the owner sends nothing: readable means closed (or out of step)
-        return bool(readable)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
 

@@ -2,6 +2,7 @@
 split one is put together, and bytes past a frame or a frame cut short are refused."""
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -81,3 +82,27 @@ def test_a_frame_cut_short_is_a_connection_error_and_none_at_all_is_eof() -> Non
         left.close()
         with pytest.raises(EOFError):
             protocol.receive(right)
+
+
+def test_it_tells_an_open_peer_from_a_closed_one_above_descriptor_1024() -> None:
+    # select() takes no descriptor >= FD_SETSIZE (1024): a process with many files open
+    # (a web worker with the segments of many channels) took every owner for gone
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    try:
+        left, right = socket.socketpair()
+        with left, right:
+            assert right.fileno() >= 1024
+            assert not protocol.peer_closed(right)
+            left.close()
+            assert protocol.peer_closed(right)
+    finally:
+        for fd in spare:
+            os.close(fd)
+
+
+def test_it_takes_bytes_waiting_between_frames_for_a_peer_out_of_step() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        assert not protocol.peer_closed(right)
+        left.sendall(b"x")
+        assert protocol.peer_closed(right)
