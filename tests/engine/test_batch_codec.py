@@ -228,9 +228,7 @@ def test_a_fresh_process_decodes_with_the_extension_alone(batch_codec: ModuleTyp
         "assert out == [(2, 0, 7, b'k', {'h': b'1'}, b'v')] and type(out[0]) is Event, out\n"
         "print('ok')\n"
     )
-    env = {**os.environ, record_batch.PURE_PYTHON_VARIABLE: "1"}
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=60)
+    run = in_fresh_process(script, "1", timeout=60)
     assert run.stdout.strip() == "ok", run.stderr
 
 
@@ -447,13 +445,21 @@ def test_its_crc32c_is_the_crc32c_packages(size: int, batch_codec: ModuleType) -
         assert batch_codec.crc32c(view, True) == expected  # the code for CPUs without SSE4.2
 
 
+def in_fresh_process(script: str | None, pure: str | None,
+                     timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -c script` (or `-m channel_engine --version` without one) in a fresh process
+    whose WEIR_PURE_PYTHON_CODEC is `pure` (unset for None)."""
+    env = {k: v for k, v in os.environ.items() if k != record_batch.PURE_PYTHON_VARIABLE}
+    if pure is not None:
+        env[record_batch.PURE_PYTHON_VARIABLE] = pure
+    argv = ["-c", script] if script is not None else ["-m", "channel_engine", "--version"]
+    return subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
 # -- choosing the codec -------------------------------------------------------------------
 def codec_in_fresh_process(value: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != record_batch.PURE_PYTHON_VARIABLE}
-    if value is not None:
-        env[record_batch.PURE_PYTHON_VARIABLE] = value
-    return subprocess.run([sys.executable, "-m", "channel_engine", "--version"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=60)
+    return in_fresh_process(None, value, timeout=60)
 
 
 def test_the_variable_turns_the_compiled_codec_off_and_version_says_so(
@@ -495,9 +501,7 @@ def test_a_channel_in_processes_of_its_own_runs_on_the_pure_python_codec() -> No
         "owner.close()\n"
         "print('ok')\n"
     )
-    env = {**os.environ, record_batch.PURE_PYTHON_VARIABLE: "1"}
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = in_fresh_process(script, "1", timeout=120)
     assert run.stdout.strip() == "ok", run.stderr
 
 
