@@ -45,7 +45,7 @@
  *     value data; header int32 entry ends; name ends, name data; header value validity,
  *     value ends, value data. Every ends buffer begins with its 0; validity bitmaps are
  *     Arrow's (LSB first).
- *   len() is the rows held, .data_bytes the largest data buffer's size.
+ *   len() is the rows held.
  *
  * Thread safety: all calls hold the GIL; no state but the imported classes and each
  * ColumnBuffers' own (one per reader; a call made while another runs on the same object,
@@ -1334,16 +1334,6 @@ static void columns_dealloc(ColumnBuffers *self)
 
 static Py_ssize_t columns_length(ColumnBuffers *self) { return self->rows; }
 
-static PyObject *columns_data_bytes(ColumnBuffers *self, void *unused)
-{
-    Py_ssize_t most = 0;
-    static const int data[] = {COL_KEY_DATA, COL_VALUE_DATA, COL_NAME_DATA, COL_HVALUE_DATA};
-    for (size_t i = 0; i < sizeof(data) / sizeof(data[0]); i++)
-        if (self->buffers[data[i]].len > most)
-            most = self->buffers[data[i]].len;
-    return PyLong_FromSsize_t(most);
-}
-
 static PyMethodDef columns_methods[] = {
     {"append", (PyCFunction)(void (*)(void))columns_append, METH_FASTCALL,
      "append(batch, expected, stop) -> (added, gap offset or None), or None: add the records "
@@ -1351,12 +1341,6 @@ static PyMethodDef columns_methods[] = {
     {"take", (PyCFunction)columns_take, METH_NOARGS,
      "take() -> (rows, key nulls, header entries, header value nulls, *buffers); empties."},
     {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef columns_getset[] = {
-    {"data_bytes", (getter)columns_data_bytes, NULL,
-     "Bytes in the largest data buffer: an Arrow binary column holds at most 2**31 - 1.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PySequenceMethods columns_sequence = {.sq_length = (lenfunc)columns_length};
@@ -1370,7 +1354,6 @@ static PyTypeObject ColumnBuffersType = {
     .tp_new = columns_new,
     .tp_dealloc = (destructor)columns_dealloc,
     .tp_methods = columns_methods,
-    .tp_getset = columns_getset,
     .tp_as_sequence = &columns_sequence,
 };
 
