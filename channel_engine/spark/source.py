@@ -71,6 +71,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -284,7 +285,7 @@ def _gap(split: WeirSplit, expected: int, gap: OffsetGap) -> RangeUnavailableErr
 def _local_chunks(split: WeirSplit) -> Iterator[Chunk]:
     """The log's batches that hold the split's offsets, one by one, decrypted, each with
     the CorruptRecordError naming the segment for records that do not decode."""
-    from channel_engine import CorruptRecordError, PartitionLog
+    from channel_engine import PartitionLog
     from channel_engine.encryption import BatchSealer, KeyRing
     from channel_engine.log import record_batch
 
@@ -300,18 +301,26 @@ def _local_chunks(split: WeirSplit) -> Iterator[Chunk]:
             raise _unavailable(split, f"the log holds [{first}, {last})")
         for segment, header, data in log.read_batches(split.start, split.end, 1 << 62):
             _check_damage(split, log.take_new_losses())  # damage the read skipped
-
-            def damaged(exc: InvalidBatch, segment: Any = segment,
-                        header: Any = header) -> Exception:
-                position = segment.find_position(header.base_offset, segment.size) or 0
-                return CorruptRecordError(segment.log_path, position, exc.reason)
-
+            damaged = partial(_segment_damage, segment, header.base_offset)
             try:
                 plain = record_batch.unseal(data, sealer)
             except InvalidBatch as exc:
                 raise damaged(exc) from exc
             yield plain, damaged
         _check_damage(split, log.take_new_losses())  # after the last intact batch
+
+
+def _segment_damage(segment: Any, base_offset: int, exc: InvalidBatch) -> Exception:
+    """The CorruptRecordError for the batch at base_offset in a segment, naming its byte."""
+    from channel_engine import CorruptRecordError
+
+    position = segment.find_position(base_offset, segment.size) or 0
+    return CorruptRecordError(segment.log_path, position, exc.reason)
+
+
+def _served_damage(split: WeirSplit, url: str, position: int, exc: InvalidBatch) -> Exception:
+    """The error for a bad batch at byte `position` of the batches endpoint's answer."""
+    return _unavailable(split, f"{url}: bad batch at byte {position}: {exc}")
 
 
 def _check_damage(split: WeirSplit, losses: list[LostRange]) -> None:
@@ -337,10 +346,7 @@ def _remote_chunks(split: WeirSplit) -> Iterator[Chunk]:
         data, served = _get_batches(split, url, next_offset)
         position = 0
         while position < len(data):
-
-            def damaged(exc: InvalidBatch, url: str = url, position: int = position) -> Exception:
-                return _unavailable(split, f"{url}: bad batch at byte {position}: {exc}")
-
+            damaged = partial(_served_damage, split, url, position)
             try:
                 header = record_batch.check_batch(data, position, len(data), None, True)
             except InvalidBatch as exc:
