@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -252,3 +253,40 @@ def test_a_damaged_batch_gives_the_same_error_on_both_codecs(
         if found["compiled"][0] == "rows":  # the records in the split's range do run on
             assert [row["offset"] for row in found["compiled"][1]] == sorted(
                 o for o in offsets if o >= 100)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(records=SMALL_RECORDS, edits=st.lists(st.tuples(
+    st.integers(0, 400), st.sampled_from(["flip", "overwrite", "truncate", "insert"]),
+    st.binary(min_size=1, max_size=9)), min_size=1, max_size=4))
+def test_any_bytes_give_rows_or_the_codecs_errors_never_more(
+    batch_codec: ModuleType, records: list[Record], edits: list[tuple[int, str, bytes]],
+) -> None:
+    # No CRC here: the buffers' own bounds checks, on any header and records bytes.
+    data = bytearray(make_batch(7, records))
+    for at, kind, chunk in edits:
+        at = at % len(data) if data else 0
+        if kind == "flip" and data:
+            data[at] ^= chunk[0] or 1
+        elif kind == "overwrite":
+            data[at:at + len(chunk)] = chunk
+        elif kind == "truncate":
+            del data[at:]
+        else:
+            data[at:at] = chunk
+    buffers = batch_codec.ColumnBuffers()
+    try:
+        result = buffers.append(bytes(data), 0, 2**62)
+    except (CorruptRecordException, UnicodeDecodeError):
+        assert len(buffers) == 0  # rolled back whole
+        return
+    taken = buffers.take()
+    if result is None:  # not plain, or too short for a header: the caller's path
+        assert taken[0] == 0
+        return
+    added, _ = result
+    rows, key_nulls, entries, value_nulls = taken[:4]
+    assert rows == added == len(taken[4]) // 8 == len(taken[5]) // 8
+    assert len(taken[7]) == len(taken[9]) == len(taken[11]) == 4 * (rows + 1)
+    assert len(taken[12]) == len(taken[15]) == 4 * (entries + 1)
