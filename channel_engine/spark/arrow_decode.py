@@ -85,7 +85,8 @@ class EventColumns:
         self._ready: list[Any] = []
 
     def __len__(self) -> int:
-        return self._part_rows + len(self._lists) + (len(self._buffers) if self._buffers else 0)
+        held = len(self._buffers) if self._buffers is not None else 0
+        return self._part_rows + len(self._lists) + held
 
     def add(self, batch: bytes, expected: int, stop: int) -> int:
         """Add the records of a valid, plain or compressed (not sealed) batch with
@@ -166,7 +167,7 @@ class EventColumns:
 def _decoded_size(keys: list[bytes | None], values: list[bytes | None],
                   headers: list[Headers]) -> int:
     """The most data bytes these records add to any one column."""
-    names = sum(len(name) for record in headers if record for name, _ in record)
+    names = sum(len(name.encode()) for record in headers if record for name, _ in record)
     header_values = sum(len(value) for record in headers if record for _, value in record
                         if value)
     return max(sum(map(len, filter(None, keys))), sum(map(len, filter(None, values))),
