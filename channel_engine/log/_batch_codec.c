@@ -33,14 +33,18 @@
  *     batch appends nothing: the buffers roll back) and appends those with expected <=
  *     offset < stop to growing Arrow buffers: no Python object per record. They must run
  *     expected, expected + 1, ...: gap is the first offset in range that broke the run
- *     (None when none did), added the records appended before it. None (nothing
- *     appended) for a compressed or sealed batch: the caller decodes it with aiokafka.
+ *     (None when none did), added the records appended before it. Record offsets that do
+ *     not increase from one record to the next are damage (CorruptRecordException, nothing
+ *     appended), in or out of the range. None (nothing appended) for a compressed or
+ *     sealed batch, or one shorter than its header: the caller decodes it with aiokafka.
+ *     A failed allocation (MemoryError) appends nothing either.
  *     Headers as dict() leaves them (a repeated name keeps its first place and last
  *     value); names must be UTF-8 (UnicodeDecodeError, as decode); a null value is b"".
  *     OverflowError where a data buffer would pass the 2 GiB - 1 its int32 offsets
  *     address: the caller cuts its RecordBatches before (never reached there).
  *   .take() -> (rows, key nulls, header entries, header value nulls, 13 bytearrays)
- *     Hands the buffers over (pyarrow wraps them without a copy) and starts afresh:
+ *     Hands the buffers over (pyarrow wraps them without a copy) and starts afresh (on
+ *     MemoryError it keeps them, whole):
  *     offsets, timestamps (int64); key validity, key int32 ends, key data; value ends,
  *     value data; header int32 entry ends; name ends, name data; header value validity,
  *     value ends, value data. Every ends buffer begins with its 0; validity bitmaps are
@@ -950,23 +954,31 @@ static int put_bit(Growable *bitmap, Py_ssize_t index, int valid)
     return 0;
 }
 
-/* Fresh, empty buffers; every offsets buffer starts with its leading 0. */
+/* Fresh, empty buffers; every offsets buffer starts with its leading 0. All are made before
+   any is swapped in, so that a failed allocation leaves the object as it was (every buffer
+   present, the counts matching them) rather than with a hole the next append writes into. */
 static int columns_reset(ColumnBuffers *self)
 {
     static const int32_t zero = 0;
     static const int starts[] = {COL_KEY_ENDS, COL_VALUE_ENDS, COL_HEADER_ENDS, COL_NAME_ENDS,
                                  COL_HVALUE_ENDS};
-    for (int i = 0; i < COLUMN_BUFFERS; i++) {
-        Py_XSETREF(self->buffers[i].bytes, PyByteArray_FromStringAndSize(NULL, 0));
-        self->buffers[i].len = 0;
-        if (self->buffers[i].bytes == NULL)
-            return -1;
-    }
+    Growable fresh[COLUMN_BUFFERS] = {{NULL, 0}};
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        if ((fresh[i].bytes = PyByteArray_FromStringAndSize(NULL, 0)) == NULL)
+            goto fail;
     for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++)
-        if (put_fixed(&self->buffers[starts[i]], &zero, 4) < 0)
-            return -1;
+        if (put_fixed(&fresh[starts[i]], &zero, 4) < 0)
+            goto fail;
+    for (int i = 0; i < COLUMN_BUFFERS; i++) {
+        Py_XSETREF(self->buffers[i].bytes, fresh[i].bytes);
+        self->buffers[i].len = fresh[i].len;
+    }
     self->rows = self->entries = self->key_nulls = self->hvalue_nulls = 0;
     return 0;
+fail:
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        Py_XDECREF(fresh[i].bytes);
+    return -1;
 }
 
 static void columns_mark(const ColumnBuffers *self, ColumnsMark *mark)
@@ -1202,16 +1214,24 @@ static int put_record(ColumnBuffers *self, const RecordRef *rec)
 
 /* Every record of the batch read and checked; those with expected <= offset < stop
    appended, which must be expected, expected + 1, ...: *added of them, *gap the first
-   offset that broke the run (or -1 with *has_gap 0). */
+   offset that broke the run (or -1 with *has_gap 0). Offsets that do not increase from one
+   record to the next are corruption (arrow_decode._check_order words it the same), named
+   once every record has read, so that a record that does not decode is reported first, as
+   on the Python path. */
 static int columns_records(ColumnBuffers *self, Reader *r, const BatchInfo *info, int32_t count,
                            int64_t expected, int64_t stop, int64_t *added, int64_t *gap,
                            int *has_gap)
 {
+    int64_t previous = 0, disorder_after = 0, disorder = 0;
+    int disordered = 0;
     for (int32_t i = 0; i < count; i++) {
         RecordRef rec;
         if (read_record_ref(self, r, info, &rec) < 0)
             return -1;
-        if (rec.offset < expected || rec.offset >= stop || *has_gap)
+        if (i > 0 && rec.offset <= previous && !disordered)
+            disordered = 1, disorder_after = previous, disorder = rec.offset;
+        previous = rec.offset;
+        if (rec.offset < expected || rec.offset >= stop || *has_gap || disordered)
             continue;
         if (rec.offset != expected + *added) {
             *has_gap = 1;
@@ -1224,6 +1244,9 @@ static int columns_records(ColumnBuffers *self, Reader *r, const BatchInfo *info
     }
     if (r->pos != r->len)
         return corrupt("%zd unconsumed bytes after all records consumed", r->len - r->pos);
+    if (disordered)
+        return corrupt("Record offset %lld after %lld: offsets must increase",
+                       (long long)disorder, (long long)disorder_after);
     return 0;
 }
 
@@ -1269,9 +1292,11 @@ static PyObject *columns_append(ColumnBuffers *self, PyObject *const *args, Py_s
         columns_rollback(self, &mark);
         return NULL;
     }
-    if (has_gap)
-        return Py_BuildValue("(LL)", (long long)added, (long long)gap);
-    return Py_BuildValue("(LO)", (long long)added, Py_None);
+    PyObject *result = has_gap ? Py_BuildValue("(LL)", (long long)added, (long long)gap)
+                               : Py_BuildValue("(LO)", (long long)added, Py_None);
+    if (result == NULL)  /* the caller never learns of these rows: they must not stay */
+        columns_rollback(self, &mark);
+    return result;
 }
 
 /* take() -> (rows, key_nulls, header_entries, header_value_nulls, 13 bytearrays) */

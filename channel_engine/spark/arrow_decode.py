@@ -46,14 +46,20 @@ Not thread-safe: one per split, in the worker that reads it.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any
 
 import pyarrow as pa
 from aiokafka.errors import CorruptRecordException
 
 from channel_engine.log import record_batch
-from channel_engine.log.record_batch import ATTRIBUTES_AT, CODEC_MASK, ENCRYPTED_MASK, Headers
+from channel_engine.log.record_batch import (
+    ATTRIBUTES_AT,
+    CODEC_MASK,
+    ENCRYPTED_MASK,
+    HEADER_SIZE,
+    Headers,
+)
 
 MAX_COLUMN_BYTES = 2**31 - 1  # int32 offsets: the data an Arrow binary column can hold
 _PLAIN_AT = ATTRIBUTES_AT + 1  # the attributes' low byte: codec and encrypted bits
@@ -92,19 +98,18 @@ class EventColumns:
         """Add the records of a valid, plain or compressed (not sealed) batch with
         expected <= offset < stop and return how many; they must be expected, expected + 1,
         ...: OffsetGap otherwise. InvalidBatch when its records do not decode (as
-        record_columns() says), adding none of them."""
-        if self._buffers is not None and len(batch) > _PLAIN_AT \
+        record_columns() says) or their offsets do not increase record by record, adding
+        none of them."""
+        if self._buffers is not None and len(batch) >= HEADER_SIZE \
                 and not batch[_PLAIN_AT] & _NOT_PLAIN:
             self._make_room(len(batch))
             self._finish_lists()
             try:
-                added, gap = self._buffers.append(batch, expected, stop)
+                appended = self._buffers.append(batch, expected, stop)
             except (CorruptRecordException, UnicodeDecodeError) as exc:
                 raise record_batch.undecodable(exc) from exc
-            self._bytes += len(batch)
-            if gap is not None:
-                raise OffsetGap(gap, expected + added)
-            return int(added)
+            if appended is not None:  # None: declined, record_columns() words why
+                return self._appended(batch, expected, *appended)
         return self._add_lists(batch, expected, stop)
 
     def ready(self) -> list[Any]:
@@ -123,11 +128,21 @@ class EventColumns:
             return pa.RecordBatch.from_pylist([], schema=self.schema)
         return pa.concat_batches(parts)
 
+    def _appended(self, batch: bytes, expected: int, added: int, gap: int | None) -> int:
+        """What ColumnBuffers.append() added, counted for the 2 GiB cut."""
+        if added:
+            self._bytes += len(batch)
+        if gap is not None:
+            raise OffsetGap(gap, expected + added)
+        return int(added)
+
     def _add_lists(self, batch: bytes, expected: int, stop: int) -> int:
         offsets, timestamps, keys, values, headers = record_batch.record_columns(batch)
+        _check_order(offsets)
         low, high = bisect_left(offsets, expected), bisect_left(offsets, stop)
         if low == high:
             return 0
+        # increasing offsets: the first and last in range being right makes the run whole
         if offsets[low] != expected or offsets[high - 1] != expected + high - low - 1:
             got, due = next(((o, expected + i) for i, o in enumerate(offsets[low:high])
                              if o != expected + i), (offsets[high - 1], expected + high - low - 1))
@@ -164,6 +179,15 @@ class EventColumns:
         self._part_rows += batch.num_rows
 
 
+def _check_order(offsets: list[int]) -> None:
+    """InvalidBatch unless a batch's record offsets increase from one record to the next,
+    worded as ColumnBuffers words it (_batch_codec.c columns_records)."""
+    for previous, offset in pairwise(offsets):
+        if offset <= previous:
+            raise record_batch.undecodable(CorruptRecordException(
+                f"Record offset {offset} after {previous}: offsets must increase"))
+
+
 def _decoded_size(keys: list[bytes | None], values: list[bytes | None],
                   headers: list[Headers]) -> int:
     """The most data bytes these records add to any one column."""
@@ -192,7 +216,7 @@ def _buffers_batch(columns: EventColumns, taken: tuple[Any, ...]) -> Any:
         _column(pa.int32(), rows + 1, 0, None, header_ends),
         _column(pa.string(), entries, 0, None, name_ends, name_data),
         _column(pa.binary(), entries, value_nulls, hvalue_valid, hvalue_ends, hvalue_data))
-    return pa.RecordBatch.from_arrays([
+    batch = pa.RecordBatch.from_arrays([
         pa.repeat(pa.scalar(columns.channel, pa.string()), rows),
         pa.repeat(pa.scalar(columns.partition, pa.int32()), rows),
         _column(pa.int64(), rows, 0, None, offsets),
@@ -201,6 +225,10 @@ def _buffers_batch(columns: EventColumns, taken: tuple[Any, ...]) -> Any:
         headers,
         _column(pa.binary(), rows, 0, None, body_ends, body_data),
     ], schema=columns.schema)
+    # from_buffers trusts the sizes it is given: a buffer shorter than its rows is an
+    # error here rather than a read past its end in Spark
+    batch.validate()
+    return batch
 
 
 class _RecordLists:

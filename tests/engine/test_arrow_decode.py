@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -45,13 +46,14 @@ def codec_in_use(kind: str, compiled: ModuleType) -> Iterator[None]:
 
 
 def make_batch(base: int, records: list[Record], compression: int = 0,
-               log_append_time: bool = False) -> bytes:
+               log_append_time: bool = False, deltas: list[int] | None = None) -> bytes:
     """A batch of `records` (timestamp, key, value, headers) by aiokafka's builder, which
     writes what Weir's build() never does: null values, repeated header names, null
-    header values."""
+    header values, offset deltas other than 0, 1, 2, ..."""
     builder = DefaultRecordBatchBuilder(2, compression, 0, -1, -1, -1, 2**31 - 1)
-    for delta, (timestamp, key, value, headers) in enumerate(records):
-        builder.append(delta, timestamp, key, value, headers)
+    for index, (timestamp, key, value, headers) in enumerate(records):
+        builder.append(index if deltas is None else deltas[index], timestamp, key, value,
+                       headers)
     batch = builder.build()
     rb.set_base_offset(batch, base)
     if log_append_time:
@@ -246,13 +248,11 @@ def test_a_damaged_batch_gives_the_same_error_on_both_codecs(
             assert cls is found["python"][1][0] is InvalidBatch
             assert message.endswith(f"Can't read 1 bytes from pos {len(batch)}")
         return
-    if offsets == list(range(100, 100 + len(offsets))):
-        assert found["compiled"] == found["python"]
-    else:  # damaged offset deltas: the compiled reader checks every offset
-        assert found["compiled"][0] in ("gap", "rows")
-        if found["compiled"][0] == "rows":  # the records in the split's range do run on
-            assert [row["offset"] for row in found["compiled"][1]] == sorted(
-                o for o in offsets if o >= 100)
+    # damaged offset deltas included: both check every offset, alike
+    assert found["compiled"] == found["python"]
+    if found["compiled"][0] == "rows":  # the records in the split's range run on
+        assert [row["offset"] for row in found["compiled"][1]] == [o for o in offsets
+                                                                  if o >= 100]
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[
@@ -290,3 +290,128 @@ def test_any_bytes_give_rows_or_the_codecs_errors_never_more(
     assert rows == added == len(taken[4]) // 8 == len(taken[5]) // 8
     assert len(taken[7]) == len(taken[9]) == len(taken[11]) == 4 * (rows + 1)
     assert len(taken[12]) == len(taken[15]) == 4 * (entries + 1)
+
+
+def with_records_refused(batch: bytes, at: int) -> bytes:
+    """The batch with byte `at` (a header name's) made invalid UTF-8 and its CRC made right:
+    only the records' own checks can refuse it."""
+    data = bytearray(batch)
+    data[at] = 0xFF
+    struct.pack_into(">I", data, rb.CRC_AT, rb.compute_crc(data))
+    return bytes(data)
+
+
+def each_outcome(batch_codec: ModuleType, batches: list[bytes], start: int,
+                 stop: int) -> dict[str, tuple[str, Any]]:
+    """outcome() of reading the batches, on each codec."""
+    found = {}
+    for kind in CODECS:
+        with codec_in_use(kind, batch_codec):
+            try:
+                read, _ = read_columns(batches, start, stop)
+            except OffsetGap as gap:
+                found[kind] = "gap", (gap.got, gap.due)
+            except InvalidBatch as exc:
+                found[kind] = "error", str(exc)
+            else:
+                found[kind] = "rows", pa.Table.from_batches(read, ARROW_SCHEMA).to_pylist()
+    return found
+
+
+@pytest.mark.parametrize(("deltas", "stop", "message"), [
+    ([0, 1, 6, 3, 4, 5], 200, "Record offset 103 after 106"),
+    ([0, 1, 6, 3, 4, 5], 102, "Record offset 103 after 106"),  # past the range: still damage
+    ([0, 1, -1], 200, "Record offset 99 after 101"),  # below the split once its run began
+    ([0, 2, 2], 200, "Record offset 102 after 102"),
+])
+def test_offsets_that_do_not_increase_are_damage_on_both_codecs(
+    batch_codec: ModuleType, deltas: list[int], stop: int, message: str,
+) -> None:
+    batch = make_batch(100, [(1, None, b"x", [])] * len(deltas), deltas=deltas)
+    found = each_outcome(batch_codec, [batch], 100, stop)
+    assert found["compiled"] == found["python"]
+    assert found["compiled"][0] == "error"
+    assert found["compiled"][1].endswith(f"CorruptRecordException: {message}: offsets must "
+                                         "increase")
+
+
+def test_a_run_broken_inside_a_batch_is_an_offset_gap_on_both_codecs(
+    batch_codec: ModuleType,
+) -> None:
+    batch = make_batch(100, [(1, None, b"x", [])] * 4, deltas=[0, 1, 3, 4])
+    found = each_outcome(batch_codec, [batch], 100, 200)
+    assert found["compiled"] == found["python"] == ("gap", (103, 102))
+
+
+@pytest.mark.parametrize("size", [rb.ATTRIBUTES_AT + 2, 40, rb.HEADER_SIZE - 1])
+def test_a_plain_batch_shorter_than_its_header_is_invalid_on_both_codecs(
+    batch_codec: ModuleType, size: int,
+) -> None:
+    batch = make_batch(0, [(1, None, b"x", [])])[:size]
+    found = each_outcome(batch_codec, [batch], 0, 10)
+    assert found["compiled"] == found["python"]
+    assert found["compiled"][0] == "error"
+
+
+def test_validity_bits_a_rolled_back_batch_set_are_cleared_for_the_next_rows(
+    batch_codec: ModuleType,
+) -> None:
+    good = make_batch(0, [(1, b"k", b"good", [("a", b"1")])])
+    # 5 records with keys and header values, all taken back: the last one's name is bad
+    refused = with_records_refused(
+        make_batch(1, [(1, b"k", b"bad", [("a", b"1"), ("b", b"2")])] * 5), -3)
+    nulls = make_batch(1, [(1, None, b"null", [("a", None), ("b", None)])] * 6)
+    tables = {}
+    for kind in CODECS:
+        with codec_in_use(kind, batch_codec):
+            columns = EventColumns("orders", 3, ARROW_SCHEMA)
+            columns.add(good, 0, 10)
+            with pytest.raises(InvalidBatch, match="UnicodeDecodeError"):
+                columns.add(refused, 1, 10)
+            columns.add(nulls, 1, 10)
+            tables[kind] = columns.to_batch()
+            tables[kind].validate(full=True)
+    assert tables["compiled"].equals(tables["python"])
+    assert tables["compiled"].to_pylist() == expected_rows([good, nulls], 0, 10)
+
+
+def allocations_failing(call: Any, attempt: int) -> BaseException | None:
+    """Run call() with the `attempt`-th memory allocation from now failing (CPython's own
+    test hook); the MemoryError it raised, or None."""
+    testcapi = pytest.importorskip("_testcapi")  # CPython's test module, as CI's Python has
+    testcapi.set_nomemory(attempt, attempt + 1)
+    try:
+        call()
+    except MemoryError as exc:
+        return exc
+    finally:
+        testcapi.remove_mem_hooks()
+    return None
+
+
+@pytest.mark.parametrize("method", ["append", "take"])
+def test_a_failed_allocation_leaves_column_buffers_whole(
+    batch_codec: ModuleType, method: str,
+) -> None:
+    # 300 records, with a key each other one: the counts are not cached small ints
+    records: list[Record] = [(1, b"k" if i % 2 else None, b"v" * (i % 7), [("a", b"1")])
+                             for i in range(300)]
+    first, second = make_batch(0, records), make_batch(300, records)
+    failed = 0
+    for attempt in range(200):
+        buffers = batch_codec.ColumnBuffers()
+        buffers.append(first, 0, 600)
+        call = partial(buffers.append, second, 300, 600) if method == "append" \
+            else buffers.take
+        if allocations_failing(call, attempt) is None:
+            break
+        failed += 1
+        assert len(buffers) == 300  # as before the call: nothing half-added, nothing lost
+        buffers.append(second, 300, 600)  # and still usable
+        columns = EventColumns("orders", 3, ARROW_SCHEMA)
+        batch = arrow_decode._buffers_batch(columns, buffers.take())
+        batch.validate(full=True)
+        assert batch.to_pylist() == expected_rows([first, second], 0, 600)
+    else:
+        pytest.fail("the call still failed after 200 allocations")
+    assert failed > 3  # the hook did reach the call's allocations
