@@ -3,14 +3,18 @@ the compiled ColumnBuffers (_batch_codec.c) and the pure record_columns path giv
 RecordBatches over any records (null keys and values, empty and large values, headers with
 repeated names, null and empty values, non-ASCII names, both timestamp types, cuts),
 compressed batches mixed in; damaged batches (CRC recomputed, so the records' own checks
-are reached) give the same error on both. No JVM is needed, so the tests live here beside
-the codec fixtures (conftest.py) rather than in tests/spark."""
+are reached) give the same error on both, and read_split (spark/source.py) turns it into
+the error naming the segment and byte, or the batches endpoint's URL and byte. No JVM is
+needed, so the tests live here beside the codec fixtures (conftest.py) rather than in
+tests/spark."""
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,11 +26,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from channel_engine.errors import InvalidBatch
+from channel_engine import Channel, ChannelConfig, LogConfig
+from channel_engine.errors import CorruptRecordError, InvalidBatch, RangeUnavailableError
 from channel_engine.log import record_batch as rb
-from channel_engine.spark import arrow_decode
+from channel_engine.spark import arrow_decode, source
 from channel_engine.spark.arrow_decode import EventColumns, OffsetGap
-from channel_engine.spark.source import SCHEMA
+from channel_engine.spark.source import SCHEMA, plan, read_split
+from channel_engine.tools.verify import scan_log_file
 
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
@@ -415,3 +421,58 @@ def test_a_failed_allocation_leaves_column_buffers_whole(
     else:
         pytest.fail("the call still failed after 200 allocations")
     assert failed > 3  # the hook did reach the call's allocations
+
+
+def channel_with_refused_records(tmp_path: Path) -> tuple[ChannelConfig, Path, int]:
+    """A channel of 12 batches of 10 events whose sixth batch's first record says it is a
+    byte longer than it is, its CRC made right (so only the records' checks refuse it);
+    the config, the segment and that batch's position."""
+    config = ChannelConfig("t", (str(tmp_path / "data"),), str(tmp_path / "home"),
+                           partitions=1, minimum_required_space=0)
+    with Channel.open(config) as channel:
+        for b in range(12):
+            with channel.put() as tx:
+                for i in range(10):
+                    tx.put(f"batch {b} event {i}".encode())
+    [segment] = sorted(config.partition_dir(0).glob("*.log"))
+    position, header = scan_log_file(segment, None).batches[5]
+    data = bytearray(segment.read_bytes())
+    batch = data[position:position + header.size]
+    batch[rb.HEADER_SIZE] += 2  # the first record's length varint (zigzag): one more
+    struct.pack_into(">I", batch, rb.CRC_AT, rb.compute_crc(batch))
+    data[position:position + header.size] = batch
+    segment.write_bytes(bytes(data))
+    return config, segment, position
+
+
+def test_read_split_over_records_that_do_not_decode_names_the_segment_and_byte(
+    each_codec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config, segment, position = channel_with_refused_records(tmp_path)
+    monkeypatch.setattr(source, "ARROW_BATCH_ROWS", 1)  # hand over each batch at once
+    [split] = plan({"home": str(config.home), "ranges": json.dumps({"0": [0, 120]})})
+    handed: list[int] = []
+    with pytest.raises(CorruptRecordError) as raised:
+        for batch in read_split(split):
+            handed += batch.column("offset").to_pylist()
+    assert (raised.value.path, raised.value.position) == (str(segment), position)
+    assert raised.value.reason.startswith("records do not decode: CorruptRecordException")
+    assert "Invalid record size" in raised.value.reason
+    assert handed == list(range(50))  # the intact batches before it, none past it
+
+
+def test_read_split_over_a_served_batch_that_does_not_decode_names_the_url_and_byte(
+    each_codec: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    record: Record = (1, b"k", b"v", [("a", b"1")])
+    first = make_batch(0, [record] * 10)
+    refused = with_records_refused(make_batch(10, [record] * 10), -3)
+    served = first + refused + make_batch(20, [record] * 10)
+    monkeypatch.setattr(source, "_get_batches", lambda split, url, start: (served, 30))
+    split = source.WeirSplit("orders", 3, 0, 30, "unused", LogConfig(), None, None,
+                             url="http://appliance.test", token="secret")
+    with pytest.raises(RangeUnavailableError) as raised:
+        list(read_split(split))
+    url = "http://appliance.test/api/v1/channels/orders/partitions/3/batches?start=0&end=30"
+    assert f"{url}: bad batch at byte {len(first)}: " in str(raised.value)
+    assert "UnicodeDecodeError" in str(raised.value)
