@@ -51,7 +51,8 @@
  *     Arrow's (LSB first).
  *   len() is the rows held.
  *
- * Thread safety: all calls hold the GIL; no state but the imported classes and each
+ * Thread safety: all calls hold the GIL; no state but the imported classes, the header-name
+ * hash's salt (set once at import) and each
  * ColumnBuffers' own (one per reader; a call made while another runs on the same object,
  * from a finalizer, raises RuntimeError).
  */
@@ -1074,12 +1075,41 @@ static int same_name(const HeaderRef *a, const HeaderRef *b)
     return a->name_len == b->name_len && memcmp(a->name, b->name, (size_t)a->name_len) == 0;
 }
 
+/* FNV-1a from an offset basis salted at import (salt_name_hash), so that names cannot be
+   chosen in advance to share a slot, then MurmurHash3's finalizer: FNV's low bits depend on
+   the low bits only and its top bits cluster for short similar names; after the finalizer
+   every bit depends on every byte, and the table takes the top bits. */
+static uint64_t name_basis = 0xcbf29ce484222325u;
+
 static uint64_t name_hash(const HeaderRef *ref)
 {
-    uint64_t h = 0xcbf29ce484222325u;  /* FNV-1a */
+    uint64_t h = name_basis;
     for (Py_ssize_t i = 0; i < ref->name_len; i++)
         h = (h ^ ref->name[i]) * 0x100000001b3u;
-    return h;
+    h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdu;
+    h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53u;
+    return h ^ (h >> 33);
+}
+
+static int salt_name_hash(void)
+{
+    uint64_t salt;
+    PyObject *os = PyImport_ImportModule("os");
+    if (os == NULL)
+        return -1;
+    PyObject *bytes = PyObject_CallMethod(os, "urandom", "i", (int)sizeof(salt));
+    Py_DECREF(os);
+    if (bytes == NULL)
+        return -1;
+    if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != (Py_ssize_t)sizeof(salt)) {
+        Py_DECREF(bytes);
+        PyErr_SetString(PyExc_RuntimeError, "os.urandom(8) did not give 8 bytes");
+        return -1;
+    }
+    memcpy(&salt, PyBytes_AS_STRING(bytes), sizeof(salt));
+    Py_DECREF(bytes);
+    name_basis ^= salt;
+    return 0;
 }
 
 /* self->headers[0..count) as dict() leaves them: each name once, where it first came, with
@@ -1102,8 +1132,9 @@ static Py_ssize_t dedup_headers(ColumnBuffers *self, Py_ssize_t count)
         return distinct;
     }
     Py_ssize_t size = 64;
+    int shift = 64 - 6;  /* the top log2(size) bits of the hash pick the slot */
     while (size < 2 * count)
-        size *= 2;
+        size *= 2, shift--;
     if (size > self->slots_allocated) {
         int32_t *slots = PyMem_Realloc(self->slots, (size_t)size * sizeof(int32_t));
         if (slots == NULL) {
@@ -1115,7 +1146,7 @@ static Py_ssize_t dedup_headers(ColumnBuffers *self, Py_ssize_t count)
     }
     memset(self->slots, 0xFF, (size_t)size * sizeof(int32_t));
     for (Py_ssize_t j = 0; j < count; j++) {
-        size_t slot = (size_t)name_hash(&h[j]) & (size_t)(size - 1);
+        size_t slot = (size_t)(name_hash(&h[j]) >> shift);
         while (self->slots[slot] >= 0 && !same_name(&h[self->slots[slot]], &h[j]))
             slot = (slot + 1) & (size_t)(size - 1);
         if (self->slots[slot] >= 0) {
@@ -1461,7 +1492,7 @@ PyMODINIT_FUNC PyInit__batch_codec(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (import_classes() < 0) {
+    if (import_classes() < 0 || salt_name_hash() < 0) {
         Py_DECREF(module);
         return NULL;
     }

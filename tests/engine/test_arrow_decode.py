@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -476,3 +477,42 @@ def test_read_split_over_a_served_batch_that_does_not_decode_names_the_url_and_b
     url = "http://appliance.test/api/v1/channels/orders/partitions/3/batches?start=0&end=30"
     assert f"{url}: bad batch at byte {len(first)}: " in str(raised.value)
     assert "UnicodeDecodeError" in str(raised.value)
+
+
+def names_in_one_slot(count: int, bits: int) -> list[str]:
+    """`count` distinct 4-byte ASCII names whose unsalted FNV-1a hashes agree in their low
+    `bits` bits: a hash table indexed by those bits would put them all in one chain."""
+    prime, mask, names = 0x100000001B3, (1 << 64) - 1, []
+    inverse = pow(prime, -1, 1 << bits)
+    target = (0x2A * inverse) & ((1 << bits) - 1)  # what the state must be before the last *P
+    for prefix in range(128 ** 3):
+        state = 0xCBF29CE484222325
+        chars = [prefix % 128, prefix // 128 % 128, prefix // 16384]
+        for char in chars:
+            state = ((state ^ char) * prime) & mask
+        last = (state ^ target) & 0xFF
+        if last < 0x80 and ((state ^ last) - target) & ((1 << bits) - 1) == 0:
+            names.append(bytes([*chars, last]).decode())
+            if len(names) == count:
+                return names
+    raise AssertionError("too few names")
+
+
+def test_names_made_to_collide_in_a_fixed_hash_cost_no_more_than_any_names(
+    batch_codec: ModuleType,
+) -> None:
+    # A record's headers are deduplicated by a hash table (salted at import): names chosen
+    # for one fixed hash must not make it quadratic. 3,000 headers: a table of 2**13 slots.
+    colliding = names_in_one_slot(3000, 13)
+    plain = [f"{i:04x}" for i in range(3000)]
+    seconds = {}
+    for kind, names in (("colliding", colliding), ("plain", plain)):
+        batch = make_batch(0, [(1, None, b"x", [(n, b"") for n in names])] * 10)
+        runs = []
+        for _ in range(3):
+            buffers = batch_codec.ColumnBuffers()
+            began = time.perf_counter()
+            buffers.append(batch, 0, 10)
+            runs.append(time.perf_counter() - began)
+        seconds[kind] = min(runs)
+    assert seconds["colliding"] < 10 * seconds["plain"] + 0.002, seconds
