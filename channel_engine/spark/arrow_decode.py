@@ -13,7 +13,9 @@ Two ways in, one result (the tests hold them to equal tables): plain batches go 
 ColumnBuffers when the compiled codec is in use (record_batch.column_buffers());
 compressed batches, and every batch when the codec is not built or WEIR_PURE_PYTHON_CODEC=1,
 through record_columns() lists. A split may mix both: each run of one kind becomes a
-RecordBatch of its own, and to_batch() concatenates them in offset order.
+RecordBatch of its own, and to_batch() concatenates them in offset order. Both check every
+record's offset: offsets that do not increase from one record to the next are damage
+(InvalidBatch, worded alike), a run that skips one is an OffsetGap.
 
 The Arrow layout handed to Spark. Spark checks the first batch's schema against
 to_arrow_schema(SCHEMA, timezone="UTC") and refuses any difference, so each column is built
