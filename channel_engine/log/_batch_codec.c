@@ -27,7 +27,34 @@
  *     is checked against the end of the batch first. The Event and error classes are
  *     imported with this module.
  *
- * Thread safety: all calls hold the GIL; no state but the imported classes.
+ * ColumnBuffers(): the Spark source's reader (spark/arrow_decode.py has the Arrow layout):
+ *   .append(batch, expected, stop) -> (added, gap) | None
+ *     Reads every record of a plain batch with decode's checks and errors (a malformed
+ *     batch appends nothing: the buffers roll back) and appends those with expected <=
+ *     offset < stop to growing Arrow buffers: no Python object per record. They must run
+ *     expected, expected + 1, ...: gap is the first offset in range that broke the run
+ *     (None when none did), added the records appended before it. Record offsets that do
+ *     not increase from one record to the next are damage (CorruptRecordException, nothing
+ *     appended), in or out of the range. None (nothing appended) for a compressed or
+ *     sealed batch, or one shorter than its header: the caller decodes it with aiokafka.
+ *     A failed allocation (MemoryError) appends nothing either.
+ *     Headers as dict() leaves them (a repeated name keeps its first place and last
+ *     value); names must be UTF-8 (UnicodeDecodeError, as decode); a null value is b"".
+ *     OverflowError where a data buffer would pass the 2 GiB - 1 its int32 offsets
+ *     address: the caller cuts its RecordBatches before (never reached there).
+ *   .take() -> (rows, key nulls, header entries, header value nulls, 13 bytearrays)
+ *     Hands the buffers over (pyarrow wraps them without a copy) and starts afresh (on
+ *     MemoryError it keeps them, whole):
+ *     offsets, timestamps (int64); key validity, key int32 ends, key data; value ends,
+ *     value data; header int32 entry ends; name ends, name data; header value validity,
+ *     value ends, value data. Every ends buffer begins with its 0; validity bitmaps are
+ *     Arrow's (LSB first).
+ *   len() is the rows held.
+ *
+ * Thread safety: all calls hold the GIL; no state but the imported classes, the header-name
+ * hash's salt (set once at import) and each
+ * ColumnBuffers' own (one per reader; a call made while another runs on the same object,
+ * from a finalizer, raises RuntimeError).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -824,6 +851,568 @@ static PyObject *decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_TRUE;
 }
 
+/* ---- columns: records straight into Arrow buffers -------------------------------------- */
+
+/* One Arrow buffer being filled: a bytearray whose size is the capacity (so take() hands it
+   to pyarrow without a copy), `len` bytes of it used. */
+typedef struct {
+    PyObject *bytes;
+    Py_ssize_t len;
+} Growable;
+
+enum {
+    COL_OFFSETS, COL_TIMESTAMPS, COL_KEY_VALID, COL_KEY_ENDS, COL_KEY_DATA, COL_VALUE_ENDS,
+    COL_VALUE_DATA, COL_HEADER_ENDS, COL_NAME_ENDS, COL_NAME_DATA, COL_HVALUE_VALID,
+    COL_HVALUE_ENDS, COL_HVALUE_DATA, COLUMN_BUFFERS
+};
+
+typedef struct {
+    const unsigned char *name, *value;
+    Py_ssize_t name_len;
+    int64_t value_len;  /* -1: null */
+} HeaderRef;
+
+typedef struct {
+    Py_ssize_t rows, entries, key_nulls, hvalue_nulls;
+    Py_ssize_t lens[COLUMN_BUFFERS];
+} ColumnsMark;
+
+typedef struct {
+    PyObject_HEAD
+    Growable buffers[COLUMN_BUFFERS];
+    Py_ssize_t rows, entries, key_nulls, hvalue_nulls;
+    HeaderRef *headers;  /* one record's headers, as read */
+    Py_ssize_t headers_allocated;
+    int32_t *slots;      /* hash table over a record's distinct names (many headers) */
+    Py_ssize_t slots_allocated;
+    int busy;            /* inside append/take: a finalizer run by an allocation cannot re-enter */
+} ColumnBuffers;
+
+#define ARROW_MAX_DATA 0x7FFFFFFF  /* int32 offsets: an Arrow binary column's data limit */
+#define LINEAR_HEADERS 16          /* up to this many headers a record is deduplicated by scan */
+
+static int grow(Growable *g, Py_ssize_t extra)
+{
+    Py_ssize_t capacity = PyByteArray_GET_SIZE(g->bytes), want;
+    if (extra <= capacity - g->len)
+        return 0;
+    if (extra > PY_SSIZE_T_MAX / 2 - g->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    want = g->len + extra;
+    capacity = capacity < 256 ? 256 : capacity;
+    while (capacity < want)
+        capacity *= 2;
+    return PyByteArray_Resize(g->bytes, capacity);
+}
+
+static unsigned char *tail(Growable *g) { return (unsigned char *)PyByteArray_AS_STRING(g->bytes) + g->len; }
+
+static int put_fixed(Growable *g, const void *value, Py_ssize_t size)
+{
+    if (grow(g, size) < 0)
+        return -1;
+    memcpy(tail(g), value, (size_t)size);
+    g->len += size;
+    return 0;
+}
+
+static int put_int64(Growable *g, int64_t v) { return put_fixed(g, &v, 8); }
+
+/* Data bytes then the int32 end offset after them; OverflowError past 2 GiB (the caller
+   cuts RecordBatches before, so this only guards the int32 offsets). */
+static int put_binary(Growable *ends, Growable *data, const unsigned char *p, int64_t len)
+{
+    if (len > ARROW_MAX_DATA - data->len) {
+        PyErr_SetString(PyExc_OverflowError, "an Arrow binary column holds at most 2 GiB: "
+                                             "cut the RecordBatch before");
+        return -1;
+    }
+    if (len > 0) {
+        if (grow(data, (Py_ssize_t)len) < 0)
+            return -1;
+        memcpy(tail(data), p, (size_t)len);
+        data->len += (Py_ssize_t)len;
+    }
+    int32_t end = (int32_t)data->len;
+    return put_fixed(ends, &end, 4);
+}
+
+/* Bit `index` of a validity bitmap (Arrow's LSB order), set or cleared explicitly: a
+   rolled-back append may have left the byte's higher bits set. */
+static int put_bit(Growable *bitmap, Py_ssize_t index, int valid)
+{
+    if (index % 8 == 0) {
+        if (grow(bitmap, 1) < 0)
+            return -1;
+        *tail(bitmap) = 0;
+        bitmap->len++;
+    }
+    unsigned char *byte = (unsigned char *)PyByteArray_AS_STRING(bitmap->bytes) + index / 8;
+    unsigned char mask = (unsigned char)(1u << (index % 8));
+    *byte = valid ? (*byte | mask) : (*byte & ~mask);
+    return 0;
+}
+
+/* Fresh, empty buffers; every offsets buffer starts with its leading 0. All are made before
+   any is swapped in, so that a failed allocation leaves the object as it was (every buffer
+   present, the counts matching them) rather than with a hole the next append writes into. */
+static int columns_reset(ColumnBuffers *self)
+{
+    static const int32_t zero = 0;
+    static const int starts[] = {COL_KEY_ENDS, COL_VALUE_ENDS, COL_HEADER_ENDS, COL_NAME_ENDS,
+                                 COL_HVALUE_ENDS};
+    Growable fresh[COLUMN_BUFFERS] = {{NULL, 0}};
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        if ((fresh[i].bytes = PyByteArray_FromStringAndSize(NULL, 0)) == NULL)
+            goto fail;
+    for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++)
+        if (put_fixed(&fresh[starts[i]], &zero, 4) < 0)
+            goto fail;
+    for (int i = 0; i < COLUMN_BUFFERS; i++) {
+        Py_XSETREF(self->buffers[i].bytes, fresh[i].bytes);
+        self->buffers[i].len = fresh[i].len;
+    }
+    self->rows = self->entries = self->key_nulls = self->hvalue_nulls = 0;
+    return 0;
+fail:
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        Py_XDECREF(fresh[i].bytes);
+    return -1;
+}
+
+static void columns_mark(const ColumnBuffers *self, ColumnsMark *mark)
+{
+    mark->rows = self->rows;
+    mark->entries = self->entries;
+    mark->key_nulls = self->key_nulls;
+    mark->hvalue_nulls = self->hvalue_nulls;
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        mark->lens[i] = self->buffers[i].len;
+}
+
+static void columns_rollback(ColumnBuffers *self, const ColumnsMark *mark)
+{
+    self->rows = mark->rows;
+    self->entries = mark->entries;
+    self->key_nulls = mark->key_nulls;
+    self->hvalue_nulls = mark->hvalue_nulls;
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        self->buffers[i].len = mark->lens[i];
+}
+
+/* A header name as aiokafka reads it: strict UTF-8, its UnicodeDecodeError otherwise. */
+static int check_utf8(const unsigned char *p, Py_ssize_t len)
+{
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (p[i] >= 0x80) {  /* not ASCII: Python's own decoder decides, and words the error */
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)p, len, NULL);
+            if (name == NULL)
+                return -1;
+            Py_DECREF(name);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static int add_header_ref(ColumnBuffers *self, Py_ssize_t index, const HeaderRef *ref)
+{
+    if (index == self->headers_allocated) {
+        Py_ssize_t allocated = self->headers_allocated ? self->headers_allocated * 2 : 16;
+        HeaderRef *headers = PyMem_Realloc(self->headers, (size_t)allocated * sizeof(HeaderRef));
+        if (headers == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->headers = headers;
+        self->headers_allocated = allocated;
+    }
+    self->headers[index] = *ref;
+    return 0;
+}
+
+/* A record's headers: count, then per header a name (UTF-8) and a nullable value, read
+   into self->headers with read_headers' checks in its order; *count set. */
+static int read_header_refs(ColumnBuffers *self, Reader *r, Py_ssize_t *count)
+{
+    int64_t n, name_len;
+    if (read_varint(r, &n) < 0)
+        return -1;
+    if (n < 0)
+        return corrupt("Found invalid number of record headers %lld", (long long)n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        HeaderRef ref;
+        if (read_varint(r, &name_len) < 0)
+            return -1;
+        if (name_len < 0)
+            return corrupt("Invalid negative header key size %lld", (long long)name_len);
+        if (check_bounds(r, r->pos, name_len) < 0)
+            return -1;
+        ref.name = r->buf + r->pos;
+        ref.name_len = (Py_ssize_t)name_len;
+        r->pos += (Py_ssize_t)name_len;
+        if (read_varint(r, &ref.value_len) < 0)
+            return -1;
+        if (ref.value_len < 0) {
+            ref.value_len = -1;
+        } else if (check_bounds(r, r->pos, ref.value_len) < 0) {
+            return -1;
+        }
+        ref.value = r->buf + r->pos;
+        if (ref.value_len > 0)
+            r->pos += (Py_ssize_t)ref.value_len;
+        if (check_utf8(ref.name, ref.name_len) < 0 || add_header_ref(self, i, &ref) < 0)
+            return -1;
+    }
+    *count = (Py_ssize_t)n;
+    return 0;
+}
+
+static int same_name(const HeaderRef *a, const HeaderRef *b)
+{
+    return a->name_len == b->name_len && memcmp(a->name, b->name, (size_t)a->name_len) == 0;
+}
+
+/* FNV-1a from an offset basis salted at import (salt_name_hash), so that names cannot be
+   chosen in advance to share a slot, then MurmurHash3's finalizer: FNV's low bits depend on
+   the low bits only and its top bits cluster for short similar names; after the finalizer
+   every bit depends on every byte, and the table takes the top bits. */
+static uint64_t name_basis = 0xcbf29ce484222325u;
+
+static uint64_t name_hash(const HeaderRef *ref)
+{
+    uint64_t h = name_basis;
+    for (Py_ssize_t i = 0; i < ref->name_len; i++)
+        h = (h ^ ref->name[i]) * 0x100000001b3u;
+    h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdu;
+    h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53u;
+    return h ^ (h >> 33);
+}
+
+static int salt_name_hash(void)
+{
+    uint64_t salt;
+    PyObject *os = PyImport_ImportModule("os");
+    if (os == NULL)
+        return -1;
+    PyObject *bytes = PyObject_CallMethod(os, "urandom", "i", (int)sizeof(salt));
+    Py_DECREF(os);
+    if (bytes == NULL)
+        return -1;
+    if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != (Py_ssize_t)sizeof(salt)) {
+        Py_DECREF(bytes);
+        PyErr_SetString(PyExc_RuntimeError, "os.urandom(8) did not give 8 bytes");
+        return -1;
+    }
+    memcpy(&salt, PyBytes_AS_STRING(bytes), sizeof(salt));
+    Py_DECREF(bytes);
+    name_basis ^= salt;
+    return 0;
+}
+
+/* self->headers[0..count) as dict() leaves them: each name once, where it first came, with
+   the value it came with last; the number of distinct names. A hash table past a few
+   headers, so a damaged or hostile record of many headers costs linear time. */
+static Py_ssize_t dedup_headers(ColumnBuffers *self, Py_ssize_t count)
+{
+    HeaderRef *h = self->headers;
+    Py_ssize_t distinct = 0;
+    if (count <= LINEAR_HEADERS) {
+        for (Py_ssize_t j = 0; j < count; j++) {
+            Py_ssize_t i = 0;
+            while (i < distinct && !same_name(&h[i], &h[j]))
+                i++;
+            if (i < distinct)
+                h[i].value = h[j].value, h[i].value_len = h[j].value_len;
+            else
+                h[distinct++] = h[j];
+        }
+        return distinct;
+    }
+    Py_ssize_t size = 64;
+    int shift = 64 - 6;  /* the top log2(size) bits of the hash pick the slot */
+    while (size < 2 * count)
+        size *= 2, shift--;
+    if (size > self->slots_allocated) {
+        int32_t *slots = PyMem_Realloc(self->slots, (size_t)size * sizeof(int32_t));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->slots = slots;
+        self->slots_allocated = size;
+    }
+    memset(self->slots, 0xFF, (size_t)size * sizeof(int32_t));
+    for (Py_ssize_t j = 0; j < count; j++) {
+        size_t slot = (size_t)(name_hash(&h[j]) >> shift);
+        while (self->slots[slot] >= 0 && !same_name(&h[self->slots[slot]], &h[j]))
+            slot = (slot + 1) & (size_t)(size - 1);
+        if (self->slots[slot] >= 0) {
+            HeaderRef *kept = &h[self->slots[slot]];
+            kept->value = h[j].value, kept->value_len = h[j].value_len;
+        } else {
+            self->slots[slot] = (int32_t)distinct;
+            h[distinct++] = h[j];
+        }
+    }
+    return distinct;
+}
+
+static int put_headers(ColumnBuffers *self, Py_ssize_t count)
+{
+    Growable *b = self->buffers;
+    Py_ssize_t distinct = dedup_headers(self, count);
+    if (distinct < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < distinct; i++) {
+        const HeaderRef *ref = &self->headers[i];
+        if (put_binary(&b[COL_NAME_ENDS], &b[COL_NAME_DATA], ref->name, ref->name_len) < 0
+                || put_bit(&b[COL_HVALUE_VALID], self->entries, ref->value_len >= 0) < 0
+                || put_binary(&b[COL_HVALUE_ENDS], &b[COL_HVALUE_DATA], ref->value,
+                              ref->value_len < 0 ? 0 : ref->value_len) < 0)
+            return -1;
+        self->hvalue_nulls += ref->value_len < 0;
+        self->entries++;
+    }
+    if (self->entries > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2**31 header entries in a RecordBatch");
+        return -1;
+    }
+    int32_t end = (int32_t)self->entries;
+    return put_fixed(&b[COL_HEADER_ENDS], &end, 4);
+}
+
+typedef struct {
+    int64_t offset, timestamp, key_len, value_len;
+    const unsigned char *key, *value;
+    Py_ssize_t headers;
+} RecordRef;
+
+/* The next record, read with read_record's checks in its order, into *rec (pointers into
+   the batch; headers in self->headers). */
+static int read_record_ref(ColumnBuffers *self, Reader *r, const BatchInfo *info, RecordRef *rec)
+{
+    int64_t length, attributes, ts_delta, offset_delta;
+    Py_ssize_t start;
+    if (read_varint(r, &length) < 0)
+        return -1;
+    start = r->pos;
+    if (read_varint(r, &attributes) < 0 || read_varint(r, &ts_delta) < 0)
+        return -1;
+    rec->timestamp = info->log_append_time ? info->max_timestamp
+                   : (int64_t)((uint64_t)info->first_timestamp + (uint64_t)ts_delta);
+    if (read_varint(r, &offset_delta) < 0)
+        return -1;
+    rec->offset = (int64_t)((uint64_t)info->base_offset + (uint64_t)offset_delta);
+    int64_t *lens[2] = {&rec->key_len, &rec->value_len};
+    const unsigned char **data[2] = {&rec->key, &rec->value};
+    for (int f = 0; f < 2; f++) {
+        if (read_varint(r, lens[f]) < 0)
+            return -1;
+        if (*lens[f] >= 0 && check_bounds(r, r->pos, *lens[f]) < 0)
+            return -1;
+        *data[f] = r->buf + r->pos;
+        if (*lens[f] > 0)
+            r->pos += (Py_ssize_t)*lens[f];
+    }
+    if (read_header_refs(self, r, &rec->headers) < 0)
+        return -1;
+    if (r->pos - start != length)
+        return corrupt("Invalid record size: expected to read %lld bytes in record payload, "
+                       "but instead read %zd", (long long)length, r->pos - start);
+    return 0;
+}
+
+static int put_record(ColumnBuffers *self, const RecordRef *rec)
+{
+    Growable *b = self->buffers;
+    int has_key = rec->key_len >= 0;
+    if (put_int64(&b[COL_OFFSETS], rec->offset) < 0
+            || put_int64(&b[COL_TIMESTAMPS], rec->timestamp) < 0
+            || put_bit(&b[COL_KEY_VALID], self->rows, has_key) < 0
+            || put_binary(&b[COL_KEY_ENDS], &b[COL_KEY_DATA], rec->key,
+                          has_key ? rec->key_len : 0) < 0
+            || put_binary(&b[COL_VALUE_ENDS], &b[COL_VALUE_DATA], rec->value,  /* null: b"" */
+                          rec->value_len < 0 ? 0 : rec->value_len) < 0
+            || put_headers(self, rec->headers) < 0)
+        return -1;
+    self->key_nulls += !has_key;
+    self->rows++;
+    return 0;
+}
+
+/* Every record of the batch read and checked; those with expected <= offset < stop
+   appended, which must be expected, expected + 1, ...: *added of them, *gap the first
+   offset that broke the run (or -1 with *has_gap 0). Offsets that do not increase from one
+   record to the next are corruption (arrow_decode._check_order words it the same), named
+   once every record has read, so that a record that does not decode is reported first, as
+   on the Python path. */
+static int columns_records(ColumnBuffers *self, Reader *r, const BatchInfo *info, int32_t count,
+                           int64_t expected, int64_t stop, int64_t *added, int64_t *gap,
+                           int *has_gap)
+{
+    int64_t previous = 0, disorder_after = 0, disorder = 0;
+    int disordered = 0;
+    for (int32_t i = 0; i < count; i++) {
+        RecordRef rec;
+        if (read_record_ref(self, r, info, &rec) < 0)
+            return -1;
+        if (i > 0 && rec.offset <= previous && !disordered)
+            disordered = 1, disorder_after = previous, disorder = rec.offset;
+        previous = rec.offset;
+        if (rec.offset < expected || rec.offset >= stop || *has_gap || disordered)
+            continue;
+        if (rec.offset != expected + *added) {
+            *has_gap = 1;
+            *gap = rec.offset;
+            continue;
+        }
+        if (put_record(self, &rec) < 0)
+            return -1;
+        (*added)++;
+    }
+    if (r->pos != r->len)
+        return corrupt("%zd unconsumed bytes after all records consumed", r->len - r->pos);
+    if (disordered)
+        return corrupt("Record offset %lld after %lld: offsets must increase",
+                       (long long)disorder, (long long)disorder_after);
+    return 0;
+}
+
+/* append(batch, expected, stop) -> (added, gap) | None: see the module comment. */
+static PyObject *columns_append(ColumnBuffers *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t expected, stop, added = 0, gap = -1;
+    int has_gap = 0, ok;
+    if (!check_nargs("append", nargs, 3))
+        return NULL;
+    if ((ok = int64_arg(args[1], &expected)) <= 0 || (ok = int64_arg(args[2], &stop)) <= 0) {
+        if (ok == 0)
+            PyErr_SetString(PyExc_OverflowError, "append: expected and stop must fit int64");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuffers is in use");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = view.buf;
+    if (view.len < HEADER_SIZE || buf[ATTRIBUTES_AT + 1] & (CODEC_MASK | ENCRYPTED_MASK)) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    BatchInfo info = {
+        .base_offset = (int64_t)get_be64(buf),
+        .first_timestamp = (int64_t)get_be64(buf + 27),
+        .max_timestamp = (int64_t)get_be64(buf + 35),
+        .log_append_time = (buf[ATTRIBUTES_AT + 1] & TIMESTAMP_TYPE_MASK) != 0,
+    };
+    Reader reader = {buf, view.len, HEADER_SIZE};
+    ColumnsMark mark;
+    columns_mark(self, &mark);
+    self->busy = 1;
+    int status = columns_records(self, &reader, &info, (int32_t)get_be32(buf + 57), expected,
+                                 stop, &added, &gap, &has_gap);
+    self->busy = 0;
+    PyBuffer_Release(&view);
+    if (status < 0) {  /* never part of a batch */
+        columns_rollback(self, &mark);
+        return NULL;
+    }
+    PyObject *result = has_gap ? Py_BuildValue("(LL)", (long long)added, (long long)gap)
+                               : Py_BuildValue("(LO)", (long long)added, Py_None);
+    if (result == NULL)  /* the caller never learns of these rows: they must not stay */
+        columns_rollback(self, &mark);
+    return result;
+}
+
+/* take() -> (rows, key_nulls, header_entries, header_value_nulls, 13 bytearrays) */
+static PyObject *columns_take(ColumnBuffers *self, PyObject *unused)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuffers is in use");
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(4 + COLUMN_BUFFERS);
+    if (result == NULL)
+        return NULL;
+    Py_ssize_t counts[4] = {self->rows, self->key_nulls, self->entries, self->hvalue_nulls};
+    for (int i = 0; i < 4; i++) {
+        PyObject *n = PyLong_FromSsize_t(counts[i]);
+        if (n == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(result, i, n);
+    }
+    self->busy = 1;
+    for (int i = 0; i < COLUMN_BUFFERS; i++) {
+        Growable *g = &self->buffers[i];
+        if (PyByteArray_Resize(g->bytes, g->len) < 0) {
+            self->busy = 0;
+            goto fail;
+        }
+    }
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        PyTuple_SET_ITEM(result, 4 + i, Py_NewRef(self->buffers[i].bytes));
+    int status = columns_reset(self);
+    self->busy = 0;
+    if (status < 0)
+        goto fail;
+    return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
+static PyObject *columns_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "ColumnBuffers() takes no arguments");
+        return NULL;
+    }
+    ColumnBuffers *self = (ColumnBuffers *)type->tp_alloc(type, 0);
+    if (self != NULL && columns_reset(self) < 0)
+        Py_CLEAR(self);
+    return (PyObject *)self;
+}
+
+static void columns_dealloc(ColumnBuffers *self)
+{
+    for (int i = 0; i < COLUMN_BUFFERS; i++)
+        Py_XDECREF(self->buffers[i].bytes);
+    PyMem_Free(self->headers);
+    PyMem_Free(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t columns_length(ColumnBuffers *self) { return self->rows; }
+
+static PyMethodDef columns_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))columns_append, METH_FASTCALL,
+     "append(batch, expected, stop) -> (added, gap offset or None), or None: add the records "
+     "with expected <= offset < stop of a plain batch."},
+    {"take", (PyCFunction)columns_take, METH_NOARGS,
+     "take() -> (rows, key nulls, header entries, header value nulls, *buffers); empties."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods columns_sequence = {.sq_length = (lenfunc)columns_length};
+
+static PyTypeObject ColumnBuffersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "channel_engine.log._batch_codec.ColumnBuffers",
+    .tp_basicsize = sizeof(ColumnBuffers),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Arrow buffers filled from plain record batches: see _batch_codec.c.",
+    .tp_new = columns_new,
+    .tp_dealloc = (destructor)columns_dealloc,
+    .tp_methods = columns_methods,
+    .tp_as_sequence = &columns_sequence,
+};
+
 /* crc32c(data, portable=False): the CRC-32C encode writes; `portable` forces the code
    for CPUs without the instruction (slice-by-8, or bytewise on a big-endian host), so that
    a test checks it on a CPU that has the instruction. */
@@ -903,7 +1492,7 @@ PyMODINIT_FUNC PyInit__batch_codec(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (import_classes() < 0) {
+    if (import_classes() < 0 || salt_name_hash() < 0) {
         Py_DECREF(module);
         return NULL;
     }
@@ -913,7 +1502,9 @@ PyMODINIT_FUNC PyInit__batch_codec(void)
 #else
     const char *crc_kind = crc_impl == crc_software ? "slice-by-8" : "bytewise";
 #endif
-    if (PyModule_AddStringConstant(module, "CRC32C_IMPLEMENTATION", crc_kind) < 0) {
+    if (PyModule_AddStringConstant(module, "CRC32C_IMPLEMENTATION", crc_kind) < 0
+            || PyType_Ready(&ColumnBuffersType) < 0
+            || PyModule_AddObjectRef(module, "ColumnBuffers", (PyObject *)&ColumnBuffersType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

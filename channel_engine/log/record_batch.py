@@ -7,14 +7,15 @@ the bytes at a position are a valid batch, and the mapping of events onto record
 Codecs. The hot paths — build() without compression, and a reader's records turned into
 Events (decode_events, LogReader._decode) — go through `_batch_codec`, this package's C
 extension (`_batch_codec.c`): it writes the very bytes aiokafka's builder writes and
-reads records with aiokafka's checks, in a fraction of the time. Compressed batches, the
-other readers (records(), record_columns()) and every case the extension declines (bad
-input, whose InvalidEventError the Python path words; fields of a subclass of bytes,
-bytearray, memoryview, str or dict, which the Python path reads as Python does) go through
-aiokafka's compiled codec. The extension is optional: when it was not built (no C
-compiler at install) or WEIR_PURE_PYTHON_CODEC=1 was set when this module was imported,
-aiokafka does all of it; CODEC says which ran (`python -m channel_engine --version`
-prints it).
+reads records with aiokafka's checks, in a fraction of the time; its ColumnBuffers
+(column_buffers()) reads plain batches' records straight into Arrow buffers for the Spark
+source. Compressed batches, the other readers (records(), record_columns()) and every
+case the extension declines (bad input, whose InvalidEventError the Python path words;
+fields of a subclass of bytes, bytearray, memoryview, str or dict, which the Python path
+reads as Python does) go through aiokafka's compiled codec. The extension is optional:
+when it was not built (no C compiler at install) or WEIR_PURE_PYTHON_CODEC=1 was set when
+this module was imported, aiokafka does all of it; CODEC says which ran (`python -m
+channel_engine --version` prints it).
 
 Batch layout (big-endian; Kafka DefaultRecordBatch, docs §5.3.1):
 
@@ -473,3 +474,9 @@ def record_columns(batch: bytes) -> RecordColumns:
     except Exception as exc:
         raise undecodable(exc) from exc
     return offsets, timestamps, keys, values, headers
+
+
+def column_buffers() -> Any | None:
+    """A compiled ColumnBuffers (plain batches' records read straight into Arrow buffers,
+    _batch_codec.c), or None when the compiled codec is not in use: record_columns() then."""
+    return None if _codec is None else _codec.ColumnBuffers()

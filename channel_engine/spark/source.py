@@ -55,8 +55,10 @@ Events are read as stored: take the ranges from the channel (a take's reserve(),
 exporter does), which never hands out the events of an aborted multi-partition put.
 
 read() yields pyarrow RecordBatches, never a tuple or an Event per row: each record
-batch is decoded column by column (record_batch.record_columns) and the columns are
-gathered into RecordBatches of Spark's Arrow schema (arrow_decode.py).
+batch's records go straight into Arrow buffers (the compiled codec's ColumnBuffers; the
+pure path and compressed batches: record_batch.record_columns lists), gathered into
+RecordBatches of Spark's Arrow schema (arrow_decode.py) of at least ARROW_BATCH_ROWS rows,
+cut before a column would pass the 2 GiB Arrow's int32 offsets address.
 
 Spark pickles these classes by reference: its Python workers must be able to import
 channel_engine (install it, or put the repository on PYTHONPATH) and need pyarrow. They
@@ -67,9 +69,9 @@ from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -87,7 +89,7 @@ from channel_engine import ChannelConfig, ConfigError, LogConfig, LostRange
 from channel_engine.errors import DamagedRangeError, InvalidBatch, RangeUnavailableError
 
 if TYPE_CHECKING:
-    from channel_engine.log.record_batch import RecordColumns
+    from channel_engine.spark.arrow_decode import OffsetGap
 
 SCHEMA = StructType([
     StructField("channel", StringType()),
@@ -103,6 +105,8 @@ DEFAULT_MAX_ROWS_PER_SPLIT = 200_000
 # a time, until this many are gathered).
 ARROW_BATCH_ROWS = 10_000
 _PARTITION = re.compile(r"0|[1-9][0-9]{0,4}")
+# A record batch as read, with the error to raise for InvalidBatch from its records.
+Chunk = tuple[bytes, Callable[[InvalidBatch], Exception]]
 
 
 @dataclass(frozen=True)
@@ -245,26 +249,22 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
     # Imported here: this runs in Spark's Python workers (the tutorial's rule).
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from channel_engine.spark.arrow_decode import EventColumns
+    from channel_engine.spark.arrow_decode import EventColumns, OffsetGap
 
     # Spark compares the first batch's schema with its own rendering of SCHEMA.
     columns = EventColumns(split.channel, split.partition,
                            to_arrow_schema(SCHEMA, timezone="UTC"))
     expected = split.start  # the next offset due
     chunks = _remote_chunks(split) if split.url is not None else _local_chunks(split)
-    for offsets, timestamps, keys, values, headers in chunks:
+    for batch, damaged in chunks:
         # The first and last record batches may hold offsets outside the split.
-        low, high = bisect_left(offsets, expected), bisect_left(offsets, split.end)
-        if low == high:
-            continue
-        if offsets[low] != expected or offsets[high - 1] != expected + high - low - 1:
-            raise _gap(split, offsets[low:high], expected)
-        if high - low == len(offsets):
-            columns.extend(offsets, timestamps, keys, values, headers)
-        else:
-            columns.extend(offsets[low:high], timestamps[low:high], keys[low:high],
-                           values[low:high], headers[low:high])
-        expected += high - low
+        try:
+            expected += columns.add(batch, expected, split.end)
+        except InvalidBatch as exc:
+            raise damaged(exc) from exc
+        except OffsetGap as gap:
+            raise _gap(split, expected, gap) from None
+        yield from columns.ready()
         if len(columns) >= ARROW_BATCH_ROWS:
             yield columns.to_batch()
     if expected != split.end:
@@ -274,20 +274,18 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
         yield columns.to_batch()
 
 
-def _gap(split: WeirSplit, offsets: list[int], expected: int) -> RangeUnavailableError:
+def _gap(split: WeirSplit, expected: int, gap: OffsetGap) -> RangeUnavailableError:
     """The error for records that do not continue the split at `expected`."""
     if not split.url:
         return _unavailable(split, f"the log has no contiguous events at {expected}")
-    got, due = next(((o, expected + i) for i, o in enumerate(offsets) if o != expected + i),
-                    (offsets[-1], expected + len(offsets) - 1))
-    return _unavailable(split, f"{_batches_url(split)}: offset {got} where {due} was due")
+    return _unavailable(split, f"{_batches_url(split)}: offset {gap.got} where {gap.due} "
+                        "was due")
 
 
-def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
-    """The records of the log's batches that hold the split's offsets, batch by batch, as
-    PartitionLog.read decodes them (decrypted; a batch that does not decode is a
-    CorruptRecordError naming the segment)."""
-    from channel_engine import CorruptRecordError, PartitionLog
+def _local_chunks(split: WeirSplit) -> Iterator[Chunk]:
+    """The log's batches that hold the split's offsets, one by one, decrypted, each with
+    the CorruptRecordError naming the segment for records that do not decode."""
+    from channel_engine import PartitionLog
     from channel_engine.encryption import BatchSealer, KeyRing
     from channel_engine.log import record_batch
 
@@ -303,12 +301,26 @@ def _local_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
             raise _unavailable(split, f"the log holds [{first}, {last})")
         for segment, header, data in log.read_batches(split.start, split.end, 1 << 62):
             _check_damage(split, log.take_new_losses())  # damage the read skipped
+            damaged = partial(_segment_damage, segment, header.base_offset)
             try:
-                yield record_batch.record_columns(record_batch.unseal(data, sealer))
+                plain = record_batch.unseal(data, sealer)
             except InvalidBatch as exc:
-                position = segment.find_position(header.base_offset, segment.size) or 0
-                raise CorruptRecordError(segment.log_path, position, exc.reason) from exc
+                raise damaged(exc) from exc
+            yield plain, damaged
         _check_damage(split, log.take_new_losses())  # after the last intact batch
+
+
+def _segment_damage(segment: Any, base_offset: int, exc: InvalidBatch) -> Exception:
+    """The CorruptRecordError for the batch at base_offset in a segment, naming its byte."""
+    from channel_engine import CorruptRecordError
+
+    position = segment.find_position(base_offset, segment.size) or 0
+    return CorruptRecordError(segment.log_path, position, exc.reason)
+
+
+def _served_damage(split: WeirSplit, url: str, position: int, exc: InvalidBatch) -> Exception:
+    """The error for a bad batch at byte `position` of the batches endpoint's answer."""
+    return _unavailable(split, f"{url}: bad batch at byte {position}: {exc}")
 
 
 def _check_damage(split: WeirSplit, losses: list[LostRange]) -> None:
@@ -319,12 +331,13 @@ def _check_damage(split: WeirSplit, losses: list[LostRange]) -> None:
                                     lost)
 
 
-def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
-    """The records of the appliance's batches endpoint, batch by batch: it answers whole
-    batches of one segment at a time (the first may start before the offset asked for, the
-    last end after the split), so ask again from the offset its X-Weir-Range ends at until
-    the split is covered. The same rows as _local_chunks gives, null header values
-    included; each batch's CRC is checked here (the appliance sends them as stored)."""
+def _remote_chunks(split: WeirSplit) -> Iterator[Chunk]:
+    """The appliance's batches endpoint's batches, one by one, each with the error for
+    records that do not decode: it answers whole batches of one segment at a time (the
+    first may start before the offset asked for, the last end after the split), so ask
+    again from the offset its X-Weir-Range ends at until the split is covered. The same
+    batches as _local_chunks gives; each batch's CRC is checked here (the appliance sends
+    them as stored)."""
     from channel_engine.log import record_batch
 
     next_offset = split.start
@@ -333,13 +346,12 @@ def _remote_chunks(split: WeirSplit) -> Iterator[RecordColumns]:
         data, served = _get_batches(split, url, next_offset)
         position = 0
         while position < len(data):
+            damaged = partial(_served_damage, split, url, position)
             try:
                 header = record_batch.check_batch(data, position, len(data), None, True)
-                columns = record_batch.record_columns(data[position:position + header.size])
             except InvalidBatch as exc:
-                raise _unavailable(split, f"{url}: bad batch at byte {position}: {exc}") \
-                    from exc
-            yield columns
+                raise damaged(exc) from exc
+            yield data[position:position + header.size], damaged
             position += header.size
         next_offset = served
 
