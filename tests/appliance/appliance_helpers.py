@@ -1,9 +1,7 @@
 """Helpers shared by the appliance tests: a channel record under a data root, an API
-client holding a fresh token, and polling for what happens in another process."""
+client holding a fresh token."""
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +61,6 @@ def token_client(*roles: str, channels: list[Channel] | None = None) -> APIClien
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     return client
-
-
-def wait_for(check: Callable[[], Any], deadline_s: float, what: str = "") -> Any:
-    """Poll `check` until it is truthy and return its value; AssertionError naming `what`
-    after deadline_s."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
 def problem(response: Any, status: int, slug: str, **members: object) -> dict[str, Any]:

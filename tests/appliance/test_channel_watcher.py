@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, wait_for
+from appliance_helpers import channel_row
 from django.db import transaction
+from polling import wait_for
 
 from appliance import channels, row_cache
 from appliance.models import Channel

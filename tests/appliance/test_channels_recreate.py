@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from appliance_helpers import wait_for
+from polling import wait_for
 from test_gunicorn import ROOT, free_port, manage, stop, wait_for_health
 
 pytestmark = pytest.mark.own_sqlite  # its appliance runs on a SQLite database of its own

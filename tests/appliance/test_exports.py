@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, problem, wait_for
+from appliance_helpers import channel_row, problem
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.db import OperationalError
 from django.test import override_settings
 from django.utils import timezone
+from polling import wait_for
 from rest_framework.test import APIClient
 
 from appliance import channels, export_driver, exports, tasks

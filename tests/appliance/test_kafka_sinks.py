@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, token_client, wait_for
+from appliance_helpers import channel_row, token_client
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.utils import timezone
+from polling import wait_for
 
 from appliance import channels, kafka_sinks, tasks
 from appliance.kafka_sinks import SinkBusy, run_sink

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appliance_helpers import wait_for
+from polling import wait_for
 from test_channels_recreate import call
 from test_gunicorn import ROOT, free_port, gunicorn, manage
 

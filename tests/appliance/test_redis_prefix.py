@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from appliance_helpers import wait_for
 from django.core.exceptions import ImproperlyConfigured
+from polling import wait_for
 
 from appliance.celery import app
 from appliance.env import redis_prefix

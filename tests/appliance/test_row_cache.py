@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, wait_for
+from appliance_helpers import channel_row
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from polling import wait_for
 
 from appliance import channels, generation_file, row_cache, shared_redis
 from appliance.models import ApiToken

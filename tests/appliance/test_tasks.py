@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, wait_for
+from appliance_helpers import channel_row
 from django.conf import settings
+from polling import wait_for
 
 from appliance import channels, task_runs, tasks
 from appliance.celery import app

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from appliance_helpers import channel_row, wait_for
+from appliance_helpers import channel_row
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from django.utils import timezone
 from django.utils.html import escape
+from polling import wait_for
 
 from appliance import channels, exports
 from appliance.celery import app

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +50,7 @@ from typing import Any
 import pytest
 from channel_helpers import make_config
 from child_lines import ChildLines, load_script
+from polling import wait_for
 
 import channel_engine
 from channel_engine import (
@@ -767,13 +768,6 @@ def put_events(channel: Channel, seed: int, ids: range, batch: int = 40) -> None
                         for i in range(first, min(first + batch, ids.stop))])
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def take_all(channel: Channel) -> list[Event]:
     out: list[Event] = []
     while True:
@@ -801,7 +795,8 @@ def test_a_killed_clients_take_returns_to_the_queue_in_order(tmp_path: Path,
         status = channel.status()
         assert (status["open_takes"], status["events_in_flight"]) == (1, 150), status
         assert client.kill() == -signal.SIGKILL
-        wait_until(lambda: channel.status()["open_takes"] == 0)
+        wait_for(lambda: channel.status()["open_takes"] == 0, WAIT_S, "no open takes",
+                 interval_s=0.01)
         status = channel.status()
         assert status["events_in_flight"] == 0
         assert status["events_queued"] == status["events_untaken"] == 400 - commit_first
@@ -906,7 +901,7 @@ def test_a_client_never_brings_back_a_channel_deleted_under_its_owner(tmp_path: 
         try:
             assert channel.role == "client"
             putter.start()
-            wait_until(lambda: outcomes["ok"] > 0)
+            wait_for(lambda: outcomes["ok"] > 0, WAIT_S, "a put committed", interval_s=0.01)
             for place in places:
                 shutil.rmtree(place)
             assert owner.kill() == -signal.SIGKILL

@@ -1,10 +1,8 @@
-"""Processes under /proc and polling, shared by test_export_driver.py and
+"""Processes under /proc, shared by test_export_driver.py and
 bench/export_small.py (a driver's JVM, its memory)."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 
 def children_by_parent() -> dict[int, list[int]]:
@@ -30,14 +28,3 @@ def comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
-
-
-def wait_until(check: Any, what: str, deadline_s: float = 90) -> Any:
-    """Poll `check` until it is truthy; its value. AssertionError naming `what`."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {deadline_s} s: {what}")

@@ -22,7 +22,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from django.test import override_settings
-from process_helpers import children, comm, wait_until
+from polling import wait_for
+from process_helpers import children, comm
 from pyspark.sql import SparkSession
 
 from appliance import channels, export_driver, exports
@@ -176,7 +177,7 @@ def test_a_jobs_spark_jobs_are_cancelled_and_ended_before_its_lock_is_let_go(
 
     thread = threading.Thread(target=straggler)
     thread.start()
-    wait_until(lambda: context.statusTracker().getActiveJobsIds(), "a Spark job running")
+    wait_for(lambda: context.statusTracker().getActiveJobsIds(), 90, "a Spark job running")
     driver = export_driver_process.Driver(spark, context.master, pump=None)
     started = time.monotonic()
     assert driver.quiesce(60)
@@ -232,7 +233,7 @@ def timeout_while_held(row: Channel, pid: int) -> ExportRun:
                                                                               timeout_s=8)))
     thread.start()
     try:
-        wait_until(lambda: held_by(pid, lock), f"the driver (pid {pid}) holds {lock}", 8)
+        wait_for(lambda: held_by(pid, lock), 8, f"the driver (pid {pid}) holds {lock}")
         with pytest.raises(exports.ExportBusy):
             exports.run_export(row)
     finally:
@@ -248,18 +249,18 @@ def jvm_dies_in_job(row: Channel) -> ExportRun:
     thread = threading.Thread(target=lambda: result.append(exports.run_export(row)))
     thread.start()
     try:
-        pid = wait_until(export_driver.driver_pid, "a driver started")
+        pid = wait_for(export_driver.driver_pid, 90, "a driver started")
         lock = Path(row.checkpoint_dir) / exports.LOCK_FILE
-        wait_until(lambda: held_by(pid, lock), "the job started")
+        wait_for(lambda: held_by(pid, lock), 90, "the job started")
         jvm = jvm_of(pid)
-        wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
-                   == "T", "the job stopped")
+        wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+                 == "T", 90, "the job stopped")
         os.kill(jvm, signal.SIGKILL)
         os.killpg(pid, signal.SIGCONT)
     finally:
         thread.join(60)
     # it exits once it has told the job's end: never handed another job
-    wait_until(lambda: export_driver.driver_pid() is None, "the driver exited")
+    wait_for(lambda: export_driver.driver_pid() is None, 90, "the driver exited")
     assert gone(pid)
     [failed] = result
     return failed
@@ -267,8 +268,8 @@ def jvm_dies_in_job(row: Channel) -> ExportRun:
 
 def jvm_of(pid: int) -> int:
     """The pid of driver `pid`'s JVM, once it runs."""
-    [jvm] = wait_until(lambda: [p for p in children(pid) if comm(p) == "java"] or None,
-                       f"the JVM of {pid}")
+    [jvm] = wait_for(lambda: [p for p in children(pid) if comm(p) == "java"] or None,
+                     90, f"the JVM of {pid}")
     return int(jvm)
 
 
