@@ -13,12 +13,16 @@ a connection in use is closed by its own call when that ends. Closing it under t
 would free its descriptor for the next socket or file the process opens, and the call
 would then wait on, or read, another connection's bytes.
 
-A call costs two system calls, a send and a recv, and no poll (a produce request is a few
-hundred microseconds; each poll was one more wake-up of the thread and one more release of
-the GIL):
-  * the owner's timeout is the kernel's (SO_RCVTIMEO, SO_SNDTIMEO on a blocking socket): a
-    Python socket timeout polls before every send and recv. A reply not there within
-    timeout_s ends the recv with EAGAIN: OwnerLostError, as the timeout did.
+A call costs three system calls, a send, a poll for the reply and a recv (five before: a
+poll asked whether the owner had closed the connection, and a Python socket timeout polls
+before the send too); a produce request is a few hundred microseconds, and each of those
+was one more release of the GIL:
+  * the socket is blocking, its send bounded by the kernel's SO_SNDTIMEO (and its recvs by
+    SO_RCVTIMEO) instead of a Python socket timeout. The reply is waited for in poll
+    (POLLIN, timeout_s), not in a blocking recv: a recv sleeping on a Unix socket is also
+    woken when the owner reads the request (the room freed in the send buffer wakes every
+    sleeper of the socket), one more thread switch a call; poll sleeps until readable.
+    No reply within timeout_s: OwnerLostError, as the timeout did.
   * an owner that closed the connection (it stopped, or died) is found by the send itself:
     on a Unix stream socket a send to a closed or shut down peer fails at once (EPIPE;
     Python ignores SIGPIPE), so the request was not sent: OwnerUnreachableError. Before,
@@ -31,6 +35,7 @@ the GIL):
 from __future__ import annotations
 
 import os
+import select
 import socket
 import struct
 import threading
@@ -53,7 +58,7 @@ R = TypeVar("R")
 
 def _kernel_timeout(sock: socket.socket, timeout_s: float) -> None:
     """Make `sock` blocking, its sends and recvs ending with EAGAIN after timeout_s (module
-    doc: no poll before each)."""
+    doc: no poll before a send)."""
     sock.settimeout(None)
     seconds = int(timeout_s)
     timeval = struct.pack("@ll", seconds, int((timeout_s - seconds) * 1e6))
@@ -69,6 +74,7 @@ class OwnerClient:
         self.name = config.name
         self.read_only = False
         self.timeout_s = timeout_s
+        self.timeout_ms = max(1, round(timeout_s * 1000))  # poll's
         self.path = config.home / SOCKET_NAME
         self._local = threading.local()
         self._sockets: list[socket.socket] = []
@@ -103,6 +109,8 @@ class OwnerClient:
             raise OwnerUnreachableError(f"channel {self.name!r}: the owner process went "
                                         "away; the request was not sent")
         sock = self._connect()
+        self._local.replies = select.poll()  # readable: its reply (or the owner's close)
+        self._local.replies.register(sock, select.POLLIN)
         self._local.sock = sock
         with self._sockets_lock:
             self._sockets.append(sock)
@@ -175,6 +183,8 @@ class OwnerClient:
             raise OwnerUnreachableError(f"channel {self.name!r}: the owner process is gone "
                                         f"({exc}); {op} was not done") from exc
         try:
+            if not self._local.replies.poll(self.timeout_ms):
+                raise TimeoutError("no reply")
             return protocol.receive(sock)
         except (OSError, EOFError, ConnectionError) as exc:
             self.lost = True
