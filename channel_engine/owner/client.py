@@ -74,7 +74,8 @@ class OwnerClient:
         self.name = config.name
         self.read_only = False
         self.timeout_s = timeout_s
-        self.timeout_ms = max(1, round(timeout_s * 1000))  # poll's
+        # poll's, within its C int (a keep_alive_ms of weeks makes timeout_s that long)
+        self.timeout_ms = min(max(1, round(timeout_s * 1000)), 2**31 - 1)
         self.path = config.home / SOCKET_NAME
         self._local = threading.local()
         self._sockets: list[socket.socket] = []

@@ -211,3 +211,10 @@ def test_a_call_never_reads_the_reply_of_one_that_ended_before_its_reply(
     monkeypatch.setattr(protocol, "receive", receive)
     assert client.call("second", 2) == ["second", [2]]
     assert client.call("third") == ["third", []]
+
+
+def test_a_timeout_beyond_poll_s_range_still_makes_calls(
+        echo_owner: tuple[ChannelConfig, list[list[object]]]) -> None:
+    config, _ = echo_owner
+    client = OwnerClient.connect(config, timeout_s=40 * 86_400.0)  # a keep_alive_ms of weeks
+    assert client.call("ping") == ["ping", []]
