@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -62,6 +63,7 @@ _JSON_RANGES = {"*/*", "application/*", "application/json"}
 RECEIVERS = {"started": {"reset_queries", "close_old_connections", "request_started"},
              "finished": {"close_old_connections", "close_caches", "reset_urlconf",
                           "request_finished"}}
+_thread = threading.local()  # this thread's database connection (_thread_connection)
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -72,9 +74,20 @@ def request_boundary(row_cache_hook: Callable[..., None]) -> None:
     per-request generation, and the connection housekeeping (close_old_connections,
     reset_queries) when this thread has a database connection open."""
     row_cache_hook()
-    if db.connection.connection is not None:
+    if _thread_connection().connection is not None:
         db.reset_queries()
         db.close_old_connections()
+
+
+def _thread_connection() -> Any:
+    """This thread's default database connection (Django's wrapper, one a thread), found once
+    a thread: db.connection finds it through two proxies and an asgiref Local at every use.
+    Found again should Django's handler get new storage."""
+    storage = db.connections._connections
+    found = getattr(_thread, "connection", None)
+    if found is None or found[0] is not storage:
+        found = _thread.connection = (storage, db.connections[db.DEFAULT_DB_ALIAS])
+    return found[1]
 
 
 class FastProduce:

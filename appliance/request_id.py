@@ -3,7 +3,11 @@ id, every answer names it, and every 500 is logged with its traceback.
 
 RequestIdMiddleware (first in MIDDLEWARE, so it wraps every other one) keeps a well-formed
 incoming `X-Request-ID` (1-128 characters of A-Z a-z 0-9 . _ : -, such as nginx's
-$request_id or a load balancer's) or makes one (32 hex digits). The id is
+$request_id or a load balancer's) or makes one (32 hex digits: a version 4 UUID, as
+uuid.uuid4().hex, its random bits from the random module: an id names a request in the
+logs, it guards nothing, so it needs no os.urandom, a system call that releases the GIL,
+on every request; random reseeds itself in a forked child, so workers never share a
+sequence). The id is
 `request.request_id`, the context variable `current()` of the request's thread while it is
 handled, and the `X-Request-ID` header of every answer. A 5xx answer whose body is a JSON
 object (a problem of the API, application/problem+json, included) gets `"request_id"`
@@ -30,8 +34,8 @@ import contextvars
 import json
 import logging
 import re
-import uuid
 from collections.abc import Callable
+from random import getrandbits
 
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError
 from django.templatetags.static import static
@@ -43,6 +47,9 @@ from appliance.api.problems import Problem
 HEADER = "X-Request-ID"
 JSON_TYPES = ("application/json", "application/problem+json")
 _WELL_FORMED = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# a version 4 UUID's fixed bits (RFC 4122: version 4, variant 10), as uuid.UUID sets them
+_UUID4_CLEAR = ~(0xC000 << 48 | 0xF000 << 64)
+_UUID4_SET = 0x8000 << 48 | 4 << 76
 _current: contextvars.ContextVar[str] = contextvars.ContextVar("weir_request_id", default="-")
 
 
@@ -66,7 +73,7 @@ def request_id_of(incoming: str | None) -> str:
     """The incoming id when well-formed, else a new one."""
     if incoming and _WELL_FORMED.fullmatch(incoming):
         return incoming
-    return uuid.uuid4().hex
+    return f"{getrandbits(128) & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 
 class RequestIdMiddleware:

@@ -23,6 +23,9 @@ lease one at a time), never more.
 Fails open, fast: without an answer from Redis within WEIR_REDIS_TIMEOUT_S (stopped,
 hung), or for WEIR_REDIS_RETRY_S after such a failure (shared_redis.fast), the request is
 let through unthrottled and the outage logged once per failure.
+
+A bucket's Redis key for a window (the cache's make_key: prefix, version) is made once
+and remembered (_keys), not at every request; a change of CACHES (tests) forgets them.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import threading
 from typing import Any
 
 from django.core.cache import cache
+from django.core.signals import setting_changed
 from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
@@ -45,6 +49,7 @@ MAX_LEASE = 256
 _SPENT = -1  # a bucket whose window's allowance is spent, across every process
 _leases: dict[str, int] = {}  # bucket (token and window) -> requests left in this process
 _lock = threading.Lock()
+_keys: dict[tuple[str, int], str] = {}  # (bucket, window) -> its key in Redis
 
 
 class TokenRateThrottle(SimpleRateThrottle):
@@ -73,7 +78,7 @@ class TokenRateThrottle(SimpleRateThrottle):
         now = self.timer()
         window = int(now // self.duration)
         self.wait_s = (window + 1) * self.duration - now
-        key = cache.make_key(f"{ident}:{window}")
+        key = _key(ident, window)
         lease = min(MAX_LEASE, max(1, self.num_requests // LEASE_SHARE))
         if lease > 1:
             with _lock:
@@ -116,3 +121,22 @@ class TokenRateThrottle(SimpleRateThrottle):
         else:
             ident = f"a{self.get_ident(request)}"
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+def _key(ident: str, window: int) -> str:
+    """The Redis key of bucket `ident` in `window`, made once (module doc)."""
+    key = _keys.get((ident, window))
+    if key is None:
+        if len(_keys) > 10_000:  # windows gone by
+            _keys.clear()
+        key = _keys[(ident, window)] = cache.make_key(f"{ident}:{window}")
+    return key
+
+
+def _caches_changed(setting: str, **_: Any) -> None:
+    """Forget the keys made under other CACHES settings (their prefix may differ)."""
+    if setting == "CACHES":
+        _keys.clear()
+
+
+setting_changed.connect(_caches_changed, dispatch_uid="throttling_keys")

@@ -12,11 +12,32 @@ a call blocked on its reply at once (OwnerLostError), but it closes only the idl
 a connection in use is closed by its own call when that ends. Closing it under the call
 would free its descriptor for the next socket or file the process opens, and the call
 would then wait on, or read, another connection's bytes.
+
+A call costs three system calls, a send, a poll for the reply and a recv (five before: a
+poll asked whether the owner had closed the connection, and a Python socket timeout polls
+before the send too); a produce request is a few hundred microseconds, and each of those
+was one more release of the GIL:
+  * the socket is blocking, its send bounded by the kernel's SO_SNDTIMEO (and its recvs by
+    SO_RCVTIMEO) instead of a Python socket timeout. The reply is waited for in poll
+    (POLLIN, timeout_s), not in a blocking recv: a recv sleeping on a Unix socket is also
+    woken when the owner reads the request (the room freed in the send buffer wakes every
+    sleeper of the socket), one more thread switch a call; poll sleeps until readable.
+    No reply within timeout_s: OwnerLostError, as the timeout did.
+  * an owner that closed the connection (it stopped, or died) is found by the send itself:
+    on a Unix stream socket a send to a closed or shut down peer fails at once (EPIPE;
+    Python ignores SIGPIPE), so the request was not sent: OwnerUnreachableError. Before,
+    a poll asked the socket first.
+  * a call that ends without its whole reply (a timeout, a lost owner, an exception raised
+    into the thread mid-recv) leaves the connection out of step: its reply may still come.
+    The connection is dropped at once, never used again, so a later request can never read
+    an earlier one's reply (the poll found such bytes only if they had already arrived).
 """
 from __future__ import annotations
 
 import os
+import select
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -35,6 +56,16 @@ from channel_engine.queue.put_batch import Batches
 R = TypeVar("R")
 
 
+def _kernel_timeout(sock: socket.socket, timeout_s: float) -> None:
+    """Make `sock` blocking, its sends and recvs ending with EAGAIN after timeout_s (module
+    doc: no poll before a send)."""
+    sock.settimeout(None)
+    seconds = int(timeout_s)
+    timeval = struct.pack("@ll", seconds, int((timeout_s - seconds) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+
+
 class OwnerClient:
     """The channel as seen from a process that does not own it."""
 
@@ -43,6 +74,8 @@ class OwnerClient:
         self.name = config.name
         self.read_only = False
         self.timeout_s = timeout_s
+        # poll's, within its C int (a keep_alive_ms of weeks makes timeout_s that long)
+        self.timeout_ms = min(max(1, round(timeout_s * 1000)), 2**31 - 1)
         self.path = config.home / SOCKET_NAME
         self._local = threading.local()
         self._sockets: list[socket.socket] = []
@@ -73,9 +106,12 @@ class OwnerClient:
         sock: socket.socket | None = getattr(self._local, "sock", None)
         if sock is not None:
             return sock
-        if self.lost:
-            raise OwnerLostError(f"channel {self.name!r}: the owner process went away")
+        if self.lost:  # nothing is sent on a connection of a lost owner
+            raise OwnerUnreachableError(f"channel {self.name!r}: the owner process went "
+                                        "away; the request was not sent")
         sock = self._connect()
+        self._local.replies = select.poll()  # readable: its reply (or the owner's close)
+        self._local.replies.register(sock, select.POLLIN)
         self._local.sock = sock
         with self._sockets_lock:
             self._sockets.append(sock)
@@ -89,8 +125,9 @@ class OwnerClient:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             dir_fd = os.open(self.config.home, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                sock.settimeout(self.timeout_s)
+                sock.settimeout(self.timeout_s)  # connect: EAGAIN at once on a full backlog
                 sock.connect(socket_path(Path(self.path), dir_fd))
+                _kernel_timeout(sock, self.timeout_s)
                 return sock
             except (BlockingIOError, InterruptedError):
                 sock.close()
@@ -117,31 +154,45 @@ class OwnerClient:
                                             f"closed; {op} was not done")
             self._busy.add(sock)
         try:
-            return self._exchange(sock, op, args)
+            reply = self._exchange(sock, op, args)
+        except BaseException:
+            self._drop(sock)  # out of step: its reply may come yet (module doc)
+            raise
         finally:
             with self._sockets_lock:
                 self._busy.discard(sock)
-                if sock not in self._sockets:  # close() ran meanwhile and left it to us
+                if sock not in self._sockets:  # close() or _drop() left it to us
                     sock.close()
+        if reply[0] == 0:
+            return reply[1]
+        raise protocol.error_from_wire(*reply[1:])
+
+    def _drop(self, sock: socket.socket) -> None:
+        """Never use this thread's connection again; call() closes it."""
+        self._local.sock = None
+        with self._sockets_lock:
+            if sock in self._sockets:
+                self._sockets.remove(sock)
 
     def _exchange(self, sock: socket.socket, op: str, args: tuple[Any, ...]) -> Any:
+        """Send one request and read its reply frame; the connection's failures raised as
+        OwnerUnreachableError (not sent) or OwnerLostError (outcome unknown)."""
         try:
-            if protocol.peer_closed(sock):
-                raise ConnectionResetError("the owner closed the connection")
             protocol.send(sock, [self.version, op, list(args)])
         except OSError as exc:  # the owner never read the request: nothing happened
             self.lost = True
             raise OwnerUnreachableError(f"channel {self.name!r}: the owner process is gone "
                                         f"({exc}); {op} was not done") from exc
         try:
-            reply = protocol.receive(sock)
+            if not self._local.replies.poll(self.timeout_ms):
+                raise TimeoutError("no reply")
+            return protocol.receive(sock)
         except (OSError, EOFError, ConnectionError) as exc:
             self.lost = True
+            reason = f"no reply within {self.timeout_s:g} s" \
+                if isinstance(exc, BlockingIOError | TimeoutError) else exc
             raise OwnerLostError(f"channel {self.name!r}: lost the owner process during "
-                                 f"{op} ({exc}); its outcome is unknown") from exc
-        if reply[0] == 0:
-            return reply[1]
-        raise protocol.error_from_wire(*reply[1:])
+                                 f"{op} ({reason}); its outcome is unknown") from exc
 
     def close(self) -> None:
         """Close every connection (open takes roll back in the owner); a call in flight in

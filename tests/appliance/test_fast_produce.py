@@ -16,6 +16,8 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 from appliance_helpers import channel_row
+from asgiref.local import Local
+from django import db
 from django.core import signals
 from django.core.cache import cache
 from django.db.utils import OperationalError
@@ -279,3 +281,21 @@ def test_a_failure_before_the_put_is_django_s_500_naming_the_request(
     assert json.loads(served.body)["request_id"] == served.headers["x-request-id"] == "rid-7"
     assert channels.open_channel(orders).status()["events_queued"] == 0
 
+
+
+def test_the_boundary_cleans_up_this_thread_s_open_connection_and_follows_a_new_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """request_boundary finds the thread's connection once; it still sees the connection
+    open now, and a new one should Django's handler get new storage."""
+    cleaned: list[str] = []
+    monkeypatch.setattr(db, "reset_queries", lambda: cleaned.append("reset_queries"))
+    monkeypatch.setattr(db, "close_old_connections", lambda: cleaned.append("close_old"))
+    db.connection.close()
+    fast_produce.request_boundary(lambda: None)
+    assert cleaned == []
+    db.connection.ensure_connection()
+    fast_produce.request_boundary(lambda: None)
+    assert cleaned == ["reset_queries", "close_old"]
+    monkeypatch.setattr(db.connections, "_connections", Local())  # a fresh, closed wrapper
+    fast_produce.request_boundary(lambda: None)
+    assert cleaned == ["reset_queries", "close_old"]

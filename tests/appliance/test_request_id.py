@@ -17,6 +17,7 @@ import sys
 import textwrap
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,28 @@ def test_it_names_the_request_id_on_every_answer_and_log_line(
                                       "<script>", "ünïcode"])
 def test_it_replaces_an_incoming_request_id_that_is_not_well_formed(incoming: str) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", request_id_of(incoming))
+
+
+def test_a_made_request_id_is_a_version_4_uuid_never_repeated() -> None:
+    made = [request_id_of(None) for _ in range(2000)]
+    assert len(set(made)) == len(made)
+    for rid in made[:50]:
+        as_uuid = uuid.UUID(rid)
+        assert (as_uuid.hex, as_uuid.version, as_uuid.variant) == (rid, 4, uuid.RFC_4122)
+
+
+def test_a_forked_worker_makes_other_request_ids_than_its_parent() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, as a gunicorn worker forked from the arbiter
+        os.write(write, " ".join(request_id_of(None) for _ in range(20)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as pipe:
+        child = set(pipe.read().decode().split())
+    assert len(child) == 20
+    assert not child & {request_id_of(None) for _ in range(20)}
 
 
 @pytest.mark.parametrize("incoming", ["a", "0f8e2c1d9b", "Root:1-5e-ab_c.d", "x" * 128])

@@ -62,3 +62,29 @@ def test_processes_lease_the_window_s_allowance_and_never_exceed_it_together(
     assert allowed == 1024
     assert trips[0] == 1024 // 4 + 2, "a trip a lease, and one per process to learn it is spent"
     cache.clear()
+
+
+def test_a_window_s_key_follows_the_cache_s_prefix_when_caches_change(
+        monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """The key of a bucket's window is made once, and made again under new CACHES (the key
+    prefix of another appliance sharing the Redis)."""
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": "3/minute"})
+    monkeypatch.setattr(TokenRateThrottle, "timer", lambda self: 1_795_000_270.0)
+    monkeypatch.setattr(throttling, "fast", lambda op: op(shared_redis.shared_redis()))
+    token, _ = ApiToken.issue("busy", ["produce"])
+    window = int(1_795_000_270.0 // 60)
+    redis = shared_redis.shared_redis()
+    made = cache.make_key(f"throttle_token_t{token.pk}:{window}")
+    assert TokenRateThrottle().allow_token(token)
+    assert redis.get(made) == b"1"
+    caches = {alias: {**config, "KEY_PREFIX": "other-appliance"}
+              for alias, config in settings.CACHES.items()}
+    settings.CACHES = caches
+    from django.core.cache import cache as new_cache
+    other = new_cache.make_key(f"throttle_token_t{token.pk}:{window}")
+    assert other != made
+    try:
+        assert TokenRateThrottle().allow_token(token)
+        assert redis.get(other) == b"1" and redis.get(made) == b"1"
+    finally:
+        redis.delete(made, other)

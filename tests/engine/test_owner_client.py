@@ -122,3 +122,99 @@ def test_an_event_of_the_wrong_shape_in_a_reply_is_a_protocol_error(row: object)
         protocol.TAKE_EVENTS.result_from_wire([good, row])
     with pytest.raises(OwnerProtocolError):
         protocol.READ.result_from_wire([row])
+
+
+@pytest.fixture()
+def echo_owner(tmp_path: Path) -> Iterator[tuple[ChannelConfig, list[list[object]]]]:
+    """A channel home whose owner socket answers HELLO and every other request with
+    [op, args] (recording each request it read); after answering `bye` it closes the
+    connection, as a stopping owner closes its idle ones."""
+    config = make_config(tmp_path)
+    config.home.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(config.home / SOCKET_NAME))
+    listener.listen(16)
+    requests: list[list[object]] = []
+    receive, send = protocol.receive, protocol.send  # a test may patch the client's
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            try:
+                while True:
+                    request = receive(conn)
+                    if request[1] == protocol.HELLO:
+                        send(conn, [0, {"pid": os.getpid()}])
+                        continue
+                    requests.append(request)
+                    send(conn, [0, request[1:]])
+                    if request[1] == "bye":
+                        return
+            except (OSError, EOFError):
+                pass
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield config, requests
+    finally:
+        listener.close()
+
+
+def test_a_reply_later_than_the_timeout_ends_the_call_as_owner_lost(
+        silent_owner: SilentOwner) -> None:
+    client = OwnerClient.connect(silent_owner.config, timeout_s=0.3)
+    began = time.monotonic()
+    with pytest.raises(OwnerLostError, match=r"no reply within 0.3 s\); its outcome is "
+                                             r"unknown"):
+        client.status()
+    assert 0.25 < time.monotonic() - began < 5
+    with pytest.raises(OwnerUnreachableError, match="not sent"):  # never on that owner again
+        client.status()
+
+
+def test_a_call_to_an_owner_that_closed_the_connection_is_not_sent(
+        echo_owner: tuple[ChannelConfig, list[list[object]]]) -> None:
+    config, requests = echo_owner
+    client = OwnerClient.connect(config, timeout_s=TIMEOUT_S)
+    assert client.call("bye") == ["bye", []]
+    time.sleep(0.2)  # the owner has closed the connection
+    with pytest.raises(OwnerUnreachableError, match="after was not done"):
+        client.call("after")
+    assert client.lost
+    assert [request[1] for request in requests] == ["bye"]
+
+
+def test_a_call_never_reads_the_reply_of_one_that_ended_before_its_reply(
+        echo_owner: tuple[ChannelConfig, list[list[object]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    config, _ = echo_owner
+    client = OwnerClient.connect(config, timeout_s=TIMEOUT_S)
+    receive = protocol.receive
+
+    class Interrupted(Exception):
+        """An exception raised into the thread mid-call (Celery's soft time limit)."""
+
+    def interrupted(sock: socket.socket) -> object:
+        time.sleep(0.1)  # the reply arrives, unread
+        raise Interrupted
+
+    monkeypatch.setattr(protocol, "receive", interrupted)
+    with pytest.raises(Interrupted):
+        client.call("first", 1)
+    monkeypatch.setattr(protocol, "receive", receive)
+    assert client.call("second", 2) == ["second", [2]]
+    assert client.call("third") == ["third", []]
+
+
+def test_a_timeout_beyond_poll_s_range_still_makes_calls(
+        echo_owner: tuple[ChannelConfig, list[list[object]]]) -> None:
+    config, _ = echo_owner
+    client = OwnerClient.connect(config, timeout_s=40 * 86_400.0)  # a keep_alive_ms of weeks
+    assert client.call("ping") == ["ping", []]
