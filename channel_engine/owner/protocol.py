@@ -133,14 +133,42 @@ def receive(sock: socket.socket) -> Any:
     A small frame (a produce request, most replies) takes one recv: each side sends one
     frame and then waits for the other's, so bytes past this frame mean a peer out of step
     (ConnectionError)."""
+    frame = receive_started(sock)
+    return receive_rest(sock, frame) if isinstance(frame, Incomplete) else frame
+
+
+@dataclass(frozen=True)
+class Incomplete:
+    """A frame whose first recv did not hold it whole: the bytes read so far."""
+
+    first: bytes
+
+
+def receive_started(sock: socket.socket) -> Any:
+    """One recv (which does not block on a readable socket): the frame's value if that
+    read held it whole, else Incomplete, for receive_rest (which may block) to finish;
+    EOFError and ConnectionError as receive."""
     first = sock.recv(FIRST_READ)
     if not first:
         raise EOFError("connection closed")
     if len(first) < LENGTH.size:
+        return Incomplete(first)
+    length = _frame_length(first)
+    missing = LENGTH.size + length - len(first)
+    if missing < 0:
+        raise ConnectionError(f"{-missing} bytes past a frame of {length} bytes: the peer "
+                              "sent a frame before this side answered")
+    if missing:
+        return Incomplete(first)
+    return msgpack.unpackb(memoryview(first)[LENGTH.size:], raw=False, strict_map_key=False)
+
+
+def receive_rest(sock: socket.socket, frame: Incomplete) -> Any:
+    """Finish reading a frame receive_started began (blocking until it is whole)."""
+    first = frame.first
+    if len(first) < LENGTH.size:
         first += _read_exactly(sock, LENGTH.size - len(first), eof_ok=False) or b""
-    (length,) = LENGTH.unpack_from(first)
-    if length > MAX_FRAME:
-        raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
+    length = _frame_length(first)
     missing = LENGTH.size + length - len(first)
     if missing < 0:
         raise ConnectionError(f"{-missing} bytes past a frame of {length} bytes: the peer "
@@ -149,6 +177,13 @@ def receive(sock: socket.socket) -> Any:
     if missing:
         body = memoryview(b"".join([body, _read_exactly(sock, missing, eof_ok=False) or b""]))
     return msgpack.unpackb(body, raw=False, strict_map_key=False)
+
+
+def _frame_length(first: bytes) -> int:
+    (length,) = LENGTH.unpack_from(first)
+    if length > MAX_FRAME:
+        raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
+    return int(length)
 
 
 def _read_exactly(sock: socket.socket, size: int, eof_ok: bool) -> bytes | None:
