@@ -1,7 +1,8 @@
 """path_identity: the (st_dev, st_ino) a path names now, without reading its timestamps.
 
-The commit path checks, once per append and once after each group fsync, that the
-active segment's path still names the file the log holds open (segment_file.py's
+The commit path checks, before each append in policy durability and after each group
+fsync in fsync durability (log_append.py), that the active segment's path still names
+the file the log holds open (segment_file.py's
 `gone`). os.stat answers that, but it also reports the file's mtime and ctime, and on
 Linux 6.13 and later (multigrain timestamps, on ext4, XFS, btrfs, tmpfs) a reported
 timestamp marks the inode "queried": the next write to the file then takes a
