@@ -307,6 +307,10 @@ class Op(Generic[R]):
     # protocol version -> how many arguments a request of that version carries, for an op
     # whose arguments changed between versions (None: the same in every version)
     arguments: dict[int, int] | None = None
+    # answered by the owner's loop itself (server.py): short, and never waits for another
+    # client; the others (checkpoints, flushes, retention, status, subscription changes)
+    # go to the connection's own thread
+    inline: bool = False
 
     def args_for_version(self, args: list[Any], version: int) -> list[Any]:
         """The wire arguments a request of `version` carries: those added by a later
@@ -325,17 +329,17 @@ class Op(Generic[R]):
 
 
 COMMIT_BATCHES = Op("commit_batches", _ranges, args_to_wire=_batches_to_wire,
-                    args_from_wire=_batches_from_wire, arguments={3: 3, 4: 4})
-COUNT_ROLLBACK = Op("count_rollback", _nothing)
-COUNT_FAILED_PUT = Op("count_failed_put", _nothing)
-BEGIN_TAKE = Op("begin_take", int, takes="begins")
-TAKE_EVENTS = Op("take_events", events_from_wire, events_to_wire)
-RESERVE_RANGES = Op("reserve_ranges", _ranges)
-COMMIT_TAKE = Op("commit_take", _nothing, takes="ends")
-ROLLBACK_TAKE = Op("rollback_take", _nothing, takes="ends")
-READ = Op("read", events_from_wire, events_to_wire)
-OFFSETS_FOR_TIME = Op("offsets_for_time", _optional_int)
-LIST_OFFSETS = Op("list_offsets", _pairs)
+                    args_from_wire=_batches_from_wire, arguments={3: 3, 4: 4}, inline=True)
+COUNT_ROLLBACK = Op("count_rollback", _nothing, inline=True)
+COUNT_FAILED_PUT = Op("count_failed_put", _nothing, inline=True)
+BEGIN_TAKE = Op("begin_take", int, takes="begins", inline=True)
+TAKE_EVENTS = Op("take_events", events_from_wire, events_to_wire, inline=True)
+RESERVE_RANGES = Op("reserve_ranges", _ranges, inline=True)
+COMMIT_TAKE = Op("commit_take", _nothing, takes="ends", inline=True)
+ROLLBACK_TAKE = Op("rollback_take", _nothing, takes="ends", inline=True)
+READ = Op("read", events_from_wire, events_to_wire, inline=True)
+OFFSETS_FOR_TIME = Op("offsets_for_time", _optional_int, inline=True)
+LIST_OFFSETS = Op("list_offsets", _pairs, inline=True)
 STATUS = Op("status", dict)
 FLUSH = Op("flush", _nothing)
 FLUSH_IF_DUE = Op("flush_if_due", bool)
@@ -343,7 +347,7 @@ CHECKPOINT = Op("checkpoint", _checkpoint_from_wire, _checkpoint_to_wire)
 CHECKPOINT_IF_DUE = Op("checkpoint_if_due", _optional_checkpoint, _checkpoint_to_wire)
 APPLY_RETENTION = Op("apply_retention", dict)
 ACKNOWLEDGE_LOSSES = Op("acknowledge_losses", int)
-SUBSCRIPTIONS = Op("subscriptions", list)
+SUBSCRIPTIONS = Op("subscriptions", list, inline=True)
 ADD_SUBSCRIPTION = Op("add_subscription", _nothing)
 REMOVE_SUBSCRIPTION = Op("remove_subscription", _nothing)
 RESET_SUBSCRIPTION = Op("reset_subscription", _nothing)

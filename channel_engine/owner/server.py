@@ -1,17 +1,19 @@
 """OwnerServer: the owner process answers the other processes that share its channel.
 
 One thread, the loop, waits on every idle connection at once (a selector) and reads the
-request of each that is ready. Puts (commit_batches) and hello it answers itself: it
-begins every put of the round (checks, room, appends: queue/puts.py), then finishes them
-in order, so the puts that arrived together share one fsync (the first finish's group
-commit covers the rest), and replies to each. A request answered this way costs no
-thread hand-off and no fight for the GIL among the connections' threads (bench/README.md,
-owner_rtt.py: with a thread per connection, 8 client threads' puts cost the owner ~150
-us of CPU each). Every other request (takes, status, checkpoint, ...), a put that would
-wait for room (Flume's keep-alive: the loop never waits), and a frame larger than one
-recv go to the connection's own thread (made the first time it needs one, kept until the
-connection closes), which answers it and hands the connection back to the loop: requests
-on a connection are answered in order, one at a time, as the protocol says.
+request of each that is ready. It answers the short ones itself (protocol.Op.inline:
+puts, takes, reads, offsets; never one that waits for another client). Puts
+(commit_batches): it begins every put of the round (checks, room, appends:
+queue/puts.py), then finishes them in order, so the puts that arrived together share one
+fsync (the first finish's group commit covers the rest), and replies to each. A request
+answered this way costs no thread hand-off and no fight for the GIL among the
+connections' threads (bench/README.md, owner_rtt.py: with a thread per connection, 8
+client threads' fsync'd puts cost the owner 200-300 us of CPU each, 70-80 us now). The
+others (status, checkpoints, flushes, retention, subscription changes), a put that would
+wait for room (Flume's keep-alive: the loop never waits for it), and a frame larger than
+one recv go to the connection's own thread (made the first time it needs one, kept until
+the connection closes), which answers it and hands the connection back to the loop:
+requests on a connection are answered in order, one at a time, as the protocol says.
 
 Each request runs against the ChannelOwner, which is thread-safe: the ChannelOwner method
 named by the request's op, with its arguments and result translated as the
@@ -198,13 +200,14 @@ class OwnerServer:
             return
         try:
             version, name, args = _request(request)
-            if name == protocol.HELLO:
-                self._reply(conn, [0, _hello(self.owner)])
+            op = protocol.OPERATIONS.get(name)
+            if name == protocol.HELLO or (op is not None and op.inline
+                                          and op is not protocol.COMMIT_BATCHES):
+                self._answer(conn, request)
                 return
-            if name != protocol.COMMIT_BATCHES.name:
+            if op is not protocol.COMMIT_BATCHES:
                 self._hand_off(conn, request)
                 return
-            op = protocol.COMMIT_BATCHES
             op.check_arguments(args, version)
             transaction_id, batches, partitions, movable = op.args_from_wire(args)
             puts.append((conn, self.owner.puts.begin(transaction_id, batches, partitions,
@@ -213,6 +216,14 @@ class OwnerServer:
             self._hand_off(conn, request)
         except Exception as exc:  # the client re-raises it
             puts.append((conn, exc))
+
+    def _answer(self, conn: _Connection, request: Any) -> None:
+        """Answer a short request in the loop."""
+        try:
+            reply = [0, _dispatch(self.owner, request, conn.takes)]
+        except Exception as exc:  # the client re-raises it
+            reply = protocol.error_to_wire(exc)
+        self._reply(conn, reply)
 
     def _answer_puts(self, puts: list[tuple[_Connection, PendingPut | BaseException]]) -> None:
         """Finish the round's puts in order (the first fsync covers the rest) and reply."""

@@ -168,3 +168,26 @@ def test_stop_lets_a_request_in_progress_reply_and_rolls_back_idle_takes(
     owner.close()
     for channel in (taker, producer):
         channel._closed = True  # their owner is gone; nothing of theirs to close
+
+
+def connection_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith("-conn")]
+
+
+def test_puts_and_takes_are_answered_by_the_loop_and_status_by_a_connection_thread(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, _owner = owned
+    with Channel.open(config) as client:
+        assert client.role == "client"
+        put(client, b"a")
+        assert take_all(client) == [b"a"]
+        assert client.list_offsets() == [(0, 1)]
+        assert connection_threads() == []  # no thread hand-off for any of those
+        assert client.status()["role"] == "client"
+        assert len(connection_threads()) == 1  # status: the connection's own thread
+        put(client, b"b")  # then back to the loop
+        assert take_all(client) == [b"b"]
+    deadline = time.monotonic() + TIMEOUT
+    while connection_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connection_threads() == []  # it ended with its connection
