@@ -124,8 +124,13 @@ def peer_closed(sock: socket.socket) -> bool:
 
 def send(sock: socket.socket, value: Any) -> None:
     """Write one frame."""
-    body = msgpack.packb(value, use_bin_type=True)
-    sock.sendall(LENGTH.pack(len(body)) + body)
+    sock.sendall(frame(value))
+
+
+def frame(value: Any) -> bytes:
+    """One frame's bytes: the length, then the body."""
+    body: bytes = msgpack.packb(value, use_bin_type=True)
+    return LENGTH.pack(len(body)) + body
 
 
 def receive(sock: socket.socket) -> Any:

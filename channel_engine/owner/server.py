@@ -46,6 +46,7 @@ import struct
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -239,12 +240,20 @@ class OwnerServer:
             self._reply(conn, reply)
 
     def _reply(self, conn: _Connection, reply: list[Any]) -> None:
-        """Send a reply from the loop (a few bytes into an empty buffer: the client sends
-        nothing more before reading it), or close a connection that cannot take it."""
+        """Send a reply from the loop without waiting: what the socket's buffer does not
+        take at once (a large take or read, a client slow to read) its connection's thread
+        sends, so a client that stops reading never stops the loop. A connection that
+        cannot take it is closed."""
+        data = protocol.frame(reply)
         try:
-            protocol.send(conn.sock, reply)
+            sent = conn.sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
         except OSError:
             self._close(conn)
+            return
+        if sent < len(data):
+            self._hand_off(conn, _Unsent(memoryview(data)[sent:]))
 
     # -- a connection's own thread ------------------------------------------------------
     def _hand_off(self, conn: _Connection, request: Any) -> None:
@@ -261,6 +270,10 @@ class OwnerServer:
     def _serve(self, conn: _Connection, inbox: queue.SimpleQueue[Any]) -> None:
         """A connection's thread: answer each request the loop hands it, in order."""
         while (request := inbox.get()) is not None:
+            if isinstance(request, _Unsent):  # the rest of a reply the loop began
+                if not self._send(conn, request.data):
+                    return
+                continue
             try:
                 if isinstance(request, protocol.Incomplete):
                     request = protocol.receive_rest(conn.sock, request)
@@ -279,20 +292,28 @@ class OwnerServer:
                 reply = [0, _dispatch(self.owner, request, conn.takes)]
             except Exception as exc:  # the client re-raises it
                 reply = protocol.error_to_wire(exc)
-            try:
-                protocol.send(conn.sock, reply)
-            except OSError:
-                self._close(conn)
+            if not self._send(conn, protocol.frame(reply)):
                 return
-            with self._lock:
-                conn.busy = False
-                stopping = self._stopping
-                if not stopping:
-                    self._returned.append(conn)
-            if stopping:  # the owner is stopping: the reply went out, now close
-                self._close(conn)
-                return
-            self._wake()
+
+    def _send(self, conn: _Connection, data: bytes | memoryview) -> bool:
+        """A connection's thread: send the rest of a reply and give the connection back to
+        the loop; False when it closed the connection instead (it failed, or the owner is
+        stopping)."""
+        try:
+            conn.sock.sendall(data)
+        except OSError:
+            self._close(conn)
+            return False
+        with self._lock:
+            conn.busy = False
+            stopping = self._stopping
+            if not stopping:
+                self._returned.append(conn)
+        if stopping:  # the owner is stopping: the reply went out, now close
+            self._close(conn)
+            return False
+        self._wake()
+        return True
 
     def _close(self, conn: _Connection) -> None:
         """Close a connection once; its unleased takes roll back."""
@@ -316,6 +337,13 @@ class OwnerServer:
 
 _LISTENER = object()  # selector keys' data: the listening socket
 _WAKE = object()  # the loop's wake-up socket
+
+
+@dataclass(frozen=True)
+class _Unsent:
+    """The bytes of a reply the loop's send did not take, for the connection's thread."""
+
+    data: memoryview
 
 
 class _Connection:

@@ -191,3 +191,30 @@ def test_puts_and_takes_are_answered_by_the_loop_and_status_by_a_connection_thre
     while connection_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert connection_threads() == []  # it ended with its connection
+
+
+def test_a_client_that_does_not_read_a_large_reply_never_stops_the_loop(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, owner = owned
+    for start in range(0, 2_000, 500):
+        with owner.put() as tx:
+            for i in range(start, start + 500):
+                tx.put(b"%04d" % i + b"x" * 1_000)  # 2 MB in all: more than a socket buffer
+    sock = raw_connection(config)
+    try:
+        protocol.send(sock, [protocol.VERSION, "begin_take", [None, "default"]])
+        code, take_id = protocol.receive(sock)
+        assert code == 0
+        protocol.send(sock, [protocol.VERSION, "take_events", [take_id, 2_000]])
+        time.sleep(0.2)  # and reads nothing yet
+        with Channel.open(config) as client:
+            done = ThreadPoolExecutor(1).submit(
+                lambda: (put(client, b"meanwhile"), client.list_offsets()))
+            assert done.result(TIMEOUT)[1] == [(0, 2_001)]  # the loop answered
+        code, rows = protocol.receive(sock)  # the whole reply, in order
+        assert code == 0 and [row[5][:4] for row in rows] == [b"%04d" % i for i in range(2_000)]
+        protocol.send(sock, [protocol.VERSION, "commit_take", [take_id]])
+        assert protocol.receive(sock) == [0, None]  # the connection went back to the loop
+    finally:
+        sock.close()
+    assert take_all(owner) == [b"meanwhile"]
