@@ -143,20 +143,28 @@ class OwnerServer:
         selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
         selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         while not self._stopping:
-            puts: list[tuple[_Connection, PendingPut | BaseException]] = []
-            for key, _events in selector.select():
-                if key.data is _LISTENER:
-                    self._accept()
-                elif key.data is _WAKE:
-                    self._take_back()
-                else:
-                    try:
-                        self._read(key.data, puts)
-                    except Exception:  # a bug: that client loses its connection, not all
-                        log.exception("channel %r: a client's request failed in the owner's "
-                                      "loop; closing its connection", self.owner.name)
-                        self._close(key.data)
-            self._answer_puts(puts)  # each put begun is finished, or its client told
+            try:
+                self._round(selector)
+            except Exception:  # a bug: said, and the loop goes on answering
+                log.exception("channel %r: the owner's loop failed a round", self.owner.name)
+                time.sleep(0.1)  # not a hot spin should it fail again at once
+
+    def _round(self, selector: selectors.BaseSelector) -> None:
+        """Wait for ready connections, read a request from each, answer."""
+        puts: list[tuple[_Connection, PendingPut | BaseException]] = []
+        for key, _events in selector.select():
+            if key.data is _LISTENER:
+                self._accept()
+            elif key.data is _WAKE:
+                self._take_back()
+            else:
+                try:
+                    self._read(key.data, puts)
+                except Exception:  # a bug: that client loses its connection, not all
+                    log.exception("channel %r: a client's request failed in the owner's "
+                                  "loop; closing its connection", self.owner.name)
+                    self._close(key.data)
+        self._answer_puts(puts)  # each put begun is finished, or its client told
 
     def _accept(self) -> None:
         try:

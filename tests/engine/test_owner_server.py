@@ -218,3 +218,28 @@ def test_a_client_that_does_not_read_a_large_reply_never_stops_the_loop(
     finally:
         sock.close()
     assert take_all(owner) == [b"meanwhile"]
+
+
+def test_a_round_that_fails_is_logged_and_the_loop_goes_on(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    config, owner = owned
+    server = owner._server
+    assert server is not None
+    real = server._accept
+    failures: list[int] = []
+
+    def failing_once() -> None:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("a bug in accept")
+        real()
+
+    monkeypatch.setattr(server, "_accept", failing_once)
+    with caplog.at_level("ERROR", "channel_engine.owner.server"), \
+            Channel.open(config) as client:
+        assert client.role == "client"
+        put(client, b"after")
+    assert failures == [1] and "the owner's loop failed a round" in caplog.text
+    assert "a bug in accept" in caplog.text
+    assert take_all(owner) == [b"after"]
