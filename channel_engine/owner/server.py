@@ -8,7 +8,7 @@ queue/puts.py), then finishes them in order, so the puts that arrived together s
 fsync (the first finish's group commit covers the rest), and replies to each. A request
 answered this way costs no thread hand-off and no fight for the GIL among the
 connections' threads (bench/README.md, owner_rtt.py: with a thread per connection, 8
-client threads' fsync'd puts cost the owner 200-300 us of CPU each, 70-80 us now). The
+client threads' fsync'd puts cost the owner 180-300 us of CPU each, 70-100 us now). The
 others (status, checkpoints, flushes, retention, subscription changes), a put that would
 wait for room (Flume's keep-alive: the loop never waits for it), and a frame larger than
 one recv go to the connection's own thread (made the first time it needs one, kept until
