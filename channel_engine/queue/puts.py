@@ -221,8 +221,12 @@ class Puts:
             for partition, batch in ready:
                 put_id, flush_to = self._append(partition, batch, put.transaction_id)
                 put.written.append((partition, put_id))
-                if flush_to is not None:
+                if flush_to is None:
+                    continue
+                if put.transaction_id is None:  # finish flushes: puts begun together share it
                     put.flushes.append((partition, flush_to))
+                else:  # each as written, so the batches before a refused one are on disk
+                    self._state.logs[partition].flush_to(flush_to)  # (aborted: below the HW)
         except BaseException:
             self._abort_put(put.written, count)
             raise
