@@ -37,8 +37,11 @@ committed events of a partition, as in a partition log.
 A put commits in two halves, begin (checks, room, appends) and finish (durability,
 the commit point, the put resolved): commit_batches runs both; the owner's socket loop
 begins every put that arrived together, then finishes each, so one fsync serves them
-all without a thread per put (owner/server.py). The loop never waits for room:
-begin(wait=False) raises RoomWouldWait instead, having written and counted nothing.
+all without a thread per put (owner/server.py). A multi-partition put is flushed batch
+by batch as begin writes it, as its commit point needs anyway: the batches written
+before an append that fails are then on disk, as the log's end says, and readable.
+The loop never waits for room: begin(wait=False) raises RoomWouldWait instead, having
+written and counted nothing.
 
 Concurrency: thread-safe. A batch is appended under its partition's append
 lock, registered under the channel lock (channel_state.py); fsyncs happen
