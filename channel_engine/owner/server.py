@@ -97,7 +97,7 @@ class OwnerServer:
         with self._lock:
             self._stopping = True
         self._wake()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join()  # it ends its round first: its replies went out
         with self._lock:
             idle = [conn for conn in self._connections if not conn.busy]
