@@ -15,9 +15,17 @@ durability fdatasyncs the sealed segment (and the directory if a segment was
 created since the last flush) before moving on, so the recovery point reaches the
 new base, as Kafka's roll flushes up to the new segment.
 
-Never acknowledged unless on disk in our directory: every append first checks
-with one statx (a few us; it reads no timestamp: file_identity.py says why) that
-the active segment's path still names the file the log holds open.
+Never acknowledged unless on disk in our directory: one statx (a few us; it reads no
+timestamp: file_identity.py says why) checks that the active segment's path still
+names the file the log holds open. In 'policy' durability, where a batch is
+acknowledged once written, every append checks first. In 'fsync' durability the check
+after each group fsync (log_flush.py) is the one that guards the acknowledgement: it
+runs after every write its fsync covers, so a batch written into a file deleted or
+replaced meanwhile fails with LogDirectoryError and takes the log offline, never
+acknowledged; its bytes went to the old file, never into a directory or file now at
+that path. So an fsync'd put makes one identity check, not two; a roll still checks
+before it creates the new segment, so that file is never made in a directory that is
+no longer ours.
 
 A part of PartitionLog over its PartitionState (partition_state.py):
 PartitionLog.append_batch runs write_batch, then, when the policy asks for it,
@@ -106,7 +114,8 @@ class LogAppender:
         state.check_writable()
         with state.lock:
             state.check_writable()
-            state.check_directory(state.segments[-1])
+            if state.config.durability != "fsync":  # acknowledged on return: look first
+                state.check_directory(state.segments[-1])
             segment = self._maybe_roll(len(batch), record_batch.read_header(batch))
             record_batch.set_base_offset(batch, state.log_end_offset)
             header = record_batch.read_header(batch)
@@ -149,6 +158,8 @@ class LogAppender:
                 or (first_ts is not None and header.max_timestamp - first_ts > config.segment_ms)
                 or segment.index_full
                 or state.log_end_offset + header.record_count - segment.base_offset > INT32_MAX):
+            if config.durability == "fsync":  # the new segment must go into our directory
+                state.check_directory(segment)
             return self.roll_locked()
         return segment
 

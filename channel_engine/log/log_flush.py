@@ -17,7 +17,8 @@ calls make_durable after the appender's write (log_append.py) when the policy
 asks for it.
 
 Concurrency: thread-safe; see partition_state.py for the locks. The leader holds the
-flush slot (not the append lock) while it fsyncs.
+flush slot (flush_slot.py; not the append lock) while it fsyncs; when it lets go, it
+wakes only the waiters its fsync covered and one other to lead the next.
 
 Failures: a failed fsync takes the log offline (Linux may already have dropped the
 dirty pages, so no later fsync can be trusted) and cuts each segment back to its
@@ -48,27 +49,23 @@ class LogFlusher:
         and with `files` the files and directory entries of new segments too; one fsync
         serves all waiting appenders."""
         state = self.state
-        while True:
-            with state.flush_cond:
-                while (state.recovery_point < end or state.truncations != epoch
-                       or (files and state.dir_dirty)):
-                    if state.truncations != epoch:
-                        raise StorageError(state.directory, OSError("truncated meanwhile"),
-                                           "committing a batch a concurrent truncate_to removed")
-                    if state.offline is not None:
-                        raise state.offline_error()
-                    if not state.flushing:
-                        state.flushing = True
-                        break
-                    state.flush_cond.wait()
-                else:
-                    return
+
+        def done() -> bool:  # under the slot's lock: reads only
+            if (state.recovery_point >= end and state.truncations == epoch
+                    and not (files and state.dir_dirty)):
+                return True
+            if state.truncations != epoch:
+                raise StorageError(state.directory, OSError("truncated meanwhile"),
+                                   "committing a batch a concurrent truncate_to removed")
+            if state.offline is not None:
+                raise state.offline_error()
+            return False
+
+        while state.slot.take(done):  # False: a flush covered it meanwhile
             try:
                 self._flush_written()
             finally:
-                with state.flush_cond:
-                    state.flushing = False
-                    state.flush_cond.notify_all()
+                state.slot.release()
 
     def _flush_written(self) -> None:
         """fsync everything written so far, then check that it landed in our directory

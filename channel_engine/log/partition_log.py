@@ -21,13 +21,14 @@ point reaches the new base, as Kafka's roll flushes up to the new segment; a
 flush right after a roll also fsyncs the new segment's three files and the
 directory entry.
 
-Never acknowledged unless on disk in our directory: every append first checks
-with one statx (a few us; it reads no timestamp: file_identity.py says why) that
-the active segment's path still names the file the log holds open (st_dev,
-st_ino, noted when the segment was opened); every
-group fsync checks the same after it returns. A directory deleted, replaced or
-unmounted under the log, or one that refuses writes (EROFS, EACCES, EPERM),
-fails the call with LogDirectoryError naming it and takes the log offline.
+Never acknowledged unless on disk in our directory: one statx (a few us; it reads
+no timestamp: file_identity.py says why) checks that the active segment's path
+still names the file the log holds open (st_dev, st_ino, noted when the segment
+was opened): before each append in 'policy' durability, after each group fsync
+(and before a roll) in 'fsync' durability (log_append.py says why one suffices). A
+directory deleted, replaced or unmounted under the log, or one that refuses writes
+(EROFS, EACCES, EPERM), fails the call with LogDirectoryError naming it and takes the
+log offline.
 
 Retention (Kafka's): the oldest segments while the log exceeds retention_bytes or
 their largest timestamp is older than retention_ms; when every event of the active

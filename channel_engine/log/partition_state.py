@@ -20,7 +20,7 @@ recovery point in 'fsync' durability (never an event whose commit has not
 returned), the LEO in 'policy' durability (the flush policy bounds the loss).
 
 Concurrency: `lock` guards the state (appends, roll, retention, truncation and
-close take it); `flush_cond` and the flush slot let one thread at a time flush
+close take it); the flush slot (flush_slot.py) lets one thread at a time flush
 or close files, outside `lock`; `state_lock` serialises writers of
 log.state.tmp. Readers take no lock: they work on a snapshot of the segment list
 (replaced whole by set_segments).
@@ -56,6 +56,7 @@ from channel_engine.filenames import (
 from channel_engine.log import record_batch
 from channel_engine.log import state as log_state
 from channel_engine.log.config import LogConfig
+from channel_engine.log.flush_slot import FlushSlot
 from channel_engine.log.recovery import LostRange, RecoveryReport
 from channel_engine.log.segment import LogSegment, SegmentConfig
 from channel_engine.log.state import LogState
@@ -78,9 +79,8 @@ class PartitionState:
         self.codec = record_batch.COMPRESSION_CODECS[config.compression]
         self.segment_config = SegmentConfig.of(config)  # what each new segment is made with
         self.lock = threading.Lock()
-        self.flush_cond = threading.Condition()
+        self.slot = FlushSlot()  # one flusher or closer at a time (flush_slot.py)
         self.state_lock = threading.Lock()
-        self.flushing = False  # the flush slot is taken (flush_slot, LogFlusher.make_durable)
         self.lock_fd = -1
         self.segments: tuple[LogSegment, ...] = ()  # the live segments, oldest first
         self.pending_deletes: list[LogSegment] = []  # renamed to .deleted, not yet unlinked
@@ -238,16 +238,11 @@ class PartitionState:
     @contextmanager
     def flush_slot(self) -> Iterator[None]:
         """Be the only thread flushing or closing files (group commit leader or maintenance)."""
-        with self.flush_cond:
-            while self.flushing:
-                self.flush_cond.wait()
-            self.flushing = True
+        self.slot.take()
         try:
             yield
         finally:
-            with self.flush_cond:
-                self.flushing = False
-                self.flush_cond.notify_all()
+            self.slot.release()
 
     def note_committed(self, end: int) -> None:
         """Rewrite log.state's committed-end record in place, without an fsync (one pwrite

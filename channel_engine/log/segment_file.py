@@ -140,6 +140,7 @@ class SegmentFile:
         )
         self.fd = -1  # the .log, open for the segment's life
         self.identity = (0, 0)  # (st_dev, st_ino) of the .log we hold open
+        self._log_name: tuple[Path | None, bytes] = (None, b"")  # log_path, encoded (gone)
         self.size = 0
         self.file_size = 0
         self.zeroed_to = 0  # bytes from 0 known written, batches or zeros (zero-fill ahead)
@@ -256,8 +257,11 @@ class SegmentFile:
         """True unless the .log's path still names the file we hold open (one statx that
         reads no timestamp: file_identity.py says why): the file or its directory was
         deleted, replaced or unmounted under us."""
+        path = self.log_path
+        if self._log_name[0] is not path:  # encoded once per path, not once per append
+            self._log_name = (path, os.fsencode(path))
         try:
-            return path_identity(self.log_path) != self.identity
+            return path_identity(self._log_name[1]) != self.identity
         except FileNotFoundError:
             return True
 

@@ -124,8 +124,13 @@ def peer_closed(sock: socket.socket) -> bool:
 
 def send(sock: socket.socket, value: Any) -> None:
     """Write one frame."""
-    body = msgpack.packb(value, use_bin_type=True)
-    sock.sendall(LENGTH.pack(len(body)) + body)
+    sock.sendall(frame(value))
+
+
+def frame(value: Any) -> bytes:
+    """One frame's bytes: the length, then the body."""
+    body: bytes = msgpack.packb(value, use_bin_type=True)
+    return LENGTH.pack(len(body)) + body
 
 
 def receive(sock: socket.socket) -> Any:
@@ -133,14 +138,42 @@ def receive(sock: socket.socket) -> Any:
     A small frame (a produce request, most replies) takes one recv: each side sends one
     frame and then waits for the other's, so bytes past this frame mean a peer out of step
     (ConnectionError)."""
+    frame = receive_started(sock)
+    return receive_rest(sock, frame) if isinstance(frame, Incomplete) else frame
+
+
+@dataclass(frozen=True)
+class Incomplete:
+    """A frame whose first recv did not hold it whole: the bytes read so far."""
+
+    first: bytes
+
+
+def receive_started(sock: socket.socket) -> Any:
+    """One recv (which does not block on a readable socket): the frame's value if that
+    read held it whole, else Incomplete, for receive_rest (which may block) to finish;
+    EOFError and ConnectionError as receive."""
     first = sock.recv(FIRST_READ)
     if not first:
         raise EOFError("connection closed")
     if len(first) < LENGTH.size:
+        return Incomplete(first)
+    length = _frame_length(first)
+    missing = LENGTH.size + length - len(first)
+    if missing < 0:
+        raise ConnectionError(f"{-missing} bytes past a frame of {length} bytes: the peer "
+                              "sent a frame before this side answered")
+    if missing:
+        return Incomplete(first)
+    return msgpack.unpackb(memoryview(first)[LENGTH.size:], raw=False, strict_map_key=False)
+
+
+def receive_rest(sock: socket.socket, frame: Incomplete) -> Any:
+    """Finish reading a frame receive_started began (blocking until it is whole)."""
+    first = frame.first
+    if len(first) < LENGTH.size:
         first += _read_exactly(sock, LENGTH.size - len(first), eof_ok=False) or b""
-    (length,) = LENGTH.unpack_from(first)
-    if length > MAX_FRAME:
-        raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
+    length = _frame_length(first)
     missing = LENGTH.size + length - len(first)
     if missing < 0:
         raise ConnectionError(f"{-missing} bytes past a frame of {length} bytes: the peer "
@@ -149,6 +182,13 @@ def receive(sock: socket.socket) -> Any:
     if missing:
         body = memoryview(b"".join([body, _read_exactly(sock, missing, eof_ok=False) or b""]))
     return msgpack.unpackb(body, raw=False, strict_map_key=False)
+
+
+def _frame_length(first: bytes) -> int:
+    (length,) = LENGTH.unpack_from(first)
+    if length > MAX_FRAME:
+        raise ConnectionError(f"frame of {length} bytes exceeds the {MAX_FRAME} byte limit")
+    return int(length)
 
 
 def _read_exactly(sock: socket.socket, size: int, eof_ok: bool) -> bytes | None:
@@ -272,6 +312,10 @@ class Op(Generic[R]):
     # protocol version -> how many arguments a request of that version carries, for an op
     # whose arguments changed between versions (None: the same in every version)
     arguments: dict[int, int] | None = None
+    # answered by the owner's loop itself (server.py): short, and never waits for another
+    # client; the others (checkpoints, flushes, retention, status, subscription changes)
+    # go to the connection's own thread
+    inline: bool = False
 
     def args_for_version(self, args: list[Any], version: int) -> list[Any]:
         """The wire arguments a request of `version` carries: those added by a later
@@ -290,17 +334,17 @@ class Op(Generic[R]):
 
 
 COMMIT_BATCHES = Op("commit_batches", _ranges, args_to_wire=_batches_to_wire,
-                    args_from_wire=_batches_from_wire, arguments={3: 3, 4: 4})
-COUNT_ROLLBACK = Op("count_rollback", _nothing)
-COUNT_FAILED_PUT = Op("count_failed_put", _nothing)
-BEGIN_TAKE = Op("begin_take", int, takes="begins")
-TAKE_EVENTS = Op("take_events", events_from_wire, events_to_wire)
-RESERVE_RANGES = Op("reserve_ranges", _ranges)
-COMMIT_TAKE = Op("commit_take", _nothing, takes="ends")
-ROLLBACK_TAKE = Op("rollback_take", _nothing, takes="ends")
-READ = Op("read", events_from_wire, events_to_wire)
-OFFSETS_FOR_TIME = Op("offsets_for_time", _optional_int)
-LIST_OFFSETS = Op("list_offsets", _pairs)
+                    args_from_wire=_batches_from_wire, arguments={3: 3, 4: 4}, inline=True)
+COUNT_ROLLBACK = Op("count_rollback", _nothing, inline=True)
+COUNT_FAILED_PUT = Op("count_failed_put", _nothing, inline=True)
+BEGIN_TAKE = Op("begin_take", int, takes="begins", inline=True)
+TAKE_EVENTS = Op("take_events", events_from_wire, events_to_wire, inline=True)
+RESERVE_RANGES = Op("reserve_ranges", _ranges, inline=True)
+COMMIT_TAKE = Op("commit_take", _nothing, takes="ends", inline=True)
+ROLLBACK_TAKE = Op("rollback_take", _nothing, takes="ends", inline=True)
+READ = Op("read", events_from_wire, events_to_wire, inline=True)
+OFFSETS_FOR_TIME = Op("offsets_for_time", _optional_int, inline=True)
+LIST_OFFSETS = Op("list_offsets", _pairs, inline=True)
 STATUS = Op("status", dict)
 FLUSH = Op("flush", _nothing)
 FLUSH_IF_DUE = Op("flush_if_due", bool)
@@ -308,7 +352,7 @@ CHECKPOINT = Op("checkpoint", _checkpoint_from_wire, _checkpoint_to_wire)
 CHECKPOINT_IF_DUE = Op("checkpoint_if_due", _optional_checkpoint, _checkpoint_to_wire)
 APPLY_RETENTION = Op("apply_retention", dict)
 ACKNOWLEDGE_LOSSES = Op("acknowledge_losses", int)
-SUBSCRIPTIONS = Op("subscriptions", list)
+SUBSCRIPTIONS = Op("subscriptions", list, inline=True)
 ADD_SUBSCRIPTION = Op("add_subscription", _nothing)
 REMOVE_SUBSCRIPTION = Op("remove_subscription", _nothing)
 RESET_SUBSCRIPTION = Op("reset_subscription", _nothing)

@@ -34,6 +34,15 @@ a put that brings a partition to flush_messages syncs the journal before it
 returns (_bound_loss_window), and a power loss loses fewer than flush_messages
 committed events of a partition, as in a partition log.
 
+A put commits in two halves, begin (checks, room, appends) and finish (durability,
+the commit point, the put resolved): commit_batches runs both; the owner's socket loop
+begins every put that arrived together, then finishes each, so one fsync serves them
+all without a thread per put (owner/server.py). A multi-partition put is flushed batch
+by batch as begin writes it, as its commit point needs anyway: the batches written
+before an append that fails are then on disk, as the log's end says, and readable.
+The loop never waits for room: begin(wait=False) raises RoomWouldWait instead, having
+written and counted nothing.
+
 Concurrency: thread-safe. A batch is appended under its partition's append
 lock, registered under the channel lock (channel_state.py); fsyncs happen
 outside both. A put that fails part way takes its batches out of the queue
@@ -44,6 +53,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from channel_engine.disk_space import check_free_space
@@ -59,6 +69,23 @@ from channel_engine.queue.channel_state import ChannelState, UnresolvedPut
 from channel_engine.queue.put_batch import Batches
 from channel_engine.queue.put_placement import PutPlacement
 from channel_engine.queue.takes import Takes
+
+
+class RoomWouldWait(Exception):
+    """Puts.begin(wait=False): the put would wait for room; nothing was written or counted.
+    Never reaches a caller of the owner: the server begins the put again where it may wait."""
+
+
+@dataclass(eq=False)
+class PendingPut:
+    """A put between Puts.begin and Puts.finish: written, not yet durable or committed."""
+
+    transaction_id: int | None
+    batches: Batches  # where it is written: the producer's, or the placement's partition
+    count: int  # events
+    placed: int | None = None  # the partition PutPlacement placed it in (finished() owed)
+    written: list[tuple[int, int]] = field(default_factory=list)  # (partition, put id)
+    flushes: list[tuple[int, int]] = field(default_factory=list)  # (partition, flush to)
 
 
 class Puts:
@@ -85,24 +112,65 @@ class Puts:
         `partitions` partitions; return (partition, first, last) per batch. Every batch is
         checked before any is written. A `movable` put (keyless, one batch) may go to
         another partition than its producer's pick, in fsync durability (put_placement.py)."""
+        return self.finish(self.begin(transaction_id, batches, partitions, movable))
+
+    def begin(self, transaction_id: int | None, batches: Batches, partitions: int,
+              movable: bool = False, wait: bool = True) -> PendingPut:
+        """The first half of commit_batches: check the put, reserve its room and write its
+        batches; finish() makes it durable and committed. Puts begun one after another and
+        then finished share their fsync (owner/server.py's loop). With `wait` False, a put
+        that would wait for room raises RoomWouldWait instead, having written and counted
+        nothing (the caller begins it again where it may wait)."""
         self._state.check_writable()
         if partitions != self.config.partitions:  # keys must land where everyone puts them
             raise PartitionCountError(self.name, self.config.partitions, partitions)
         headers = self._check_put(transaction_id, batches)
-        if not movable or len(batches) != 1 or self.config.durability != "fsync":
-            # policy durability: the put returns before any fsync, so none to share
-            return self._commit_checked(transaction_id, batches, headers)
-        (wanted, batch), = batches
-        partition = self._placement.place(wanted, len(batch))
-        if partition != wanted and _has_keys(batch):  # a key's order is never the client's say
-            self._placement.finished(partition)
-            return self._commit_checked(transaction_id, batches, headers)
+        put = PendingPut(transaction_id, batches, sum(h.record_count for h in headers))
+        if movable and len(batches) == 1 and self.config.durability == "fsync":
+            # (policy durability: the put returns before any fsync, so none to share)
+            (wanted, batch), = batches
+            put.placed = self._placement.place(wanted, len(batch))
+            if put.placed != wanted and _has_keys(batch):  # a key's order: never the client's
+                self._placement.finished(put.placed)
+                put.placed = None
+            else:
+                put.batches = [(put.placed, batch)]
         try:
-            committed = self._commit_checked(transaction_id, [(partition, batch)], headers)
-        except BaseException:
-            self._placement.finished(partition, failed=True)
+            self._write(put, wait)
+        except RoomWouldWait:
+            if put.placed is not None:
+                self._placement.finished(put.placed)
             raise
-        self._placement.finished(partition)
+        except BaseException as exc:
+            self._failed(put, exc)
+            raise
+        return put
+
+    def finish(self, put: PendingPut) -> list[tuple[int, int, int]]:
+        """The second half of commit_batches: make a begun put durable (per the durability)
+        and committed; return (partition, first, last) per batch."""
+        try:
+            for partition, flush_to in put.flushes:
+                self._state.logs[partition].flush_to(flush_to)
+            if put.transaction_id is not None:
+                self._flush_parts(put.written)
+                self._journal_put(put.transaction_id, put.written)
+            if self._unsynced_puts:
+                self._bound_loss_window([p for p, _ in put.written])
+        except BaseException as exc:
+            self._abort_put(put.written, put.count)
+            self._failed(put, exc)
+            raise
+        with self._state.lock:
+            committed = []
+            for partition, put_id in put.written:
+                resolved = self._state.unresolved[partition].pop(put_id)
+                committed.append((partition, resolved.start, resolved.end - 1))
+            self._state.counters["put_attempts"] += put.count
+            self._state.counters["put_successes"] += put.count
+        self._disk_full = None
+        if put.placed is not None:
+            self._placement.finished(put.placed)
         return committed
 
     def _may_place_in(self, partition: int) -> bool:
@@ -116,24 +184,18 @@ class Puts:
         data_dir = self.config.partition_dir(partition).parent
         return full[0] != data_dir and data_dir not in full[0].parents
 
-    def _commit_checked(self, transaction_id: int | None, batches: Batches,
-                        headers: list[BatchHeader]) -> list[tuple[int, int, int]]:
-        count = sum(header.record_count for header in headers)
+    def _failed(self, put: PendingPut, exc: BaseException) -> None:
+        """Count a put that failed (nothing of it is left in any queue)."""
         with self._state.lock:
-            self._state.counters["put_attempts"] += count
-        try:
-            committed = self._commit_batches(transaction_id, batches, count)
-        except BaseException as exc:
-            with self._state.lock:
-                self._state.counters["put_errors"] += 1
-                self._state.counters["rollbacks"] += 1
-                if isinstance(exc, DiskFullError):
-                    self._state.counters["disk_full_errors"] += 1
-                    needed = sum(len(batch) for _, batch in batches)
-                    self._disk_full = (Path(exc.directory), needed, str(exc))
-            raise
-        self._disk_full = None
-        return committed
+            self._state.counters["put_attempts"] += put.count
+            self._state.counters["put_errors"] += 1
+            self._state.counters["rollbacks"] += 1
+            if isinstance(exc, DiskFullError):
+                self._state.counters["disk_full_errors"] += 1
+                needed = sum(len(batch) for _, batch in put.batches)
+                self._disk_full = (Path(exc.directory), needed, str(exc))
+        if put.placed is not None:
+            self._placement.finished(put.placed, failed=True)
 
     def _check_put(self, transaction_id: int | None,
                    batches: Batches) -> list[BatchHeader]:
@@ -147,38 +209,30 @@ class Puts:
         return [put_batch.check(batch, partition, self.config.partitions, transaction_id)
                 for partition, batch in batches]
 
-    def _commit_batches(self, transaction_id: int | None,
-                        batches: Batches,
-                        count: int) -> list[tuple[int, int, int]]:
+    def _write(self, put: PendingPut, wait: bool) -> None:
+        """Reserve the put's room and append its batches (their fsync deferred to finish)."""
+        count = put.count
         if count > self.config.transaction_capacity:  # clients check too; the owner decides
             raise TransactionCapacityError(self.name, count, self.config.transaction_capacity)
         if self.config.minimum_required_space > 0:  # else no stat per put for nothing
             check_free_space(self._state.guarded_dirs(), self.config.minimum_required_space,
                              self._state.free_space)
-        ready = [(p, self._state.logs[p].prepare_batch(bytearray(batch))) for p, batch in batches]
-        self._wait_for_room(count)
-        written: list[tuple[int, int]] = []  # (partition, put id)
+        ready = [(p, self._state.logs[p].prepare_batch(bytearray(batch)))
+                 for p, batch in put.batches]
+        self._wait_for_room(count, wait)
         try:
             for partition, batch in ready:
-                put_id, flush_to = self._append(partition, batch, transaction_id)
-                written.append((partition, put_id))
-                if flush_to is not None:
-                    self._state.logs[partition].flush_to(flush_to)
-            if transaction_id is not None:
-                self._flush_parts(written)
-                self._journal_put(transaction_id, written)
-            if self._unsynced_puts:
-                self._bound_loss_window([p for p, _ in written])
+                put_id, flush_to = self._append(partition, batch, put.transaction_id)
+                put.written.append((partition, put_id))
+                if flush_to is None:
+                    continue
+                if put.transaction_id is None:  # finish flushes: puts begun together share it
+                    put.flushes.append((partition, flush_to))
+                else:  # each as written, so the batches before a refused one are on disk
+                    self._state.logs[partition].flush_to(flush_to)  # (aborted: below the HW)
         except BaseException:
-            self._abort_put(written, count)
+            self._abort_put(put.written, count)
             raise
-        with self._state.lock:
-            committed = []
-            for partition, put_id in written:
-                put = self._state.unresolved[partition].pop(put_id)
-                committed.append((partition, put.start, put.end - 1))
-            self._state.counters["put_successes"] += count
-        return committed
 
     def count_rollback(self) -> None:
         """A put transaction was rolled back before commit (nothing was written)."""
@@ -192,13 +246,16 @@ class Puts:
             self._state.counters["put_errors"] += 1
             self._state.counters["rollbacks"] += 1
 
-    def _wait_for_room(self, count: int) -> None:
-        """Reserve room for `count` events, waiting up to keep_alive_ms (Flume keep-alive)."""
+    def _wait_for_room(self, count: int, wait: bool = True) -> None:
+        """Reserve room for `count` events, waiting up to keep_alive_ms (Flume keep-alive);
+        RoomWouldWait at once if it would wait and `wait` is False."""
         capacity = self.config.capacity
         deadline = time.monotonic() + self.config.keep_alive_ms / 1000
         with self._state.room:  # the slowest subscription's backlog is what must fit
             while self._state.backlog() + count > capacity:
                 self._takes.expire()
+                if not wait and self._state.backlog() + count > capacity:
+                    raise RoomWouldWait(self.name)
                 left = deadline - time.monotonic()
                 if left <= 0 or self._state.closing:
                     raise ChannelFullError(self.name, count, self._state.backlog(), capacity,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,15 @@ def crash(channel: Channel) -> None:
     owner = channel.owner
     assert owner is not None, "only the owner can crash in process"
     if channel._server is not None:
-        server = channel._server
-        server._server.shutdown()
-        server._server.close_connections(idle_only=False)
-        server._server.server_close()
+        server = channel._server  # stops answering at once, as a killed process does
+        with server._lock:
+            server._stopping = True
+        server._wake()
+        server._thread.join()
+        for conn in list(server._connections):
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        server._listener.close()
         os.close(server._dir_fd)
     if owner.state.journal is not None:
         os.close(owner.state.journal._fd)

@@ -287,6 +287,9 @@ def test_a_put_failing_on_its_second_partition_leaves_nothing_visible(
         keyed_put(channel, 10).commit()
     assert channel.owner is not None and channel.owner.logs[0].log_end_offset > 0  # written...
     assert take_all(channel) == []  # ...but never delivered
+    log = channel.owner.logs[0]  # made durable as written, as the log's end says: read to it
+    assert log.high_watermark == log.log_end_offset
+    assert channel.read(0, log.log_end_offset) == []
     status = channel.status()
     assert status["counters"]["aborted_events"] > 0 and status["events_untaken"] == 0
     crash(channel)

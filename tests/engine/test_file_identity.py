@@ -226,3 +226,14 @@ def test_it_asks_stat_when_statx_gives_no_inode_number(tmp_path: Path,
         return 0  # success, stx_mask 0: nothing filled in (the buffer stays zeros)
     monkeypatch.setattr(file_identity, "_statx", statx_without_ino)
     assert path_identity(path) == stat_of(path)
+
+
+def test_it_takes_a_path_encoded_once_and_names_it_as_text_in_errors(
+        tmp_path: Path, statx_call: str) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    assert path_identity(os.fsencode(path)) == stat_of(path)
+    with pytest.raises(FileNotFoundError) as info:
+        path_identity(os.fsencode(tmp_path / "gone"))
+    assert info.value.filename == str(tmp_path / "gone")  # not b'...' in any message
+    assert "b'" not in str(info.value)

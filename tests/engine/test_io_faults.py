@@ -20,6 +20,7 @@ from channel_engine import (
     StorageError,
 )
 from channel_engine.errors import LogDirectoryError
+from channel_engine.log import segment_file
 
 
 def events(n: int, tag: str = "e") -> list[PendingEvent]:
@@ -246,6 +247,39 @@ def test_an_active_segment_file_deleted_or_replaced_acknowledges_nothing(
         active.write_bytes(b"")
     assert_refused_and_offline(log, tmp_path, f"{active.name} was deleted or replaced")
     log.close()
+
+
+@pytest.mark.parametrize("durability", ["fsync", "policy"])
+def test_an_append_checks_the_segments_identity_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
+    # policy: before the write (acknowledged on return); fsync: after the group fsync,
+    # which covers every write before it
+    log = PartitionLog.open(tmp_path / "p0", policy_or_fsync(durability))
+    log.append(events(1, "a"))
+    checks: list[bytes] = []
+    real = segment_file.path_identity
+
+    def counted(path: bytes) -> tuple[int, int]:
+        checks.append(path)
+        return real(path)
+
+    monkeypatch.setattr(segment_file, "path_identity", counted)
+    log.append(events(1, "b"))
+    assert len(checks) == 1
+    log.close()
+
+
+def test_a_roll_in_fsync_durability_never_makes_a_segment_in_a_replaced_directory(
+        tmp_path: Path) -> None:
+    directory = tmp_path / "p0"
+    log = PartitionLog.open(directory, LogConfig(segment_bytes=2048))
+    log.append([PendingEvent(b"a" * 1000)])
+    directory.rename(tmp_path / "moved")
+    directory.mkdir()
+    with pytest.raises(LogDirectoryError, match="another directory is at this path"):
+        log.append([PendingEvent(b"b" * 1000)])  # does not fit: a roll first
+    log.close()
+    assert not list(directory.iterdir())  # nothing made in the new one
 
 
 def test_a_directory_deleted_during_the_commit_fsync_fails_that_commit(

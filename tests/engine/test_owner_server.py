@@ -1,0 +1,245 @@
+"""OwnerServer (owner/server.py): one loop answers the puts of every connection, the puts
+that arrive together share an fsync, and whatever may wait or read long goes to the
+connection's own thread, so the loop never stops answering the others."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgpack
+import pytest
+from channel_helpers import make_config
+
+from channel_engine import Channel
+from channel_engine.errors import UnknownOperationError
+from channel_engine.filenames import SOCKET_NAME
+from channel_engine.owner import protocol
+from channel_engine.owner.client import OwnerClient
+from channel_engine.queue.channel_config import ChannelConfig
+
+TIMEOUT = 10.0
+
+
+def put(channel: Channel, body: bytes) -> None:
+    with channel.put() as tx:
+        tx.put(body)
+
+
+def take_all(channel: Channel, most: int = 1_000) -> list[bytes]:
+    with channel.take() as tx:
+        return [event.body for event in tx.take(most)]
+
+
+def raw_connection(config: ChannelConfig) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(config.home / SOCKET_NAME))
+    sock.settimeout(TIMEOUT)
+    return sock
+
+
+@pytest.fixture()
+def owned(tmp_path: Path) -> Iterator[tuple[ChannelConfig, Channel]]:
+    config = make_config(tmp_path, partitions=1)
+    with Channel.open(config) as owner:
+        yield config, owner
+
+
+def test_concurrent_puts_of_many_connections_share_fsyncs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=1)
+    fsyncs: list[int] = []
+    real = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:  # a disk that takes a moment: puts pile up
+        fsyncs.append(fd)
+        time.sleep(0.002)
+        real(fd)
+
+    with Channel.open(config) as owner, Channel.open(config) as client:
+        assert client.role == "client"
+        monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+        threads, each = 8, 25
+        with ThreadPoolExecutor(threads) as pool:  # a connection per thread
+            list(pool.map(lambda t: [put(client, b"%d-%d" % (t, i)) for i in range(each)],
+                          range(threads)))
+        monkeypatch.undo()
+        assert sorted(take_all(owner)) == sorted(b"%d-%d" % (t, i) for t in range(threads)
+                                                 for i in range(each))
+    assert 0 < len(fsyncs) < threads * each // 2  # one fsync served many puts
+
+
+def test_a_put_waiting_for_room_leaves_the_loop_answering_the_takes_that_free_it(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1, capacity=2, keep_alive_ms=30_000)
+    with Channel.open(config) as owner, Channel.open(config) as producer, \
+            Channel.open(config) as consumer:
+        put(owner, b"a")
+        put(owner, b"b")  # full
+        waiting = ThreadPoolExecutor(1).submit(put, producer, b"c")
+        time.sleep(0.2)
+        assert not waiting.done()  # waits for room (Flume's keep-alive)
+        began = time.monotonic()
+        assert take_all(consumer, 2) == [b"a", b"b"]  # answered although a put waits
+        waiting.result(TIMEOUT)
+        assert time.monotonic() - began < 5  # long before keep_alive_ms
+        assert take_all(owner, 2) == [b"c"]
+
+
+def test_a_frame_larger_than_one_read_does_not_hold_up_other_connections(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, owner = owned
+    body = msgpack.packb([protocol.VERSION, "list_offsets", [], b"x" * (1 << 17)])
+    sock = raw_connection(config)
+    try:
+        sock.sendall(protocol.LENGTH.pack(len(body)) + body[:1000])  # and stalls mid-frame
+        with Channel.open(config) as client:
+            meanwhile = ThreadPoolExecutor(1).submit(put, client, b"meanwhile")
+            meanwhile.result(TIMEOUT)  # answered by the loop while that frame waits
+            sock.sendall(body[1000:])
+            reply = protocol.receive(sock)  # four fields: the owner says what is wrong
+            assert reply[:2] == [1, "ValueError"] and "[version, op, args]" in reply[2]
+    finally:
+        sock.close()
+    assert take_all(owner) == [b"meanwhile"]
+
+
+def test_it_answers_hello_and_every_other_op_with_its_errors(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, owner = owned
+    client = OwnerClient.connect(config, TIMEOUT)
+    try:
+        assert client.call(protocol.HELLO)["pid"] == os.getpid()
+        with pytest.raises(UnknownOperationError):
+            client.call("no_such_op")
+        with pytest.raises(ValueError, match="version 99 is not supported"):
+            sock = client._connection()
+            protocol.send(sock, [99, "list_offsets", []])
+            code, name, message, attributes = protocol.receive(sock)
+            raise protocol.error_from_wire(name, message, attributes)
+        assert client.list_offsets() == [(0, 0)]  # the connection still answers
+    finally:
+        client.close()
+
+
+def test_a_request_that_is_not_a_list_is_refused_and_the_connection_kept(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, _owner = owned
+    sock = raw_connection(config)
+    protocol.send(sock, {"op": "hello"})
+    reply = protocol.receive(sock)
+    assert reply[:2] == [1, "ValueError"] and "[version, op, args]" in reply[2]
+    protocol.send(sock, [protocol.VERSION, protocol.HELLO, []])
+    assert protocol.receive(sock)[0] == 0
+    sock.close()
+
+
+def test_stop_lets_a_request_in_progress_reply_and_rolls_back_idle_takes(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1, capacity=1, keep_alive_ms=2_000)
+    owner = Channel.open(config)
+    put(owner, b"a")  # full
+    taker = Channel.open(config)
+    take = taker.take()
+    assert take.take(1)[0].body == b"a"  # an open take on an idle connection
+    producer = Channel.open(config)
+    waiting = ThreadPoolExecutor(1).submit(put, producer, b"b")  # waits for room
+    time.sleep(0.2)
+    stopped = threading.Event()
+
+    def stop() -> None:
+        assert owner._server is not None
+        owner._server.stop(grace_s=TIMEOUT)
+        stopped.set()
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    with pytest.raises(Exception, match="full"):  # its reply came: not a lost connection
+        waiting.result(TIMEOUT)
+    stopper.join(TIMEOUT)
+    assert stopped.is_set()
+    assert not (config.home / SOCKET_NAME).exists()
+    assert owner.owner is not None and owner.owner.status()["events_in_flight"] == 0
+    owner._server = None  # stopped above
+    owner.close()
+    for channel in (taker, producer):
+        channel._closed = True  # their owner is gone; nothing of theirs to close
+
+
+def connection_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith("-conn")]
+
+
+def test_puts_and_takes_are_answered_by_the_loop_and_status_by_a_connection_thread(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, _owner = owned
+    with Channel.open(config) as client:
+        assert client.role == "client"
+        put(client, b"a")
+        assert take_all(client) == [b"a"]
+        assert client.list_offsets() == [(0, 1)]
+        assert connection_threads() == []  # no thread hand-off for any of those
+        assert client.status()["role"] == "client"
+        assert len(connection_threads()) == 1  # status: the connection's own thread
+        put(client, b"b")  # then back to the loop
+        assert take_all(client) == [b"b"]
+    deadline = time.monotonic() + TIMEOUT
+    while connection_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connection_threads() == []  # it ended with its connection
+
+
+def test_a_client_that_does_not_read_a_large_reply_never_stops_the_loop(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, owner = owned
+    for start in range(0, 2_000, 500):
+        with owner.put() as tx:
+            for i in range(start, start + 500):
+                tx.put(b"%04d" % i + b"x" * 1_000)  # 2 MB in all: more than a socket buffer
+    sock = raw_connection(config)
+    try:
+        protocol.send(sock, [protocol.VERSION, "begin_take", [None, "default"]])
+        code, take_id = protocol.receive(sock)
+        assert code == 0
+        protocol.send(sock, [protocol.VERSION, "take_events", [take_id, 2_000]])
+        time.sleep(0.2)  # and reads nothing yet
+        with Channel.open(config) as client:
+            done = ThreadPoolExecutor(1).submit(
+                lambda: (put(client, b"meanwhile"), client.list_offsets()))
+            assert done.result(TIMEOUT)[1] == [(0, 2_001)]  # the loop answered
+        code, rows = protocol.receive(sock)  # the whole reply, in order
+        assert code == 0 and [row[5][:4] for row in rows] == [b"%04d" % i for i in range(2_000)]
+        protocol.send(sock, [protocol.VERSION, "commit_take", [take_id]])
+        assert protocol.receive(sock) == [0, None]  # the connection went back to the loop
+    finally:
+        sock.close()
+    assert take_all(owner) == [b"meanwhile"]
+
+
+def test_a_round_that_fails_is_logged_and_the_loop_goes_on(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    config, owner = owned
+    server = owner._server
+    assert server is not None
+    real = server._accept
+    failures: list[int] = []
+
+    def failing_once() -> None:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("a bug in accept")
+        real()
+
+    monkeypatch.setattr(server, "_accept", failing_once)
+    with caplog.at_level("ERROR", "channel_engine.owner.server"), \
+            Channel.open(config) as client:
+        assert client.role == "client"
+        put(client, b"after")
+    assert failures == [1] and "the owner's loop failed a round" in caplog.text
+    assert "a bug in accept" in caplog.text
+    assert take_all(owner) == [b"after"]
