@@ -447,3 +447,19 @@ _OS_ERROR_WORDS = {
     errno.EROFS: "the file system is read-only",
     errno.ENXIO: "it is a socket or device, not a regular file",
 }
+
+
+# -- signals inside the engine: each is caught by the module named, never seen by a caller --
+class RoomWouldWait(ChannelEngineError):
+    """Puts.begin(wait=False): the put would wait for room; nothing was written or counted.
+    Never reaches a caller of the owner: the server begins the put again where it may wait."""
+
+
+class OffsetGap(ChannelEngineError):
+    """A record batch's records do not continue the offsets at `due`: `got` came instead
+    (spark/arrow_decode.py raises it, spark/source.py answers it)."""
+
+    def __init__(self, got: int, due: int) -> None:
+        super().__init__(f"offset {got} where {due} was due")
+        self.got = got
+        self.due = due

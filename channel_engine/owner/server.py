@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 from channel_engine.atomic_file import move_aside
-from channel_engine.errors import UnknownOperationError, UnusableFileError
+from channel_engine.errors import RoomWouldWait, UnknownOperationError, UnusableFileError
 from channel_engine.filenames import SOCKET_NAME, STRAY_SUFFIX
 from channel_engine.owner import protocol
 from channel_engine.queue.channel_owner import ChannelOwner
-from channel_engine.queue.puts import PendingPut, RoomWouldWait
+from channel_engine.queue.puts import PendingPut
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 log = logging.getLogger(__name__)

@@ -61,6 +61,7 @@ from channel_engine.errors import (
     ChannelFullError,
     DiskFullError,
     PartitionCountError,
+    RoomWouldWait,
     TransactionCapacityError,
 )
 from channel_engine.log.record_batch import BatchHeader, record_objects
@@ -69,11 +70,6 @@ from channel_engine.queue.channel_state import ChannelState, UnresolvedPut
 from channel_engine.queue.put_batch import Batches
 from channel_engine.queue.put_placement import PutPlacement
 from channel_engine.queue.takes import Takes
-
-
-class RoomWouldWait(Exception):
-    """Puts.begin(wait=False): the put would wait for room; nothing was written or counted.
-    Never reaches a caller of the owner: the server begins the put again where it may wait."""
 
 
 @dataclass(eq=False)

@@ -54,6 +54,7 @@ from typing import Any
 import pyarrow as pa
 from aiokafka.errors import CorruptRecordException
 
+from channel_engine.errors import OffsetGap
 from channel_engine.log import record_batch
 from channel_engine.log.record_batch import (
     ATTRIBUTES_AT,
@@ -66,15 +67,6 @@ from channel_engine.log.record_batch import (
 MAX_COLUMN_BYTES = 2**31 - 1  # int32 offsets: the data an Arrow binary column can hold
 _PLAIN_AT = ATTRIBUTES_AT + 1  # the attributes' low byte: codec and encrypted bits
 _NOT_PLAIN = CODEC_MASK | ENCRYPTED_MASK
-
-
-class OffsetGap(Exception):
-    """A record batch's records do not continue the offsets at `due`: `got` came instead."""
-
-    def __init__(self, got: int, due: int) -> None:
-        super().__init__(f"offset {got} where {due} was due")
-        self.got = got
-        self.due = due
 
 
 class EventColumns:

@@ -72,7 +72,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -86,10 +86,12 @@ from pyspark.sql.types import (
 )
 
 from channel_engine import ChannelConfig, ConfigError, LogConfig, LostRange
-from channel_engine.errors import DamagedRangeError, InvalidBatch, RangeUnavailableError
-
-if TYPE_CHECKING:
-    from channel_engine.spark.arrow_decode import OffsetGap
+from channel_engine.errors import (
+    DamagedRangeError,
+    InvalidBatch,
+    OffsetGap,
+    RangeUnavailableError,
+)
 
 SCHEMA = StructType([
     StructField("channel", StringType()),
@@ -249,7 +251,7 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
     # Imported here: this runs in Spark's Python workers (the tutorial's rule).
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from channel_engine.spark.arrow_decode import EventColumns, OffsetGap
+    from channel_engine.spark.arrow_decode import EventColumns
 
     # Spark compares the first batch's schema with its own rendering of SCHEMA.
     columns = EventColumns(split.channel, split.partition,

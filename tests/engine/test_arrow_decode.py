@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from channel_engine import Channel, ChannelConfig, LogConfig
-from channel_engine.errors import CorruptRecordError, InvalidBatch, RangeUnavailableError
+from channel_engine.errors import CorruptRecordError, InvalidBatch, OffsetGap, RangeUnavailableError
 from channel_engine.log import record_batch as rb
 from channel_engine.spark import arrow_decode, source
-from channel_engine.spark.arrow_decode import EventColumns, OffsetGap
+from channel_engine.spark.arrow_decode import EventColumns
 from channel_engine.spark.source import SCHEMA, plan, read_split
 from channel_engine.tools.verify import scan_log_file
 
