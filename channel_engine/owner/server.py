@@ -152,19 +152,21 @@ class OwnerServer:
     def _round(self, selector: selectors.BaseSelector) -> None:
         """Wait for ready connections, read a request from each, answer."""
         puts: list[tuple[_Connection, PendingPut | BaseException]] = []
-        for key, _events in selector.select():
-            if key.data is _LISTENER:
-                self._accept()
-            elif key.data is _WAKE:
-                self._take_back()
-            else:
-                try:
-                    self._read(key.data, puts)
-                except Exception:  # a bug: that client loses its connection, not all
-                    log.exception("channel %r: a client's request failed in the owner's "
-                                  "loop; closing its connection", self.owner.name)
-                    self._close(key.data)
-        self._answer_puts(puts)  # each put begun is finished, or its client told
+        try:
+            for key, _events in selector.select():
+                if key.data is _LISTENER:
+                    self._accept()
+                elif key.data is _WAKE:
+                    self._take_back()
+                else:
+                    try:
+                        self._read(key.data, puts)
+                    except Exception:  # a bug: that client loses its connection, not all
+                        log.exception("channel %r: a client's request failed in the owner's "
+                                      "loop; closing its connection", self.owner.name)
+                        self._close(key.data)
+        finally:  # a round that fails part way still ends every put it began
+            self._answer_puts(puts)
 
     def _accept(self) -> None:
         try:
@@ -235,17 +237,26 @@ class OwnerServer:
         self._reply(conn, reply)
 
     def _answer_puts(self, puts: list[tuple[_Connection, PendingPut | BaseException]]) -> None:
-        """Finish the round's puts in order (the first fsync covers the rest) and reply."""
+        """Finish the round's puts in order (the first fsync covers the rest) and reply.
+        Every begun put is finished (or aborted) even if a reply fails: that one closes
+        only its own connection."""
         for conn, put in puts:
-            if isinstance(put, BaseException):
-                reply = protocol.error_to_wire(put)
-            else:
-                try:
-                    committed = self.owner.puts.finish(put)
-                    reply = [0, protocol.COMMIT_BATCHES.result_to_wire(committed)]
-                except Exception as exc:
-                    reply = protocol.error_to_wire(exc)
-            self._reply(conn, reply)
+            try:
+                self._reply(conn, self._finish_put(put))
+            except Exception:  # a bug: that client loses its connection, not the others
+                log.exception("channel %r: replying to a put failed in the owner's loop; "
+                              "closing its connection", self.owner.name)
+                self._close(conn)
+
+    def _finish_put(self, put: PendingPut | BaseException) -> list[Any]:
+        """A begun put finished (or its begin's error) as the reply to send."""
+        if isinstance(put, BaseException):
+            return protocol.error_to_wire(put)
+        try:
+            committed = self.owner.puts.finish(put)
+        except Exception as exc:  # finish aborted it: the client re-raises it
+            return protocol.error_to_wire(exc)
+        return [0, protocol.COMMIT_BATCHES.result_to_wire(committed)]
 
     def _reply(self, conn: _Connection, reply: list[Any]) -> None:
         """Send a reply from the loop without waiting: what the socket's buffer does not

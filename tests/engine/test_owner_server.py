@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -20,6 +21,7 @@ from channel_engine.errors import UnknownOperationError
 from channel_engine.filenames import SOCKET_NAME
 from channel_engine.owner import protocol
 from channel_engine.owner.client import OwnerClient
+from channel_engine.owner.server import OwnerServer
 from channel_engine.queue.channel_config import ChannelConfig
 
 TIMEOUT = 10.0
@@ -243,3 +245,53 @@ def test_a_round_that_fails_is_logged_and_the_loop_goes_on(
     assert failures == [1] and "the owner's loop failed a round" in caplog.text
     assert "a bug in accept" in caplog.text
     assert take_all(owner) == [b"after"]
+
+
+def hold_next_round(monkeypatch: pytest.MonkeyPatch, server: OwnerServer,
+                    wait_s: float = 0.3) -> None:
+    """Make the loop's next select wait `wait_s` first, so what clients send meanwhile is
+    read in one round (the listening socket's event last)."""
+    real = server._selector.select
+    armed = [True]
+
+    def select(timeout: float | None = None) -> list[Any]:
+        if not armed:
+            return real(timeout)
+        armed.clear()
+        time.sleep(wait_s)
+        return sorted(real(timeout), key=lambda event: event[0].fileobj is server._listener)
+
+    monkeypatch.setattr(server._selector, "select", select)
+    server._wake()
+    time.sleep(0.1)  # the loop is in the held select now
+
+
+def test_a_round_that_fails_after_a_put_began_still_answers_that_put(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
+    config, owner = owned
+    server = owner._server
+    assert server is not None
+    with Channel.open(config) as client:
+        pool = ThreadPoolExecutor(1)  # one connection, idle in the loop
+        pool.submit(put, client, b"warm").result(TIMEOUT)
+        real = server._accept
+        failures: list[int] = []
+
+        def failing_once() -> None:  # e.g. epoll_ctl out of watches
+            if not failures:
+                failures.append(1)
+                raise OSError(28, "no space left for another watch")
+            real()
+
+        monkeypatch.setattr(server, "_accept", failing_once)
+        hold_next_round(monkeypatch, server)
+        pending = pool.submit(put, client, b"begun")
+        time.sleep(0.05)
+        sock = raw_connection(config)  # a new connection in the same round, after the put
+        try:
+            pending.result(TIMEOUT)  # finished, not stranded
+        finally:
+            sock.close()
+        assert failures == [1]
+        assert take_all(owner) == [b"warm", b"begun"]
+        assert owner.owner is not None and owner.owner.state.unresolved[0] == {}
