@@ -197,7 +197,7 @@ class OwnerServer:
         """Read a ready connection's request: begin a put, answer a hello, or hand it on."""
         try:
             request = protocol.receive_started(conn.sock)
-        except ConnectionError as exc:
+        except (ConnectionError, ValueError) as exc:  # ValueError: not msgpack
             if not isinstance(exc, ConnectionResetError | BrokenPipeError):
                 log.warning("channel %r: closed a client's connection to the owner: %s",
                             self.owner.name, exc)
@@ -287,32 +287,41 @@ class OwnerServer:
         conn.inbox.put(request)
 
     def _serve(self, conn: _Connection, inbox: queue.SimpleQueue[Any]) -> None:
-        """A connection's thread: answer each request the loop hands it, in order."""
-        while (request := inbox.get()) is not None:
-            if isinstance(request, _Unsent):  # the rest of a reply the loop began
-                if not self._send(conn, request.data):
+        """A connection's thread: answer each request the loop hands it, in order. Whatever
+        fails here closes the connection (its takes roll back): never a thread gone and its
+        connection left open, busy, holding its takes."""
+        try:
+            while (request := inbox.get()) is not None:
+                if not self._serve_one(conn, request):
                     return
-                continue
-            try:
-                if isinstance(request, protocol.Incomplete):
-                    request = protocol.receive_rest(conn.sock, request)
-            except (ConnectionResetError, BrokenPipeError, EOFError):
-                self._close(conn)
-                return
-            except ConnectionError as exc:
-                log.warning("channel %r: closed a client's connection to the owner: %s",
-                            self.owner.name, exc)
-                self._close(conn)
-                return
-            except OSError:
-                self._close(conn)
-                return
-            try:
-                reply = [0, _dispatch(self.owner, request, conn.takes)]
-            except Exception as exc:  # the client re-raises it
-                reply = protocol.error_to_wire(exc)
-            if not self._send(conn, protocol.frame(reply)):
-                return
+        except Exception:  # a bug: that client loses its connection, not its takes
+            log.exception("channel %r: a connection's thread failed; closing its connection",
+                          self.owner.name)
+            self._close(conn)
+
+    def _serve_one(self, conn: _Connection, request: Any) -> bool:
+        """Answer one handed-off request; False when the connection was closed."""
+        if isinstance(request, _Unsent):  # the rest of a reply the loop began
+            return self._send(conn, request.data)
+        try:
+            if isinstance(request, protocol.Incomplete):
+                request = protocol.receive_rest(conn.sock, request)
+        except (ConnectionResetError, BrokenPipeError, EOFError):
+            self._close(conn)
+            return False
+        except (ConnectionError, ValueError) as exc:  # too long, out of step, not msgpack
+            log.warning("channel %r: closed a client's connection to the owner: %s",
+                        self.owner.name, exc)
+            self._close(conn)
+            return False
+        except OSError:
+            self._close(conn)
+            return False
+        try:
+            reply = [0, _dispatch(self.owner, request, conn.takes)]
+        except Exception as exc:  # the client re-raises it
+            reply = protocol.error_to_wire(exc)
+        return self._send(conn, protocol.frame(reply))
 
     def _send(self, conn: _Connection, data: bytes | memoryview) -> bool:
         """A connection's thread: send the rest of a reply and give the connection back to

@@ -295,3 +295,30 @@ def test_a_round_that_fails_after_a_put_began_still_answers_that_put(
         assert failures == [1]
         assert take_all(owner) == [b"warm", b"begun"]
         assert owner.owner is not None and owner.owner.state.unresolved[0] == {}
+
+
+def test_a_large_malformed_frame_closes_its_connection_and_rolls_back_its_take(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, owner = owned
+    put(owner, b"a")
+    sock = raw_connection(config)
+    try:
+        protocol.send(sock, [protocol.VERSION, "begin_take", [None, "default"]])
+        code, take_id = protocol.receive(sock)
+        protocol.send(sock, [protocol.VERSION, "take_events", [take_id, 10]])
+        assert [row[5] for row in protocol.receive(sock)[1]] == [b"a"]
+        body = b"\x93" + b"\xc1" * (1 << 17)  # an array, then a byte msgpack never uses
+        sock.sendall(protocol.LENGTH.pack(len(body)) + body[:1_000])
+        time.sleep(0.2)  # the rest comes later: the connection's thread reads it
+        sock.sendall(body[1_000:])
+        assert sock.recv(1) == b""  # the owner closed the connection
+    finally:
+        sock.close()
+    assert owner.owner is not None
+    deadline = time.monotonic() + TIMEOUT
+    while ((connection_threads() or owner.owner.status()["events_in_flight"])
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    assert take_all(owner) == [b"a"]  # its take rolled back
+    assert connection_threads() == []
+    assert owner._server is not None and owner._server._connections == set()
