@@ -28,8 +28,9 @@ Only processes of the owner's user may connect: the socket file is 0600 and
 every peer's uid is checked with SO_PEERCRED. A directory in place of the socket file
 is moved aside (`owner.sock.stray`); a socket that cannot be made fails the owner's open
 with UnusableFileError naming the path. Stopping lets the requests in progress finish and
-send their replies (up to a grace period), then closes every connection (their takes roll
-back), and removes only the socket file this
+send their replies (up to a grace period; a client stopped halfway through sending a
+request has none in progress), then closes every connection (their takes roll back), and
+removes only the socket file this
 server bound, in the home it bound it in: when a deleted channel is recreated at the same
 path, a process still closing the old channel's owner never removes the new owner's
 socket (which would leave the new owner holding the lock where no one can reach it).
@@ -278,8 +279,9 @@ class OwnerServer:
     def _hand_off(self, conn: _Connection, request: Any) -> None:
         """Give a request to its connection's thread; the loop stops listening to it."""
         self._selector.unregister(conn.sock)
-        with self._lock:
-            conn.busy = True
+        if not isinstance(request, protocol.Incomplete):  # else busy once it is whole:
+            with self._lock:  # a client stalled mid-frame never holds up stop()
+                conn.busy = True
         if conn.inbox is None:
             conn.inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(conn, conn.inbox), daemon=True,
@@ -317,6 +319,10 @@ class OwnerServer:
         except OSError:
             self._close(conn)
             return False
+        with self._lock:
+            if conn.closed:  # stop() closed it while the frame was coming: not answered
+                return False
+            conn.busy = True
         try:
             reply = [0, _dispatch(self.owner, request, conn.takes)]
         except Exception as exc:  # the client re-raises it
@@ -353,6 +359,8 @@ class OwnerServer:
             self._connections.discard(conn)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(conn.sock)  # the loop's, or not registered
+        with contextlib.suppress(OSError):  # wakes its thread if it waits in a recv
+            conn.sock.shutdown(socket.SHUT_RDWR)
         conn.sock.close()
         if conn.inbox is not None:
             conn.inbox.put(None)  # its thread ends

@@ -322,3 +322,26 @@ def test_a_large_malformed_frame_closes_its_connection_and_rolls_back_its_take(
     assert take_all(owner) == [b"a"]  # its take rolled back
     assert connection_threads() == []
     assert owner._server is not None and owner._server._connections == set()
+
+
+def test_stop_does_not_wait_for_a_client_stalled_mid_frame(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1)
+    owner = Channel.open(config)
+    assert owner._server is not None
+    sock = raw_connection(config)
+    try:
+        sock.sendall(b"\x00\x00")  # half a length prefix, then nothing: a stopped process
+        time.sleep(0.2)
+        assert len(connection_threads()) == 1  # waiting for the rest of the frame
+        began = time.monotonic()
+        owner._server.stop(grace_s=TIMEOUT)
+        assert time.monotonic() - began < 2  # not its whole grace
+        assert sock.recv(1) == b""  # closed
+    finally:
+        sock.close()
+        owner._server = None  # stopped above
+        owner.close()
+    deadline = time.monotonic() + TIMEOUT
+    while connection_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connection_threads() == []
