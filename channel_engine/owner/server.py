@@ -47,6 +47,7 @@ import struct
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,11 @@ class OwnerServer:
         self._connections: set[_Connection] = set()
         self._returned: deque[_Connection] = deque()  # handed back to the loop by their thread
         self._stopping = False
+        # the round's partition logs fsynced side by side (_flush_round): made once, its
+        # threads started as first needed; none for one partition, where the loop flushes
+        self._flushers = (ThreadPoolExecutor(min(owner.config.partitions - 1, _FLUSHERS_MAX),
+                                             f"weir-owner-{owner.name}-flush")
+                          if owner.config.partitions > 1 else None)
         self._thread = threading.Thread(target=self._loop, name=f"weir-owner-{owner.name}",
                                         daemon=True)
 
@@ -112,6 +118,8 @@ class OwnerServer:
         for conn in left:  # past the grace: its thread closes it (and rolls back) when it fails
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
+        if self._flushers is not None:
+            self._flushers.shutdown()
         self._selector.close()
         self._listener.close()
         self._wake_r.close()
@@ -241,6 +249,7 @@ class OwnerServer:
         """Finish the round's puts in order (the first fsync covers the rest) and reply.
         Every begun put is finished (or aborted) even if a reply fails: that one closes
         only its own connection."""
+        self._flush_round([put for _, put in puts if isinstance(put, PendingPut)])
         for conn, put in puts:
             try:
                 self._reply(conn, self._finish_put(put))
@@ -248,6 +257,26 @@ class OwnerServer:
                 log.exception("channel %r: replying to a put failed in the owner's loop; "
                               "closing its connection", self.owner.name)
                 self._close(conn)
+
+    def _flush_round(self, puts: list[PendingPut]) -> None:
+        """fsync the round's partition logs side by side when it wrote to more than one
+        (fdatasync lets go of the GIL): the round then costs its slowest fsync, not their
+        sum, and each finish finds its batches durable. A flush that fails here fails again
+        in its put's finish, which reports it."""
+        ends: dict[int, int] = {}
+        for put in puts:
+            for partition, flush_to in put.flushes:
+                ends[partition] = max(ends.get(partition, 0), flush_to)
+        if len(ends) < 2 or self._flushers is None:
+            return  # one log: finish flushes it, with no hand-off
+        logs = self.owner.logs
+        (own, own_end), *others = ends.items()
+        flushing = [self._flushers.submit(logs[p].flush_to, end) for p, end in others]
+        with contextlib.suppress(Exception):
+            logs[own].flush_to(own_end)  # the loop does one itself
+        for future in flushing:
+            with contextlib.suppress(Exception):
+                future.result()
 
     def _finish_put(self, put: PendingPut | BaseException) -> list[Any]:
         """A begun put finished (or its begin's error) as the reply to send."""
@@ -371,6 +400,7 @@ class OwnerServer:
                 pass
 
 
+_FLUSHERS_MAX = 8  # fsyncs of one round side by side: more buy little on a few disks
 _LISTENER = object()  # selector keys' data: the listening socket
 _WAKE = object()  # the loop's wake-up socket
 

@@ -19,6 +19,7 @@ from channel_helpers import make_config
 from channel_engine import Channel
 from channel_engine.errors import UnknownOperationError
 from channel_engine.filenames import SOCKET_NAME
+from channel_engine.kafka_sink.offsets_record import key_partition
 from channel_engine.owner import protocol
 from channel_engine.owner.client import OwnerClient
 from channel_engine.owner.server import OwnerServer
@@ -345,3 +346,52 @@ def test_stop_does_not_wait_for_a_client_stalled_mid_frame(tmp_path: Path) -> No
     while connection_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert connection_threads() == []
+
+
+def keys_of_partitions(partitions: int) -> list[bytes]:
+    """A key for each partition (the producer's murmur2 partitioner)."""
+    found: dict[int, bytes] = {}
+    for i in range(1_000):
+        found.setdefault(key_partition(b"key-%d" % i, partitions), b"key-%d" % i)
+    return [found[p] for p in range(partitions)]
+
+
+def test_puts_on_several_partitions_in_one_round_are_fsynced_side_by_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=3)
+    keys = keys_of_partitions(3)
+    with Channel.open(config) as owner, Channel.open(config) as client:
+        server = owner._server
+        assert server is not None
+        pools = [ThreadPoolExecutor(1) for _ in keys]  # a connection each
+
+        def keyed_put(key: bytes) -> None:
+            with client.put() as tx:
+                tx.put(key, key=key)
+
+        for pool, key in zip(pools, keys, strict=True):
+            pool.submit(keyed_put, key).result(TIMEOUT)
+        in_flight, most = [0], [0]
+        lock = threading.Lock()
+        real = os.fdatasync
+
+        def slow_fdatasync(fd: int) -> None:  # a disk: each fsync takes a while
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            time.sleep(0.2)
+            real(fd)
+            with lock:
+                in_flight[0] -= 1
+
+        monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+        hold_next_round(monkeypatch, server)
+        began = time.monotonic()
+        puts = [pool.submit(keyed_put, key) for pool, key in zip(pools, keys, strict=True)]
+        for done in puts:
+            done.result(TIMEOUT)
+        took = time.monotonic() - began
+        monkeypatch.setattr(os, "fdatasync", real)
+        assert most[0] == 3  # one round, its three logs fsynced at once
+        assert took < 0.3 + 3 * 0.2  # the slowest fsync, not their sum, after the held select
+        assert sorted(take_all(owner)) == sorted(keys * 2)
