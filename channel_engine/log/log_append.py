@@ -158,8 +158,6 @@ class LogAppender:
                 or (first_ts is not None and header.max_timestamp - first_ts > config.segment_ms)
                 or segment.index_full
                 or state.log_end_offset + header.record_count - segment.base_offset > INT32_MAX):
-            if config.durability == "fsync":  # the new segment must go into our directory
-                state.check_directory(segment)
             return self.roll_locked()
         return segment
 
@@ -174,10 +172,16 @@ class LogAppender:
     def roll_locked(self) -> LogSegment:
         """Seal the active segment and start a new one at the LEO. Caller holds the lock.
         If the new segment cannot be created, nothing changed and the old one stays active.
-        In policy durability the sealed segment is flushed first (Kafka flushes up to the
-        new segment's base on roll), so the recovery point moves to the new base."""
+        In fsync durability the directory is checked first (LogDirectoryError if it is not
+        ours any more). In policy durability the sealed segment is flushed first (Kafka
+        flushes up to the new segment's base on roll), so the recovery point moves to the
+        new base."""
         state = self.state
         config = state.config
+        if config.durability == "fsync":  # whatever rolls: the new segment must go into our
+            # directory, and the sealed one's unflushed writes are acknowledged only if they
+            # are in our files (the group fsync's check looks at the active segment alone)
+            state.check_directory(state.segments[-1])
         try:
             new = LogSegment.create(state.directory, state.log_end_offset, state.segment_config)
         except OSError as exc:
