@@ -16,13 +16,14 @@ import msgpack
 import pytest
 from channel_helpers import make_config
 
-from channel_engine import Channel
+from channel_engine import Channel, PendingEvent
 from channel_engine.errors import UnknownOperationError
 from channel_engine.filenames import SOCKET_NAME
 from channel_engine.kafka_sink.offsets_record import key_partition
 from channel_engine.owner import protocol
 from channel_engine.owner.client import OwnerClient
 from channel_engine.owner.server import OwnerServer
+from channel_engine.queue import put_batch
 from channel_engine.queue.channel_config import ChannelConfig
 
 TIMEOUT = 10.0
@@ -395,3 +396,29 @@ def test_puts_on_several_partitions_in_one_round_are_fsynced_side_by_side(
         assert most[0] == 3  # one round, its three logs fsynced at once
         assert took < 0.3 + 3 * 0.2  # the slowest fsync, not their sum, after the held select
         assert sorted(take_all(owner)) == sorted(keys * 2)
+
+
+def test_a_connection_closed_while_its_put_waits_for_room_leaves_nothing_behind(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1, capacity=1, transaction_capacity=1,
+                         keep_alive_ms=500)
+    with Channel.open(config) as owner:
+        put(owner, b"a")  # full
+        encoded = put_batch.encode([PendingEvent(b"b")], put_batch.Partitioner(), 1, "none")
+        sock = raw_connection(config)
+        protocol.send(sock, [protocol.VERSION, "commit_batches",
+                             protocol.COMMIT_BATCHES.args_to_wire(tuple(encoded))])
+        time.sleep(0.2)
+        assert len(connection_threads()) == 1  # the put waits for room there
+        sock.close()  # its process is gone
+        server = owner._server
+        assert server is not None
+        deadline = time.monotonic() + TIMEOUT
+        while ((connection_threads() or server._connections)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert connection_threads() == [] and server._connections == set()
+        assert owner.owner is not None and owner.owner.state.unresolved[0] == {}
+        assert take_all(owner, 1) == [b"a"]  # the refused put wrote nothing
+        put(owner, b"c")  # and held no room
+        assert take_all(owner, 1) == [b"c"]
