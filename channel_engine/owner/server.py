@@ -149,6 +149,7 @@ class OwnerServer:
         """Answer until stop(): accept, read every ready request, answer the puts of the
         round together, hand the rest to the connections' threads."""
         selector = self._selector
+        self._listener.setblocking(False)  # _accept takes all that wait, then stops
         selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
         selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         while not self._stopping:
@@ -178,17 +179,26 @@ class OwnerServer:
             self._answer_puts(puts)
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self._listener.accept()
-        except OSError:  # gone before we took it, or out of descriptors: the client retries
-            return
-        if not _same_user(sock):
-            sock.close()
-            return
-        conn = _Connection(sock)
-        with self._lock:
-            self._connections.add(conn)
-        self._selector.register(sock, selectors.EVENT_READ, conn)
+        """Take every connection waiting (the listener does not block)."""
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # none left; or out of descriptors: the client retries
+                return
+            if not _same_user(sock):
+                sock.close()
+                continue
+            sock.setblocking(True)  # its thread, if it gets one, reads and writes blocking
+            conn = _Connection(sock)
+            try:
+                self._selector.register(sock, selectors.EVENT_READ, conn)
+            except (OSError, ValueError) as exc:  # e.g. out of epoll watches: not kept open
+                log.warning("channel %r: refused a client's connection to the owner: %s",
+                            self.owner.name, exc)
+                sock.close()
+                continue
+            with self._lock:
+                self._connections.add(conn)
 
     def _take_back(self) -> None:
         """Listen again on the connections whose thread answered their request."""

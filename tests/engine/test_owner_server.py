@@ -422,3 +422,31 @@ def test_a_connection_closed_while_its_put_waits_for_room_leaves_nothing_behind(
         assert take_all(owner, 1) == [b"a"]  # the refused put wrote nothing
         put(owner, b"c")  # and held no room
         assert take_all(owner, 1) == [b"c"]
+
+
+def test_a_round_accepts_every_connection_waiting(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
+    config, owner = owned
+    server = owner._server
+    assert server is not None
+    hold_next_round(monkeypatch, server)  # the loop waits in that round's select now
+    real = server._selector.select
+    seen: list[int] = []  # connections known at each later select
+
+    def select(timeout: float | None = None) -> list[Any]:
+        seen.append(len(server._connections))
+        return real(timeout)
+
+    monkeypatch.setattr(server._selector, "select", select)
+    socks = [raw_connection(config) for _ in range(5)]  # while the round is held
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen[0] == 5  # one round took them all
+        for sock in socks:  # and each is answered
+            protocol.send(sock, [protocol.VERSION, protocol.HELLO, []])
+            assert protocol.receive(sock)[0] == 0
+    finally:
+        for sock in socks:
+            sock.close()
