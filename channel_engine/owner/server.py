@@ -75,10 +75,24 @@ class OwnerServer:
         except BaseException:
             os.close(self._dir_fd)
             raise
+        try:
+            self._set_up()
+        except BaseException:  # nothing of it left open
+            self._listener.close()
+            os.close(self._dir_fd)
+            raise
+
+    def _set_up(self) -> None:
+        """The rest of __init__, once the socket listens."""
+        owner = self.owner
         bound = os.stat(SOCKET_NAME, dir_fd=self._dir_fd)
         self._bound = (bound.st_dev, bound.st_ino)
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
+        try:
+            self._wake_r, self._wake_w = socket.socketpair()
+        except BaseException:
+            self._selector.close()
+            raise
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._lock = threading.Lock()  # guards the fields below and each connection's busy

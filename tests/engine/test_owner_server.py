@@ -4,6 +4,7 @@ connection's own thread, so the loop never stops answering the others."""
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import threading
 import time
@@ -450,3 +451,23 @@ def test_a_round_accepts_every_connection_waiting(
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_a_server_that_fails_to_start_leaves_no_descriptor_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=1)
+    owner = Channel.open(config)
+    assert owner._server is not None and owner.owner is not None
+    owner._server.stop()
+    owner._server = None
+
+    def no_selector() -> None:
+        raise OSError(24, "too many open files")
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(selectors, "DefaultSelector", no_selector)
+    with pytest.raises(OSError, match="too many open files"):
+        OwnerServer(owner.owner)
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == before  # the listener and the home's closed
+    owner.close()
