@@ -73,6 +73,7 @@ class AppendResult:
     size: int
     max_timestamp: int
     flush_due: bool = False  # durability or flush_messages asks for an fsync of this batch
+    epoch: int = 0  # the truncation epoch it was written in: a deferred flush_to's
 
     @property
     def next_offset(self) -> int:
@@ -105,11 +106,11 @@ class LogAppender:
                 raise BatchTooLargeError(len(batch), limit, setting)
         return batch
 
-    def write_batch(self, batch: bytearray) -> tuple[AppendResult, int]:
+    def write_batch(self, batch: bytearray) -> AppendResult:
         """Write a batch made by build_batch, atomically: the append path up to the committed
         end of 'policy' durability (PartitionLog.append_batch then makes it durable when
-        result.flush_due). Returns where it went and the truncation epoch it was written in
-        (LogFlusher.make_durable's)."""
+        result.flush_due). Returns where it went, with the truncation epoch it was written
+        in (LogFlusher.make_durable's)."""
         state = self.state
         state.check_writable()
         with state.lock:
@@ -129,7 +130,7 @@ class LogAppender:
                 and end - state.recovery_point >= state.config.flush_messages
             )
         return AppendResult(header.base_offset, header.last_offset, segment.base_offset,
-                            position, len(batch), header.max_timestamp, flush_due), epoch
+                            position, len(batch), header.max_timestamp, flush_due, epoch)
 
     def _write_to(self, segment: LogSegment, batch: bytearray, header: BatchHeader) -> int:
         state = self.state

@@ -147,13 +147,14 @@ class LogFlusher:
             raise state.go_offline(exc) from exc
 
     # -- flushing on request and on schedule ----------------------------------------
-    def flush_to(self, offset: int) -> None:
+    def flush_to(self, offset: int, epoch: int | None = None) -> None:
         """Return once every offset below `offset` is on disk (sharing an fsync with
-        concurrent callers)."""
+        concurrent callers); `epoch`: the truncation epoch it was written in (else now's)."""
         state = self.state
         state.check_writable()
-        with state.lock:
-            epoch = state.truncations
+        if epoch is None:
+            with state.lock:
+                epoch = state.truncations
         self.make_durable(offset, epoch)
 
     def flush(self) -> None:

@@ -287,17 +287,17 @@ class OwnerServer:
         (fdatasync lets go of the GIL): the round then costs its slowest fsync, not their
         sum, and each finish finds its batches durable. A flush that fails here fails again
         in its put's finish, which reports it."""
-        ends: dict[int, int] = {}
+        ends: dict[int, tuple[int, int]] = {}  # partition: (flush to, epoch written in)
         for put in puts:
-            for partition, flush_to in put.flushes:
-                ends[partition] = max(ends.get(partition, 0), flush_to)
+            for partition, flush_to, epoch in put.flushes:
+                ends[partition] = max(ends.get(partition, (0, 0)), (flush_to, epoch))
         if len(ends) < 2 or self._flushers is None:
             return  # one log: finish flushes it, with no hand-off
         logs = self.owner.logs
         (own, own_end), *others = ends.items()
-        flushing = [self._flushers.submit(logs[p].flush_to, end) for p, end in others]
+        flushing = [self._flushers.submit(logs[p].flush_to, *end) for p, end in others]
         with contextlib.suppress(Exception):
-            logs[own].flush_to(own_end)  # the loop does one itself
+            logs[own].flush_to(*own_end)  # the loop does one itself
         for future in flushing:
             with contextlib.suppress(Exception):
                 future.result()
