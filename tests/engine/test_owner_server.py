@@ -471,3 +471,39 @@ def test_a_server_that_fails_to_start_leaves_no_descriptor_open(
     monkeypatch.undo()
     assert len(os.listdir("/proc/self/fd")) == before  # the listener and the home's closed
     owner.close()
+
+
+def test_a_round_whose_fsyncs_fail_acknowledges_none_of_its_puts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=2)
+    keys = keys_of_partitions(2)
+    with Channel.open(config) as owner, Channel.open(config) as client:
+        server = owner._server
+        assert server is not None and owner.owner is not None
+        pools = [ThreadPoolExecutor(1) for _ in range(3)]  # a connection each
+
+        def keyed_put(key: bytes) -> str:
+            try:
+                with client.put() as tx:
+                    tx.put(key, key=key)
+            except Exception as exc:  # the owner's error, re-raised in the client
+                return type(exc).__name__
+            return "ok"
+
+        round_keys = [keys[0], keys[1], keys[0]]  # both logs, one of them twice
+        for pool, key in zip(pools, round_keys, strict=True):
+            assert pool.submit(keyed_put, key).result(TIMEOUT) == "ok"
+
+        def failing_fdatasync(fd: int) -> None:
+            raise OSError(5, "input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+        hold_next_round(monkeypatch, server)
+        replies = [pool.submit(keyed_put, key) for pool, key in zip(pools, round_keys,
+                                                                     strict=True)]
+        assert [reply.result(TIMEOUT) for reply in replies] == ["LogOfflineError"] * 3
+        monkeypatch.undo()  # the disk is back for closing
+        state = owner.owner.state
+        assert state.unresolved == [{}, {}]  # each aborted, none left pending
+        assert owner.owner.counters["put_errors"] == 3
+        assert owner.owner.counters["aborted_events"] == 3
