@@ -16,7 +16,8 @@ releasing thread wakes:
 
 A waiter woken to lead that leaves without taking the slot (its own wait was over, or
 failed) passes the turn on (wakes the oldest waiter left), so no waiter is left asleep
-while the slot is free. Maintenance (truncation, close, checkpoint of the recovery
+while the slot is free; a waiter woken because it was covered leaves without waking
+anyone. Maintenance (truncation, close, checkpoint of the recovery
 point, deleting files) waits for the slot itself (`done` None), as the next leader
 does.
 
@@ -33,10 +34,11 @@ from collections.abc import Callable
 class _Waiter:
     """A thread asleep until the slot's holder wakes it."""
 
-    __slots__ = ("done", "wake")
+    __slots__ = ("done", "lead", "wake")
 
     def __init__(self, done: Callable[[], bool] | None) -> None:
         self.done = done  # None: waits for the slot itself
+        self.lead = False  # woken to take the slot: passes the turn on if it does not
         self.wake = threading.Lock()
         self.wake.acquire()
 
@@ -54,22 +56,22 @@ class FlushSlot:
         (evaluated under the slot's lock, first and after each wake; what it raises is
         raised here)."""
         with self._lock:
-            woken = False
+            waiter: _Waiter | None = None  # the last sleep's
             while True:
                 try:
                     if done is not None and done():
-                        if woken:
+                        if waiter is not None and waiter.lead:
                             self._pass_turn()
                         return False
                 except BaseException:
-                    if woken:
+                    if waiter is not None and waiter.lead:
                         self._pass_turn()
                     raise
                 if not self.taken:
                     self.taken = True
                     return True
-                self._sleep(_Waiter(done))
-                woken = True
+                waiter = _Waiter(done)
+                self._sleep(waiter)
 
     def _sleep(self, waiter: _Waiter) -> None:
         """Wait to be woken by a release. Caller holds the lock; it is let go meanwhile."""
@@ -100,6 +102,7 @@ class FlushSlot:
                     woken.append(waiter)
                 elif leader is None:
                     leader = waiter
+                    leader.lead = True
                     woken.append(waiter)
                 else:
                     kept.append(waiter)
@@ -111,7 +114,9 @@ class FlushSlot:
         """A thread leaving without the slot: if the slot is free, wake the oldest waiter
         (it may have been woken to lead and left). Caller holds the lock."""
         if not self.taken and self._waiting:
-            self._waiting.pop(0).wake.release()
+            leader = self._waiting.pop(0)
+            leader.lead = True
+            leader.wake.release()
 
 
 def _over(done: Callable[[], bool]) -> bool:

@@ -73,6 +73,7 @@ class AppendResult:
     size: int
     max_timestamp: int
     flush_due: bool = False  # durability or flush_messages asks for an fsync of this batch
+    epoch: int = 0  # the truncation epoch it was written in: a deferred flush_to's
 
     @property
     def next_offset(self) -> int:
@@ -105,11 +106,11 @@ class LogAppender:
                 raise BatchTooLargeError(len(batch), limit, setting)
         return batch
 
-    def write_batch(self, batch: bytearray) -> tuple[AppendResult, int]:
+    def write_batch(self, batch: bytearray) -> AppendResult:
         """Write a batch made by build_batch, atomically: the append path up to the committed
         end of 'policy' durability (PartitionLog.append_batch then makes it durable when
-        result.flush_due). Returns where it went and the truncation epoch it was written in
-        (LogFlusher.make_durable's)."""
+        result.flush_due). Returns where it went, with the truncation epoch it was written
+        in (LogFlusher.make_durable's)."""
         state = self.state
         state.check_writable()
         with state.lock:
@@ -129,7 +130,7 @@ class LogAppender:
                 and end - state.recovery_point >= state.config.flush_messages
             )
         return AppendResult(header.base_offset, header.last_offset, segment.base_offset,
-                            position, len(batch), header.max_timestamp, flush_due), epoch
+                            position, len(batch), header.max_timestamp, flush_due, epoch)
 
     def _write_to(self, segment: LogSegment, batch: bytearray, header: BatchHeader) -> int:
         state = self.state
@@ -158,8 +159,6 @@ class LogAppender:
                 or (first_ts is not None and header.max_timestamp - first_ts > config.segment_ms)
                 or segment.index_full
                 or state.log_end_offset + header.record_count - segment.base_offset > INT32_MAX):
-            if config.durability == "fsync":  # the new segment must go into our directory
-                state.check_directory(segment)
             return self.roll_locked()
         return segment
 
@@ -174,10 +173,16 @@ class LogAppender:
     def roll_locked(self) -> LogSegment:
         """Seal the active segment and start a new one at the LEO. Caller holds the lock.
         If the new segment cannot be created, nothing changed and the old one stays active.
-        In policy durability the sealed segment is flushed first (Kafka flushes up to the
-        new segment's base on roll), so the recovery point moves to the new base."""
+        In fsync durability the directory is checked first (LogDirectoryError if it is not
+        ours any more). In policy durability the sealed segment is flushed first (Kafka
+        flushes up to the new segment's base on roll), so the recovery point moves to the
+        new base."""
         state = self.state
         config = state.config
+        if config.durability == "fsync":  # whatever rolls: the new segment must go into our
+            # directory, and the sealed one's unflushed writes are acknowledged only if they
+            # are in our files (the group fsync's check looks at the active segment alone)
+            state.check_directory(state.segments[-1])
         try:
             new = LogSegment.create(state.directory, state.log_end_offset, state.segment_config)
         except OSError as exc:

@@ -10,7 +10,9 @@ directory entry. In 'policy' durability flush_if_due() (the scheduler's hook)
 flushes when flush_ms passed; append asks for a flush after flush_messages.
 
 Never acknowledged unless on disk in our directory: every group fsync checks after
-it returns that the active segment's path still names the file the log holds open.
+it returns that the active segment's path still names the file the log holds open, and
+a roll checks the segment it seals before making the next (log_append.py), so the
+segments before the active one hold nothing unchecked.
 
 A part of PartitionLog over its PartitionState (partition_state.py); PartitionLog
 calls make_durable after the appender's write (log_append.py) when the policy
@@ -145,13 +147,14 @@ class LogFlusher:
             raise state.go_offline(exc) from exc
 
     # -- flushing on request and on schedule ----------------------------------------
-    def flush_to(self, offset: int) -> None:
+    def flush_to(self, offset: int, epoch: int | None = None) -> None:
         """Return once every offset below `offset` is on disk (sharing an fsync with
-        concurrent callers)."""
+        concurrent callers); `epoch`: the truncation epoch it was written in (else now's)."""
         state = self.state
         state.check_writable()
-        with state.lock:
-            epoch = state.truncations
+        if epoch is None:
+            with state.lock:
+                epoch = state.truncations
         self.make_durable(offset, epoch)
 
     def flush(self) -> None:

@@ -281,10 +281,11 @@ class PartitionLog:
     def append_batch(self, batch: bytearray, defer_flush: bool = False) -> AppendResult:
         """Append a batch made by build_batch, atomically; durable on return in fsync
         durability. With defer_flush the caller flushes instead: it calls flush_to(result.
-        next_offset) when result.flush_due (the channel registers the batch first)."""
-        result, epoch = self.appender.write_batch(batch)
+        next_offset, result.epoch) when result.flush_due (the channel registers the batch
+        first)."""
+        result = self.appender.write_batch(batch)
         if result.flush_due and not defer_flush:
-            self.flusher.make_durable(result.next_offset, epoch)
+            self.flusher.make_durable(result.next_offset, result.epoch)
         return result
 
     def roll(self) -> None:
@@ -300,9 +301,10 @@ class PartitionLog:
         """Make every commit stamp so far durable."""
         self.flusher.sync_marks()
 
-    def flush_to(self, offset: int) -> None:
-        """Return once every offset below `offset` is on disk (a shared fsync)."""
-        self.flusher.flush_to(offset)
+    def flush_to(self, offset: int, epoch: int | None = None) -> None:
+        """Return once every offset below `offset` is on disk (a shared fsync); with the
+        `epoch` a deferred append returned, StorageError if a truncation removed it since."""
+        self.flusher.flush_to(offset, epoch)
 
     def flush(self) -> None:
         """Make everything appended so far durable, new segments' files too (Kafka's flush)."""

@@ -28,8 +28,9 @@ Only processes of the owner's user may connect: the socket file is 0600 and
 every peer's uid is checked with SO_PEERCRED. A directory in place of the socket file
 is moved aside (`owner.sock.stray`); a socket that cannot be made fails the owner's open
 with UnusableFileError naming the path. Stopping lets the requests in progress finish and
-send their replies (up to a grace period), then closes every connection (their takes roll
-back), and removes only the socket file this
+send their replies (up to a grace period; a client stopped halfway through sending a
+request has none in progress), then closes every connection (their takes roll back), and
+removes only the socket file this
 server bound, in the home it bound it in: when a deleted channel is recreated at the same
 path, a process still closing the old channel's owner never removes the new owner's
 socket (which would leave the new owner holding the lock where no one can reach it).
@@ -46,6 +47,7 @@ import struct
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,16 +75,35 @@ class OwnerServer:
         except BaseException:
             os.close(self._dir_fd)
             raise
+        try:
+            self._set_up()
+        except BaseException:  # nothing of it left open
+            self._listener.close()
+            os.close(self._dir_fd)
+            raise
+
+    def _set_up(self) -> None:
+        """The rest of __init__, once the socket listens."""
+        owner = self.owner
         bound = os.stat(SOCKET_NAME, dir_fd=self._dir_fd)
         self._bound = (bound.st_dev, bound.st_ino)
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
+        try:
+            self._wake_r, self._wake_w = socket.socketpair()
+        except BaseException:
+            self._selector.close()
+            raise
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._lock = threading.Lock()  # guards the fields below and each connection's busy
         self._connections: set[_Connection] = set()
         self._returned: deque[_Connection] = deque()  # handed back to the loop by their thread
         self._stopping = False
+        # the round's partition logs fsynced side by side (_flush_round): made once, its
+        # threads started as first needed; none for one partition, where the loop flushes
+        self._flushers = (ThreadPoolExecutor(min(owner.config.partitions - 1, _FLUSHERS_MAX),
+                                             f"weir-owner-{owner.name}-flush")
+                          if owner.config.partitions > 1 else None)
         self._thread = threading.Thread(target=self._loop, name=f"weir-owner-{owner.name}",
                                         daemon=True)
 
@@ -111,6 +132,8 @@ class OwnerServer:
         for conn in left:  # past the grace: its thread closes it (and rolls back) when it fails
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
+        if self._flushers is not None:
+            self._flushers.shutdown()
         self._selector.close()
         self._listener.close()
         self._wake_r.close()
@@ -140,6 +163,7 @@ class OwnerServer:
         """Answer until stop(): accept, read every ready request, answer the puts of the
         round together, hand the rest to the connections' threads."""
         selector = self._selector
+        self._listener.setblocking(False)  # _accept takes all that wait, then stops
         selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
         selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         while not self._stopping:
@@ -152,32 +176,43 @@ class OwnerServer:
     def _round(self, selector: selectors.BaseSelector) -> None:
         """Wait for ready connections, read a request from each, answer."""
         puts: list[tuple[_Connection, PendingPut | BaseException]] = []
-        for key, _events in selector.select():
-            if key.data is _LISTENER:
-                self._accept()
-            elif key.data is _WAKE:
-                self._take_back()
-            else:
-                try:
-                    self._read(key.data, puts)
-                except Exception:  # a bug: that client loses its connection, not all
-                    log.exception("channel %r: a client's request failed in the owner's "
-                                  "loop; closing its connection", self.owner.name)
-                    self._close(key.data)
-        self._answer_puts(puts)  # each put begun is finished, or its client told
+        try:
+            for key, _events in selector.select():
+                if key.data is _LISTENER:
+                    self._accept()
+                elif key.data is _WAKE:
+                    self._take_back()
+                else:
+                    try:
+                        self._read(key.data, puts)
+                    except Exception:  # a bug: that client loses its connection, not all
+                        log.exception("channel %r: a client's request failed in the owner's "
+                                      "loop; closing its connection", self.owner.name)
+                        self._close(key.data)
+        finally:  # a round that fails part way still ends every put it began
+            self._answer_puts(puts)
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self._listener.accept()
-        except OSError:  # gone before we took it, or out of descriptors: the client retries
-            return
-        if not _same_user(sock):
-            sock.close()
-            return
-        conn = _Connection(sock)
-        with self._lock:
-            self._connections.add(conn)
-        self._selector.register(sock, selectors.EVENT_READ, conn)
+        """Take every connection waiting (the listener does not block)."""
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # none left; or out of descriptors: the client retries
+                return
+            if not _same_user(sock):
+                sock.close()
+                continue
+            sock.setblocking(True)  # its thread, if it gets one, reads and writes blocking
+            conn = _Connection(sock)
+            try:
+                self._selector.register(sock, selectors.EVENT_READ, conn)
+            except (OSError, ValueError) as exc:  # e.g. out of epoll watches: not kept open
+                log.warning("channel %r: refused a client's connection to the owner: %s",
+                            self.owner.name, exc)
+                sock.close()
+                continue
+            with self._lock:
+                self._connections.add(conn)
 
     def _take_back(self) -> None:
         """Listen again on the connections whose thread answered their request."""
@@ -195,7 +230,7 @@ class OwnerServer:
         """Read a ready connection's request: begin a put, answer a hello, or hand it on."""
         try:
             request = protocol.receive_started(conn.sock)
-        except ConnectionError as exc:
+        except (ConnectionError, ValueError) as exc:  # ValueError: not msgpack
             if not isinstance(exc, ConnectionResetError | BrokenPipeError):
                 log.warning("channel %r: closed a client's connection to the owner: %s",
                             self.owner.name, exc)
@@ -235,17 +270,47 @@ class OwnerServer:
         self._reply(conn, reply)
 
     def _answer_puts(self, puts: list[tuple[_Connection, PendingPut | BaseException]]) -> None:
-        """Finish the round's puts in order (the first fsync covers the rest) and reply."""
+        """Finish the round's puts in order (the first fsync covers the rest) and reply.
+        Every begun put is finished (or aborted) even if a reply fails: that one closes
+        only its own connection."""
+        self._flush_round([put for _, put in puts if isinstance(put, PendingPut)])
         for conn, put in puts:
-            if isinstance(put, BaseException):
-                reply = protocol.error_to_wire(put)
-            else:
-                try:
-                    committed = self.owner.puts.finish(put)
-                    reply = [0, protocol.COMMIT_BATCHES.result_to_wire(committed)]
-                except Exception as exc:
-                    reply = protocol.error_to_wire(exc)
-            self._reply(conn, reply)
+            try:
+                self._reply(conn, self._finish_put(put))
+            except Exception:  # a bug: that client loses its connection, not the others
+                log.exception("channel %r: replying to a put failed in the owner's loop; "
+                              "closing its connection", self.owner.name)
+                self._close(conn)
+
+    def _flush_round(self, puts: list[PendingPut]) -> None:
+        """fsync the round's partition logs side by side when it wrote to more than one
+        (fdatasync lets go of the GIL): the round then costs its slowest fsync, not their
+        sum, and each finish finds its batches durable. A flush that fails here fails again
+        in its put's finish, which reports it."""
+        ends: dict[int, tuple[int, int]] = {}  # partition: (flush to, epoch written in)
+        for put in puts:
+            for partition, flush_to, epoch in put.flushes:
+                ends[partition] = max(ends.get(partition, (0, 0)), (flush_to, epoch))
+        if len(ends) < 2 or self._flushers is None:
+            return  # one log: finish flushes it, with no hand-off
+        logs = self.owner.logs
+        (own, own_end), *others = ends.items()
+        flushing = [self._flushers.submit(logs[p].flush_to, *end) for p, end in others]
+        with contextlib.suppress(Exception):
+            logs[own].flush_to(*own_end)  # the loop does one itself
+        for future in flushing:
+            with contextlib.suppress(Exception):
+                future.result()
+
+    def _finish_put(self, put: PendingPut | BaseException) -> list[Any]:
+        """A begun put finished (or its begin's error) as the reply to send."""
+        if isinstance(put, BaseException):
+            return protocol.error_to_wire(put)
+        try:
+            committed = self.owner.puts.finish(put)
+        except Exception as exc:  # finish aborted it: the client re-raises it
+            return protocol.error_to_wire(exc)
+        return [0, protocol.COMMIT_BATCHES.result_to_wire(committed)]
 
     def _reply(self, conn: _Connection, reply: list[Any]) -> None:
         """Send a reply from the loop without waiting: what the socket's buffer does not
@@ -267,8 +332,9 @@ class OwnerServer:
     def _hand_off(self, conn: _Connection, request: Any) -> None:
         """Give a request to its connection's thread; the loop stops listening to it."""
         self._selector.unregister(conn.sock)
-        with self._lock:
-            conn.busy = True
+        if not isinstance(request, protocol.Incomplete):  # else busy once it is whole:
+            with self._lock:  # a client stalled mid-frame never holds up stop()
+                conn.busy = True
         if conn.inbox is None:
             conn.inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(conn, conn.inbox), daemon=True,
@@ -276,32 +342,45 @@ class OwnerServer:
         conn.inbox.put(request)
 
     def _serve(self, conn: _Connection, inbox: queue.SimpleQueue[Any]) -> None:
-        """A connection's thread: answer each request the loop hands it, in order."""
-        while (request := inbox.get()) is not None:
-            if isinstance(request, _Unsent):  # the rest of a reply the loop began
-                if not self._send(conn, request.data):
+        """A connection's thread: answer each request the loop hands it, in order. Whatever
+        fails here closes the connection (its takes roll back): never a thread gone and its
+        connection left open, busy, holding its takes."""
+        try:
+            while (request := inbox.get()) is not None:
+                if not self._serve_one(conn, request):
                     return
-                continue
-            try:
-                if isinstance(request, protocol.Incomplete):
-                    request = protocol.receive_rest(conn.sock, request)
-            except (ConnectionResetError, BrokenPipeError, EOFError):
-                self._close(conn)
-                return
-            except ConnectionError as exc:
-                log.warning("channel %r: closed a client's connection to the owner: %s",
-                            self.owner.name, exc)
-                self._close(conn)
-                return
-            except OSError:
-                self._close(conn)
-                return
-            try:
-                reply = [0, _dispatch(self.owner, request, conn.takes)]
-            except Exception as exc:  # the client re-raises it
-                reply = protocol.error_to_wire(exc)
-            if not self._send(conn, protocol.frame(reply)):
-                return
+        except Exception:  # a bug: that client loses its connection, not its takes
+            log.exception("channel %r: a connection's thread failed; closing its connection",
+                          self.owner.name)
+            self._close(conn)
+
+    def _serve_one(self, conn: _Connection, request: Any) -> bool:
+        """Answer one handed-off request; False when the connection was closed."""
+        if isinstance(request, _Unsent):  # the rest of a reply the loop began
+            return self._send(conn, request.data)
+        try:
+            if isinstance(request, protocol.Incomplete):
+                request = protocol.receive_rest(conn.sock, request)
+        except (ConnectionResetError, BrokenPipeError, EOFError):
+            self._close(conn)
+            return False
+        except (ConnectionError, ValueError) as exc:  # too long, out of step, not msgpack
+            log.warning("channel %r: closed a client's connection to the owner: %s",
+                        self.owner.name, exc)
+            self._close(conn)
+            return False
+        except OSError:
+            self._close(conn)
+            return False
+        with self._lock:
+            if conn.closed:  # stop() closed it while the frame was coming: not answered
+                return False
+            conn.busy = True
+        try:
+            reply = [0, _dispatch(self.owner, request, conn.takes)]
+        except Exception as exc:  # the client re-raises it
+            reply = protocol.error_to_wire(exc)
+        return self._send(conn, protocol.frame(reply))
 
     def _send(self, conn: _Connection, data: bytes | memoryview) -> bool:
         """A connection's thread: send the rest of a reply and give the connection back to
@@ -333,6 +412,8 @@ class OwnerServer:
             self._connections.discard(conn)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(conn.sock)  # the loop's, or not registered
+        with contextlib.suppress(OSError):  # wakes its thread if it waits in a recv
+            conn.sock.shutdown(socket.SHUT_RDWR)
         conn.sock.close()
         if conn.inbox is not None:
             conn.inbox.put(None)  # its thread ends
@@ -343,6 +424,7 @@ class OwnerServer:
                 pass
 
 
+_FLUSHERS_MAX = 8  # fsyncs of one round side by side: more buy little on a few disks
 _LISTENER = object()  # selector keys' data: the listening socket
 _WAKE = object()  # the loop's wake-up socket
 

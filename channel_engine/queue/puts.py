@@ -81,7 +81,8 @@ class PendingPut:
     count: int  # events
     placed: int | None = None  # the partition PutPlacement placed it in (finished() owed)
     written: list[tuple[int, int]] = field(default_factory=list)  # (partition, put id)
-    flushes: list[tuple[int, int]] = field(default_factory=list)  # (partition, flush to)
+    # (partition, flush to, truncation epoch written in): finish's flushes
+    flushes: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Puts:
@@ -146,8 +147,8 @@ class Puts:
         """The second half of commit_batches: make a begun put durable (per the durability)
         and committed; return (partition, first, last) per batch."""
         try:
-            for partition, flush_to in put.flushes:
-                self._state.logs[partition].flush_to(flush_to)
+            for partition, flush_to, epoch in put.flushes:
+                self._state.logs[partition].flush_to(flush_to, epoch)
             if put.transaction_id is not None:
                 self._flush_parts(put.written)
                 self._journal_put(put.transaction_id, put.written)
@@ -218,14 +219,14 @@ class Puts:
         self._wait_for_room(count, wait)
         try:
             for partition, batch in ready:
-                put_id, flush_to = self._append(partition, batch, put.transaction_id)
+                put_id, flush = self._append(partition, batch, put.transaction_id)
                 put.written.append((partition, put_id))
-                if flush_to is None:
+                if flush is None:
                     continue
                 if put.transaction_id is None:  # finish flushes: puts begun together share it
-                    put.flushes.append((partition, flush_to))
+                    put.flushes.append((partition, *flush))
                 else:  # each as written, so the batches before a refused one are on disk
-                    self._state.logs[partition].flush_to(flush_to)  # (aborted: below the HW)
+                    self._state.logs[partition].flush_to(*flush)  # (aborted: below the HW)
         except BaseException:
             self._abort_put(put.written, count)
             raise
@@ -260,9 +261,10 @@ class Puts:
             self._state.add_untaken(count)
 
     def _append(self, partition: int, batch: bytearray,
-                transaction_id: int | None) -> tuple[int, int | None]:
+                transaction_id: int | None) -> tuple[int, tuple[int, int] | None]:
         """Append one batch and register it as unresolved; return its put id and the offset
-        to flush to if the durability or flush policy asks for it (the caller flushes
+        to flush to with the truncation epoch it was written in, if the durability or flush
+        policy asks for a flush (the caller flushes
         outside the locks, sharing the fsync with concurrent committers)."""
         log = self._state.logs[partition]
         with self._state.append_locks[partition]:
@@ -274,7 +276,7 @@ class Puts:
                     result.first_offset, result.next_offset, transaction_id,
                     result.segment_base_offset, result.position)
                 self._state.ends[partition] = result.next_offset
-        return put_id, result.next_offset if result.flush_due else None
+        return put_id, (result.next_offset, result.epoch) if result.flush_due else None
 
     def _flush_parts(self, written: list[tuple[int, int]]) -> None:
         """Make a multi-partition put's batches durable before its commit decision. The

@@ -201,3 +201,48 @@ def test_every_committer_returns_under_contention(seed):
     assert state["durable"] == state["written"] == 12 * 40
     assert 0 < leads[0] < 12 * 40  # flushes were shared
     assert slot.taken is False and slot._waiting == []
+
+
+def test_covered_waiters_leave_without_waking_another():
+    slot = FlushSlot()
+    slot.take()
+    durable = [0]
+    checks_asleep = [0]  # the last waiter's checks in its own thread
+    leading = threading.Event()
+    finish = threading.Event()
+
+    def covered(end: int) -> None:
+        assert slot.take(lambda: durable[0] >= end) is False
+
+    def leader_done() -> bool:
+        if durable[0]:  # woken to lead: slow to take the slot, so the covered ones leave first
+            time.sleep(0.1)
+        return False
+
+    def leader() -> None:
+        assert slot.take(leader_done) is True
+        leading.set()
+        finish.wait(TIMEOUT)
+        slot.release()
+
+    own: list[int] = []  # the last waiter's thread: its first check is its own
+
+    def last_done() -> bool:
+        own.append(own[0] if own else threading.get_ident())
+        checks_asleep[0] += threading.get_ident() == own[0]
+        return durable[0] >= 100
+
+    threads = [start(covered, 1), start(covered, 2), start(leader)]
+    wait_until(lambda: len(slot._waiting) == 3)
+    last = start(lambda: slot.take(last_done))
+    wait_until(lambda: len(slot._waiting) == 4)
+    durable[0] = 10  # covers the first two; the third leads the next flush
+    slot.release()
+    leading.wait(TIMEOUT)
+    time.sleep(0.05)
+    assert checks_asleep[0] == 1  # only its first check: nobody woke it meanwhile
+    durable[0] = 100
+    finish.set()
+    for thread in [*threads, last]:
+        thread.join(TIMEOUT)
+    assert not any(thread.is_alive() for thread in [*threads, last])

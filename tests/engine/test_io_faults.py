@@ -368,3 +368,22 @@ def test_a_deleted_data_dir_makes_channel_puts_fail_and_health_unhealthy(
         status = channel.status()
         assert status["health"] == "unhealthy" and "offline" in status["health_reason"]
         assert status["counters"]["put_errors"] >= 1
+
+
+def test_an_explicit_roll_in_fsync_durability_acknowledges_nothing_of_a_replaced_directory(
+        tmp_path: Path) -> None:
+    # a put's batch written, its fsync deferred (Puts.begin), then a roll before it: the
+    # group fsync's check looks at the new active segment only, so the roll checks
+    directory = tmp_path / "p0"
+    log = PartitionLog.open(directory, LogConfig())
+    log.append(events(1, "a"))
+    directory.rename(tmp_path / "moved")
+    directory.mkdir()
+    written = log.append_batch(log.build_batch(events(1, "b")), defer_flush=True)
+    with pytest.raises(LogDirectoryError, match="another directory is at this path"):
+        log.roll()
+    with pytest.raises(LogDirectoryError):
+        log.flush_to(written.next_offset)  # never acknowledged
+    assert log.recovery_point == 1
+    log.close()
+    assert not list(directory.iterdir())  # nothing made in the new one

@@ -4,22 +4,27 @@ connection's own thread, so the loop never stops answering the others."""
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 from channel_helpers import make_config
 
-from channel_engine import Channel
+from channel_engine import Channel, PendingEvent
 from channel_engine.errors import UnknownOperationError
 from channel_engine.filenames import SOCKET_NAME
+from channel_engine.kafka_sink.offsets_record import key_partition
 from channel_engine.owner import protocol
 from channel_engine.owner.client import OwnerClient
+from channel_engine.owner.server import OwnerServer
+from channel_engine.queue import put_batch
 from channel_engine.queue.channel_config import ChannelConfig
 
 TIMEOUT = 10.0
@@ -243,3 +248,262 @@ def test_a_round_that_fails_is_logged_and_the_loop_goes_on(
     assert failures == [1] and "the owner's loop failed a round" in caplog.text
     assert "a bug in accept" in caplog.text
     assert take_all(owner) == [b"after"]
+
+
+def hold_next_round(monkeypatch: pytest.MonkeyPatch, server: OwnerServer,
+                    wait_s: float = 0.3) -> None:
+    """Make the loop's next select wait `wait_s` first, so what clients send meanwhile is
+    read in one round (the listening socket's event last)."""
+    real = server._selector.select
+    armed = [True]
+
+    def select(timeout: float | None = None) -> list[Any]:
+        if not armed:
+            return real(timeout)
+        armed.clear()
+        time.sleep(wait_s)
+        return sorted(real(timeout), key=lambda event: event[0].fileobj is server._listener)
+
+    monkeypatch.setattr(server._selector, "select", select)
+    server._wake()
+    time.sleep(0.1)  # the loop is in the held select now
+
+
+def test_a_round_that_fails_after_a_put_began_still_answers_that_put(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
+    config, owner = owned
+    server = owner._server
+    assert server is not None
+    with Channel.open(config) as client:
+        pool = ThreadPoolExecutor(1)  # one connection, idle in the loop
+        pool.submit(put, client, b"warm").result(TIMEOUT)
+        real = server._accept
+        failures: list[int] = []
+
+        def failing_once() -> None:  # e.g. epoll_ctl out of watches
+            if not failures:
+                failures.append(1)
+                raise OSError(28, "no space left for another watch")
+            real()
+
+        monkeypatch.setattr(server, "_accept", failing_once)
+        hold_next_round(monkeypatch, server)
+        pending = pool.submit(put, client, b"begun")
+        time.sleep(0.05)
+        sock = raw_connection(config)  # a new connection in the same round, after the put
+        try:
+            pending.result(TIMEOUT)  # finished, not stranded
+        finally:
+            sock.close()
+        assert failures == [1]
+        assert take_all(owner) == [b"warm", b"begun"]
+        assert owner.owner is not None and owner.owner.state.unresolved[0] == {}
+
+
+def test_a_large_malformed_frame_closes_its_connection_and_rolls_back_its_take(
+        owned: tuple[ChannelConfig, Channel]) -> None:
+    config, owner = owned
+    put(owner, b"a")
+    sock = raw_connection(config)
+    try:
+        protocol.send(sock, [protocol.VERSION, "begin_take", [None, "default"]])
+        code, take_id = protocol.receive(sock)
+        protocol.send(sock, [protocol.VERSION, "take_events", [take_id, 10]])
+        assert [row[5] for row in protocol.receive(sock)[1]] == [b"a"]
+        body = b"\x93" + b"\xc1" * (1 << 17)  # an array, then a byte msgpack never uses
+        sock.sendall(protocol.LENGTH.pack(len(body)) + body[:1_000])
+        time.sleep(0.2)  # the rest comes later: the connection's thread reads it
+        sock.sendall(body[1_000:])
+        assert sock.recv(1) == b""  # the owner closed the connection
+    finally:
+        sock.close()
+    assert owner.owner is not None
+    deadline = time.monotonic() + TIMEOUT
+    while ((connection_threads() or owner.owner.status()["events_in_flight"])
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    assert take_all(owner) == [b"a"]  # its take rolled back
+    assert connection_threads() == []
+    assert owner._server is not None and owner._server._connections == set()
+
+
+def test_stop_does_not_wait_for_a_client_stalled_mid_frame(tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1)
+    owner = Channel.open(config)
+    assert owner._server is not None
+    sock = raw_connection(config)
+    try:
+        sock.sendall(b"\x00\x00")  # half a length prefix, then nothing: a stopped process
+        time.sleep(0.2)
+        assert len(connection_threads()) == 1  # waiting for the rest of the frame
+        began = time.monotonic()
+        owner._server.stop(grace_s=TIMEOUT)
+        assert time.monotonic() - began < 2  # not its whole grace
+        assert sock.recv(1) == b""  # closed
+    finally:
+        sock.close()
+        owner._server = None  # stopped above
+        owner.close()
+    deadline = time.monotonic() + TIMEOUT
+    while connection_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connection_threads() == []
+
+
+def keys_of_partitions(partitions: int) -> list[bytes]:
+    """A key for each partition (the producer's murmur2 partitioner)."""
+    found: dict[int, bytes] = {}
+    for i in range(1_000):
+        found.setdefault(key_partition(b"key-%d" % i, partitions), b"key-%d" % i)
+    return [found[p] for p in range(partitions)]
+
+
+def test_puts_on_several_partitions_in_one_round_are_fsynced_side_by_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=3)
+    keys = keys_of_partitions(3)
+    with Channel.open(config) as owner, Channel.open(config) as client:
+        server = owner._server
+        assert server is not None
+        pools = [ThreadPoolExecutor(1) for _ in keys]  # a connection each
+
+        def keyed_put(key: bytes) -> None:
+            with client.put() as tx:
+                tx.put(key, key=key)
+
+        for pool, key in zip(pools, keys, strict=True):
+            pool.submit(keyed_put, key).result(TIMEOUT)
+        in_flight, most = [0], [0]
+        lock = threading.Lock()
+        real = os.fdatasync
+
+        def slow_fdatasync(fd: int) -> None:  # a disk: each fsync takes a while
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            time.sleep(0.2)
+            real(fd)
+            with lock:
+                in_flight[0] -= 1
+
+        monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+        hold_next_round(monkeypatch, server)
+        began = time.monotonic()
+        puts = [pool.submit(keyed_put, key) for pool, key in zip(pools, keys, strict=True)]
+        for done in puts:
+            done.result(TIMEOUT)
+        took = time.monotonic() - began
+        monkeypatch.setattr(os, "fdatasync", real)
+        assert most[0] == 3  # one round, its three logs fsynced at once
+        assert took < 0.3 + 3 * 0.2  # the slowest fsync, not their sum, after the held select
+        assert sorted(take_all(owner)) == sorted(keys * 2)
+
+
+def test_a_connection_closed_while_its_put_waits_for_room_leaves_nothing_behind(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path, partitions=1, capacity=1, transaction_capacity=1,
+                         keep_alive_ms=500)
+    with Channel.open(config) as owner:
+        put(owner, b"a")  # full
+        encoded = put_batch.encode([PendingEvent(b"b")], put_batch.Partitioner(), 1, "none")
+        sock = raw_connection(config)
+        protocol.send(sock, [protocol.VERSION, "commit_batches",
+                             protocol.COMMIT_BATCHES.args_to_wire(tuple(encoded))])
+        time.sleep(0.2)
+        assert len(connection_threads()) == 1  # the put waits for room there
+        sock.close()  # its process is gone
+        server = owner._server
+        assert server is not None
+        deadline = time.monotonic() + TIMEOUT
+        while ((connection_threads() or server._connections)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert connection_threads() == [] and server._connections == set()
+        assert owner.owner is not None and owner.owner.state.unresolved[0] == {}
+        assert take_all(owner, 1) == [b"a"]  # the refused put wrote nothing
+        put(owner, b"c")  # and held no room
+        assert take_all(owner, 1) == [b"c"]
+
+
+def test_a_round_accepts_every_connection_waiting(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
+    config, owner = owned
+    server = owner._server
+    assert server is not None
+    hold_next_round(monkeypatch, server)  # the loop waits in that round's select now
+    real = server._selector.select
+    seen: list[int] = []  # connections known at each later select
+
+    def select(timeout: float | None = None) -> list[Any]:
+        seen.append(len(server._connections))
+        return real(timeout)
+
+    monkeypatch.setattr(server._selector, "select", select)
+    socks = [raw_connection(config) for _ in range(5)]  # while the round is held
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen[0] == 5  # one round took them all
+        for sock in socks:  # and each is answered
+            protocol.send(sock, [protocol.VERSION, protocol.HELLO, []])
+            assert protocol.receive(sock)[0] == 0
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_server_that_fails_to_start_leaves_no_descriptor_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=1)
+    owner = Channel.open(config)
+    assert owner._server is not None and owner.owner is not None
+    owner._server.stop()
+    owner._server = None
+
+    def no_selector() -> None:
+        raise OSError(24, "too many open files")
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(selectors, "DefaultSelector", no_selector)
+    with pytest.raises(OSError, match="too many open files"):
+        OwnerServer(owner.owner)
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == before  # the listener and the home's closed
+    owner.close()
+
+
+def test_a_round_whose_fsyncs_fail_acknowledges_none_of_its_puts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = make_config(tmp_path, partitions=2)
+    keys = keys_of_partitions(2)
+    with Channel.open(config) as owner, Channel.open(config) as client:
+        server = owner._server
+        assert server is not None and owner.owner is not None
+        pools = [ThreadPoolExecutor(1) for _ in range(3)]  # a connection each
+
+        def keyed_put(key: bytes) -> str:
+            try:
+                with client.put() as tx:
+                    tx.put(key, key=key)
+            except Exception as exc:  # the owner's error, re-raised in the client
+                return type(exc).__name__
+            return "ok"
+
+        round_keys = [keys[0], keys[1], keys[0]]  # both logs, one of them twice
+        for pool, key in zip(pools, round_keys, strict=True):
+            assert pool.submit(keyed_put, key).result(TIMEOUT) == "ok"
+
+        def failing_fdatasync(fd: int) -> None:
+            raise OSError(5, "input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+        hold_next_round(monkeypatch, server)
+        replies = [pool.submit(keyed_put, key) for pool, key in zip(pools, round_keys,
+                                                                     strict=True)]
+        assert [reply.result(TIMEOUT) for reply in replies] == ["LogOfflineError"] * 3
+        monkeypatch.undo()  # the disk is back for closing
+        state = owner.owner.state
+        assert state.unresolved == [{}, {}]  # each aborted, none left pending
+        assert owner.owner.counters["put_errors"] == 3
+        assert owner.owner.counters["aborted_events"] == 3
