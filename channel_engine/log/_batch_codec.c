@@ -729,6 +729,21 @@ typedef struct {
     int log_append_time;
 } BatchInfo;
 
+/* A plain (uncompressed, unencrypted) batch's header fields: 1, or 0 when the buffer is
+   shorter than a header or its batch is not plain (the callers decline it). */
+static int plain_batch_info(const Py_buffer *view, BatchInfo *info, int32_t *count)
+{
+    const unsigned char *buf = view->buf;
+    if (view->len < HEADER_SIZE || buf[ATTRIBUTES_AT + 1] & (CODEC_MASK | ENCRYPTED_MASK))
+        return 0;
+    info->base_offset = (int64_t)get_be64(buf);
+    info->first_timestamp = (int64_t)get_be64(buf + 27);
+    info->max_timestamp = (int64_t)get_be64(buf + 35);
+    info->log_append_time = (buf[ATTRIBUTES_AT + 1] & TIMESTAMP_TYPE_MASK) != 0;
+    *count = (int32_t)get_be32(buf + 57);
+    return 1;
+}
+
 /* The next record as an Event's fields (items[1..5]), offset in *offset; -1 on error. */
 static int read_record(Reader *r, const BatchInfo *info, int64_t *offset, PyObject **items)
 {
@@ -831,20 +846,14 @@ static PyObject *decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const unsigned char *buf = view.buf;
-    if (view.len < HEADER_SIZE || buf[ATTRIBUTES_AT + 1] & (CODEC_MASK | ENCRYPTED_MASK)) {
+    BatchInfo info;
+    int32_t count;
+    if (!plain_batch_info(&view, &info, &count)) {
         PyBuffer_Release(&view);
         Py_RETURN_FALSE;
     }
-    BatchInfo info = {
-        .base_offset = (int64_t)get_be64(buf),
-        .first_timestamp = (int64_t)get_be64(buf + 27),
-        .max_timestamp = (int64_t)get_be64(buf + 35),
-        .log_append_time = (buf[ATTRIBUTES_AT + 1] & TIMESTAMP_TYPE_MASK) != 0,
-    };
-    Reader reader = {buf, view.len, HEADER_SIZE};
-    int status = decode_records(&reader, &info, (int32_t)get_be32(buf + 57), args[1], start,
-                                stop, limit, args[5]);
+    Reader reader = {view.buf, view.len, HEADER_SIZE};
+    int status = decode_records(&reader, &info, count, args[1], start, stop, limit, args[5]);
     PyBuffer_Release(&view);
     if (status < 0)
         return NULL;
@@ -1300,22 +1309,17 @@ static PyObject *columns_append(ColumnBuffers *self, PyObject *const *args, Py_s
     }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const unsigned char *buf = view.buf;
-    if (view.len < HEADER_SIZE || buf[ATTRIBUTES_AT + 1] & (CODEC_MASK | ENCRYPTED_MASK)) {
+    BatchInfo info;
+    int32_t count;
+    if (!plain_batch_info(&view, &info, &count)) {
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
-    BatchInfo info = {
-        .base_offset = (int64_t)get_be64(buf),
-        .first_timestamp = (int64_t)get_be64(buf + 27),
-        .max_timestamp = (int64_t)get_be64(buf + 35),
-        .log_append_time = (buf[ATTRIBUTES_AT + 1] & TIMESTAMP_TYPE_MASK) != 0,
-    };
-    Reader reader = {buf, view.len, HEADER_SIZE};
+    Reader reader = {view.buf, view.len, HEADER_SIZE};
     ColumnsMark mark;
     columns_mark(self, &mark);
     self->busy = 1;
-    int status = columns_records(self, &reader, &info, (int32_t)get_be32(buf + 57), expected,
+    int status = columns_records(self, &reader, &info, count, expected,
                                  stop, &added, &gap, &has_gap);
     self->busy = 0;
     PyBuffer_Release(&view);

@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,15 +48,37 @@ def _is_socket(fd: int) -> bool:
         return False
 
 
+def fake_owner_socket(config: ChannelConfig) -> socket.socket:
+    """A listening owner.sock in config's home, for a fake owner."""
+    config.home.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(config.home / SOCKET_NAME))
+    listener.listen(16)
+    return listener
+
+
+def serve_each(listener: socket.socket, serve: Callable[[socket.socket], None],
+               held: list[socket.socket]) -> None:
+    """Accept connections in a thread until the listener closes, each served by `serve` in a
+    thread of its own and kept in `held`."""
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 @pytest.fixture()
 def silent_owner(tmp_path: Path) -> Iterator[SilentOwner]:
     """A channel home whose owner socket answers HELLO, then reads requests and never
     answers them."""
     config = make_config(tmp_path)
-    config.home.mkdir(parents=True, exist_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(config.home / SOCKET_NAME))
-    listener.listen(16)
+    listener = fake_owner_socket(config)
     held: list[socket.socket] = []
 
     def serve(conn: socket.socket) -> None:
@@ -68,16 +90,7 @@ def silent_owner(tmp_path: Path) -> Iterator[SilentOwner]:
         except (OSError, EOFError):
             pass
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            held.append(conn)
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    serve_each(listener, serve, held)
     try:
         yield SilentOwner(config, held)
     finally:
@@ -138,10 +151,7 @@ def echo_owner(tmp_path: Path) -> Iterator[tuple[ChannelConfig, list[list[object
     [op, args] (recording each request it read); after answering `bye` it closes the
     connection, as a stopping owner closes its idle ones."""
     config = make_config(tmp_path)
-    config.home.mkdir(parents=True, exist_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(config.home / SOCKET_NAME))
-    listener.listen(16)
+    listener = fake_owner_socket(config)
     requests: list[list[object]] = []
     receive, send = protocol.receive, protocol.send  # a test may patch the client's
 
@@ -160,15 +170,7 @@ def echo_owner(tmp_path: Path) -> Iterator[tuple[ChannelConfig, list[list[object
             except (OSError, EOFError):
                 pass
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    serve_each(listener, serve, [])
     try:
         yield config, requests
     finally:
