@@ -108,10 +108,11 @@ _open: dict[str, tuple[Any, EngineChannel]] = {}  # name -> ((pk, updated_at), c
 _open_pid = os.getpid()
 _lock = threading.Lock()
 _seen: list[Any] = [None, 0.0]  # the generation close_stale() last ran under, when
-# name -> (version, the opening thread's database connection) for a handle opened inside a
-# transaction: its row may not be committed yet, so the watcher, which reads on a
-# connection of its own, cannot tell "not yet there" from "deleted" (module doc).
-_uncommitted: dict[str, tuple[Any, Any]] = {}
+# name -> (version, the opening thread's database connection, its on_commit hook) for a
+# handle opened inside a transaction: its row may not be committed yet, so the watcher,
+# which reads on a connection of its own, cannot tell "not yet there" from "deleted"
+# (module doc).
+_uncommitted: dict[str, tuple[Any, Any, Callable[[], None]]] = {}
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -300,8 +301,12 @@ def _open_row(row: Channel, create: bool, new: bool = False, existed: bool = Fal
         _open[row.name] = (version, channel)
         _uncommitted.pop(row.name, None)
         if connection.in_atomic_block:
-            _uncommitted[row.name] = (version, connections[DEFAULT_DB_ALIAS])
-            transaction.on_commit(lambda: _committed(row.name, version))
+            name = row.name
+
+            def committed() -> None:
+                _committed(name, version)
+            _uncommitted[name] = (version, connections[DEFAULT_DB_ALIAS], committed)
+            transaction.on_commit(committed)
     row_cache.watch()
     return channel
 
@@ -313,12 +318,17 @@ def _committed(name: str, version: Any) -> None:
 
 
 def _maybe_uncommitted(name: str, version: Any) -> bool:
-    """Whether the handle was opened in a transaction that is still open (call under
-    _lock). One that ended without on_commit was rolled back: its row is gone for good."""
+    """Whether the handle was opened in a transaction that is still open or committing (call
+    under _lock). One that ended without its on_commit hook was rolled back: its row is gone
+    for good."""
     known = _uncommitted.get(name)
     if known is None or known[0] != version:
         return False
-    if known[1].in_atomic_block:
+    _, opener, hook = known
+    # Django leaves the atomic block before it commits: while the hook is still queued the
+    # commit may be under way (a rollback empties the queue), and the watcher's own
+    # connection would not see the row yet
+    if opener.in_atomic_block or any(entry[1] is hook for entry in list(opener.run_on_commit)):
         return True
     del _uncommitted[name]
     return False

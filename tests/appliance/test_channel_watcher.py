@@ -3,12 +3,13 @@ one opened inside a transaction that has not committed yet: its thread reads on 
 database connection of its own, where such a row does not exist yet."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from appliance_helpers import channel_row
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from polling import wait_for
 
 from appliance import channels, row_cache
@@ -49,6 +50,37 @@ def test_it_keeps_a_handle_whose_row_is_not_committed_yet(
     wait_for(lambda: _checked(checks, before + 2), 10, "checks after the commit")
     assert channels.open_channel(row) is opened and opened.status()["events_untaken"] == 1
     settings.WEIR_CHANNEL_WATCH_S = 0
+    channels.close_all()
+
+
+def test_it_keeps_a_handle_whose_row_is_being_committed(
+        settings: Any, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    settings.WEIR_CHANNEL_WATCH_S = 0  # no watch thread: the test runs the watcher's check
+    connection = connections[DEFAULT_DB_ALIAS]
+    real_commit = connection.commit
+    closed: list[list[str]] = []
+
+    def commit() -> None:
+        # Django has left the atomic block and not committed yet: the watcher's check now,
+        # in a thread of its own (its own connection, where the row is not there yet)
+        def check() -> None:
+            try:
+                closed.append(channels.close_stale())
+            finally:
+                connections[DEFAULT_DB_ALIAS].close()
+        watcher = threading.Thread(target=check)
+        watcher.start()
+        watcher.join(30)
+        real_commit()
+
+    with transaction.atomic():  # as create_channel: save, open, then commit
+        row = channel_row(root)
+        opened = channels.open_channel(row, create=True)
+        monkeypatch.setattr(connection, "commit", commit)
+    monkeypatch.undo()
+    assert closed == [[]], "closed while its row was being committed"
+    assert channels.open_channel(row) is opened
+    assert channels.close_stale() == []  # committed: an ordinary handle from now on
     channels.close_all()
 
 
