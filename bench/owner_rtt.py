@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -104,6 +105,7 @@ def run(durability: str, threads: int, calls: int, ops: tuple[str, ...]) -> None
         channel.close()
         stop.set()
         owner.join()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def run_local(threads: int, calls: int) -> None:
@@ -115,6 +117,7 @@ def run_local(threads: int, calls: int) -> None:
         print(f"  {'put, policy':<14} owner    {threads:>2} threads {line}", flush=True)
     finally:
         channel.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:
