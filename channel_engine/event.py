@@ -46,6 +46,16 @@ _BYTES = (bytes, bytearray, memoryview)
 _MAX_TIMESTAMP = 2**63 - 1
 
 
+def utf8_text(value: bytes | None) -> str | None:
+    """`value` as text when it is well-formed UTF-8, else None (and None for None)."""
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def make_event(index: int, body: object, key: object = None, headers: object = None,
                timestamp: object = None) -> PendingEvent:
     """Check one event's fields and return it as a PendingEvent; raise InvalidEventError

@@ -28,6 +28,7 @@ from appliance.api.base import ApiView
 from appliance.api.schema import errors
 from appliance.models import Channel
 from channel_engine import Event
+from channel_engine.event import utf8_text
 
 MAX_EVENTS_PER_PAGE = 1000
 INT64_MAX = 2**63 - 1  # offsets, timestamps and ids are int64 (Kafka's, and the database's)
@@ -45,21 +46,12 @@ class EventOut(serializers.Serializer):
     body_base64 = serializers.CharField()
 
 
-def _text(value: bytes | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return value.decode()
-    except UnicodeDecodeError:
-        return None
-
-
 def event_json(event: Event) -> dict[str, Any]:
     """An event as the API shows it."""
     return {"partition": event.partition, "offset": event.offset,
-            "timestamp": event.timestamp, "key": _text(event.key),
-            "headers": {k: _text(v) for k, v in event.headers.items()},
-            "body": _text(event.body), "body_base64": base64.b64encode(event.body).decode()}
+            "timestamp": event.timestamp, "key": utf8_text(event.key),
+            "headers": {k: utf8_text(v) for k, v in event.headers.items()},
+            "body": utf8_text(event.body), "body_base64": base64.b64encode(event.body).decode()}
 
 
 def check_partition(row: Channel, partition: int) -> None:

@@ -42,13 +42,18 @@
  *     value); names must be UTF-8 (UnicodeDecodeError, as decode); a null value is b"".
  *     OverflowError where a data buffer would pass the 2 GiB - 1 its int32 offsets
  *     address: the caller cuts its RecordBatches before (never reached there).
- *   .take() -> (rows, key nulls, header entries, header value nulls, 13 bytearrays)
+ *   .take() -> (rows, key nulls, header entries, header value nulls, raw keys, raw values,
+ *               raw header values, 19 bytearrays)
  *     Hands the buffers over (pyarrow wraps them without a copy) and starts afresh (on
  *     MemoryError it keeps them, whole):
  *     offsets, timestamps (int64); key validity, key int32 ends, key data; value ends,
  *     value data; header int32 entry ends; name ends, name data; header value validity,
- *     value ends, value data. Every ends buffer begins with its 0; validity bitmaps are
- *     Arrow's (LSB first).
+ *     value ends, value data; then six bitmaps, text and raw of the key, the value and the
+ *     header values: "text" set where the bytes are there (not null) and well-formed UTF-8
+ *     (Unicode's Table 3-7: what Python's strict decoder and Spark's is_valid_utf8
+ *     accept), "raw" where they are there and are not (an empty value is text; a null
+ *     one neither). The raw counts are the bits set in the raw bitmaps. Every ends buffer
+ *     begins with its 0; validity bitmaps are Arrow's (LSB first).
  *   len() is the rows held.
  *
  * Thread safety: all calls hold the GIL; no state but the imported classes, the header-name
@@ -872,7 +877,8 @@ typedef struct {
 enum {
     COL_OFFSETS, COL_TIMESTAMPS, COL_KEY_VALID, COL_KEY_ENDS, COL_KEY_DATA, COL_VALUE_ENDS,
     COL_VALUE_DATA, COL_HEADER_ENDS, COL_NAME_ENDS, COL_NAME_DATA, COL_HVALUE_VALID,
-    COL_HVALUE_ENDS, COL_HVALUE_DATA, COLUMN_BUFFERS
+    COL_HVALUE_ENDS, COL_HVALUE_DATA, COL_KEY_TEXT, COL_KEY_RAW, COL_VALUE_TEXT, COL_VALUE_RAW,
+    COL_HVALUE_TEXT, COL_HVALUE_RAW, COLUMN_BUFFERS
 };
 
 typedef struct {
@@ -882,14 +888,14 @@ typedef struct {
 } HeaderRef;
 
 typedef struct {
-    Py_ssize_t rows, entries, key_nulls, hvalue_nulls;
+    Py_ssize_t rows, entries, key_nulls, hvalue_nulls, key_raws, value_raws, hvalue_raws;
     Py_ssize_t lens[COLUMN_BUFFERS];
 } ColumnsMark;
 
 typedef struct {
     PyObject_HEAD
     Growable buffers[COLUMN_BUFFERS];
-    Py_ssize_t rows, entries, key_nulls, hvalue_nulls;
+    Py_ssize_t rows, entries, key_nulls, hvalue_nulls, key_raws, value_raws, hvalue_raws;
     HeaderRef *headers;  /* one record's headers, as read */
     Py_ssize_t headers_allocated;
     int32_t *slots;      /* hash table over a record's distinct names (many headers) */
@@ -984,6 +990,7 @@ static int columns_reset(ColumnBuffers *self)
         self->buffers[i].len = fresh[i].len;
     }
     self->rows = self->entries = self->key_nulls = self->hvalue_nulls = 0;
+    self->key_raws = self->value_raws = self->hvalue_raws = 0;
     return 0;
 fail:
     for (int i = 0; i < COLUMN_BUFFERS; i++)
@@ -997,6 +1004,9 @@ static void columns_mark(const ColumnBuffers *self, ColumnsMark *mark)
     mark->entries = self->entries;
     mark->key_nulls = self->key_nulls;
     mark->hvalue_nulls = self->hvalue_nulls;
+    mark->key_raws = self->key_raws;
+    mark->value_raws = self->value_raws;
+    mark->hvalue_raws = self->hvalue_raws;
     for (int i = 0; i < COLUMN_BUFFERS; i++)
         mark->lens[i] = self->buffers[i].len;
 }
@@ -1007,6 +1017,9 @@ static void columns_rollback(ColumnBuffers *self, const ColumnsMark *mark)
     self->entries = mark->entries;
     self->key_nulls = mark->key_nulls;
     self->hvalue_nulls = mark->hvalue_nulls;
+    self->key_raws = mark->key_raws;
+    self->value_raws = mark->value_raws;
+    self->hvalue_raws = mark->hvalue_raws;
     for (int i = 0; i < COLUMN_BUFFERS; i++)
         self->buffers[i].len = mark->lens[i];
 }
@@ -1023,6 +1036,53 @@ static int check_utf8(const unsigned char *p, Py_ssize_t len)
             return 0;
         }
     }
+    return 0;
+}
+
+/* 1 when p[0..len) is well-formed UTF-8 (Unicode's Table 3-7: no overlong forms, no
+   surrogates, nothing past U+10FFFF), else 0. ASCII runs are checked 8 bytes at a time. */
+static int is_utf8(const unsigned char *p, int64_t len)
+{
+    int64_t i = 0;
+    while (i < len) {
+        uint64_t word;
+        if (len - i >= 8 && (memcpy(&word, p + i, 8), !(word & 0x8080808080808080u))) {
+            i += 8;
+            continue;
+        }
+        unsigned char c = p[i], low = 0x80, high = 0xBF;
+        int follow;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF)
+            follow = 1;
+        else if (c >= 0xE0 && c <= 0xEF)
+            follow = 2, low = c == 0xE0 ? 0xA0 : 0x80, high = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4)
+            follow = 3, low = c == 0xF0 ? 0x90 : 0x80, high = c == 0xF4 ? 0x8F : 0xBF;
+        else
+            return 0;
+        if (len - i - 1 < follow || p[i + 1] < low || p[i + 1] > high)
+            return 0;
+        for (int k = 2; k <= follow; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += follow + 1;
+    }
+    return 1;
+}
+
+/* Bit `index` of a text and a raw bitmap for bytes p[0..len) (len -1: null, neither);
+   *raws counts the raw ones. */
+static int put_text_bits(Growable *text, Growable *raw, Py_ssize_t index,
+                         const unsigned char *p, int64_t len, Py_ssize_t *raws)
+{
+    int present = len >= 0, utf8 = present && is_utf8(p, len);
+    if (put_bit(text, index, utf8) < 0 || put_bit(raw, index, present && !utf8) < 0)
+        return -1;
+    *raws += present && !utf8;
     return 0;
 }
 
@@ -1180,7 +1240,9 @@ static int put_headers(ColumnBuffers *self, Py_ssize_t count)
         if (put_binary(&b[COL_NAME_ENDS], &b[COL_NAME_DATA], ref->name, ref->name_len) < 0
                 || put_bit(&b[COL_HVALUE_VALID], self->entries, ref->value_len >= 0) < 0
                 || put_binary(&b[COL_HVALUE_ENDS], &b[COL_HVALUE_DATA], ref->value,
-                              ref->value_len < 0 ? 0 : ref->value_len) < 0)
+                              ref->value_len < 0 ? 0 : ref->value_len) < 0
+                || put_text_bits(&b[COL_HVALUE_TEXT], &b[COL_HVALUE_RAW], self->entries,
+                                 ref->value, ref->value_len, &self->hvalue_raws) < 0)
             return -1;
         self->hvalue_nulls += ref->value_len < 0;
         self->entries++;
@@ -1245,6 +1307,10 @@ static int put_record(ColumnBuffers *self, const RecordRef *rec)
                           has_key ? rec->key_len : 0) < 0
             || put_binary(&b[COL_VALUE_ENDS], &b[COL_VALUE_DATA], rec->value,  /* null: b"" */
                           rec->value_len < 0 ? 0 : rec->value_len) < 0
+            || put_text_bits(&b[COL_KEY_TEXT], &b[COL_KEY_RAW], self->rows, rec->key,
+                             rec->key_len, &self->key_raws) < 0
+            || put_text_bits(&b[COL_VALUE_TEXT], &b[COL_VALUE_RAW], self->rows, rec->value,
+                             rec->value_len < 0 ? 0 : rec->value_len, &self->value_raws) < 0
             || put_headers(self, rec->headers) < 0)
         return -1;
     self->key_nulls += !has_key;
@@ -1334,18 +1400,21 @@ static PyObject *columns_append(ColumnBuffers *self, PyObject *const *args, Py_s
     return result;
 }
 
-/* take() -> (rows, key_nulls, header_entries, header_value_nulls, 13 bytearrays) */
+/* take() -> (rows, key_nulls, header_entries, header_value_nulls, key_raws, value_raws,
+   header_value_raws, 19 bytearrays) */
 static PyObject *columns_take(ColumnBuffers *self, PyObject *unused)
 {
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "ColumnBuffers is in use");
         return NULL;
     }
-    PyObject *result = PyTuple_New(4 + COLUMN_BUFFERS);
+    enum { COUNTS = 7 };
+    PyObject *result = PyTuple_New(COUNTS + COLUMN_BUFFERS);
     if (result == NULL)
         return NULL;
-    Py_ssize_t counts[4] = {self->rows, self->key_nulls, self->entries, self->hvalue_nulls};
-    for (int i = 0; i < 4; i++) {
+    Py_ssize_t counts[COUNTS] = {self->rows, self->key_nulls, self->entries, self->hvalue_nulls,
+                                 self->key_raws, self->value_raws, self->hvalue_raws};
+    for (int i = 0; i < COUNTS; i++) {
         PyObject *n = PyLong_FromSsize_t(counts[i]);
         if (n == NULL)
             goto fail;
@@ -1360,7 +1429,7 @@ static PyObject *columns_take(ColumnBuffers *self, PyObject *unused)
         }
     }
     for (int i = 0; i < COLUMN_BUFFERS; i++)
-        PyTuple_SET_ITEM(result, 4 + i, Py_NewRef(self->buffers[i].bytes));
+        PyTuple_SET_ITEM(result, COUNTS + i, Py_NewRef(self->buffers[i].bytes));
     int status = columns_reset(self);
     self->busy = 0;
     if (status < 0)

@@ -112,7 +112,13 @@ from channel_engine.spark.dfs import Dfs
 from channel_engine.spark.export_lock import hold
 from channel_engine.spark.export_report import PartitionReport, describe
 from channel_engine.spark.export_settings import ExportSettings
-from channel_engine.spark.file_formats import LATEST_SCHEMA, SESSION_CONF, columns, writer
+from channel_engine.spark.file_formats import (
+    LATEST_SCHEMA,
+    SESSION_CONF,
+    columns,
+    source_columns,
+    writer,
+)
 from channel_engine.spark.output_layout import OutputLayout, Pieces, held_offsets, piece_rows
 from channel_engine.spark.path_overlap import (
     UNKNOWN_PATH,
@@ -386,7 +392,7 @@ class Exporter:
         """The events of the pieces, read through the "weir" source (source.py), in the
         columns of the run's schema version (file_formats.columns), with the columns that
         place them in files (Pieces.placed)."""
-        from channel_engine.spark.source import SCHEMA, register
+        from channel_engine.spark.source import SCHEMAS, register
 
         register(self.spark)
         self.spark.conf.set("spark.sql.session.timeZone", "UTC")  # time paths are in UTC
@@ -398,8 +404,9 @@ class Exporter:
         # The schema given: Spark then skips the source's schema() call, a Python planner
         # process of its own (about 3 s of a job's start on 2 CPUs); the options are still
         # checked (source.plan) when Spark makes the reader, before any task runs.
-        frame = (self.spark.read.format("weir").schema(SCHEMA)
-                 .option("home", str(self.config.home))
+        layout = source_columns(self._version())
+        frame = (self.spark.read.format("weir").schema(SCHEMAS[layout])
+                 .option("columns", layout).option("home", str(self.config.home))
                  .option("ranges", json.dumps(ranges)).option("split_align", str(pieces.rows))
                  .options(**remote).load())
         return columns(pieces.placed(frame, self.settings.path), self._version())

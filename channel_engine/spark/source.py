@@ -25,6 +25,10 @@ Options (strings, as Spark passes them; names are case-insensitive):
                                   each answer stops) instead of from files: for
                                   executors that do not share the appliance's disks
     token               with url  an API token with the consume role on the channel
+    columns             no        "events" (default): the schema below; "readable":
+                                  READABLE_SCHEMA, each key, header value and body as
+                                  text when it is UTF-8 and as bytes when not (the
+                                  export's schema version 2, file_formats.py)
 
 Schema, one row per event:
 
@@ -37,6 +41,11 @@ Schema, one row per event:
     key        binary              null when the event has none
     headers    map<string,binary>  empty when the event has none
     body       binary              the body
+
+READABLE_SCHEMA (option columns=readable) has the same first four columns, then key
+(string), key_bytes (binary), headers (map<string,string>), headers_bytes
+(map<string,binary>), body (string), body_bytes (binary): arrow_decode.py says which
+holds what.
 
 Every split is a fixed [start, end), so a retried task reads exactly the same rows (never
 "to the end of the log", which moves). A split opens its partition log read-only, which
@@ -102,6 +111,16 @@ SCHEMA = StructType([
     StructField("headers", MapType(StringType(), BinaryType())),
     StructField("body", BinaryType()),
 ])
+READABLE_SCHEMA = StructType([
+    *SCHEMA.fields[:4],
+    StructField("key", StringType()),
+    StructField("key_bytes", BinaryType()),
+    StructField("headers", MapType(StringType(), StringType())),
+    StructField("headers_bytes", MapType(StringType(), BinaryType())),
+    StructField("body", StringType()),
+    StructField("body_bytes", BinaryType()),
+])
+SCHEMAS = {"events": SCHEMA, "readable": READABLE_SCHEMA}  # by the option columns
 DEFAULT_MAX_ROWS_PER_SPLIT = 200_000
 # Rows per RecordBatch handed to Spark, at least (whole record batches are added, one at
 # a time, until this many are gathered).
@@ -126,6 +145,7 @@ class WeirSplit(InputPartition):
     active_key: str | None
     url: str | None = None  # read over HTTP from the appliance at this base URL
     token: str | None = None
+    columns: str = "events"  # the option columns: a key of SCHEMAS
 
 
 class WeirSource(DataSource):
@@ -137,13 +157,21 @@ class WeirSource(DataSource):
         return "weir"
 
     def schema(self) -> StructType:
-        """The fixed schema; checks the options first, so bad ones fail at load()."""
+        """The schema of the option columns; checks the options first, so bad ones fail at
+        load()."""
         plan(self.options)
-        return SCHEMA
+        return SCHEMAS[_columns(self.options)]
 
     def reader(self, schema: StructType) -> WeirReader:
-        """A reader over the splits of the requested ranges."""
-        return WeirReader(plan(self.options))
+        """A reader over the splits of the requested ranges, in the schema given (the
+        option columns' own: ConfigError otherwise)."""
+        splits = plan(self.options)
+        name = _columns(self.options)
+        if schema != SCHEMAS[name]:
+            raise ConfigError("option columns", f"is {name!r}, whose schema is "
+                              f"{SCHEMAS[name].simpleString()}, not the one given "
+                              f"({schema.simpleString()})")
+        return WeirReader(splits)
 
 
 class WeirReader(DataSourceReader):
@@ -184,6 +212,7 @@ def plan(options: Mapping[str, str]) -> list[WeirSplit]:
         raise ConfigError("option url", f"must be the appliance's http(s):// URL, not {url!r}")
     if url is not None and not token:
         raise ConfigError("option token", "is required with url: a token that may consume")
+    columns = _columns(options)
     splits = []
     align = _positive_int(options.get("split_align"), "split_align", 0) \
         if options.get("split_align") is not None else None
@@ -197,7 +226,7 @@ def plan(options: Mapping[str, str]) -> list[WeirSplit]:
             bounds = [start + (end - start) * i // pieces for i in range(pieces + 1)]
         splits += [WeirSplit(config.name, partition, lo, hi, str(config.partition_dir(partition)),
                              log_config, config.encryption_key_file, config.encryption_active_key,
-                             url.rstrip("/") if url else None, token)
+                             url.rstrip("/") if url else None, token, columns)
                    for lo, hi in zip(bounds, bounds[1:], strict=False)]
     return splits
 
@@ -233,6 +262,15 @@ def _ranges(text: str | None, config: ChannelConfig) -> list[tuple[int, int, int
     return sorted(ranges)
 
 
+def _columns(options: Mapping[str, str]) -> str:
+    """The option columns: a key of SCHEMAS (default "events")."""
+    name = options.get("columns", "events")
+    if name not in SCHEMAS:
+        raise ConfigError("option columns", f"must be one of {', '.join(SCHEMAS)}, "
+                          f"not {name!r}")
+    return name
+
+
 def _positive_int(text: str | None, option: str, default: int) -> int:
     if text is None:
         return default
@@ -253,9 +291,9 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
 
     from channel_engine.spark.arrow_decode import EventColumns
 
-    # Spark compares the first batch's schema with its own rendering of SCHEMA.
+    # Spark compares the first batch's schema with its own rendering of the schema.
     columns = EventColumns(split.channel, split.partition,
-                           to_arrow_schema(SCHEMA, timezone="UTC"))
+                           to_arrow_schema(SCHEMAS[split.columns], timezone="UTC"))
     expected = split.start  # the next offset due
     chunks = _remote_chunks(split) if split.url is not None else _local_chunks(split)
     for batch, damaged in chunks:

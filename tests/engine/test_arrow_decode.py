@@ -2,7 +2,9 @@
 the compiled ColumnBuffers (_batch_codec.c) and the pure record_columns path give equal
 RecordBatches over any records (null keys and values, empty and large values, headers with
 repeated names, null and empty values, non-ASCII names, both timestamp types, cuts),
-compressed batches mixed in; damaged batches (CRC recomputed, so the records' own checks
+compressed batches mixed in, in both layouts (the events schema, and the readable one
+whose text is split from bytes as Python's strict UTF-8 decoder splits them, at every
+edge of UTF-8); damaged batches (CRC recomputed, so the records' own checks
 are reached) give the same error on both, and read_split (spark/source.py) turns it into
 the error naming the segment and byte, or the batches endpoint's URL and byte. No JVM is
 needed, so the tests live here beside the codec fixtures (conftest.py) rather than in
@@ -36,6 +38,7 @@ from channel_engine.spark.source import SCHEMA, plan, read_split
 from channel_engine.tools.verify import scan_log_file
 
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+READABLE_ARROW_SCHEMA = to_arrow_schema(source.READABLE_SCHEMA, timezone="UTC")
 Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 CODECS = ["compiled", "python"]
 
@@ -70,10 +73,11 @@ def make_batch(base: int, records: list[Record], compression: int = 0,
     return bytes(batch)
 
 
-def read_columns(batches: list[bytes], start: int, stop: int) -> tuple[list[Any], int]:
-    """The split's RecordBatches (read_split's loop: cut ones as they come, one at the
-    end) and the offset due after them."""
-    columns = EventColumns("orders", 3, ARROW_SCHEMA)
+def read_columns(batches: list[bytes], start: int, stop: int, schema: Any = ARROW_SCHEMA
+                 ) -> tuple[list[Any], int]:
+    """The split's RecordBatches in `schema` (read_split's loop: cut ones as they come,
+    one at the end) and the offset due after them."""
+    columns = EventColumns("orders", 3, schema)
     out, expected = [], start
     for batch in batches:
         expected += columns.add(batch, expected, stop)
@@ -288,10 +292,16 @@ def test_any_bytes_give_rows_or_the_codecs_errors_never_more(
         assert taken[0] == 0
         return
     added, _ = result
-    rows, key_nulls, entries, value_nulls = taken[:4]
-    assert rows == added == len(taken[4]) // 8 == len(taken[5]) // 8
-    assert len(taken[7]) == len(taken[9]) == len(taken[11]) == 4 * (rows + 1)
-    assert len(taken[12]) == len(taken[15]) == 4 * (entries + 1)
+    rows, key_nulls, entries, value_nulls, key_raws, value_raws, hvalue_raws = taken[:7]
+    buffers = taken[7:]
+    assert rows == added == len(buffers[0]) // 8 == len(buffers[1]) // 8
+    assert len(buffers[3]) == len(buffers[5]) == len(buffers[7]) == 4 * (rows + 1)
+    assert len(buffers[8]) == len(buffers[11]) == 4 * (entries + 1)
+    # text and raw bitmaps: a bit for each key and value, and each header value
+    assert all(len(bitmap) == -(-rows // 8) for bitmap in buffers[13:17])
+    assert all(len(bitmap) == -(-entries // 8) for bitmap in buffers[17:19])
+    assert key_raws + key_nulls <= rows and value_raws <= rows
+    assert hvalue_raws + value_nulls <= entries
 
 
 def with_records_refused(batch: bytes, at: int) -> bytes:
@@ -355,26 +365,30 @@ def test_a_plain_batch_shorter_than_its_header_is_invalid_on_both_codecs(
     assert found["compiled"][0] == "error"
 
 
+@pytest.mark.parametrize("readable", [False, True])
 def test_validity_bits_a_rolled_back_batch_set_are_cleared_for_the_next_rows(
-    batch_codec: ModuleType,
+    batch_codec: ModuleType, readable: bool,
 ) -> None:
     good = make_batch(0, [(1, b"k", b"good", [("a", b"1")])])
     # 5 records with keys and header values, all taken back: the last one's name is bad
     refused = with_records_refused(
         make_batch(1, [(1, b"k", b"bad", [("a", b"1"), ("b", b"2")])] * 5), -3)
-    nulls = make_batch(1, [(1, None, b"null", [("a", None), ("b", None)])] * 6)
+    # null keys and header values, and (readable) bodies that are not text
+    nulls = make_batch(1, [(1, None, b"null\xff", [("a", None), ("b", None)])] * 6)
     tables = {}
     for kind in CODECS:
         with codec_in_use(kind, batch_codec):
-            columns = EventColumns("orders", 3, ARROW_SCHEMA)
+            columns = EventColumns("orders", 3,
+                                   READABLE_ARROW_SCHEMA if readable else ARROW_SCHEMA)
             columns.add(good, 0, 10)
             with pytest.raises(InvalidBatch, match="UnicodeDecodeError"):
                 columns.add(refused, 1, 10)
             columns.add(nulls, 1, 10)
             tables[kind] = columns.to_batch()
-            tables[kind].validate(full=True)
+            tables[kind].validate(full=not readable)  # a null text slot may not be UTF-8
     assert tables["compiled"].equals(tables["python"])
-    assert tables["compiled"].to_pylist() == expected_rows([good, nulls], 0, 10)
+    expected = readable_rows if readable else expected_rows
+    assert tables["compiled"].to_pylist() == expected([good, nulls], 0, 10)
 
 
 def allocations_failing(call: Any, attempt: int) -> BaseException | None:
@@ -537,3 +551,110 @@ def test_read_split_over_plain_and_compressed_batches_gives_every_event_in_order
     table = pa.Table.from_batches(read)
     assert table.column("offset").to_pylist() == list(range(5, 85))
     assert table.column("body").to_pylist() == events[5:85]
+
+
+# -- the readable columns (source.py's READABLE_SCHEMA: text split from bytes) -------------
+# bytes near UTF-8's edges (Unicode's Table 3-7): lead bytes, continuation bytes, the
+# bounds of E0, ED, F0 and F4's second byte, and ASCII around them
+UTF8_EDGES = st.lists(st.sampled_from(
+    [0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0,
+     0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]), max_size=12).map(bytes)
+TEXTS = st.text(max_size=20).map(str.encode)  # well-formed, often not ASCII
+VALUES = st.none() | st.binary(max_size=16) | TEXTS | UTF8_EDGES
+READABLE_RECORDS = st.lists(st.tuples(
+    st.integers(0, 2**41), VALUES, VALUES | st.binary(min_size=9, max_size=40).map(
+        lambda b: b"ascii run " + b),  # past the 8-byte ASCII stride, then anything
+    st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]), VALUES), max_size=6)),
+    min_size=1, max_size=10)
+
+
+def readable_rows(batches: list[bytes], start: int, stop: int) -> list[dict[str, Any]]:
+    """The readable rows arrow_decode's module doc promises, from aiokafka's records, by
+    Python's strict UTF-8 decoder."""
+    def text(value: bytes | None) -> str | None:
+        try:
+            return None if value is None else value.decode()
+        except UnicodeDecodeError:
+            return None
+
+    rows = []
+    for batch in batches:
+        for offset, timestamp, key, value, headers in rb.records(batch):
+            if not start <= offset < stop:
+                continue
+            body = b"" if value is None else value
+            entries = dict(headers)
+            raw = [(n, v) for n, v in entries.items() if v is not None and text(v) is None]
+            rows.append({"channel": "orders", "partition": 3, "offset": offset,
+                         "timestamp": timestamp, "key": text(key),
+                         "key_bytes": key if key is not None and text(key) is None else None,
+                         "headers": [(n, text(v)) for n, v in entries.items()
+                                     if v is None or text(v) is not None],
+                         "headers_bytes": raw or None,
+                         "body": text(body), "body_bytes": body if text(body) is None else None})
+    return rows
+
+
+def read_readable(batches: list[bytes], start: int, stop: int) -> list[Any]:
+    """read_columns' RecordBatches, in the readable schema."""
+    read, expected = read_columns(batches, start, stop, READABLE_ARROW_SCHEMA)
+    assert expected == stop
+    return read
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(records=st.lists(READABLE_RECORDS, min_size=1, max_size=3),
+       compressed=st.lists(st.booleans(), min_size=3, max_size=3))
+def test_both_codecs_split_text_from_bytes_as_pythons_decoder_does(
+    batch_codec: ModuleType, records: list[list[Record]], compressed: list[bool],
+) -> None:
+    batches, offset = [], 0
+    for group, gzip in zip(records, compressed, strict=False):
+        batches.append(make_batch(offset, group, 1 if gzip else 0))
+        offset += len(group)
+    tables = {}
+    for kind in CODECS:
+        with codec_in_use(kind, batch_codec):
+            read = read_readable(batches, 0, offset)
+        for batch in read:
+            batch.validate()  # (not full: a null string slot may hold bytes not UTF-8)
+            assert batch.schema == READABLE_ARROW_SCHEMA
+        tables[kind] = pa.Table.from_batches(read, READABLE_ARROW_SCHEMA)
+        event("some value not UTF-8" if any(
+            row["key_bytes"] is not None or row["body_bytes"] is not None
+            or row["headers_bytes"] for row in tables[kind].to_pylist()) else "all text")
+    assert tables["compiled"].equals(tables["python"])
+    assert tables["compiled"].to_pylist() == readable_rows(batches, 0, offset)
+
+
+@pytest.mark.parametrize("value", [
+    b"", b"plain ascii", "é日本€𝄞".encode(), b"\xc2\x80", b"\xdf\xbf", b"\xe0\xa0\x80",
+    b"\xed\x9f\xbf", b"\xee\x80\x80", b"\xf0\x90\x80\x80", b"\xf4\x8f\xbf\xbf",
+    b"\xc0\x80", b"\xc1\xbf", b"\xe0\x9f\xbf", b"\xed\xa0\x80", b"\xed\xbf\xbf",
+    b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\x80", b"\xbf",
+    b"\xe2\x82", b"\xf0\x9f\x98", b"abcdefgh\xff", b"abcdefg\xc3\xa9", b"\xfe\xff"])
+def test_the_compiled_utf8_check_agrees_with_python_at_every_edge(
+    batch_codec: ModuleType, value: bytes,
+) -> None:
+    batch = make_batch(0, [(1, value, value, [("h", value)])])
+    with codec_in_use("compiled", batch_codec):
+        [read] = read_readable([batch], 0, 1)
+    assert read.to_pylist() == readable_rows([batch], 0, 1)
+
+
+def test_only_records_with_raw_header_values_get_a_headers_bytes_map(
+    batch_codec: ModuleType,
+) -> None:
+    records: list[Record] = [
+        (1, None, b"a", [("t", b"text"), ("r", b"\xff"), ("n", None)]),
+        (2, None, b"b", []),
+        (3, None, b"c", [("t", b"more text")]),
+        (4, None, b"d", [("r1", b"\xfe"), ("r2", b"\xc0\x80")])]
+    for kind in CODECS:
+        with codec_in_use(kind, batch_codec):
+            [read] = read_readable([make_batch(0, records)], 0, 4)
+        assert read.column("headers").to_pylist() == [
+            [("t", "text"), ("n", None)], [], [("t", "more text")], []]
+        assert read.column("headers_bytes").to_pylist() == [
+            [("r", b"\xff")], None, None, [("r1", b"\xfe"), ("r2", b"\xc0\x80")]]

@@ -205,6 +205,8 @@ BAD_OPTIONS = [
      "option max_rows_per_split: must be a positive integer"),
     ({"home": "{home}", "ranges": '{"0": [0, 1]}', "max_rows_per_split": "many"},
      "option max_rows_per_split: must be a positive integer"),
+    ({"home": "{home}", "ranges": '{"0": [0, 1]}', "columns": "text"},
+     "option columns: must be one of events, readable, not 'text'"),
 ]
 
 
@@ -241,3 +243,46 @@ def test_ranges_are_cut_into_equal_contiguous_splits(tmp_path: Path) -> None:
     assert [(s.partition, s.start, s.end) for s in splits] == [
         (0, 3, 3), (2, 10, 13), (2, 13, 16), (2, 16, 20)]
     assert splits[1].directory == str(config.partition_dir(2))
+
+
+def tricky_event(i: int) -> PendingEvent:
+    """Event i: keys, header values and bodies that are text (ASCII or not), bytes that are
+    not UTF-8 (at UTF-8's edges too), empty, or absent."""
+    values = [b"text", "é日本𝄞".encode(), b"\xff\xfe", b"", b"\xed\xa0\x80", b"\xf4\x8f\xbf\xbf",
+              b"ascii then \xc3", b"\xc0\x80"]
+    key = None if i % 9 == 0 else values[i % len(values)]
+    headers = [{}, {"t": values[i % 8], "n": None},
+               {"a": values[(i + 1) % 8], "b": values[(i + 2) % 8]}]
+    return PendingEvent(values[(i + 3) % len(values)] * (1 + i % 3), key, headers[i % 3],
+                        BASE_MS + i)
+
+
+def test_the_readable_columns_split_as_the_sql_split_of_the_events_columns(
+        spark: Any, tmp_path: Path) -> None:
+    from channel_engine.spark.file_formats import columns, readable
+
+    config = make_config(tmp_path)
+    with Channel.open(config) as channel:
+        put(channel, [tricky_event(i) for i in range(400)])
+    ranges = whole(config)
+    sql_frame = readable(load(spark, config, ranges))
+    read_frame = columns(load(spark, config, ranges, columns="readable"), 2)
+    assert read_frame.schema == sql_frame.schema  # nullability too: the files' schema
+    by_sql, as_read = sql_frame.collect(), read_frame.collect()
+    assert len(as_read) == 400
+    key = lambda r: (r.partition, r.offset)  # noqa: E731
+    assert sorted(as_read, key=key) == sorted(by_sql, key=key)
+    assert any(r.body_bytes is not None for r in as_read)
+    assert any(r.headers_bytes for r in as_read) and any(r.key is not None for r in as_read)
+
+
+def test_a_schema_given_that_is_not_the_columns_own_is_refused(
+        spark: Any, tmp_path: Path) -> None:
+    from channel_engine.spark.source import SCHEMA
+
+    config = make_config(tmp_path)
+    config.save()
+    reader = spark.read.format("weir").schema(SCHEMA).option("home", str(config.home)) \
+        .option("ranges", '{"0": [0, 0]}').option("columns", "readable")
+    with pytest.raises(Exception, match="option columns: is 'readable', whose schema is"):
+        reader.load().collect()
