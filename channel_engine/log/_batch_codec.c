@@ -27,7 +27,8 @@
  *     is checked against the end of the batch first. The Event and error classes are
  *     imported with this module.
  *
- * ColumnBuffers(): the Spark source's reader (spark/arrow_decode.py has the Arrow layout):
+ * ColumnBuffers(readable=False): the Spark source's reader (spark/arrow_decode.py has the
+ *   Arrow layout; readable: also tell text from bytes, see take()):
  *   .append(batch, expected, stop) -> (added, gap) | None
  *     Reads every record of a plain batch with decode's checks and errors (a malformed
  *     batch appends nothing: the buffers roll back) and appends those with expected <=
@@ -43,17 +44,18 @@
  *     OverflowError where a data buffer would pass the 2 GiB - 1 its int32 offsets
  *     address: the caller cuts its RecordBatches before (never reached there).
  *   .take() -> (rows, key nulls, header entries, header value nulls, raw keys, raw values,
- *               raw header values, 19 bytearrays)
+ *               raw header values, 18 bytearrays)
  *     Hands the buffers over (pyarrow wraps them without a copy) and starts afresh (on
  *     MemoryError it keeps them, whole):
  *     offsets, timestamps (int64); key validity, key int32 ends, key data; value ends,
  *     value data; header int32 entry ends; name ends, name data; header value validity,
- *     value ends, value data; then six bitmaps, text and raw of the key, the value and the
- *     header values: "text" set where the bytes are there (not null) and well-formed UTF-8
- *     (Unicode's Table 3-7: what Python's strict decoder and Spark's is_valid_utf8
- *     accept), "raw" where they are there and are not (an empty value is text; a null
- *     one neither). The raw counts are the bits set in the raw bitmaps. Every ends buffer
- *     begins with its 0; validity bitmaps are Arrow's (LSB first).
+ *     value ends, value data; then, readable only (else empty, the raw counts 0), five
+ *     bitmaps: text and raw of the key, text and raw of the value, raw of the header
+ *     values. "text" is set where the bytes are well-formed UTF-8 (Unicode's Table 3-7:
+ *     what Python's strict decoder and Spark's is_valid_utf8 accept), "raw" where they
+ *     are not; a null key or header value is neither, a null value reads as b"" (text),
+ *     as does an empty one. The raw counts are the bits set in the raw bitmaps. Every ends
+ *     buffer begins with its 0; validity bitmaps are Arrow's (LSB first).
  *   len() is the rows held.
  *
  * Thread safety: all calls hold the GIL; no state but the imported classes, the header-name
@@ -878,7 +880,7 @@ enum {
     COL_OFFSETS, COL_TIMESTAMPS, COL_KEY_VALID, COL_KEY_ENDS, COL_KEY_DATA, COL_VALUE_ENDS,
     COL_VALUE_DATA, COL_HEADER_ENDS, COL_NAME_ENDS, COL_NAME_DATA, COL_HVALUE_VALID,
     COL_HVALUE_ENDS, COL_HVALUE_DATA, COL_KEY_TEXT, COL_KEY_RAW, COL_VALUE_TEXT, COL_VALUE_RAW,
-    COL_HVALUE_TEXT, COL_HVALUE_RAW, COLUMN_BUFFERS
+    COL_HVALUE_RAW, COLUMN_BUFFERS
 };
 
 typedef struct {
@@ -901,6 +903,7 @@ typedef struct {
     int32_t *slots;      /* hash table over a record's distinct names (many headers) */
     Py_ssize_t slots_allocated;
     int busy;            /* inside append/take: a finalizer run by an allocation cannot re-enter */
+    int readable;        /* tell text from bytes (the text and raw bitmaps) */
 } ColumnBuffers;
 
 #define ARROW_MAX_DATA 0x7FFFFFFF  /* int32 offsets: an Arrow binary column's data limit */
@@ -1050,20 +1053,29 @@ static int is_utf8(const unsigned char *p, int64_t len)
             i += 8;
             continue;
         }
-        unsigned char c = p[i], low = 0x80, high = 0xBF;
+        unsigned char c = p[i], low = 0x80, high = 0xBF;  /* the second byte's range */
         int follow;
         if (c < 0x80) {
             i++;
             continue;
         }
-        if (c >= 0xC2 && c <= 0xDF)
+        if (c >= 0xC2 && c <= 0xDF) {
             follow = 1;
-        else if (c >= 0xE0 && c <= 0xEF)
-            follow = 2, low = c == 0xE0 ? 0xA0 : 0x80, high = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4)
-            follow = 3, low = c == 0xF0 ? 0x90 : 0x80, high = c == 0xF4 ? 0x8F : 0xBF;
-        else
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            follow = 2;
+            if (c == 0xE0)
+                low = 0xA0;   /* shorter forms are overlong */
+            if (c == 0xED)
+                high = 0x9F;  /* D800-DFFF are surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            follow = 3;
+            if (c == 0xF0)
+                low = 0x90;   /* overlong */
+            if (c == 0xF4)
+                high = 0x8F;  /* past U+10FFFF */
+        } else {
             return 0;
+        }
         if (len - i - 1 < follow || p[i + 1] < low || p[i + 1] > high)
             return 0;
         for (int k = 2; k <= follow; k++)
@@ -1074,13 +1086,14 @@ static int is_utf8(const unsigned char *p, int64_t len)
     return 1;
 }
 
-/* Bit `index` of a text and a raw bitmap for bytes p[0..len) (len -1: null, neither);
-   *raws counts the raw ones. */
+/* Bit `index` of a raw bitmap, and of a text one unless `text` is NULL, for bytes
+   p[0..len) (len -1: null, neither); *raws counts the raw ones. */
 static int put_text_bits(Growable *text, Growable *raw, Py_ssize_t index,
                          const unsigned char *p, int64_t len, Py_ssize_t *raws)
 {
     int present = len >= 0, utf8 = present && is_utf8(p, len);
-    if (put_bit(text, index, utf8) < 0 || put_bit(raw, index, present && !utf8) < 0)
+    if ((text != NULL && put_bit(text, index, utf8) < 0)
+            || put_bit(raw, index, present && !utf8) < 0)
         return -1;
     *raws += present && !utf8;
     return 0;
@@ -1241,8 +1254,9 @@ static int put_headers(ColumnBuffers *self, Py_ssize_t count)
                 || put_bit(&b[COL_HVALUE_VALID], self->entries, ref->value_len >= 0) < 0
                 || put_binary(&b[COL_HVALUE_ENDS], &b[COL_HVALUE_DATA], ref->value,
                               ref->value_len < 0 ? 0 : ref->value_len) < 0
-                || put_text_bits(&b[COL_HVALUE_TEXT], &b[COL_HVALUE_RAW], self->entries,
-                                 ref->value, ref->value_len, &self->hvalue_raws) < 0)
+                || (self->readable
+                    && put_text_bits(NULL, &b[COL_HVALUE_RAW], self->entries, ref->value,
+                                     ref->value_len, &self->hvalue_raws) < 0))
             return -1;
         self->hvalue_nulls += ref->value_len < 0;
         self->entries++;
@@ -1307,10 +1321,12 @@ static int put_record(ColumnBuffers *self, const RecordRef *rec)
                           has_key ? rec->key_len : 0) < 0
             || put_binary(&b[COL_VALUE_ENDS], &b[COL_VALUE_DATA], rec->value,  /* null: b"" */
                           rec->value_len < 0 ? 0 : rec->value_len) < 0
-            || put_text_bits(&b[COL_KEY_TEXT], &b[COL_KEY_RAW], self->rows, rec->key,
-                             rec->key_len, &self->key_raws) < 0
-            || put_text_bits(&b[COL_VALUE_TEXT], &b[COL_VALUE_RAW], self->rows, rec->value,
-                             rec->value_len < 0 ? 0 : rec->value_len, &self->value_raws) < 0
+            || (self->readable
+                && (put_text_bits(&b[COL_KEY_TEXT], &b[COL_KEY_RAW], self->rows, rec->key,
+                                  rec->key_len, &self->key_raws) < 0
+                    || put_text_bits(&b[COL_VALUE_TEXT], &b[COL_VALUE_RAW], self->rows,
+                                     rec->value, rec->value_len < 0 ? 0 : rec->value_len,
+                                     &self->value_raws) < 0))
             || put_headers(self, rec->headers) < 0)
         return -1;
     self->key_nulls += !has_key;
@@ -1401,7 +1417,7 @@ static PyObject *columns_append(ColumnBuffers *self, PyObject *const *args, Py_s
 }
 
 /* take() -> (rows, key_nulls, header_entries, header_value_nulls, key_raws, value_raws,
-   header_value_raws, 19 bytearrays) */
+   header_value_raws, 18 bytearrays) */
 static PyObject *columns_take(ColumnBuffers *self, PyObject *unused)
 {
     if (self->busy) {
@@ -1442,13 +1458,15 @@ fail:
 
 static PyObject *columns_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "ColumnBuffers() takes no arguments");
+    static char *keywords[] = {"readable", NULL};
+    int readable = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:ColumnBuffers", keywords, &readable))
         return NULL;
-    }
     ColumnBuffers *self = (ColumnBuffers *)type->tp_alloc(type, 0);
     if (self != NULL && columns_reset(self) < 0)
         Py_CLEAR(self);
+    if (self != NULL)
+        self->readable = readable;
     return (PyObject *)self;
 }
 

@@ -476,7 +476,8 @@ def record_columns(batch: bytes) -> RecordColumns:
     return offsets, timestamps, keys, values, headers
 
 
-def column_buffers() -> Any | None:
+def column_buffers(readable: bool = False) -> Any | None:
     """A compiled ColumnBuffers (plain batches' records read straight into Arrow buffers,
-    _batch_codec.c), or None when the compiled codec is not in use: record_columns() then."""
-    return None if _codec is None else _codec.ColumnBuffers()
+    _batch_codec.c; readable: telling text from bytes too), or None when the compiled codec
+    is not in use: record_columns() then."""
+    return None if _codec is None else _codec.ColumnBuffers(readable)

@@ -44,9 +44,10 @@ schema version 2, file_formats.py) split each key, header value and body in two 
 whether it is well-formed UTF-8 (Unicode's Table 3-7, as Python's strict decoder and
 Spark's is_valid_utf8 judge it): text in a string column, else the raw bytes in a binary
 `*_bytes` one, the other null; so each value is in exactly one. The compiled codec sets a
-text and a raw bit for each value as it reads it, and both columns are views of the same
-data buffers (a null slot of the string column may hold bytes that are not UTF-8: Arrow
-never reads a null slot's bytes). Built the same way as above but:
+text and a raw bit for each value as it reads it; the column of the kind a run of records
+holds is a view of the data buffer, and the other one, when some values are of that kind,
+a copy of just those (so Spark is never sent the same bytes twice). Built the same way as
+above but:
 
     column         Arrow type               built from
     -------------  -----------------------  ----------------------------------------------
@@ -59,8 +60,9 @@ never reads a null slot's bytes). Built the same way as above but:
     body_bytes     binary                   bodies that are not
 
 Doing this here rather than in Spark SQL (file_formats.readable's CASE WHEN
-is_valid_utf8(CAST(...))) saves the export about 1.5 µs of CPU per event on the
-benchmark machine: Spark's check and casts cost more than reading the record.
+is_valid_utf8(CAST(...))) saves the export about 1.7 µs of CPU per event on the
+benchmark machine (bench/README.md): Spark's check and casts cost more than reading the
+record.
 
 Size: an Arrow binary column's int32 offsets address at most 2 GiB - 1 of data, so a
 RecordBatch is cut before a record batch would take any column past that (ready() hands
@@ -98,12 +100,14 @@ class EventColumns:
     """Records of one channel partition gathered until to_batch() turns them into one
     RecordBatch of `schema` (see the module doc)."""
 
-    def __init__(self, channel: str, partition: int, schema: Any) -> None:
+    def __init__(self, channel: str, partition: int, schema: Any,
+                 readable: bool = False) -> None:
         self.channel = channel
         self.partition = partition
         self.schema = schema
-        self.readable = "body_bytes" in schema.names  # READABLE_SCHEMA (module doc)
-        self._buffers = record_batch.column_buffers()  # None: the codec is not in use
+        self.readable = readable  # schema is READABLE_SCHEMA's (module doc)
+        # None: the codec is not in use
+        self._buffers = record_batch.column_buffers(readable)
         self._lists = _RecordLists()
         self._parts: list[Any] = []  # finished runs of one kind, in offset order
         self._part_rows = 0
@@ -232,7 +236,7 @@ def _buffers_batch(columns: EventColumns, taken: tuple[Any, ...]) -> Any:
     (rows, key_nulls, entries, value_nulls, key_raws, body_raws, hvalue_raws, offsets,
      timestamps, key_valid, key_ends, key_data, body_ends, body_data, header_ends, name_ends,
      name_data, hvalue_valid, hvalue_ends, hvalue_data, key_text, key_raw, body_text, body_raw,
-     hvalue_text, hvalue_raw) = taken
+     hvalue_raw) = taken
     ends = _column(pa.int32(), rows + 1, 0, None, header_ends)
     names = _column(pa.string(), entries, 0, None, name_ends, name_data)
     fixed = [pa.repeat(pa.scalar(columns.channel, pa.string()), rows),
@@ -246,11 +250,11 @@ def _buffers_batch(columns: EventColumns, taken: tuple[Any, ...]) -> Any:
             hvalue_raws, _column(pa.bool_(), entries, 0, None, hvalue_raw))
         batch = pa.RecordBatch.from_arrays([
             *fixed,
-            _column(pa.string(), rows, key_nulls + key_raws, key_text, key_ends, key_data),
-            _column(pa.binary(), rows, rows - key_raws, key_raw, key_ends, key_data),
+            *_text_and_raw(rows, key_nulls + key_raws, key_text, rows - key_raws, key_raw,
+                           key_ends, key_data),
             *headers,
-            _column(pa.string(), rows, body_raws, body_text, body_ends, body_data),
-            _column(pa.binary(), rows, rows - body_raws, body_raw, body_ends, body_data),
+            *_text_and_raw(rows, body_raws, body_text, rows - body_raws, body_raw, body_ends,
+                           body_data),
         ], schema=columns.schema)
     else:
         headers = pa.MapArray.from_arrays(
@@ -266,6 +270,22 @@ def _buffers_batch(columns: EventColumns, taken: tuple[Any, ...]) -> Any:
     # error here rather than a read past its end in Spark
     batch.validate()
     return batch
+
+
+def _text_and_raw(rows: int, text_nulls: int, text: Any, raw_nulls: int, raw: Any,
+                  ends: Any, data: Any) -> tuple[Any, Any]:
+    """The string and binary columns of one value (`text` and `raw` its bitmaps), each
+    holding only its own values' bytes: a column of nulls where it has none, a view of the
+    data for the text ones, a copy of just the raw ones when both kinds are there."""
+    if raw_nulls == rows:  # all text (or null): the common case
+        return (_column(pa.string(), rows, text_nulls, text, ends, data),
+                pa.nulls(rows, pa.binary()))
+    raws = _column(pa.binary(), rows, raw_nulls, raw, ends, data)
+    if text_nulls == rows:  # no text at all (a channel of images, of protobufs)
+        return pa.nulls(rows, pa.string()), raws
+    # take() copies just the bytes of the values it keeps (if_else, concat do not)
+    return (_column(pa.string(), rows, text_nulls, text, ends, data),
+            pc.take(raws, pa.array(range(rows), pa.int32())))
 
 
 def _split_maps(ends: Any, names: Any, values: Any, raws: int, raw: Any) -> tuple[Any, Any]:

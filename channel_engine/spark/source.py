@@ -28,7 +28,8 @@ Options (strings, as Spark passes them; names are case-insensitive):
     columns             no        "events" (default): the schema below; "readable":
                                   READABLE_SCHEMA, each key, header value and body as
                                   text when it is UTF-8 and as bytes when not (the
-                                  export's schema version 2, file_formats.py)
+                                  export's schema version 2, file_formats.py). A
+                                  schema given (.schema()) must be that one.
 
 Schema, one row per event:
 
@@ -168,9 +169,9 @@ class WeirSource(DataSource):
         splits = plan(self.options)
         name = _columns(self.options)
         if schema != SCHEMAS[name]:
-            raise ConfigError("option columns", f"is {name!r}, whose schema is "
-                              f"{SCHEMAS[name].simpleString()}, not the one given "
-                              f"({schema.simpleString()})")
+            raise ConfigError("schema", f"a schema given must be the one of option columns="
+                              f"{name} ({SCHEMAS[name].simpleString()}), not "
+                              f"{schema.simpleString()}")
         return WeirReader(splits)
 
 
@@ -263,8 +264,8 @@ def _ranges(text: str | None, config: ChannelConfig) -> list[tuple[int, int, int
 
 
 def _columns(options: Mapping[str, str]) -> str:
-    """The option columns: a key of SCHEMAS (default "events")."""
-    name = options.get("columns", "events")
+    """The option columns: a key of SCHEMAS (default "events"; any case)."""
+    name = options.get("columns", "events").lower()
     if name not in SCHEMAS:
         raise ConfigError("option columns", f"must be one of {', '.join(SCHEMAS)}, "
                           f"not {name!r}")
@@ -293,7 +294,8 @@ def read_split(split: WeirSplit) -> Iterator[Any]:
 
     # Spark compares the first batch's schema with its own rendering of the schema.
     columns = EventColumns(split.channel, split.partition,
-                           to_arrow_schema(SCHEMAS[split.columns], timezone="UTC"))
+                           to_arrow_schema(SCHEMAS[split.columns], timezone="UTC"),
+                           readable=split.columns == "readable")
     expected = split.start  # the next offset due
     chunks = _remote_chunks(split) if split.url is not None else _local_chunks(split)
     for batch, damaged in chunks:

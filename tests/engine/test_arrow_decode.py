@@ -77,7 +77,7 @@ def read_columns(batches: list[bytes], start: int, stop: int, schema: Any = ARRO
                  ) -> tuple[list[Any], int]:
     """The split's RecordBatches in `schema` (read_split's loop: cut ones as they come,
     one at the end) and the offset due after them."""
-    columns = EventColumns("orders", 3, schema)
+    columns = EventColumns("orders", 3, schema, readable=schema == READABLE_ARROW_SCHEMA)
     out, expected = [], start
     for batch in batches:
         expected += columns.add(batch, expected, stop)
@@ -281,7 +281,7 @@ def test_any_bytes_give_rows_or_the_codecs_errors_never_more(
             del data[at:]
         else:
             data[at:at] = chunk
-    buffers = batch_codec.ColumnBuffers()
+    buffers = batch_codec.ColumnBuffers(readable=True)
     try:
         result = buffers.append(bytes(data), 0, 2**62)
     except (CorruptRecordException, UnicodeDecodeError):
@@ -299,7 +299,7 @@ def test_any_bytes_give_rows_or_the_codecs_errors_never_more(
     assert len(buffers[8]) == len(buffers[11]) == 4 * (entries + 1)
     # text and raw bitmaps: a bit for each key and value, and each header value
     assert all(len(bitmap) == -(-rows // 8) for bitmap in buffers[13:17])
-    assert all(len(bitmap) == -(-entries // 8) for bitmap in buffers[17:19])
+    assert len(buffers[17]) == -(-entries // 8)
     assert key_raws + key_nulls <= rows and value_raws <= rows
     assert hvalue_raws + value_nulls <= entries
 
@@ -379,13 +379,13 @@ def test_validity_bits_a_rolled_back_batch_set_are_cleared_for_the_next_rows(
     for kind in CODECS:
         with codec_in_use(kind, batch_codec):
             columns = EventColumns("orders", 3,
-                                   READABLE_ARROW_SCHEMA if readable else ARROW_SCHEMA)
+                                   READABLE_ARROW_SCHEMA if readable else ARROW_SCHEMA, readable)
             columns.add(good, 0, 10)
             with pytest.raises(InvalidBatch, match="UnicodeDecodeError"):
                 columns.add(refused, 1, 10)
             columns.add(nulls, 1, 10)
             tables[kind] = columns.to_batch()
-            tables[kind].validate(full=not readable)  # a null text slot may not be UTF-8
+            tables[kind].validate(full=True)
     assert tables["compiled"].equals(tables["python"])
     expected = readable_rows if readable else expected_rows
     assert tables["compiled"].to_pylist() == expected([good, nulls], 0, 10)
@@ -618,7 +618,7 @@ def test_both_codecs_split_text_from_bytes_as_pythons_decoder_does(
         with codec_in_use(kind, batch_codec):
             read = read_readable(batches, 0, offset)
         for batch in read:
-            batch.validate()  # (not full: a null string slot may hold bytes not UTF-8)
+            batch.validate(full=True)  # offsets in bounds, text UTF-8, bitmaps sized
             assert batch.schema == READABLE_ARROW_SCHEMA
         tables[kind] = pa.Table.from_batches(read, READABLE_ARROW_SCHEMA)
         event("some value not UTF-8" if any(
@@ -658,3 +658,24 @@ def test_only_records_with_raw_header_values_get_a_headers_bytes_map(
             [("t", "text"), ("n", None)], [], [("t", "more text")], []]
         assert read.column("headers_bytes").to_pylist() == [
             [("r", b"\xff")], None, None, [("r1", b"\xfe"), ("r2", b"\xc0\x80")]]
+
+
+def test_the_events_layout_sets_no_text_bits_and_each_column_holds_only_its_own_bytes(
+    batch_codec: ModuleType,
+) -> None:
+    texts = make_batch(0, [(1, b"k", b"t" * 100, [])] * 50)
+    mixed = make_batch(50, [(1, None, b"\xff" * 100 if i % 10 == 0 else b"t" * 100, [])
+                            for i in range(50)])
+    plain = batch_codec.ColumnBuffers()
+    plain.append(texts, 0, 50)
+    taken = plain.take()
+    assert taken[0] == 50 and taken[4:7] == (0, 0, 0) and not any(taken[-5:])  # no bits
+    with codec_in_use("compiled", batch_codec):
+        [all_text] = read_readable([texts], 0, 50)
+        [both] = read_readable([mixed], 50, 100)
+    # Arrow sends every byte of a buffer: a column of nulls, or of just its own values
+    # (offsets and bitmaps aside, about 500 bytes here)
+    assert all_text.column("body_bytes").null_count == 50
+    assert all_text.column("body_bytes").nbytes < 1000  # no body's bytes
+    assert both.column("body_bytes").nbytes < 5 * 100 + 1000  # the 5 raw bodies', not 50
+    assert both.column("body").to_pylist()[:2] == [None, "t" * 100]

@@ -284,5 +284,6 @@ def test_a_schema_given_that_is_not_the_columns_own_is_refused(
     config.save()
     reader = spark.read.format("weir").schema(SCHEMA).option("home", str(config.home)) \
         .option("ranges", '{"0": [0, 0]}').option("columns", "readable")
-    with pytest.raises(Exception, match="option columns: is 'readable', whose schema is"):
+    with pytest.raises(Exception, match="schema: a schema given must be the one of option "
+                                         "columns=readable"):
         reader.load().collect()
