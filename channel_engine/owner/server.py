@@ -5,7 +5,10 @@ request of each that is ready. It answers the short ones itself (protocol.Op.inl
 puts, takes, reads, offsets; never one that waits for another client). Puts
 (commit_batches): it begins every put of the round (checks, room, appends:
 queue/puts.py), then finishes them in order, so the puts that arrived together share one
-fsync (the first finish's group commit covers the rest), and replies to each. A request
+fsync (the first finish's group commit covers the rest), and replies to each. Take
+commits (commit_take) likewise: the round's commits are begun (journalled), then waited
+for together, one journal fsync for them all, so neither a put nor another consumer waits
+behind each consumer's own fsync. A request
 answered this way costs no thread hand-off and no fight for the GIL among the
 connections' threads (bench/README.md, owner_rtt.py: with a thread per connection, 8
 client threads' fsync'd puts cost the owner 180-300 us of CPU each, 70-100 us now). The
@@ -47,6 +50,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +180,7 @@ class OwnerServer:
     def _round(self, selector: selectors.BaseSelector) -> None:
         """Wait for ready connections, read a request from each, answer."""
         puts: list[tuple[_Connection, PendingPut | BaseException]] = []
+        commits: list[tuple[_Connection, Callable[[], None]]] = []
         try:
             for key, _events in selector.select():
                 if key.data is _LISTENER:
@@ -184,13 +189,16 @@ class OwnerServer:
                     self._take_back()
                 else:
                     try:
-                        self._read(key.data, puts)
+                        self._read(key.data, puts, commits)
                     except Exception:  # a bug: that client loses its connection, not all
                         log.exception("channel %r: a client's request failed in the owner's "
                                       "loop; closing its connection", self.owner.name)
                         self._close(key.data)
-        finally:  # a round that fails part way still ends every put it began
-            self._answer_puts(puts)
+        finally:  # a round that fails part way still ends every put and commit it began
+            try:
+                self._answer_puts(puts)
+            finally:
+                self._answer_commits(commits)
 
     def _accept(self) -> None:
         """Take every connection waiting (the listener does not block)."""
@@ -226,8 +234,10 @@ class OwnerServer:
                 self._selector.register(conn.sock, selectors.EVENT_READ, conn)
 
     def _read(self, conn: _Connection,
-              puts: list[tuple[_Connection, PendingPut | BaseException]]) -> None:
-        """Read a ready connection's request: begin a put, answer a hello, or hand it on."""
+              puts: list[tuple[_Connection, PendingPut | BaseException]],
+              commits: list[tuple[_Connection, Callable[[], None]]]) -> None:
+        """Read a ready connection's request: begin a put or a take commit, answer a hello
+        or another short request, or hand it on."""
         try:
             request = protocol.receive_started(conn.sock)
         except (ConnectionError, ValueError) as exc:  # ValueError: not msgpack
@@ -245,6 +255,9 @@ class OwnerServer:
         try:
             version, name, args = _request(request)
             op = protocol.OPERATIONS.get(name)
+            if op is protocol.COMMIT_TAKE:
+                self._begin_commit(conn, version, args, commits)
+                return
             if name == protocol.HELLO or (op is not None and op.inline
                                           and op is not protocol.COMMIT_BATCHES):
                 self._answer(conn, request)
@@ -260,6 +273,40 @@ class OwnerServer:
             self._hand_off(conn, request)
         except Exception as exc:  # the client re-raises it
             puts.append((conn, exc))
+
+    def _begin_commit(self, conn: _Connection, version: int, args: Any,
+                      commits: list[tuple[_Connection, Callable[[], None]]]) -> None:
+        """Commit a take, answered at once unless it must wait for its journal fsync: then
+        at the round's end, with the round's other commits (one fsync for them all)."""
+        op = protocol.COMMIT_TAKE
+        try:
+            op.check_arguments(args, version)
+            (take_id,) = op.args_from_wire(args)
+            conn.takes.discard(take_id)  # gone from the connection even if ending it fails
+            durable = self.owner.takes.begin_commit_take(take_id)
+        except Exception as exc:  # the client re-raises it
+            self._reply(conn, protocol.error_to_wire(exc))
+            return
+        if durable is None:
+            self._reply(conn, [0, op.result_to_wire(None)])
+        else:
+            commits.append((conn, durable))
+
+    def _answer_commits(self, commits: list[tuple[_Connection, Callable[[], None]]]) -> None:
+        """Wait for the round's take commits to be durable (the first wait's fsync covers
+        the others) and reply; a commit is acknowledged only once its record is on disk."""
+        for conn, durable in commits:
+            try:
+                durable()
+                reply = [0, protocol.COMMIT_TAKE.result_to_wire(None)]
+            except Exception as exc:  # the client re-raises it
+                reply = protocol.error_to_wire(exc)
+            try:
+                self._reply(conn, reply)
+            except Exception:  # a bug: that client loses its connection, not the others
+                log.exception("channel %r: replying to a take commit failed in the owner's "
+                              "loop; closing its connection", self.owner.name)
+                self._close(conn)
 
     def _answer(self, conn: _Connection, request: Any) -> None:
         """Answer a short request in the loop."""

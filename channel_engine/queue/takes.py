@@ -27,7 +27,9 @@ from __future__ import annotations
 import contextlib
 import heapq
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from channel_engine.errors import (
     ChannelEngineError,
@@ -194,6 +196,16 @@ class Takes:
 
     def commit_take(self, take_id: int) -> None:
         """Remove a take's events for good; durable on return in fsync durability."""
+        durable = self.begin_commit_take(take_id)
+        if durable is not None:
+            durable()
+
+    def begin_commit_take(self, take_id: int) -> Callable[[], None] | None:
+        """commit_take but its wait for the fsync of its journal record: returns that wait,
+        to call before the commit is acknowledged (None when there is nothing to wait for:
+        policy durability, or a take of no events). Commits begun together then share one
+        fsync, the first wait covering the others (the journal's group sync): the owner's
+        loop begins a round's commits and waits once (owner/server.py)."""
         self._home_lock.check()  # never acknowledge a commit journalled into an unlinked file
         with self._state.room:
             self._live_take(take_id)
@@ -213,7 +225,8 @@ class Takes:
             self._count(take, "take_successes", taken)
             self._state.room.notify_all()
         if entries and self.config.durability == "fsync":
-            journal.sync(ticket)
+            return partial(journal.sync, ticket)
+        return None
 
     def rollback_take(self, take_id: int) -> None:
         """Return a take's events to the head of their partitions, in order; nothing for a

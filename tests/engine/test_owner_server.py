@@ -22,6 +22,7 @@ from channel_engine.errors import UnknownOperationError
 from channel_engine.filenames import SOCKET_NAME
 from channel_engine.kafka_sink.offsets_record import key_partition
 from channel_engine.owner import protocol
+from channel_engine.owner import server as server_module
 from channel_engine.owner.client import OwnerClient
 from channel_engine.owner.server import OwnerServer
 from channel_engine.queue import put_batch
@@ -251,17 +252,26 @@ def test_a_round_that_fails_is_logged_and_the_loop_goes_on(
 
 
 def hold_next_round(monkeypatch: pytest.MonkeyPatch, server: OwnerServer,
-                    wait_s: float = 0.3) -> None:
-    """Make the loop's next select wait `wait_s` first, so what clients send meanwhile is
-    read in one round (the listening socket's event last)."""
+                    wait_s: float = 0.3, connections: int = 0) -> None:
+    """Make the loop's next select wait `wait_s` first, or until `connections` client
+    connections have a request ready (up to TIMEOUT), so what clients send meanwhile is read
+    in one round (the listening socket's event last)."""
     real = server._selector.select
     armed = [True]
+
+    def ready_clients(events: list[Any]) -> int:
+        return sum(isinstance(key.data, server_module._Connection) for key, _ in events)
 
     def select(timeout: float | None = None) -> list[Any]:
         if not armed:
             return real(timeout)
         armed.clear()
-        time.sleep(wait_s)
+        if not connections:
+            time.sleep(wait_s)
+        deadline = time.monotonic() + TIMEOUT
+        while connections and ready_clients(real(0.01)) < connections and \
+                time.monotonic() < deadline:
+            pass
         return sorted(real(timeout), key=lambda event: event[0].fileobj is server._listener)
 
     monkeypatch.setattr(server._selector, "select", select)
@@ -507,3 +517,45 @@ def test_a_round_whose_fsyncs_fail_acknowledges_none_of_its_puts(
         assert state.unresolved == [{}, {}]  # each aborted, none left pending
         assert owner.owner.counters["put_errors"] == 3
         assert owner.owner.counters["aborted_events"] == 3
+
+
+def test_take_commits_of_one_round_share_a_journal_fsync_done_before_their_replies(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
+    config, owner = owned
+    for i in range(40):
+        put(owner, b"%d" % i)
+    consumers = 4
+    taken, armed = threading.Barrier(consumers + 1), threading.Event()
+    answered: list[float] = []
+    journal_fsyncs: list[float] = []
+    real = os.fdatasync
+
+    def counted(fd: int) -> None:
+        real(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".journal"):
+            journal_fsyncs.append(time.monotonic())
+
+    def consume() -> None:  # a thread each: a connection each
+        with client.take() as tx:
+            tx.take(10)
+            taken.wait(TIMEOUT)
+            armed.wait(TIMEOUT)
+        answered.append(time.monotonic())
+
+    with Channel.open(config) as client:
+        threads = [threading.Thread(target=consume) for _ in range(consumers)]
+        for thread in threads:
+            thread.start()
+        taken.wait(TIMEOUT)
+        monkeypatch.setattr(os, "fdatasync", counted)
+        hold_next_round(monkeypatch, owner._server, connections=consumers)  # one round
+        armed.set()
+        for thread in threads:
+            thread.join(TIMEOUT)
+    assert len(answered) == consumers
+    assert len(journal_fsyncs) == 1  # one fsync for the round's commits
+    assert all(at >= journal_fsyncs[0] for at in answered)  # none acknowledged before it
+    monkeypatch.undo()
+    owner.close()
+    with Channel.open(config) as reopened:  # the commits were durable: nothing comes back
+        assert take_all(reopened) == []
