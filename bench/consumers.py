@@ -1,7 +1,7 @@
 """Benchmark: take + commit transactions of several consumers of one channel at once,
 through the owner (fsync durability: each commit acknowledged once journalled on disk).
 
-    .venv/bin/python bench/consumers.py [--consumers 1,4,8] [--events 10] [--seconds 5]
+    .venv/bin/python bench/consumers.py [--consumers 1,4,8] [--events 5] [--seconds 5]
 
 A channel of 3 partitions is filled with 1,000,000 events of 100 B and owned by a child
 process; this process opens it as a client and, for each count of --consumers, runs that
@@ -12,9 +12,9 @@ fdatasync calls a commit (counted in the owner process: how many commits one fsy
 carries; this disk's flush time varies a lot from minute to minute, the count does
 not). The owner's loop
 begins the take commits that arrive together and waits for their journal fsync once
-(owner/server.py), so more consumers share fsyncs; printed next to the count of commits
-one consumer alone makes (the same run), which is what a commit costs with nobody to
-share its fsync with.
+(owner/server.py), so more consumers share fsyncs; each row's rate is also printed as a
+multiple of the first row's (by default one consumer alone: a commit with nobody to
+share its fsync with).
 """
 from __future__ import annotations
 
@@ -53,14 +53,14 @@ def own(home: str, ready: EventType, stop: EventType, fsyncs: Any) -> None:
 def commits(client: Channel, consumers: int, events: int, seconds: float) -> tuple[int, float]:
     """Take + commit transactions by `consumers` threads of `client` in `seconds`, and the
     seconds they took."""
-    done, lock = [0], threading.Lock()
+    done, dry, lock = [0], threading.Event(), threading.Lock()
     end = time.monotonic() + seconds
 
     def consume() -> None:
-        while time.monotonic() < end:
+        while time.monotonic() < end and not dry.is_set():
             with client.take() as tx:
                 if len(tx.take(events)) < events:
-                    raise SystemExit("the channel ran dry: fill more or take fewer")
+                    dry.set()
             with lock:
                 done[0] += 1
 
@@ -70,6 +70,8 @@ def commits(client: Channel, consumers: int, events: int, seconds: float) -> tup
         thread.start()
     for thread in threads:
         thread.join()
+    if dry.is_set():
+        raise SystemExit("the channel ran dry: these figures are void (fill more, take fewer)")
     return done[0], time.monotonic() - started
 
 
@@ -93,10 +95,12 @@ def main() -> None:
                     tx.put_all([PendingEvent(b"x" * 100)] * 5_000)
         owner = multiprocessing.Process(target=own, args=(str(config.home), ready, stop, fsyncs))
         owner.start()
-        ready.wait(30)
+        if not ready.wait(60) or not owner.is_alive():
+            raise SystemExit("the owner process did not start")
         print(f"take({args.events}) + commit through the owner, fsync durability, "
               f"{args.seconds:g} s each:")
         with Channel.open(config.home) as client:
+            assert client.role == "client", "this process must be the owner's client"
             alone = None
             for consumers in (int(n) for n in args.consumers.split(",")):
                 before = fsyncs.value

@@ -118,6 +118,20 @@ class LogOfflineError(ChannelEngineError):
         self.cause = cause
 
 
+class JournalOfflineError(ChannelEngineError):
+    """An fdatasync of the commit journal failed: the records appended since its last good
+    one may never reach the disk (the kernel may drop the pages it failed to write, and a
+    later fsync that succeeds does not bring them back), so no commit after that one is
+    acknowledged from this journal; the next checkpoint, which holds those commits, starts
+    a new one."""
+
+    def __init__(self, path: Path | str, cause: BaseException) -> None:
+        super().__init__(f"{path}: the commit journal is offline after a failed fsync "
+                         f"({cause}); commits are durable again after the next checkpoint")
+        self.path = str(path)
+        self.cause = cause
+
+
 class StorageError(ChannelEngineError):
     """An I/O operation failed and was undone: nothing was written, the log is usable."""
 

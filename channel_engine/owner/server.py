@@ -7,8 +7,12 @@ puts, takes, reads, offsets; never one that waits for another client). Puts
 queue/puts.py), then finishes them in order, so the puts that arrived together share one
 fsync (the first finish's group commit covers the rest), and replies to each. Take
 commits (commit_take) likewise: the round's commits are begun (journalled), then waited
-for together, one journal fsync for them all, so neither a put nor another consumer waits
-behind each consumer's own fsync. A request
+for together, one journal fsync for them all (unless another waiter's fsync covers them
+already), so neither a put nor another consumer waits behind each consumer's own fsync.
+A commit is acknowledged only after that fsync returned; its effect is seen by the rest
+of the round before (a rollback of that take is refused as committed), and if the fsync
+fails or the machine stops first, its events come back, as any unacknowledged commit's
+(commit_journal: a failed fsync fails every later commit until a checkpoint). A request
 answered this way costs no thread hand-off and no fight for the GIL among the
 connections' threads (bench/README.md, owner_rtt.py: with a thread per connection, 8
 client threads' fsync'd puts cost the owner 180-300 us of CPU each, 70-100 us now). The

@@ -113,7 +113,7 @@ from pathlib import Path
 import crc32c
 
 from channel_engine.atomic_file import fsync_directory
-from channel_engine.errors import CorruptRecordError, CorruptStateError
+from channel_engine.errors import CorruptRecordError, CorruptStateError, JournalOfflineError
 from channel_engine.filenames import DAMAGED_SUFFIX
 from channel_engine.log.zero_fill import ZeroFill
 from channel_engine.queue.checkpoint import MAX_SEQUENCE
@@ -213,6 +213,7 @@ class CommitJournal:
         self._appended = 0  # tickets handed out
         self._synced = 0  # tickets known to be on disk
         self._syncing = False
+        self._failed: OSError | None = None  # a failed fdatasync: nothing after it is durable
         self._filler = ZeroFill()
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -276,10 +277,14 @@ class CommitJournal:
         self._zeroed_to = max(self._zeroed_to, written)
 
     def sync(self, ticket: int | None = None) -> None:
-        """Return once the record with `ticket` (default: every record) is on disk."""
+        """Return once the record with `ticket` (default: every record) is on disk;
+        JournalOfflineError once an fdatasync failed, for every record not known to be on
+        disk before it (this one's callers and every later one: fsync errors are sticky)."""
         with self._sync_cond:
             target = self._appended if ticket is None else ticket
             while self._synced < target:
+                if self._failed is not None:
+                    raise JournalOfflineError(self.path, self._failed)
                 if not self._syncing:
                     self._syncing = True
                     break
@@ -287,13 +292,22 @@ class CommitJournal:
             else:
                 return
             upto = self._appended
+        failed, done = None, False
         try:
             os.fdatasync(self._fd)
-        finally:
+            done = True
+        except OSError as exc:
+            failed = exc
+        finally:  # only an fdatasync that returned makes records durable
             with self._sync_cond:
                 self._syncing = False
-                self._synced = max(self._synced, upto) if self._fd >= 0 else self._synced
+                if failed is not None:
+                    self._failed = failed
+                elif done and self._fd >= 0:
+                    self._synced = max(self._synced, upto)
                 self._sync_cond.notify_all()
+        if failed is not None:
+            raise JournalOfflineError(self.path, failed) from failed
         if self._synced < target:
             self.sync(ticket)
 

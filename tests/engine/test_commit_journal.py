@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channel_engine import ChannelEngineError, CorruptRecordError, CorruptStateError
+from channel_engine.errors import JournalOfflineError
 from channel_engine.queue import commit_journal as tj
 from channel_engine.queue.partition_queue import PartitionQueue
 
@@ -423,3 +424,28 @@ def test_it_counts_zeros_ending_a_journal_without_zeros_ahead_as_ignored(
     assert ignored == (0 if zero_fill else 41 + 4096)
     assert tj.scan(path).zero_tail == (41 + 4096 if zero_fill else 0)
 
+
+
+def test_a_failed_fsync_leaves_every_later_record_undurable_even_if_one_succeeds_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = tj.CommitJournal(tmp_path, 1)
+    first = journal.append(tj.TAKE, 1, [(0, 0, 1)])
+    journal.sync(first)
+    second = journal.append(tj.TAKE, 2, [(0, 1, 2)])
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(JournalOfflineError, match="offline after a failed fsync"):
+        journal.sync(second)
+    monkeypatch.setattr(os, "fdatasync", real)  # the disk answers again: the pages it
+    third = journal.append(tj.TAKE, 3, [(0, 2, 3)])  # failed to write may be gone even so
+    for ticket in (second, third):
+        with pytest.raises(JournalOfflineError):
+            journal.sync(ticket)
+        assert not journal.synced(ticket)
+    journal.sync(first)  # on disk before the failure: still so
+    assert journal.synced(first)
+    journal.close()

@@ -18,7 +18,7 @@ import pytest
 from channel_helpers import make_config
 
 from channel_engine import Channel, PendingEvent
-from channel_engine.errors import UnknownOperationError
+from channel_engine.errors import JournalOfflineError, UnknownOperationError
 from channel_engine.filenames import SOCKET_NAME
 from channel_engine.kafka_sink.offsets_record import key_partition
 from channel_engine.owner import protocol
@@ -255,9 +255,9 @@ def hold_next_round(monkeypatch: pytest.MonkeyPatch, server: OwnerServer,
                     wait_s: float = 0.3, connections: int = 0) -> None:
     """Make the loop's next select wait `wait_s` first, or until `connections` client
     connections have a request ready (up to TIMEOUT), so what clients send meanwhile is read
-    in one round (the listening socket's event last)."""
+    in one round (the listening socket's event last). Returns once the loop is held."""
     real = server._selector.select
-    armed = [True]
+    armed, held = [True], threading.Event()
 
     def ready_clients(events: list[Any]) -> int:
         return sum(isinstance(key.data, server_module._Connection) for key, _ in events)
@@ -266,17 +266,18 @@ def hold_next_round(monkeypatch: pytest.MonkeyPatch, server: OwnerServer,
         if not armed:
             return real(timeout)
         armed.clear()
+        held.set()
         if not connections:
             time.sleep(wait_s)
         deadline = time.monotonic() + TIMEOUT
-        while connections and ready_clients(real(0.01)) < connections and \
+        while connections and ready_clients(real(0)) < connections and \
                 time.monotonic() < deadline:
-            pass
+            time.sleep(0.005)  # not a hot spin: the clients' threads need the GIL to send
         return sorted(real(timeout), key=lambda event: event[0].fileobj is server._listener)
 
     monkeypatch.setattr(server._selector, "select", select)
     server._wake()
-    time.sleep(0.1)  # the loop is in the held select now
+    assert held.wait(TIMEOUT)  # the loop is in the held select now
 
 
 def test_a_round_that_fails_after_a_put_began_still_answers_that_put(
@@ -519,14 +520,45 @@ def test_a_round_whose_fsyncs_fail_acknowledges_none_of_its_puts(
         assert owner.owner.counters["aborted_events"] == 3
 
 
+def commit_in_one_round(config: ChannelConfig, owner: Channel, monkeypatch: pytest.MonkeyPatch,
+                        fdatasync: Any, consumers: int = 4) -> list[tuple[str, float]]:
+    """`consumers` takes (a connection each) committed in one round of the owner's loop,
+    os.fdatasync replaced by `fdatasync` meanwhile: each one's outcome ("ok" or the error's
+    class) and when it came back."""
+    taken, armed = threading.Barrier(consumers + 1), threading.Event()
+    answered: list[tuple[str, float]] = []
+
+    def consume() -> None:  # a thread each: a connection each
+        tx = client.take()
+        tx.take(10)
+        taken.wait(TIMEOUT)
+        armed.wait(TIMEOUT)
+        try:
+            tx.commit()
+            outcome = "ok"
+        except Exception as exc:  # the owner's error, re-raised in the client
+            outcome = type(exc).__name__
+        answered.append((outcome, time.monotonic()))
+
+    with Channel.open(config) as client:
+        threads = [threading.Thread(target=consume) for _ in range(consumers)]
+        for thread in threads:
+            thread.start()
+        taken.wait(TIMEOUT)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        hold_next_round(monkeypatch, owner._server, connections=consumers)  # one round
+        armed.set()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        monkeypatch.undo()
+    return answered
+
+
 def test_take_commits_of_one_round_share_a_journal_fsync_done_before_their_replies(
         owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
     config, owner = owned
     for i in range(40):
         put(owner, b"%d" % i)
-    consumers = 4
-    taken, armed = threading.Barrier(consumers + 1), threading.Event()
-    answered: list[float] = []
     journal_fsyncs: list[float] = []
     real = os.fdatasync
 
@@ -535,27 +567,34 @@ def test_take_commits_of_one_round_share_a_journal_fsync_done_before_their_repli
         if os.readlink(f"/proc/self/fd/{fd}").endswith(".journal"):
             journal_fsyncs.append(time.monotonic())
 
-    def consume() -> None:  # a thread each: a connection each
-        with client.take() as tx:
-            tx.take(10)
-            taken.wait(TIMEOUT)
-            armed.wait(TIMEOUT)
-        answered.append(time.monotonic())
-
-    with Channel.open(config) as client:
-        threads = [threading.Thread(target=consume) for _ in range(consumers)]
-        for thread in threads:
-            thread.start()
-        taken.wait(TIMEOUT)
-        monkeypatch.setattr(os, "fdatasync", counted)
-        hold_next_round(monkeypatch, owner._server, connections=consumers)  # one round
-        armed.set()
-        for thread in threads:
-            thread.join(TIMEOUT)
-    assert len(answered) == consumers
+    answered = commit_in_one_round(config, owner, monkeypatch, counted)
+    assert [outcome for outcome, _ in answered] == ["ok"] * 4
     assert len(journal_fsyncs) == 1  # one fsync for the round's commits
-    assert all(at >= journal_fsyncs[0] for at in answered)  # none acknowledged before it
-    monkeypatch.undo()
+    assert all(at >= journal_fsyncs[0] for _, at in answered)  # none acknowledged before it
     owner.close()
     with Channel.open(config) as reopened:  # the commits were durable: nothing comes back
         assert take_all(reopened) == []
+
+
+def test_a_round_whose_journal_fsync_fails_acknowledges_none_of_its_commits(
+        owned: tuple[ChannelConfig, Channel], monkeypatch: pytest.MonkeyPatch) -> None:
+    config, owner = owned
+    for i in range(50):
+        put(owner, b"%d" % i)
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:  # the journal's first fsync fails, the later ones not:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".journal") and not failed:
+            failed.append(fd)  # pages it failed to write may be gone even so
+            raise OSError(5, "input/output error")
+        real(fd)
+
+    failed: list[int] = []
+    answered = commit_in_one_round(config, owner, monkeypatch, failing)
+    assert [outcome for outcome, _ in answered] == ["JournalOfflineError"] * 4
+    with Channel.open(config) as client, pytest.raises(JournalOfflineError), \
+            client.take() as tx:  # and none after it, until a checkpoint
+        assert len(tx.take(1)) == 1
+    owner.checkpoint()  # holds the commits; a new journal
+    with Channel.open(config) as client, client.take() as tx:
+        assert len(tx.take(1)) == 1
