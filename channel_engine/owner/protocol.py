@@ -181,7 +181,25 @@ def receive_rest(sock: socket.socket, frame: Incomplete) -> Any:
     body = memoryview(first)[LENGTH.size:]
     if missing:
         body = memoryview(b"".join([body, _read_exactly(sock, missing, eof_ok=False) or b""]))
+        _nothing_after(sock)
     return msgpack.unpackb(body, raw=False, strict_map_key=False)
+
+
+def _nothing_after(sock: socket.socket) -> None:
+    """ConnectionError when bytes already wait past the frame just read to its end: each
+    side sends one frame and then waits for the other's (a peer out of step), as
+    receive_started refuses bytes past a frame in its one read."""
+    # poll first: a socket with a Python timeout would wait that long in recv, whatever
+    # its flags; readable with nothing to peek is a peer that closed, for the next read
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN)
+        waiting = bool(poller.poll(0)) and bool(sock.recv(1, socket.MSG_PEEK))
+    except (OSError, ValueError):  # reset meanwhile: the frame was read whole all the same
+        return
+    if waiting:
+        raise ConnectionError("bytes past a frame: the peer sent a frame before this side "
+                              "answered")
 
 
 def _frame_length(first: bytes) -> int:

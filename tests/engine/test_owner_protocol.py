@@ -70,6 +70,24 @@ def test_it_refuses_bytes_past_a_frame_as_a_peer_out_of_step() -> None:
             protocol.receive(right)
 
 
+def test_it_refuses_bytes_past_a_frame_larger_than_the_first_read() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        # room for both frames in the buffers: sendall returns with everything sent
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        right.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        large = protocol.frame([0, b"y" * (2 * protocol.FIRST_READ)])
+        left.sendall(large + protocol.frame([0, None]))
+        with pytest.raises(ConnectionError, match="bytes past a frame"):
+            protocol.receive(right)
+    left, right = socket.socketpair()  # the same large frame alone is read whole
+    with left, right:
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        right.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        left.sendall(large)
+        assert protocol.receive(right) == [0, b"y" * (2 * protocol.FIRST_READ)]
+
+
 def test_a_frame_cut_short_is_a_connection_error_and_none_at_all_is_eof() -> None:
     left, right = socket.socketpair()
     with right:
