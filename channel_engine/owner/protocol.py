@@ -109,19 +109,6 @@ HELLO = "hello"  # the handshake: not an operation of the owner's, answered by t
 R = TypeVar("R")
 
 
-def peer_closed(sock: socket.socket) -> bool:
-    """True when the other end has closed the connection (an owner that stopped)."""
-    # poll, not select: select refuses a descriptor >= 1024, and a process with many files
-    # open (a web worker with many channels' segments) would take every owner for gone
-    poller = select.poll()
-    try:
-        poller.register(sock, select.POLLIN)
-        # between requests the owner sends nothing: readable means closed (or out of step)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):
-        return True
-
-
 def send(sock: socket.socket, value: Any) -> None:
     """Write one frame."""
     sock.sendall(frame(value))
