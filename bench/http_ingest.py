@@ -2,18 +2,27 @@
 engine alone and Redis Streams (XADD, appendfsync always) doing the same work, one run.
 
     .venv/bin/python bench/http_ingest.py [--requests 300] [--clients 4] [--workers 3]
-                                          [--rounds 3]
+                                          [--rounds 3] [--front none|nginx]
 
 Work: batches of 1000 events with 200-byte bodies, fsync durability (a request returns
 once its events are on disk). Contenders:
   * weir over HTTP: gunicorn (--workers, 2 threads each) on 127.0.0.1, a channel with
     3 partitions; --clients load-generator processes, each with one keep-alive
-    connection, POST the same pre-built JSON body; latency per request;
+    connection, POST the same pre-built JSON body; latency per request. With --front
+    nginx, the clients talk to nginx (appliance/front.py, as scripts/run.sh starts it,
+    without the per-token in-flight limit) and nginx to gunicorn over its Unix socket,
+    a new upstream connection a request;
   * engine alone: one process, `with channel.put() as tx: tx.put_all(batch)`;
   * Redis Streams: a private redis-server (appendonly yes, appendfsync always), the
     same client processes each sending a pipeline of 1000 XADD per batch.
 The load generator shares the machine's cores with the server: its own cost is in the
-figures, as it would be for a producer on the same host. This machine is a noisy VM
+figures, as it would be for a producer on the same host.
+Straight to gunicorn (--front none), a keep-alive connection stays with the worker that
+accepted it, and one worker's accept loop often takes several connections arriving at
+once: then one worker (one GIL) parses most requests while the others idle. The "spread"
+line says how the weir rounds' CPU fell on the workers; a round with one worker at ~100%
+is slower for that reason. Behind nginx every request is accepted anew, by whichever
+worker is free. This machine is a noisy VM
 (rates swing by 2x from one minute to the next), so the contenders take turns for
 --rounds rounds and each one's median round is reported, with every round's rate.
 """
@@ -127,6 +136,48 @@ def wait_port(port: int) -> None:
     raise SystemExit(f"nothing listens on {port}")
 
 
+def worker_cpu(master: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each gunicorn worker of `master` so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True)
+    cpu = {}
+    for pid in map(int, found.stdout.split()):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / ticks
+    return cpu
+
+
+def spread(before: dict[int, float], after: dict[int, float]) -> str:
+    """Each worker's share of the CPU its siblings used between two worker_cpu()s."""
+    used = sorted((after[pid] - before.get(pid, 0.0) for pid in after), reverse=True)
+    total = sum(used) or 1.0
+    return " / ".join(f"{100 * u / total:.0f}%" for u in used)
+
+
+def start_web(root: Path, env: dict[str, str], workers: int,
+              front: str) -> tuple[list[subprocess.Popen[bytes]], int]:
+    """gunicorn (and nginx before it with front "nginx"); the processes and the port."""
+    port = free_port()
+    bind = f"unix:{root / 'web.sock'}" if front == "nginx" else f"127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind", bind,
+         "--workers", str(workers), "--threads", "2", "--no-control-socket"],
+        cwd=ROOT, env=env, start_new_session=True, **quiet)]
+    if front == "nginx":
+        while not (root / "web.sock").exists():
+            time.sleep(0.05)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "appliance.front", "--listen", f"127.0.0.1:{port}",
+             "--upstream", bind, "--dir", str(root / "front"), "--max-in-flight", "0"],
+            cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "appliance.settings"},
+            start_new_session=True, **quiet))
+    return procs, port
+
+
 def queued_events(port: int, key: str) -> int:
     """events_untaken of the bench channel, as its detail endpoint reports it."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -186,6 +237,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--front", choices=("none", "nginx"), default="none",
+                        help="nginx before gunicorn, as scripts/run.sh runs it")
     args = parser.parse_args()
     per_client = args.requests // args.clients
     events = per_client * args.clients * BATCH
@@ -193,13 +246,8 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         env, key, admin = bench_appliance(root, "transaction_capacity=10000")
-        port = free_port()
-        procs.append(subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind",
-             f"127.0.0.1:{port}", "--workers", str(args.workers), "--threads", "2",
-             "--no-control-socket"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True))
+        web, port = start_web(root, env, args.workers, args.front)
+        procs += web
         redis_port = free_port()
         (root / "redis").mkdir()
         procs.append(subprocess.Popen(
@@ -211,15 +259,18 @@ def main() -> None:
         run_clients(http_client, (port, key, 5), args.clients * 2)  # warm up every worker
         print(f"{events:,} events of {BODY} B in batches of {BATCH}, fsync durability, "
               f"{args.clients} client processes, gunicorn {args.workers} workers x 2 threads, "
-              f"{os.cpu_count()} CPUs, {args.rounds} rounds (median shown)")
+              f"front: {args.front}, {os.cpu_count()} CPUs, {args.rounds} rounds (median shown)")
         rounds: dict[str, list[tuple[float, list[float]]]] = {
             "engine alone (1 process, no HTTP)": [], "weir produce over HTTP": [],
             "redis streams XADD (appendfsync always)": []}
         runs = list(rounds.values())
+        shares = []
         for index in range(args.rounds):
             runs[0].append((engine_alone(root / f"round-{index}", per_client * args.clients),
                             []))
+            before = worker_cpu(procs[0].pid)
             runs[1].append(run_clients(http_client, (port, key, per_client), args.clients))
+            shares.append(spread(before, worker_cpu(procs[0].pid)))
             runs[2].append(run_clients(redis_client, (redis_port, per_client), args.clients))
         acknowledged = events * args.rounds + 5 * args.clients * 2 * BATCH
         queued = queued_events(port, admin)
@@ -229,6 +280,8 @@ def main() -> None:
         rates = {name: median_round(name, events, results)
                  for name, results in rounds.items()}
         alone, weir, redis_rate = rates.values()
+        print(f"  spread: the gunicorn workers' shares of their CPU, each weir round: "
+              f"{'; '.join(shares)}")
         print(f"target: >= 150,000 events/s over HTTP and above Redis Streams: weir "
               f"{weir:,.0f} ({weir / redis_rate:.2f}x redis, {weir / alone:.2f}x the engine "
               "alone)")

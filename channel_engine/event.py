@@ -13,8 +13,7 @@ NamedTuple costs a fraction of a frozen dataclass to build.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from operator import itemgetter
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from channel_engine.errors import InvalidEventError
@@ -117,21 +116,3 @@ def view_problem(value: object) -> str | None:
     except ValueError:
         return "memoryview was released"
     return None if contiguous else "memoryview must be C-contiguous, not a strided slice"
-
-
-_FIELD = [itemgetter(i) for i in range(4)]
-_NONE = type(None)
-_PLAIN_TYPES: tuple[set[type], ...] = ({PendingEvent}, {bytes}, {_NONE, bytes}, {_NONE}, {_NONE})
-
-
-def check_events(first_index: int, events: Sequence[object]) -> list[PendingEvent]:
-    """make_event for many events (numbered from first_index); InvalidEventError on the
-    first bad one. Events that are PendingEvents with bytes bodies, key None or bytes, and
-    no headers or timestamp are checked by type sets built in C, the rest one by one."""
-    columns = [set(map(type, events))]
-    if columns[0] <= _PLAIN_TYPES[0]:
-        columns += [set(map(type, map(_FIELD[i], events))) for i in range(4)]  # type: ignore[arg-type]
-        if all(c <= plain for c, plain in zip(columns, _PLAIN_TYPES, strict=True)):
-            return list(events)  # type: ignore[arg-type]
-    return [make_event(first_index + i, *event)  # type: ignore[misc]
-            for i, event in enumerate(events)]

@@ -23,7 +23,8 @@ from channel_engine.errors import (
     TransactionCapacityError,
     TransactionStateError,
 )
-from channel_engine.event import Event, HeaderValue, PendingEvent, check_events, make_event
+from channel_engine.event import Event, HeaderValue, PendingEvent, make_event
+from channel_engine.log.record_batch import check_events
 
 if TYPE_CHECKING:
     from channel_engine.channel import Channel

@@ -24,8 +24,18 @@
  *     not handle: a compressed or sealed batch, bounds outside int64; the caller then runs
  *     aiokafka. A malformed records section raises aiokafka's CorruptRecordException (its
  *     messages) or UnicodeDecodeError (a header name): every length and every varint byte
- *     is checked against the end of the batch first. The Event and error classes are
- *     imported with this module.
+ *     is checked against the end of the batch first. The Event, PendingEvent and error
+ *     classes are imported with this module.
+ *
+ * plain_events(events) -> bool
+ *     True when a list or tuple holds only PendingEvents (exact class) of a bytes body, a
+ *     bytes or None key, no headers and no timestamp: record_batch.check_events's test
+ *     for events a put takes as they are (the rest it checks one by one).
+ *
+ * events_from_texts(objects) -> list | None
+ *     PendingEvent(text.encode()) for each object of a list that is exactly {"body":
+ *     text} (exact dict and str): the produce endpoint's commonest event, parsed by
+ *     orjson. None when any object is not (the caller reads them one by one).
  *
  * ColumnBuffers(readable=False): the Spark source's reader (spark/arrow_decode.py has the
  *   Arrow layout; readable: also tell text from bytes, see take()):
@@ -81,6 +91,7 @@
 #define MAX_BATCH 0x7FFFFFFF /* record_batch._MAX_BATCH: aiokafka drops records past it */
 
 static PyObject *event_type;     /* channel_engine.event.Event, set at import */
+static PyObject *pending_type;   /* channel_engine.event.PendingEvent, set at import */
 static PyObject *corrupt_error;  /* aiokafka.errors.CorruptRecordException, set at import */
 
 /* ---- CRC-32C (Castagnoli), reflected polynomial 0x82F63B78 --------------------------- */
@@ -632,6 +643,120 @@ static PyObject *encode(PyObject *module, PyObject *const *args, Py_ssize_t narg
         batch = encode_events(events, now, transactional, producer_id);
     Py_DECREF(events);
     return batch;
+}
+
+/* ---- a put's events -------------------------------------------------------------------- */
+
+/* plain_events(events) -> bool: True when `events` (a list or tuple) holds only
+   PendingEvents (the exact class, four fields) with a bytes body, a bytes or None key, no
+   headers and no timestamp: events a put takes as they are. Exact types only, so no
+   Python code runs here and nothing is allocated. False for anything else (the caller
+   checks those one by one, and words the error). */
+static PyObject *plain_events(PyObject *module, PyObject *events)
+{
+    PyObject **items;
+    Py_ssize_t n;
+    if (PyList_CheckExact(events)) {
+        items = ((PyListObject *)events)->ob_item;
+        n = PyList_GET_SIZE(events);
+    } else if (PyTuple_CheckExact(events)) {
+        items = ((PyTupleObject *)events)->ob_item;
+        n = PyTuple_GET_SIZE(events);
+    } else {
+        Py_RETURN_FALSE;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *event = items[i], *key;
+        if (!Py_IS_TYPE(event, (PyTypeObject *)pending_type) || PyTuple_GET_SIZE(event) != 4)
+            Py_RETURN_FALSE;
+        key = PyTuple_GET_ITEM(event, 1);
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(event, 0))
+                || (key != Py_None && !PyBytes_CheckExact(key))
+                || PyTuple_GET_ITEM(event, 2) != Py_None || PyTuple_GET_ITEM(event, 3) != Py_None)
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* The str body of `object` when it is exactly {"body": <str>} (exact dict, exact str
+   key and value), else NULL (nothing raised). Borrowed. */
+static PyObject *text_body(PyObject *object)
+{
+    Py_ssize_t pos = 0;
+    PyObject *name, *body;
+    if (!PyDict_CheckExact(object) || PyDict_GET_SIZE(object) != 1
+            || !PyDict_Next(object, &pos, &name, &body))
+        return NULL;
+    if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(body)
+            || PyUnicode_CompareWithASCIIString(name, "body") != 0)
+        return NULL;
+    return body;
+}
+
+/* A PendingEvent(body, None, None, None) owning `body` (stolen); NULL raised. */
+static PyObject *pending_event(PyObject *body)
+{
+    PyObject *event = ((PyTypeObject *)pending_type)->tp_alloc((PyTypeObject *)pending_type, 4);
+    if (event == NULL) {
+        Py_DECREF(body);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(event, 0, body);
+    for (int i = 1; i < 4; i++)
+        PyTuple_SET_ITEM(event, i, Py_NewRef(Py_None));
+    return event;
+}
+
+/* events_from_texts(objects) -> list | None: for a list of objects each exactly
+   {"body": <str>} (what a JSON produce request most often holds), a new list of
+   PendingEvent(<the str's UTF-8 bytes>), in order. None when `objects` is not a list, or
+   any object is another shape, or a str does not encode (a lone surrogate): the caller
+   then reads them one by one, and words any error. A snapshot of the list is read, with
+   a reference held on every object. */
+static PyObject *events_from_texts(PyObject *module, PyObject *objects)
+{
+    PyObject *snapshot, *out = NULL;
+    if (!PyList_CheckExact(objects))
+        Py_RETURN_NONE;
+    snapshot = PySequence_Tuple(objects);
+    if (snapshot == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(snapshot);
+    for (Py_ssize_t i = 0; i < n; i++)  /* the shape first: decline before allocating */
+        if (text_body(PyTuple_GET_ITEM(snapshot, i)) == NULL)
+            goto decline;
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* the dict is held by the snapshot; its value is held here while it is read */
+        PyObject *text = text_body(PyTuple_GET_ITEM(snapshot, i)), *body, *event;
+        Py_ssize_t size;
+        const char *utf8;
+        if (text == NULL)  /* changed since the first pass: only by another thread */
+            goto decline;
+        Py_INCREF(text);
+        utf8 = PyUnicode_AsUTF8AndSize(text, &size);
+        if (utf8 == NULL) {
+            Py_DECREF(text);
+            PyErr_Clear();
+            goto decline;
+        }
+        body = PyBytes_FromStringAndSize(utf8, size);
+        Py_DECREF(text);
+        if (body == NULL || (event = pending_event(body)) == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, event);
+    }
+    goto done;
+decline:
+    Py_XDECREF(out);
+    out = Py_NewRef(Py_None);
+done:
+    Py_DECREF(snapshot);
+    return out;
 }
 
 /* ---- decode ---------------------------------------------------------------------------- */
@@ -1528,6 +1653,10 @@ static PyMethodDef methods[] = {
      "encode(events, transaction_id, now) -> bytearray or None: an uncompressed batch."},
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
      "decode(batch, partition, start, stop, limit, out) -> bool: append its Events."},
+    {"plain_events", plain_events, METH_O,
+     "plain_events(events) -> bool: PendingEvents a put takes as they are."},
+    {"events_from_texts", events_from_texts, METH_O,
+     "events_from_texts(objects) -> list or None: PendingEvents of {\"body\": str} objects."},
     {"crc32c", crc32c, METH_VARARGS,
      "crc32c(data, portable=False) -> int: CRC-32C of a buffer, as encode computes it."},
     {NULL, NULL, 0, NULL},
@@ -1560,20 +1689,26 @@ static PyObject *import_class(const char *module_name, const char *name)
 static int import_classes(void)
 {
     PyObject *event = import_class("channel_engine.event", "Event");
+    PyObject *pending = import_class("channel_engine.event", "PendingEvent");
     PyObject *error = import_class("aiokafka.errors", "CorruptRecordException");
-    if (event == NULL || error == NULL)
+    if (event == NULL || pending == NULL || error == NULL)
         goto fail;
     if (!PyType_IsSubtype((PyTypeObject *)event, &PyTuple_Type)
-            || ((PyTypeObject *)event)->tp_dictoffset != 0 || !PyExceptionClass_Check(error)) {
-        PyErr_SetString(PyExc_TypeError, "_batch_codec: Event must be a NamedTuple class and "
-                                         "CorruptRecordException an exception class");
+            || ((PyTypeObject *)event)->tp_dictoffset != 0
+            || !PyType_IsSubtype((PyTypeObject *)pending, &PyTuple_Type)
+            || ((PyTypeObject *)pending)->tp_dictoffset != 0 || !PyExceptionClass_Check(error)) {
+        PyErr_SetString(PyExc_TypeError, "_batch_codec: Event and PendingEvent must be "
+                                         "NamedTuple classes and CorruptRecordException an "
+                                         "exception class");
         goto fail;
     }
     Py_XSETREF(event_type, event);
+    Py_XSETREF(pending_type, pending);
     Py_XSETREF(corrupt_error, error);
     return 0;
 fail:
     Py_XDECREF(event);
+    Py_XDECREF(pending);
     Py_XDECREF(error);
     return -1;
 }

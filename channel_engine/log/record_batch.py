@@ -4,8 +4,10 @@ Weir writes Kafka's own on-disk format, so Kafka's tools and client codecs read
 Weir's segments. This module owns the batch header, the checks that decide whether
 the bytes at a position are a valid batch, and the mapping of events onto records.
 
-Codecs. The hot paths — build() without compression, and a reader's records turned into
-Events (decode_events, LogReader._decode) — go through `_batch_codec`, this package's C
+Codecs. The hot paths — build() without compression, a put's check of its events
+(check_events) and the produce endpoint's commonest events (events_from_texts), and a
+reader's records turned into Events (decode_events, LogReader._decode) — go through
+`_batch_codec`, this package's C
 extension (`_batch_codec.c`): it writes the very bytes aiokafka's builder writes and
 reads records with aiokafka's checks, in a fraction of the time; its ColumnBuffers
 (column_buffers()) reads plain batches' records straight into Arrow buffers for the Spark
@@ -72,6 +74,7 @@ import os
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -85,7 +88,7 @@ from channel_engine.errors import (
     InvalidBatch,
     InvalidEventError,
 )
-from channel_engine.event import Event, PendingEvent, header_value, view_problem
+from channel_engine.event import Event, PendingEvent, header_value, make_event, view_problem
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = 61
@@ -260,6 +263,38 @@ def check_batch(
     if verify_crc:
         check_crc(buf, position, header)
     return header
+
+
+_FIELD = [itemgetter(i) for i in range(4)]
+_NONE = type(None)
+_PLAIN_TYPES: tuple[set[type], ...] = ({PendingEvent}, {bytes}, {_NONE, bytes}, {_NONE}, {_NONE})
+
+
+def check_events(first_index: int, events: Sequence[object]) -> list[PendingEvent]:
+    """make_event for many events (numbered from first_index); InvalidEventError on the
+    first bad one. PendingEvents with bytes bodies, key None or bytes, and no headers or
+    timestamp are taken as they are: the compiled codec tells in one pass (plain_events),
+    else type sets built in C do; the rest are checked one by one."""
+    if _codec is not None:
+        if _codec.plain_events(events):
+            return list(events)  # type: ignore[arg-type]
+    else:
+        columns = [set(map(type, events))]
+        if columns[0] <= _PLAIN_TYPES[0] and set(map(len, events)) <= {4}:  # type: ignore[arg-type]
+            columns += [set(map(type, map(_FIELD[i], events))) for i in range(4)]  # type: ignore[arg-type]
+            if all(c <= plain for c, plain in zip(columns, _PLAIN_TYPES, strict=True)):
+                return list(events)  # type: ignore[arg-type]
+    return [make_event(first_index + i, *event)  # type: ignore[misc]
+            for i, event in enumerate(events)]
+
+
+def events_from_texts(objects: object) -> list[PendingEvent] | None:
+    """PendingEvent(text.encode()) for each object of a list that is exactly {"body": text}
+    (a dict and a str, not subclasses): the commonest event of a JSON produce request.
+    None when any object is another shape, or without the compiled codec: the caller then
+    reads the objects one by one (and words any error)."""
+    return None if _codec is None else cast("list[PendingEvent] | None",
+                                            _codec.events_from_texts(objects))
 
 
 def build(events: Sequence[PendingEvent], compression: int = 0,

@@ -108,3 +108,30 @@ def test_it_accepts_every_timestamp_a_date_can_show() -> None:
         % MAX_TIMESTAMP
     assert [e.timestamp for e in parse(body, "application/json")] == [0, MAX_TIMESTAMP]
     assert MAX_TIMESTAMP == 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, as documented
+
+
+@pytest.mark.parametrize("body", [
+    b'{"events": [{"body": "a"}, {"body": "\\u00e9\\ud83d\\ude00"}, {"body": ""}]}',
+    b'[{"body": "flume"}, {"body": "two"}]',
+    b'{"body": "one"}\n{"body": "two"}\n',
+    b'{"events": [{"body": "a"}, {"body": "b", "key": "k"}]}',  # mixed: read one by one
+    b'{"events": [{"body": "a"}, {"body": 5}]}',  # a mistake, named the same either way
+])
+def test_the_compiled_reading_of_text_events_parses_as_python_does(
+        body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events that are all {"body": "text"} are built in one pass by the compiled codec
+    (record_batch.events_from_texts); without it, one by one: the same events, the same
+    errors."""
+    from channel_engine.log import record_batch
+
+    kind = "application/x-ndjson" if body.count(b"\n") > 1 else "application/json"
+    answers = []
+    for codec in (record_batch._codec, None):
+        monkeypatch.setattr(record_batch, "_codec", codec)
+        try:
+            answers.append(parse(body, kind))
+        except EventError as exc:
+            answers.append((exc.index, exc.field, exc.reason))
+    assert answers[0] == answers[1]
+    if body.startswith(b'{"events": [{"body": "a"}, {"body": "\\u00e9'):
+        assert answers[0][1] == PendingEvent("é😀".encode())
