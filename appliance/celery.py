@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
@@ -26,6 +27,15 @@ KAFKA_TASKS = frozenset({"weir.kafka_sink_channel"})
 app = Celery("weir")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["appliance"])
+
+
+@worker_process_init.connect
+def freeze_pool_process(**_: Any) -> None:
+    """Freeze what a pool process inherited and loaded before its first task
+    (appliance/frozen_heap.py): it may own channels for its whole life."""
+    from appliance.frozen_heap import freeze_startup_objects
+
+    freeze_startup_objects()
 
 
 def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None,

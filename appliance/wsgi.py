@@ -11,5 +11,7 @@ django_application = get_wsgi_application()
 get_resolver().resolve("/health")
 
 from appliance.fast_produce import FastProduce  # noqa: E402 - needs Django set up
+from appliance.frozen_heap import freeze_startup_objects  # noqa: E402
 
 application = FastProduce(django_application)
+freeze_startup_objects()  # after the app is loaded: no full collection visits it again
