@@ -46,6 +46,9 @@ def main() -> None:
     handle = channels.open_channel(Channel.objects.get(name="bench"))
     if handle._client is not None:
         raise SystemExit("channel_holder: another process owns channel bench already")
+    from appliance.frozen_heap import freeze_startup_objects
+
+    freeze_startup_objects()  # as a Celery pool process does at its start (appliance/celery.py)
     print("ready", flush=True)
     sys.stdin.read()
 

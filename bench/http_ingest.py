@@ -157,25 +157,35 @@ def spread(before: dict[int, float], after: dict[int, float]) -> str:
     return " / ".join(f"{100 * u / total:.0f}%" for u in used)
 
 
-def start_web(root: Path, env: dict[str, str], workers: int,
-              front: str) -> tuple[list[subprocess.Popen[bytes]], int]:
-    """gunicorn (and nginx before it with front "nginx"); the processes and the port."""
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (/proc/stat: all but idle and iowait)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def start_web(root: Path, env: dict[str, str], workers: int, front: str,
+              procs: list[subprocess.Popen[bytes]]) -> int:
+    """Start gunicorn (and nginx before it with front "nginx"), each added to `procs` as
+    it starts (for stop_all); the port to send requests to."""
     port = free_port()
     bind = f"unix:{root / 'web.sock'}" if front == "nginx" else f"127.0.0.1:{port}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen(
+    procs.append(subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), "appliance.wsgi", "--bind", bind,
          "--workers", str(workers), "--threads", "2", "--no-control-socket"],
-        cwd=ROOT, env=env, start_new_session=True, **quiet)]
+        cwd=ROOT, env=env, start_new_session=True, **quiet))
     if front == "nginx":
+        deadline = time.monotonic() + 60
         while not (root / "web.sock").exists():
+            if procs[-1].poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("gunicorn did not make its socket")
             time.sleep(0.05)
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "appliance.front", "--listen", f"127.0.0.1:{port}",
              "--upstream", bind, "--dir", str(root / "front"), "--max-in-flight", "0"],
             cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "appliance.settings"},
             start_new_session=True, **quiet))
-    return procs, port
+    return port
 
 
 def queued_events(port: int, key: str) -> int:
@@ -246,8 +256,7 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         env, key, admin = bench_appliance(root, "transaction_capacity=10000")
-        web, port = start_web(root, env, args.workers, args.front)
-        procs += web
+        port = start_web(root, env, args.workers, args.front, procs)
         redis_port = free_port()
         (root / "redis").mkdir()
         procs.append(subprocess.Popen(
@@ -264,13 +273,16 @@ def main() -> None:
             "engine alone (1 process, no HTTP)": [], "weir produce over HTTP": [],
             "redis streams XADD (appendfsync always)": []}
         runs = list(rounds.values())
-        shares = []
+        shares, costs = [], []
         for index in range(args.rounds):
             runs[0].append((engine_alone(root / f"round-{index}", per_client * args.clients),
                             []))
-            before = worker_cpu(procs[0].pid)
+            before, busy = worker_cpu(procs[0].pid), machine_cpu()
             runs[1].append(run_clients(http_client, (port, key, per_client), args.clients))
-            shares.append(spread(before, worker_cpu(procs[0].pid)))
+            after, requests = worker_cpu(procs[0].pid), per_client * args.clients
+            shares.append(spread(before, after))
+            costs.append(f"{1000 * (sum(after.values()) - sum(before.values())) / requests:.2f}"
+                         f" / {1000 * (machine_cpu() - busy) / requests:.2f}")
             runs[2].append(run_clients(redis_client, (redis_port, per_client), args.clients))
         acknowledged = events * args.rounds + 5 * args.clients * 2 * BATCH
         queued = queued_events(port, admin)
@@ -282,6 +294,8 @@ def main() -> None:
         alone, weir, redis_rate = rates.values()
         print(f"  spread: the gunicorn workers' shares of their CPU, each weir round: "
               f"{'; '.join(shares)}")
+        print(f"  CPU ms a request, the gunicorn workers / the whole machine (clients, nginx "
+              f"and the kernel too), each weir round: {'; '.join(costs)}")
         print(f"target: >= 150,000 events/s over HTTP and above Redis Streams: weir "
               f"{weir:,.0f} ({weir / redis_rate:.2f}x redis, {weir / alone:.2f}x the engine "
               "alone)")

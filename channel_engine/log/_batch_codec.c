@@ -633,7 +633,8 @@ static PyObject *encode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
     if (!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0]))
         Py_RETURN_NONE;
-    /* a tuple holds every event through both passes, whatever happens to a caller's list */
+    /* a tuple holds every event through both passes: a caller's list changed meanwhile
+       (by another thread) is read as it was */
     events = PySequence_Tuple(args[0]);
     if (events == NULL)
         return NULL;
@@ -711,8 +712,9 @@ static PyObject *pending_event(PyObject *body)
    {"body": <str>} (what a JSON produce request most often holds), a new list of
    PendingEvent(<the str's UTF-8 bytes>), in order. None when `objects` is not a list, or
    any object is another shape, or a str does not encode (a lone surrogate): the caller
-   then reads them one by one, and words any error. A snapshot of the list is read, with
-   a reference held on every object. */
+   then reads them one by one, and words any error. It reads a tuple of the list's items
+   (a reference held on each), so a list changed by another thread meanwhile is not read
+   half old, half new; each object's shape is checked again as it is read. */
 static PyObject *events_from_texts(PyObject *module, PyObject *objects)
 {
     PyObject *snapshot, *out = NULL;
@@ -731,20 +733,21 @@ static PyObject *events_from_texts(PyObject *module, PyObject *objects)
     for (Py_ssize_t i = 0; i < n; i++) {
         /* the dict is held by the snapshot; its value is held here while it is read */
         PyObject *text = text_body(PyTuple_GET_ITEM(snapshot, i)), *body, *event;
-        Py_ssize_t size;
-        const char *utf8;
         if (text == NULL)  /* changed since the first pass: only by another thread */
             goto decline;
         Py_INCREF(text);
-        utf8 = PyUnicode_AsUTF8AndSize(text, &size);
-        if (utf8 == NULL) {
-            Py_DECREF(text);
-            PyErr_Clear();
+        /* as str.encode(): one copy, and no UTF-8 copy cached in the str */
+        body = PyUnicode_AsUTF8String(text);
+        Py_DECREF(text);
+        if (body == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                Py_CLEAR(out);
+                goto done;
+            }
+            PyErr_Clear();  /* a lone surrogate: the caller's str.encode() words it */
             goto decline;
         }
-        body = PyBytes_FromStringAndSize(utf8, size);
-        Py_DECREF(text);
-        if (body == NULL || (event = pending_event(body)) == NULL) {
+        if ((event = pending_event(body)) == NULL) {
             Py_CLEAR(out);
             goto done;
         }

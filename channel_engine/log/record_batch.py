@@ -274,16 +274,19 @@ def check_events(first_index: int, events: Sequence[object]) -> list[PendingEven
     """make_event for many events (numbered from first_index); InvalidEventError on the
     first bad one. PendingEvents with bytes bodies, key None or bytes, and no headers or
     timestamp are taken as they are: the compiled codec tells in one pass (plain_events),
-    else type sets built in C do; the rest are checked one by one."""
+    else type sets built in C do; the rest are checked one by one. What is checked is a
+    copy of `events`, and the copy is what is returned: a caller's list changed by another
+    thread meanwhile cannot slip an unchecked event in."""
+    events = list(events)
     if _codec is not None:
         if _codec.plain_events(events):
-            return list(events)  # type: ignore[arg-type]
+            return events  # type: ignore[return-value]
     else:
         columns = [set(map(type, events))]
         if columns[0] <= _PLAIN_TYPES[0] and set(map(len, events)) <= {4}:  # type: ignore[arg-type]
             columns += [set(map(type, map(_FIELD[i], events))) for i in range(4)]  # type: ignore[arg-type]
             if all(c <= plain for c, plain in zip(columns, _PLAIN_TYPES, strict=True)):
-                return list(events)  # type: ignore[arg-type]
+                return events  # type: ignore[return-value]
     return [make_event(first_index + i, *event)  # type: ignore[misc]
             for i, event in enumerate(events)]
 

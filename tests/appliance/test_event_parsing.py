@@ -3,8 +3,12 @@ event index and field."""
 from __future__ import annotations
 
 import base64
+import json
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from appliance.event_parsing import MAX_TIMESTAMP, EventError, parse
 from channel_engine import PendingEvent
@@ -110,6 +114,21 @@ def test_it_accepts_every_timestamp_a_date_can_show() -> None:
     assert MAX_TIMESTAMP == 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, as documented
 
 
+def both_readings(body: bytes, kind: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """parse()'s answer (its events, or its error's index, field and reason) with the
+    compiled codec, then without it."""
+    from channel_engine.log import record_batch
+
+    answers: list[Any] = []
+    for codec in (record_batch._codec, None):
+        monkeypatch.setattr(record_batch, "_codec", codec)
+        try:
+            answers.append(parse(body, kind))
+        except EventError as exc:
+            answers.append((exc.index, exc.field, exc.reason))
+    return answers
+
+
 @pytest.mark.parametrize("body", [
     b'{"events": [{"body": "a"}, {"body": "\\u00e9\\ud83d\\ude00"}, {"body": ""}]}',
     b'[{"body": "flume"}, {"body": "two"}]',
@@ -122,16 +141,37 @@ def test_the_compiled_reading_of_text_events_parses_as_python_does(
     """Events that are all {"body": "text"} are built in one pass by the compiled codec
     (record_batch.events_from_texts); without it, one by one: the same events, the same
     errors."""
-    from channel_engine.log import record_batch
-
     kind = "application/x-ndjson" if body.count(b"\n") > 1 else "application/json"
-    answers = []
-    for codec in (record_batch._codec, None):
-        monkeypatch.setattr(record_batch, "_codec", codec)
-        try:
-            answers.append(parse(body, kind))
-        except EventError as exc:
-            answers.append((exc.index, exc.field, exc.reason))
+    answers = both_readings(body, kind, monkeypatch)
     assert answers[0] == answers[1]
     if body.startswith(b'{"events": [{"body": "a"}, {"body": "\\u00e9'):
         assert answers[0][1] == PendingEvent("é😀".encode())
+
+
+json_events = st.one_of(
+    st.builds(lambda text: {"body": text}, st.text(max_size=20)),
+    st.builds(lambda text: {"body": text}, st.text(max_size=20)),
+    st.builds(lambda text, key: {"body": text, "key": key}, st.text(max_size=5),
+              st.one_of(st.none(), st.text(max_size=5), st.integers())),
+    st.builds(lambda value: {"body": value}, st.one_of(st.none(), st.integers(),
+                                                        st.lists(st.text(max_size=3)))),
+    st.builds(lambda text: {"body_base64": text}, st.sampled_from(["", "eA==", "!"])),
+    st.builds(lambda name: {name: "x"}, st.sampled_from(["Body", "body ", "bod", "headers"])),
+    st.just({}), st.just("body"), st.just(None), st.just([{"body": "x"}]))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # same each example
+@given(events=st.lists(json_events, max_size=10), shape=st.sampled_from(["weir", "flume",
+                                                                          "ndjson"]))
+def test_both_readings_agree_on_any_body(events: list[Any], shape: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated bodies of Weir's JSON, Flume's and NDJSON: the same events or the same
+    error with the compiled codec (events_from_texts first) and without it."""
+    if shape == "ndjson":
+        body, kind = b"\n".join(json.dumps(e).encode() for e in events), "application/x-ndjson"
+    else:
+        document: Any = {"events": events} if shape == "weir" else events
+        body, kind = json.dumps(document).encode(), "application/json"
+    answers = both_readings(body, kind, monkeypatch)
+    assert answers[0] == answers[1]

@@ -60,7 +60,11 @@ not_pending = st.one_of(
     st.lists(st.none(), min_size=4, max_size=4), st.none(), st.binary(max_size=4),
     st.just(tuple.__new__(PendingEvent, (b"x", None))),  # a PendingEvent of two fields
     st.just(tuple.__new__(PendingEvent, (b"x", None, None, None, None))))
-put_events = st.lists(st.one_of(plain, plain, pending, not_pending), max_size=8)
+# a plain event with exactly one field made something else: what a check must still see
+one_field_off = st.builds(lambda event, field, value: event._replace(
+    **{PendingEvent._fields[field]: value}), plain, st.integers(0, 3), field_values)
+put_events = st.lists(st.one_of(plain, plain, one_field_off, pending, not_pending),
+                      max_size=8)
 containers = st.sampled_from([list, tuple, collections.deque])
 
 
@@ -87,7 +91,7 @@ def test_check_events_answers_as_the_python_path(batch_codec: ModuleType,
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_OK)
-@given(events=st.lists(st.one_of(plain, pending, not_pending), max_size=8),
+@given(events=st.lists(st.one_of(plain, one_field_off, pending, not_pending), max_size=8),
        container=containers)
 def test_plain_events_is_true_exactly_for_plain_pending_events(batch_codec: ModuleType,
                                                                events: list[Any],
@@ -107,9 +111,26 @@ def test_plain_events_are_taken_as_they_are_and_bad_ones_named(batch_codec: Modu
     assert batch_codec.plain_events(good) is True
     taken = record_batch.check_events(0, good)
     assert taken == good and taken is not good and taken[0] is good[0]
+    for field, value in (("body", "text"), ("body", Bytes(b"sub")), ("key", "k"),
+                         ("key", Bytes(b"sub")), ("headers", {}), ("timestamp", 5)):
+        odd = PendingEvent(b"x")._replace(**{field: value})
+        assert batch_codec.plain_events([*good, odd]) is False, (field, value)
     with pytest.raises(InvalidEventError) as raised:
         record_batch.check_events(10, [*good, PendingEvent("text")])  # type: ignore[arg-type]
     assert (raised.value.index, raised.value.field) == (12, "body")
+    with pytest.raises(InvalidEventError) as raised:
+        record_batch.check_events(0, [*good, PendingEvent(b"x", timestamp=-1)])
+    assert (raised.value.index, raised.value.field) == (2, "timestamp")
+
+
+def test_what_check_events_checked_is_what_it_returns() -> None:
+    """It checks a copy and returns that copy: the caller's list may change meanwhile."""
+    events = [PendingEvent(b"a"), PendingEvent(b"b")]
+    taken = record_batch.check_events(0, events)
+    events[1] = PendingEvent("not bytes")  # type: ignore[arg-type]
+    assert taken == [PendingEvent(b"a"), PendingEvent(b"b")]
+    queue = collections.deque(taken)
+    assert record_batch.check_events(0, queue) == taken
 
 
 # -- events_from_texts ----------------------------------------------------------------------
@@ -161,13 +182,26 @@ def test_events_from_texts_declines_what_is_not_a_list(batch_codec: ModuleType) 
 
 
 def test_events_from_texts_leaves_no_reference_behind(batch_codec: ModuleType) -> None:
-    objects = [{"body": "x" * 100} for _ in range(50)] + [{"body": "last"}]
-    before = [sys.getrefcount(obj) for obj in objects] + [sys.getrefcount(objects)]
-    for _ in range(3):
-        assert batch_codec.events_from_texts(objects) is not None
-        assert batch_codec.events_from_texts([*objects, {"body": 1}]) is None
+    objects = [{"body": "x" * 100 + str(i)} for i in range(50)] + [{"body": "last é"}]
+    texts = [obj["body"] for obj in objects]
+
+    def counts() -> list[int]:
+        return [*map(sys.getrefcount, objects), *map(sys.getrefcount, texts),
+                sys.getrefcount(objects)]
+
+    sizes = [*map(sys.getsizeof, texts)]
     gc.collect()
-    assert [sys.getrefcount(obj) for obj in objects] + [sys.getrefcount(objects)] == before
+    before, nones = counts(), sys.getrefcount(None)
+    for _ in range(100):
+        built = batch_codec.events_from_texts(objects)
+        declined = (batch_codec.events_from_texts([*objects, {"body": 1}]),
+                    batch_codec.events_from_texts([*objects, {"body": "\ud800"}]))
+        del built, declined
+    gc.collect()
+    assert counts() == before
+    # three Nones an event: a leak of them would be thousands
+    assert abs(sys.getrefcount(None) - nones) < 100
+    assert [*map(sys.getsizeof, texts)] == sizes  # no UTF-8 copy left cached in a str
 
 
 def test_record_batch_declines_without_the_compiled_codec(monkeypatch: pytest.MonkeyPatch
