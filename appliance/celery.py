@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
@@ -29,10 +29,21 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["appliance"])
 
 
+@worker_init.connect
+def freeze_worker(**_: Any) -> None:
+    """Freeze what a worker's main process loaded (Django, the tasks) before it forks its
+    pool (appliance/frozen_heap.py): the pool processes inherit those objects frozen, so
+    their collections never write to the pages they share with it."""
+    from appliance.frozen_heap import freeze_startup_objects
+
+    freeze_startup_objects()
+
+
 @worker_process_init.connect
 def freeze_pool_process(**_: Any) -> None:
-    """Freeze what a pool process inherited and loaded before its first task
-    (appliance/frozen_heap.py): it may own channels for its whole life."""
+    """Freeze what a pool process made while starting, too: it may own channels for its
+    whole life (the few objects the main process made between its freeze and the fork
+    are collected and frozen here; the frozen ones are not visited)."""
     from appliance.frozen_heap import freeze_startup_objects
 
     freeze_startup_objects()

@@ -1,7 +1,8 @@
 """The objects a process made while starting, put out of the garbage collector's sight
 (gc.freeze), in the appliance's long-lived processes: each gunicorn worker once the app is
-loaded (appliance/wsgi.py), each Celery pool process as it starts (appliance/celery.py),
-which is also where a channel's owner usually runs.
+loaded (appliance/wsgi.py); each Celery worker's main process before it forks its pool,
+and each pool process as it starts (appliance/celery.py): a pool process is also where a
+channel's owner usually runs.
 
 Why: Django, DRF, Celery and the engine leave about 125,000 objects tracked by the
 collector after start, nearly all alive until the process exits, and a full collection
@@ -13,8 +14,13 @@ request on average, and a 52 ms stall for every request that worker (or that own
 served at the time. Frozen, those objects sit in a permanent generation that no
 collection visits: a full collection then took 0.27 ms. Objects made afterwards are
 collected as before; the garbage of the start is collected first, so none of it is kept
-for good. (Python's documentation recommends the same before fork() for copy-on-write
-sharing: frozen objects' headers are no longer written by collections.)
+for good.
+
+Fork: a collection writes to the header of every object it visits, so a pool process
+collecting what it inherited would copy every page of its parent's heap it touched
+(measured: about 100 MB more PSS over the appliance's pool processes when each froze only
+after the fork). Frozen in the parent before the fork, those objects are never visited by
+the children: Python's documentation recommends exactly this for copy-on-write sharing.
 """
 from __future__ import annotations
 

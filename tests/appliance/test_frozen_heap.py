@@ -31,16 +31,27 @@ def test_loading_the_wsgi_app_freezes_what_it_loaded(tmp_path: Path) -> None:
     assert tracked < frozen / 10  # only what was made since
 
 
-def test_a_celery_pool_process_freezes_at_its_start(tmp_path: Path) -> None:
-    out = run("import gc\n"
-              "from celery.signals import worker_process_init\n"
-              "from appliance.celery import app, freeze_pool_process\n"
+def test_a_celery_worker_freezes_before_it_forks_its_pool(tmp_path: Path) -> None:
+    """worker_init (the main process, before the fork) freezes what it loaded; the pool
+    process's own start is frozen too (worker_process_init), without visiting again what
+    was frozen before the fork."""
+    out = run("import gc, os\n"
+              "from celery.signals import worker_init, worker_process_init\n"
+              "from appliance.celery import app, freeze_pool_process, freeze_worker\n"
               "import django; django.setup()\n"
+              "assert freeze_worker in [r() for _, r in worker_init.receivers]\n"
               "assert freeze_pool_process in [r() for _, r in worker_process_init.receivers]\n"
               "assert gc.get_freeze_count() == 0\n"
-              "worker_process_init.send(sender=None)\n"
-              "print(gc.get_freeze_count())", tmp_path)
-    assert int(out) > 50_000
+              "worker_init.send(sender=None)\n"
+              "parent = gc.get_freeze_count()\n"
+              "made_after = [[i] for i in range(1000)]\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    worker_process_init.send(sender=None)\n"
+              "    os._exit(0 if gc.get_freeze_count() >= parent + 1000 else 3)\n"
+              "print(parent, os.waitpid(pid, 0)[1])", tmp_path)
+    parent, child_status = map(int, out.split())
+    assert parent > 50_000 and child_status == 0
 
 
 def test_garbage_of_the_start_is_collected_not_frozen() -> None:
