@@ -41,14 +41,14 @@ def main() -> None:
 
     django.setup()
     from appliance import channels
+    from appliance.frozen_heap import freeze_startup_objects
     from appliance.models import Channel
 
+    # as a Celery pool process does before its first task (appliance/celery.py)
+    freeze_startup_objects()
     handle = channels.open_channel(Channel.objects.get(name="bench"))
     if handle._client is not None:
         raise SystemExit("channel_holder: another process owns channel bench already")
-    from appliance.frozen_heap import freeze_startup_objects
-
-    freeze_startup_objects()  # as a Celery pool process does at its start (appliance/celery.py)
     print("ready", flush=True)
     sys.stdin.read()
 

@@ -52,6 +52,7 @@ from django.conf import settings as django_settings
 from django.test import override_settings
 from services import started_service
 
+from appliance import frozen_heap
 from appliance.env import cache_prefix
 
 # The units that took longest in a run of scripts/test.sh (November 2026), longest
@@ -64,6 +65,13 @@ HEAVY = "tests/spark/"  # units run one at a time while other units wait (see ab
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE_PREFIX = f"weir-test-{os.getpid()}"
+
+# A pytest process is no appliance process: an in-process Celery worker's start
+# (worker_init) or importing appliance.wsgi would freeze its heap mid-session
+# (appliance/frozen_heap.py), keeping for good whatever earlier tests left and every
+# cycle through it. The freezes are checked in processes of their own
+# (tests/appliance/test_frozen_heap.py); the processes tests start freeze as usual.
+frozen_heap.freeze_startup_objects = lambda: None
 # Every process a test starts (gunicorn, Celery, manage.py) inherits it.
 os.environ["WEIR_CACHE_PREFIX"] = CACHE_PREFIX
 

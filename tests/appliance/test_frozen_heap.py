@@ -65,3 +65,34 @@ def test_garbage_of_the_start_is_collected_not_frozen() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "True True", done.stderr
+
+
+def test_a_real_prefork_workers_pool_process_runs_tasks_frozen(tmp_path: Path) -> None:
+    """`celery worker --pool prefork`, as scripts/run.sh starts it: a task run in its pool
+    process finds the start's objects frozen (whenever Celery sends its signals)."""
+    from test_redis_prefix import HERE, appliance_env
+
+    var = tmp_path / "var"
+    var.mkdir()
+    env = appliance_env(var)  # a var dir of its own: a Redis prefix and queue of its own
+    log = (var / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "whoami_app", "worker", "-n", "frozen@%h",
+         "--queues", "weir", "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO"],
+        cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import django; django.setup()\n"
+             "from appliance.celery import app\n"
+             "print(app.send_task('weir-test.frozen').get(timeout=120))"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert int(done.stdout.strip().splitlines()[-1]) > 50_000
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
