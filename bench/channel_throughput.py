@@ -100,7 +100,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import crc32c
-from common import chunk, flush_stat_path, make_bodies, read_flushes
+from common import chunk, flush_stat_path, machine_busy_seconds, make_bodies, read_flushes
 
 from channel_engine import Channel, ChannelConfig, PendingEvent
 from channel_engine.log import record_batch
@@ -176,13 +176,6 @@ class Sample:
     machine_cpu_seconds: float
 
 
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (not idle, not in iowait) since boot."""
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
-    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(work: Callable[[], tuple[int, int]], directory: Path) -> Sample:

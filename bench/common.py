@@ -1,4 +1,5 @@
-"""What the benchmarks share: their inputs, the device's flush counter, a private Redis."""
+"""What the benchmarks share: their inputs, the device's flush counter, CPU time from
+/proc, a private Redis."""
 from __future__ import annotations
 
 import os
@@ -34,6 +35,19 @@ def read_flushes(path: Path | None) -> int | None:
         return None
     fields = path.read_text().split()
     return int(fields[15]) if len(fields) >= 16 else None
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (not idle, not in iowait) since boot."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def private_redis() -> subprocess.Popen[bytes] | None:

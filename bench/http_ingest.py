@@ -45,6 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.common import cpu_s, machine_busy_seconds  # noqa: E402
+
 BATCH, BODY = 1000, 200
 
 
@@ -138,15 +140,13 @@ def wait_port(port: int) -> None:
 
 def worker_cpu(master: int) -> dict[int, float]:
     """CPU seconds (user + system) of each gunicorn worker of `master` so far."""
-    ticks = os.sysconf("SC_CLK_TCK")
     found = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True)
     cpu = {}
     for pid in map(int, found.stdout.split()):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu[pid] = cpu_s(pid)
         except FileNotFoundError:
             continue
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / ticks
     return cpu
 
 
@@ -155,12 +155,6 @@ def spread(before: dict[int, float], after: dict[int, float]) -> str:
     used = sorted((after[pid] - before.get(pid, 0.0) for pid in after), reverse=True)
     total = sum(used) or 1.0
     return " / ".join(f"{100 * u / total:.0f}%" for u in used)
-
-
-def machine_cpu() -> float:
-    """CPU seconds the whole machine has spent busy (/proc/stat: all but idle and iowait)."""
-    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def start_web(root: Path, env: dict[str, str], workers: int, front: str,
@@ -277,12 +271,12 @@ def main() -> None:
         for index in range(args.rounds):
             runs[0].append((engine_alone(root / f"round-{index}", per_client * args.clients),
                             []))
-            before, busy = worker_cpu(procs[0].pid), machine_cpu()
+            before, busy = worker_cpu(procs[0].pid), machine_busy_seconds()
             runs[1].append(run_clients(http_client, (port, key, per_client), args.clients))
             after, requests = worker_cpu(procs[0].pid), per_client * args.clients
             shares.append(spread(before, after))
             costs.append(f"{1000 * (sum(after.values()) - sum(before.values())) / requests:.2f}"
-                         f" / {1000 * (machine_cpu() - busy) / requests:.2f}")
+                         f" / {1000 * (machine_busy_seconds() - busy) / requests:.2f}")
             runs[2].append(run_clients(redis_client, (redis_port, per_client), args.clients))
         acknowledged = events * args.rounds + 5 * args.clients * 2 * BATCH
         queued = queued_events(port, admin)

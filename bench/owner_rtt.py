@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import cpu_s  # noqa: E402
 from channel_engine import Channel  # noqa: E402
 from channel_engine.owner import protocol  # noqa: E402
 from channel_engine.queue.channel_config import ChannelConfig  # noqa: E402
@@ -47,12 +48,6 @@ def own(root: str, durability: str, ready: EventType, stop: EventType) -> None:
     ready.set()
     stop.wait()
     channel.close()
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(channel: Channel, op: str, threads: int, calls: int, owner_pid: int | None
